@@ -1,0 +1,1 @@
+//! Workloads shared by Fusee's criterion benches and comparison binary.

@@ -1,0 +1,523 @@
+//! Journal records: one fact about one workflow run.
+//!
+//! TYPES ONLY (skeleton): the canonical encoding, its byte-by-byte
+//! documentation and the decoders are being written.
+
+use std::sync::Arc;
+
+use crate::wire::DecodeResult;
+
+/// A run's number within its shard, from 1 (0 marks a free table slot).
+/// Fits 48 bits.
+pub type RunId = u64;
+/// An operation's position in its run's journal (its call order).
+pub type Seq = u32;
+/// A record's position in its shard's log, from 1.
+pub type Lsn = u64;
+/// A shared string: names, workflow IDs and types after decoding.
+pub type Name = Arc<str>;
+/// A shared byte payload.
+pub type Payload = Arc<[u8]>;
+
+/// `retry_at_ms` of an [`Record::Attempt`] whose step waits for a
+/// [`Record::Resume`] instead of a time.
+pub const PAUSED: u64 = u64::MAX;
+
+/// How a step, child, update or workflow ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Status {
+    /// Returned a value.
+    Ok = 0,
+    /// Returned an error.
+    Failed = 1,
+    /// Cancelled on request.
+    Cancelled = 2,
+    /// Its deadline passed.
+    TimedOut = 3,
+    /// Stopped from outside without running any more code.
+    Terminated = 4,
+    /// Ended by starting a new run of the same workflow ID.
+    ContinuedAsNew = 5,
+    /// Replaced by a reset.
+    Reset = 6,
+}
+
+impl Status {
+    /// Every status, in tag order.
+    pub const ALL: [Status; 7] = [
+        Status::Ok,
+        Status::Failed,
+        Status::Cancelled,
+        Status::TimedOut,
+        Status::Terminated,
+        Status::ContinuedAsNew,
+        Status::Reset,
+    ];
+
+    /// The status with this tag.
+    pub fn from_u8(v: u8) -> DecodeResult<Self> {
+        Self::ALL
+            .get(usize::from(v))
+            .copied()
+            .ok_or(crate::wire::DecodeError::new("unknown status"))
+    }
+
+    /// A lower-case name for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+            Status::TimedOut => "timed out",
+            Status::Terminated => "terminated",
+            Status::ContinuedAsNew => "continued as new",
+            Status::Reset => "reset",
+        }
+    }
+
+    /// The run handed over to a newer run of the same workflow ID: its
+    /// `Done` payload is the next run's `Start`.
+    pub fn is_handover(self) -> bool {
+        matches!(self, Status::ContinuedAsNew | Status::Reset)
+    }
+}
+
+/// The parent of a child run: the shard and run that started it and the
+/// journal position waiting for its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ParentRef {
+    /// The parent's shard.
+    pub shard: u32,
+    /// The parent run.
+    pub run: RunId,
+    /// The parent's operation waiting for the child.
+    pub seq: Seq,
+}
+
+/// Where a run came from when it is not a fresh start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The run it replaces.
+    pub run: RunId,
+    /// Why: one of [`origin`]'s constants.
+    pub cause: u8,
+}
+
+/// Causes of an [`Origin`].
+pub mod origin {
+    /// Continue-as-new: the new run's `Start` is the old run's `Done`
+    /// payload, so one record ends one run and starts the next.
+    pub const CONTINUED: u8 = 0;
+    /// Reset: the old run is ended by its own `Done`; records copied from
+    /// its journal follow the new `Start` (see `copies`).
+    pub const RESET: u8 = 1;
+}
+
+/// The policy byte of a `Start` record and the flags of a `Child` record
+/// (which become the child's start policy). Recorded so replay and recovery
+/// apply the same rules.
+///
+/// Bits 0–1: the ID policy; bit 2: [`DETACHED`](policy::DETACHED);
+/// bits 3–4: the parent close policy.
+pub mod policy {
+    /// Mask of the ID policy bits.
+    pub const ID_MASK: u8 = 0b11;
+    /// A start with an ID whose latest run is finished starts a new run.
+    pub const ID_ALLOW_DUPLICATE: u8 = 0;
+    /// A start with an ID that was ever used is refused.
+    pub const ID_REJECT_DUPLICATE: u8 = 1;
+    /// A start with an ID whose latest run is still running terminates it.
+    pub const ID_TERMINATE_RUNNING: u8 = 2;
+    /// A start with an ID whose latest run is still running attaches to it.
+    pub const ID_USE_EXISTING: u8 = 3;
+    /// The child outlives its parent: the parent does not wait for it and
+    /// receives no result.
+    pub const DETACHED: u8 = 1 << 2;
+    /// Mask of the parent close policy bits.
+    pub const CLOSE_MASK: u8 = 0b11 << 3;
+    /// When the parent closes, the child is terminated (the default).
+    pub const CLOSE_TERMINATE: u8 = 0;
+    /// When the parent closes, the child is asked to cancel.
+    pub const CLOSE_CANCEL: u8 = 1 << 3;
+    /// When the parent closes, the child is left running.
+    pub const CLOSE_ABANDON: u8 = 2 << 3;
+}
+
+/// Kinds of recorded nondeterministic values ([`Record::Value`]).
+pub mod value_kind {
+    /// The current time.
+    pub const NOW: u8 = 0;
+    /// Random bytes.
+    pub const RANDOM: u8 = 1;
+    /// A UUID.
+    pub const UUID: u8 = 2;
+    /// A value the workflow computed outside the journal.
+    pub const CUSTOM: u8 = 3;
+}
+
+/// How a wait for a signal ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitOutcome {
+    /// The wait consumed the run's signal with this ordinal.
+    Signal(u64),
+    /// Its deadline passed.
+    TimedOut,
+    /// The code dropped the wait (it lost a race): the signal offered to it,
+    /// if any, is offered again. Not a delivery.
+    Abandoned,
+}
+
+/// The update that rides on an update-with-start.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StartUpdate<S, B> {
+    /// The update's ID (unique within the run).
+    pub id: S,
+    /// The update handler's name.
+    pub name: S,
+    /// Its argument.
+    pub payload: B,
+}
+
+/// Rarely used start fields, boxed so every record stays small.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StartMeta<B> {
+    /// Search attributes set at start.
+    pub attributes: B,
+    /// Free-form memo shown with the run, never read by its code.
+    pub memo: B,
+}
+
+/// One fact about one run, generic over its string type `S` and bytes type
+/// `B`: [`RecordRef`] borrows, [`RecordBuf`] owns.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Record<S, B> {
+    /// A run begins (fresh, continue-as-new, reset or update-with-start).
+    Start {
+        /// The run.
+        run: RunId,
+        /// The workflow ID.
+        id: S,
+        /// The workflow type.
+        wtype: S,
+        /// The workflow code version.
+        version: u32,
+        /// How payloads are encoded (host-defined).
+        codec: u8,
+        /// When it started.
+        started_ms: u64,
+        /// When it times out; 0 = never.
+        deadline_ms: u64,
+        /// The run that started it as a child.
+        parent: Option<ParentRef>,
+        /// See [`policy`].
+        policy: u8,
+        /// The run it replaces.
+        from: Option<Origin>,
+        /// How many records after this one are copied from `from`'s journal.
+        copies: u32,
+        /// The update of an update-with-start.
+        update: Option<Box<StartUpdate<S, B>>>,
+        /// The input.
+        input: B,
+        /// Rare fields.
+        meta: Option<Box<StartMeta<B>>>,
+    },
+    /// A step's final result.
+    Step {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The step's name.
+        name: S,
+        /// The attempt that produced the result, from 1.
+        attempt: u32,
+        /// How it ended.
+        status: Status,
+        /// Its result or error.
+        payload: B,
+    },
+    /// A failed attempt of a step that will be retried.
+    Attempt {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The step's name.
+        name: S,
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// When the next attempt runs; [`PAUSED`]: after a `Resume`.
+        retry_at_ms: u64,
+        /// The error.
+        error: B,
+    },
+    /// A paused step may go on.
+    Resume {
+        /// The run.
+        run: RunId,
+        /// The paused step.
+        seq: Seq,
+    },
+    /// A durable sleep armed.
+    Timer {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The timer's name.
+        name: S,
+        /// When it fires.
+        fire_at_ms: u64,
+    },
+    /// A durable sleep fired.
+    Fired {
+        /// The run.
+        run: RunId,
+        /// The timer's operation.
+        seq: Seq,
+    },
+    /// A signal delivered to the run.
+    Signal {
+        /// The run.
+        run: RunId,
+        /// The signal's name.
+        name: S,
+        /// Dedup key; 0 = none.
+        dedup: u64,
+        /// The signal's payload.
+        payload: B,
+        /// Who sent it.
+        by: Option<B>,
+    },
+    /// The code began waiting for a signal.
+    Wait {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The signal name waited for.
+        name: S,
+        /// When the wait times out; 0 = never.
+        deadline_ms: u64,
+    },
+    /// A wait ended.
+    Waited {
+        /// The run.
+        run: RunId,
+        /// The wait's operation.
+        seq: Seq,
+        /// How.
+        outcome: WaitOutcome,
+    },
+    /// A recorded nondeterministic value.
+    Value {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// See [`value_kind`].
+        kind: u8,
+        /// The value.
+        value: B,
+    },
+    /// A child workflow started.
+    Child {
+        /// The run.
+        run: RunId,
+        /// The operation waiting for the child.
+        seq: Seq,
+        /// The child's workflow type.
+        wtype: S,
+        /// The child's workflow ID.
+        id: S,
+        /// The child's start policy (see [`policy`]).
+        flags: u8,
+        /// The child's deadline; 0 = none.
+        deadline_ms: u64,
+        /// The child's input.
+        input: B,
+    },
+    /// A child's result.
+    ChildDone {
+        /// The run.
+        run: RunId,
+        /// The operation that started the child.
+        seq: Seq,
+        /// How the child ended.
+        status: Status,
+        /// Its result.
+        payload: B,
+    },
+    /// A signal sent to another workflow ([`crate::shard::CANCEL_SIGNAL`]
+    /// cancels it).
+    Send {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The target workflow ID.
+        target: S,
+        /// The signal's name.
+        name: S,
+        /// The signal's payload.
+        payload: B,
+    },
+    /// Cancellation requested.
+    Cancel {
+        /// The run.
+        run: RunId,
+        /// Why.
+        reason: B,
+        /// Who asked.
+        by: Option<B>,
+    },
+    /// An update accepted.
+    Update {
+        /// The run.
+        run: RunId,
+        /// The update's ID.
+        id: S,
+        /// The handler's name.
+        name: S,
+        /// Its argument.
+        payload: B,
+        /// The workflow operation waiting for the result, if a workflow
+        /// called.
+        caller: Option<ParentRef>,
+    },
+    /// An update's handler returned.
+    UpdateDone {
+        /// The run.
+        run: RunId,
+        /// The update's ordinal (its position among the run's updates).
+        ordinal: u64,
+        /// How the handler ended.
+        status: Status,
+        /// Its result.
+        payload: B,
+    },
+    /// A long step's progress.
+    Heartbeat {
+        /// The run.
+        run: RunId,
+        /// The step.
+        seq: Seq,
+        /// The attempt.
+        attempt: u32,
+        /// Progress details.
+        payload: B,
+    },
+    /// A versioning marker.
+    Patch {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The patch ID.
+        id: S,
+    },
+    /// An async completion token handed out.
+    Awaiting {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The operation's name.
+        name: S,
+        /// The attempt the token belongs to, from 1.
+        attempt: u32,
+    },
+    /// An async completion token used.
+    Completed {
+        /// The run.
+        run: RunId,
+        /// The operation.
+        seq: Seq,
+        /// The attempt the token belonged to.
+        attempt: u32,
+        /// How the operation ended.
+        status: Status,
+        /// Its result.
+        payload: B,
+    },
+    /// Search attributes set.
+    Attributes {
+        /// The run.
+        run: RunId,
+        /// The attributes object.
+        payload: B,
+    },
+    /// A stream's chunk.
+    Chunk {
+        /// The run.
+        run: RunId,
+        /// The stream's operation.
+        seq: Seq,
+        /// The chunk.
+        payload: B,
+    },
+    /// A stream's end.
+    StreamEnd {
+        /// The run.
+        run: RunId,
+        /// The stream's operation.
+        seq: Seq,
+    },
+    /// The run ended. For a handover status the payload is the next run's
+    /// `Start`, canonically encoded.
+    Done {
+        /// The run.
+        run: RunId,
+        /// How it ended.
+        status: Status,
+        /// When.
+        finished_ms: u64,
+        /// Its result (or the next run's `Start`).
+        payload: B,
+        /// Who ended it from outside.
+        by: Option<B>,
+    },
+}
+
+/// A record borrowing its strings and bytes (the hot encode path).
+pub type RecordRef<'a> = Record<&'a str, &'a [u8]>;
+/// A record owning shared strings and bytes (after decoding).
+pub type RecordBuf = Record<Name, Payload>;
+
+/// A string type the shard can keep: clones a [`Name`], copies a `&str`.
+pub trait ToName: AsRef<str> {
+    /// This string as a shared [`Name`].
+    fn to_name(&self) -> Name;
+}
+
+/// A bytes type the shard can keep: clones a [`Payload`], copies a `&[u8]`.
+pub trait ToPayload: AsRef<[u8]> {
+    /// These bytes as a shared [`Payload`].
+    fn to_payload(&self) -> Payload;
+}
+
+impl ToName for &str {
+    fn to_name(&self) -> Name {
+        Name::from(*self)
+    }
+}
+
+impl ToName for Name {
+    fn to_name(&self) -> Name {
+        self.clone()
+    }
+}
+
+impl ToPayload for &[u8] {
+    fn to_payload(&self) -> Payload {
+        Payload::from(*self)
+    }
+}
+
+impl ToPayload for Payload {
+    fn to_payload(&self) -> Payload {
+        self.clone()
+    }
+}

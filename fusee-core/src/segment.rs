@@ -1,0 +1,1 @@
+//! Log segment format (to be written).

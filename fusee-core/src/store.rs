@@ -1,0 +1,1 @@
+//! Run-store entries and checkpoints (to be written).

@@ -1,0 +1,1 @@
+//! The timing wheel (to be written).

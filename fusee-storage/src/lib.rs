@@ -1,0 +1,1 @@
+//! The Fusee storage contract (to be written).

@@ -1,0 +1,1 @@
+//! Harnesses shared by Fusee's end-to-end and crash tests.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test in the workspace, on a fresh Debian machine with only the
+# Rust toolchain installed: installs what RocksDB's build needs (clang,
+# libclang-dev) when it is missing, then checks formatting and lints and runs
+# the tests of every crate with every backend feature on.
+#
+# Stress and fuzz counts have CI-sized defaults; raise them by hand:
+#   FUSEE_FUZZ_ITERS        decoder fuzz-smoke inputs        (default 1,000,000)
+#   FUSEE_PROPTEST_CASES    record round-trip cases
+#   FUSEE_MODEL_STEPS       table / wheel / shard model steps
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_clang() {
+    command -v clang >/dev/null 2>&1 || return 0
+    ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || return 0
+    return 1
+}
+if need_clang; then
+    echo "==> installing clang and libclang-dev (RocksDB's build needs them)"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-dev >/dev/null
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "==> cargo test"
+cargo test --workspace --all-features

@@ -1,6 +1,10 @@
 //! Fusee's default storage backend, on plain files.
 //!
-//! Not written yet: it will hold, per shard, the log in preallocated segment
-//! files (the `fusee_core::segment` format), run-store generations, the
-//! index file and two alternating checkpoint slots, and pass the whole
-//! `fusee-storage` conformance suite.
+//! In progress: the I/O layer ([`io`]) and the simulated disk for power-loss
+//! tests ([`sim`]) are here. Still to come: per shard, the log in
+//! preallocated segment files (the `fusee_core::segment` format), run-store
+//! generations, the index file and two alternating checkpoint slots, passing
+//! the whole `fusee-storage` conformance suite.
+
+pub mod io;
+pub mod sim;

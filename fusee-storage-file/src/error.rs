@@ -1,0 +1,60 @@
+//! Errors of the file backend, each naming the file and offset involved.
+
+use std::io;
+use std::path::PathBuf;
+
+/// What went wrong in the file backend.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// An I/O call failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The error the system returned.
+        source: io::Error,
+    },
+    /// Bytes on disk are damaged in a way a crash cannot explain.
+    #[error("corrupt {file} at offset {at}: {what}")]
+    Corrupt {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        what: &'static str,
+        /// Where.
+        at: u64,
+    },
+    /// A file of a format version this build does not read.
+    #[error("{file} has format {found}; this build reads format {supported}")]
+    Format {
+        /// The file.
+        file: String,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// Another process (or handle) holds the directory.
+    #[error("{path} is in use by another process")]
+    Locked {
+        /// The locked directory.
+        path: PathBuf,
+    },
+}
+
+/// Attaches the operation and path to an I/O result.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T, FileError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T, FileError> {
+        self.map_err(|source| FileError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

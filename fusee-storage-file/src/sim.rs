@@ -1,0 +1,545 @@
+//! A simulated disk for power-loss tests: it keeps each file's live bytes
+//! (what reads see) apart from its durable bytes (what survives a crash),
+//! and on [`SimIo::crash`] decides, write by write, what an unsynced write
+//! left behind.
+//!
+//! At a crash, for each file, every write not covered by a later sync is
+//! dropped, kept, or torn: only some of its 512-byte sectors (aligned to the
+//! file's offsets, as a disk writes them) reach the durable image, which is
+//! what a power cut during a multi-sector write can do. Length changes not
+//! synced are kept or dropped. In each directory, a random prefix of the
+//! unsynced creations, removals and renames survives. Handles opened before
+//! the crash fail afterwards, as a process that died would have no handles.
+//!
+//! Directories themselves are durable as soon as they are created (the
+//! backend creates them once, before any file in them matters).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::io::{Io, IoFile, Mapped, OpenMode};
+
+/// Sector size of the simulated disk: the unit a torn write keeps or loses.
+pub const SECTOR: u64 = 512;
+
+/// What a crash does with unsynced writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Each unsynced write is dropped, kept or torn at random.
+    Random(u64),
+    /// Every unsynced write and directory change is lost.
+    LoseAll,
+    /// Every unsynced write and directory change survives.
+    KeepAll,
+}
+
+#[derive(Clone, Debug)]
+enum Pending {
+    Write { offset: u64, bytes: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Clone, Debug, Default)]
+struct Inode {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    pending: Vec<Pending>,
+}
+
+#[derive(Clone, Debug)]
+enum NsOp {
+    Create(PathBuf, u64),
+    Remove(PathBuf),
+    Rename(PathBuf, PathBuf),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Bumped by every crash: handles of an older generation fail.
+    generation: u64,
+    next_inode: u64,
+    inodes: BTreeMap<u64, Inode>,
+    live: BTreeMap<PathBuf, u64>,
+    durable: BTreeMap<PathBuf, u64>,
+    /// Unsynced namespace changes per directory, in order.
+    pending_ns: BTreeMap<PathBuf, Vec<NsOp>>,
+    dirs: BTreeSet<PathBuf>,
+    locks: BTreeSet<PathBuf>,
+    fail_syncs: u32,
+    syncs: u64,
+}
+
+/// A simulated file system shared by every handle cloned from it.
+#[derive(Clone, Debug, Default)]
+pub struct SimIo {
+    state: Arc<Mutex<State>>,
+}
+
+/// A handle to a simulated file.
+#[derive(Debug)]
+pub struct SimFile {
+    state: Arc<Mutex<State>>,
+    inode: u64,
+    generation: u64,
+}
+
+/// A simulated directory lock, released on drop.
+#[derive(Debug)]
+pub struct SimLock {
+    state: Arc<Mutex<State>>,
+    dir: PathBuf,
+    generation: u64,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut s = lock(&self.state);
+        if s.generation == self.generation {
+            s.locks.remove(&self.dir);
+        }
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock leaves plain data; keep going.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display()))
+}
+
+fn crashed() -> io::Error {
+    io::Error::other("the simulated disk crashed since this handle was opened")
+}
+
+fn parent(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn apply_write(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
+    let (start, end) = (offset as usize, offset as usize + bytes.len());
+    if image.len() < end {
+        image.resize(end, 0);
+    }
+    image[start..end].copy_from_slice(bytes);
+}
+
+impl SimIo {
+    /// An empty disk.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `n` syncs (of files or directories) fail with an I/O
+    /// error, leaving their writes unsynced.
+    pub fn fail_next_syncs(&self, n: u32) {
+        lock(&self.state).fail_syncs = n;
+    }
+
+    /// How many syncs succeeded so far.
+    pub fn syncs(&self) -> u64 {
+        lock(&self.state).syncs
+    }
+
+    /// Bytes written and not synced yet, over all files.
+    pub fn unsynced_bytes(&self) -> u64 {
+        let s = lock(&self.state);
+        let mut n = 0u64;
+        for inode in s.inodes.values() {
+            for p in &inode.pending {
+                if let Pending::Write { bytes, .. } = p {
+                    n += bytes.len() as u64;
+                }
+            }
+        }
+        n
+    }
+
+    /// Cuts the power: what was not synced is dropped, kept or torn as
+    /// `mode` says; every handle and lock from before fails or is released.
+    pub fn crash(&self, mode: CrashMode) {
+        let mut s = lock(&self.state);
+        let mut rng = match mode {
+            CrashMode::Random(seed) => Some(fastrand::Rng::with_seed(seed)),
+            _ => None,
+        };
+        let mut keep = |rng: &mut Option<fastrand::Rng>, p_keep: u8| -> bool {
+            match (mode, rng) {
+                (CrashMode::KeepAll, _) => true,
+                (CrashMode::LoseAll, _) => false,
+                (_, Some(r)) => r.u8(0..100) < p_keep,
+                (_, None) => false,
+            }
+        };
+        for inode in s.inodes.values_mut() {
+            let pending = std::mem::take(&mut inode.pending);
+            for p in pending {
+                match p {
+                    Pending::SetLen(len) => {
+                        if keep(&mut rng, 50) {
+                            inode.durable.resize(len as usize, 0);
+                        }
+                    }
+                    Pending::Write { offset, bytes } => {
+                        let torn = matches!(mode, CrashMode::Random(_))
+                            && rng.as_mut().is_some_and(|r| r.u8(0..3) == 0);
+                        if torn {
+                            let Some(r) = rng.as_mut() else { continue };
+                            // Each sector the write touches survives or not.
+                            let end = offset + bytes.len() as u64;
+                            let mut at = offset;
+                            while at < end {
+                                let sector_end = ((at / SECTOR) + 1) * SECTOR;
+                                let upto = sector_end.min(end);
+                                if r.bool() {
+                                    let from = (at - offset) as usize;
+                                    let to = (upto - offset) as usize;
+                                    apply_write(&mut inode.durable, at, &bytes[from..to]);
+                                }
+                                at = upto;
+                            }
+                        } else if keep(&mut rng, 50) {
+                            apply_write(&mut inode.durable, offset, &bytes);
+                        }
+                    }
+                }
+            }
+            inode.live = inode.durable.clone();
+        }
+        let pending_ns = std::mem::take(&mut s.pending_ns);
+        for (_, ops) in pending_ns {
+            let kept = match (mode, rng.as_mut()) {
+                (CrashMode::KeepAll, _) => ops.len(),
+                (CrashMode::Random(_), Some(r)) => r.usize(0..=ops.len()),
+                _ => 0,
+            };
+            for op in ops.into_iter().take(kept) {
+                apply_ns(&mut s.durable, op);
+            }
+        }
+        s.live = s.durable.clone();
+        let referenced: BTreeSet<u64> = s.live.values().copied().collect();
+        s.inodes.retain(|id, _| referenced.contains(id));
+        s.locks.clear();
+        s.generation += 1;
+        s.fail_syncs = 0;
+    }
+
+    fn take_failure(s: &mut State) -> io::Result<()> {
+        if s.fail_syncs > 0 {
+            s.fail_syncs -= 1;
+            return Err(io::Error::other("injected sync failure"));
+        }
+        s.syncs += 1;
+        Ok(())
+    }
+}
+
+fn apply_ns(names: &mut BTreeMap<PathBuf, u64>, op: NsOp) {
+    match op {
+        NsOp::Create(path, inode) => {
+            names.insert(path, inode);
+        }
+        NsOp::Remove(path) => {
+            names.remove(&path);
+        }
+        NsOp::Rename(from, to) => {
+            if let Some(inode) = names.remove(&from) {
+                names.insert(to, inode);
+            }
+        }
+    }
+}
+
+impl SimFile {
+    fn with<T>(&self, f: impl FnOnce(&mut State, u64) -> io::Result<T>) -> io::Result<T> {
+        let mut s = lock(&self.state);
+        if s.generation != self.generation {
+            return Err(crashed());
+        }
+        if !s.inodes.contains_key(&self.inode) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "file removed"));
+        }
+        f(&mut s, self.inode)
+    }
+}
+
+impl IoFile for SimFile {
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.with(|s, id| {
+            let inode = s.inodes.get_mut(&id).ok_or_else(crashed)?;
+            apply_write(&mut inode.live, offset, bytes);
+            inode.pending.push(Pending::Write {
+                offset,
+                bytes: bytes.to_vec(),
+            });
+            Ok(())
+        })
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.with(|s, id| {
+            let inode = s.inodes.get(&id).ok_or_else(crashed)?;
+            let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+            let end = start.saturating_add(buf.len());
+            let src = inode
+                .live
+                .get(start..end)
+                .ok_or(io::ErrorKind::UnexpectedEof)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        })
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.with(|s, id| Ok(s.inodes.get(&id).map_or(0, |i| i.live.len() as u64)))
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.with(|s, id| {
+            let inode = s.inodes.get_mut(&id).ok_or_else(crashed)?;
+            inode.live.resize(len as usize, 0);
+            inode.pending.push(Pending::SetLen(len));
+            Ok(())
+        })
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.with(|s, id| {
+            SimIo::take_failure(s)?;
+            let inode = s.inodes.get_mut(&id).ok_or_else(crashed)?;
+            inode.durable = inode.live.clone();
+            inode.pending.clear();
+            Ok(())
+        })
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn map(&self) -> io::Result<Mapped> {
+        self.with(|s, id| {
+            Ok(Mapped::Owned(
+                s.inodes.get(&id).map(|i| i.live.clone()).unwrap_or_default(),
+            ))
+        })
+    }
+}
+
+impl Io for SimIo {
+    type File = SimFile;
+    type Lock = SimLock;
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        for dir in path.ancestors() {
+            s.dirs.insert(dir.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<SimFile> {
+        let mut s = lock(&self.state);
+        if !s.dirs.contains(&parent(path)) {
+            return Err(not_found(&parent(path)));
+        }
+        let inode = match (mode, s.live.get(path).copied()) {
+            (OpenMode::Existing, Some(inode)) => inode,
+            (OpenMode::Existing, None) => return Err(not_found(path)),
+            (OpenMode::CreateNew, Some(_)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists", path.display()),
+                ));
+            }
+            (OpenMode::CreateNew, None) => {
+                s.next_inode += 1;
+                let inode = s.next_inode;
+                s.inodes.insert(inode, Inode::default());
+                s.live.insert(path.to_path_buf(), inode);
+                s.pending_ns
+                    .entry(parent(path))
+                    .or_default()
+                    .push(NsOp::Create(path.to_path_buf(), inode));
+                inode
+            }
+        };
+        Ok(SimFile {
+            state: self.state.clone(),
+            inode,
+            generation: s.generation,
+        })
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        if s.live.remove(path).is_none() {
+            return Err(not_found(path));
+        }
+        s.pending_ns
+            .entry(parent(path))
+            .or_default()
+            .push(NsOp::Remove(path.to_path_buf()));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        let inode = s.live.remove(from).ok_or_else(|| not_found(from))?;
+        s.live.insert(to.to_path_buf(), inode);
+        s.pending_ns
+            .entry(parent(to))
+            .or_default()
+            .push(NsOp::Rename(from.to_path_buf(), to.to_path_buf()));
+        Ok(())
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let s = lock(&self.state);
+        if !s.dirs.contains(path) {
+            return Err(not_found(path));
+        }
+        let mut names: Vec<String> = s
+            .live
+            .keys()
+            .chain(s.dirs.iter())
+            .filter(|p| p.parent() == Some(path))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        SimIo::take_failure(&mut s)?;
+        let ops = s.pending_ns.remove(path).unwrap_or_default();
+        for op in ops {
+            apply_ns(&mut s.durable, op);
+        }
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let s = lock(&self.state);
+        s.live.contains_key(path) || s.dirs.contains(path)
+    }
+
+    fn lock(&self, dir: &Path) -> io::Result<SimLock> {
+        let mut s = lock(&self.state);
+        if !s.locks.insert(dir.to_path_buf()) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{} is locked", dir.display()),
+            ));
+        }
+        Ok(SimLock {
+            state: self.state.clone(),
+            dir: dir.to_path_buf(),
+            generation: s.generation,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (SimIo, PathBuf) {
+        let io = SimIo::new();
+        let dir = PathBuf::from("/db");
+        io.create_dir_all(&dir).unwrap();
+        (io, dir)
+    }
+
+    #[test]
+    fn synced_bytes_survive_and_unsynced_ones_follow_the_mode() {
+        let (io, dir) = setup();
+        let path = dir.join("f");
+        let f = io.open(&path, OpenMode::CreateNew).unwrap();
+        f.write_at(0, b"durable").unwrap();
+        f.sync_data().unwrap();
+        io.sync_dir(&dir).unwrap();
+        f.write_at(7, b"-lost").unwrap();
+        io.crash(CrashMode::LoseAll);
+        assert!(f.len().is_err(), "old handles fail after a crash");
+        let f = io.open(&path, OpenMode::Existing).unwrap();
+        assert_eq!(&*f.map().unwrap(), b"durable");
+        f.write_at(7, b"-kept").unwrap();
+        io.crash(CrashMode::KeepAll);
+        let f = io.open(&path, OpenMode::Existing).unwrap();
+        assert_eq!(&*f.map().unwrap(), b"durable-kept");
+    }
+
+    #[test]
+    fn unsynced_creations_vanish() {
+        let (io, dir) = setup();
+        let f = io.open(&dir.join("new"), OpenMode::CreateNew).unwrap();
+        f.write_at(0, b"x").unwrap();
+        f.sync_data().unwrap();
+        io.crash(CrashMode::LoseAll);
+        assert!(!io.exists(&dir.join("new")));
+        assert_eq!(io.list_dir(&dir).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn torn_writes_keep_whole_sectors_only() {
+        for seed in 0..200 {
+            let (io, dir) = setup();
+            let path = dir.join("f");
+            let f = io.open(&path, OpenMode::CreateNew).unwrap();
+            f.set_len(4 * SECTOR).unwrap();
+            f.sync_data().unwrap();
+            io.sync_dir(&dir).unwrap();
+            let ones = vec![1u8; 3 * SECTOR as usize];
+            f.write_at(SECTOR / 2, &ones).unwrap();
+            io.crash(CrashMode::Random(seed));
+            let f = io.open(&path, OpenMode::Existing).unwrap();
+            let image = f.map().unwrap();
+            assert_eq!(image.len(), 4 * SECTOR as usize);
+            // Each sector is all old or all new within the write's range.
+            for s in 0..4u64 {
+                let lo = (s * SECTOR).max(SECTOR / 2) as usize;
+                let hi = ((s + 1) * SECTOR).min(SECTOR / 2 + 3 * SECTOR) as usize;
+                let part = &image[lo..hi];
+                assert!(
+                    part.iter().all(|&b| b == 0) || part.iter().all(|&b| b == 1),
+                    "seed {seed} sector {s}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn failed_syncs_keep_writes_unsynced() {
+        let (io, dir) = setup();
+        let f = io.open(&dir.join("f"), OpenMode::CreateNew).unwrap();
+        io.sync_dir(&dir).unwrap();
+        f.write_at(0, b"abc").unwrap();
+        io.fail_next_syncs(1);
+        assert!(f.sync_data().is_err());
+        assert_eq!(io.unsynced_bytes(), 3);
+        io.crash(CrashMode::LoseAll);
+        let f = io.open(&dir.join("f"), OpenMode::Existing).unwrap();
+        assert_eq!(f.len().unwrap(), 0);
+    }
+
+    #[test]
+    fn locks_are_exclusive_until_dropped_or_crashed() {
+        let (io, dir) = setup();
+        let l = io.lock(&dir).unwrap();
+        assert_eq!(
+            io.lock(&dir).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        drop(l);
+        let _l = io.lock(&dir).unwrap();
+        io.crash(CrashMode::LoseAll);
+        let _again = io.lock(&dir).unwrap();
+    }
+}

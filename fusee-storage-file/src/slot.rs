@@ -1,0 +1,198 @@
+//! Checkpoint slots: the two files that say which commit is current.
+//!
+//! A commit writes the older of two slot files (`slot-0`, `slot-1`) with a
+//! sequence number one above the newer one's, naming the index file and
+//! length and the run-store generation and length it covers, followed by the
+//! core's checkpoint bytes. Open reads both and takes the valid slot with the
+//! highest sequence number. A torn or failed write damages only the slot
+//! being written, whose crc then fails, so the previous commit stays current.
+//!
+//! # Layout (all integers little-endian)
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `FUSEESLT` |
+//! | 8 | 4 | format version (1) |
+//! | 12 | 4 | crc32 of bytes 16.. to the end of the checkpoint |
+//! | 16 | 8 | sequence number (1 for the first commit) |
+//! | 24 | 8 | index file number |
+//! | 32 | 8 | index file valid length in bytes |
+//! | 40 | 8 | index records the committed index holds |
+//! | 48 | 8 | run-store generation |
+//! | 56 | 8 | run-store generation valid length in bytes |
+//! | 64 | 8 | checkpoint length `n` |
+//! | 72 | n | the checkpoint bytes |
+//!
+//! A slot file may be longer than `72 + n` (an older, longer slot was
+//! overwritten); the bytes after the checkpoint are ignored. A slot file
+//! that is empty, all zeros or missing holds no commit.
+
+use crate::error::FileError;
+
+/// Bytes before the checkpoint.
+pub const SLOT_HEADER: usize = 72;
+const MAGIC: [u8; 8] = *b"FUSEESLT";
+const FORMAT: u32 = 1;
+
+/// What a slot records about one commit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    /// The commit's sequence number, from 1.
+    pub seq: u64,
+    /// The index file the commit's index is in.
+    pub index_file: u64,
+    /// How many bytes of that file are valid.
+    pub index_len: u64,
+    /// How many index records it holds.
+    pub index_records: u64,
+    /// The run-store generation current at the commit.
+    pub store_gen: u64,
+    /// How many bytes of that generation are valid.
+    pub store_len: u64,
+    /// The core's checkpoint bytes.
+    pub checkpoint: Vec<u8>,
+}
+
+impl Slot {
+    /// The slot's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(SLOT_HEADER + self.checkpoint.len());
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        for v in [
+            self.seq,
+            self.index_file,
+            self.index_len,
+            self.index_records,
+            self.store_gen,
+            self.store_len,
+            self.checkpoint.len() as u64,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&self.checkpoint);
+        let crc = crc32fast::hash(&out[16..]);
+        out[12..16].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes a slot file's bytes. `Ok(None)`: the file holds no commit
+    /// (empty or all zeros: never written). A damaged slot is an error
+    /// naming what is wrong; the caller falls back to the other slot.
+    pub fn decode(bytes: &[u8], file: &str) -> Result<Option<Slot>, FileError> {
+        if bytes.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        let corrupt = |what: &'static str, at: u64| FileError::Corrupt {
+            file: file.to_string(),
+            what,
+            at,
+        };
+        if bytes.len() < SLOT_HEADER {
+            return Err(corrupt("slot shorter than its header", bytes.len() as u64));
+        }
+        if bytes[..8] != MAGIC {
+            return Err(corrupt("bad slot magic", 0));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        let format = u32_at(8);
+        if format != FORMAT {
+            return Err(FileError::Format {
+                file: file.to_string(),
+                found: format,
+                supported: FORMAT,
+            });
+        }
+        let len = u64_at(64);
+        let end = (SLOT_HEADER as u64)
+            .checked_add(len)
+            .filter(|&end| end <= bytes.len() as u64)
+            .ok_or_else(|| corrupt("checkpoint runs past the slot's end", 64))?
+            as usize;
+        if crc32fast::hash(&bytes[16..end]) != u32_at(12) {
+            return Err(corrupt("slot crc mismatch", 12));
+        }
+        Ok(Some(Slot {
+            seq: u64_at(16),
+            index_file: u64_at(24),
+            index_len: u64_at(32),
+            index_records: u64_at(40),
+            store_gen: u64_at(48),
+            store_len: u64_at(56),
+            checkpoint: bytes[SLOT_HEADER..end].to_vec(),
+        }))
+    }
+}
+
+/// The current commit of two slots: the valid one with the higher sequence
+/// number. Both damaged is an error only if one of them was ever written
+/// past its header (a crash can tear at most the slot being written, so two
+/// damaged slots mean damage a crash cannot cause).
+pub fn newest(a: Result<Option<Slot>, FileError>, b: Result<Option<Slot>, FileError>) -> Result<Option<Slot>, FileError> {
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok(match (a, b) {
+            (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
+            (a, b) => a.or(b),
+        }),
+        (Ok(Some(s)), Err(_)) | (Err(_), Ok(Some(s))) => Ok(Some(s)),
+        // One torn slot and one never written: the first commit was torn,
+        // so there is no commit yet.
+        (Ok(None), Err(_)) | (Err(_), Ok(None)) => Ok(None),
+        (Err(e), Err(_)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(seq: u64) -> Slot {
+        Slot {
+            seq,
+            index_file: 3,
+            index_len: 640,
+            index_records: 20,
+            store_gen: 2,
+            store_len: 12_345,
+            checkpoint: (0..200u8).collect(),
+        }
+    }
+
+    #[test]
+    fn slots_round_trip_and_ignore_trailing_bytes() {
+        let s = slot(7);
+        let mut bytes = s.encode();
+        assert_eq!(Slot::decode(&bytes, "slot-0").unwrap(), Some(s.clone()));
+        bytes.extend_from_slice(&[9; 100]);
+        assert_eq!(Slot::decode(&bytes, "slot-0").unwrap(), Some(s));
+        assert_eq!(Slot::decode(&[], "slot-0").unwrap(), None);
+        assert_eq!(Slot::decode(&[0; 4096], "slot-0").unwrap(), None);
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_cut_is_refused() {
+        let bytes = slot(7).encode();
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x20;
+            assert!(Slot::decode(&b, "s").is_err(), "flip at {i}");
+        }
+        for cut in 1..bytes.len() {
+            assert!(Slot::decode(&bytes[..cut], "s").is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn the_newest_valid_slot_wins() {
+        let bad = || Slot::decode(b"FUSEESLTgarbage-garbage-garbage-garbage-garbage-garbage-garbage-garbage-", "s");
+        assert!(bad().is_err());
+        assert_eq!(newest(Ok(Some(slot(1))), Ok(Some(slot(2)))).unwrap().unwrap().seq, 2);
+        assert_eq!(newest(Ok(Some(slot(3))), Ok(Some(slot(2)))).unwrap().unwrap().seq, 3);
+        assert_eq!(newest(bad(), Ok(Some(slot(2)))).unwrap().unwrap().seq, 2);
+        assert_eq!(newest(bad(), Ok(None)).unwrap(), None);
+        assert_eq!(newest(Ok(None), Ok(None)).unwrap(), None);
+        assert!(newest(bad(), bad()).is_err());
+    }
+}

@@ -1,14 +1,40 @@
 //! Journal records: one fact about one workflow run.
 //!
-//! TYPES ONLY (skeleton): the canonical encoding, its byte-by-byte
-//! documentation and the decoders are being written.
+//! [`Record`] has 24 kinds, each identified by a one-byte tag ([`kind`]),
+//! and is generic over its string type `S` and bytes type `B`:
+//! [`RecordRef`] borrows both (building a record to append costs no
+//! allocation), [`RecordBuf`] owns shared [`Name`]s and [`Payload`]s (what
+//! decoding a stored journal yields).
+//!
+//! Every record has exactly one byte form, the *canonical encoding*,
+//! documented byte by byte in [`canonical`]: the same bytes go to a run's
+//! journal, to the log, to the run store, to checkpoints and over the
+//! network. Its decoders never panic and never allocate more than their
+//! input justifies, whatever bytes they are given.
+//!
+//! Limits every record must respect to be decodable (checked by
+//! [`check_limits`], refused by every decoder): run IDs in
+//! `1..=`[`MAX_RUN`], each string or payload at most
+//! [`MAX_PAYLOAD`](crate::wire::MAX_PAYLOAD) bytes, the whole body at most
+//! [`MAX_BODY`] bytes.
 
 use std::sync::Arc;
 
 use crate::wire::DecodeResult;
 
+pub mod canonical;
+mod convert;
+mod inline;
+pub mod kind;
+
+pub use canonical::{
+    CanonicalIter, LimitError, MAX_BODY, body_len, check_limits, decode_body, decode_canonical_all,
+    encode_body, encode_canonical, iter_canonical,
+};
+pub use inline::InlineDecoder;
+
 /// A run's number within its shard, from 1 (0 marks a free table slot).
-/// Fits 48 bits.
+/// Fits 48 bits ([`MAX_RUN`]).
 pub type RunId = u64;
 /// An operation's position in its run's journal (its call order).
 pub type Seq = u32;
@@ -18,6 +44,10 @@ pub type Lsn = u64;
 pub type Name = Arc<str>;
 /// A shared byte payload.
 pub type Payload = Arc<[u8]>;
+
+/// The largest run ID: run IDs use 48 bits (the run table packs them with
+/// state bits). Decoders refuse a record naming a larger run, or run 0.
+pub const MAX_RUN: RunId = (1 << 48) - 1;
 
 /// `retry_at_ms` of an [`Record::Attempt`] whose step waits for a
 /// [`Record::Resume`] instead of a time.
@@ -521,3 +551,6 @@ impl ToPayload for Payload {
         self.clone()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,950 @@
+//! The canonical encoding: the one byte form of every [`Record`].
+//!
+//! The same bytes are a run's in-memory journal, its spilled blob in the run
+//! store, the body of a log frame, a checkpoint's journals and what travels
+//! over the network, so a record means the same everywhere and is encoded
+//! once.
+//!
+//! # Framing
+//!
+//! A *canonical record* is a varint `L` followed by `L` bytes of *body*.
+//! A journal or blob is canonical records concatenated: no count, no
+//! separator, no terminator. `1 <= L <=` [`MAX_BODY`]. Containers that carry
+//! their own length (segment frames) store the body alone
+//! ([`encode_body`]).
+//!
+//! # Field types
+//!
+//! Varints are the LEB128 of [`crate::wire`]. Every integer wider than a
+//! byte is a varint (most are small: sequence numbers, attempts, run IDs,
+//! zeros for "none"; a millisecond timestamp takes 6 bytes instead of 8).
+//!
+//! | notation | bytes |
+//! |---|---|
+//! | `u8` | one byte, any value |
+//! | `v32` | a varint whose value fits 32 bits (at most 5 bytes) |
+//! | `v64` | a varint (at most 10 bytes) |
+//! | `run` | a `v64` in `1..=`[`MAX_RUN`] (run IDs use 48 bits; 0 is no run) |
+//! | `str` | a `v64` length `n <=` [`MAX_PAYLOAD`], then `n` bytes of UTF-8 |
+//! | `bytes` | a `v64` length `n <=` [`MAX_PAYLOAD`], then `n` bytes |
+//! | `opt<T>` | `u8` 0 for `None`, or `u8` 1 followed by `T`; any other byte is an error |
+//! | `status` | `u8`: the [`Status`] tag, 0 (`Ok`) to 6 (`Reset`) |
+//! | `parent` | [`ParentRef`]: `shard: v32`, `run: run`, `seq: v32` |
+//! | `origin` | [`Origin`]: `run: run`, `cause: u8` |
+//! | `outcome` | [`WaitOutcome`]: `u8` 0 then the signal ordinal `v64` (`Signal`); `u8` 1 (`TimedOut`); `u8` 2 (`Abandoned`) |
+//! | `update` | [`StartUpdate`]: `id: str`, `name: str`, `payload: bytes` |
+//! | `meta` | [`StartMeta`]: `attributes: bytes`, `memo: bytes` |
+//!
+//! The `u8` fields `codec`, `policy`, `flags`, `kind` and an origin's
+//! `cause` are stored as given: their meaning belongs to the shard (see
+//! [`policy`](super::policy), [`origin`](super::origin),
+//! [`value_kind`](super::value_kind)), and a future value must not make old
+//! decoders fail.
+//!
+//! # Bodies
+//!
+//! Every body is the kind tag ([`kind`]) as one byte, then `run: run`, then
+//! the kind's other fields in this order (the order of [`Record`]'s fields):
+//!
+//! | tag | kind | fields after `tag`, `run` |
+//! |---|---|---|
+//! | 1 | `Start` | `id: str`, `wtype: str`, `version: v32`, `codec: u8`, `started_ms: v64`, `deadline_ms: v64`, `parent: opt<parent>`, `policy: u8`, `from: opt<origin>`, `copies: v32`, `update: opt<update>`, `input: bytes`, `meta: opt<meta>` |
+//! | 2 | `Step` | `seq: v32`, `name: str`, `attempt: v32`, `status: status`, `payload: bytes` |
+//! | 3 | `Attempt` | `seq: v32`, `name: str`, `attempt: v32`, `retry_at_ms: v64` ([`PAUSED`](super::PAUSED) is 10 bytes), `error: bytes` |
+//! | 4 | `Resume` | `seq: v32` |
+//! | 5 | `Timer` | `seq: v32`, `name: str`, `fire_at_ms: v64` |
+//! | 6 | `Fired` | `seq: v32` |
+//! | 7 | `Signal` | `name: str`, `dedup: v64`, `payload: bytes`, `by: opt<bytes>` |
+//! | 8 | `Wait` | `seq: v32`, `name: str`, `deadline_ms: v64` |
+//! | 9 | `Waited` | `seq: v32`, `outcome: outcome` |
+//! | 10 | `Value` | `seq: v32`, `kind: u8`, `value: bytes` |
+//! | 11 | `Child` | `seq: v32`, `wtype: str`, `id: str`, `flags: u8`, `deadline_ms: v64`, `input: bytes` |
+//! | 12 | `ChildDone` | `seq: v32`, `status: status`, `payload: bytes` |
+//! | 13 | `Send` | `seq: v32`, `target: str`, `name: str`, `payload: bytes` |
+//! | 14 | `Cancel` | `reason: bytes`, `by: opt<bytes>` |
+//! | 15 | `Update` | `id: str`, `name: str`, `payload: bytes`, `caller: opt<parent>` |
+//! | 16 | `UpdateDone` | `ordinal: v64`, `status: status`, `payload: bytes` |
+//! | 17 | `Heartbeat` | `seq: v32`, `attempt: v32`, `payload: bytes` |
+//! | 18 | `Patch` | `seq: v32`, `id: str` |
+//! | 19 | `Awaiting` | `seq: v32`, `name: str`, `attempt: v32` |
+//! | 20 | `Completed` | `seq: v32`, `attempt: v32`, `status: status`, `payload: bytes` |
+//! | 21 | `Attributes` | `payload: bytes` |
+//! | 22 | `Chunk` | `seq: v32`, `payload: bytes` |
+//! | 23 | `StreamEnd` | `seq: v32` |
+//! | 24 | `Done` | `status: status`, `finished_ms: v64`, `payload: bytes`, `by: opt<bytes>` |
+//!
+//! Example: `Step { run: 1, seq: 2, name: "a", attempt: 1, status: Ok,
+//! payload: b"hi" }` is the 11 bytes `0a 02 01 02 01 61 01 00 02 68 69`:
+//! length 10, tag 2, run 1, seq 2, name (length 1, `a`), attempt 1, status
+//! 0, payload (length 2, `hi`).
+//!
+//! # Invariants
+//!
+//! - **One form per record.** Decoders accept a varint only in its shortest
+//!   form and an option marker only as 0 or 1, and refuse trailing bytes,
+//!   so bytes decode only if they are exactly what [`encode_canonical`]
+//!   writes for the result: `encode(decode(b)) == b` and
+//!   `decode(encode(r)) == r` (for every `r` that [`check_limits`] accepts).
+//!   Comparing or hashing canonical bytes therefore compares records.
+//! - **Limits.** Strings and payloads are at most [`MAX_PAYLOAD`] bytes, a
+//!   body at most [`MAX_BODY`], run IDs in `1..=`[`MAX_RUN`]. Encoding cannot
+//!   fail, so a record outside the limits encodes to bytes that no decoder
+//!   accepts: the engine refuses such records first with [`check_limits`].
+//! - **No checksum.** The encoding detects malformed bytes, not changed
+//!   ones: a flipped bit inside a payload decodes to a different valid
+//!   record. Integrity belongs to the containers (segment and store frames
+//!   carry checksums).
+//!
+//! # Garbage and torn input
+//!
+//! Any bytes (a torn tail, a corrupt blob, hostile input) make a decoder
+//! return a [`DecodeError`], never panic. The borrowed decoders allocate
+//! nothing but the box of an update-with-start; the owned ones allocate one
+//! shared string or payload per field actually present in the input, and a
+//! list's length grows only with records actually decoded (each takes at
+//! least 4 input bytes), so no length prefix can make a decoder allocate
+//! more than its input justifies.
+
+use thiserror::Error;
+
+use super::{
+    MAX_RUN, Origin, ParentRef, Record, RecordRef, RunId, StartMeta, StartUpdate, Status,
+    WaitOutcome, kind,
+};
+use crate::wire::{self, DecodeError, DecodeResult, MAX_PAYLOAD, Reader, varint_len};
+
+/// The largest canonical body: room for one payload at the limit
+/// ([`MAX_PAYLOAD`]) and as much again for the record's other fields.
+/// Decoders refuse a longer length prefix before looking at its bytes.
+pub const MAX_BODY: usize = 2 * MAX_PAYLOAD;
+
+/// Why [`check_limits`] refuses a record: encoded, it would be bytes no
+/// decoder accepts.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum LimitError {
+    /// A string or payload is longer than [`MAX_PAYLOAD`].
+    #[error("{kind} record of run {run}: `{field}` is {len} bytes, over the {limit}-byte limit")]
+    FieldTooLarge {
+        /// The record's kind name.
+        kind: &'static str,
+        /// The record's run.
+        run: RunId,
+        /// Which field.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// [`MAX_PAYLOAD`].
+        limit: usize,
+    },
+    /// The whole body is longer than [`MAX_BODY`].
+    #[error("{kind} record of run {run}: body is {len} bytes, over the {limit}-byte limit")]
+    BodyTooLarge {
+        /// The record's kind name.
+        kind: &'static str,
+        /// The record's run.
+        run: RunId,
+        /// The body's length in bytes.
+        len: usize,
+        /// [`MAX_BODY`].
+        limit: usize,
+    },
+    /// A run ID is 0 or needs more than 48 bits.
+    #[error("{kind} record: `{field}` is run {value}, outside 1..={max}")]
+    RunOutOfRange {
+        /// The record's kind name.
+        kind: &'static str,
+        /// Which field (`run`, `parent.run`, `from.run`, `caller.run`).
+        field: &'static str,
+        /// The run ID given.
+        value: RunId,
+        /// [`MAX_RUN`].
+        max: RunId,
+    },
+}
+
+/// Where a body's fields go: the one description of the field order
+/// ([`write_body`]) drives encoding, measuring and limit checking, so the
+/// three cannot disagree.
+trait Sink {
+    fn u8(&mut self, v: u8);
+    fn varint(&mut self, v: u64);
+    fn bytes(&mut self, field: &'static str, b: &[u8]);
+    fn run(&mut self, _field: &'static str, v: RunId) {
+        self.varint(v);
+    }
+    fn str(&mut self, field: &'static str, s: &str) {
+        self.bytes(field, s.as_bytes());
+    }
+}
+
+impl Sink for Vec<u8> {
+    #[inline]
+    fn u8(&mut self, v: u8) {
+        self.push(v);
+    }
+    #[inline]
+    fn varint(&mut self, v: u64) {
+        wire::put_varint(self, v);
+    }
+    #[inline]
+    fn bytes(&mut self, _field: &'static str, b: &[u8]) {
+        wire::put_bytes(self, b);
+    }
+}
+
+/// Counts the bytes a body takes.
+struct Count(usize);
+
+impl Sink for Count {
+    #[inline]
+    fn u8(&mut self, _v: u8) {
+        self.0 += 1;
+    }
+    #[inline]
+    fn varint(&mut self, v: u64) {
+        self.0 += varint_len(v);
+    }
+    #[inline]
+    fn bytes(&mut self, _field: &'static str, b: &[u8]) {
+        self.0 += varint_len(b.len() as u64) + b.len();
+    }
+}
+
+/// Counts the bytes a body takes and keeps the first limit it breaks.
+struct Check {
+    kind: &'static str,
+    run: RunId,
+    len: usize,
+    error: Option<LimitError>,
+}
+
+impl Check {
+    fn fail(&mut self, e: LimitError) {
+        self.error.get_or_insert(e);
+    }
+}
+
+impl Sink for Check {
+    fn u8(&mut self, _v: u8) {
+        self.len += 1;
+    }
+    fn varint(&mut self, v: u64) {
+        self.len += varint_len(v);
+    }
+    fn bytes(&mut self, field: &'static str, b: &[u8]) {
+        if b.len() > MAX_PAYLOAD {
+            self.fail(LimitError::FieldTooLarge {
+                kind: self.kind,
+                run: self.run,
+                field,
+                len: b.len(),
+                limit: MAX_PAYLOAD,
+            });
+        }
+        self.len = self
+            .len
+            .saturating_add(varint_len(b.len() as u64) + b.len());
+    }
+    fn run(&mut self, field: &'static str, v: RunId) {
+        if !(1..=MAX_RUN).contains(&v) {
+            self.fail(LimitError::RunOutOfRange {
+                kind: self.kind,
+                field,
+                value: v,
+                max: MAX_RUN,
+            });
+        }
+        self.varint(v);
+    }
+}
+
+#[inline]
+fn opt<T, W: Sink>(w: &mut W, v: Option<T>, f: impl FnOnce(&mut W, T)) {
+    match v {
+        None => w.u8(0),
+        Some(v) => {
+            w.u8(1);
+            f(w, v);
+        }
+    }
+}
+
+#[inline]
+fn parent<W: Sink>(w: &mut W, field: &'static str, p: &ParentRef) {
+    w.varint(u64::from(p.shard));
+    w.run(field, p.run);
+    w.varint(u64::from(p.seq));
+}
+
+/// Writes `rec`'s body (tag, run, fields) to `w`, in the documented order.
+#[inline]
+fn write_body<S: AsRef<str>, B: AsRef<[u8]>, W: Sink>(rec: &Record<S, B>, w: &mut W) {
+    w.u8(rec.kind());
+    w.run("run", rec.run());
+    let v32 = |w: &mut W, v: u32| w.varint(u64::from(v));
+    match rec {
+        Record::Start {
+            run: _,
+            id,
+            wtype,
+            version,
+            codec,
+            started_ms,
+            deadline_ms,
+            parent: p,
+            policy,
+            from,
+            copies,
+            update,
+            input,
+            meta,
+        } => {
+            w.str("id", id.as_ref());
+            w.str("wtype", wtype.as_ref());
+            v32(w, *version);
+            w.u8(*codec);
+            w.varint(*started_ms);
+            w.varint(*deadline_ms);
+            opt(w, p.as_ref(), |w, p| parent(w, "parent.run", p));
+            w.u8(*policy);
+            opt(w, from.as_ref(), |w, o: &Origin| {
+                w.run("from.run", o.run);
+                w.u8(o.cause);
+            });
+            v32(w, *copies);
+            opt(w, update.as_deref(), |w, u| {
+                w.str("update.id", u.id.as_ref());
+                w.str("update.name", u.name.as_ref());
+                w.bytes("update.payload", u.payload.as_ref());
+            });
+            w.bytes("input", input.as_ref());
+            opt(w, meta.as_deref(), |w, m| {
+                w.bytes("meta.attributes", m.attributes.as_ref());
+                w.bytes("meta.memo", m.memo.as_ref());
+            });
+        }
+        Record::Step {
+            seq,
+            name,
+            attempt,
+            status,
+            payload,
+            ..
+        } => {
+            v32(w, *seq);
+            w.str("name", name.as_ref());
+            v32(w, *attempt);
+            w.u8(*status as u8);
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Attempt {
+            seq,
+            name,
+            attempt,
+            retry_at_ms,
+            error,
+            ..
+        } => {
+            v32(w, *seq);
+            w.str("name", name.as_ref());
+            v32(w, *attempt);
+            w.varint(*retry_at_ms);
+            w.bytes("error", error.as_ref());
+        }
+        Record::Resume { seq, .. } | Record::Fired { seq, .. } | Record::StreamEnd { seq, .. } => {
+            v32(w, *seq)
+        }
+        Record::Timer {
+            seq,
+            name,
+            fire_at_ms: at,
+            ..
+        }
+        | Record::Wait {
+            seq,
+            name,
+            deadline_ms: at,
+            ..
+        } => {
+            v32(w, *seq);
+            w.str("name", name.as_ref());
+            w.varint(*at);
+        }
+        Record::Signal {
+            name,
+            dedup,
+            payload,
+            by,
+            ..
+        } => {
+            w.str("name", name.as_ref());
+            w.varint(*dedup);
+            w.bytes("payload", payload.as_ref());
+            opt(w, by.as_ref(), |w, b| w.bytes("by", b.as_ref()));
+        }
+        Record::Waited { seq, outcome, .. } => {
+            v32(w, *seq);
+            match outcome {
+                WaitOutcome::Signal(ordinal) => {
+                    w.u8(OUTCOME_SIGNAL);
+                    w.varint(*ordinal);
+                }
+                WaitOutcome::TimedOut => w.u8(OUTCOME_TIMED_OUT),
+                WaitOutcome::Abandoned => w.u8(OUTCOME_ABANDONED),
+            }
+        }
+        Record::Value {
+            seq, kind, value, ..
+        } => {
+            v32(w, *seq);
+            w.u8(*kind);
+            w.bytes("value", value.as_ref());
+        }
+        Record::Child {
+            seq,
+            wtype,
+            id,
+            flags,
+            deadline_ms,
+            input,
+            ..
+        } => {
+            v32(w, *seq);
+            w.str("wtype", wtype.as_ref());
+            w.str("id", id.as_ref());
+            w.u8(*flags);
+            w.varint(*deadline_ms);
+            w.bytes("input", input.as_ref());
+        }
+        Record::ChildDone {
+            seq,
+            status,
+            payload,
+            ..
+        } => {
+            v32(w, *seq);
+            w.u8(*status as u8);
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Send {
+            seq,
+            target,
+            name,
+            payload,
+            ..
+        } => {
+            v32(w, *seq);
+            w.str("target", target.as_ref());
+            w.str("name", name.as_ref());
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Cancel { reason, by, .. } => {
+            w.bytes("reason", reason.as_ref());
+            opt(w, by.as_ref(), |w, b| w.bytes("by", b.as_ref()));
+        }
+        Record::Update {
+            id,
+            name,
+            payload,
+            caller,
+            ..
+        } => {
+            w.str("id", id.as_ref());
+            w.str("name", name.as_ref());
+            w.bytes("payload", payload.as_ref());
+            opt(w, caller.as_ref(), |w, p| parent(w, "caller.run", p));
+        }
+        Record::UpdateDone {
+            ordinal,
+            status,
+            payload,
+            ..
+        } => {
+            w.varint(*ordinal);
+            w.u8(*status as u8);
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Heartbeat {
+            seq,
+            attempt,
+            payload,
+            ..
+        } => {
+            v32(w, *seq);
+            v32(w, *attempt);
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Patch { seq, id, .. } => {
+            v32(w, *seq);
+            w.str("id", id.as_ref());
+        }
+        Record::Awaiting {
+            seq, name, attempt, ..
+        } => {
+            v32(w, *seq);
+            w.str("name", name.as_ref());
+            v32(w, *attempt);
+        }
+        Record::Completed {
+            seq,
+            attempt,
+            status,
+            payload,
+            ..
+        } => {
+            v32(w, *seq);
+            v32(w, *attempt);
+            w.u8(*status as u8);
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Attributes { payload, .. } => w.bytes("payload", payload.as_ref()),
+        Record::Chunk { seq, payload, .. } => {
+            v32(w, *seq);
+            w.bytes("payload", payload.as_ref());
+        }
+        Record::Done {
+            status,
+            finished_ms,
+            payload,
+            by,
+            ..
+        } => {
+            w.u8(*status as u8);
+            w.varint(*finished_ms);
+            w.bytes("payload", payload.as_ref());
+            opt(w, by.as_ref(), |w, b| w.bytes("by", b.as_ref()));
+        }
+    }
+}
+
+const OUTCOME_SIGNAL: u8 = 0;
+const OUTCOME_TIMED_OUT: u8 = 1;
+const OUTCOME_ABANDONED: u8 = 2;
+
+/// The length of `rec`'s canonical body (without the length prefix): what
+/// [`encode_body`] appends.
+pub fn body_len<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> usize {
+    let mut c = Count(0);
+    write_body(rec, &mut c);
+    c.0
+}
+
+/// Appends `rec`'s canonical body (kind tag and fields, no length prefix)
+/// to `out`, for containers that carry the length themselves.
+pub fn encode_body<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: &mut Vec<u8>) {
+    let before = out.len();
+    write_body(rec, out);
+    debug_assert_eq!(out.len() - before, body_len(rec));
+}
+
+/// Appends `rec` as one canonical record (varint body length, then the
+/// body) to `out`. The only allocation is `out` growing, once.
+pub fn encode_canonical<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: &mut Vec<u8>) {
+    let len = body_len(rec);
+    out.reserve(varint_len(len as u64) + len);
+    wire::put_varint(out, len as u64);
+    let before = out.len();
+    write_body(rec, out);
+    debug_assert_eq!(out.len() - before, len, "body_len disagrees with encode");
+}
+
+/// Checks that `rec`, encoded, is decodable: run IDs in `1..=`[`MAX_RUN`],
+/// every string and payload at most [`MAX_PAYLOAD`] bytes, the body at most
+/// [`MAX_BODY`]. Returns the first broken limit in field order.
+pub fn check_limits<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> Result<(), LimitError> {
+    let mut c = Check {
+        kind: rec.kind_name(),
+        run: rec.run(),
+        len: 0,
+        error: None,
+    };
+    write_body(rec, &mut c);
+    if let Some(e) = c.error {
+        return Err(e);
+    }
+    if c.len > MAX_BODY {
+        return Err(LimitError::BodyTooLarge {
+            kind: c.kind,
+            run: c.run,
+            len: c.len,
+            limit: MAX_BODY,
+        });
+    }
+    Ok(())
+}
+
+/// A strict reader of one body: shortest-form varints only, bounded lengths.
+struct Body<'a> {
+    r: Reader<'a>,
+}
+
+impl<'a> Body<'a> {
+    #[inline]
+    fn u8(&mut self) -> DecodeResult<u8> {
+        self.r.u8()
+    }
+
+    #[inline]
+    fn v64(&mut self) -> DecodeResult<u64> {
+        strict_varint(&mut self.r)
+    }
+
+    #[inline]
+    fn v32(&mut self) -> DecodeResult<u32> {
+        u32::try_from(self.v64()?).map_err(|_| DecodeError::new("varint overflows 32 bits"))
+    }
+
+    #[inline]
+    fn run(&mut self) -> DecodeResult<RunId> {
+        let v = self.v64()?;
+        if (1..=MAX_RUN).contains(&v) {
+            Ok(v)
+        } else {
+            Err(DecodeError::new("run ID outside 1..=2^48-1"))
+        }
+    }
+
+    #[inline]
+    fn bytes(&mut self) -> DecodeResult<&'a [u8]> {
+        let n = self.v64()?;
+        if n > MAX_PAYLOAD as u64 {
+            return Err(DecodeError::new("length over the payload limit"));
+        }
+        // Fits: at most MAX_PAYLOAD.
+        let n = n as usize;
+        if n > self.r.remaining() {
+            return Err(DecodeError::new("length past the end of input"));
+        }
+        self.r.take(n)
+    }
+
+    #[inline]
+    fn str(&mut self) -> DecodeResult<&'a str> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| DecodeError::new("string is not UTF-8"))
+    }
+
+    #[inline]
+    fn present(&mut self) -> DecodeResult<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError::new("option marker is neither 0 nor 1")),
+        }
+    }
+
+    #[inline]
+    fn status(&mut self) -> DecodeResult<Status> {
+        Status::from_u8(self.u8()?)
+    }
+
+    fn parent(&mut self) -> DecodeResult<ParentRef> {
+        Ok(ParentRef {
+            shard: self.v32()?,
+            run: self.run()?,
+            seq: self.v32()?,
+        })
+    }
+
+    fn opt_bytes(&mut self) -> DecodeResult<Option<&'a [u8]>> {
+        Ok(if self.present()? {
+            Some(self.bytes()?)
+        } else {
+            None
+        })
+    }
+
+    fn opt_parent(&mut self) -> DecodeResult<Option<ParentRef>> {
+        Ok(if self.present()? {
+            Some(self.parent()?)
+        } else {
+            None
+        })
+    }
+}
+
+/// A varint in its shortest form (a longer one would give one record two
+/// encodings).
+#[inline]
+fn strict_varint(r: &mut Reader<'_>) -> DecodeResult<u64> {
+    let start = r.position();
+    let v = r.varint()?;
+    if r.position() - start != varint_len(v) {
+        return Err(DecodeError::new("varint not in its shortest form"));
+    }
+    Ok(v)
+}
+
+/// Decodes exactly one canonical body (no length prefix), borrowing its
+/// strings and bytes from `body`. Fails on any malformed input, including
+/// bytes left over after the record.
+pub fn decode_body(body: &[u8]) -> DecodeResult<RecordRef<'_>> {
+    if body.len() > MAX_BODY {
+        return Err(DecodeError::new("record body over the size limit"));
+    }
+    let mut d = Body {
+        r: Reader::new(body),
+    };
+    let tag = d.u8()?;
+    let run = d.run()?;
+    // Struct expressions evaluate their fields in the order written, which
+    // is the encoding order.
+    let rec = match tag {
+        kind::START => Record::Start {
+            run,
+            id: d.str()?,
+            wtype: d.str()?,
+            version: d.v32()?,
+            codec: d.u8()?,
+            started_ms: d.v64()?,
+            deadline_ms: d.v64()?,
+            parent: d.opt_parent()?,
+            policy: d.u8()?,
+            from: if d.present()? {
+                Some(Origin {
+                    run: d.run()?,
+                    cause: d.u8()?,
+                })
+            } else {
+                None
+            },
+            copies: d.v32()?,
+            update: if d.present()? {
+                Some(Box::new(StartUpdate {
+                    id: d.str()?,
+                    name: d.str()?,
+                    payload: d.bytes()?,
+                }))
+            } else {
+                None
+            },
+            input: d.bytes()?,
+            meta: if d.present()? {
+                Some(Box::new(StartMeta {
+                    attributes: d.bytes()?,
+                    memo: d.bytes()?,
+                }))
+            } else {
+                None
+            },
+        },
+        kind::STEP => Record::Step {
+            run,
+            seq: d.v32()?,
+            name: d.str()?,
+            attempt: d.v32()?,
+            status: d.status()?,
+            payload: d.bytes()?,
+        },
+        kind::ATTEMPT => Record::Attempt {
+            run,
+            seq: d.v32()?,
+            name: d.str()?,
+            attempt: d.v32()?,
+            retry_at_ms: d.v64()?,
+            error: d.bytes()?,
+        },
+        kind::RESUME => Record::Resume { run, seq: d.v32()? },
+        kind::TIMER => Record::Timer {
+            run,
+            seq: d.v32()?,
+            name: d.str()?,
+            fire_at_ms: d.v64()?,
+        },
+        kind::FIRED => Record::Fired { run, seq: d.v32()? },
+        kind::SIGNAL => Record::Signal {
+            run,
+            name: d.str()?,
+            dedup: d.v64()?,
+            payload: d.bytes()?,
+            by: d.opt_bytes()?,
+        },
+        kind::WAIT => Record::Wait {
+            run,
+            seq: d.v32()?,
+            name: d.str()?,
+            deadline_ms: d.v64()?,
+        },
+        kind::WAITED => Record::Waited {
+            run,
+            seq: d.v32()?,
+            outcome: match d.u8()? {
+                OUTCOME_SIGNAL => WaitOutcome::Signal(d.v64()?),
+                OUTCOME_TIMED_OUT => WaitOutcome::TimedOut,
+                OUTCOME_ABANDONED => WaitOutcome::Abandoned,
+                _ => return Err(DecodeError::new("unknown wait outcome")),
+            },
+        },
+        kind::VALUE => Record::Value {
+            run,
+            seq: d.v32()?,
+            kind: d.u8()?,
+            value: d.bytes()?,
+        },
+        kind::CHILD => Record::Child {
+            run,
+            seq: d.v32()?,
+            wtype: d.str()?,
+            id: d.str()?,
+            flags: d.u8()?,
+            deadline_ms: d.v64()?,
+            input: d.bytes()?,
+        },
+        kind::CHILD_DONE => Record::ChildDone {
+            run,
+            seq: d.v32()?,
+            status: d.status()?,
+            payload: d.bytes()?,
+        },
+        kind::SEND => Record::Send {
+            run,
+            seq: d.v32()?,
+            target: d.str()?,
+            name: d.str()?,
+            payload: d.bytes()?,
+        },
+        kind::CANCEL => Record::Cancel {
+            run,
+            reason: d.bytes()?,
+            by: d.opt_bytes()?,
+        },
+        kind::UPDATE => Record::Update {
+            run,
+            id: d.str()?,
+            name: d.str()?,
+            payload: d.bytes()?,
+            caller: d.opt_parent()?,
+        },
+        kind::UPDATE_DONE => Record::UpdateDone {
+            run,
+            ordinal: d.v64()?,
+            status: d.status()?,
+            payload: d.bytes()?,
+        },
+        kind::HEARTBEAT => Record::Heartbeat {
+            run,
+            seq: d.v32()?,
+            attempt: d.v32()?,
+            payload: d.bytes()?,
+        },
+        kind::PATCH => Record::Patch {
+            run,
+            seq: d.v32()?,
+            id: d.str()?,
+        },
+        kind::AWAITING => Record::Awaiting {
+            run,
+            seq: d.v32()?,
+            name: d.str()?,
+            attempt: d.v32()?,
+        },
+        kind::COMPLETED => Record::Completed {
+            run,
+            seq: d.v32()?,
+            attempt: d.v32()?,
+            status: d.status()?,
+            payload: d.bytes()?,
+        },
+        kind::ATTRIBUTES => Record::Attributes {
+            run,
+            payload: d.bytes()?,
+        },
+        kind::CHUNK => Record::Chunk {
+            run,
+            seq: d.v32()?,
+            payload: d.bytes()?,
+        },
+        kind::STREAM_END => Record::StreamEnd { run, seq: d.v32()? },
+        kind::DONE => Record::Done {
+            run,
+            status: d.status()?,
+            finished_ms: d.v64()?,
+            payload: d.bytes()?,
+            by: d.opt_bytes()?,
+        },
+        _ => return Err(DecodeError::new("unknown record kind")),
+    };
+    d.r.finish()?;
+    Ok(rec)
+}
+
+/// Splits the first canonical record off `bytes`: its body and its whole
+/// length (prefix included).
+#[inline]
+fn split_first(bytes: &[u8]) -> DecodeResult<(&[u8], usize)> {
+    let mut r = Reader::new(bytes);
+    let len = strict_varint(&mut r)?;
+    if len == 0 {
+        return Err(DecodeError::new("empty record body"));
+    }
+    if len > MAX_BODY as u64 {
+        return Err(DecodeError::new("record length over the body limit"));
+    }
+    // Fits: at most MAX_BODY.
+    let len = len as usize;
+    if len > r.remaining() {
+        return Err(DecodeError::new("record length past the end of input"));
+    }
+    let body = r.take(len)?;
+    Ok((body, r.position()))
+}
+
+/// A borrowed, streaming walk over concatenated canonical records. Yields
+/// each record with its whole canonical bytes (length prefix included);
+/// after the first error it yields nothing more.
+#[derive(Clone, Debug)]
+pub struct CanonicalIter<'a> {
+    rest: &'a [u8],
+    failed: bool,
+}
+
+impl<'a> CanonicalIter<'a> {
+    /// Bytes not walked yet (empty once the walk ends without error).
+    pub fn rest(&self) -> &'a [u8] {
+        self.rest
+    }
+}
+
+impl<'a> Iterator for CanonicalIter<'a> {
+    type Item = DecodeResult<(RecordRef<'a>, &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.rest.is_empty() {
+            return None;
+        }
+        let step = split_first(self.rest).and_then(|(body, total)| {
+            let rec = decode_body(body)?;
+            Ok((rec, total))
+        });
+        match step {
+            Ok((rec, total)) => {
+                // Every record takes at least 4 bytes (prefix, tag, run and one
+                // more field): the walk ends within `bytes.len() / 4` steps.
+                debug_assert!(total >= 4 && total <= self.rest.len());
+                let (whole, rest) = self.rest.split_at(total);
+                self.rest = rest;
+                Some(Ok((rec, whole)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for CanonicalIter<'_> {}
+
+/// Walks the canonical records concatenated in `bytes`, borrowing from it.
+pub fn iter_canonical(bytes: &[u8]) -> CanonicalIter<'_> {
+    CanonicalIter {
+        rest: bytes,
+        failed: false,
+    }
+}
+
+/// Decodes every canonical record in `bytes` into owned records (repeated
+/// names share one allocation, see [`InlineDecoder`](super::InlineDecoder)).
+/// Any malformed record, including a torn last one, fails the whole call.
+pub fn decode_canonical_all(bytes: &[u8]) -> DecodeResult<Vec<super::RecordBuf>> {
+    super::InlineDecoder::new().decode_all(bytes)
+}

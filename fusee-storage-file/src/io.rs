@@ -169,7 +169,9 @@ impl Io for RealIo {
         if mode == OpenMode::CreateNew {
             o.create_new(true);
         }
-        Ok(RealFile { file: o.open(path)? })
+        Ok(RealFile {
+            file: o.open(path)?,
+        })
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {

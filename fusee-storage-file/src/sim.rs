@@ -108,7 +108,10 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 fn not_found(path: &Path) -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display()))
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found", path.display()),
+    )
 }
 
 fn crashed() -> io::Error {
@@ -324,7 +327,10 @@ impl IoFile for SimFile {
     fn map(&self) -> io::Result<Mapped> {
         self.with(|s, id| {
             Ok(Mapped::Owned(
-                s.inodes.get(&id).map(|i| i.live.clone()).unwrap_or_default(),
+                s.inodes
+                    .get(&id)
+                    .map(|i| i.live.clone())
+                    .unwrap_or_default(),
             ))
         })
     }
@@ -533,10 +539,7 @@ mod tests {
     fn locks_are_exclusive_until_dropped_or_crashed() {
         let (io, dir) = setup();
         let l = io.lock(&dir).unwrap();
-        assert_eq!(
-            io.lock(&dir).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock
-        );
+        assert_eq!(io.lock(&dir).unwrap_err().kind(), io::ErrorKind::WouldBlock);
         drop(l);
         let _l = io.lock(&dir).unwrap();
         io.crash(CrashMode::LoseAll);

@@ -283,7 +283,14 @@ impl ShardCore {
                 if status.is_handover() {
                     self.hand_over(lsn, run_id, *status, *finished_ms, payload.as_ref(), mode);
                 } else {
-                    self.finish(lsn, run_id, *status, *finished_ms, payload.to_payload(), mode);
+                    self.finish(
+                        lsn,
+                        run_id,
+                        *status,
+                        *finished_ms,
+                        payload.to_payload(),
+                        mode,
+                    );
                 }
             }
         }

@@ -10,7 +10,10 @@ use crate::table::{self, Entry, Slot, flag};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IndexError {
     /// The input is not a whole number of 32-byte records.
-    #[error("index frame of {len} bytes is not whole {}-byte records", table::RECORD)]
+    #[error(
+        "index frame of {len} bytes is not whole {}-byte records",
+        table::RECORD
+    )]
     NotWholeRecords {
         /// The input's length.
         len: usize,

@@ -71,7 +71,8 @@ impl ShardCore {
             return false;
         };
         let e = *self.runs.get(slot);
-        let starts = matches!(blob_records.first(), Some(Record::Start { run, .. }) if *run == run_id);
+        let starts =
+            matches!(blob_records.first(), Some(Record::Start { run, .. }) if *run == run_id);
         if !e.is_parked() || !starts {
             return false;
         }

@@ -1,8 +1,6 @@
 //! Scenario tests of the shard state machine. Property tests (replay
 //! equivalence, the timer model) live in `property_tests`.
 
-use std::sync::Arc;
-
 use super::*;
 use crate::record::{
     Name, Origin, ParentRef, Payload, Record, RecordBuf, RecordRef, Status, WaitOutcome,
@@ -170,8 +168,17 @@ fn continue_as_new_ends_one_run_and_starts_the_next_in_one_record() {
     assert_eq!(core.find("order"), Some(Found::Loaded(2)));
     let successor = core.get(2).expect("the successor is loaded");
     assert_eq!(successor.version, 2);
-    assert_eq!(successor.from, Some(Origin { run: 1, cause: origin::CONTINUED }));
-    assert!(matches!(journal_of(&core, 2)[0], Record::Start { run: 2, .. }));
+    assert_eq!(
+        successor.from,
+        Some(Origin {
+            run: 1,
+            cause: origin::CONTINUED
+        })
+    );
+    assert!(matches!(
+        journal_of(&core, 2)[0],
+        Record::Start { run: 2, .. }
+    ));
     assert_eq!(
         drain_events(&mut core),
         vec![
@@ -196,7 +203,14 @@ fn a_continued_run_loaded_back_leaves_its_successor_alone() {
     let history = journal_of(&core, 1);
     core.park(1, BlobRef { offset: 0, len: 10 }, false);
     core.apply(3, &done(2, Status::Ok, 6, b"7"), Mode::LIVE);
-    core.park(2, BlobRef { offset: 10, len: 10 }, false);
+    core.park(
+        2,
+        BlobRef {
+            offset: 10,
+            len: 10,
+        },
+        false,
+    );
     // A late message loads the first run back from its whole history.
     assert!(core.unpark(1, 2, &history, 10));
     assert_eq!(core.parked(2).and_then(|p| p.done()), Some(Status::Ok));
@@ -276,7 +290,7 @@ fn signals_are_offered_in_order_and_a_timed_out_wait_frees_its_offer() {
             payload: payload(b"first")
         })
     );
-    assert!(core.get(1).unwrap().has_queued_events() == false);
+    assert!(!core.get(1).unwrap().has_queued_events());
     // The timeout wins the race: the offered signal is free again.
     let timed_out: RecordRef<'_> = Record::Waited {
         run: 1,
@@ -437,7 +451,7 @@ fn a_parked_runs_due_timer_asks_for_one_load() {
             kind: TimerKind::Sleep
         })
     );
-    assert!(core.get(1).unwrap().has_queued_events() == false);
+    assert!(!core.get(1).unwrap().has_queued_events());
 }
 
 #[test]
@@ -573,9 +587,23 @@ fn the_change_lists_overflow_into_a_forced_base() {
     let mut core = ShardCore::new(0, 1, 1000, 0);
     let parks = (1u64 << 16) + 10;
     for run in 1..=parks {
-        core.insert_parked(run, BlobRef { offset: run, len: 1 }, None, false, run, 0);
+        core.insert_parked(
+            run,
+            BlobRef {
+                offset: run,
+                len: 1,
+            },
+            None,
+            false,
+            run,
+            0,
+        );
     }
-    assert_eq!(core.index_pending(), 0, "restored runs are in the index already");
+    assert_eq!(
+        core.index_pending(),
+        0,
+        "restored runs are in the index already"
+    );
     for run in 1..=parks {
         core.relocate_blob(run, run + 1);
         if core.index_needs_base() {
@@ -647,7 +675,8 @@ fn retries_arm_pause_and_resume() {
         status: Status::Ok,
         payload: payload(b""),
     };
-    core.apply(5, &Record::Resume { run: 1, seq: 4 }, Mode::LIVE);
+    let resume: RecordBuf = Record::Resume { run: 1, seq: 4 };
+    core.apply(5, &resume, Mode::LIVE);
     core.apply(6, &step, Mode::LIVE);
     assert_eq!(core.get(1).unwrap().armed_timers().count(), 0);
 }
@@ -878,7 +907,11 @@ fn at_most_a_timer_chunk_fires_per_poll() {
     }
     core.poll_timers(60);
     assert_eq!(drain_events(&mut core).len(), TIMER_CHUNK);
-    assert_eq!(core.next_timer(), Some(60), "the backlog asks for a poll at once");
+    assert_eq!(
+        core.next_timer(),
+        Some(60),
+        "the backlog asks for a poll at once"
+    );
     core.poll_timers(60);
     assert_eq!(drain_events(&mut core).len(), 100);
     assert_eq!(core.next_timer(), None);
@@ -889,14 +922,24 @@ fn spare_runs_are_reused_and_shrunk() {
     let mut core = ShardCore::new(0, 1, 1000, 0);
     for run in 1..=100 {
         core.apply(run, &start(run, &format!("p{run}"), 0), Mode::LIVE);
-        core.park(run, BlobRef { offset: run, len: 1 }, false);
+        core.park(
+            run,
+            BlobRef {
+                offset: run,
+                len: 1,
+            },
+            false,
+        );
     }
-    assert!(core.spare.len() >= 1);
+    assert!(!core.spare.is_empty());
     let before = core.spare.len();
     core.apply(101, &start(101, "fresh", 0), Mode::LIVE);
     assert_eq!(core.spare.len(), before - 1, "a start takes a pooled run");
     assert_eq!(core.get(101).unwrap().journal_records, 1);
-    assert_eq!(core.shrink_spare(SPARE_RUNS_IDLE), before - 1 - SPARE_RUNS_IDLE.min(before - 1));
+    assert_eq!(
+        core.shrink_spare(SPARE_RUNS_IDLE),
+        before - 1 - SPARE_RUNS_IDLE.min(before - 1)
+    );
     assert!(core.spare.len() <= SPARE_RUNS_IDLE);
 }
 
@@ -922,13 +965,22 @@ fn spilled_and_set_blob_move_the_stored_prefix() {
     core.apply(1, &start(1, "a", 0), Mode::LIVE);
     core.apply(2, &signal(1, "x", 0, b"abc"), Mode::LIVE);
     assert!(core.journal_bytes() > 0);
-    let blob = BlobRef { offset: 64, len: 30 };
+    let blob = BlobRef {
+        offset: 64,
+        len: 30,
+    };
     core.spilled(1, blob, 30, 0);
     assert_eq!(core.journal_bytes(), 0);
     let l = core.get(1).unwrap();
-    assert_eq!((l.blob, l.blob_chain, l.journal_records), (Some(blob), 30, 0));
+    assert_eq!(
+        (l.blob, l.blob_chain, l.journal_records),
+        (Some(blob), 30, 0)
+    );
     core.apply(3, &signal(1, "x", 0, b"d"), Mode::LIVE);
-    let moved = BlobRef { offset: 640, len: 30 };
+    let moved = BlobRef {
+        offset: 640,
+        len: 30,
+    };
     core.set_blob(1, moved, 30, 0);
     assert_eq!(core.get(1).unwrap().journal_records, 1, "the suffix stays");
     core.relocate_blob(1, 999);
@@ -943,11 +995,20 @@ fn reparked_runs_lose_their_chain() {
     assert_eq!(core.chained_runs().count(), 1);
     let mut delta = Vec::new();
     core.index_delta(&mut delta);
-    core.reparked(1, BlobRef { offset: 50, len: 20 });
+    core.reparked(
+        1,
+        BlobRef {
+            offset: 50,
+            len: 20,
+        },
+    );
     assert_eq!(core.chained_runs().count(), 0);
     assert_eq!(
         core.parked(1).unwrap().blob(),
-        BlobRef { offset: 50, len: 20 }
+        BlobRef {
+            offset: 50,
+            len: 20
+        }
     );
     assert_eq!(core.index_pending(), 1);
 }
@@ -958,7 +1019,14 @@ fn shrink_compacts_unless_slots_are_held() {
     let far = 3 * HORIZON_MS;
     for run in 1..=9000u64 {
         sleeper(&mut core, run, &format!("c{run}"), far + run);
-        core.park(run, BlobRef { offset: run, len: 1 }, false);
+        core.park(
+            run,
+            BlobRef {
+                offset: run,
+                len: 1,
+            },
+            false,
+        );
     }
     for run in (1..=9000u64).filter(|r| r % 10 != 0) {
         core.remove(run);

@@ -55,7 +55,10 @@ pub fn read(
     };
     let len = usize::try_from(len).map_err(|_| corrupt("committed length overflows", 0))?;
     if len > bytes.len() {
-        return Err(corrupt("file shorter than its committed length", bytes.len()));
+        return Err(corrupt(
+            "file shorter than its committed length",
+            bytes.len(),
+        ));
     }
     let bytes = &bytes[..len];
     let mut at = 0usize;
@@ -65,7 +68,7 @@ pub fn read(
             .ok_or_else(|| corrupt("partial chunk header", at))?;
         let n = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        if n > CHUNK_MAX || n % unit.max(1) != 0 {
+        if n > CHUNK_MAX || !n.is_multiple_of(unit.max(1)) {
             return Err(corrupt("bad chunk length", at));
         }
         let start = at + CHUNK_HEADER;

@@ -45,6 +45,7 @@ pub enum FileError {
 }
 
 /// Attaches the operation and path to an I/O result.
+#[allow(dead_code)] // Used by the backend modules as they land.
 pub(crate) trait IoContext<T> {
     fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T, FileError>;
 }

@@ -51,7 +51,7 @@ pub trait IoFile: Send + Sync {
     /// Fills `buf` from `offset`; an error if the file ends first.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// The file's current length.
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
     /// Sets the file's length (cuts, or extends with zeros).
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes written data durable (and the length it needs).
@@ -117,7 +117,7 @@ impl IoFile for RealFile {
         FileExt::read_exact_at(&self.file, buf, offset)
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
 
@@ -134,7 +134,7 @@ impl IoFile for RealFile {
     }
 
     fn map(&self) -> io::Result<Mapped> {
-        if self.len()? == 0 {
+        if self.size()? == 0 {
             // Mapping an empty file is an error on some platforms.
             return Ok(Mapped::Owned(Vec::new()));
         }

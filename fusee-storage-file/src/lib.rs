@@ -6,5 +6,8 @@
 //! generations, the index file and two alternating checkpoint slots, passing
 //! the whole `fusee-storage` conformance suite.
 
+pub mod chunks;
+pub mod error;
 pub mod io;
 pub mod sim;
+pub mod slot;

@@ -169,7 +169,7 @@ impl SimIo {
             CrashMode::Random(seed) => Some(fastrand::Rng::with_seed(seed)),
             _ => None,
         };
-        let mut keep = |rng: &mut Option<fastrand::Rng>, p_keep: u8| -> bool {
+        let keep = |rng: &mut Option<fastrand::Rng>, p_keep: u8| -> bool {
             match (mode, rng) {
                 (CrashMode::KeepAll, _) => true,
                 (CrashMode::LoseAll, _) => false,
@@ -297,7 +297,7 @@ impl IoFile for SimFile {
         })
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         self.with(|s, id| Ok(s.inodes.get(&id).map_or(0, |i| i.live.len() as u64)))
     }
 
@@ -473,7 +473,7 @@ mod tests {
         io.sync_dir(&dir).unwrap();
         f.write_at(7, b"-lost").unwrap();
         io.crash(CrashMode::LoseAll);
-        assert!(f.len().is_err(), "old handles fail after a crash");
+        assert!(f.size().is_err(), "old handles fail after a crash");
         let f = io.open(&path, OpenMode::Existing).unwrap();
         assert_eq!(&*f.map().unwrap(), b"durable");
         f.write_at(7, b"-kept").unwrap();
@@ -532,7 +532,7 @@ mod tests {
         assert_eq!(io.unsynced_bytes(), 3);
         io.crash(CrashMode::LoseAll);
         let f = io.open(&dir.join("f"), OpenMode::Existing).unwrap();
-        assert_eq!(f.len().unwrap(), 0);
+        assert_eq!(f.size().unwrap(), 0);
     }
 
     #[test]

@@ -130,7 +130,10 @@ impl Slot {
 /// number. Both damaged is an error only if one of them was ever written
 /// past its header (a crash can tear at most the slot being written, so two
 /// damaged slots mean damage a crash cannot cause).
-pub fn newest(a: Result<Option<Slot>, FileError>, b: Result<Option<Slot>, FileError>) -> Result<Option<Slot>, FileError> {
+pub fn newest(
+    a: Result<Option<Slot>, FileError>,
+    b: Result<Option<Slot>, FileError>,
+) -> Result<Option<Slot>, FileError> {
     match (a, b) {
         (Ok(a), Ok(b)) => Ok(match (a, b) {
             (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
@@ -186,10 +189,27 @@ mod tests {
 
     #[test]
     fn the_newest_valid_slot_wins() {
-        let bad = || Slot::decode(b"FUSEESLTgarbage-garbage-garbage-garbage-garbage-garbage-garbage-garbage-", "s");
+        let bad = || {
+            Slot::decode(
+                b"FUSEESLTgarbage-garbage-garbage-garbage-garbage-garbage-garbage-garbage-",
+                "s",
+            )
+        };
         assert!(bad().is_err());
-        assert_eq!(newest(Ok(Some(slot(1))), Ok(Some(slot(2)))).unwrap().unwrap().seq, 2);
-        assert_eq!(newest(Ok(Some(slot(3))), Ok(Some(slot(2)))).unwrap().unwrap().seq, 3);
+        assert_eq!(
+            newest(Ok(Some(slot(1))), Ok(Some(slot(2))))
+                .unwrap()
+                .unwrap()
+                .seq,
+            2
+        );
+        assert_eq!(
+            newest(Ok(Some(slot(3))), Ok(Some(slot(2))))
+                .unwrap()
+                .unwrap()
+                .seq,
+            3
+        );
         assert_eq!(newest(bad(), Ok(Some(slot(2)))).unwrap().unwrap().seq, 2);
         assert_eq!(newest(bad(), Ok(None)).unwrap(), None);
         assert_eq!(newest(Ok(None), Ok(None)).unwrap(), None);

@@ -544,7 +544,7 @@ pub fn decode_entry(frame: &[u8]) -> Result<EntryRef<'_>, StoreError> {
             EntryRef::Tombstone { run }
         }
         kind::INDEX => {
-            if body.len() % RECORD != 0 {
+            if !body.len().is_multiple_of(RECORD) {
                 return Err(StoreError::IndexLength(body.len() as u64));
             }
             EntryRef::Index { records: body }

@@ -1,1 +1,853 @@
-//! Run-store entries and checkpoints (to be written).
+//! Run-store entries and the checkpoint format.
+//!
+//! # Run-store entry frame
+//!
+//! The run store is an append-only sequence of frames; a [`BlobRef`] names
+//! one by offset and length. Every frame is (integers little-endian):
+//!
+//! | bytes | field | meaning |
+//! |---|---|---|
+//! | 0..4 | len u32 | length of the body |
+//! | 4 | kind u8 | 1 Park, 2 Delta, 3 Done, 4 Tombstone, 5 Index |
+//! | 5..9 | crc u32 | CRC-32 (`crc32fast`) of bytes 0..5 (len and kind) then the body |
+//! | 9.. | body | as below |
+//!
+//! Bodies (`varint` = LEB128 from [`crate::wire`]):
+//!
+//! - **Park** (a suspended run's whole journal): run varint, last_lsn varint,
+//!   id_hash u64, timer count varint, then per timer seq varint, kind u8
+//!   ([`TimerKind`] tag), at_ms varint; the journal (canonical records)
+//!   fills the rest of the body.
+//! - **Delta** (a suspended run parked again: only the records since its
+//!   previous frame): as Park up to the timers, then prev.offset varint,
+//!   prev.len varint, depth u8 (frames before this one in the chain), chain
+//!   varint (bytes of those frames); the journal fills the rest.
+//! - **Done** (a finished run's Start and result): run varint, last_lsn
+//!   varint, id_hash u64, status u8, finished_ms varint; the journal fills
+//!   the rest.
+//! - **Tombstone** (retention ended): run varint.
+//! - **Index** (part of the persisted run table): the body is a whole
+//!   number of [`RECORD`]-byte table records.
+//!
+//! The journal is last and unprefixed so a frame can carry journals longer
+//! than one length-prefixed field allows; the frame's `len` bounds it.
+//!
+//! Invariants and damage: the crc covers every byte of the frame but itself,
+//! so a torn or damaged frame is an error ([`StoreError::BadCrc`]), never a
+//! different entry. A frame is only referenced once the store was made
+//! durable by a checkpoint commit, so a store file's tail past the committed
+//! length may hold a torn frame; readers stop at the committed length.
+//! Decoding checks every count against the bytes present, so no frame can
+//! make the decoder allocate more than the frame's size.
+//!
+//! # Checkpoint
+//!
+//! | bytes | field | meaning |
+//! |---|---|---|
+//! | 0..8 | magic | `b"FUSEECKP"` |
+//! | 8..12 | format u32 | [`CHECKPOINT_FORMAT`] (1) |
+//! | 12..20 | body_len u64 | bytes after the 24-byte header |
+//! | 20..24 | crc u32 | CRC-32 (`crc32fast`) of bytes 8..20 then the body |
+//! | 24.. | body | as below |
+//!
+//! Body: shard varint, shards varint, lsn varint, next_run varint,
+//! store_generation varint, store_len varint, created_ms varint, obsolete
+//! varint, index_runs varint; run count varint, then per run: run varint,
+//! last_lsn varint, has_blob u8 (0 or 1), if 1 blob.offset varint and
+//! blob.len varint, blob_chain varint, blob_depth u8, journal length varint
+//! and bytes; outbox length varint and bytes; index count varint, then per
+//! frame offset varint and len varint. Nothing may follow.
+//!
+//! The format is checked before the crc, since a later format may lay its
+//! header out differently: an unknown format is
+//! [`CheckpointError::UnsupportedVersion`], whatever the crc. A torn
+//! checkpoint write fails its crc; the backend keeps two slots so the
+//! previous checkpoint survives it.
+
+use std::borrow::Cow;
+
+use crate::record::{Lsn, RunId, Seq, Status};
+use crate::shard::{BlobRef, TimerKind};
+use crate::table::RECORD;
+use crate::wire::{DecodeError, Reader, put_u8, put_u32, put_u64, put_varint};
+
+/// Bytes of a store frame before its body.
+pub const ENTRY_HEADER: usize = 9;
+
+/// Entry kind tags (byte 4 of a store frame).
+pub mod kind {
+    /// A suspended run's whole journal.
+    pub const PARK: u8 = 1;
+    /// A suspended run's records since its previous frame.
+    pub const DELTA: u8 = 2;
+    /// A finished run's Start and result.
+    pub const DONE: u8 = 3;
+    /// A finished run whose retention ended.
+    pub const TOMBSTONE: u8 = 4;
+    /// Persisted run-table records.
+    pub const INDEX: u8 = 5;
+}
+
+/// An armed timer of a parked run: its operation, kind and due time (ms).
+pub type Timer = (Seq, TimerKind, u64);
+
+/// A run-store entry with borrowed bytes, as encoded and as decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryRef<'a> {
+    /// A suspended run's whole journal and its armed timers.
+    Park {
+        /// The run.
+        run: RunId,
+        /// LSN of the run's last record.
+        last_lsn: Lsn,
+        /// Hash of the run's workflow ID.
+        id_hash: u64,
+        /// Armed timers.
+        timers: Cow<'a, [Timer]>,
+        /// The run's canonical records.
+        journal: &'a [u8],
+    },
+    /// A suspended run parked again: the records since `prev`.
+    Delta {
+        /// The run.
+        run: RunId,
+        /// LSN of the run's last record.
+        last_lsn: Lsn,
+        /// Hash of the run's workflow ID.
+        id_hash: u64,
+        /// Armed timers.
+        timers: Cow<'a, [Timer]>,
+        /// The run's previous frame, holding the records before these.
+        prev: BlobRef,
+        /// How many frames come before this one in the chain.
+        depth: u8,
+        /// Bytes of those frames.
+        chain: u64,
+        /// The canonical records since `prev`.
+        journal: &'a [u8],
+    },
+    /// A finished run's Start and result.
+    Done {
+        /// The run.
+        run: RunId,
+        /// LSN of the run's last record.
+        last_lsn: Lsn,
+        /// Hash of the run's workflow ID.
+        id_hash: u64,
+        /// How the run ended.
+        status: Status,
+        /// When it ended (ms).
+        finished_ms: u64,
+        /// The canonical records kept.
+        journal: &'a [u8],
+    },
+    /// A finished run whose retention ended.
+    Tombstone {
+        /// The run.
+        run: RunId,
+    },
+    /// Persisted run-table records.
+    Index {
+        /// Concatenated [`RECORD`]-byte records.
+        records: &'a [u8],
+    },
+}
+
+/// A run-store entry that owns its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreEntry {
+    /// See [`EntryRef::Park`].
+    Park {
+        /// The run.
+        run: RunId,
+        /// LSN of the run's last record.
+        last_lsn: Lsn,
+        /// Hash of the run's workflow ID.
+        id_hash: u64,
+        /// Armed timers.
+        timers: Vec<Timer>,
+        /// The run's canonical records.
+        journal: Vec<u8>,
+    },
+    /// See [`EntryRef::Delta`].
+    Delta {
+        /// The run.
+        run: RunId,
+        /// LSN of the run's last record.
+        last_lsn: Lsn,
+        /// Hash of the run's workflow ID.
+        id_hash: u64,
+        /// Armed timers.
+        timers: Vec<Timer>,
+        /// The run's previous frame.
+        prev: BlobRef,
+        /// How many frames come before this one in the chain.
+        depth: u8,
+        /// Bytes of those frames.
+        chain: u64,
+        /// The canonical records since `prev`.
+        journal: Vec<u8>,
+    },
+    /// See [`EntryRef::Done`].
+    Done {
+        /// The run.
+        run: RunId,
+        /// LSN of the run's last record.
+        last_lsn: Lsn,
+        /// Hash of the run's workflow ID.
+        id_hash: u64,
+        /// How the run ended.
+        status: Status,
+        /// When it ended (ms).
+        finished_ms: u64,
+        /// The canonical records kept.
+        journal: Vec<u8>,
+    },
+    /// See [`EntryRef::Tombstone`].
+    Tombstone {
+        /// The run.
+        run: RunId,
+    },
+    /// See [`EntryRef::Index`].
+    Index {
+        /// Concatenated [`RECORD`]-byte records.
+        records: Vec<u8>,
+    },
+}
+
+impl StoreEntry {
+    /// The entry borrowed.
+    pub fn as_ref(&self) -> EntryRef<'_> {
+        match self {
+            Self::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                journal,
+            } => EntryRef::Park {
+                run: *run,
+                last_lsn: *last_lsn,
+                id_hash: *id_hash,
+                timers: Cow::Borrowed(timers),
+                journal,
+            },
+            Self::Delta {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                prev,
+                depth,
+                chain,
+                journal,
+            } => EntryRef::Delta {
+                run: *run,
+                last_lsn: *last_lsn,
+                id_hash: *id_hash,
+                timers: Cow::Borrowed(timers),
+                prev: *prev,
+                depth: *depth,
+                chain: *chain,
+                journal,
+            },
+            Self::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                journal,
+            } => EntryRef::Done {
+                run: *run,
+                last_lsn: *last_lsn,
+                id_hash: *id_hash,
+                status: *status,
+                finished_ms: *finished_ms,
+                journal,
+            },
+            Self::Tombstone { run } => EntryRef::Tombstone { run: *run },
+            Self::Index { records } => EntryRef::Index { records },
+        }
+    }
+}
+
+impl EntryRef<'_> {
+    /// The entry with its bytes copied.
+    pub fn to_owned(&self) -> StoreEntry {
+        match self {
+            Self::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                journal,
+            } => StoreEntry::Park {
+                run: *run,
+                last_lsn: *last_lsn,
+                id_hash: *id_hash,
+                timers: timers.to_vec(),
+                journal: journal.to_vec(),
+            },
+            Self::Delta {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                prev,
+                depth,
+                chain,
+                journal,
+            } => StoreEntry::Delta {
+                run: *run,
+                last_lsn: *last_lsn,
+                id_hash: *id_hash,
+                timers: timers.to_vec(),
+                prev: *prev,
+                depth: *depth,
+                chain: *chain,
+                journal: journal.to_vec(),
+            },
+            Self::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                journal,
+            } => StoreEntry::Done {
+                run: *run,
+                last_lsn: *last_lsn,
+                id_hash: *id_hash,
+                status: *status,
+                finished_ms: *finished_ms,
+                journal: journal.to_vec(),
+            },
+            Self::Tombstone { run } => StoreEntry::Tombstone { run: *run },
+            Self::Index { records } => StoreEntry::Index {
+                records: records.to_vec(),
+            },
+        }
+    }
+
+    /// The entry's kind tag (see [`kind`]).
+    pub fn kind(&self) -> u8 {
+        match self {
+            Self::Park { .. } => kind::PARK,
+            Self::Delta { .. } => kind::DELTA,
+            Self::Done { .. } => kind::DONE,
+            Self::Tombstone { .. } => kind::TOMBSTONE,
+            Self::Index { .. } => kind::INDEX,
+        }
+    }
+
+    /// The run the entry is about (`None` for an Index entry).
+    pub fn run(&self) -> Option<RunId> {
+        match self {
+            Self::Park { run, .. }
+            | Self::Delta { run, .. }
+            | Self::Done { run, .. }
+            | Self::Tombstone { run } => Some(*run),
+            Self::Index { .. } => None,
+        }
+    }
+}
+
+/// Why a store frame could not be encoded or decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Fewer bytes than the frame header or the length it declares.
+    #[error("store frame truncated: {have} bytes of {need}")]
+    Truncated {
+        /// Bytes the frame needs.
+        need: u64,
+        /// Bytes given.
+        have: u64,
+    },
+    /// More bytes than the frame's declared length.
+    #[error("store frame of {declared} bytes given with {have} bytes")]
+    TrailingBytes {
+        /// The frame's length from its header.
+        declared: u64,
+        /// Bytes given.
+        have: u64,
+    },
+    /// The crc does not match: a torn or damaged frame.
+    #[error("store frame crc mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    BadCrc {
+        /// The crc in the frame.
+        stored: u32,
+        /// The crc of the bytes.
+        computed: u32,
+    },
+    /// An unknown kind tag.
+    #[error("unknown store entry kind {0}")]
+    UnknownKind(u8),
+    /// An Index body that is not a whole number of records.
+    #[error("index entry of {0} bytes is not a whole number of {RECORD}-byte records")]
+    IndexLength(u64),
+    /// A body too large for the frame's u32 length.
+    #[error("store entry body of {0} bytes does not fit a frame")]
+    TooLarge(u64),
+    /// The body does not decode.
+    #[error("malformed store entry: {0}")]
+    Malformed(#[from] DecodeError),
+}
+
+/// Appends `entry` as one frame to `out`. Fails only if the body is over
+/// `u32::MAX` bytes (nothing is appended then).
+pub fn encode_entry_into(entry: &EntryRef<'_>, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; ENTRY_HEADER]);
+    match entry {
+        EntryRef::Park {
+            run,
+            last_lsn,
+            id_hash,
+            timers,
+            journal,
+        } => {
+            put_run_head(out, *run, *last_lsn, *id_hash, timers);
+            out.extend_from_slice(journal);
+        }
+        EntryRef::Delta {
+            run,
+            last_lsn,
+            id_hash,
+            timers,
+            prev,
+            depth,
+            chain,
+            journal,
+        } => {
+            put_run_head(out, *run, *last_lsn, *id_hash, timers);
+            put_blob(out, *prev);
+            put_u8(out, *depth);
+            put_varint(out, *chain);
+            out.extend_from_slice(journal);
+        }
+        EntryRef::Done {
+            run,
+            last_lsn,
+            id_hash,
+            status,
+            finished_ms,
+            journal,
+        } => {
+            put_varint(out, *run);
+            put_varint(out, *last_lsn);
+            put_u64(out, *id_hash);
+            put_u8(out, *status as u8);
+            put_varint(out, *finished_ms);
+            out.extend_from_slice(journal);
+        }
+        EntryRef::Tombstone { run } => put_varint(out, *run),
+        EntryRef::Index { records } => out.extend_from_slice(records),
+    }
+    let body = out.len() - start - ENTRY_HEADER;
+    let Ok(len) = u32::try_from(body) else {
+        out.truncate(start);
+        return Err(StoreError::TooLarge(body as u64));
+    };
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4] = entry.kind();
+    let crc = frame_crc(&out[start..start + 5], &out[start + ENTRY_HEADER..]);
+    out[start + 5..start + ENTRY_HEADER].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// `entry` as one frame.
+pub fn encode_entry(entry: &StoreEntry) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::new();
+    encode_entry_into(&entry.as_ref(), &mut out)?;
+    Ok(out)
+}
+
+/// The whole length of the frame starting at `prefix`, header included,
+/// once its header is there (`None` with fewer than [`ENTRY_HEADER`] bytes).
+/// A backend reading a store file sequentially reads this many bytes next.
+pub fn peek_frame_len(prefix: &[u8]) -> Option<u64> {
+    let head = prefix.get(..4)?;
+    if prefix.len() < ENTRY_HEADER {
+        return None;
+    }
+    let mut len = [0; 4];
+    len.copy_from_slice(head);
+    Some(ENTRY_HEADER as u64 + u64::from(u32::from_le_bytes(len)))
+}
+
+/// Decodes `frame`, which must be exactly one store frame.
+pub fn decode_entry(frame: &[u8]) -> Result<EntryRef<'_>, StoreError> {
+    let have = frame.len() as u64;
+    let Some(declared) = peek_frame_len(frame) else {
+        return Err(StoreError::Truncated {
+            need: ENTRY_HEADER as u64,
+            have,
+        });
+    };
+    if have < declared {
+        return Err(StoreError::Truncated {
+            need: declared,
+            have,
+        });
+    }
+    if have > declared {
+        return Err(StoreError::TrailingBytes { declared, have });
+    }
+    let mut r = Reader::new(frame);
+    let head = r.take(5)?;
+    let stored = r.u32()?;
+    let body = r.rest();
+    let computed = frame_crc(head, body);
+    if stored != computed {
+        return Err(StoreError::BadCrc { stored, computed });
+    }
+    let mut r = Reader::new(body);
+    let entry = match head[4] {
+        kind::PARK => {
+            let (run, last_lsn, id_hash, timers) = read_run_head(&mut r)?;
+            EntryRef::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                journal: r.rest(),
+            }
+        }
+        kind::DELTA => {
+            let (run, last_lsn, id_hash, timers) = read_run_head(&mut r)?;
+            let prev = read_blob(&mut r)?;
+            let depth = r.u8()?;
+            let chain = r.varint()?;
+            EntryRef::Delta {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                prev,
+                depth,
+                chain,
+                journal: r.rest(),
+            }
+        }
+        kind::DONE => EntryRef::Done {
+            run: r.varint()?,
+            last_lsn: r.varint()?,
+            id_hash: r.u64()?,
+            status: Status::from_u8(r.u8()?)?,
+            finished_ms: r.varint()?,
+            journal: r.rest(),
+        },
+        kind::TOMBSTONE => {
+            let run = r.varint()?;
+            r.finish()?;
+            EntryRef::Tombstone { run }
+        }
+        kind::INDEX => {
+            if !body.len().is_multiple_of(RECORD) {
+                return Err(StoreError::IndexLength(body.len() as u64));
+            }
+            EntryRef::Index { records: body }
+        }
+        other => return Err(StoreError::UnknownKind(other)),
+    };
+    Ok(entry)
+}
+
+fn frame_crc(head: &[u8], body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(head);
+    h.update(body);
+    h.finalize()
+}
+
+fn put_run_head(out: &mut Vec<u8>, run: RunId, last_lsn: Lsn, id_hash: u64, timers: &[Timer]) {
+    put_varint(out, run);
+    put_varint(out, last_lsn);
+    put_u64(out, id_hash);
+    put_varint(out, timers.len() as u64);
+    for &(seq, kind, at) in timers {
+        put_varint(out, u64::from(seq));
+        put_u8(out, kind as u8);
+        put_varint(out, at);
+    }
+}
+
+type RunHead<'a> = (RunId, Lsn, u64, Cow<'a, [Timer]>);
+
+/// Smallest encoding of one timer: a 1-byte seq, the kind, a 1-byte time.
+const MIN_TIMER_BYTES: usize = 3;
+
+fn read_run_head<'a>(r: &mut Reader<'a>) -> Result<RunHead<'a>, DecodeError> {
+    let run = r.varint()?;
+    let last_lsn = r.varint()?;
+    let id_hash = r.u64()?;
+    let count = r.varint()?;
+    if count > (r.remaining() / MIN_TIMER_BYTES) as u64 {
+        return Err(DecodeError::new("more timers than bytes"));
+    }
+    let mut timers = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let seq = r.varint32()?;
+        let kind = TimerKind::from_u8(r.u8()?).ok_or(DecodeError::new("unknown timer kind"))?;
+        let at = r.varint()?;
+        timers.push((seq, kind, at));
+    }
+    Ok((run, last_lsn, id_hash, Cow::Owned(timers)))
+}
+
+fn put_blob(out: &mut Vec<u8>, b: BlobRef) {
+    put_varint(out, b.offset);
+    put_varint(out, u64::from(b.len));
+}
+
+fn read_blob(r: &mut Reader<'_>) -> Result<BlobRef, DecodeError> {
+    Ok(BlobRef {
+        offset: r.varint()?,
+        len: r.varint32()?,
+    })
+}
+
+/// The first 8 bytes of every checkpoint.
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FUSEECKP";
+/// The checkpoint format this module writes and reads.
+pub const CHECKPOINT_FORMAT: u32 = 1;
+/// Bytes of a checkpoint before its body.
+pub const CHECKPOINT_HEADER: usize = 24;
+
+/// A loaded run as a checkpoint keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CheckpointRun {
+    /// The run.
+    pub run: RunId,
+    /// LSN of the run's last record.
+    pub last_lsn: Lsn,
+    /// The newest store frame holding a prefix of the run's journal.
+    pub blob: Option<BlobRef>,
+    /// Bytes of `blob` and the frames it extends.
+    pub blob_chain: u64,
+    /// How many frames `blob` extends.
+    pub blob_depth: u8,
+    /// Canonical records after the stored prefix.
+    pub journal: Vec<u8>,
+}
+
+/// What a shard needs to restart without replaying its whole log: every
+/// record through `lsn` is reflected here or in the run store and index.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Checkpoint {
+    /// The shard.
+    pub shard: u32,
+    /// How many shards the engine had.
+    pub shards: u32,
+    /// The last LSN the checkpoint covers.
+    pub lsn: Lsn,
+    /// The next run number to hand out.
+    pub next_run: RunId,
+    /// The run-store generation the checkpoint refers to.
+    pub store_generation: u64,
+    /// The run store's valid length at the commit.
+    pub store_len: u64,
+    /// When it was taken (ms).
+    pub created_ms: u64,
+    /// The runs held in memory.
+    pub runs: Vec<CheckpointRun>,
+    /// Messages to other shards not acknowledged yet (the host's encoding).
+    pub outbox: Vec<u8>,
+    /// The Index frames that together list every parked run, oldest first.
+    pub index: Vec<BlobRef>,
+    /// Bytes of the run store no longer referenced (for compaction).
+    pub obsolete: u64,
+    /// How many runs the index lists.
+    pub index_runs: u64,
+}
+
+/// Why checkpoint bytes could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// Shorter than the checkpoint header.
+    #[error("checkpoint of {len} bytes is shorter than its {CHECKPOINT_HEADER}-byte header")]
+    TooShort {
+        /// Bytes given.
+        len: u64,
+    },
+    /// Not a checkpoint.
+    #[error("not a checkpoint: wrong magic")]
+    BadMagic,
+    /// A format this code does not read.
+    #[error("checkpoint format {found} is not supported (this build reads {CHECKPOINT_FORMAT})")]
+    UnsupportedVersion {
+        /// The format field.
+        found: u32,
+    },
+    /// The body length disagrees with the bytes given.
+    #[error("checkpoint body declared {declared} bytes, {have} given")]
+    Length {
+        /// Length in the header.
+        declared: u64,
+        /// Body bytes given.
+        have: u64,
+    },
+    /// The crc does not match: a torn or damaged checkpoint.
+    #[error("checkpoint crc mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    BadCrc {
+        /// The crc in the header.
+        stored: u32,
+        /// The crc of the bytes.
+        computed: u32,
+    },
+    /// The body does not decode.
+    #[error("malformed checkpoint: {0}")]
+    Malformed(#[from] DecodeError),
+}
+
+impl Checkpoint {
+    /// The checkpoint's bytes: header with magic, format and crc, then body.
+    pub fn encode(&self) -> Vec<u8> {
+        let journals: usize = self.runs.iter().map(|r| r.journal.len() + 48).sum();
+        let mut out = Vec::with_capacity(
+            CHECKPOINT_HEADER + 64 + journals + self.outbox.len() + 16 * self.index.len(),
+        );
+        out.extend_from_slice(&CHECKPOINT_MAGIC);
+        put_u32(&mut out, CHECKPOINT_FORMAT);
+        out.extend_from_slice(&[0; 12]);
+        for v in [u64::from(self.shard), u64::from(self.shards)] {
+            put_varint(&mut out, v);
+        }
+        for v in [
+            self.lsn,
+            self.next_run,
+            self.store_generation,
+            self.store_len,
+            self.created_ms,
+            self.obsolete,
+            self.index_runs,
+        ] {
+            put_varint(&mut out, v);
+        }
+        put_varint(&mut out, self.runs.len() as u64);
+        for run in &self.runs {
+            put_varint(&mut out, run.run);
+            put_varint(&mut out, run.last_lsn);
+            match run.blob {
+                Some(b) => {
+                    put_u8(&mut out, 1);
+                    put_blob(&mut out, b);
+                }
+                None => put_u8(&mut out, 0),
+            }
+            put_varint(&mut out, run.blob_chain);
+            put_u8(&mut out, run.blob_depth);
+            put_long_bytes(&mut out, &run.journal);
+        }
+        put_long_bytes(&mut out, &self.outbox);
+        put_varint(&mut out, self.index.len() as u64);
+        for &b in &self.index {
+            put_blob(&mut out, b);
+        }
+        let body_len = (out.len() - CHECKPOINT_HEADER) as u64;
+        out[12..20].copy_from_slice(&body_len.to_le_bytes());
+        let crc = frame_crc(&out[8..20], &out[CHECKPOINT_HEADER..]);
+        out[20..24].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes checkpoint bytes written by [`Checkpoint::encode`] (exactly
+    /// one checkpoint, nothing after it).
+    pub fn decode(bytes: &[u8]) -> Result<Self, CheckpointError> {
+        if bytes.len() < CHECKPOINT_HEADER {
+            return Err(CheckpointError::TooShort {
+                len: bytes.len() as u64,
+            });
+        }
+        let mut r = Reader::new(bytes);
+        if r.array::<8>()? != CHECKPOINT_MAGIC {
+            return Err(CheckpointError::BadMagic);
+        }
+        let found = r.u32()?;
+        if found != CHECKPOINT_FORMAT {
+            return Err(CheckpointError::UnsupportedVersion { found });
+        }
+        let declared = r.u64()?;
+        let stored = r.u32()?;
+        let body = r.rest();
+        if declared != body.len() as u64 {
+            return Err(CheckpointError::Length {
+                declared,
+                have: body.len() as u64,
+            });
+        }
+        let computed = frame_crc(&bytes[8..20], body);
+        if stored != computed {
+            return Err(CheckpointError::BadCrc { stored, computed });
+        }
+        let mut r = Reader::new(body);
+        let mut c = Checkpoint {
+            shard: r.varint32()?,
+            shards: r.varint32()?,
+            lsn: r.varint()?,
+            next_run: r.varint()?,
+            store_generation: r.varint()?,
+            store_len: r.varint()?,
+            created_ms: r.varint()?,
+            obsolete: r.varint()?,
+            index_runs: r.varint()?,
+            ..Checkpoint::default()
+        };
+        // A run takes at least 6 bytes: run, last_lsn, has_blob, chain,
+        // depth, journal length.
+        let runs = bounded_count(&mut r, 6)?;
+        c.runs = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let run = r.varint()?;
+            let last_lsn = r.varint()?;
+            let blob = match r.u8()? {
+                0 => None,
+                1 => Some(read_blob(&mut r)?),
+                _ => return Err(DecodeError::new("blob flag is not 0 or 1").into()),
+            };
+            c.runs.push(CheckpointRun {
+                run,
+                last_lsn,
+                blob,
+                blob_chain: r.varint()?,
+                blob_depth: r.u8()?,
+                journal: read_long_bytes(&mut r)?.to_vec(),
+            });
+        }
+        c.outbox = read_long_bytes(&mut r)?.to_vec();
+        // A BlobRef takes at least 2 bytes.
+        let frames = bounded_count(&mut r, 2)?;
+        c.index = Vec::with_capacity(frames);
+        for _ in 0..frames {
+            c.index.push(read_blob(&mut r)?);
+        }
+        r.finish()?;
+        Ok(c)
+    }
+}
+
+/// A varint count of items taking at least `min_bytes` each, checked
+/// against the bytes left so it can size an allocation.
+fn bounded_count(r: &mut Reader<'_>, min_bytes: usize) -> Result<usize, DecodeError> {
+    let n = r.varint()?;
+    if n > (r.remaining() / min_bytes) as u64 {
+        return Err(DecodeError::new("count larger than the bytes left"));
+    }
+    Ok(n as usize)
+}
+
+/// Varint length then bytes, with no cap but the input: a journal or
+/// outbox may pass the single-payload limit.
+fn put_long_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn read_long_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
+    let n = r.varint()?;
+    if n > r.remaining() as u64 {
+        return Err(DecodeError::new("length past the end of input"));
+    }
+    r.take(n as usize)
+}

@@ -95,7 +95,8 @@ struct Shard {
     // Committed index and checkpoint; a base being streamed.
     index: Arc<Index>,
     checkpoint: Option<Vec<u8>>,
-    base: Option<Index>,
+    /// Records of a base being streamed, in arrival order.
+    base: Option<Vec<[u8; INDEX_RECORD]>>,
     checkpoint_latched: bool,
     // Injected faults.
     fail_next_flush: bool,
@@ -602,7 +603,7 @@ impl CheckpointStore for MemoryCheckpoint {
     fn begin_base(&mut self) -> Result<()> {
         let mut s = self.part.lock(CHECKPOINT)?;
         Self::check_writable(&s)?;
-        s.base = Some(Index::new());
+        s.base = Some(Vec::new());
         Ok(())
     }
 
@@ -616,13 +617,9 @@ impl CheckpointStore for MemoryCheckpoint {
                 why: "no base was begun",
             });
         };
-        for record in records {
-            if index_record_state(record) == DELETED {
-                base.remove(&index_record_run(record));
-            } else {
-                base.insert(index_record_run(record), *record);
-            }
-        }
+        // Appending is all: sorting once at commit beats a million random
+        // tree inserts by an order of magnitude.
+        base.extend(records.copied());
         Ok(())
     }
 
@@ -651,7 +648,7 @@ impl CheckpointStore for MemoryCheckpoint {
                     .collect(),
             ),
             IndexChange::Base => match s.base.take() {
-                Some(base) => Staged::Base(base),
+                Some(base) => Staged::Base(build_base(base)),
                 None => {
                     return Err(StorageError::Misuse {
                         call: "CheckpointStore::commit",
@@ -697,4 +694,23 @@ impl CheckpointStore for MemoryCheckpoint {
             store_position: position,
         })
     }
+}
+
+/// The index a streamed base describes: the last record of each run wins
+/// and a [`DELETED`] record removes its run, as if applied in order.
+fn build_base(mut records: Vec<[u8; INDEX_RECORD]>) -> Index {
+    // Stable: records of one run keep their order, so the last one is last.
+    records.sort_by_key(index_record_run);
+    let mut kept: Vec<(u64, [u8; INDEX_RECORD])> = Vec::with_capacity(records.len());
+    for r in records {
+        let run = index_record_run(&r);
+        if kept.last().is_some_and(|(last, _)| *last == run) {
+            kept.pop();
+        }
+        if index_record_state(&r) != DELETED {
+            kept.push((run, r));
+        }
+    }
+    // Sorted input: the map is built in bulk.
+    kept.into_iter().collect()
 }

@@ -15,6 +15,38 @@
 //! Each clause is also a public function generic over the harness, for
 //! backends that want to call them some other way.
 //!
+//! A harness for a disk backend looks like this (here over the memory
+//! backend, so it compiles):
+//!
+//! ```
+//! use fusee_storage::conformance::{Capabilities, Harness};
+//! use fusee_storage::{MemoryStorage, Storage};
+//!
+//! #[derive(Default)]
+//! struct MyHarness; // would hold the temporary directory
+//!
+//! impl Harness for MyHarness {
+//!     type S = MemoryStorage; // the backend's storage type
+//!     fn capabilities(&self) -> Capabilities {
+//!         // No fault injection: those clauses print SKIPPED.
+//!         Capabilities::default()
+//!     }
+//!     fn open(&mut self) -> MemoryStorage {
+//!         MemoryStorage::new() // create a temp dir, open the storage in it
+//!     }
+//!     fn reopen(&mut self, s: MemoryStorage) -> MemoryStorage {
+//!         s.close().expect("close"); // then open the same directory again
+//!         s.reopen()
+//!     }
+//!     fn crash(&mut self, s: MemoryStorage) -> MemoryStorage {
+//!         s.crash() // drop without closing (or simulate power loss), reopen
+//!     }
+//! }
+//!
+//! fusee_storage::conformance_suite!(my_backend, MyHarness::default);
+//! # fn main() {}
+//! ```
+//!
 //! Clauses that need a capability the harness does not declare
 //! ([`Capabilities`]) print `SKIPPED <clause>: <reason>` on stderr (bypassing
 //! the test harness's output capture) and return: they are never silently
@@ -187,6 +219,10 @@ macro_rules! conformance_suite {
         }
     };
     (@tests $factory:expr; $($clause:ident),* $(,)?) => {
+        /// The clauses this module runs (compare with
+        /// `fusee_storage::conformance::CLAUSES`).
+        #[allow(dead_code)]
+        pub const CLAUSES: &[&str] = &[$(stringify!($clause)),*];
         $(
             #[test]
             fn $clause() {

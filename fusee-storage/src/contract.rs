@@ -1,0 +1,189 @@
+//! The traits a backend implements and the engine calls.
+//!
+//! See the crate documentation for the promises in prose and the
+//! "Writing a backend" guide.
+
+use fusee_core::record::Lsn;
+use fusee_core::shard::BlobRef;
+
+use crate::Result;
+
+/// Many shards' storage. Shared between threads (`Send + Sync`); each shard
+/// is opened by one owner at a time.
+pub trait Storage: Send + Sync {
+    /// A shard's log part.
+    type Log: LogStore;
+    /// A shard's run-store part.
+    type Runs: RunStore;
+    /// A shard's checkpoint part, which commits with this storage's run
+    /// store.
+    type Checkpoint: CheckpointStore<Runs = Self::Runs>;
+
+    /// Opens shard `shard` (creating it empty if new) and returns its three
+    /// parts with the state of its last commit: the run store rolled back
+    /// to that commit's position, the log holding a prefix of what was
+    /// appended that contains every flushed record.
+    ///
+    /// Errors: [`crate::StorageError::AlreadyOpen`] while a part from an
+    /// earlier open of the same shard is still alive;
+    /// [`crate::StorageError::Closed`] after [`Storage::close`].
+    fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>>;
+
+    /// Every shard this storage holds (opened at least once), ascending.
+    fn shards(&self) -> Result<Vec<u32>>;
+
+    /// Closes the storage: afterwards every call on it and on any part it
+    /// gave out is a [`crate::StorageError::Closed`] error. Makes nothing
+    /// durable that was not flushed or committed. Closing twice is allowed.
+    fn close(&self) -> Result<()>;
+}
+
+/// What opening a shard yields: its three parts and what its last commit
+/// recorded.
+pub struct ShardParts<S: Storage + ?Sized> {
+    /// The log.
+    pub log: S::Log,
+    /// The run store, rolled back to the last commit's position.
+    pub runs: S::Runs,
+    /// The checkpoint part; [`CheckpointStore::read_index`] streams the
+    /// recovered index.
+    pub checkpoint: S::Checkpoint,
+    /// The last commit's checkpoint and positions.
+    pub recovered: Recovered,
+}
+
+/// The state of a shard's last commit, as found when it was opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The checkpoint bytes of the last commit; `None` if the shard never
+    /// committed.
+    pub checkpoint: Option<Vec<u8>>,
+    /// How many records the committed index holds.
+    pub index_records: u64,
+    /// The run store's position recorded by the last commit (backend-defined
+    /// address space; 0 before the first commit). The run store starts
+    /// there: frames appended after the commit are gone.
+    pub store_position: u64,
+}
+
+/// A shard's log: records in LSN order, consecutive from 1.
+pub trait LogStore: Send {
+    /// Buffers `record` (canonical bytes) as LSN `lsn`, which must be
+    /// [`LogStore::last_lsn`] + 1 ([`crate::StorageError::LsnGap`]
+    /// otherwise). Longer than [`crate::MAX_RECORD`]:
+    /// [`crate::StorageError::TooLarge`]. A failed append consumes no LSN.
+    fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()>;
+
+    /// Makes every record appended so far durable and returns the durable
+    /// LSN (= [`LogStore::last_lsn`]). One flush is one batch. If it fails,
+    /// the part is latched: later appends, flushes and discards are
+    /// [`crate::StorageError::Latched`] errors until the shard is reopened.
+    fn flush(&mut self) -> Result<Lsn>;
+
+    /// Visits, in order, every record after `after` that this log holds
+    /// (flushed or not) and returns the last LSN. Records before the first
+    /// kept: [`crate::StorageError::Trimmed`]; `after` beyond the last
+    /// record: [`crate::StorageError::BeyondEnd`]. An error from `visit`
+    /// stops the read and is returned. The bytes are exactly those appended.
+    fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn>;
+
+    /// Allows the backend to drop records through `lsn` (it may keep some;
+    /// [`LogStore::first_lsn`] says what is left). `lsn` must not exceed the
+    /// durable LSN ([`crate::StorageError::Misuse`]). The last LSN is kept
+    /// even when every record is dropped, across reopens.
+    fn discard_through(&mut self, lsn: Lsn) -> Result<()>;
+
+    /// The first LSN still held (`last_lsn() + 1` when none is).
+    fn first_lsn(&self) -> Lsn;
+
+    /// The LSN of the last record appended (0 for a fresh log).
+    fn last_lsn(&self) -> Lsn;
+
+    /// The LSN through which records are durable.
+    fn durable_lsn(&self) -> Lsn;
+}
+
+/// A shard's run store: frames addressed by [`BlobRef`].
+pub trait RunStore: Send {
+    /// Appends a frame and returns its address. Longer than
+    /// [`crate::MAX_FRAME`]: [`crate::StorageError::TooLarge`]. The frame is
+    /// readable at once and durable once the next commit succeeds.
+    fn append(&mut self, frame: &[u8]) -> Result<BlobRef>;
+
+    /// Replaces `out`'s contents with the exact bytes of the frame at
+    /// `blob`, or fails ([`crate::StorageError::UnknownBlob`] for a
+    /// reference that names no live frame, `Corrupt` for damaged bytes):
+    /// it never returns other bytes.
+    fn read(&mut self, blob: BlobRef, out: &mut Vec<u8>) -> Result<()>;
+
+    /// Declares the frame no longer needed. Its space may be reclaimed, but
+    /// not durably before the next commit: a crash before it leaves the
+    /// frame readable, because the committed index may still name it. After
+    /// a release, reading the frame fails or returns its exact bytes.
+    fn release(&mut self, blob: BlobRef) -> Result<()>;
+
+    /// Reclaims released space. A backend that must move live frames to do
+    /// so calls `moved(old, new)` for each; both addresses stay readable
+    /// until the next commit (which the caller makes after updating its
+    /// references), so a crash in between loses nothing. Returns how many
+    /// frames moved. A backend that reclaims in place moves none.
+    fn compact(&mut self, moved: &mut dyn FnMut(BlobRef, BlobRef)) -> Result<u64>;
+
+    /// The current end of the store (backend-defined; what a commit made now
+    /// would record).
+    fn position(&self) -> u64;
+}
+
+/// How a commit changes the index.
+#[derive(Clone, Copy, Debug)]
+pub enum IndexChange<'a> {
+    /// Concatenated index records applied in order: each upserts its run,
+    /// or removes it if its state is [`crate::DELETED`] (removing an absent
+    /// run is not an error). The length must be a multiple of
+    /// [`crate::INDEX_RECORD`].
+    Delta(&'a [u8]),
+    /// The base streamed since [`CheckpointStore::begin_base`] replaces the
+    /// whole index.
+    Base,
+}
+
+/// A shard's checkpoint part: commits the index with the checkpoint.
+pub trait CheckpointStore: Send {
+    /// The run store this part commits with.
+    type Runs: RunStore;
+
+    /// Visits the index of the last commit in chunks of whole records (each
+    /// run once, in no particular order) and returns how many records it
+    /// holds. An error from `visit` stops the read and is returned.
+    fn read_index(&mut self, visit: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<u64>;
+
+    /// Starts streaming a new base, abandoning any unfinished one. Nothing
+    /// changes until [`CheckpointStore::commit`] with [`IndexChange::Base`];
+    /// a crash before it leaves the previous index.
+    fn begin_base(&mut self) -> Result<()>;
+
+    /// Adds records to the base being streamed (a multiple of
+    /// [`crate::INDEX_RECORD`] bytes; each run at most once per base).
+    fn base_chunk(&mut self, records: &[u8]) -> Result<()>;
+
+    /// Makes `runs` durable and records its position, then makes the index
+    /// change and `checkpoint` durable atomically: after any crash, opening
+    /// the shard yields either the previous commit or this one whole
+    /// (index, checkpoint and store position together). Returns what was
+    /// committed. If it fails, this part is latched (and `runs` may be).
+    fn commit(
+        &mut self,
+        runs: &mut Self::Runs,
+        change: IndexChange<'_>,
+        checkpoint: &[u8],
+    ) -> Result<Committed>;
+}
+
+/// What a successful commit recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// How many records the index now holds.
+    pub index_records: u64,
+    /// The run store's position the commit recorded.
+    pub store_position: u64,
+}

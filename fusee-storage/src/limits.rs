@@ -1,0 +1,100 @@
+//! Limits every backend enforces, and the few facts about index records the
+//! contract needs.
+//!
+//! # Index records
+//!
+//! The index is a set of [`INDEX_RECORD`]-byte records (the run table's
+//! persisted form, owned by `fusee_core::table`). To a backend they are opaque
+//! bytes except for the key: the record mirrors the table's persisted layout,
+//! four little-endian 64-bit words, of which
+//!
+//! | bytes | word | meaning |
+//! |---|---|---|
+//! | 0..8 | 0 | workflow-ID hash (opaque here) |
+//! | 8..14 | 1, bits 0..48 | **run ID**: the upsert/delete key |
+//! | 14 | 1, bits 48..56 | state; [`DELETED`] marks a delete in a delta |
+//! | 15 | 1, bits 56..64 | persisted flags (opaque here) |
+//! | 16..32 | 2, 3 | store location and time (opaque here) |
+//!
+//! A backend keys the index by [`index_record_run`] and treats a record whose
+//! [`index_record_state`] is [`DELETED`] as "remove this run"; it never
+//! interprets any other byte, so the core may change them freely.
+
+use fusee_core::record::Lsn;
+
+/// Bytes of one index record (the core's `table::RECORD`).
+pub const INDEX_RECORD: usize = fusee_core::table::RECORD;
+
+/// The state byte that marks an index record as a delete of its run.
+pub const DELETED: u8 = 15;
+
+/// Largest log record a backend must accept, in bytes: a record carries at
+/// most one payload of `fusee_core::wire::MAX_PAYLOAD` (64 MiB) plus its
+/// envelope (run, names, IDs, varints), for which 64 KiB is ample. A longer
+/// append is a [`crate::StorageError::TooLarge`] error and consumes no LSN.
+pub const MAX_RECORD: usize = fusee_core::wire::MAX_PAYLOAD + (64 << 10);
+
+/// Largest run-store frame a backend must accept, in bytes: 256 MiB, room
+/// for a journal holding a few maximal payloads. `BlobRef::len` is a `u32`,
+/// so no frame could exceed 4 GiB anyway; the lower bound keeps any frame
+/// readable into memory. A longer append is a
+/// [`crate::StorageError::TooLarge`] error.
+pub const MAX_FRAME: usize = 256 << 20;
+
+/// Largest run-store offset: `BlobRef::offset` uses at most 48 bits.
+pub const MAX_OFFSET: u64 = (1 << 48) - 1;
+
+/// The LSN before the first record: a fresh log's first append is LSN 1.
+pub const NO_LSN: Lsn = 0;
+
+/// The run ID an index record is keyed by (bytes 8..14, little-endian).
+pub fn index_record_run(record: &[u8; INDEX_RECORD]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..6].copy_from_slice(&record[8..14]);
+    u64::from_le_bytes(word)
+}
+
+/// The state byte of an index record (byte 14); [`DELETED`] means delete.
+pub fn index_record_state(record: &[u8; INDEX_RECORD]) -> u8 {
+    record[14]
+}
+
+/// Splits concatenated index records into whole records, or reports the
+/// length as corrupt when it is not a multiple of [`INDEX_RECORD`].
+pub fn index_records<'a>(
+    bytes: &'a [u8],
+    what: &'static str,
+) -> crate::Result<impl Iterator<Item = &'a [u8; INDEX_RECORD]>> {
+    if !bytes.len().is_multiple_of(INDEX_RECORD) {
+        return Err(crate::StorageError::Corrupt {
+            what,
+            at: bytes.len() as u64,
+        });
+    }
+    Ok(bytes
+        .chunks_exact(INDEX_RECORD)
+        .filter_map(|c| <&[u8; INDEX_RECORD]>::try_from(c).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_and_state_come_from_word_one() {
+        let mut r = [0xAAu8; INDEX_RECORD];
+        let word1: u64 = 0x1234_5678_9ABC | (u64::from(DELETED) << 48) | (0x10 << 56);
+        r[8..16].copy_from_slice(&word1.to_le_bytes());
+        assert_eq!(index_record_run(&r), 0x1234_5678_9ABC);
+        assert_eq!(index_record_state(&r), DELETED);
+    }
+
+    #[test]
+    fn records_reject_partial_lengths() {
+        assert!(index_records(&[0; 33], "delta").is_err());
+        assert_eq!(
+            index_records(&[0; 64], "delta").map(|i| i.count()).ok(),
+            Some(2)
+        );
+    }
+}

@@ -101,6 +101,9 @@
 //! each segment's `base_lsn` follows the previous segment's `last_lsn`: a
 //! segment after a torn one may only hold frames of the torn batch, i.e. its
 //! [`Scanned::max_batch_start`] must not be after the torn frame's LSN.
+//! Damage to the last frames of the newest batch looks exactly like a torn
+//! write of it; the backend also checks that the log still reaches every
+//! LSN it knows was durable (the checkpoint's LSN at least).
 
 use crate::record::Lsn;
 use crate::wire::MAX_PAYLOAD;

@@ -231,13 +231,13 @@ fn exhaustive(seed: u64) {
 }
 
 /// Every truncation and every byte flip of small segments. Seeds come from
-/// `FUSEE_SEGMENT_EXHAUSTIVE` (how many, default 3).
+/// `FUSEE_SEGMENT_EXHAUSTIVE` (how many, default 4).
 #[test]
 fn every_truncation_and_flip_is_classified() {
     let seeds: u64 = std::env::var("FUSEE_SEGMENT_EXHAUSTIVE")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(4);
     for seed in 0..seeds {
         exhaustive(seed);
     }
@@ -549,4 +549,37 @@ fn oversized_records_are_refused_without_changes() {
         LogWriter::new(0, 1, 1, 10, 0).segment_bytes(),
         2 * BLOCK as u64
     );
+}
+
+#[test]
+fn prefixes_that_break_the_contract_are_errors() {
+    let mut rng = fastrand::Rng::with_seed(11);
+    let img = write_image(&mut rng, 1, 2, 100);
+    let len = img.bytes.len() as u64;
+    assert!(matches!(
+        SegmentScanner::start(&img.bytes[..100], len),
+        Err(ScanError::BadPrefix { .. })
+    ));
+    assert!(matches!(
+        SegmentScanner::start(&img.bytes, len - 1),
+        Err(ScanError::BadPrefix { .. })
+    ));
+    let mut s = SegmentScanner::start(&img.bytes[..HEADER_BYTES + 50], len)
+        .expect("header")
+        .expect("started");
+    assert_eq!(s.header().base_lsn, 1);
+    assert!(matches!(
+        s.advance(&img.bytes[..HEADER_BYTES + 50], |_, _| {}),
+        Ok(Progress::NeedMore { .. })
+    ));
+    assert!(matches!(
+        s.advance(&img.bytes[..HEADER_BYTES], |_, _| {}),
+        Err(ScanError::BadPrefix { .. })
+    ));
+    let mut n = 0;
+    let done = s.advance(&img.bytes, |_, _| n += 1).expect("valid");
+    assert_eq!(n, img.records.len());
+    // Done stays done, visiting nothing again.
+    assert_eq!(s.advance(&img.bytes, |_, _| n += 1), Ok(done));
+    assert_eq!(n, img.records.len());
 }

@@ -99,7 +99,8 @@
 //!
 //! Any bytes (a torn tail, a corrupt blob, hostile input) make a decoder
 //! return a [`DecodeError`], never panic. The borrowed decoders allocate
-//! nothing but the box of an update-with-start; the owned ones allocate one
+//! nothing but the boxes of a `Start`'s update and meta (after their fields
+//! decoded); the owned ones allocate one
 //! shared string or payload per field actually present in the input, and a
 //! list's length grows only with records actually decoded (each takes at
 //! least 4 input bytes), so no length prefix can make a decoder allocate
@@ -581,7 +582,7 @@ pub fn check_limits<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> Result
 }
 
 /// A strict cursor over one body: shortest-form varints only, bounded
-/// lengths. (Not [`Reader`]: the hot path wants a one-byte varint fast
+/// lengths. (Not [`crate::wire::Reader`]: the hot path wants a one-byte varint fast
 /// path and the shortest-form check folded into the varint loop.)
 struct Body<'a> {
     bytes: &'a [u8],

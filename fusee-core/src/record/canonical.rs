@@ -941,13 +941,22 @@ fn split_first(bytes: &[u8]) -> DecodeResult<(&[u8], usize)> {
 #[derive(Clone, Debug)]
 pub struct CanonicalIter<'a> {
     rest: &'a [u8],
+    /// Length of the whole input, for [`Self::offset`].
+    len: usize,
     failed: bool,
 }
 
 impl<'a> CanonicalIter<'a> {
-    /// Bytes not walked yet (empty once the walk ends without error).
+    /// Bytes not walked yet: empty once the walk ends without error; after
+    /// an error, the bytes from the start of the record that failed.
     pub fn rest(&self) -> &'a [u8] {
         self.rest
+    }
+
+    /// Where [`Self::rest`] starts in the input: after an error, the offset
+    /// of the record that failed (for error messages).
+    pub fn offset(&self) -> usize {
+        self.len - self.rest.len()
     }
 }
 
@@ -985,6 +994,7 @@ impl std::iter::FusedIterator for CanonicalIter<'_> {}
 pub fn iter_canonical(bytes: &[u8]) -> CanonicalIter<'_> {
     CanonicalIter {
         rest: bytes,
+        len: bytes.len(),
         failed: false,
     }
 }

@@ -279,6 +279,12 @@ fn malformed_framing_is_refused() {
     let mut it = iter_canonical(&bytes);
     it.by_ref().for_each(drop);
     assert_eq!(it.next(), None);
+    assert_eq!(it.offset(), 2 * one.len(), "the failed record's offset");
+    assert_eq!(it.rest(), [0x05, 0x02]);
+    let mut it = iter_canonical(&one);
+    assert_eq!(it.offset(), 0);
+    it.by_ref().for_each(drop);
+    assert_eq!((it.offset(), it.rest()), (one.len(), &[][..]));
 }
 
 #[test]

@@ -99,7 +99,8 @@
 //!
 //! Any bytes (a torn tail, a corrupt blob, hostile input) make a decoder
 //! return a [`DecodeError`], never panic. The borrowed decoders allocate
-//! nothing but the box of an update-with-start; the owned ones allocate one
+//! nothing but the boxes of a `Start`'s update and meta (after their fields
+//! decoded); the owned ones allocate one
 //! shared string or payload per field actually present in the input, and a
 //! list's length grows only with records actually decoded (each takes at
 //! least 4 input bytes), so no length prefix can make a decoder allocate
@@ -111,7 +112,7 @@ use super::{
     MAX_RUN, Origin, ParentRef, Record, RecordRef, RunId, StartMeta, StartUpdate, Status,
     WaitOutcome, kind,
 };
-use crate::wire::{self, DecodeError, DecodeResult, MAX_PAYLOAD, Reader, varint_len};
+use crate::wire::{self, DecodeError, DecodeResult, MAX_PAYLOAD, varint_len};
 
 /// The largest canonical body: room for one payload at the limit
 /// ([`MAX_PAYLOAD`]) and as much again for the record's other fields.
@@ -529,6 +530,13 @@ pub fn body_len<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> usize {
     c.0
 }
 
+/// The length of `rec`'s whole canonical record (length prefix and body):
+/// what [`encode_canonical`] appends.
+pub fn canonical_len<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> usize {
+    let len = body_len(rec);
+    varint_len(len as u64) + len
+}
+
 /// Appends `rec`'s canonical body (kind tag and fields, no length prefix)
 /// to `out`, for containers that carry the length themselves.
 pub fn encode_body<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: &mut Vec<u8>) {
@@ -573,20 +581,28 @@ pub fn check_limits<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> Result
     Ok(())
 }
 
-/// A strict reader of one body: shortest-form varints only, bounded lengths.
+/// A strict cursor over one body: shortest-form varints only, bounded
+/// lengths. (Not [`crate::wire::Reader`]: the hot path wants a one-byte varint fast
+/// path and the shortest-form check folded into the varint loop.)
 struct Body<'a> {
-    r: Reader<'a>,
+    bytes: &'a [u8],
+    pos: usize,
 }
 
 impl<'a> Body<'a> {
     #[inline]
     fn u8(&mut self) -> DecodeResult<u8> {
-        self.r.u8()
+        let b = *self
+            .bytes
+            .get(self.pos)
+            .ok_or(DecodeError::new("truncated"))?;
+        self.pos += 1;
+        Ok(b)
     }
 
     #[inline]
     fn v64(&mut self) -> DecodeResult<u64> {
-        strict_varint(&mut self.r)
+        strict_varint(self.bytes, &mut self.pos)
     }
 
     #[inline]
@@ -612,10 +628,12 @@ impl<'a> Body<'a> {
         }
         // Fits: at most MAX_PAYLOAD.
         let n = n as usize;
-        if n > self.r.remaining() {
+        let end = self.pos + n;
+        let Some(b) = self.bytes.get(self.pos..end) else {
             return Err(DecodeError::new("length past the end of input"));
-        }
-        self.r.take(n)
+        };
+        self.pos = end;
+        Ok(b)
     }
 
     #[inline]
@@ -662,16 +680,43 @@ impl<'a> Body<'a> {
     }
 }
 
-/// A varint in its shortest form (a longer one would give one record two
-/// encodings).
+/// The varint at `*pos` in `bytes`, which must be in its shortest form (a
+/// longer one would give one record two encodings); advances `*pos` past it.
 #[inline]
-fn strict_varint(r: &mut Reader<'_>) -> DecodeResult<u64> {
-    let start = r.position();
-    let v = r.varint()?;
-    if r.position() - start != varint_len(v) {
-        return Err(DecodeError::new("varint not in its shortest form"));
+fn strict_varint(bytes: &[u8], pos: &mut usize) -> DecodeResult<u64> {
+    let rest = bytes.get(*pos..).unwrap_or_default();
+    match rest.first() {
+        Some(&b) if b < 0x80 => {
+            *pos += 1;
+            Ok(u64::from(b))
+        }
+        Some(_) => long_varint(rest, pos),
+        None => Err(DecodeError::new("truncated varint")),
     }
-    Ok(v)
+}
+
+/// [`strict_varint`] past its first byte, which has the continuation bit.
+#[inline(never)]
+fn long_varint(rest: &[u8], pos: &mut usize) -> DecodeResult<u64> {
+    let mut v = 0u64;
+    for (i, &b) in rest.iter().take(10).enumerate() {
+        // The 10th byte may only carry the 64th bit.
+        if i == 9 && b > 1 {
+            return Err(DecodeError::new("varint overflows 64 bits"));
+        }
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            // A zero last group after the first byte adds nothing: a
+            // shorter form exists.
+            if b == 0 {
+                return Err(DecodeError::new("varint not in its shortest form"));
+            }
+            *pos += i + 1;
+            debug_assert_eq!(i + 1, varint_len(v));
+            return Ok(v);
+        }
+    }
+    Err(DecodeError::new("truncated varint"))
 }
 
 /// Decodes exactly one canonical body (no length prefix), borrowing its
@@ -682,7 +727,8 @@ pub fn decode_body(body: &[u8]) -> DecodeResult<RecordRef<'_>> {
         return Err(DecodeError::new("record body over the size limit"));
     }
     let mut d = Body {
-        r: Reader::new(body),
+        bytes: body,
+        pos: 0,
     };
     let tag = d.u8()?;
     let run = d.run()?;
@@ -863,7 +909,9 @@ pub fn decode_body(body: &[u8]) -> DecodeResult<RecordRef<'_>> {
         },
         _ => return Err(DecodeError::new("unknown record kind")),
     };
-    d.r.finish()?;
+    if d.pos != body.len() {
+        return Err(DecodeError::new("trailing bytes"));
+    }
     Ok(rec)
 }
 
@@ -871,8 +919,8 @@ pub fn decode_body(body: &[u8]) -> DecodeResult<RecordRef<'_>> {
 /// length (prefix included).
 #[inline]
 fn split_first(bytes: &[u8]) -> DecodeResult<(&[u8], usize)> {
-    let mut r = Reader::new(bytes);
-    let len = strict_varint(&mut r)?;
+    let mut pos = 0;
+    let len = strict_varint(bytes, &mut pos)?;
     if len == 0 {
         return Err(DecodeError::new("empty record body"));
     }
@@ -880,12 +928,11 @@ fn split_first(bytes: &[u8]) -> DecodeResult<(&[u8], usize)> {
         return Err(DecodeError::new("record length over the body limit"));
     }
     // Fits: at most MAX_BODY.
-    let len = len as usize;
-    if len > r.remaining() {
+    let end = pos + len as usize;
+    let Some(body) = bytes.get(pos..end) else {
         return Err(DecodeError::new("record length past the end of input"));
-    }
-    let body = r.take(len)?;
-    Ok((body, r.position()))
+    };
+    Ok((body, end))
 }
 
 /// A borrowed, streaming walk over concatenated canonical records. Yields
@@ -894,13 +941,22 @@ fn split_first(bytes: &[u8]) -> DecodeResult<(&[u8], usize)> {
 #[derive(Clone, Debug)]
 pub struct CanonicalIter<'a> {
     rest: &'a [u8],
+    /// Length of the whole input, for [`Self::offset`].
+    len: usize,
     failed: bool,
 }
 
 impl<'a> CanonicalIter<'a> {
-    /// Bytes not walked yet (empty once the walk ends without error).
+    /// Bytes not walked yet: empty once the walk ends without error; after
+    /// an error, the bytes from the start of the record that failed.
     pub fn rest(&self) -> &'a [u8] {
         self.rest
+    }
+
+    /// Where [`Self::rest`] starts in the input: after an error, the offset
+    /// of the record that failed (for error messages).
+    pub fn offset(&self) -> usize {
+        self.len - self.rest.len()
     }
 }
 
@@ -938,6 +994,7 @@ impl std::iter::FusedIterator for CanonicalIter<'_> {}
 pub fn iter_canonical(bytes: &[u8]) -> CanonicalIter<'_> {
     CanonicalIter {
         rest: bytes,
+        len: bytes.len(),
         failed: false,
     }
 }

@@ -28,8 +28,8 @@ mod inline;
 pub mod kind;
 
 pub use canonical::{
-    CanonicalIter, LimitError, MAX_BODY, body_len, check_limits, decode_body, decode_canonical_all,
-    encode_body, encode_canonical, iter_canonical,
+    CanonicalIter, LimitError, MAX_BODY, body_len, canonical_len, check_limits, decode_body,
+    decode_canonical_all, encode_body, encode_canonical, iter_canonical,
 };
 pub use inline::InlineDecoder;
 

@@ -47,6 +47,7 @@ fn step_matches_the_documented_example() {
         ]
     );
     assert_eq!(body_len(&rec), 10);
+    assert_eq!(canonical_len(&rec), 11);
     assert_eq!(body(&rec), bytes[1..]);
     assert_eq!(decode_body(&bytes[1..]), Ok(rec));
 }
@@ -223,6 +224,18 @@ fn malformed_bodies_are_refused_with_a_reason() {
         decode_body(&[kind::WAITED, 1, 0, 3]),
         Err(err("unknown wait outcome"))
     );
+    // A body over the limit is refused before a byte of it is read (the
+    // zeroed buffer is never touched, so it costs no memory).
+    let huge = vec![0u8; MAX_BODY + 1];
+    assert_eq!(
+        decode_body(&huge),
+        Err(err("record body over the size limit"))
+    );
+    assert_eq!(
+        InlineDecoder::new().decode(&huge),
+        Err(err("record body over the size limit"))
+    );
+    drop(huge);
     // A payload length over the limit, with nothing behind it.
     let mut b = vec![kind::ATTRIBUTES, 1];
     put_varint(&mut b, MAX_PAYLOAD as u64 + 1);
@@ -266,6 +279,12 @@ fn malformed_framing_is_refused() {
     let mut it = iter_canonical(&bytes);
     it.by_ref().for_each(drop);
     assert_eq!(it.next(), None);
+    assert_eq!(it.offset(), 2 * one.len(), "the failed record's offset");
+    assert_eq!(it.rest(), [0x05, 0x02]);
+    let mut it = iter_canonical(&one);
+    assert_eq!(it.offset(), 0);
+    it.by_ref().for_each(drop);
+    assert_eq!((it.offset(), it.rest()), (one.len(), &[][..]));
 }
 
 #[test]

@@ -315,10 +315,12 @@ impl LogWriter {
         }
     }
 
-    /// The largest body [`LogWriter::append`] accepts.
+    /// The largest body [`LogWriter::append`] accepts: [`MAX_RECORD_BODY`],
+    /// whatever the segment size. A record too large for a segment of
+    /// `segment_bytes` gets a segment of its own, exactly as large as it
+    /// needs (the host sizes the file from the chunks it writes).
     pub fn max_body(&self) -> usize {
-        let room = self.segment_bytes - (HEADER_BYTES + FRAME_HEADER) as u64;
-        MAX_RECORD_BODY.min(usize::try_from(room).unwrap_or(usize::MAX))
+        MAX_RECORD_BODY
     }
 
     /// Appends one record's canonical body as the next frame and returns its
@@ -343,7 +345,7 @@ impl LogWriter {
         }
         let frame = (FRAME_HEADER + body.len()) as u64;
         if self.offset + frame > self.limit {
-            self.roll(now_ms);
+            self.roll(now_ms, frame);
         }
         let lsn = self.next_lsn;
         if self.pending_records == 0 {
@@ -379,10 +381,12 @@ impl LogWriter {
     }
 
     /// Starts the next segment; its header goes at the front of its chunk.
-    fn roll(&mut self, now_ms: u64) {
+    /// Starts the next segment, large enough for a first frame of `frame`
+    /// bytes.
+    fn roll(&mut self, now_ms: u64, frame: u64) {
         self.segment += 1;
         self.offset = HEADER_BYTES as u64;
-        self.limit = self.segment_bytes;
+        self.limit = self.segment_bytes.max(HEADER_BYTES as u64 + frame);
         let header = SegmentHeader {
             format: SEGMENT_FORMAT,
             shard: self.shard,

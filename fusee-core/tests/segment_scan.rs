@@ -527,23 +527,48 @@ fn the_writer_rolls_segments_and_they_scan_back() {
 }
 
 #[test]
-fn oversized_records_are_refused_without_changes() {
+fn oversized_records_are_refused_and_large_ones_get_their_own_segment() {
     let mut w = LogWriter::new(0, 1, 1, 2 * BLOCK as u64, 0);
     let max = w.max_body();
-    assert_eq!(max, 2 * BLOCK - HEADER_BYTES - FRAME_HEADER);
+    assert_eq!(max, MAX_RECORD_BODY);
     let err = w.append(&vec![1; max + 1], 0).unwrap_err();
     assert_eq!((err.len, err.max), (max as u64 + 1, max as u64));
     assert_eq!(
         (w.next_lsn(), w.pending_records(), w.offset()),
         (1, 0, HEADER_BYTES as u64)
     );
-    assert_eq!(w.append(&vec![1; max], 0), Ok(1));
+    let room = 2 * BLOCK - HEADER_BYTES - FRAME_HEADER;
+    assert_eq!(w.append(&vec![1; room], 0), Ok(1));
     assert_eq!(w.offset(), 2 * BLOCK as u64);
     // The next record rolls; a full segment ends clean.
     assert_eq!(w.append(b"x", 0), Ok(2));
     assert_eq!(w.segment(), 2);
-    let big = LogWriter::new(0, 1, 1, 1 << 40, 0);
-    assert_eq!(big.max_body(), MAX_RECORD_BODY);
+    // A record larger than a segment gets a segment of its own, and the
+    // record after it a normal one.
+    let big = 3 * BLOCK;
+    assert_eq!(w.append(&vec![2; big], 0), Ok(3));
+    assert_eq!(w.segment(), 3);
+    assert_eq!(w.offset(), (HEADER_BYTES + FRAME_HEADER + big) as u64);
+    assert_eq!(w.append(b"y", 0), Ok(4));
+    assert_eq!(w.segment(), 4);
+    let mut images: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
+    while let Some(batch) = w.take() {
+        for c in batch.chunks {
+            let img = images.entry(c.segment).or_default();
+            let end = c.offset as usize + c.bytes.len();
+            if img.len() < end {
+                img.resize(end, 0);
+            }
+            img[c.offset as usize..end].copy_from_slice(&c.bytes);
+        }
+    }
+    let mut lsns = Vec::new();
+    for img in images.values() {
+        scan_segment(img, |lsn, body| lsns.push((lsn, body.len())))
+            .expect("scans")
+            .expect("started");
+    }
+    assert_eq!(lsns, vec![(1, room), (2, 1), (3, big), (4, 1)]);
     // Tiny segment sizes are raised to the minimum.
     assert_eq!(
         LogWriter::new(0, 1, 1, 10, 0).segment_bytes(),

@@ -1,13 +1,37 @@
 //! Fusee's default storage backend, on plain files.
 //!
-//! In progress: the I/O layer ([`io`]) and the simulated disk for power-loss
-//! tests ([`sim`]) are here. Still to come: per shard, the log in
-//! preallocated segment files (the `fusee_core::segment` format), run-store
-//! generations, the index file and two alternating checkpoint slots, passing
-//! the whole `fusee-storage` conformance suite.
+//! Per shard, the log lives in preallocated segment files (the
+//! `fusee_core::segment` format), the run store in generation files with a
+//! release log, the index in chunk files, and the current commit in two
+//! alternating checkpoint slots. See [`storage`] for the directory layout
+//! and each module for its file format byte by byte:
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`storage`] | [`FileStorage`]: the directory, its lock, opening shards |
+//! | [`log`] | log segments: writing, flushing, recovery, discard |
+//! | [`store`] | run-store generations, release logs, compaction |
+//! | [`checkpoint`] | index files and the commit sequence |
+//! | [`slot`] | the checkpoint slot format |
+//! | [`chunks`] | the checksummed chunk-file format |
+//! | [`io`] | the file-system trait, real files |
+//! | [`sim`] | a simulated disk that loses, keeps or tears unsynced writes |
+//!
+//! What it deliberately does not know: what records, frames, index records
+//! or checkpoints mean. It stores the core's bytes and the contract's
+//! promises, nothing more.
 
+pub mod checkpoint;
 pub mod chunks;
 pub mod error;
 pub mod io;
+pub mod log;
+pub mod shared;
 pub mod sim;
 pub mod slot;
+pub mod storage;
+pub mod store;
+
+pub use error::FileError;
+pub use shared::{FileOptions, FlushMethod};
+pub use storage::FileStorage;

@@ -68,6 +68,8 @@ struct State {
     dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
     fail_syncs: u32,
+    /// Syncs to let through before `fail_syncs` start failing.
+    fail_after: u32,
     syncs: u64,
 }
 
@@ -139,7 +141,15 @@ impl SimIo {
     /// Makes the next `n` syncs (of files or directories) fail with an I/O
     /// error, leaving their writes unsynced.
     pub fn fail_next_syncs(&self, n: u32) {
-        lock(&self.state).fail_syncs = n;
+        self.fail_syncs_after(0, n);
+    }
+
+    /// Lets `skip` syncs succeed, then makes the `n` after them fail: a
+    /// crash at a chosen point inside a sequence of syncs (a commit).
+    pub fn fail_syncs_after(&self, skip: u32, n: u32) {
+        let mut s = lock(&self.state);
+        s.fail_after = skip;
+        s.fail_syncs = n;
     }
 
     /// How many syncs succeeded so far.
@@ -229,10 +239,13 @@ impl SimIo {
         s.locks.clear();
         s.generation += 1;
         s.fail_syncs = 0;
+        s.fail_after = 0;
     }
 
     fn take_failure(s: &mut State) -> io::Result<()> {
-        if s.fail_syncs > 0 {
+        if s.fail_syncs > 0 && s.fail_after > 0 {
+            s.fail_after -= 1;
+        } else if s.fail_syncs > 0 {
             s.fail_syncs -= 1;
             return Err(io::Error::other("injected sync failure"));
         }

@@ -20,17 +20,18 @@
 //! | 40 | 8 | index records the committed index holds |
 //! | 48 | 8 | run-store generation |
 //! | 56 | 8 | run-store generation valid length in bytes |
-//! | 64 | 8 | checkpoint length `n` |
-//! | 72 | n | the checkpoint bytes |
+//! | 64 | 8 | the generation's release log valid length in bytes |
+//! | 72 | 8 | checkpoint length `n` |
+//! | 80 | n | the checkpoint bytes |
 //!
-//! A slot file may be longer than `72 + n` (an older, longer slot was
+//! A slot file may be longer than `80 + n` (an older, longer slot was
 //! overwritten); the bytes after the checkpoint are ignored. A slot file
 //! that is empty, all zeros or missing holds no commit.
 
 use crate::error::FileError;
 
 /// Bytes before the checkpoint.
-pub const SLOT_HEADER: usize = 72;
+pub const SLOT_HEADER: usize = 80;
 const MAGIC: [u8; 8] = *b"FUSEESLT";
 const FORMAT: u32 = 1;
 
@@ -49,6 +50,8 @@ pub struct Slot {
     pub store_gen: u64,
     /// How many bytes of that generation are valid.
     pub store_len: u64,
+    /// How many bytes of the generation's release log are valid.
+    pub releases_len: u64,
     /// The core's checkpoint bytes.
     pub checkpoint: Vec<u8>,
 }
@@ -67,6 +70,7 @@ impl Slot {
             self.index_records,
             self.store_gen,
             self.store_len,
+            self.releases_len,
             self.checkpoint.len() as u64,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
@@ -105,11 +109,11 @@ impl Slot {
                 supported: FORMAT,
             });
         }
-        let len = u64_at(64);
+        let len = u64_at(72);
         let end = (SLOT_HEADER as u64)
             .checked_add(len)
             .filter(|&end| end <= bytes.len() as u64)
-            .ok_or_else(|| corrupt("checkpoint runs past the slot's end", 64))?
+            .ok_or_else(|| corrupt("checkpoint runs past the slot's end", 72))?
             as usize;
         if crc32fast::hash(&bytes[16..end]) != u32_at(12) {
             return Err(corrupt("slot crc mismatch", 12));
@@ -121,6 +125,7 @@ impl Slot {
             index_records: u64_at(40),
             store_gen: u64_at(48),
             store_len: u64_at(56),
+            releases_len: u64_at(64),
             checkpoint: bytes[SLOT_HEADER..end].to_vec(),
         }))
     }
@@ -159,6 +164,7 @@ mod tests {
             index_records: 20,
             store_gen: 2,
             store_len: 12_345,
+            releases_len: 24,
             checkpoint: (0..200u8).collect(),
         }
     }

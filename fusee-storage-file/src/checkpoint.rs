@@ -1,0 +1,428 @@
+//! A shard's checkpoint part: the index files and the commit that makes the
+//! run store, the index change and the checkpoint durable together.
+//!
+//! # Index files
+//!
+//! `index-NNNNNNNNNNNNNNNNNNNN.idx` are chunk files ([`crate::chunks`]) of
+//! 32-byte index records. A delta is appended to the current index file as
+//! one or more chunks; a base is streamed into a new index file. Reading an
+//! index file applies its records in order: each upserts its run, or deletes
+//! it when its state is [`DELETED`].
+//!
+//! # Commit
+//!
+//! 1. The run store syncs its generation and its release log
+//!    ([`FileRuns::prepare_commit`]).
+//! 2. The index change is written (a delta appended, or the streamed base
+//!    file completed) and synced.
+//! 3. The older checkpoint slot ([`crate::slot`]) is overwritten with the
+//!    next sequence number, naming the index file and length and the store
+//!    generation and lengths, then synced. This is the commit point.
+//! 4. Files the new commit no longer names (the index file a base replaced,
+//!    a generation compaction replaced) are deleted.
+//!
+//! A crash before step 3 completes leaves the previous slot newest; open
+//! then cuts the index file and the run store back to what it names, so the
+//! index, checkpoint and store position always come from one commit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fusee_storage::{
+    CheckpointStore, Committed, DELETED, INDEX_RECORD, IndexChange, Result, StorageError,
+    index_record_run, index_record_state,
+};
+use rustc_hash::FxHashMap;
+
+use crate::chunks;
+use crate::error::{FileError, IoContext};
+use crate::io::{Io, IoFile, OpenMode};
+use crate::shared::Shared;
+use crate::slot::{self, Slot};
+use crate::store::FileRuns;
+
+/// Index records handed to a visitor per call.
+const VISIT_RECORDS: usize = 4096;
+
+pub(crate) fn index_name(n: u64) -> String {
+    format!("index-{n:020}.idx")
+}
+
+pub(crate) const SLOT_NAMES: [&str; 2] = ["slot-0", "slot-1"];
+
+type Index = FxHashMap<u64, [u8; INDEX_RECORD]>;
+
+/// Applies concatenated index records to `index`.
+fn apply_records(index: &mut Index, records: &[u8]) {
+    for r in records.chunks_exact(INDEX_RECORD) {
+        let mut rec = [0u8; INDEX_RECORD];
+        rec.copy_from_slice(r);
+        let run = index_record_run(&rec);
+        if index_record_state(&rec) == DELETED {
+            index.remove(&run);
+        } else {
+            index.insert(run, rec);
+        }
+    }
+}
+
+/// An index file being written.
+struct IndexFile<F> {
+    number: u64,
+    file: F,
+    path: PathBuf,
+    len: u64,
+}
+
+/// A base being streamed.
+struct Base<F> {
+    file: IndexFile<F>,
+    records: Index,
+}
+
+/// A shard's checkpoint part. See the [module docs](self).
+pub struct FileCheckpoint<I: Io> {
+    shared: Arc<Shared<I>>,
+    /// The committed index.
+    index: Index,
+    current: IndexFile<I::File>,
+    base: Option<Base<I::File>>,
+    /// The newest committed slot: which file, and its sequence number.
+    newest: Option<(usize, u64)>,
+    latched: bool,
+}
+
+/// What opening a shard's checkpoint part found.
+pub(crate) struct Opened<I: Io> {
+    pub(crate) part: FileCheckpoint<I>,
+    pub(crate) slot: Option<Slot>,
+}
+
+impl<I: Io> FileCheckpoint<I> {
+    /// Reads both slots, loads the index the newest names and deletes index
+    /// files no commit names.
+    pub(crate) fn open(shared: Arc<Shared<I>>) -> std::result::Result<Opened<I>, FileError> {
+        let dir = shared.dir.clone();
+        let mut found = Vec::new();
+        for name in SLOT_NAMES {
+            let path = dir.join(name);
+            let decoded = match shared.io.open(&path, OpenMode::Existing) {
+                Ok(f) => {
+                    let map = f.map().ctx("map slot", &path)?;
+                    Slot::decode(&map, &path.display().to_string())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => return Err(e).ctx("open slot", &path),
+            };
+            found.push(decoded);
+        }
+        let second = found.pop().unwrap_or(Ok(None));
+        let first = found.pop().unwrap_or(Ok(None));
+        let which = |s: &Option<Slot>| s.as_ref().map(|s| s.seq);
+        let (a_seq, b_seq) = (
+            first.as_ref().ok().and_then(which),
+            second.as_ref().ok().and_then(which),
+        );
+        let slot = slot::newest(first, second)?;
+        let newest = slot.as_ref().map(|s| {
+            let idx = if Some(s.seq) == a_seq && a_seq >= b_seq {
+                0
+            } else {
+                1
+            };
+            (idx, s.seq)
+        });
+        let (number, len) = slot
+            .as_ref()
+            .map_or((1, 0), |s| (s.index_file, s.index_len));
+        let path = dir.join(index_name(number));
+        let file = match shared.io.open(&path, OpenMode::Existing) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && slot.is_none() => {
+                let f = shared
+                    .io
+                    .open(&path, OpenMode::CreateNew)
+                    .ctx("create index", &path)?;
+                shared.sync_dir(&dir)?;
+                f
+            }
+            Err(e) => return Err(e).ctx("open index", &path),
+        };
+        let mut index = Index::default();
+        {
+            let map = file.map().ctx("map index", &path)?;
+            let name = path.display().to_string();
+            chunks::read(&map, len, INDEX_RECORD, &name, |payload| {
+                apply_records(&mut index, payload);
+                Ok(())
+            })?;
+        }
+        if let Some(s) = &slot
+            && s.index_records != index.len() as u64
+        {
+            return Err(FileError::Corrupt {
+                file: path.display().to_string(),
+                what: "index holds another number of records than its commit says",
+                at: len,
+            });
+        }
+        if file.size().ctx("stat index", &path)? > len {
+            // A delta or base written by a commit that did not finish.
+            file.set_len(len).ctx("truncate index", &path)?;
+            file.sync_all().ctx("fsync", &path)?;
+        }
+        for name in shared.io.list_dir(&dir).ctx("list directory", &dir)? {
+            if name.starts_with("index-") && name != index_name(number) {
+                let p = dir.join(&name);
+                shared.io.remove_file(&p).ctx("remove", &p)?;
+            }
+        }
+        let part = Self {
+            shared,
+            index,
+            current: IndexFile {
+                number,
+                file,
+                path,
+                len,
+            },
+            base: None,
+            newest,
+            latched: false,
+        };
+        Ok(Opened { part, slot })
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.shared.check_open("checkpoint")?;
+        if self.latched {
+            return Err(StorageError::Latched { what: "checkpoint" });
+        }
+        Ok(())
+    }
+
+    fn check_records(records: &[u8], call: &'static str) -> Result<()> {
+        if records.len().is_multiple_of(INDEX_RECORD) {
+            Ok(())
+        } else {
+            Err(StorageError::Misuse {
+                call,
+                why: "index records must be whole 32-byte records",
+            })
+        }
+    }
+
+    /// Steps 1 to 3 of a commit (see the module docs); returns the new
+    /// index file if a base replaced the current one, and the slot written.
+    fn write_commit(
+        &mut self,
+        runs: &mut FileRuns<I>,
+        change: IndexChange<'_>,
+        checkpoint: &[u8],
+    ) -> std::result::Result<(Option<IndexFile<I::File>>, u64, u64), FileError> {
+        let mark = runs.prepare_commit()?;
+        let (index_file, index_len, records, replaced) = match change {
+            IndexChange::Delta(records) => {
+                let mut out = Vec::with_capacity(records.len() + chunks::CHUNK_HEADER);
+                chunks::encode(records, INDEX_RECORD, &mut out);
+                let cur = &self.current;
+                cur.file
+                    .write_at(cur.len, &out)
+                    .ctx("append index", &cur.path)?;
+                self.shared.sync(&cur.file, &cur.path)?;
+                let mut count = self.index.len() as u64;
+                let mut seen = FxHashMap::<u64, bool>::default();
+                for r in records.chunks_exact(INDEX_RECORD) {
+                    let mut rec = [0u8; INDEX_RECORD];
+                    rec.copy_from_slice(r);
+                    let run = index_record_run(&rec);
+                    let present = seen
+                        .get(&run)
+                        .copied()
+                        .unwrap_or_else(|| self.index.contains_key(&run));
+                    let now = index_record_state(&rec) != DELETED;
+                    count = count + u64::from(now && !present) - u64::from(present && !now);
+                    seen.insert(run, now);
+                }
+                (cur.number, cur.len + out.len() as u64, count, None)
+            }
+            IndexChange::Base => {
+                let Some(base) = self.base.take() else {
+                    return Err(FileError::Corrupt {
+                        file: String::new(),
+                        what: "internal: base commit without a base",
+                        at: 0,
+                    });
+                };
+                self.shared.sync(&base.file.file, &base.file.path)?;
+                self.shared.sync_dir(&self.shared.dir)?;
+                let (n, len, count) = (base.file.number, base.file.len, base.records.len() as u64);
+                // Keep the staged records until the commit point passes.
+                self.base = Some(base);
+                (n, len, count, Some(()))
+            }
+        };
+        let seq = self.newest.map_or(1, |(_, s)| s + 1);
+        let target = self.newest.map_or(0, |(i, _)| 1 - i);
+        let slot = Slot {
+            seq,
+            index_file,
+            index_len,
+            index_records: records,
+            store_gen: mark.generation,
+            store_len: mark.len,
+            releases_len: mark.releases_len,
+            checkpoint: checkpoint.to_vec(),
+        };
+        let path = self.shared.dir.join(SLOT_NAMES[target]);
+        let file = self
+            .shared
+            .io
+            .open(&path, OpenMode::Existing)
+            .ctx("open slot", &path)?;
+        file.write_at(0, &slot.encode()).ctx("write slot", &path)?;
+        self.shared.sync(&file, &path)?;
+        self.newest = Some((target, seq));
+        let new_file = match replaced {
+            Some(()) => self.base.take().map(|b| {
+                self.index = b.records;
+                b.file
+            }),
+            None => {
+                if let IndexChange::Delta(records) = change {
+                    apply_records(&mut self.index, records);
+                }
+                self.current.len = index_len;
+                None
+            }
+        };
+        Ok((new_file, records, address_of(&mark)))
+    }
+}
+
+fn address_of(mark: &crate::store::StoreMark) -> u64 {
+    crate::store::position_of(mark.generation, mark.len)
+}
+
+impl<I: Io> CheckpointStore for FileCheckpoint<I> {
+    type Runs = FileRuns<I>;
+
+    fn read_index(&mut self, visit: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+        self.shared.check_open("checkpoint")?;
+        let mut chunk = Vec::with_capacity(VISIT_RECORDS * INDEX_RECORD);
+        for rec in self.index.values() {
+            chunk.extend_from_slice(rec);
+            if chunk.len() == VISIT_RECORDS * INDEX_RECORD {
+                visit(&chunk)?;
+                chunk.clear();
+            }
+        }
+        if !chunk.is_empty() {
+            visit(&chunk)?;
+        }
+        Ok(self.index.len() as u64)
+    }
+
+    fn begin_base(&mut self) -> Result<()> {
+        self.check_writable()?;
+        if let Some(old) = self.base.take() {
+            drop(old.file.file);
+            self.shared
+                .io
+                .remove_file(&old.file.path)
+                .ctx("remove abandoned base", &old.file.path)
+                .map_err(StorageError::from)?;
+        }
+        let number = self.current.number + 1;
+        let path = self.shared.dir.join(index_name(number));
+        if self.shared.io.exists(&path) {
+            self.shared
+                .io
+                .remove_file(&path)
+                .ctx("remove stale base", &path)
+                .map_err(StorageError::from)?;
+        }
+        let file = self
+            .shared
+            .io
+            .open(&path, OpenMode::CreateNew)
+            .ctx("create base", &path)
+            .map_err(StorageError::from)?;
+        self.base = Some(Base {
+            file: IndexFile {
+                number,
+                file,
+                path,
+                len: 0,
+            },
+            records: Index::default(),
+        });
+        Ok(())
+    }
+
+    fn base_chunk(&mut self, records: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        Self::check_records(records, "base_chunk")?;
+        let Some(base) = self.base.as_mut() else {
+            return Err(StorageError::Misuse {
+                call: "base_chunk",
+                why: "no base was begun",
+            });
+        };
+        let mut out = Vec::with_capacity(records.len() + chunks::CHUNK_HEADER);
+        chunks::encode(records, INDEX_RECORD, &mut out);
+        let f = &mut base.file;
+        f.file
+            .write_at(f.len, &out)
+            .ctx("write base", &f.path)
+            .map_err(StorageError::from)?;
+        f.len += out.len() as u64;
+        apply_records(&mut base.records, records);
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        runs: &mut FileRuns<I>,
+        change: IndexChange<'_>,
+        checkpoint: &[u8],
+    ) -> Result<Committed> {
+        self.check_writable()?;
+        runs.check_commit()?;
+        match change {
+            IndexChange::Delta(records) => Self::check_records(records, "commit")?,
+            IndexChange::Base if self.base.is_none() => {
+                return Err(StorageError::Misuse {
+                    call: "commit",
+                    why: "a base commit needs begin_base first",
+                });
+            }
+            IndexChange::Base => {}
+        }
+        let (new_file, records, position) = match self.write_commit(runs, change, checkpoint) {
+            Ok(done) => done,
+            Err(e) => {
+                // What the failed sync covered is in an unknown state.
+                self.latched = true;
+                runs.latched = true;
+                return Err(e.into());
+            }
+        };
+        // The commit is durable; what it no longer names can go. A failure
+        // here leaves garbage that the next open deletes.
+        if let Some(file) = new_file {
+            let old = std::mem::replace(&mut self.current, file);
+            drop(old.file);
+            self.shared
+                .io
+                .remove_file(&old.path)
+                .ctx("remove replaced index", &old.path)
+                .map_err(StorageError::from)?;
+        }
+        runs.committed().map_err(StorageError::from)?;
+        Ok(Committed {
+            index_records: records,
+            store_position: position,
+        })
+    }
+}

@@ -1,0 +1,618 @@
+//! A shard's log in segment files (`log/NNNNNNNNNNNNNNNNNNNN.seg`, the
+//! segment number in 20 digits), in the format of [`fusee_core::segment`].
+//!
+//! # Writing
+//!
+//! [`LogWriter`] lays appended records out as frames; a flush writes the
+//! batch's chunks with positioned writes and syncs every segment it touched,
+//! once. Segment files are zero-filled before they are used, and the next
+//! one is prepared after each roll, so a flush's `fdatasync` writes data
+//! only. Every open starts a fresh segment whose header is flushed on its
+//! own: a torn tail from before the open is never followed by new frames in
+//! its file, and the new header keeps the last LSN even when every record
+//! has been discarded.
+//!
+//! # Recovery
+//!
+//! Open scans every segment (through a memory map, reading the valid frames
+//! and the first zero block after them) and checks that they chain: each
+//! segment starts at the LSN after the previous one's last valid record. A
+//! torn tail (a bad frame in the last batch of a segment) is cut by starting
+//! the next segment at its LSN. Two cases after a torn tail are told apart by
+//! the next segment's base LSN:
+//! - equal to the torn LSN: an earlier open cut the tail there (fine);
+//! - above it: the segment was rolled into by the same never-acknowledged
+//!   batch (its frames' batch starts are at or before the torn LSN), so
+//!   its records lie after a hole and are dropped with the segment; any
+//!   frame of a later batch there means an acknowledged record was lost,
+//!   which is an error.
+//!
+//! Any other break of the chain, a segment of another shard, or a lost
+//! record inside a segment is reported as corruption naming the file and
+//! offset: acknowledged records are never silently dropped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use fusee_core::record::Lsn;
+use fusee_core::segment::{HEADER_BYTES, LogWriter, ScanError, SegmentHeader, Tail, scan_segment};
+use fusee_storage::{LogStore, MAX_RECORD, Result, StorageError};
+
+use crate::error::{FileError, IoContext};
+use crate::io::{Io, IoFile, OpenMode};
+use crate::shared::Shared;
+
+/// Zeros written per call when preparing a segment.
+const ZERO_CHUNK: usize = 1 << 20;
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn segment_name(n: u64) -> String {
+    format!("{n:020}.seg")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// A segment file that holds records, or the current one.
+struct Segment<F> {
+    file: F,
+    path: PathBuf,
+    /// Its first LSN.
+    base: Lsn,
+    /// Its last flushed record (`base - 1` if none).
+    last: Lsn,
+    /// Its allocated size.
+    size: u64,
+}
+
+/// A shard's log in segment files. See the [module docs](self).
+pub struct FileLog<I: Io> {
+    shared: Arc<Shared<I>>,
+    writer: LogWriter,
+    segments: BTreeMap<u64, Segment<I::File>>,
+    /// A zero-filled segment ready for the next roll.
+    prepared: Option<(u64, I::File, u64)>,
+    durable: Lsn,
+    first: Lsn,
+    latched: bool,
+    /// Copies of records appended and not flushed yet, for reads.
+    unflushed: Vec<u8>,
+    unflushed_at: Vec<(Lsn, usize)>,
+}
+
+/// What a scan of the existing segments found.
+struct Recovered<F> {
+    /// Segments whose records are part of the log, by number.
+    live: BTreeMap<u64, Segment<F>>,
+    /// The highest segment number present.
+    max_number: u64,
+    /// A trailing never-used segment, for reuse.
+    spare: Option<(u64, F, PathBuf, u64)>,
+    /// Segments to delete: record-less, or after a hole.
+    dead: Vec<PathBuf>,
+    last: Lsn,
+}
+
+impl<I: Io> FileLog<I> {
+    /// Opens the shard's log: recovers what its segments hold, then starts a
+    /// fresh segment after it. Returns the log; its last LSN is the end of
+    /// the recovered prefix.
+    pub(crate) fn open(shared: Arc<Shared<I>>) -> std::result::Result<Self, FileError> {
+        let dir = shared.log_dir();
+        shared
+            .io
+            .create_dir_all(&dir)
+            .ctx("create directory", &dir)?;
+        let rec = Self::recover(&shared, &dir)?;
+        // A never-used trailing segment is reused; else a new number.
+        let want = shared.options.segment_bytes.max(2 * HEADER_BYTES as u64);
+        let (number, file, path, size) = match rec.spare {
+            Some((n, file, path, size)) => {
+                // Its header is zero, but a torn batch may have left frames
+                // after it, which must never read as records again.
+                let size = size.max(want);
+                Self::zero_fill(&shared, &file, &path, size)?;
+                (n, file, path, size)
+            }
+            None => {
+                let n = rec.max_number + 1;
+                let path = dir.join(segment_name(n));
+                let file = Self::create_zeroed(&shared, &path, want)?;
+                (n, file, path, want)
+            }
+        };
+        let mut writer = LogWriter::new(
+            shared.shard,
+            number,
+            rec.last + 1,
+            shared.options.segment_bytes,
+            now_ms(),
+        );
+        // The new segment's header goes out on its own and is durable before
+        // anything else changes.
+        if let Some(batch) = writer.take() {
+            for chunk in &batch.chunks {
+                debug_assert_eq!(chunk.segment, number);
+                file.write_at(chunk.offset, &chunk.bytes)
+                    .ctx("write segment header", &path)?;
+            }
+            shared.sync(&file, &path)?;
+        }
+        shared.sync_dir(&dir)?;
+        // Segments without records (older opens' headers, a batch after a
+        // hole) are no longer needed: the new header carries the last LSN.
+        for dead in &rec.dead {
+            shared.io.remove_file(dead).ctx("remove segment", dead)?;
+        }
+        if !rec.dead.is_empty() {
+            shared.sync_dir(&dir)?;
+        }
+        let mut segments = rec.live;
+        segments.insert(
+            number,
+            Segment {
+                file,
+                path,
+                base: rec.last + 1,
+                last: rec.last,
+                size,
+            },
+        );
+        let first = segments
+            .values()
+            .find(|s| s.last >= s.base)
+            .map_or(rec.last + 1, |s| s.base);
+        let mut log = Self {
+            shared,
+            writer,
+            segments,
+            prepared: None,
+            durable: rec.last,
+            first,
+            latched: false,
+            unflushed: Vec::new(),
+            unflushed_at: Vec::new(),
+        };
+        log.prepare_next()?;
+        Ok(log)
+    }
+
+    fn corrupt(path: &Path, what: &'static str, at: u64) -> FileError {
+        FileError::Corrupt {
+            file: path.display().to_string(),
+            what,
+            at,
+        }
+    }
+
+    /// Scans the segments in `dir` and checks that they chain.
+    fn recover(
+        shared: &Shared<I>,
+        dir: &Path,
+    ) -> std::result::Result<Recovered<I::File>, FileError> {
+        let mut numbers: Vec<u64> = shared
+            .io
+            .list_dir(dir)
+            .ctx("list directory", dir)?
+            .iter()
+            .filter_map(|n| parse_segment_name(n))
+            .collect();
+        numbers.sort_unstable();
+        let mut rec = Recovered {
+            live: BTreeMap::new(),
+            max_number: numbers.last().copied().unwrap_or(0),
+            spare: None,
+            dead: Vec::new(),
+            last: 0,
+        };
+        // The LSN the next segment must start at, once one was seen.
+        let mut expected: Option<Lsn> = None;
+        // The LSN of a torn frame, while the segments after it may hold only
+        // the rest of its batch.
+        let mut torn: Option<Lsn> = None;
+        let count = numbers.len();
+        for (i, &n) in numbers.iter().enumerate() {
+            let path = dir.join(segment_name(n));
+            let file = shared
+                .io
+                .open(&path, OpenMode::Existing)
+                .ctx("open segment", &path)?;
+            let size = file.size().ctx("stat segment", &path)?;
+            let map = file.map().ctx("map segment", &path)?;
+            let scanned = match scan_segment(&map, |_, _| {}) {
+                Ok(s) => s,
+                Err(ScanError::LostRecord { offset, .. }) => {
+                    return Err(Self::corrupt(&path, "acknowledged record damaged", offset));
+                }
+                Err(ScanError::UnsupportedFormat { found }) => {
+                    return Err(FileError::Format {
+                        file: path.display().to_string(),
+                        found,
+                        supported: fusee_core::segment::SEGMENT_FORMAT,
+                    });
+                }
+                Err(_) => return Err(Self::corrupt(&path, "bad segment header", 0)),
+            };
+            drop(map);
+            let Some(s) = scanned else {
+                // Never used: only the newest segment may be (prepared ahead).
+                if i + 1 != count {
+                    return Err(Self::corrupt(
+                        &path,
+                        "zeroed header before newer segments",
+                        0,
+                    ));
+                }
+                rec.spare = Some((n, file, path, size));
+                continue;
+            };
+            if s.header.shard != shared.shard || s.header.segment != n {
+                return Err(Self::corrupt(
+                    &path,
+                    "segment of another shard or number",
+                    0,
+                ));
+            }
+            let base = s.header.base_lsn;
+            match expected {
+                Some(e) if base == e => {}
+                Some(e) if base > e && torn == Some(e) && s.max_batch_start <= e => {
+                    // Rolled into by the torn, never-acknowledged batch.
+                    rec.dead.push(path);
+                    continue;
+                }
+                Some(e) if base > e => {
+                    return Err(Self::corrupt(
+                        &path,
+                        "LSN gap before segment (lost records)",
+                        0,
+                    ));
+                }
+                Some(_) => return Err(Self::corrupt(&path, "segment overlaps the one before", 0)),
+                None => {}
+            }
+            torn = match s.tail {
+                Tail::Torn { .. } => Some(s.last_lsn + 1),
+                Tail::Clean => None,
+            };
+            expected = Some(s.last_lsn + 1);
+            if s.records == 0 {
+                // An older open's header: the new segment will carry the LSN.
+                rec.dead.push(path);
+                continue;
+            }
+            rec.live.insert(
+                n,
+                Segment {
+                    file,
+                    path,
+                    base,
+                    last: s.last_lsn,
+                    size,
+                },
+            );
+        }
+        rec.last = expected.map_or(0, |e| e - 1);
+        Ok(rec)
+    }
+
+    /// Creates a segment file of `size` zero bytes, durable with its
+    /// directory entry.
+    fn create_zeroed(
+        shared: &Shared<I>,
+        path: &Path,
+        size: u64,
+    ) -> std::result::Result<I::File, FileError> {
+        let file = shared
+            .io
+            .open(path, OpenMode::CreateNew)
+            .ctx("create segment", path)?;
+        Self::zero_fill(shared, &file, path, size)?;
+        if let Some(dir) = path.parent() {
+            shared.sync_dir(dir)?;
+        }
+        Ok(file)
+    }
+
+    /// Writes zeros over the first `size` bytes of `file` and syncs it, so
+    /// later writes there change data only.
+    fn zero_fill(
+        shared: &Shared<I>,
+        file: &I::File,
+        path: &Path,
+        size: u64,
+    ) -> std::result::Result<(), FileError> {
+        let zeros = vec![0u8; ZERO_CHUNK.min(size as usize)];
+        let mut at = 0u64;
+        while at < size {
+            let n = (size - at).min(zeros.len() as u64) as usize;
+            file.write_at(at, &zeros[..n])
+                .ctx("zero-fill segment", path)?;
+            at += n as u64;
+        }
+        shared.sync(file, path)
+    }
+
+    /// Zero-fills the segment after the current one, so the next roll's
+    /// flush writes data only.
+    fn prepare_next(&mut self) -> std::result::Result<(), FileError> {
+        let next = self.writer.segment() + 1;
+        if self.prepared.as_ref().is_some_and(|p| p.0 == next) {
+            return Ok(());
+        }
+        let path = self.shared.log_dir().join(segment_name(next));
+        let size = self
+            .shared
+            .options
+            .segment_bytes
+            .max(2 * HEADER_BYTES as u64);
+        let file = Self::create_zeroed(&self.shared, &path, size)?;
+        self.prepared = Some((next, file, size));
+        Ok(())
+    }
+
+    /// The open file of segment `n`, created (or taken from the prepared
+    /// one) for a roll, at least `end` bytes large.
+    fn segment_for(
+        &mut self,
+        n: u64,
+        base: Lsn,
+        end: u64,
+    ) -> std::result::Result<&mut Segment<I::File>, FileError> {
+        if !self.segments.contains_key(&n) {
+            let path = self.shared.log_dir().join(segment_name(n));
+            let (file, size) = match self.prepared.take() {
+                Some((p, file, size)) if p == n => (file, size),
+                other => {
+                    self.prepared = other;
+                    let size = self.shared.options.segment_bytes.max(end);
+                    (Self::create_zeroed(&self.shared, &path, size)?, size)
+                }
+            };
+            self.segments.insert(
+                n,
+                Segment {
+                    file,
+                    path,
+                    base,
+                    last: base - 1,
+                    size,
+                },
+            );
+        }
+        let seg = self
+            .segments
+            .get_mut(&n)
+            .ok_or_else(|| Self::corrupt(Path::new("log"), "segment vanished", n))?;
+        if end > seg.size {
+            // A record larger than the prepared size: grow the file (this
+            // flush then also writes metadata).
+            seg.file.set_len(end).ctx("grow segment", &seg.path)?;
+            seg.size = end;
+        }
+        Ok(seg)
+    }
+
+    /// Writes and syncs the pending batch. Any error latches the log.
+    fn write_batch(&mut self) -> std::result::Result<(), FileError> {
+        let Some(batch) = self.writer.take() else {
+            return Ok(());
+        };
+        let mut touched: Vec<u64> = Vec::new();
+        for chunk in &batch.chunks {
+            let end = chunk.offset + chunk.bytes.len() as u64;
+            let base = if chunk.offset == 0 {
+                // A rolled segment starts with its header, which names it.
+                SegmentHeader::decode(&chunk.bytes)
+                    .ok()
+                    .flatten()
+                    .map_or(batch.first_lsn, |h| h.base_lsn)
+            } else {
+                self.segments
+                    .get(&chunk.segment)
+                    .map_or(batch.first_lsn, |s| s.base)
+            };
+            let seg = self.segment_for(chunk.segment, base, end)?;
+            seg.file
+                .write_at(chunk.offset, &chunk.bytes)
+                .ctx("write segment", &seg.path)?;
+            if touched.last() != Some(&chunk.segment) {
+                touched.push(chunk.segment);
+            }
+        }
+        for n in &touched {
+            if let Some(seg) = self.segments.get(n) {
+                self.shared.sync(&seg.file, &seg.path)?;
+            }
+        }
+        // Assign each segment its last record: the batch's records fill the
+        // touched segments in order.
+        let last_segment = *touched.last().unwrap_or(&self.writer.segment());
+        for n in &touched {
+            let last = if *n == last_segment {
+                Some(batch.last_lsn)
+            } else {
+                self.next_base(*n).map(|b| b - 1)
+            };
+            if let (Some(seg), Some(last)) = (self.segments.get_mut(n), last) {
+                seg.last = last;
+            }
+        }
+        // After a roll, the next segment is prepared now rather than in a
+        // later flush's path.
+        self.prepare_next()
+    }
+
+    /// The base LSN of the segment after `n`, if one is open.
+    fn next_base(&self, n: u64) -> Option<Lsn> {
+        self.segments.range(n + 1..).next().map(|(_, s)| s.base)
+    }
+}
+
+impl<I: Io> LogStore for FileLog<I> {
+    fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
+        self.shared.check_open("log")?;
+        if self.latched {
+            return Err(StorageError::Latched { what: "log" });
+        }
+        let expected = self.writer.next_lsn();
+        if lsn != expected {
+            return Err(StorageError::LsnGap { expected, got: lsn });
+        }
+        if record.len() > MAX_RECORD {
+            return Err(StorageError::TooLarge {
+                what: "log record",
+                len: record.len() as u64,
+                max: MAX_RECORD as u64,
+            });
+        }
+        let got = self
+            .writer
+            .append(record, now_ms())
+            .map_err(|e| StorageError::TooLarge {
+                what: e.what,
+                len: e.len,
+                max: e.max,
+            })?;
+        debug_assert_eq!(got, lsn);
+        self.unflushed_at.push((lsn, self.unflushed.len()));
+        self.unflushed.extend_from_slice(record);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<Lsn> {
+        self.shared.check_open("log")?;
+        if self.latched {
+            return Err(StorageError::Latched { what: "log" });
+        }
+        if let Err(e) = self.write_batch() {
+            // What the failed write or sync covered is in an unknown state.
+            self.latched = true;
+            return Err(e.into());
+        }
+        self.durable = self.writer.last_lsn();
+        self.unflushed.clear();
+        self.unflushed_at.clear();
+        Ok(self.durable)
+    }
+
+    fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {
+        self.shared.check_open("log")?;
+        let last = self.writer.last_lsn();
+        if after > last {
+            return Err(StorageError::BeyondEnd { after, last });
+        }
+        if after.saturating_add(1) < self.first {
+            return Err(StorageError::Trimmed {
+                first_kept: self.first,
+            });
+        }
+        let mut failed: Option<StorageError> = None;
+        for seg in self
+            .segments
+            .values()
+            .filter(|s| s.last > after && s.last >= s.base)
+        {
+            let map = seg
+                .file
+                .map()
+                .map_err(|e| StorageError::io(format!("map {}", seg.path.display()), e))?;
+            let mut seen = seg.base;
+            let upto = seg.last;
+            let scanned = scan_segment(&map, |lsn, body| {
+                seen = lsn;
+                if failed.is_none() && lsn > after && lsn <= upto {
+                    if let Err(e) = visit(lsn, body) {
+                        failed = Some(e);
+                    }
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let reached = matches!(scanned, Ok(Some(_))) && seen >= upto;
+            if !reached {
+                return Err(StorageError::from(Self::corrupt(
+                    &seg.path,
+                    "flushed records no longer read back",
+                    seen,
+                )));
+            }
+        }
+        for (i, &(lsn, start)) in self.unflushed_at.iter().enumerate() {
+            if lsn <= after {
+                continue;
+            }
+            let end = self
+                .unflushed_at
+                .get(i + 1)
+                .map_or(self.unflushed.len(), |&(_, e)| e);
+            visit(lsn, &self.unflushed[start..end])?;
+        }
+        Ok(last)
+    }
+
+    fn discard_through(&mut self, lsn: Lsn) -> Result<()> {
+        self.shared.check_open("log")?;
+        if self.latched {
+            return Err(StorageError::Latched { what: "log" });
+        }
+        if lsn > self.durable {
+            return Err(StorageError::Misuse {
+                call: "discard_through",
+                why: "records after the durable LSN cannot be discarded",
+            });
+        }
+        let current = self.writer.segment();
+        let doomed: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(n, s)| **n != current && s.last <= lsn)
+            .map(|(n, _)| *n)
+            .collect();
+        let dir = self.shared.log_dir();
+        // Oldest first, each deletion durable before the next: a crash never
+        // leaves an older segment without the one after it (a hole).
+        for n in doomed {
+            if let Some(seg) = self.segments.remove(&n) {
+                drop(seg.file);
+                self.shared
+                    .io
+                    .remove_file(&seg.path)
+                    .ctx("remove segment", &seg.path)
+                    .map_err(StorageError::from)?;
+                self.shared.sync_dir(&dir)?;
+            }
+        }
+        self.first = self
+            .segments
+            .values()
+            .find(|s| s.last >= s.base)
+            .map_or(self.writer.next_lsn(), |s| s.base)
+            .max(self.first);
+        Ok(())
+    }
+
+    fn first_lsn(&self) -> Lsn {
+        self.first
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        self.writer.last_lsn()
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        self.durable
+    }
+}

@@ -1,0 +1,105 @@
+//! What a shard's three parts share: the file system, the shard's paths,
+//! the options, and the storage's closed flag.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use fusee_storage::StorageError;
+
+use crate::error::FileError;
+use crate::io::Io;
+
+/// How a flush makes data durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FlushMethod {
+    /// `fdatasync`: data and the metadata needed to read it (the default;
+    /// segments are preallocated, so it writes no metadata).
+    #[default]
+    DataSync,
+    /// `fsync`: data and all metadata.
+    FullSync,
+    /// No sync at all: nothing is durable before the OS writes it back.
+    /// Only for tests and benchmarks that measure everything but the disk.
+    None,
+}
+
+/// Options of the file backend.
+#[derive(Clone, Debug)]
+pub struct FileOptions {
+    /// Bytes of a log segment file (preallocated with zeros). A record too
+    /// large for one gets a segment of its own.
+    pub segment_bytes: u64,
+    /// How flushes and commits reach the disk.
+    pub flush: FlushMethod,
+}
+
+/// 64 MiB: a segment's zero-fill costs about as much as writing it, once.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            flush: FlushMethod::DataSync,
+        }
+    }
+}
+
+/// A shard's shared context.
+pub(crate) struct Shared<I: Io> {
+    pub(crate) io: Arc<I>,
+    pub(crate) shard: u32,
+    pub(crate) dir: PathBuf,
+    pub(crate) options: FileOptions,
+    pub(crate) closed: Arc<AtomicBool>,
+    /// Frees the shard for the next open once every part has dropped.
+    pub(crate) _guard: Arc<crate::storage::ShardGuard>,
+}
+
+impl<I: Io> Shared<I> {
+    /// The shard's log directory.
+    pub(crate) fn log_dir(&self) -> PathBuf {
+        self.dir.join("log")
+    }
+
+    /// `Closed` once the storage was closed.
+    pub(crate) fn check_open(&self, what: &'static str) -> Result<(), StorageError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StorageError::Closed { what });
+        }
+        Ok(())
+    }
+
+    /// Makes a file's writes durable as the options say.
+    pub(crate) fn sync(&self, file: &I::File, path: &Path) -> Result<(), FileError> {
+        use crate::error::IoContext;
+        use crate::io::IoFile;
+        match self.options.flush {
+            FlushMethod::DataSync => file.sync_data().ctx("fdatasync", path),
+            FlushMethod::FullSync => file.sync_all().ctx("fsync", path),
+            FlushMethod::None => Ok(()),
+        }
+    }
+
+    /// Makes a directory's entries durable (unless syncing is off).
+    pub(crate) fn sync_dir(&self, dir: &Path) -> Result<(), FileError> {
+        use crate::error::IoContext;
+        if self.options.flush == FlushMethod::None {
+            return Ok(());
+        }
+        self.io.sync_dir(dir).ctx("fsync directory", dir)
+    }
+}
+
+/// Maps the backend's errors onto the contract's.
+impl From<FileError> for StorageError {
+    fn from(e: FileError) -> Self {
+        match e {
+            FileError::Io { op, path, source } => {
+                StorageError::io(format!("{op} {}", path.display()), source)
+            }
+            other => StorageError::Backend(Box::new(other)),
+        }
+    }
+}

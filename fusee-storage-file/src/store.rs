@@ -1,0 +1,568 @@
+//! A shard's run store: append-only generation files of checksummed frames,
+//! a release log per generation, and compaction into a new generation.
+//!
+//! # Files
+//!
+//! `store-GGGGGGGGGGGGGGGGGGGG.dat` (generation `G` in 20 digits):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `FUSEESTO` |
+//! | 8 | 4 | format (1) |
+//! | 12 | 4 | shard |
+//! | 16 | 8 | generation |
+//! | 24 | .. | frames |
+//!
+//! Each frame: `len u32`, `crc32 u32` (of the `len` bytes and the payload),
+//! then `len` payload bytes. A frame's address ([`BlobRef::offset`]) is the
+//! generation's low 12 bits above a 36-bit file offset of its header (64 GiB
+//! per generation); `BlobRef::len` is the payload length.
+//!
+//! `store-GGGGGGGGGGGGGGGGGGGG.rel`: a chunk file ([`crate::chunks`]) of
+//! 12-byte entries (`offset u64`, `len u32`, little-endian): the frames of
+//! that generation released by committed checkpoints.
+//!
+//! # Durability
+//!
+//! Frames are written when appended and synced by the next commit, which
+//! records the generation, its length and its release log's length in the
+//! checkpoint slot. Open cuts the generation file back to that length and
+//! deletes every other generation: frames appended after the last commit
+//! (and a compaction's output not yet committed) are gone, as the contract
+//! says. Compaction copies live frames into the next generation and keeps
+//! the old one readable until the commit that names the new one is durable;
+//! a crash before it reopens the old generation, whose frames the committed
+//! index still names, so nothing is lost.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fusee_core::shard::BlobRef;
+use fusee_storage::{MAX_FRAME, Result, RunStore, StorageError};
+use rustc_hash::FxHashMap;
+
+use crate::chunks;
+use crate::error::{FileError, IoContext};
+use crate::io::{Io, IoFile, OpenMode};
+use crate::shared::Shared;
+
+const MAGIC: [u8; 8] = *b"FUSEESTO";
+const FORMAT: u32 = 1;
+/// Bytes of a generation file's header.
+pub const GEN_HEADER: u64 = 24;
+/// Bytes before each frame's payload.
+pub const FRAME_HEADER: u64 = 8;
+/// Bits of a frame address that hold its file offset.
+const OFFSET_BITS: u32 = 36;
+const GEN_BITS: u32 = 12;
+/// Bytes of a release-log entry.
+const RELEASE_ENTRY: usize = 12;
+
+pub(crate) fn gen_name(generation: u64) -> String {
+    format!("store-{generation:020}.dat")
+}
+
+pub(crate) fn rel_name(generation: u64) -> String {
+    format!("store-{generation:020}.rel")
+}
+
+/// A frame address: the generation's low bits over the file offset.
+fn address(generation: u64, offset: u64) -> u64 {
+    ((generation & ((1 << GEN_BITS) - 1)) << OFFSET_BITS) | offset
+}
+
+/// The store position a commit at (generation, length) records.
+pub(crate) fn position_of(generation: u64, len: u64) -> u64 {
+    address(generation, len)
+}
+
+fn split(address: u64) -> (u64, u64) {
+    (address >> OFFSET_BITS, address & ((1 << OFFSET_BITS) - 1))
+}
+
+fn frame_crc(len: u32, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// One generation file.
+struct Generation<F> {
+    number: u64,
+    file: F,
+    path: PathBuf,
+    /// Bytes used.
+    len: u64,
+}
+
+/// Where a commit found the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StoreMark {
+    pub(crate) generation: u64,
+    pub(crate) len: u64,
+    pub(crate) releases_len: u64,
+}
+
+/// A shard's run store in generation files. See the [module docs](self).
+pub struct FileRuns<I: Io> {
+    shared: Arc<Shared<I>>,
+    current: Generation<I::File>,
+    /// The generation compacted away, readable until the next commit.
+    retiring: Option<Generation<I::File>>,
+    /// The current generation's release log and its committed length.
+    releases: I::File,
+    releases_path: PathBuf,
+    releases_len: u64,
+    /// Released frames of the current generation (committed or not) and
+    /// their payload lengths.
+    released: FxHashMap<u64, u32>,
+    /// Releases not yet in the release log.
+    unlogged: Vec<(u64, u32)>,
+    obsolete_bytes: u64,
+    pub(crate) latched: bool,
+}
+
+impl<I: Io> FileRuns<I> {
+    /// Opens the generation a commit named (`mark`; `None`: the shard never
+    /// committed), cut back to its committed length, and deletes every
+    /// other generation.
+    pub(crate) fn open(
+        shared: Arc<Shared<I>>,
+        mark: Option<StoreMark>,
+    ) -> std::result::Result<Self, FileError> {
+        let dir = shared.dir.clone();
+        let mark = match mark {
+            Some(m) => m,
+            None => {
+                // A fresh store (or one whose first commit never finished):
+                // start generation 1 from nothing.
+                for name in [gen_name(1), rel_name(1)] {
+                    let path = dir.join(name);
+                    if shared.io.exists(&path) {
+                        shared.io.remove_file(&path).ctx("remove", &path)?;
+                    }
+                }
+                Self::create_generation(&shared, 1)?;
+                StoreMark {
+                    generation: 1,
+                    len: GEN_HEADER,
+                    releases_len: 0,
+                }
+            }
+        };
+        let path = dir.join(gen_name(mark.generation));
+        let file = shared
+            .io
+            .open(&path, OpenMode::Existing)
+            .ctx("open run store", &path)?;
+        let size = file.size().ctx("stat run store", &path)?;
+        if size < mark.len || mark.len < GEN_HEADER {
+            return Err(FileError::Corrupt {
+                file: path.display().to_string(),
+                what: "run store shorter than its committed length",
+                at: size,
+            });
+        }
+        let mut header = [0u8; GEN_HEADER as usize];
+        file.read_exact_at(0, &mut header)
+            .ctx("read run store", &path)?;
+        Self::check_header(&header, &path, shared.shard, mark.generation)?;
+        if size > mark.len {
+            // Frames appended after the last commit: unreferenced.
+            file.set_len(mark.len).ctx("truncate run store", &path)?;
+            file.sync_all().ctx("fsync", &path)?;
+        }
+        let releases_path = dir.join(rel_name(mark.generation));
+        let releases = match shared.io.open(&releases_path, OpenMode::Existing) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && mark.releases_len == 0 => {
+                let f = shared
+                    .io
+                    .open(&releases_path, OpenMode::CreateNew)
+                    .ctx("create release log", &releases_path)?;
+                shared.sync_dir(&dir)?;
+                f
+            }
+            Err(e) => return Err(e).ctx("open release log", &releases_path),
+        };
+        let mut released = FxHashMap::default();
+        let mut obsolete_bytes = 0u64;
+        {
+            let map = releases.map().ctx("map release log", &releases_path)?;
+            let name = releases_path.display().to_string();
+            chunks::read(&map, mark.releases_len, RELEASE_ENTRY, &name, |payload| {
+                for e in payload.chunks_exact(RELEASE_ENTRY) {
+                    let mut o = [0u8; 8];
+                    o.copy_from_slice(&e[..8]);
+                    let mut l = [0u8; 4];
+                    l.copy_from_slice(&e[8..]);
+                    let len = u32::from_le_bytes(l);
+                    if released.insert(u64::from_le_bytes(o), len).is_none() {
+                        obsolete_bytes += FRAME_HEADER + u64::from(len);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        if releases.size().ctx("stat release log", &releases_path)? > mark.releases_len {
+            releases
+                .set_len(mark.releases_len)
+                .ctx("truncate release log", &releases_path)?;
+            releases.sync_all().ctx("fsync", &releases_path)?;
+        }
+        // Every other generation is unreferenced.
+        for name in shared.io.list_dir(&dir).ctx("list directory", &dir)? {
+            let other = name.starts_with("store-")
+                && name != gen_name(mark.generation)
+                && name != rel_name(mark.generation);
+            if other {
+                let p = dir.join(&name);
+                shared.io.remove_file(&p).ctx("remove", &p)?;
+            }
+        }
+        Ok(Self {
+            shared,
+            current: Generation {
+                number: mark.generation,
+                file,
+                path,
+                len: mark.len,
+            },
+            retiring: None,
+            releases,
+            releases_path,
+            releases_len: mark.releases_len,
+            released,
+            unlogged: Vec::new(),
+            obsolete_bytes,
+            latched: false,
+        })
+    }
+
+    fn check_header(
+        header: &[u8],
+        path: &Path,
+        shard: u32,
+        generation: u64,
+    ) -> std::result::Result<(), FileError> {
+        let corrupt = |what| FileError::Corrupt {
+            file: path.display().to_string(),
+            what,
+            at: 0,
+        };
+        if header[..8] != MAGIC {
+            return Err(corrupt("not a run-store file (bad magic)"));
+        }
+        let format = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        if format != FORMAT {
+            return Err(FileError::Format {
+                file: path.display().to_string(),
+                found: format,
+                supported: FORMAT,
+            });
+        }
+        let mut s = [0u8; 4];
+        s.copy_from_slice(&header[12..16]);
+        let mut g = [0u8; 8];
+        g.copy_from_slice(&header[16..24]);
+        if u32::from_le_bytes(s) != shard || u64::from_le_bytes(g) != generation {
+            return Err(corrupt("run store of another shard or generation"));
+        }
+        Ok(())
+    }
+
+    /// Creates generation `number` holding only its header, durable.
+    fn create_generation(
+        shared: &Shared<I>,
+        number: u64,
+    ) -> std::result::Result<Generation<I::File>, FileError> {
+        let path = shared.dir.join(gen_name(number));
+        let file = shared
+            .io
+            .open(&path, OpenMode::CreateNew)
+            .ctx("create run store", &path)?;
+        let mut header = Vec::with_capacity(GEN_HEADER as usize);
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&FORMAT.to_le_bytes());
+        header.extend_from_slice(&shared.shard.to_le_bytes());
+        header.extend_from_slice(&number.to_le_bytes());
+        file.write_at(0, &header)
+            .ctx("write run store header", &path)?;
+        shared.sync(&file, &path)?;
+        shared.sync_dir(&shared.dir)?;
+        Ok(Generation {
+            number,
+            file,
+            path,
+            len: GEN_HEADER,
+        })
+    }
+
+    /// Appends one frame to `generation` (not synced) and returns its file
+    /// offset.
+    fn write_frame(generation: &mut Generation<I::File>, frame: &[u8]) -> Result<u64> {
+        if frame.len() > MAX_FRAME {
+            return Err(StorageError::TooLarge {
+                what: "run-store frame",
+                len: frame.len() as u64,
+                max: MAX_FRAME as u64,
+            });
+        }
+        let offset = generation.len;
+        let end = offset + FRAME_HEADER + frame.len() as u64;
+        if end >= 1 << OFFSET_BITS {
+            return Err(StorageError::TooLarge {
+                what: "run-store generation (compact it)",
+                len: end,
+                max: 1 << OFFSET_BITS,
+            });
+        }
+        let len = frame.len() as u32;
+        let mut bytes = Vec::with_capacity(frame.len() + FRAME_HEADER as usize);
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&frame_crc(len, frame).to_le_bytes());
+        bytes.extend_from_slice(frame);
+        generation
+            .file
+            .write_at(offset, &bytes)
+            .map_err(|e| StorageError::io(format!("write {}", generation.path.display()), e))?;
+        generation.len = end;
+        Ok(offset)
+    }
+
+    /// Copies the live frames of the current generation into a new one.
+    fn compact_into_next(&mut self) -> Result<(Generation<I::File>, Vec<(BlobRef, BlobRef)>)> {
+        let mut next = Self::create_generation(&self.shared, self.current.number + 1)
+            .map_err(StorageError::from)?;
+        let old = &self.current;
+        let mut moves = Vec::new();
+        let mut at = GEN_HEADER;
+        let mut buf = Vec::new();
+        while at < old.len {
+            let mut header = [0u8; FRAME_HEADER as usize];
+            old.file
+                .read_exact_at(at, &mut header)
+                .map_err(|e| StorageError::io(format!("read {}", old.path.display()), e))?;
+            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+            let blob = BlobRef {
+                offset: address(old.number, at),
+                len,
+            };
+            if !self.released.contains_key(&at) {
+                Self::read_from(old, at, blob, &mut buf)?;
+                let offset = Self::write_frame(&mut next, &buf)?;
+                let new = BlobRef {
+                    offset: address(next.number, offset),
+                    len,
+                };
+                moves.push((blob, new));
+            }
+            at += FRAME_HEADER + u64::from(len);
+        }
+        self.shared
+            .sync(&next.file, &next.path)
+            .map_err(StorageError::from)?;
+        Ok((next, moves))
+    }
+
+    /// Bytes of released frames in the current generation.
+    pub fn obsolete_bytes(&self) -> u64 {
+        self.obsolete_bytes
+    }
+
+    /// Makes the store durable for a commit: syncs the generation, appends
+    /// the releases since the last commit to the release log and syncs it.
+    /// Returns what the commit records.
+    pub(crate) fn prepare_commit(&mut self) -> std::result::Result<StoreMark, FileError> {
+        self.shared.sync(&self.current.file, &self.current.path)?;
+        if !self.unlogged.is_empty() {
+            let mut payload = Vec::with_capacity(self.unlogged.len() * RELEASE_ENTRY);
+            for (offset, len) in &self.unlogged {
+                payload.extend_from_slice(&offset.to_le_bytes());
+                payload.extend_from_slice(&len.to_le_bytes());
+            }
+            let mut out = Vec::new();
+            chunks::encode(&payload, RELEASE_ENTRY, &mut out);
+            self.releases
+                .write_at(self.releases_len, &out)
+                .ctx("append release log", &self.releases_path)?;
+            self.shared.sync(&self.releases, &self.releases_path)?;
+            self.releases_len += out.len() as u64;
+            self.unlogged.clear();
+        }
+        Ok(StoreMark {
+            generation: self.current.number,
+            len: self.current.len,
+            releases_len: self.releases_len,
+        })
+    }
+
+    /// After a commit is durable: a generation compacted away is deleted.
+    pub(crate) fn committed(&mut self) -> std::result::Result<(), FileError> {
+        if let Some(old) = self.retiring.take() {
+            drop(old.file);
+            self.shared
+                .io
+                .remove_file(&old.path)
+                .ctx("remove", &old.path)?;
+            let rel = self.shared.dir.join(rel_name(old.number));
+            if self.shared.io.exists(&rel) {
+                self.shared.io.remove_file(&rel).ctx("remove", &rel)?;
+            }
+            self.shared.sync_dir(&self.shared.dir)?;
+        }
+        Ok(())
+    }
+
+    /// `Closed` or `Latched` if a commit may not use this store.
+    pub(crate) fn check_commit(&self) -> Result<()> {
+        self.check_writable()
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.shared.check_open("run store")?;
+        if self.latched {
+            return Err(StorageError::Latched { what: "run store" });
+        }
+        Ok(())
+    }
+
+    /// Reads the frame at `blob` from generation `generation`, checking its
+    /// header and crc.
+    fn read_from(
+        generation: &Generation<I::File>,
+        offset: u64,
+        blob: BlobRef,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let unknown = StorageError::UnknownBlob { blob };
+        let end = offset
+            .checked_add(FRAME_HEADER + u64::from(blob.len))
+            .ok_or(StorageError::UnknownBlob { blob })?;
+        if offset < GEN_HEADER || end > generation.len {
+            return Err(unknown);
+        }
+        let mut header = [0u8; FRAME_HEADER as usize];
+        generation
+            .file
+            .read_exact_at(offset, &mut header)
+            .map_err(|e| StorageError::io(format!("read {}", generation.path.display()), e))?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        if len != blob.len {
+            return Err(unknown);
+        }
+        out.clear();
+        out.resize(blob.len as usize, 0);
+        generation
+            .file
+            .read_exact_at(offset + FRAME_HEADER, out)
+            .map_err(|e| StorageError::io(format!("read {}", generation.path.display()), e))?;
+        if frame_crc(len, out) != crc {
+            out.clear();
+            return Err(StorageError::Corrupt {
+                what: "run-store frame (crc; offset is the frame address)",
+                at: blob.offset,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<I: Io> RunStore for FileRuns<I> {
+    fn append(&mut self, frame: &[u8]) -> Result<BlobRef> {
+        self.check_writable()?;
+        let offset = match Self::write_frame(&mut self.current, frame) {
+            Ok(offset) => offset,
+            Err(e @ StorageError::Io { .. }) => {
+                // The file's tail is in an unknown state.
+                self.latched = true;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(BlobRef {
+            offset: address(self.current.number, offset),
+            len: frame.len() as u32,
+        })
+    }
+
+    fn read(&mut self, blob: BlobRef, out: &mut Vec<u8>) -> Result<()> {
+        self.shared.check_open("run store")?;
+        let (generation, offset) = split(blob.offset);
+        let low = |n: u64| n & ((1 << GEN_BITS) - 1);
+        if generation == low(self.current.number) {
+            return Self::read_from(&self.current, offset, blob, out);
+        }
+        match &self.retiring {
+            Some(old) if generation == low(old.number) => Self::read_from(old, offset, blob, out),
+            _ => Err(StorageError::UnknownBlob { blob }),
+        }
+    }
+
+    fn release(&mut self, blob: BlobRef) -> Result<()> {
+        self.check_writable()?;
+        let (generation, offset) = split(blob.offset);
+        if generation != self.current.number & ((1 << GEN_BITS) - 1) {
+            // A frame of the generation being retired: it goes with it.
+            return Ok(());
+        }
+        if offset < GEN_HEADER || offset >= self.current.len {
+            return Err(StorageError::UnknownBlob { blob });
+        }
+        if self.released.insert(offset, blob.len).is_none() {
+            self.unlogged.push((offset, blob.len));
+            self.obsolete_bytes += FRAME_HEADER + u64::from(blob.len);
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self, moved: &mut dyn FnMut(BlobRef, BlobRef)) -> Result<u64> {
+        self.check_writable()?;
+        if self.obsolete_bytes == 0 || self.retiring.is_some() {
+            // Nothing to reclaim, or the last compaction is not committed.
+            return Ok(0);
+        }
+        let (next, moves) = match self.compact_into_next() {
+            Ok(done) => done,
+            Err(e) => {
+                // The old generation is untouched; the new one is deleted
+                // at the next open.
+                self.latched = true;
+                return Err(e);
+            }
+        };
+        let rel_path = self.shared.dir.join(rel_name(next.number));
+        let rel = match self.shared.io.open(&rel_path, OpenMode::CreateNew) {
+            Ok(f) => f,
+            Err(e) => {
+                self.latched = true;
+                return Err(StorageError::io(
+                    format!("create {}", rel_path.display()),
+                    e,
+                ));
+            }
+        };
+        if let Err(e) = self.shared.sync_dir(&self.shared.dir) {
+            self.latched = true;
+            return Err(e.into());
+        }
+        let old = std::mem::replace(&mut self.current, next);
+        self.retiring = Some(old);
+        self.releases = rel;
+        self.releases_path = rel_path;
+        self.releases_len = 0;
+        self.released = FxHashMap::default();
+        self.unlogged.clear();
+        self.obsolete_bytes = 0;
+        for &(old, new) in &moves {
+            moved(old, new);
+        }
+        Ok(moves.len() as u64)
+    }
+
+    fn position(&self) -> u64 {
+        address(self.current.number, self.current.len)
+    }
+}

@@ -1,0 +1,140 @@
+//! The whole conformance suite, twice: on real files in a temporary
+//! directory (a crash is the process dropping everything without closing),
+//! and on the simulated disk (a crash is a power cut that drops, keeps or
+//! tears every unsynced write), which also injects sync failures and
+//! crashes inside commits.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fusee_storage::Storage;
+use fusee_storage::conformance::{Capabilities, Harness};
+use fusee_storage_file::sim::{CrashMode, SimIo};
+use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
+
+/// Small segments, so the suite's logs roll through many of them.
+fn options() -> FileOptions {
+    FileOptions {
+        segment_bytes: 256 << 10,
+        flush: FlushMethod::DataSync,
+    }
+}
+
+/// Real files in a fresh temporary directory, removed on drop.
+pub struct RealHarness {
+    dir: PathBuf,
+}
+
+impl RealHarness {
+    /// A harness on a fresh storage.
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fusee-file-conformance-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        Self { dir }
+    }
+
+    fn open_storage(&self) -> FileStorage {
+        FileStorage::open(&self.dir, options()).expect("open the file storage")
+    }
+}
+
+impl Drop for RealHarness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Harness for RealHarness {
+    type S = FileStorage;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    fn open(&mut self) -> FileStorage {
+        self.open_storage()
+    }
+
+    fn reopen(&mut self, s: FileStorage) -> FileStorage {
+        s.close().expect("close");
+        drop(s);
+        self.open_storage()
+    }
+
+    fn crash(&mut self, s: FileStorage) -> FileStorage {
+        drop(s);
+        self.open_storage()
+    }
+}
+
+/// The simulated disk: power loss, sync failures, crashes inside commits.
+pub struct SimHarness {
+    io: SimIo,
+    crashes: u64,
+}
+
+impl SimHarness {
+    /// A harness on a fresh storage.
+    pub fn new() -> Self {
+        Self {
+            io: SimIo::new(),
+            crashes: 0,
+        }
+    }
+
+    fn open_storage(&self) -> FileStorage<SimIo> {
+        FileStorage::open_with(self.io.clone(), "/fusee", options()).expect("open on the sim")
+    }
+}
+
+/// Syncs a commit without releases and without a base makes: the run store,
+/// the index delta, the slot.
+const COMMIT_SYNCS: u32 = 3;
+
+impl Harness for SimHarness {
+    type S = FileStorage<SimIo>;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fault_injection: true,
+            commit_crash_points: COMMIT_SYNCS,
+        }
+    }
+
+    fn open(&mut self) -> FileStorage<SimIo> {
+        self.open_storage()
+    }
+
+    fn reopen(&mut self, s: FileStorage<SimIo>) -> FileStorage<SimIo> {
+        s.close().expect("close");
+        drop(s);
+        self.open_storage()
+    }
+
+    fn crash(&mut self, s: FileStorage<SimIo>) -> FileStorage<SimIo> {
+        drop(s);
+        self.crashes += 1;
+        self.io.crash(CrashMode::Random(self.crashes));
+        self.open_storage()
+    }
+
+    fn fail_next_flush(&mut self, _s: &FileStorage<SimIo>, _shard: u32) {
+        self.io.fail_next_syncs(1);
+    }
+
+    fn fail_next_commit(&mut self, _s: &FileStorage<SimIo>, _shard: u32) {
+        self.io.fail_next_syncs(1);
+    }
+
+    fn crash_in_commit(&mut self, _s: &FileStorage<SimIo>, _shard: u32, step: u32) {
+        self.io.fail_syncs_after(step, u32::MAX);
+    }
+}
+
+fusee_storage::conformance_suite!(real_files, RealHarness::new);
+fusee_storage::conformance_suite!(simulated_disk, SimHarness::new);

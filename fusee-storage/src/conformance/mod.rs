@@ -12,6 +12,10 @@
 //! # fn main() {}
 //! ```
 //!
+//! The backend crate enables the feature for its tests only:
+//! `[dev-dependencies] fusee-storage = { workspace = true, features =
+//! ["conformance"] }`.
+//!
 //! Each clause is also a public function generic over the harness, for
 //! backends that want to call them some other way.
 //!
@@ -49,8 +53,8 @@
 //!
 //! Clauses that need a capability the harness does not declare
 //! ([`Capabilities`]) print `SKIPPED <clause>: <reason>` on stderr (bypassing
-//! the test harness's output capture) and return: they are never silently
-//! counted as checked.
+//! the test harness's output capture) and return, so a skip is always
+//! visible in the test output rather than passing silently.
 //!
 //! # Environment
 //!

@@ -194,14 +194,14 @@ impl MemoryStorage {
         self.crash()
     }
 
-    /// The next [`LogStore::flush`] of `shard` fails with an I/O error:
+    /// The next [`crate::LogStore::flush`] of `shard` fails with an I/O error:
     /// the records it would have made durable are lost and the log part is
     /// latched.
     pub fn fail_next_flush(&self, shard: u32) {
         lock(&self.shared.shard(shard)).fail_next_flush = true;
     }
 
-    /// The next [`CheckpointStore::commit`] of `shard` fails with an I/O
+    /// The next [`crate::CheckpointStore::commit`] of `shard` fails with an I/O
     /// error before changing anything; the checkpoint and run-store parts
     /// are latched.
     pub fn fail_next_commit(&self, shard: u32) {

@@ -57,7 +57,7 @@ type Index = BTreeMap<u64, [u8; INDEX_RECORD]>;
 /// An in-memory [`Storage`]. Cloning gives another handle to the same
 /// storage; a handle stays usable until the storage is closed, crashed or
 /// reopened through any handle.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct MemoryStorage {
     shared: Arc<Shared>,
     /// Which incarnation of the storage this handle belongs to.
@@ -65,20 +65,19 @@ pub struct MemoryStorage {
     closed: Arc<AtomicBool>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Shared {
     epoch: AtomicU64,
     next_token: AtomicU64,
     shards: Mutex<BTreeMap<u32, Arc<Mutex<Shard>>>>,
 }
 
-#[derive(Debug)]
 struct Frame {
     bytes: Arc<[u8]>,
     released: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Shard {
     /// Opened at least once (fault injection may create a shard early).
     opened: bool,
@@ -306,7 +305,6 @@ impl MemoryStorage {
 }
 
 /// What every memory part holds: its shard and the open it belongs to.
-#[derive(Debug)]
 struct Part {
     shard: Arc<Mutex<Shard>>,
     id: u32,
@@ -334,5 +332,24 @@ impl Drop for Part {
                 s.roll_back();
             }
         }
+    }
+}
+
+// Manual: the derived form would print every record and frame held.
+impl std::fmt::Debug for MemoryStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStorage")
+            .field("epoch", &self.epoch)
+            .field("closed", &self.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Part")
+            .field("shard", &self.id)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
     }
 }

@@ -22,7 +22,10 @@ pub trait Storage: Send + Sync {
     /// Opens shard `shard` (creating it empty if new) and returns its three
     /// parts with the state of its last commit: the run store rolled back
     /// to that commit's position, the log holding a prefix of what was
-    /// appended that contains every flushed record.
+    /// appended that contains every flushed record. Everything the reopened
+    /// log holds is durable (`durable_lsn() == last_lsn()`): a backend that
+    /// finds records it cannot know were synced syncs them before returning,
+    /// because the engine acts on every record it replays.
     ///
     /// Errors: [`crate::StorageError::AlreadyOpen`] while a part from an
     /// earlier open of the same shard is still alive;

@@ -98,8 +98,9 @@
 //!    temporary directory, reopen it, crash it; declare what faults it can
 //!    inject) and call `fusee_storage::conformance_suite!`. The suite checks
 //!    the log's round trip, LSN continuity, the prefix property after a
-//!    crash, whole-or-nothing unflushed records, discard, reads from every
-//!    position, empty/64 MiB/oversized records; frames from 0 B to 16 MiB,
+//!    crash, whole-or-nothing unflushed records, repeated power losses (if
+//!    the harness simulates them), discard, reads from every position,
+//!    empty/64 MiB/oversized records; frames from 0 B to 16 MiB,
 //!    their fate across crashes, release and bad references; index deltas, a
 //!    1,000,000-record streamed base, bad index input, commit atomicity at
 //!    every crash point the harness offers; latching after failed flushes

@@ -12,6 +12,10 @@
 //! # fn main() {}
 //! ```
 //!
+//! The backend crate enables the feature for its tests only:
+//! `[dev-dependencies] fusee-storage = { workspace = true, features =
+//! ["conformance"] }`.
+//!
 //! Each clause is also a public function generic over the harness, for
 //! backends that want to call them some other way.
 //!
@@ -49,8 +53,8 @@
 //!
 //! Clauses that need a capability the harness does not declare
 //! ([`Capabilities`]) print `SKIPPED <clause>: <reason>` on stderr (bypassing
-//! the test harness's output capture) and return: they are never silently
-//! counted as checked.
+//! the test harness's output capture) and return, so a skip is always
+//! visible in the test output rather than passing silently.
 //!
 //! # Environment
 //!
@@ -77,8 +81,9 @@ mod store;
 
 pub use index::{commit_atomic, index_bad_input, index_base_streamed, index_delta};
 pub use log::{
-    log_discard_through, log_lsn_continuity, log_prefix_after_crash, log_read_from_every_position,
-    log_record_sizes, log_round_trip, log_too_large, log_unflushed_whole,
+    log_discard_through, log_lsn_continuity, log_power_loss, log_prefix_after_crash,
+    log_read_from_every_position, log_record_sizes, log_round_trip, log_too_large,
+    log_unflushed_whole,
 };
 pub use model::model_random;
 pub use shards::{
@@ -94,6 +99,9 @@ pub use store::{
 pub struct Capabilities {
     /// [`Harness::fail_next_flush`] and [`Harness::fail_next_commit`] work.
     pub fault_injection: bool,
+    /// [`Harness::crash`] simulates power loss: writes not yet synced are
+    /// dropped or torn, not kept by an operating system that survived.
+    pub power_loss: bool,
     /// How many points inside a commit [`Harness::crash_in_commit`] can
     /// crash at (0: none; the atomicity clause then checks only crashes
     /// just before and just after a commit).
@@ -164,6 +172,7 @@ impl Harness for MemoryHarness {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fault_injection: true,
+            power_loss: true,
             commit_crash_points: crate::memory::COMMIT_STEPS,
         }
     }
@@ -210,7 +219,7 @@ macro_rules! conformance_suite {
             $crate::conformance_suite!(@tests $factory;
                 log_round_trip, log_lsn_continuity, log_prefix_after_crash,
                 log_unflushed_whole, log_discard_through, log_read_from_every_position,
-                log_record_sizes, log_too_large,
+                log_record_sizes, log_too_large, log_power_loss,
                 store_round_trip, store_crash, store_release, store_too_large,
                 store_bad_reference,
                 index_delta, index_base_streamed, index_bad_input, commit_atomic,
@@ -243,6 +252,7 @@ pub const CLAUSES: &[&str] = &[
     "log_read_from_every_position",
     "log_record_sizes",
     "log_too_large",
+    "log_power_loss",
     "store_round_trip",
     "store_crash",
     "store_release",

@@ -349,7 +349,6 @@ impl<H: Harness> Run<'_, H> {
             bl >= ml,
             "backend lost flushed records: last {bl}, flushed {ml}"
         );
-        let after = m.log.first_lsn().max(b.log.first_lsn()) - 1;
         let (extra, _) = read_log(&mut b.log, ml).unwrap_or_else(|e| panic!("backend tail: {e}"));
         for (lsn, bytes) in extra {
             let want = self
@@ -365,7 +364,6 @@ impl<H: Harness> Run<'_, H> {
                 .unwrap_or_else(|e| panic!("model resync: {e}"));
         }
         m.log.flush().unwrap_or_else(|e| panic!("model flush: {e}"));
-        let _ = after;
         // Frames: uncommitted ones are gone in both; releases not committed
         // are undone.
         let mut out = Vec::new();

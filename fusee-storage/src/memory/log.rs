@@ -1,0 +1,138 @@
+//! The memory backend's log part.
+
+use std::sync::Arc;
+
+use fusee_core::record::Lsn;
+
+use super::{Part, READ_BATCH};
+use crate::contract::LogStore;
+use crate::limits::MAX_RECORD;
+use crate::{Result, StorageError};
+
+/// The memory backend's log part.
+#[derive(Debug)]
+pub struct MemoryLog {
+    pub(super) part: Part,
+    // Only this part changes the log while it is live, so these mirror the
+    // shard's state exactly.
+    pub(super) first: Lsn,
+    pub(super) last: Lsn,
+    pub(super) durable: Lsn,
+}
+
+const LOG: &str = "memory log";
+
+impl LogStore for MemoryLog {
+    fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
+        let mut s = self.part.lock(LOG)?;
+        if s.log_latched {
+            return Err(StorageError::Latched { what: LOG });
+        }
+        if record.len() > MAX_RECORD {
+            return Err(StorageError::TooLarge {
+                what: "log record",
+                len: record.len() as u64,
+                max: MAX_RECORD as u64,
+            });
+        }
+        let expected = s.last_lsn() + 1;
+        if lsn != expected {
+            return Err(StorageError::LsnGap { expected, got: lsn });
+        }
+        s.log.push_back(Arc::from(record));
+        self.last = lsn;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<Lsn> {
+        let mut s = self.part.lock(LOG)?;
+        if s.log_latched {
+            return Err(StorageError::Latched { what: LOG });
+        }
+        if s.fail_next_flush {
+            s.fail_next_flush = false;
+            s.log_latched = true;
+            let keep = s.durable.saturating_sub(s.log_base);
+            s.log.truncate(usize::try_from(keep).unwrap_or(usize::MAX));
+            self.last = s.last_lsn();
+            return Err(StorageError::io(
+                format!("flushing shard {} log (injected fault)", self.part.id),
+                std::io::Error::other("injected flush failure"),
+            ));
+        }
+        s.durable = s.last_lsn();
+        self.durable = s.durable;
+        Ok(self.durable)
+    }
+
+    fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {
+        let mut batch: Vec<Arc<[u8]>> = Vec::with_capacity(READ_BATCH);
+        let mut next = after;
+        let end;
+        {
+            let s = self.part.lock(LOG)?;
+            if after < s.log_base {
+                return Err(StorageError::Trimmed {
+                    first_kept: s.log_base + 1,
+                });
+            }
+            end = s.last_lsn();
+            if after > end {
+                return Err(StorageError::BeyondEnd { after, last: end });
+            }
+        }
+        // Bounded: every round visits at least one record or stops.
+        while next < end {
+            batch.clear();
+            {
+                let s = self.part.lock(LOG)?;
+                let start = usize::try_from(next - s.log_base).unwrap_or(usize::MAX);
+                batch.extend(s.log.iter().skip(start).take(READ_BATCH).cloned());
+            }
+            if batch.is_empty() {
+                return Err(StorageError::Closed { what: LOG });
+            }
+            for record in &batch {
+                next += 1;
+                visit(next, record)?;
+                if next == end {
+                    break;
+                }
+            }
+        }
+        Ok(end)
+    }
+
+    fn discard_through(&mut self, lsn: Lsn) -> Result<()> {
+        let mut s = self.part.lock(LOG)?;
+        if s.log_latched {
+            return Err(StorageError::Latched { what: LOG });
+        }
+        if lsn > s.durable {
+            return Err(StorageError::Misuse {
+                call: "LogStore::discard_through",
+                why: "the LSN is not durable yet",
+            });
+        }
+        while s.log_base < lsn {
+            if s.log.pop_front().is_none() {
+                break;
+            }
+            s.log_base += 1;
+        }
+        self.first = s.log_base + 1;
+        Ok(())
+    }
+
+    fn first_lsn(&self) -> Lsn {
+        self.first
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        self.last
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        self.durable
+    }
+}

@@ -219,7 +219,7 @@ impl<I: Io> FileCheckpoint<I> {
         runs: &mut FileRuns<I>,
         change: IndexChange<'_>,
         checkpoint: &[u8],
-    ) -> std::result::Result<(Option<IndexFile<I::File>>, u64, u64), FileError> {
+    ) -> std::result::Result<Written<I::File>, FileError> {
         let mark = runs.prepare_commit()?;
         let (index_file, index_len, records, replaced) = match change {
             IndexChange::Delta(records) => {
@@ -296,8 +296,22 @@ impl<I: Io> FileCheckpoint<I> {
                 None
             }
         };
-        Ok((new_file, records, address_of(&mark)))
+        Ok(Written {
+            new_file,
+            records,
+            position: address_of(&mark),
+        })
     }
+}
+
+/// What a commit wrote, once its slot is durable.
+struct Written<F> {
+    /// The base's index file, which replaces the current one.
+    new_file: Option<IndexFile<F>>,
+    /// Index records the commit holds.
+    records: u64,
+    /// The store position it recorded.
+    position: u64,
 }
 
 fn address_of(mark: &crate::store::StoreMark) -> u64 {
@@ -399,7 +413,11 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
             }
             IndexChange::Base => {}
         }
-        let (new_file, records, position) = match self.write_commit(runs, change, checkpoint) {
+        let Written {
+            new_file,
+            records,
+            position,
+        } = match self.write_commit(runs, change, checkpoint) {
             Ok(done) => done,
             Err(e) => {
                 // What the failed sync covered is in an unknown state.

@@ -532,10 +532,12 @@ impl<I: Io> LogStore for FileLog<I> {
             let upto = seg.last;
             let scanned = scan_segment(&map, |lsn, body| {
                 seen = lsn;
-                if failed.is_none() && lsn > after && lsn <= upto {
-                    if let Err(e) = visit(lsn, body) {
-                        failed = Some(e);
-                    }
+                if failed.is_none()
+                    && lsn > after
+                    && lsn <= upto
+                    && let Err(e) = visit(lsn, body)
+                {
+                    failed = Some(e);
                 }
             });
             if let Some(e) = failed {

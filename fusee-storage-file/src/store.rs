@@ -87,6 +87,9 @@ fn frame_crc(len: u32, payload: &[u8]) -> u32 {
     h.finalize()
 }
 
+/// Frames a compaction moved: (old address, new address).
+type Moves = Vec<(BlobRef, BlobRef)>;
+
 /// One generation file.
 struct Generation<F> {
     number: u64,
@@ -332,7 +335,7 @@ impl<I: Io> FileRuns<I> {
     }
 
     /// Copies the live frames of the current generation into a new one.
-    fn compact_into_next(&mut self) -> Result<(Generation<I::File>, Vec<(BlobRef, BlobRef)>)> {
+    fn compact_into_next(&mut self) -> Result<(Generation<I::File>, Moves)> {
         let mut next = Self::create_generation(&self.shared, self.current.number + 1)
             .map_err(StorageError::from)?;
         let old = &self.current;

@@ -20,22 +20,30 @@ fn options() -> FileOptions {
     }
 }
 
-/// Real files in a fresh temporary directory, removed on drop.
+/// Real files in fresh temporary directories, removed on drop.
 pub struct RealHarness {
     dir: PathBuf,
+    used: Vec<PathBuf>,
 }
 
 impl RealHarness {
-    /// A harness on a fresh storage.
+    /// A harness; each [`Harness::open`] uses a new directory.
     pub fn new() -> Self {
+        Self {
+            dir: PathBuf::new(),
+            used: Vec::new(),
+        }
+    }
+
+    fn fresh_dir(&mut self) {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
+        self.dir = std::env::temp_dir().join(format!(
             "fusee-file-conformance-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        Self { dir }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.used.push(self.dir.clone());
     }
 
     fn open_storage(&self) -> FileStorage {
@@ -45,7 +53,9 @@ impl RealHarness {
 
 impl Drop for RealHarness {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        for dir in &self.used {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -57,6 +67,7 @@ impl Harness for RealHarness {
     }
 
     fn open(&mut self) -> FileStorage {
+        self.fresh_dir();
         self.open_storage()
     }
 
@@ -102,11 +113,13 @@ impl Harness for SimHarness {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fault_injection: true,
+            power_loss: true,
             commit_crash_points: COMMIT_SYNCS,
         }
     }
 
     fn open(&mut self) -> FileStorage<SimIo> {
+        self.io = SimIo::new();
         self.open_storage()
     }
 

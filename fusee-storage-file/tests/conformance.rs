@@ -21,14 +21,14 @@ fn options() -> FileOptions {
 }
 
 /// Real files in fresh temporary directories, removed on drop.
-pub struct RealHarness {
+struct RealHarness {
     dir: PathBuf,
     used: Vec<PathBuf>,
 }
 
 impl RealHarness {
     /// A harness; each [`Harness::open`] uses a new directory.
-    pub fn new() -> Self {
+    fn new() -> Self {
         Self {
             dir: PathBuf::new(),
             used: Vec::new(),
@@ -84,14 +84,14 @@ impl Harness for RealHarness {
 }
 
 /// The simulated disk: power loss, sync failures, crashes inside commits.
-pub struct SimHarness {
+struct SimHarness {
     io: SimIo,
     crashes: u64,
 }
 
 impl SimHarness {
     /// A harness on a fresh storage.
-    pub fn new() -> Self {
+    fn new() -> Self {
         Self {
             io: SimIo::new(),
             crashes: 0,

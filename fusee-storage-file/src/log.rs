@@ -18,16 +18,21 @@
 //! and the first zero block after them) and checks that they chain: each
 //! segment starts at the LSN after the previous one's last valid record. A
 //! torn tail (a bad frame in the last batch of a segment) is cut by starting
-//! the next segment at its LSN. Two cases after a torn tail are told apart by
-//! the next segment's base LSN:
-//! - equal to the torn LSN: an earlier open cut the tail there (fine);
-//! - above it: the segment was rolled into by the same never-acknowledged
-//!   batch (its frames' batch starts are at or before the torn LSN), so
-//!   its records lie after a hole and are dropped with the segment; any
-//!   frame of a later batch there means an acknowledged record was lost,
-//!   which is an error.
+//! the next segment at its LSN. Where a segment's valid records end (torn, or
+//! clean because the rest of a batch never reached the disk), the next
+//! segment's base LSN tells two cases apart:
+//! - equal to the next LSN: the chain goes on (an earlier open may have cut
+//!   a torn tail there);
+//! - above it: the segment was rolled into by a batch that began at or
+//!   before the first missing record (every frame's batch start is at or
+//!   before it). That batch never became durable, since a durable batch has
+//!   all its frames, so the segment's records lie after a hole and are
+//!   dropped with it. A frame of a later batch there means an acknowledged
+//!   record was lost, which is an error.
 //!
-//! Any other break of the chain, a segment of another shard, or a lost
+//! A segment whose header is all zeros before newer segments was rolled
+//! into by a batch that never became durable: it is dropped like the rest
+//! of that batch. Any other break of the chain, a segment of another shard, or a lost
 //! record inside a segment is reported as corruption naming the file and
 //! offset: acknowledged records are never silently dropped.
 
@@ -37,7 +42,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::Lsn;
-use fusee_core::segment::{HEADER_BYTES, LogWriter, ScanError, SegmentHeader, Tail, scan_segment};
+use fusee_core::segment::{HEADER_BYTES, LogWriter, ScanError, SegmentHeader, scan_segment};
 use fusee_storage::{LogStore, MAX_RECORD, Result, StorageError};
 
 use crate::error::{FileError, IoContext};
@@ -74,6 +79,8 @@ struct Segment<F> {
     last: Lsn,
     /// Its allocated size.
     size: u64,
+    /// Its header is durable: it carries the log's LSN continuity.
+    header_durable: bool,
 }
 
 /// A shard's log in segment files. See the [module docs](self).
@@ -167,6 +174,7 @@ impl<I: Io> FileLog<I> {
                 base: rec.last + 1,
                 last: rec.last,
                 size,
+                header_durable: true,
             },
         );
         let first = segments
@@ -218,9 +226,6 @@ impl<I: Io> FileLog<I> {
         };
         // The LSN the next segment must start at, once one was seen.
         let mut expected: Option<Lsn> = None;
-        // The LSN of a torn frame, while the segments after it may hold only
-        // the rest of its batch.
-        let mut torn: Option<Lsn> = None;
         let count = numbers.len();
         for (i, &n) in numbers.iter().enumerate() {
             let path = dir.join(segment_name(n));
@@ -246,15 +251,15 @@ impl<I: Io> FileLog<I> {
             };
             drop(map);
             let Some(s) = scanned else {
-                // Never used: only the newest segment may be (prepared ahead).
-                if i + 1 != count {
-                    return Err(Self::corrupt(
-                        &path,
-                        "zeroed header before newer segments",
-                        0,
-                    ));
+                if i + 1 == count {
+                    // Prepared ahead and never used: reused by this open.
+                    rec.spare = Some((n, file, path, size));
+                } else {
+                    // Rolled into by a batch that never became durable: its
+                    // header was lost with it, and the segments after it may
+                    // hold only the rest of that batch.
+                    rec.dead.push(path);
                 }
-                rec.spare = Some((n, file, path, size));
                 continue;
             };
             if s.header.shard != shared.shard || s.header.segment != n {
@@ -267,8 +272,11 @@ impl<I: Io> FileLog<I> {
             let base = s.header.base_lsn;
             match expected {
                 Some(e) if base == e => {}
-                Some(e) if base > e && torn == Some(e) && s.max_batch_start <= e => {
-                    // Rolled into by the torn, never-acknowledged batch.
+                Some(e) if base > e && s.max_batch_start <= e => {
+                    // Rolled into by a batch that began at or before the
+                    // first record missing before it: that batch never
+                    // became durable (a durable batch has all its frames),
+                    // so its records here lie after a hole.
                     rec.dead.push(path);
                     continue;
                 }
@@ -282,10 +290,6 @@ impl<I: Io> FileLog<I> {
                 Some(_) => return Err(Self::corrupt(&path, "segment overlaps the one before", 0)),
                 None => {}
             }
-            torn = match s.tail {
-                Tail::Torn { .. } => Some(s.last_lsn + 1),
-                Tail::Clean => None,
-            };
             expected = Some(s.last_lsn + 1);
             if s.records == 0 {
                 // An older open's header: the new segment will carry the LSN.
@@ -300,6 +304,7 @@ impl<I: Io> FileLog<I> {
                     base,
                     last: s.last_lsn,
                     size,
+                    header_durable: true,
                 },
             );
         }
@@ -388,6 +393,7 @@ impl<I: Io> FileLog<I> {
                     base,
                     last: base - 1,
                     size,
+                    header_durable: false,
                 },
             );
         }
@@ -432,8 +438,9 @@ impl<I: Io> FileLog<I> {
             }
         }
         for n in &touched {
-            if let Some(seg) = self.segments.get(n) {
+            if let Some(seg) = self.segments.get_mut(n) {
                 self.shared.sync(&seg.file, &seg.path)?;
+                seg.header_durable = true;
             }
         }
         // Assign each segment its last record: the batch's records fill the
@@ -576,11 +583,20 @@ impl<I: Io> LogStore for FileLog<I> {
                 why: "records after the durable LSN cannot be discarded",
             });
         }
-        let current = self.writer.segment();
+        // The newest segment with a durable header carries the last LSN
+        // across a crash (the writer may have rolled past it in memory): it
+        // and everything after it stay.
+        let carrier = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.header_durable)
+            .map(|(n, _)| *n)
+            .max()
+            .unwrap_or(0);
         let doomed: Vec<u64> = self
             .segments
             .iter()
-            .filter(|(n, s)| **n != current && s.last <= lsn)
+            .filter(|(n, s)| **n < carrier && s.last <= lsn)
             .map(|(n, _)| *n)
             .collect();
         let dir = self.shared.log_dir();

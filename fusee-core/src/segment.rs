@@ -23,8 +23,9 @@
 //! | 16..24 | segment u64 | this segment's number |
 //! | 24..32 | base_lsn u64 | LSN of the segment's first frame (at least 1) |
 //! | 32..40 | created_ms u64 | when the writer started the segment (informational) |
-//! | 40..44 | crc u32 | CRC-32 (`crc32fast`) of bytes 0..40 |
-//! | 44..4096 | zero | must be zero |
+//! | 40..44 | flags u32 | bit 0 ([`OPENED`]): an open started the segment, so every LSN before `base_lsn` was durable when it was written (0: a roll started it, inside a flush batch); other bits must be zero |
+//! | 44..48 | crc u32 | CRC-32 (`crc32fast`) of bytes 0..44 |
+//! | 48..4096 | zero | must be zero |
 //!
 //! An all-zero block is a preallocated segment the writer never started:
 //! [`SegmentHeader::decode`] returns `Ok(None)`. Anything else that is not a
@@ -129,7 +130,13 @@ pub const MIN_SEGMENT_BYTES: u64 = 2 * HEADER_BYTES as u64;
 /// Alignment of the zero block that ends a segment's data.
 const BLOCK: usize = 4096;
 /// Bytes of the header covered by its crc.
-const HEADER_FIELDS: usize = 40;
+const HEADER_FIELDS: usize = 44;
+
+/// Header flag: the segment was started by an open of the log, not by a
+/// roll, so every LSN before its base was durable when the header was
+/// written. Recovery uses it to tell a gap of lost acknowledged records
+/// (an error) from a batch torn across a roll (cut).
+pub const OPENED: u32 = 1;
 
 /// A segment's header block, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,6 +151,8 @@ pub struct SegmentHeader {
     pub base_lsn: Lsn,
     /// When the writer started the segment, in ms (informational only).
     pub created_ms: u64,
+    /// [`OPENED`] or 0.
+    pub flags: u32,
 }
 
 impl SegmentHeader {
@@ -157,6 +166,7 @@ impl SegmentHeader {
         out.extend_from_slice(&self.segment.to_le_bytes());
         out.extend_from_slice(&self.base_lsn.to_le_bytes());
         out.extend_from_slice(&self.created_ms.to_le_bytes());
+        out.extend_from_slice(&self.flags.to_le_bytes());
         let crc = crc32fast::hash(&out[start..start + HEADER_FIELDS]);
         out.extend_from_slice(&crc.to_le_bytes());
         out.resize(start + HEADER_BYTES, 0);
@@ -203,9 +213,13 @@ impl SegmentHeader {
             segment: le_u64(block, 16),
             base_lsn: le_u64(block, 24),
             created_ms: le_u64(block, 32),
+            flags: le_u32(block, 40),
         };
         if header.base_lsn == 0 {
             return bad("base LSN 0");
+        }
+        if header.flags & !OPENED != 0 {
+            return bad("unknown header flags");
         }
         Ok(Some(header))
     }
@@ -295,6 +309,7 @@ impl LogWriter {
             segment,
             base_lsn: next_lsn,
             created_ms: now_ms,
+            flags: OPENED,
         };
         Self {
             shard,
@@ -393,6 +408,7 @@ impl LogWriter {
             segment: self.segment,
             base_lsn: self.next_lsn,
             created_ms: now_ms,
+            flags: 0,
         };
         let mut bytes = Vec::with_capacity(2 * HEADER_BYTES);
         header.encode_into(&mut bytes);

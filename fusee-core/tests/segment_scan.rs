@@ -8,7 +8,7 @@ use fusee_core::segment::{
 
 const BLOCK: usize = 4096;
 /// Bytes of the header block before its zero padding: fields and crc.
-const HEADER_FIELDS: usize = 44;
+const HEADER_FIELDS: usize = 48;
 
 /// A record as written: its LSN, body, frame offset and flush batch index.
 #[derive(Clone, Debug)]
@@ -362,6 +362,7 @@ fn segment_of(base: u64, frames: &[Vec<u8>]) -> Vec<u8> {
         segment: 1,
         base_lsn: base,
         created_ms: 5,
+        flags: 0,
     }
     .encode();
     for f in frames {
@@ -423,6 +424,7 @@ fn headers_round_trip_and_reject_garbage() {
         segment: 77,
         base_lsn: 1234,
         created_ms: 99,
+        flags: fusee_core::segment::OPENED,
     };
     let block = h.encode();
     assert_eq!(block.len(), HEADER_BYTES);

@@ -23,7 +23,10 @@
 //! segment's base LSN tells two cases apart:
 //! - equal to the next LSN: the chain goes on (an earlier open may have cut
 //!   a torn tail there);
-//! - above it: the segment was rolled into by a batch that began at or
+//! - above it, in a segment an open started (header flag
+//!   [`OPENED`](fusee_core::segment::OPENED)): the open knew every record
+//!   before its base was durable, so records were lost: an error;
+//! - above it, in a segment a roll started: it was rolled into by a batch that began at or
 //!   before the first missing record (every frame's batch start is at or
 //!   before it). That batch never became durable, since a durable batch has
 //!   all its frames, so the segment's records lie after a hole and are
@@ -42,7 +45,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::Lsn;
-use fusee_core::segment::{HEADER_BYTES, LogWriter, ScanError, SegmentHeader, scan_segment};
+use fusee_core::segment::{
+    HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, scan_segment,
+};
 use fusee_storage::{LogStore, MAX_RECORD, Result, StorageError};
 
 use crate::error::{FileError, IoContext};
@@ -272,6 +277,15 @@ impl<I: Io> FileLog<I> {
             let base = s.header.base_lsn;
             match expected {
                 Some(e) if base == e => {}
+                Some(e) if base > e && s.header.flags & OPENED != 0 => {
+                    // An open wrote this header knowing every LSN before
+                    // its base was durable: those records are lost.
+                    return Err(Self::corrupt(
+                        &path,
+                        "LSN gap before a segment an open started (lost records)",
+                        0,
+                    ));
+                }
                 Some(e) if base > e && s.max_batch_start <= e => {
                     // Rolled into by a batch that began at or before the
                     // first record missing before it: that batch never

@@ -91,8 +91,11 @@ fn flip(path: &Path, at: u64) {
     std::fs::write(path, bytes).unwrap();
 }
 
-/// Opens the shard and returns its records, or the error's text.
-fn reopen(dir: &Path) -> Result<(Vec<(u64, Vec<u8>)>, Option<Vec<u8>>), String> {
+/// A shard's log records and its recovered checkpoint.
+type Contents = (Vec<(u64, Vec<u8>)>, Option<Vec<u8>>);
+
+/// Opens the shard and returns its contents, or the error's text.
+fn reopen(dir: &Path) -> Result<Contents, String> {
     let s = FileStorage::open(dir, options()).map_err(|e| e.to_string())?;
     let mut p = s.open_shard(0).map_err(|e| e.to_string())?;
     let mut records = Vec::new();

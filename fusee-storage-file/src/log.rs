@@ -6,8 +6,8 @@
 //! [`LogWriter`] lays appended records out as frames; a flush writes the
 //! batch's chunks with positioned writes and syncs every segment it touched,
 //! once. Segment files are zero-filled before they are used, and the next
-//! one is prepared after each roll, so a flush's `fdatasync` writes data
-//! only. Every open starts a fresh segment whose header is flushed on its
+//! one is prepared once the current one is half full, so a flush's
+//! `fdatasync` writes data only. Every open starts a fresh segment whose header is flushed on its
 //! own: a torn tail from before the open is never followed by new frames in
 //! its file, and the new header keeps the last LSN even when every record
 //! has been discarded.
@@ -131,10 +131,19 @@ impl<I: Io> FileLog<I> {
         let want = shared.options.segment_bytes.max(2 * HEADER_BYTES as u64);
         let (number, file, path, size) = match rec.spare {
             Some((n, file, path, size)) => {
-                // Its header is zero, but a torn batch may have left frames
-                // after it, which must never read as records again.
+                // Its header is zero, but a batch torn across a roll may have
+                // left frames after it, which must never read as records
+                // again: zero it unless it is all zeros already.
+                let clean = size >= want
+                    && file
+                        .map()
+                        .ctx("map segment", &path)?
+                        .iter()
+                        .all(|&b| b == 0);
                 let size = size.max(want);
-                Self::zero_fill(&shared, &file, &path, size)?;
+                if !clean {
+                    Self::zero_fill(&shared, &file, &path, size)?;
+                }
                 (n, file, path, size)
             }
             None => {
@@ -186,7 +195,7 @@ impl<I: Io> FileLog<I> {
             .values()
             .find(|s| s.last >= s.base)
             .map_or(rec.last + 1, |s| s.base);
-        let mut log = Self {
+        Ok(Self {
             shared,
             writer,
             segments,
@@ -196,9 +205,7 @@ impl<I: Io> FileLog<I> {
             latched: false,
             unflushed: Vec::new(),
             unflushed_at: Vec::new(),
-        };
-        log.prepare_next()?;
-        Ok(log)
+        })
     }
 
     fn corrupt(path: &Path, what: &'static str, at: u64) -> FileError {
@@ -470,9 +477,13 @@ impl<I: Io> FileLog<I> {
                 seg.last = last;
             }
         }
-        // After a roll, the next segment is prepared now rather than in a
-        // later flush's path.
-        self.prepare_next()
+        // Once the current segment is half full, the next one is prepared,
+        // so the flush that rolls into it writes data only. (An open does
+        // not prepare: it reuses a prepared segment it finds.)
+        if self.writer.offset() > self.writer.segment_bytes() / 2 {
+            self.prepare_next()?;
+        }
+        Ok(())
     }
 
     /// The base LSN of the segment after `n`, if one is open.

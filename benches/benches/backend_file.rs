@@ -1,0 +1,182 @@
+//! The file backend against the disk's floor, measured in the same run:
+//! durable append of one 100-byte record (append + flush against a raw
+//! positioned write + `fdatasync` of the same 120-byte frame), group commit
+//! at batches of 1, 16, 256 and 4,096 records (against the floor writing the
+//! same bytes per flush), and recovery of a log of `FUSEE_BENCH_RECOVERY_MB`
+//! MiB (default 1024) of 100-byte records.
+//!
+//! `cargo bench -p fusee-benches --bench backend_file`
+//! (`FUSEE_BENCH_DIR` picks the disk; default: the system temp directory.)
+
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fusee_storage::{LogStore, Storage};
+use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
+
+/// A record body of 100 bytes; its segment frame is 120 bytes.
+const RECORD: usize = 100;
+const FRAME: usize = RECORD + 20;
+
+fn bench_dir(name: &str) -> PathBuf {
+    let base = std::env::var_os("FUSEE_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("fusee-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    dir
+}
+
+/// The floor: a preallocated file written with positioned writes, each
+/// followed by `fdatasync`, at successive offsets.
+struct Floor {
+    file: File,
+    at: u64,
+    size: u64,
+}
+
+impl Floor {
+    fn new(dir: &std::path::Path, size: u64) -> Self {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("floor"))
+            .expect("floor file");
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < size {
+            file.write_all_at(&zeros, at).expect("zero-fill");
+            at += zeros.len() as u64;
+        }
+        file.sync_all().expect("sync floor");
+        Self { file, at: 0, size }
+    }
+
+    fn write_sync(&mut self, bytes: &[u8]) {
+        if self.at + bytes.len() as u64 > self.size {
+            self.at = 0;
+        }
+        self.file.write_all_at(bytes, self.at).expect("floor write");
+        self.file.sync_data().expect("floor fdatasync");
+        self.at += bytes.len() as u64;
+    }
+}
+
+fn open_file_storage(dir: &std::path::Path, flush: FlushMethod) -> FileStorage {
+    let options = FileOptions {
+        flush,
+        ..FileOptions::default()
+    };
+    FileStorage::open(dir, options).expect("open file storage")
+}
+
+fn durable_append(c: &mut Criterion) {
+    let dir = bench_dir("append");
+    let mut floor = Floor::new(&dir, 64 << 20);
+    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    let mut parts = storage.open_shard(0).expect("shard");
+    let record = vec![7u8; RECORD];
+    let frame = vec![7u8; FRAME];
+    let mut g = c.benchmark_group("durable_append_100B");
+    g.sample_size(200);
+    g.bench_function("floor_pwrite_fdatasync", |b| {
+        b.iter(|| floor.write_sync(&frame))
+    });
+    g.bench_function("file_append_flush", |b| {
+        b.iter(|| {
+            let lsn = parts.log.last_lsn() + 1;
+            parts.log.append(lsn, &record).expect("append");
+            parts.log.flush().expect("flush")
+        })
+    });
+    g.finish();
+    drop(parts);
+    drop(storage);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn group_commit(c: &mut Criterion) {
+    let dir = bench_dir("group");
+    let mut floor = Floor::new(&dir, 256 << 20);
+    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    let mut parts = storage.open_shard(0).expect("shard");
+    let record = vec![7u8; RECORD];
+    let mut g = c.benchmark_group("group_commit");
+    g.sample_size(30);
+    for batch in [1usize, 16, 256, 4096] {
+        g.throughput(Throughput::Elements(batch as u64));
+        let bytes = vec![7u8; batch * FRAME];
+        g.bench_with_input(BenchmarkId::new("floor", batch), &batch, |b, _| {
+            b.iter(|| floor.write_sync(&bytes))
+        });
+        g.bench_with_input(BenchmarkId::new("file", batch), &batch, |b, &n| {
+            b.iter(|| {
+                for _ in 0..n {
+                    let lsn = parts.log.last_lsn() + 1;
+                    parts.log.append(lsn, &record).expect("append");
+                }
+                parts.log.flush().expect("flush")
+            })
+        });
+    }
+    g.finish();
+    drop(parts);
+    drop(storage);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn recovery(c: &mut Criterion) {
+    let mib: u64 = std::env::var("FUSEE_BENCH_RECOVERY_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024);
+    let dir = bench_dir("recovery");
+    let records = (mib << 20) / FRAME as u64;
+    {
+        // Built without syncs: the bench measures reading it back.
+        let storage = open_file_storage(&dir, FlushMethod::None);
+        let mut parts = storage.open_shard(0).expect("shard");
+        let record = vec![7u8; RECORD];
+        for lsn in 1..=records {
+            parts.log.append(lsn, &record).expect("append");
+            if lsn % 4096 == 0 {
+                parts.log.flush().expect("flush");
+            }
+        }
+        parts.log.flush().expect("flush");
+        drop(parts);
+        storage.close().expect("close");
+    }
+    let mut g = c.benchmark_group("recovery");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(records * FRAME as u64));
+    g.bench_function(format!("file_open_{mib}MiB_log"), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let storage = open_file_storage(&dir, FlushMethod::DataSync);
+                let parts = storage.open_shard(0).expect("shard");
+                assert_eq!(parts.log.last_lsn(), records);
+                total += t.elapsed();
+                drop(parts);
+                storage.close().expect("close");
+            }
+            total
+        })
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, durable_append, group_commit, recovery);
+criterion_main!(benches);

@@ -88,6 +88,12 @@ fn table(c: &mut Criterion) {
                 black_box(t.find_id(black_box(ids[i])))
             })
         });
+        g.bench_function(format!("find_id_miss/{name}"), |b| {
+            b.iter(|| {
+                i = (i + 1) & 0xFFFF;
+                black_box(t.find_id(black_box(misses[i])))
+            })
+        });
     }
     g.finish();
 
@@ -102,6 +108,23 @@ fn table(c: &mut Criterion) {
         g.bench_function(format!("insert_index_id_200k/{name}"), |b| {
             b.iter_batched(
                 || RunTable::with_layout(layout),
+                |mut t| {
+                    for &e in &entries {
+                        let slot = t.insert(e);
+                        t.index_id(slot);
+                    }
+                    t
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        g.bench_function(format!("insert_index_id_200k_reserved/{name}"), |b| {
+            b.iter_batched(
+                || {
+                    let mut t = RunTable::with_layout(layout);
+                    t.reserve(N as usize);
+                    t
+                },
                 |mut t| {
                     for &e in &entries {
                         let slot = t.insert(e);

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | 0..slot_bits | field: 0 = empty, otherwise slot + 1 |
 //! | slot_bits..+4 | displacement from the key's home bucket, 15 = 15 or more |
-//! | above | fingerprint: low bits of the key's hash (none in the compact layout) |
+//! | above | fingerprint: low bits of the key's hash (2 in the compact layout) |
 //!
 //! The home bucket of a hash is `(hash * capacity) >> 64` (multiply-shift
 //! range reduction), so any capacity works, not only powers of two: the
@@ -17,9 +17,10 @@
 //! never sits behind one closer to its home. So a lookup at distance `d`
 //! from its home stops at the first bucket whose displacement is below
 //! `d`, and only looks at the table entry (a likely cache miss) of buckets
-//! whose displacement is exactly `d`, that is, of keys with the same home:
-//! about one entry read per lookup, hit or miss, at 90% load, without
-//! spending bits on a fingerprint. The displacement saturates at 15; the
+//! whose displacement is exactly `d` (keys with the same home: about 0.9
+//! of them at 90% load) and whose fingerprint matches: so a lookup reads
+//! about one entry for a hit and a fraction of one for a miss, with few
+//! fingerprint bits. The displacement saturates at 15; the
 //! rare key displaced further is recognised by its entry, and moving it
 //! (insert, remove) reads its entry to learn its home.
 //!

@@ -30,7 +30,7 @@ const BITS: u32 = 6;
 /// many bits wait in the overflow map.
 const WHEEL_BITS: u32 = BITS * LEVELS as u32;
 /// A drained slot keeps its vector (for the next keys) up to this capacity.
-const KEEP_CAPACITY: usize = 256;
+const KEEP_CAPACITY: usize = 32;
 
 /// Keys due at millisecond deadlines: see the [module documentation](self).
 pub struct Wheel<K: Copy> {

@@ -104,6 +104,65 @@ fn durable_append(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The p-th percentile of sorted durations.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Floor and file flushes interleaved one by one, so both see the same disk
+/// and the same neighbours (this machine is shared and noisy): for batches
+/// of 1, 16, 256 and 4,096 records, prints each side's p50 and p99 flush
+/// latency, records/s and MB/s at p50, and the file/floor ratios.
+fn interleaved(_c: &mut Criterion) {
+    let rounds: usize = std::env::var("FUSEE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let dir = bench_dir("interleaved");
+    let mut floor = Floor::new(&dir, 256 << 20);
+    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    let mut parts = storage.open_shard(0).expect("shard");
+    let record = vec![7u8; RECORD];
+    for batch in [1usize, 16, 256, 4096] {
+        let rounds = (rounds / batch.max(1)).clamp(50, rounds);
+        let bytes = vec![7u8; batch * FRAME];
+        let (mut floor_t, mut file_t) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+        for _ in 0..rounds {
+            let t = Instant::now();
+            floor.write_sync(&bytes);
+            floor_t.push(t.elapsed());
+            let t = Instant::now();
+            for _ in 0..batch {
+                let lsn = parts.log.last_lsn() + 1;
+                parts.log.append(lsn, &record).expect("append");
+            }
+            parts.log.flush().expect("flush");
+            file_t.push(t.elapsed());
+        }
+        floor_t.sort_unstable();
+        file_t.sort_unstable();
+        let (f50, f99) = (percentile(&floor_t, 0.5), percentile(&floor_t, 0.99));
+        let (s50, s99) = (percentile(&file_t, 0.5), percentile(&file_t, 0.99));
+        let per_s = |d: Duration| batch as f64 / d.as_secs_f64();
+        let mb_s = |d: Duration| (batch * RECORD) as f64 / d.as_secs_f64() / 1e6;
+        eprintln!(
+            "batch {batch:>4}, {rounds} interleaved flushes: floor p50 {f50:?} p99 {f99:?}; \
+             file p50 {s50:?} p99 {s99:?}; file {:.0} records/s, {:.1} MB/s of records \
+             (floor {:.0}/s); latency ratio p50 {:.3} p99 {:.3}; throughput ratio {:.3}",
+            per_s(s50),
+            mb_s(s50),
+            per_s(f50),
+            s50.as_secs_f64() / f50.as_secs_f64(),
+            s99.as_secs_f64() / f99.as_secs_f64(),
+            f50.as_secs_f64() / s50.as_secs_f64(),
+        );
+    }
+    drop(parts);
+    drop(storage);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn group_commit(c: &mut Criterion) {
     let dir = bench_dir("group");
     let mut floor = Floor::new(&dir, 256 << 20);
@@ -178,5 +237,5 @@ fn recovery(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, durable_append, group_commit, recovery);
+criterion_group!(benches, interleaved, durable_append, group_commit, recovery);
 criterion_main!(benches);

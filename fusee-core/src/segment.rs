@@ -292,6 +292,14 @@ pub struct LogWriter {
     open_header: Option<Chunk>,
     open_base: Lsn,
     chunks: Vec<Chunk>,
+    /// Bytes of the largest chunk of the last batch taken: the next batch's
+    /// first chunk starts with that much room, so steady group commits
+    /// do not regrow their buffer record by record.
+    chunk_hint: usize,
+    /// A written batch's buffer, handed back by [`LogWriter::recycle`]:
+    /// reusing it spares the allocator and the page faults of a fresh
+    /// multi-page buffer per batch.
+    spare: Vec<u8>,
 }
 
 impl LogWriter {
@@ -327,6 +335,8 @@ impl LogWriter {
             }),
             open_base: next_lsn,
             chunks: Vec::new(),
+            chunk_hint: 4096,
+            spare: Vec::new(),
         }
     }
 
@@ -375,7 +385,12 @@ impl LogWriter {
             self.chunks.push(Chunk {
                 segment: self.segment,
                 offset: self.offset,
-                bytes: Vec::with_capacity(frame.max(4096) as usize),
+                bytes: {
+                    let mut bytes = std::mem::take(&mut self.spare);
+                    bytes.clear();
+                    bytes.reserve((frame as usize).max(self.chunk_hint));
+                    bytes
+                },
             });
         }
         let last = self.chunks.len() - 1;
@@ -434,6 +449,9 @@ impl LogWriter {
             return None;
         }
         debug_assert!(self.pending_records > 0);
+        let largest = self.chunks.iter().map(|c| c.bytes.len()).max().unwrap_or(0);
+        // Room for the next batch like this one, within reason.
+        self.chunk_hint = largest.clamp(4096, 8 << 20);
         let batch = Batch {
             chunks: std::mem::take(&mut self.chunks),
             first_lsn: self.batch_first,
@@ -442,6 +460,35 @@ impl LogWriter {
         self.pending_records = 0;
         self.batch_first = self.next_lsn;
         Some(batch)
+    }
+
+    /// Hands a written batch's buffers back for the next batch to reuse
+    /// (optional: without it each batch allocates its own).
+    pub fn recycle(&mut self, batch: Batch) {
+        if let Some(largest) = batch
+            .chunks
+            .into_iter()
+            .map(|c| c.bytes)
+            .max_by_key(Vec::capacity)
+            && largest.capacity() <= 16 << 20
+            && largest.capacity() > self.spare.capacity()
+        {
+            self.spare = largest;
+        }
+    }
+
+    /// The records appended since the last [`LogWriter::take`], in LSN order,
+    /// read back from the pending chunks (a log reads its unflushed tail
+    /// here instead of keeping a second copy).
+    pub fn pending(&self) -> impl Iterator<Item = (Lsn, &[u8])> + '_ {
+        self.chunks.iter().flat_map(|c| {
+            // A rolled segment's chunk starts with its header block.
+            let start = if c.offset == 0 { HEADER_BYTES } else { 0 };
+            PendingFrames {
+                bytes: &c.bytes,
+                at: start,
+            }
+        })
     }
 
     /// Caps the current segment at `bytes` (at least what it already holds,
@@ -486,6 +533,27 @@ impl LogWriter {
     /// Records appended since the last batch of records was taken.
     pub fn pending_records(&self) -> u32 {
         self.pending_records
+    }
+}
+
+/// Walks the frames of a pending chunk (written by this writer, so well
+/// formed; a short or odd chunk just ends the walk).
+struct PendingFrames<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for PendingFrames<'a> {
+    type Item = (Lsn, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let header = self.bytes.get(self.at..self.at + FRAME_HEADER)?;
+        let len = le_u32(header, 0) as usize;
+        let lsn = le_u64(header, 8);
+        let start = self.at + FRAME_HEADER;
+        let body = self.bytes.get(start..start + len)?;
+        self.at = start + len;
+        Some((lsn, body))
     }
 }
 

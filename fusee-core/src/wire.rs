@@ -187,7 +187,9 @@ impl<'a> Reader<'a> {
     pub fn varint(&mut self) -> DecodeResult<u64> {
         let mut v = 0u64;
         for i in 0..10 {
-            let b = self.u8().map_err(|_| DecodeError::new("truncated varint"))?;
+            let b = self
+                .u8()
+                .map_err(|_| DecodeError::new("truncated varint"))?;
             let group = u64::from(b & 0x7f);
             // The 10th byte may only carry the 64th bit.
             if i == 9 && (b & 0x80 != 0 || group > 1) {

@@ -98,9 +98,9 @@ pub struct FileLog<I: Io> {
     durable: Lsn,
     first: Lsn,
     latched: bool,
-    /// Copies of records appended and not flushed yet, for reads.
-    unflushed: Vec<u8>,
-    unflushed_at: Vec<(Lsn, usize)>,
+    /// The time the next roll's header records (refreshed at each flush:
+    /// reading the clock per append would cost more than the append).
+    now_ms: u64,
 }
 
 /// What a scan of the existing segments found.
@@ -203,8 +203,7 @@ impl<I: Io> FileLog<I> {
             durable: rec.last,
             first,
             latched: false,
-            unflushed: Vec::new(),
-            unflushed_at: Vec::new(),
+            now_ms: now_ms(),
         })
     }
 
@@ -477,6 +476,7 @@ impl<I: Io> FileLog<I> {
                 seg.last = last;
             }
         }
+        self.writer.recycle(batch);
         // Once the current segment is half full, the next one is prepared,
         // so the flush that rolls into it writes data only. (An open does
         // not prepare: it reuses a prepared segment it finds.)
@@ -511,15 +511,13 @@ impl<I: Io> LogStore for FileLog<I> {
         }
         let got = self
             .writer
-            .append(record, now_ms())
+            .append(record, self.now_ms)
             .map_err(|e| StorageError::TooLarge {
                 what: e.what,
                 len: e.len,
                 max: e.max,
             })?;
         debug_assert_eq!(got, lsn);
-        self.unflushed_at.push((lsn, self.unflushed.len()));
-        self.unflushed.extend_from_slice(record);
         Ok(())
     }
 
@@ -534,8 +532,7 @@ impl<I: Io> LogStore for FileLog<I> {
             return Err(e.into());
         }
         self.durable = self.writer.last_lsn();
-        self.unflushed.clear();
-        self.unflushed_at.clear();
+        self.now_ms = now_ms();
         Ok(self.durable)
     }
 
@@ -584,15 +581,10 @@ impl<I: Io> LogStore for FileLog<I> {
                 )));
             }
         }
-        for (i, &(lsn, start)) in self.unflushed_at.iter().enumerate() {
-            if lsn <= after {
-                continue;
+        for (lsn, body) in self.writer.pending() {
+            if lsn > after {
+                visit(lsn, body)?;
             }
-            let end = self
-                .unflushed_at
-                .get(i + 1)
-                .map_or(self.unflushed.len(), |&(_, e)| e);
-            visit(lsn, &self.unflushed[start..end])?;
         }
         Ok(last)
     }

@@ -32,15 +32,15 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The full plan: about 10 minutes for four backends and the two
+    /// The full plan: a few minutes for four backends and the two
     /// references on a disk whose `fdatasync` takes a few hundred
-    /// microseconds.
+    /// microseconds (well under fifteen).
     pub fn full() -> Self {
         Self {
             quick: false,
-            latency_samples: 10_000,
-            batch_flushes: [5_000, 2_500, 1_000],
-            frames: 100_000,
+            latency_samples: 20_000,
+            batch_flushes: [10_000, 4_000, 2_000],
+            frames: 200_000,
             recovery_records: 1_000_000,
             parked_runs: 1_000_000,
             seed: 0x00F0_05EE,
@@ -52,9 +52,9 @@ impl Plan {
     pub fn quick() -> Self {
         Self {
             quick: true,
-            latency_samples: 1_000,
-            batch_flushes: [500, 250, 100],
-            frames: 20_000,
+            latency_samples: 2_000,
+            batch_flushes: [1_000, 400, 200],
+            frames: 50_000,
             ..Self::full()
         }
     }

@@ -183,7 +183,7 @@ impl Report {
         let (floor, best) = self.ratios(m, v);
         let mut cell = sig3(v);
         let show_floor = floor.filter(|_| s.role != Role::Floor);
-        let show_best = best.filter(|_| both && s.role == Role::Backend && s.durable);
+        let show_best = best.filter(|_| both && s.role != Role::Floor && s.durable);
         match (show_floor, show_best) {
             (Some(f), Some(b)) => {
                 let _ = write!(cell, " (×{} floor, ×{} best)", sig3(f), sig3(b));
@@ -338,7 +338,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="16" font-weight="bold">Fusee backend comparison: cost relative to the floor (log scale; 1 = raw pwrite + fdatasync)</text>"##
+            r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">Fusee backends: cost relative to the floor (log scale; 1× = pwrite + fdatasync)</text>"##
         );
         let _ = writeln!(
             out,
@@ -367,7 +367,7 @@ impl Report {
                 out,
                 r##"<line x1="{gx:.1}" y1="{top}" x2="{gx:.1}" y2="{axis_bottom:.1}" stroke="{stroke}" stroke-width="{w}"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}×</text>"##,
                 axis_bottom + 16.0,
-                sig3(10f64.powi(d))
+                decade(d)
             );
         }
         for (g, &m) in metrics.iter().enumerate() {
@@ -440,6 +440,15 @@ pub fn sig3(v: f64) -> String {
     }
 }
 
+/// `10^d` as an axis label: `1000`, `1`, `0.01`, `1e-4`.
+fn decade(d: i32) -> String {
+    match d {
+        0.. => format!("{}", 10u64.saturating_pow(d.unsigned_abs())),
+        -3..0 => format!("{:.*}", d.unsigned_abs() as usize, 10f64.powi(d)),
+        _ => format!("1e{d}"),
+    }
+}
+
 fn xml(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -463,6 +472,10 @@ mod tests {
         assert_eq!(sig3(1.234), "1.23");
         assert_eq!(sig3(0.01234), "0.0123");
         assert_eq!(sig3(0.0), "0");
+        assert_eq!(decade(2), "100");
+        assert_eq!(decade(0), "1");
+        assert_eq!(decade(-2), "0.01");
+        assert_eq!(decade(-5), "1e-5");
     }
 
     #[test]

@@ -13,6 +13,43 @@
 //! Everything else (the measurements, ratios, reports) is written once
 //! against [`Target`] and needs no change.
 //!
+//! A factory, measured on a tiny plan (a real backend opens its files in
+//! `dir`; this one wraps the memory backend):
+//!
+//! ```
+//! use std::path::Path;
+//! use fusee_benches::measure::{Metric, measure};
+//! use fusee_benches::plan::Plan;
+//! use fusee_benches::progress::Progress;
+//! use fusee_benches::{Backend, Factory};
+//! use fusee_storage::{MemoryStorage, Storage};
+//!
+//! struct Mine;
+//!
+//! impl Factory for Mine {
+//!     type S = MemoryStorage;
+//!     fn name(&self) -> &'static str {
+//!         "mine"
+//!     }
+//!     fn flush_method(&self) -> String {
+//!         "none".into()
+//!     }
+//!     fn open(&self, _dir: &Path) -> fusee_storage::Result<MemoryStorage> {
+//!         Ok(MemoryStorage::new())
+//!     }
+//!     fn reopen(&self, s: MemoryStorage, _dir: &Path) -> fusee_storage::Result<MemoryStorage> {
+//!         s.close()?; // a file backend: close, then open `dir` again
+//!         Ok(s.reopen())
+//!     }
+//! }
+//!
+//! let mut plan = Plan::quick().with_samples(8);
+//! (plan.frames, plan.recovery_records) = (10, 1000);
+//! let figures = measure(&Backend(Mine), &plan, &std::env::temp_dir(), &Progress::new(true))?;
+//! assert!(figures.get(Metric::Recovery).is_some());
+//! # Ok::<(), fusee_benches::BenchError>(())
+//! ```
+//!
 //! # How the workload maps onto the contract
 //!
 //! | target call | storage call |

@@ -9,7 +9,7 @@ use crate::backend::backends;
 use crate::error::{BenchError, Result};
 use crate::floor::Floor;
 use crate::machine::{Machine, utc_now};
-use crate::measure::{measure, table_bytes_per_run};
+use crate::measure::{measure_all, table_bytes_per_run};
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::report::{Report, SubjectResult};
@@ -226,27 +226,25 @@ pub fn run(opts: &Options) -> Result<Report> {
             "warning: debug build; figures are not comparable (use --release)"
         ));
     }
-    let mut results = Vec::new();
+    let mut dirs = Vec::with_capacity(subjects.len());
     for s in &subjects {
         let dir = scratch.0.join(s.name());
         fresh_dir(&dir)?;
-        let t = Instant::now();
-        let figures = measure(s.as_ref(), &opts.plan, &dir, &progress)?;
-        progress.line(format_args!(
-            "{}: done in {:.1} s",
-            s.name(),
-            t.elapsed().as_secs_f64()
-        ));
-        // Free the disk space before the next subject writes.
-        let _ = std::fs::remove_dir_all(&dir);
-        results.push(SubjectResult {
+        dirs.push(dir);
+    }
+    let refs: Vec<&dyn Subject> = subjects.iter().map(|s| s.as_ref()).collect();
+    let figures = measure_all(&refs, &opts.plan, &dirs, &progress)?;
+    let results = subjects
+        .iter()
+        .zip(figures)
+        .map(|(s, figures)| SubjectResult {
             name: s.name().to_string(),
             role: s.role(),
             durable: s.durable(),
             flush_method: s.flush_method(),
             figures,
-        });
-    }
+        })
+        .collect();
     progress.line(format_args!(
         "core: table memory of {} parked runs",
         opts.plan.parked_runs

@@ -60,12 +60,13 @@ impl Plan {
     }
 
     /// This plan with `samples` latency samples and flush counts scaled to
-    /// them (at least 4 flushes per batch size).
+    /// them as in the standard plans (a half, a fifth and a tenth; at least
+    /// 4 flushes per batch size).
     pub fn with_samples(mut self, samples: u64) -> Self {
         let samples = samples.max(4);
         self.batch_flushes = [
             (samples / 2).max(4),
-            (samples / 4).max(4),
+            (samples / 5).max(4),
             (samples / 10).max(4),
         ];
         self.latency_samples = samples;
@@ -100,5 +101,20 @@ impl Plan {
             self.parked_runs,
             self.seed
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_scale_like_the_standard_plans() {
+        assert_eq!(Plan::quick().with_samples(2_000), Plan::quick());
+        assert_eq!(Plan::full().with_samples(20_000), Plan::full());
+        let tiny = Plan::quick().with_samples(1);
+        assert_eq!(tiny.latency_samples, 4);
+        assert_eq!(tiny.batch_flushes, [4, 4, 4]);
+        assert_eq!(tiny.log_records(), 4 + 4 + 16 * 4 + 256 * 4);
     }
 }

@@ -141,6 +141,9 @@ impl Report {
         for (k, v) in self.machine.fields() {
             let _ = writeln!(out, "{k}: {v}");
         }
+        for s in &self.subjects {
+            let _ = writeln!(out, "flush, {}: {}", s.name, s.flush_method);
+        }
         let _ = writeln!(out);
         for (i, row) in rows.iter().enumerate() {
             let line: Vec<String> = row

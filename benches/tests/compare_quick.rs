@@ -62,7 +62,7 @@ fn quick_run_on_memory_writes_parsable_outputs() {
         output.status
     );
     assert!(
-        stderr.contains("memory: durable append latency"),
+        stderr.contains("memory: recovery: reopening"),
         "progress on stderr:\n{stderr}"
     );
     for word in [

@@ -107,6 +107,57 @@ impl Report {
         )
     }
 
+    /// The durable backends and the peer, best first, by the geometric mean
+    /// of their ratios to the best durable backend over every per-subject
+    /// metric (each metric weighs the same; 1.0 = best at everything).
+    /// Subjects missing a metric are ranked on the ones they have.
+    pub fn ranking(&self) -> Vec<(&SubjectResult, f64)> {
+        let mut out: Vec<(&SubjectResult, f64)> = self
+            .subjects
+            .iter()
+            .filter(|s| s.durable && s.role != Role::Floor)
+            .filter_map(|s| {
+                let logs: Vec<f64> = Metric::per_subject()
+                    .into_iter()
+                    .filter_map(|m| s.figures.get(m).and_then(|v| self.ratios(m, v).1))
+                    .map(f64::ln)
+                    .collect();
+                (!logs.is_empty())
+                    .then(|| (s, (logs.iter().sum::<f64>() / logs.len() as f64).exp()))
+            })
+            .collect();
+        out.sort_by(|a, b| a.1.total_cmp(&b.1));
+        out
+    }
+
+    /// One line naming the pick for this disk, or why there is none.
+    pub fn verdict(&self) -> String {
+        let ranking = self.ranking();
+        let backends: Vec<String> = ranking
+            .iter()
+            .filter(|(s, _)| s.role == Role::Backend)
+            .map(|(s, g)| format!("{} ×{}", s.name, sig3(*g)))
+            .collect();
+        let peers: Vec<String> = ranking
+            .iter()
+            .filter(|(s, _)| s.role == Role::Peer)
+            .map(|(s, g)| format!("{} ×{}", s.name, sig3(*g)))
+            .collect();
+        let mut line = match backends.first() {
+            Some(best) => format!(
+                "pick for this disk: {} (durable backends by the geometric mean of their \
+                 ratios to the best figure: {})",
+                best.split(' ').next().unwrap_or_default(),
+                backends.join(", ")
+            ),
+            None => "no durable backend measured: nothing to pick between yet".to_string(),
+        };
+        if !peers.is_empty() && !backends.is_empty() {
+            line.push_str(&format!("; for comparison, {}", peers.join(", ")));
+        }
+        line
+    }
+
     /// Table memory per parked run as a ratio to the 32-byte index record.
     pub fn table_ratio(&self) -> f64 {
         self.table_bytes_per_run / fusee_storage::INDEX_RECORD as f64
@@ -166,9 +217,10 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\n(×N = N times worse than the floor; below 1 = better)\n\
+            "\n(×N = N times worse than the floor; below 1 = better)\n{}\n\
              table memory per parked run: {} bytes ({} parked runs in ShardCore; ×{} the 32-byte index record)\n\
              run took {:.1} s",
+            self.verdict(),
             sig3(self.table_bytes_per_run),
             self.plan.parked_runs,
             sig3(self.table_ratio()),
@@ -289,10 +341,12 @@ impl Report {
             "\n×N floor: N times worse than raw `pwrite` + `fdatasync` of the same bytes on the \
              same disk (below 1 = better); ×N best: against the best durable backend measured.\n\n\
              Table memory per parked run: **{} bytes** (`ShardCore::table_bytes` over {} parked \
-             runs; the same for every backend), ×{} the 32-byte persisted index record.",
+             runs; the same for every backend), ×{} the 32-byte persisted index record.\n\n\
+             **Verdict**: {}.",
             sig3(self.table_bytes_per_run),
             self.plan.parked_runs,
-            sig3(self.table_ratio())
+            sig3(self.table_ratio()),
+            self.verdict()
         );
         out
     }
@@ -479,6 +533,95 @@ mod tests {
         assert_eq!(decade(0), "1");
         assert_eq!(decade(-2), "0.01");
         assert_eq!(decade(-5), "1e-5");
+    }
+
+    /// A subject whose every figure is `scale` times the floor's cost.
+    fn subject(name: &str, role: Role, durable: bool, scale: f64) -> SubjectResult {
+        let values = Metric::per_subject()
+            .into_iter()
+            .map(|m| {
+                let base = 100.0;
+                (
+                    m,
+                    if m.higher_is_better() {
+                        base / scale
+                    } else {
+                        base * scale
+                    },
+                )
+            })
+            .collect();
+        SubjectResult {
+            name: name.into(),
+            role,
+            durable,
+            flush_method: "test".into(),
+            figures: Figures { values },
+        }
+    }
+
+    fn report(subjects: Vec<SubjectResult>) -> Report {
+        Report {
+            date: "2026-01-01 00:00:00 UTC".into(),
+            command: "fusee-compare --quick".into(),
+            machine: Machine::default(),
+            plan: Plan::quick(),
+            record_bytes: 100.0,
+            frame_bytes: 1000.0,
+            subjects,
+            table_bytes_per_run: 40.0,
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn ratios_name_the_floor_and_the_best_durable_backend() {
+        let r = report(vec![
+            subject("floor", Role::Floor, true, 1.0),
+            subject("memory", Role::Backend, false, 0.01),
+            subject("slow", Role::Backend, true, 4.0),
+            subject("fast", Role::Backend, true, 2.0),
+            subject("sqlite", Role::Peer, true, 8.0),
+        ]);
+        for m in Metric::per_subject() {
+            let slow = r.subjects[2].figures.get(m).unwrap_or(f64::NAN);
+            let (floor, best) = r.ratios(m, slow);
+            let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+            assert!(close(floor, 4.0), "{m:?}: {floor:?}");
+            // The best durable backend is `fast`, not the memory backend.
+            assert!(close(best, 2.0), "{m:?}: {best:?}");
+        }
+        let ranking: Vec<(&str, f64)> = r
+            .ranking()
+            .iter()
+            .map(|(s, g)| (s.name.as_str(), *g))
+            .collect();
+        let names: Vec<&str> = ranking.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["fast", "slow", "sqlite"]);
+        assert!((ranking[2].1 - 4.0).abs() < 1e-9, "{ranking:?}");
+        assert!(
+            r.verdict().starts_with("pick for this disk: fast"),
+            "{}",
+            r.verdict()
+        );
+        let md = r.markdown();
+        assert!(md.contains("| 400 (×4.00 floor, ×2.00 best) |"), "{md}");
+        assert!(
+            md.contains("| 100 |"),
+            "the floor's own cells carry no ratio:\n{md}"
+        );
+    }
+
+    #[test]
+    fn without_durable_backends_there_is_no_pick() {
+        let r = report(vec![
+            subject("floor", Role::Floor, true, 1.0),
+            subject("memory", Role::Backend, false, 0.01),
+        ]);
+        assert!(r.verdict().starts_with("no durable backend"));
+        assert_eq!(r.best_backend(Metric::Recovery), None);
+        let csv = r.csv();
+        assert_eq!(csv.lines().count(), 1 + 8 * 2 + 1, "{csv}");
     }
 
     #[test]

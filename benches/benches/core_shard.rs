@@ -10,63 +10,13 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use fusee_core::record::{Name, Payload, Record, RecordBuf, Status, encode_canonical};
-use fusee_core::shard::{BlobRef, Event, HORIZON_MS, Mode, ShardCore};
+use fusee_benches::workload::{encoded_journals, parked_sleepers};
+use fusee_core::shard::{Event, HORIZON_MS, Mode, ShardCore};
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
-fn start(run: u64) -> RecordBuf {
-    Record::Start {
-        run,
-        id: Name::from(format!("order-{run}")),
-        wtype: Name::from("checkout"),
-        version: 1,
-        codec: 0,
-        started_ms: 0,
-        deadline_ms: 0,
-        parent: None,
-        policy: 0,
-        from: None,
-        copies: 0,
-        update: None,
-        input: Payload::from(&[7u8; 64][..]),
-        meta: None,
-    }
-}
-
-/// Start, 10 × Step, Done for `runs` runs, with their canonical bytes.
-fn workload(runs: u64) -> Vec<(RecordBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    for run in 1..=runs {
-        let mut recs = vec![start(run)];
-        for seq in 0..10 {
-            recs.push(Record::Step {
-                run,
-                seq,
-                name: Name::from("charge"),
-                attempt: 1,
-                status: Status::Ok,
-                payload: Payload::from(&[1u8; 100][..]),
-            });
-        }
-        recs.push(Record::Done {
-            run,
-            status: Status::Ok,
-            finished_ms: 1,
-            payload: Payload::from(&b"ok"[..]),
-            by: None,
-        });
-        for r in recs {
-            let mut bytes = Vec::new();
-            encode_canonical(&r, &mut bytes);
-            out.push((r, bytes));
-        }
-    }
-    out
-}
-
 fn apply_throughput(c: &mut Criterion) {
-    let records = workload(1000);
+    let records = encoded_journals(1000);
     let mut g = c.benchmark_group("shard_apply");
     g.throughput(Throughput::Elements(records.len() as u64));
     g.bench_function("start_10_steps_done", |b| {
@@ -87,32 +37,10 @@ fn apply_throughput(c: &mut Criterion) {
 
 /// `n` parked sleepers whose timers fall in `[at, at + spread)`.
 fn sleepers(n: u64, at: u64, spread: u64) -> ShardCore {
-    let mut core = ShardCore::new(0, 1, 1000, 0);
-    let mut rng = fastrand::Rng::with_seed(7);
-    let mut lsn = 0;
-    for run in 1..=n {
-        lsn += 1;
-        core.apply(lsn, &start(run), Mode::LIVE);
-        lsn += 1;
-        let timer: RecordBuf = Record::Timer {
-            run,
-            seq: 0,
-            name: Name::from("sleep"),
-            fire_at_ms: at + rng.u64(0..spread.max(1)),
-        };
-        core.apply(lsn, &timer, Mode::LIVE);
-        let blob = BlobRef {
-            offset: run * 256,
-            len: 200,
-        };
-        core.park(run, blob, false);
-        while core.take_event().is_some() {}
-    }
-    core.shrink_spare(0);
-    core
+    parked_sleepers(n, at, spread, 7)
 }
 
-fn parked_sleepers(c: &mut Criterion) {
+fn parked_sleepers_bench(c: &mut Criterion) {
     let n = 1_000_000;
     let core = sleepers(n, DAY_MS, 3600 * 1000);
     eprintln!(
@@ -171,5 +99,5 @@ fn mass_wake(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, apply_throughput, parked_sleepers, mass_wake);
+criterion_group!(benches, apply_throughput, parked_sleepers_bench, mass_wake);
 criterion_main!(benches);

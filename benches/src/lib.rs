@@ -1,1 +1,43 @@
-//! Workloads shared by Fusee's criterion benches and comparison binary.
+//! Workloads shared by Fusee's criterion benches, and the cross-backend
+//! comparison behind the `fusee-compare` binary.
+//!
+//! The comparison measures every backend compiled in (the `file`, `redb`
+//! and `rocksdb` features add theirs; memory is always there) against two
+//! references measured in the same run on the same disk: the **floor**
+//! (raw `pwrite` + `fdatasync` of the same bytes) and a **SQLite peer**
+//! (one row per record, WAL, `synchronous=FULL`).
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`workload`] | the records, frames and parked runs every bench uses |
+//! | [`plan`] | how much of each measurement a run makes (`--quick`, full) |
+//! | [`target`] | the operations measured, the `Subject`/`Target` traits |
+//! | [`backend`] | any `fusee_storage::Storage` as a subject; the list of backends |
+//! | [`floor`] | the floor |
+//! | [`sqlite`] | the SQLite peer |
+//! | [`measure`] | the measurements, written once for every subject |
+//! | [`stats`] | percentiles |
+//! | [`machine`] | the machine, disk and build a run names |
+//! | [`report`] | the results as text, CSV, markdown and SVG, with ratios |
+//! | [`compare`] | the command line and the run |
+//! | [`progress`] | progress lines on stderr |
+//!
+//! `cargo run --release -p fusee-benches --bin fusee-compare -- --quick`
+
+pub mod backend;
+pub mod compare;
+pub mod error;
+pub mod floor;
+pub mod machine;
+pub mod measure;
+pub mod plan;
+pub mod progress;
+pub mod report;
+pub mod sqlite;
+pub mod stats;
+pub mod target;
+pub mod workload;
+
+pub use backend::{Backend, Factory, Memory, backends};
+pub use error::{BenchError, Result};
+pub use report::Report;

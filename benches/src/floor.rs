@@ -1,0 +1,183 @@
+//! The floor: the same bytes written with positioned writes and made
+//! durable with `fdatasync` on a preallocated file in the same directory,
+//! what no durable log on this disk can beat.
+//!
+//! Each log is its own file, preallocated (zeros written and `fsync`ed,
+//! untimed) so `fdatasync` never has to write metadata; a flush is one
+//! `pwrite` of the batch's bytes at the next offset plus one `fdatasync`,
+//! exactly the bytes a backend was given in that batch. Frames go to a third
+//! preallocated file: `put_frame` is one `pwrite`, `commit_frames` one
+//! `fdatasync`, `get_frame` one `pread`. Replaying opens the log file, reads
+//! the bytes written (the floor knows their length: it keeps no
+//! metadata at all) and splits them at the records' varint length prefixes.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use fusee_core::shard::BlobRef;
+use fusee_core::wire::Reader;
+
+use crate::target::{LogId, Role, Subject, Target, TargetResult};
+
+/// Zeros written per call while preallocating.
+const ZERO_CHUNK: usize = 1 << 20;
+
+/// The floor as a comparison subject.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Floor;
+
+impl Subject for Floor {
+    fn name(&self) -> &str {
+        "floor"
+    }
+
+    fn role(&self) -> Role {
+        Role::Floor
+    }
+
+    fn flush_method(&self) -> String {
+        "pwrite + fdatasync on a preallocated file".into()
+    }
+
+    fn open<'a>(&'a self, dir: &Path) -> TargetResult<Box<dyn Target + 'a>> {
+        Ok(Box::new(FloorTarget {
+            dir: dir.to_path_buf(),
+            logs: [FloorFile::default(), FloorFile::default()],
+            frames: FloorFile::default(),
+        }))
+    }
+}
+
+/// One preallocated file: the bytes made durable end at `end`, the batch
+/// being built is `pending`.
+#[derive(Debug, Default)]
+struct FloorFile {
+    file: Option<File>,
+    path: PathBuf,
+    end: u64,
+    pending: Vec<u8>,
+}
+
+impl FloorFile {
+    /// Creates `path` with `bytes` zeros made durable.
+    fn create(path: PathBuf, bytes: u64) -> TargetResult<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        let zeros = vec![0u8; ZERO_CHUNK];
+        let mut at = 0u64;
+        while at < bytes {
+            let n = (bytes - at).min(ZERO_CHUNK as u64) as usize;
+            file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        file.sync_all()?;
+        // The new file's directory entry must be durable too, or a crash
+        // could lose the file with everything "durable" in it.
+        if let Some(parent) = path.parent() {
+            File::open(parent)?.sync_all()?;
+        }
+        Ok(Self {
+            file: Some(file),
+            path,
+            end: 0,
+            pending: Vec::new(),
+        })
+    }
+
+    fn file(&self) -> TargetResult<&File> {
+        self.file
+            .as_ref()
+            .ok_or_else(|| format!("{} is not open", self.path.display()).into())
+    }
+}
+
+struct FloorTarget {
+    dir: PathBuf,
+    logs: [FloorFile; 2],
+    frames: FloorFile,
+}
+
+impl FloorTarget {
+    fn log(&mut self, log: LogId) -> &mut FloorFile {
+        &mut self.logs[log.number() as usize]
+    }
+}
+
+impl Target for FloorTarget {
+    fn prepare_log(&mut self, log: LogId, _records: u64, bytes: u64) -> TargetResult<()> {
+        let path = self.dir.join(format!("floor-log-{}", log.number()));
+        *self.log(log) = FloorFile::create(path, bytes)?;
+        Ok(())
+    }
+
+    fn append(&mut self, log: LogId, record: &[u8]) -> TargetResult<()> {
+        self.log(log).pending.extend_from_slice(record);
+        Ok(())
+    }
+
+    fn flush(&mut self, log: LogId) -> TargetResult<()> {
+        let f = self.log(log);
+        let file = f.file()?;
+        file.write_all_at(&f.pending, f.end)?;
+        file.sync_data()?;
+        f.end += f.pending.len() as u64;
+        f.pending.clear();
+        Ok(())
+    }
+
+    fn prepare_frames(&mut self, _frames: u64, bytes: u64) -> TargetResult<()> {
+        self.frames = FloorFile::create(self.dir.join("floor-frames"), bytes)?;
+        Ok(())
+    }
+
+    fn put_frame(&mut self, frame: &[u8]) -> TargetResult<BlobRef> {
+        let f = &mut self.frames;
+        let len = u32::try_from(frame.len())?;
+        f.file()?.write_all_at(frame, f.end)?;
+        let at = BlobRef { offset: f.end, len };
+        f.end += frame.len() as u64;
+        Ok(at)
+    }
+
+    fn commit_frames(&mut self) -> TargetResult<()> {
+        self.frames.file()?.sync_data()?;
+        Ok(())
+    }
+
+    fn get_frame(&mut self, at: BlobRef, out: &mut Vec<u8>) -> TargetResult<()> {
+        out.resize(at.len as usize, 0);
+        self.frames.file()?.read_exact_at(out, at.offset)?;
+        Ok(())
+    }
+
+    fn restart(&mut self) -> TargetResult<()> {
+        for f in self.logs.iter_mut().chain([&mut self.frames]) {
+            f.file = None;
+            f.pending.clear();
+        }
+        Ok(())
+    }
+
+    fn replay(&mut self, log: LogId, visit: &mut dyn FnMut(&[u8])) -> TargetResult<u64> {
+        let f = self.log(log);
+        let file = File::open(&f.path)?;
+        let mut bytes = vec![0u8; usize::try_from(f.end)?];
+        file.read_exact_at(&mut bytes, 0)?;
+        f.file = Some(file);
+        let mut r = Reader::new(&bytes);
+        let mut n = 0u64;
+        while r.remaining() > 0 {
+            let start = r.position();
+            let len = r.varint()?;
+            r.take(usize::try_from(len)?)?;
+            visit(&bytes[start..r.position()]);
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,633 @@
+//! A comparison's results and their four renderings: a text table
+//! (stdout), CSV, markdown (what `benches/RESULTS.md` holds) and an SVG bar
+//! chart of the ratios.
+//!
+//! # Ratios
+//!
+//! Every figure is also given as a *cost ratio*: how many times worse it is
+//! than a reference, whatever the metric's direction (above 1 = worse,
+//! below 1 = better; for a throughput, reference / value). Two references:
+//!
+//! - **× floor**: the floor's figure for the same metric (raw `pwrite` +
+//!   `fdatasync` of the same bytes on the same disk);
+//! - **× best**: the best figure among the durable backends measured (the
+//!   memory backend is left out: it flushes nothing).
+//!
+//! Table memory per parked run is the core's, one figure for every backend;
+//! its ratio is to the 32-byte persisted index record of a parked run.
+//!
+//! # CSV columns
+//!
+//! `metric,unit,subject,role,value,ratio_to_floor,ratio_to_best_backend`;
+//! `metric` is [`Metric::key`], an empty ratio means no reference was
+//! measured. The table memory row has subject `core` and role `core`, its
+//! ratio to the index record in `ratio_to_floor`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::error::{BenchError, Result};
+use crate::machine::Machine;
+use crate::measure::{Figures, Metric};
+use crate::plan::Plan;
+use crate::target::Role;
+
+/// The file names [`Report::write`] creates in the output directory.
+pub const FILES: [&str; 3] = ["compare.csv", "compare.md", "compare.svg"];
+
+/// One subject's results.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubjectResult {
+    /// Its name (`memory`, `floor`, `sqlite`, ...).
+    pub name: String,
+    /// What it is in the comparison.
+    pub role: Role,
+    /// Whether its flushes survive power loss.
+    pub durable: bool,
+    /// How it makes data durable.
+    pub flush_method: String,
+    /// What was measured.
+    pub figures: Figures,
+}
+
+/// Everything a comparison run produced, with what it needs to be
+/// reproduced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// When the run started (UTC).
+    pub date: String,
+    /// The command line, as typed (arguments joined by spaces).
+    pub command: String,
+    /// The machine, disk and build.
+    pub machine: Machine,
+    /// The workload's counts.
+    pub plan: Plan,
+    /// Mean log record and frame sizes of the workload, bytes.
+    pub record_bytes: f64,
+    /// Mean frame size of the workload, bytes.
+    pub frame_bytes: f64,
+    /// Each subject's results, in measurement order.
+    pub subjects: Vec<SubjectResult>,
+    /// `ShardCore` table bytes per parked run.
+    pub table_bytes_per_run: f64,
+    /// Seconds the whole run took.
+    pub seconds: f64,
+}
+
+impl Report {
+    /// The floor's value of `m`, if the floor was measured.
+    pub fn floor(&self, m: Metric) -> Option<f64> {
+        self.subjects
+            .iter()
+            .find(|s| s.role == Role::Floor)
+            .and_then(|s| s.figures.get(m))
+    }
+
+    /// The best value of `m` among the durable backends.
+    pub fn best_backend(&self, m: Metric) -> Option<f64> {
+        self.subjects
+            .iter()
+            .filter(|s| s.role == Role::Backend && s.durable)
+            .filter_map(|s| s.figures.get(m))
+            .filter(|v| v.is_finite())
+            .reduce(|a, b| {
+                if m.higher_is_better() == (b > a) {
+                    b
+                } else {
+                    a
+                }
+            })
+    }
+
+    /// `(ratio to floor, ratio to best durable backend)` of a value of `m`.
+    pub fn ratios(&self, m: Metric, value: f64) -> (Option<f64>, Option<f64>) {
+        (
+            self.floor(m).and_then(|f| m.cost_ratio(value, f)),
+            self.best_backend(m).and_then(|b| m.cost_ratio(value, b)),
+        )
+    }
+
+    /// The durable backends and the peer, best first, by the geometric mean
+    /// of their ratios to the best durable backend over every per-subject
+    /// metric (each metric weighs the same; 1.0 = best at everything).
+    /// Subjects missing a metric are ranked on the ones they have.
+    pub fn ranking(&self) -> Vec<(&SubjectResult, f64)> {
+        let mut out: Vec<(&SubjectResult, f64)> = self
+            .subjects
+            .iter()
+            .filter(|s| s.durable && s.role != Role::Floor)
+            .filter_map(|s| {
+                let logs: Vec<f64> = Metric::per_subject()
+                    .into_iter()
+                    .filter_map(|m| s.figures.get(m).and_then(|v| self.ratios(m, v).1))
+                    .map(f64::ln)
+                    .collect();
+                (!logs.is_empty())
+                    .then(|| (s, (logs.iter().sum::<f64>() / logs.len() as f64).exp()))
+            })
+            .collect();
+        out.sort_by(|a, b| a.1.total_cmp(&b.1));
+        out
+    }
+
+    /// One line naming the pick for this disk, or why there is none.
+    pub fn verdict(&self) -> String {
+        let ranking = self.ranking();
+        let backends: Vec<String> = ranking
+            .iter()
+            .filter(|(s, _)| s.role == Role::Backend)
+            .map(|(s, g)| format!("{} ×{}", s.name, sig3(*g)))
+            .collect();
+        let peers: Vec<String> = ranking
+            .iter()
+            .filter(|(s, _)| s.role == Role::Peer)
+            .map(|(s, g)| format!("{} ×{}", s.name, sig3(*g)))
+            .collect();
+        let mut line = match backends.first() {
+            Some(best) => format!(
+                "pick for this disk: {} (durable backends by the geometric mean of their \
+                 ratios to the best figure: {})",
+                best.split(' ').next().unwrap_or_default(),
+                backends.join(", ")
+            ),
+            None => "no durable backend measured: nothing to pick between yet".to_string(),
+        };
+        if !peers.is_empty() && !backends.is_empty() {
+            line.push_str(&format!("; for comparison, {}", peers.join(", ")));
+        }
+        line
+    }
+
+    /// Table memory per parked run as a ratio to the 32-byte index record.
+    pub fn table_ratio(&self) -> f64 {
+        self.table_bytes_per_run / fusee_storage::INDEX_RECORD as f64
+    }
+
+    /// The results as an aligned text table, with the run's description
+    /// above it.
+    pub fn text(&self) -> String {
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        let mut head = vec!["metric".to_string(), "unit".to_string()];
+        head.extend(self.subjects.iter().map(|s| s.name.clone()));
+        rows.push(head);
+        for m in Metric::per_subject() {
+            let mut row = vec![m.label(), m.unit().to_string()];
+            for s in &self.subjects {
+                row.push(self.cell(m, s, false));
+            }
+            rows.push(row);
+        }
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|c| {
+                rows.iter()
+                    .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        let _ = writeln!(out, "Fusee backend comparison, {}", self.date);
+        let _ = writeln!(out, "command: {}", self.command);
+        let _ = writeln!(out, "workload: {}", self.plan.describe());
+        for (k, v) in self.machine.fields() {
+            let _ = writeln!(out, "{k}: {v}");
+        }
+        for s in &self.subjects {
+            let _ = writeln!(out, "flush, {}: {}", s.name, s.flush_method);
+        }
+        let _ = writeln!(out);
+        for (i, row) in rows.iter().enumerate() {
+            let line: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(c, (s, w))| {
+                    if c < 2 {
+                        format!("{s:<w$}")
+                    } else {
+                        format!("{s:>w$}")
+                    }
+                })
+                .collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+            if i == 0 {
+                let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+                let _ = writeln!(out, "{}", "-".repeat(total));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\n(×N = N times worse than the floor; below 1 = better)\n{}\n\
+             table memory per parked run: {} bytes ({} parked runs in ShardCore; ×{} the 32-byte index record)\n\
+             run took {:.1} s",
+            self.verdict(),
+            sig3(self.table_bytes_per_run),
+            self.plan.parked_runs,
+            sig3(self.table_ratio()),
+            self.seconds
+        );
+        out
+    }
+
+    /// One cell: the value and its ratio to the floor (and, in markdown, to
+    /// the best durable backend).
+    fn cell(&self, m: Metric, s: &SubjectResult, both: bool) -> String {
+        let Some(v) = s.figures.get(m) else {
+            return "-".into();
+        };
+        let (floor, best) = self.ratios(m, v);
+        let mut cell = sig3(v);
+        let show_floor = floor.filter(|_| s.role != Role::Floor);
+        let show_best = best.filter(|_| both && s.role != Role::Floor && s.durable);
+        match (show_floor, show_best) {
+            (Some(f), Some(b)) => {
+                let _ = write!(cell, " (×{} floor, ×{} best)", sig3(f), sig3(b));
+            }
+            (Some(f), None) => {
+                let _ = write!(cell, " (×{})", sig3(f));
+            }
+            (None, Some(b)) => {
+                let _ = write!(cell, " (×{} best)", sig3(b));
+            }
+            (None, None) => {}
+        }
+        cell
+    }
+
+    /// The results as CSV (columns in the module documentation).
+    pub fn csv(&self) -> String {
+        let mut out =
+            String::from("metric,unit,subject,role,value,ratio_to_floor,ratio_to_best_backend\n");
+        let opt = |r: Option<f64>| r.map_or(String::new(), |r| format!("{r:.6}"));
+        for m in Metric::per_subject() {
+            for s in &self.subjects {
+                let Some(v) = s.figures.get(m) else { continue };
+                let (floor, best) = self.ratios(m, v);
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{v:.6},{},{}",
+                    m.key(),
+                    m.unit(),
+                    s.name,
+                    s.role.as_str(),
+                    opt(floor),
+                    opt(best)
+                );
+            }
+        }
+        let m = Metric::TableBytes;
+        let _ = writeln!(
+            out,
+            "{},{},core,core,{:.6},{:.6},",
+            m.key(),
+            m.unit(),
+            self.table_bytes_per_run,
+            self.table_ratio()
+        );
+        out
+    }
+
+    /// The results as markdown: what `benches/RESULTS.md` holds.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# Fusee backend comparison\n");
+        let _ = writeln!(out, "- date: {}", self.date);
+        let _ = writeln!(out, "- command: `{}`", self.command);
+        let _ = writeln!(
+            out,
+            "- workload: {}; log records {:.0} bytes on average, run-store frames {:.0} bytes \
+             (whole journals: Start, 10 Steps, Done)",
+            self.plan.describe(),
+            self.record_bytes,
+            self.frame_bytes
+        );
+        let _ = writeln!(out, "- run took {:.1} s\n", self.seconds);
+        let _ = writeln!(out, "## Machine\n\n| | |\n|---|---|");
+        for (k, v) in self.machine.fields() {
+            let _ = writeln!(out, "| {k} | {} |", md_escape(&v));
+        }
+        let _ = writeln!(
+            out,
+            "\n## Subjects and flush methods\n\n| subject | role | flush method |\n|---|---|---|"
+        );
+        for s in &self.subjects {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                s.name,
+                s.role.as_str(),
+                md_escape(&s.flush_method)
+            );
+        }
+        let _ = writeln!(out, "\n## Results\n");
+        let _ = write!(out, "| metric | unit |");
+        for s in &self.subjects {
+            let _ = write!(out, " {} |", s.name);
+        }
+        let _ = write!(out, "\n|---|---|");
+        for _ in &self.subjects {
+            let _ = write!(out, "---:|");
+        }
+        let _ = writeln!(out);
+        for m in Metric::per_subject() {
+            let _ = write!(out, "| {} | {} |", m.label(), m.unit());
+            for s in &self.subjects {
+                let _ = write!(out, " {} |", self.cell(m, s, true));
+            }
+            let _ = writeln!(out);
+        }
+        let _ = writeln!(
+            out,
+            "\n×N floor: N times worse than raw `pwrite` + `fdatasync` of the same bytes on the \
+             same disk (below 1 = better); ×N best: against the best durable backend measured.\n\n\
+             Table memory per parked run: **{} bytes** (`ShardCore::table_bytes` over {} parked \
+             runs; the same for every backend), ×{} the 32-byte persisted index record.\n\n\
+             **Verdict**: {}.",
+            sig3(self.table_bytes_per_run),
+            self.plan.parked_runs,
+            sig3(self.table_ratio()),
+            self.verdict()
+        );
+        out
+    }
+
+    /// A horizontal bar chart of every subject's ratio to the floor, per
+    /// metric, on a logarithmic axis, as a standalone SVG document.
+    pub fn svg(&self) -> String {
+        const PALETTE: [&str; 8] = [
+            "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
+        ];
+        let metrics = Metric::per_subject();
+        let bars: Vec<&SubjectResult> = self
+            .subjects
+            .iter()
+            .filter(|s| s.role != Role::Floor)
+            .collect();
+        let ratio =
+            |m: Metric, s: &SubjectResult| s.figures.get(m).and_then(|v| self.ratios(m, v).0);
+        let all: Vec<f64> = metrics
+            .iter()
+            .flat_map(|&m| bars.iter().filter_map(move |s| ratio(m, s)))
+            .collect();
+        let lo = all
+            .iter()
+            .copied()
+            .fold(1.0f64, f64::min)
+            .log10()
+            .floor()
+            .clamp(-6.0, 0.0);
+        let hi = all
+            .iter()
+            .copied()
+            .fold(10.0f64, f64::max)
+            .log10()
+            .ceil()
+            .clamp(1.0, 6.0);
+        let (left, width, bar_h, gap, top) = (190.0, 560.0, 14.0, 3.0, 110.0);
+        let group_h = 22.0 + bars.len() as f64 * (bar_h + gap) + 8.0;
+        let height = top + metrics.len() as f64 * group_h + 40.0;
+        let x = |r: f64| left + (r.log10().clamp(lo, hi) - lo) / (hi - lo) * width;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height:.0}" viewBox="0 0 {w} {height:.0}" font-family="sans-serif" font-size="12">"##,
+            w = left + width + 90.0
+        );
+        let _ = writeln!(
+            out,
+            r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">Fusee backends: cost relative to the floor (log scale; 1× = pwrite + fdatasync)</text>"##
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="10" y="40" fill="#555">{}</text><text x="10" y="56" fill="#555">{}</text>"##,
+            xml(&format!(
+                "{} · {} · {}",
+                self.date, self.machine.cpu, self.machine.filesystem
+            )),
+            xml(&self.command)
+        );
+        for (i, s) in bars.iter().enumerate() {
+            let lx = 10.0 + i as f64 * 120.0;
+            let _ = writeln!(
+                out,
+                r##"<rect x="{lx}" y="70" width="12" height="12" fill="{}"/><text x="{}" y="80">{}</text>"##,
+                PALETTE[i % PALETTE.len()],
+                lx + 16.0,
+                xml(&s.name)
+            );
+        }
+        let axis_bottom = top + metrics.len() as f64 * group_h;
+        for d in (lo as i32)..=(hi as i32) {
+            let gx = x(10f64.powi(d));
+            let (stroke, w) = if d == 0 { ("#000", 1.5) } else { ("#ccc", 1.0) };
+            let _ = writeln!(
+                out,
+                r##"<line x1="{gx:.1}" y1="{top}" x2="{gx:.1}" y2="{axis_bottom:.1}" stroke="{stroke}" stroke-width="{w}"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}×</text>"##,
+                axis_bottom + 16.0,
+                decade(d)
+            );
+        }
+        for (g, &m) in metrics.iter().enumerate() {
+            let gy = top + g as f64 * group_h;
+            let _ = writeln!(
+                out,
+                r##"<text x="10" y="{:.1}" font-weight="bold">{}</text>"##,
+                gy + 15.0,
+                xml(&m.label())
+            );
+            for (i, s) in bars.iter().enumerate() {
+                let y = gy + 22.0 + i as f64 * (bar_h + gap);
+                let Some(r) = ratio(m, s) else { continue };
+                let (x0, x1) = (x(1.0), x(r));
+                let (bx, bw) = if x1 >= x0 {
+                    (x0, x1 - x0)
+                } else {
+                    (x1, x0 - x1)
+                };
+                let _ = writeln!(
+                    out,
+                    r##"<rect x="{bx:.1}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{}: {} {} (×{} floor)</title></rect><text x="{:.1}" y="{:.1}" font-size="10">{}×</text>"##,
+                    bw.max(1.0),
+                    PALETTE[i % PALETTE.len()],
+                    xml(&s.name),
+                    s.figures.get(m).map_or(String::new(), sig3),
+                    m.unit(),
+                    sig3(r),
+                    x0.max(x1) + 4.0,
+                    y + bar_h - 3.0,
+                    sig3(r)
+                );
+            }
+        }
+        let _ = writeln!(out, "</svg>");
+        out
+    }
+
+    /// Writes [`FILES`] into `dir` (created if missing) and returns their
+    /// paths.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+        let mut paths = Vec::new();
+        for (name, body) in FILES.iter().zip([self.csv(), self.markdown(), self.svg()]) {
+            let path = dir.join(name);
+            std::fs::write(&path, body).map_err(|e| BenchError::io("writing", &path, e))?;
+            paths.push(path);
+        }
+        Ok(paths)
+    }
+}
+
+/// `v` with three significant digits (values above 100 as whole numbers).
+pub fn sig3(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else if a == 0.0 {
+        "0".into()
+    } else {
+        let digits = (2 - a.log10().floor() as i32).clamp(0, 12) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
+/// `10^d` as an axis label: `1000`, `1`, `0.01`, `1e-4`.
+fn decade(d: i32) -> String {
+    match d {
+        0.. => format!("{}", 10u64.saturating_pow(d.unsigned_abs())),
+        -3..0 => format!("{:.*}", d.unsigned_abs() as usize, 10f64.powi(d)),
+        _ => format!("1e{d}"),
+    }
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_significant_digits() {
+        assert_eq!(sig3(12345.6), "12346");
+        assert_eq!(sig3(123.4), "123");
+        assert_eq!(sig3(12.34), "12.3");
+        assert_eq!(sig3(1.234), "1.23");
+        assert_eq!(sig3(0.01234), "0.0123");
+        assert_eq!(sig3(0.0), "0");
+        assert_eq!(decade(2), "100");
+        assert_eq!(decade(0), "1");
+        assert_eq!(decade(-2), "0.01");
+        assert_eq!(decade(-5), "1e-5");
+    }
+
+    /// A subject whose every figure is `scale` times the floor's cost.
+    fn subject(name: &str, role: Role, durable: bool, scale: f64) -> SubjectResult {
+        let values = Metric::per_subject()
+            .into_iter()
+            .map(|m| {
+                let base = 100.0;
+                (
+                    m,
+                    if m.higher_is_better() {
+                        base / scale
+                    } else {
+                        base * scale
+                    },
+                )
+            })
+            .collect();
+        SubjectResult {
+            name: name.into(),
+            role,
+            durable,
+            flush_method: "test".into(),
+            figures: Figures { values },
+        }
+    }
+
+    fn report(subjects: Vec<SubjectResult>) -> Report {
+        Report {
+            date: "2026-01-01 00:00:00 UTC".into(),
+            command: "fusee-compare --quick".into(),
+            machine: Machine::default(),
+            plan: Plan::quick(),
+            record_bytes: 100.0,
+            frame_bytes: 1000.0,
+            subjects,
+            table_bytes_per_run: 40.0,
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn ratios_name_the_floor_and_the_best_durable_backend() {
+        let r = report(vec![
+            subject("floor", Role::Floor, true, 1.0),
+            subject("memory", Role::Backend, false, 0.01),
+            subject("slow", Role::Backend, true, 4.0),
+            subject("fast", Role::Backend, true, 2.0),
+            subject("sqlite", Role::Peer, true, 8.0),
+        ]);
+        for m in Metric::per_subject() {
+            let slow = r.subjects[2].figures.get(m).unwrap_or(f64::NAN);
+            let (floor, best) = r.ratios(m, slow);
+            let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+            assert!(close(floor, 4.0), "{m:?}: {floor:?}");
+            // The best durable backend is `fast`, not the memory backend.
+            assert!(close(best, 2.0), "{m:?}: {best:?}");
+        }
+        let ranking: Vec<(&str, f64)> = r
+            .ranking()
+            .iter()
+            .map(|(s, g)| (s.name.as_str(), *g))
+            .collect();
+        let names: Vec<&str> = ranking.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["fast", "slow", "sqlite"]);
+        assert!((ranking[2].1 - 4.0).abs() < 1e-9, "{ranking:?}");
+        assert!(
+            r.verdict().starts_with("pick for this disk: fast"),
+            "{}",
+            r.verdict()
+        );
+        let md = r.markdown();
+        assert!(md.contains("| 400 (×4.00 floor, ×2.00 best) |"), "{md}");
+        assert!(
+            md.contains("| 100 |"),
+            "the floor's own cells carry no ratio:\n{md}"
+        );
+    }
+
+    #[test]
+    fn without_durable_backends_there_is_no_pick() {
+        let r = report(vec![
+            subject("floor", Role::Floor, true, 1.0),
+            subject("memory", Role::Backend, false, 0.01),
+        ]);
+        assert!(r.verdict().starts_with("no durable backend"));
+        assert_eq!(r.best_backend(Metric::Recovery), None);
+        let csv = r.csv();
+        assert_eq!(csv.lines().count(), 1 + 8 * 2 + 1, "{csv}");
+    }
+
+    #[test]
+    fn ratios_follow_the_metric_direction() {
+        assert_eq!(Metric::AppendP50.cost_ratio(20.0, 10.0), Some(2.0));
+        assert_eq!(Metric::Batch(16).cost_ratio(10.0, 20.0), Some(2.0));
+        assert_eq!(Metric::Recovery.cost_ratio(0.0, 1.0), None);
+    }
+}

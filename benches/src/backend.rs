@@ -265,9 +265,47 @@ impl Factory for Memory {
     }
 }
 
+/// The file backend, with its default options (64 MiB segments,
+/// `fdatasync`).
+#[cfg(feature = "file")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct File;
+
+#[cfg(feature = "file")]
+impl Factory for File {
+    type S = fusee_storage_file::FileStorage;
+
+    fn name(&self) -> &'static str {
+        "file"
+    }
+
+    fn flush_method(&self) -> String {
+        use fusee_storage_file::FlushMethod;
+        match fusee_storage_file::FileOptions::default().flush {
+            FlushMethod::DataSync => "fdatasync",
+            FlushMethod::FullSync => "fsync",
+            FlushMethod::None => "none",
+        }
+        .into()
+    }
+
+    fn open(&self, dir: &Path) -> fusee_storage::Result<Self::S> {
+        fusee_storage_file::FileStorage::open(dir, Default::default()).map_err(Into::into)
+    }
+
+    fn reopen(&self, storage: Self::S, dir: &Path) -> fusee_storage::Result<Self::S> {
+        storage.close()?;
+        drop(storage);
+        self.open(dir)
+    }
+}
+
 /// Every backend this build of `fusee-benches` has, memory first: one per
 /// enabled backend feature (see the module documentation to add one).
 pub fn backends() -> Vec<Box<dyn Subject>> {
-    let list: Vec<Box<dyn Subject>> = vec![Box::new(Backend(Memory))];
+    #[allow(unused_mut)]
+    let mut list: Vec<Box<dyn Subject>> = vec![Box::new(Backend(Memory))];
+    #[cfg(feature = "file")]
+    list.push(Box::new(Backend(File)));
     list
 }

@@ -5,9 +5,17 @@
 # the tests of every crate with every backend feature on.
 #
 # Stress and fuzz counts have CI-sized defaults; raise them by hand:
-#   FUSEE_FUZZ_ITERS        decoder fuzz-smoke inputs        (default 1,000,000)
-#   FUSEE_PROPTEST_CASES    record round-trip cases
-#   FUSEE_MODEL_STEPS       table / wheel / shard model steps
+#   FUSEE_FUZZ_ITERS          record decoder fuzz-smoke inputs      (1,000,000)
+#                             (format decoders: 200,000 each)
+#   FUSEE_PROPTEST_CASES      record round-trip cases               (20,000)
+#   FUSEE_MODEL_STEPS         table / wheel model steps             (200,000)
+#   FUSEE_SHARD_SEEDS         shard replay-equivalence sequences    (40)
+#   FUSEE_TIMER_RUNS          sleepers in the shard timer model     (3,000)
+#   FUSEE_SEGMENT_EXHAUSTIVE  segments cut and flipped at every byte (4)
+#   FUSEE_CONFORMANCE_SCALE   percent of the suite's heavy counts   (100)
+#   FUSEE_POWER_LOSS_SEEDS    file-backend power-loss seeds         (2,000)
+#   FUSEE_SIGKILL_RUNS        SIGKILLs per backend                  (50)
+# FUSEE_SEED (and FUSEE_CONFORMANCE_SEED) replay the seed a failure printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

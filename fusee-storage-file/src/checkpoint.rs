@@ -108,6 +108,10 @@ impl<I: Io> FileCheckpoint<I> {
             let path = dir.join(name);
             let decoded = match shared.io.open(&path, OpenMode::Existing) {
                 Ok(f) => {
+                    // A commit whose process died before its slot's sync
+                    // returned may be in the page cache only: what open
+                    // reports must be durable.
+                    shared.sync(&f, &path)?;
                     let map = f.map().ctx("map slot", &path)?;
                     Slot::decode(&map, &path.display().to_string())
                 }

@@ -316,6 +316,10 @@ impl<I: Io> FileLog<I> {
                 rec.dead.push(path);
                 continue;
             }
+            // A process that died before its flush returned may have left
+            // records in the page cache only: they are durable from now on,
+            // as the recovered log says.
+            shared.sync(&file, &path)?;
             rec.live.insert(
                 n,
                 Segment {

@@ -249,6 +249,19 @@ fn open_database(path: &Path) -> Result<Database> {
         redb::DatabaseError::UpgradeRequired(version) => {
             RedbError::OldRedbFormat { path, version }.into()
         }
+        // redb reports some malformed headers as I/O errors of these kinds.
+        redb::DatabaseError::Storage(redb::StorageError::Io(source))
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            RedbError::NotRedb {
+                path,
+                detail: source.to_string(),
+            }
+            .into()
+        }
         redb::DatabaseError::Storage(redb::StorageError::Io(source)) => StorageError::Io {
             context: format!("opening {}", path.display()),
             source,

@@ -180,7 +180,30 @@ impl RedbStorage {
         std::fs::create_dir_all(dir)
             .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
         let path = dir.join(FILE_NAME);
-        let db = open_database(&path)?;
+        let opener = path.clone();
+        let db = open_database(&path, move || Database::builder().create(opener))?;
+        Self::with_database(db, path)
+    }
+
+    /// Opens the storage on a redb [`redb::StorageBackend`] of the caller's
+    /// (a file with a crash switch in tests, memory, ...); `name` names it
+    /// in errors and [`RedbStorage::path`]. Errors as [`RedbStorage::open`]
+    /// (locking is the backend's business).
+    pub fn open_with_backend(
+        name: impl Into<PathBuf>,
+        backend: impl redb::StorageBackend,
+    ) -> Result<Self> {
+        let path = name.into();
+        // A backend that panicked half-way is dropped with the error.
+        let backend = std::panic::AssertUnwindSafe(backend);
+        let db = open_database(&path, move || {
+            let backend = backend;
+            Database::builder().create_with_backend(backend.0)
+        })?;
+        Self::with_database(db, path)
+    }
+
+    fn with_database(db: Database, path: PathBuf) -> Result<Self> {
         check_format(&db, &path)?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -229,9 +252,11 @@ impl RedbStorage {
 
 /// Opens or creates the redb file, mapping every failure (and, defensively,
 /// a panic inside redb on a damaged file) to a clear error.
-fn open_database(path: &Path) -> Result<Database> {
-    let owned = path.to_path_buf();
-    let opened = std::panic::catch_unwind(move || Database::builder().create(owned));
+fn open_database(
+    path: &Path,
+    open: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError> + std::panic::UnwindSafe,
+) -> Result<Database> {
+    let opened = std::panic::catch_unwind(open);
     let e = match opened {
         Ok(Ok(db)) => return Ok(db),
         Ok(Err(e)) => e,

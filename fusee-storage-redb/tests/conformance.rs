@@ -3,23 +3,77 @@
 //! (percent, default 100); the random-sequence clause takes its seed from
 //! `FUSEE_CONFORMANCE_SEED`.
 //!
-//! A crash is the storage dropped without `close`: redb then shuts down on
-//! its own (which makes even non-durable transactions durable), so what the
-//! suite checks is that opening a shard removes everything past its last
-//! flush and commit, whatever reached the file.
+//! A crash is a process crash: the harness flips the kill switch of the
+//! database's file backend, so from then on nothing reaches the file (not
+//! even redb's shutdown commit), then drops the storage and reopens the file.
+//! Writes issued before the crash stay (they are in the OS page cache), but
+//! redb only trusts its last durable commit slot: non-durable transactions
+//! (frames between commits, a streamed base, discards) are lost, and redb
+//! repairs its allocator state at open. Power loss (unsynced writes lost
+//! too) is redb's commit protocol's business and is not simulated.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use ::redb::StorageBackend;
+use ::redb::backends::FileBackend;
 use fusee_storage::Storage;
 use fusee_storage::conformance::{Capabilities, Harness};
-use fusee_storage_redb::{COMMIT_CRASH_POINTS, RedbStorage};
+use fusee_storage_redb::{COMMIT_CRASH_POINTS, FILE_NAME, RedbStorage};
+
+/// A file backend that refuses every write once its process "crashed".
+#[derive(Debug)]
+struct Crashable {
+    file: FileBackend,
+    dead: Arc<AtomicBool>,
+}
+
+impl Crashable {
+    fn check(&self) -> std::io::Result<()> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("the process crashed"));
+        }
+        Ok(())
+    }
+}
+
+impl StorageBackend for Crashable {
+    fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.file.read(offset, out)
+    }
+
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.check()?;
+        self.file.set_len(len)
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.check()?;
+        self.file.sync_data()
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.check()?;
+        self.file.write(offset, data)
+    }
+
+    fn close(&self) -> std::io::Result<()> {
+        self.file.close()
+    }
+}
 
 /// A harness over a temporary directory, removed on drop; every
 /// [`Harness::open`] uses a fresh subdirectory.
 struct RedbHarness {
     root: PathBuf,
     opened: u64,
+    /// The kill switch of the storage open now.
+    dead: Arc<AtomicBool>,
 }
 
 impl RedbHarness {
@@ -31,15 +85,36 @@ impl RedbHarness {
             NEXT.fetch_add(1, Ordering::SeqCst)
         ));
         let _ = std::fs::remove_dir_all(&root);
-        Self { root, opened: 0 }
+        Self {
+            root,
+            opened: 0,
+            dead: Arc::default(),
+        }
     }
 
     fn dir(&self) -> PathBuf {
         self.root.join(self.opened.to_string())
     }
 
-    fn open_dir(&self) -> RedbStorage {
-        RedbStorage::open(self.dir()).unwrap_or_else(|e| panic!("open {:?}: {e}", self.dir()))
+    fn open_dir(&mut self) -> RedbStorage {
+        let dir = self.dir();
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
+        let path = dir.join(FILE_NAME);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {path:?}: {e}"));
+        let file = FileBackend::new(file).unwrap_or_else(|e| panic!("lock {path:?}: {e}"));
+        self.dead = Arc::default();
+        let backend = Crashable {
+            file,
+            dead: Arc::clone(&self.dead),
+        };
+        RedbStorage::open_with_backend(path, backend)
+            .unwrap_or_else(|e| panic!("open {dir:?}: {e}"))
     }
 }
 
@@ -71,6 +146,7 @@ impl Harness for RedbHarness {
     }
 
     fn crash(&mut self, s: RedbStorage) -> RedbStorage {
+        self.dead.store(true, Ordering::SeqCst);
         drop(s);
         self.open_dir()
     }

@@ -16,56 +16,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ::redb::StorageBackend;
-use ::redb::backends::FileBackend;
+mod common;
 use fusee_storage::Storage;
 use fusee_storage::conformance::{Capabilities, Harness};
-use fusee_storage_redb::{COMMIT_CRASH_POINTS, FILE_NAME, RedbStorage};
-
-/// A file backend that refuses every write once its process "crashed".
-#[derive(Debug)]
-struct Crashable {
-    file: FileBackend,
-    dead: Arc<AtomicBool>,
-}
-
-impl Crashable {
-    fn check(&self) -> std::io::Result<()> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(std::io::Error::other("the process crashed"));
-        }
-        Ok(())
-    }
-}
-
-impl StorageBackend for Crashable {
-    fn len(&self) -> std::io::Result<u64> {
-        self.file.len()
-    }
-
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.file.read(offset, out)
-    }
-
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.check()?;
-        self.file.set_len(len)
-    }
-
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.check()?;
-        self.file.sync_data()
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.check()?;
-        self.file.write(offset, data)
-    }
-
-    fn close(&self) -> std::io::Result<()> {
-        self.file.close()
-    }
-}
+use fusee_storage_redb::{COMMIT_CRASH_POINTS, RedbStorage};
 
 /// A harness over a temporary directory, removed on drop; every
 /// [`Harness::open`] uses a fresh subdirectory.
@@ -97,24 +51,9 @@ impl RedbHarness {
     }
 
     fn open_dir(&mut self) -> RedbStorage {
-        let dir = self.dir();
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
-        let path = dir.join(FILE_NAME);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .unwrap_or_else(|e| panic!("open {path:?}: {e}"));
-        let file = FileBackend::new(file).unwrap_or_else(|e| panic!("lock {path:?}: {e}"));
-        self.dead = Arc::default();
-        let backend = Crashable {
-            file,
-            dead: Arc::clone(&self.dead),
-        };
-        RedbStorage::open_with_backend(path, backend)
-            .unwrap_or_else(|e| panic!("open {dir:?}: {e}"))
+        let (storage, dead) = common::open_crashable(&self.dir());
+        self.dead = dead;
+        storage
     }
 }
 

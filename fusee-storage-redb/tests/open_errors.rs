@@ -1,41 +1,16 @@
 //! Opening files that are not (or no longer) a healthy Fusee redb storage:
 //! every case is a clear error, never a panic and never silent data.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
+
+mod common;
+use common::TempDir;
 
 use fusee_storage::CheckpointStore;
 use fusee_storage::{IndexChange, LogStore, RunStore, Storage, StorageError};
 use fusee_storage_redb::layout::{self, FORMAT, FORMAT_KEY};
 use fusee_storage_redb::{FILE_NAME, RedbError, RedbStorage};
 use redb::ReadableTable;
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "fusee-redb-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
-        Self(dir)
-    }
-
-    fn file(&self) -> PathBuf {
-        self.0.join(FILE_NAME)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The `RedbError` inside an open error, or a panic naming what came back.
 fn open_err(dir: &Path) -> RedbError {

@@ -52,6 +52,10 @@
 //! - **Own CRC-32 on records, frames and meta rows**: redb checksums pages
 //!   for crash recovery, but a read does not verify them; the CRC makes a
 //!   changed byte an error instead of wrong bytes.
+//! - **No compaction**: a commit deletes released frames and redb reuses
+//!   their pages for later writes, so [`fusee_storage::RunStore::compact`]
+//!   moves nothing; the file does not shrink while open (redb's own
+//!   `Database::compact` needs exclusive access).
 //! - **redb 3.1**, the newest line whose minimum Rust version (1.89) is the
 //!   workspace's.
 //!
@@ -81,7 +85,10 @@
 //! a storage a shard is opened by one owner at a time
 //! ([`fusee_storage::StorageError::AlreadyOpen`]). A failed flush latches the
 //! log part; a failed commit latches the checkpoint and run-store parts;
-//! after [`fusee_storage::Storage::close`] every call is `Closed`. A file that
+//! after [`fusee_storage::Storage::close`] every call is `Closed`. A real I/O
+//! error inside redb goes further: redb refuses every later write
+//! transaction of the database, so all shards' flushes and commits fail
+//! until the storage is reopened (never a silent success). A file that
 //! is not redb, a foreign redb database and a newer Fusee layout are refused
 //! at open with [`RedbError::NotRedb`], [`RedbError::Foreign`] and
 //! [`RedbError::NewerFormat`].

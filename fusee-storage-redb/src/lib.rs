@@ -34,9 +34,11 @@
 //!   serialise; each is short.
 //! - **A log flush is one write transaction** with `Durability::Immediate`
 //!   (redb's default one-phase commit: the data and a checksummed commit
-//!   slot, then one `fsync`). Appends wait in memory until then, so an
-//!   unflushed record never reaches the file and a crash can only lose the
-//!   unflushed tail whole.
+//!   slot, then one `fsync`). Appends wait in memory until then, or past
+//!   [`log::LOG_SPILL_BYTES`] are written with the log row in a non-durable
+//!   transaction; either way records and the row that counts them change
+//!   together, so a crash can only cut the unflushed tail, never leave a
+//!   hole or a torn record.
 //! - **Run-store frames between commits do not pay a durable commit**: they
 //!   wait in memory and are written every [`runs::SPILL_BYTES`] in a
 //!   `Durability::None` transaction (no fsync). The checkpoint commit writes
@@ -96,7 +98,7 @@
 pub mod checkpoint;
 mod error;
 pub mod layout;
-mod log;
+pub mod log;
 pub mod runs;
 mod storage;
 

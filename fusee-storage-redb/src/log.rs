@@ -1,6 +1,12 @@
 //! [`RedbLog`]: a shard's log. Appends wait in memory; a flush writes them
 //! and the log row in one write transaction committed with
 //! `Durability::Immediate` (one fsync per batch).
+//!
+//! Memory is bounded: once the waiting records pass [`LOG_SPILL_BYTES`] they
+//! are written (with the log row) in a non-durable transaction. Nothing
+//! about durability changes: `durable_lsn` still moves only on a flush, and
+//! a crash keeps a prefix of what was appended (the spilled records are
+//! kept or lost with their log row, whole).
 
 use std::sync::Arc;
 
@@ -13,6 +19,10 @@ use crate::storage::{ShardHandle, injected};
 
 const WHAT: &str = "redb log";
 
+/// Bytes of unflushed records held in memory before they are written out
+/// (non-durably).
+pub const LOG_SPILL_BYTES: usize = 16 << 20;
+
 /// The redb backend's log part.
 pub struct RedbLog {
     h: Arc<ShardHandle>,
@@ -20,9 +30,12 @@ pub struct RedbLog {
     base: Lsn,
     /// The last LSN committed durably.
     durable: Lsn,
-    /// Records `durable + 1 ..` in their stored form (CRC-prefixed), waiting
-    /// for the next flush. The engine's group commit bounds how many.
+    /// The last LSN written to the table (durably or not): `>= durable`.
+    written: Lsn,
+    /// Records `written + 1 ..` in their stored form (CRC-prefixed), waiting
+    /// for the next flush; at most [`LOG_SPILL_BYTES`] (plus one record).
     pending: Vec<Vec<u8>>,
+    pending_bytes: usize,
     latched: bool,
 }
 
@@ -43,7 +56,9 @@ impl RedbLog {
             h,
             base: row.base,
             durable: row.last,
+            written: row.last,
             pending: Vec::new(),
+            pending_bytes: 0,
             latched: false,
         }
     }
@@ -56,17 +71,18 @@ impl RedbLog {
         Ok(())
     }
 
-    /// Writes the pending records and the log row in one durable commit.
-    fn write_pending(&self, last: Lsn) -> Result<()> {
+    /// Writes the pending records and the log row in one transaction of
+    /// `durability`; on success they are written through `last`.
+    fn write_pending(&mut self, last: Lsn, durability: Durability) -> Result<()> {
         let doing = "flushing the log";
         let db = self.h.db(WHAT)?;
-        if self.h.take_fail_flush() {
+        if matches!(durability, Durability::Immediate) && self.h.take_fail_flush() {
             return Err(injected(doing, self.h.id));
         }
-        let tx = self.h.begin(&db, Durability::Immediate, doing)?;
+        let tx = self.h.begin(&db, durability, doing)?;
         {
             let mut records = tx.open_table(LOG).map_err(self.h.err(doing))?;
-            for (lsn, record) in (self.durable + 1..).zip(&self.pending) {
+            for (lsn, record) in (self.written + 1..).zip(&self.pending) {
                 records
                     .insert(seq_key(self.h.id, lsn), record.as_slice())
                     .map_err(self.h.err(doing))?;
@@ -79,7 +95,24 @@ impl RedbLog {
             meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])
                 .map_err(self.h.err(doing))?;
         }
-        self.h.commit(tx, doing)
+        let result = self.h.commit(tx, doing);
+        // Either way the records leave memory: written, or never to be
+        // treated as safe (the caller latches the part).
+        self.pending.clear();
+        self.pending_bytes = 0;
+        if result.is_ok() {
+            self.written = last;
+        }
+        result
+    }
+
+    /// Latches the part after a failed write: the log ends at what is known
+    /// durable.
+    fn latch(&mut self) {
+        self.latched = true;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.written = self.durable;
     }
 }
 
@@ -97,27 +130,31 @@ impl LogStore for RedbLog {
         if lsn != expected {
             return Err(StorageError::LsnGap { expected, got: lsn });
         }
-        self.pending.push(crate::layout::with_crc(record));
+        let stored = crate::layout::with_crc(record);
+        self.pending_bytes += stored.len();
+        self.pending.push(stored);
+        if self.pending_bytes >= LOG_SPILL_BYTES
+            && let Err(e) = self.write_pending(lsn, Durability::None)
+        {
+            self.latch();
+            return Err(e);
+        }
         Ok(())
     }
 
     fn flush(&mut self) -> Result<Lsn> {
         self.writable()?;
-        if self.pending.is_empty() {
-            return Ok(self.durable);
-        }
         let last = self.last_lsn();
-        let result = self.write_pending(last);
-        // Either way the batch leaves memory: written, or never to be
-        // treated as safe (the part latches).
-        self.pending.clear();
-        match result {
+        if last == self.durable {
+            return Ok(last);
+        }
+        match self.write_pending(last, Durability::Immediate) {
             Ok(()) => {
                 self.durable = last;
                 Ok(last)
             }
             Err(e) => {
-                self.latched = true;
+                self.latch();
                 Err(e)
             }
         }
@@ -135,11 +172,11 @@ impl LogStore for RedbLog {
         if after > last {
             return Err(StorageError::BeyondEnd { after, last });
         }
-        if after < self.durable {
+        if after < self.written {
             let tx = db.begin_read().map_err(self.h.err(doing))?;
             let records = tx.open_table(LOG).map_err(self.h.err(doing))?;
             let range = records
-                .range(seq_key(self.h.id, after + 1)..=seq_key(self.h.id, self.durable))
+                .range(seq_key(self.h.id, after + 1)..=seq_key(self.h.id, self.written))
                 .map_err(self.h.err(doing))?;
             let mut next = after + 1;
             for row in range {
@@ -157,15 +194,15 @@ impl LogStore for RedbLog {
                 )?;
                 next += 1;
             }
-            if next != self.durable + 1 {
+            if next != self.written + 1 {
                 return Err(StorageError::Corrupt {
                     what: "redb log: missing record at LSN",
                     at: next,
                 });
             }
         }
-        let skip = usize::try_from(after.saturating_sub(self.durable)).unwrap_or(usize::MAX);
-        for (lsn, record) in (self.durable + 1..).zip(&self.pending).skip(skip) {
+        let skip = usize::try_from(after.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        for (lsn, record) in (self.written + 1..).zip(&self.pending).skip(skip) {
             debug_assert!(lsn > after);
             visit(lsn, &record[CRC..])?;
         }
@@ -198,7 +235,7 @@ impl LogStore for RedbLog {
                 .map_err(self.h.err(doing))?;
             let row = LogRow {
                 base: lsn,
-                last: self.durable,
+                last: self.written,
             };
             let mut meta = tx.open_table(META).map_err(self.h.err(doing))?;
             meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])
@@ -214,7 +251,7 @@ impl LogStore for RedbLog {
     }
 
     fn last_lsn(&self) -> Lsn {
-        self.durable + self.pending.len() as u64
+        self.written + self.pending.len() as u64
     }
 
     fn durable_lsn(&self) -> Lsn {

@@ -134,3 +134,61 @@ fn a_crash_loses_non_durable_transactions() {
     // The discard was not durable: the record came back.
     assert_eq!((p.log.first_lsn(), p.log.last_lsn()), (1, 1));
 }
+
+/// Unflushed records past `LOG_SPILL_BYTES` are written non-durably: reads
+/// see them all, the durable LSN does not move, and a crash keeps a prefix
+/// (all spilled records if another flush made them durable, none if not).
+#[test]
+fn log_spill_keeps_a_prefix() {
+    use fusee_storage_redb::log::LOG_SPILL_BYTES;
+    let rec = |lsn: u64| vec![(lsn % 251) as u8; 1 << 20];
+    let n = (LOG_SPILL_BYTES >> 20) as u64 + 4;
+    for other_flushes in [false, true] {
+        let dir = TempDir::new("logspill");
+        let (s, dead) = open_crashable(&dir.0);
+        let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+        for lsn in 1..=n {
+            p.log
+                .append(lsn, &rec(lsn))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!((p.log.last_lsn(), p.log.durable_lsn()), (n, 0));
+        let mut seen = 0;
+        p.log
+            .read(0, &mut |lsn, bytes| {
+                seen += 1;
+                assert!(lsn == seen && bytes == rec(lsn), "record {lsn}");
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seen, n);
+        if other_flushes {
+            let mut q = s.open_shard(1).unwrap_or_else(|e| panic!("{e}"));
+            q.log.append(1, b"x").unwrap_or_else(|e| panic!("{e}"));
+            q.log.flush().unwrap_or_else(|e| panic!("{e}"));
+        }
+        drop(p);
+        dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(s);
+        let s = RedbStorage::open(&dir.0).unwrap_or_else(|e| panic!("{e}"));
+        let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+        let last = p.log.last_lsn();
+        if other_flushes {
+            assert!(
+                last >= LOG_SPILL_BYTES as u64 >> 20 && last < n,
+                "kept {last}"
+            );
+        } else {
+            assert_eq!(last, 0, "non-durable spill survived a crash");
+        }
+        let mut seen = 0;
+        p.log
+            .read(0, &mut |lsn, bytes| {
+                seen += 1;
+                assert!(lsn == seen && bytes == rec(lsn), "record {lsn} after crash");
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seen, last);
+    }
+}

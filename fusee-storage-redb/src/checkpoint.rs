@@ -20,7 +20,9 @@ use fusee_storage::{
 };
 use redb::{Durability, ReadableDatabase, WriteTransaction};
 
-use crate::layout::{CommitRow, INDEX, META, TAG_COMMIT, index_key, meta_key};
+use crate::layout::{
+    CommitRow, INDEX, META, TAG_COMMIT, index_key, index_record_of, index_value, meta_key,
+};
 use crate::runs::{self, RedbRuns};
 use crate::storage::{ShardHandle, injected};
 
@@ -104,7 +106,11 @@ impl RedbCheckpoint {
                 if index.remove(key).map_err(h.err(doing))?.is_some() {
                     count = count.checked_sub(1).ok_or_else(miscount)?;
                 }
-            } else if index.insert(key, r).map_err(h.err(doing))?.is_none() {
+            } else if index
+                .insert(key, index_value(r))
+                .map_err(h.err(doing))?
+                .is_none()
+            {
                 count += 1;
             }
         }
@@ -220,7 +226,7 @@ impl CheckpointStore for RedbCheckpoint {
         let mut n = 0u64;
         for row in range {
             let (key, value) = row.map_err(h.err(doing))?;
-            let record = value.value();
+            let record = index_record_of(&value.value(), "redb index record number", n)?;
             if key.value() != index_key(h.id, self.generation, index_record_run(&record)) {
                 return Err(StorageError::Corrupt {
                     what: "redb index: record under another run's key, at record",

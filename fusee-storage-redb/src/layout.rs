@@ -10,7 +10,7 @@
 //! | `fusee.format` | `"fusee.format"` (str) | [`FORMAT_MAGIC`] (8 B) ‖ version `u32` LE |
 //! | `fusee.log` | shard BE u32 ‖ LSN BE u64 (12 B) | CRC-32 LE u32 of the record ‖ record bytes |
 //! | `fusee.store` | shard BE u32 ‖ frame number BE u64 (12 B) | CRC-32 LE u32 of the frame ‖ frame bytes |
-//! | `fusee.index` | shard BE u32 ‖ generation BE u32 ‖ run BE u64 (16 B) | the 32-byte index record |
+//! | `fusee.index` | shard BE u32 ‖ generation BE u32 ‖ run BE u64 (16 B) | the 32-byte index record ‖ its CRC-32 LE u32 (36 B) |
 //! | `fusee.meta` | shard BE u32 ‖ tag u8 (5 B) | tag [`TAG_LOG`]: [`LogRow`]; tag [`TAG_COMMIT`]: [`CommitRow`] |
 //!
 //! **Log row** (tag 1, 20 bytes): `base` u64 LE (the LSN before the first
@@ -32,9 +32,11 @@
 //! base streamed but not committed (or an old base not yet deleted) and are
 //! deleted at open too.
 //!
-//! **Garbage.** Every value carries a CRC-32 or has a fixed width: a changed
-//! byte is reported as [`fusee_storage::StorageError::Corrupt`] naming the
-//! table and the LSN, frame number or shard, never returned.
+//! **Garbage.** Every value carries a CRC-32 (redb checksums its pages for
+//! crash recovery but does not verify them on reads): a changed byte is
+//! reported as [`fusee_storage::StorageError::Corrupt`] naming the table and
+//! the LSN, frame number, record or shard, never returned. An index record
+//! is also checked against its key's run.
 
 use fusee_core::record::Lsn;
 use fusee_storage::{INDEX_RECORD, StorageError};
@@ -55,8 +57,34 @@ pub const LOG: TableDefinition<[u8; 12], &[u8]> = TableDefinition::new("fusee.lo
 /// Run-store frames by (shard, frame number).
 pub const STORE: TableDefinition<[u8; 12], &[u8]> = TableDefinition::new("fusee.store");
 /// Index records by (shard, generation, run).
-pub const INDEX: TableDefinition<[u8; 16], [u8; INDEX_RECORD]> =
-    TableDefinition::new("fusee.index");
+pub const INDEX: TableDefinition<[u8; 16], [u8; INDEX_VALUE]> = TableDefinition::new("fusee.index");
+
+/// Bytes of a stored index value: the record and its CRC-32.
+pub const INDEX_VALUE: usize = INDEX_RECORD + CRC;
+
+/// The stored form of an index record.
+pub fn index_value(record: &[u8; INDEX_RECORD]) -> [u8; INDEX_VALUE] {
+    let mut v = [0u8; INDEX_VALUE];
+    v[..INDEX_RECORD].copy_from_slice(record);
+    v[INDEX_RECORD..].copy_from_slice(&crc32fast::hash(record).to_le_bytes());
+    v
+}
+
+/// The record of a stored index value, or `Corrupt { what, at }`.
+pub fn index_record_of(
+    value: &[u8; INDEX_VALUE],
+    what: &'static str,
+    at: u64,
+) -> Result<[u8; INDEX_RECORD], StorageError> {
+    let mut record = [0u8; INDEX_RECORD];
+    record.copy_from_slice(&value[..INDEX_RECORD]);
+    let mut crc = [0u8; CRC];
+    crc.copy_from_slice(&value[INDEX_RECORD..]);
+    if u32::from_le_bytes(crc) != crc32fast::hash(&record) {
+        return Err(StorageError::Corrupt { what, at });
+    }
+    Ok(record)
+}
 /// Per-shard metadata by (shard, tag).
 pub const META: TableDefinition<[u8; 5], &[u8]> = TableDefinition::new("fusee.meta");
 
@@ -308,5 +336,13 @@ mod tests {
         assert_eq!(format_version(&format_value()), Some(FORMAT_VERSION));
         assert_eq!(format_version(b"FUSEE-RX\x01\0\0\0"), None);
         assert_eq!(format_version(b"short"), None);
+        let r = [9u8; INDEX_RECORD];
+        let v = index_value(&r);
+        assert_eq!(index_record_of(&v, "t", 0).ok(), Some(r));
+        for i in 0..INDEX_VALUE {
+            let mut bad = v;
+            bad[i] ^= 4;
+            assert!(index_record_of(&bad, "t", 0).is_err(), "byte {i}");
+        }
     }
 }

@@ -256,3 +256,92 @@ fn truncated_files_do_not_panic() {
         }
     }
 }
+
+/// Bit flips anywhere in a populated file: opening and reading everything
+/// either fails with an error or returns exactly the bytes written, never
+/// panics and never returns other bytes. Rounds: `FUSEE_REDB_FLIP_ROUNDS`
+/// (default 40); seed: `FUSEE_REDB_SEED`.
+#[test]
+fn bit_flips_are_errors_or_exact_bytes() {
+    let rounds: u64 = std::env::var("FUSEE_REDB_FLIP_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let seed = std::env::var("FUSEE_REDB_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0xF11B_u64);
+    let log_rec = |lsn: u64| vec![(lsn * 7) as u8; 200];
+    let frame = |i: u64| vec![(i * 13) as u8; 3000];
+    let index_rec = |run: u64| {
+        let mut r = [(run % 200) as u8; 32];
+        r[8..16].copy_from_slice(&(run | 1 << 48).to_le_bytes());
+        r
+    };
+    let src = TempDir::new("flip-src");
+    {
+        let s = RedbStorage::open(&src.0).unwrap_or_else(|e| panic!("{e}"));
+        let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+        for lsn in 1..=2000u64 {
+            p.log
+                .append(lsn, &log_rec(lsn))
+                .unwrap_or_else(|e| panic!("{e}"));
+            if lsn % 100 == 0 {
+                p.log.flush().unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        let index: Vec<u8> = (0..3000).flat_map(index_rec).collect();
+        for i in 0..200 {
+            p.runs.append(&frame(i)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&index), b"ck")
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(p);
+        s.close().unwrap_or_else(|e| panic!("{e}"));
+    }
+    let full = std::fs::read(src.file()).unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = fastrand::Rng::with_seed(seed);
+    for round in 0..rounds {
+        let dir = TempDir::new("flip");
+        let mut bytes = full.clone();
+        for _ in 0..=round % 5 {
+            let i = rng.usize(0..bytes.len());
+            bytes[i] ^= 1 << rng.u8(0..8);
+        }
+        std::fs::write(dir.file(), &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let what = format!("seed {seed} round {round}");
+        let Ok(s) = RedbStorage::open(&dir.0) else {
+            continue;
+        };
+        let Ok(mut p) = s.open_shard(0) else {
+            continue;
+        };
+        let _ = p.log.read(0, &mut |lsn, bytes| {
+            assert!(bytes == log_rec(lsn), "{what}: record {lsn} changed");
+            Ok(())
+        });
+        let _ = p.checkpoint.read_index(&mut |chunk| {
+            for r in chunk.chunks_exact(32) {
+                let mut run = [0u8; 8];
+                run[..6].copy_from_slice(&r[8..14]);
+                let run = u64::from_le_bytes(run);
+                assert!(
+                    r == index_rec(run),
+                    "{what}: index record of run {run} changed"
+                );
+            }
+            Ok(())
+        });
+        let mut out = Vec::new();
+        for i in 0..200u64 {
+            let blob = fusee_core::shard::BlobRef {
+                offset: i,
+                len: 3000,
+            };
+            if p.runs.read(blob, &mut out).is_ok() {
+                assert!(out == frame(i), "{what}: frame {i} changed");
+            }
+        }
+    }
+}

@@ -142,9 +142,53 @@ impl RedbCheckpoint {
     /// Runs `f` in a non-durable transaction.
     fn quietly(&self, doing: &str, f: impl FnOnce(&WriteTransaction) -> Result<()>) -> Result<()> {
         let db = self.h.db(WHAT)?;
-        let tx = self.h.begin(&db, Durability::None, doing)?;
-        f(&tx)?;
-        self.h.commit(tx, doing)
+        self.h.shield(|| {
+            let tx = self.h.begin(&db, Durability::None, doing)?;
+            f(&tx)?;
+            self.h.commit(tx, doing)
+        })
+    }
+
+    /// Copies up to [`INDEX_CHUNK`] committed records from run `from` on
+    /// (`seen` records came before); returns them and the run to continue
+    /// from (`None` at the end).
+    fn index_chunk(
+        &self,
+        db: &redb::Database,
+        from: u64,
+        seen: u64,
+    ) -> Result<(Vec<u8>, Option<u64>)> {
+        let doing = "reading the index";
+        let h = &*self.h;
+        let tx = db.begin_read().map_err(h.err(doing))?;
+        let index = tx.open_table(INDEX).map_err(h.err(doing))?;
+        let range = index
+            .range(
+                index_key(h.id, self.generation, from)..=index_key(h.id, self.generation, u64::MAX),
+            )
+            .map_err(h.err(doing))?;
+        let cap = usize::try_from(self.records)
+            .unwrap_or(usize::MAX)
+            .min(INDEX_CHUNK);
+        let mut chunk = Vec::with_capacity(cap * INDEX_RECORD);
+        let mut at = seen;
+        for row in range {
+            let (key, value) = row.map_err(h.err(doing))?;
+            let record = index_record_of(&value.value(), "redb index record number", at)?;
+            let run = index_record_run(&record);
+            if key.value() != index_key(h.id, self.generation, run) {
+                return Err(StorageError::Corrupt {
+                    what: "redb index: record under another run's key, at record",
+                    at,
+                });
+            }
+            chunk.extend_from_slice(&record);
+            at += 1;
+            if chunk.len() == INDEX_CHUNK * INDEX_RECORD {
+                return Ok((chunk, run.checked_add(1)));
+            }
+        }
+        Ok((chunk, None))
     }
 
     fn write_commit(
@@ -211,42 +255,25 @@ impl CheckpointStore for RedbCheckpoint {
     type Runs = RedbRuns;
 
     fn read_index(&mut self, visit: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<u64> {
-        let doing = "reading the index";
-        let h = &*self.h;
-        let db = h.db(WHAT)?;
-        let tx = db.begin_read().map_err(h.err(doing))?;
-        let index = tx.open_table(INDEX).map_err(h.err(doing))?;
-        let range = index
-            .range(index_key(h.id, self.generation, 0)..=index_key(h.id, self.generation, u64::MAX))
-            .map_err(h.err(doing))?;
-        let cap = usize::try_from(self.records)
-            .unwrap_or(usize::MAX)
-            .min(INDEX_CHUNK);
-        let mut chunk = Vec::with_capacity(cap * INDEX_RECORD);
+        let db = self.h.db(WHAT)?;
+        // Chunks are copied out under the shield and visited outside it, so
+        // a panic in the visitor stays the visitor's. Only this part changes
+        // the committed generation, so the chunks form one snapshot.
         let mut n = 0u64;
-        for row in range {
-            let (key, value) = row.map_err(h.err(doing))?;
-            let record = index_record_of(&value.value(), "redb index record number", n)?;
-            if key.value() != index_key(h.id, self.generation, index_record_run(&record)) {
-                return Err(StorageError::Corrupt {
-                    what: "redb index: record under another run's key, at record",
-                    at: n,
-                });
+        let mut from = Some(0u64);
+        while let Some(run) = from {
+            let (chunk, next) = self.h.shield(|| self.index_chunk(&db, run, n))?;
+            if chunk.is_empty() {
+                break;
             }
-            chunk.extend_from_slice(&record);
-            n += 1;
-            if chunk.len() == INDEX_CHUNK * INDEX_RECORD {
-                visit(&chunk)?;
-                chunk.clear();
-            }
-        }
-        if !chunk.is_empty() {
+            n += (chunk.len() / INDEX_RECORD) as u64;
             visit(&chunk)?;
+            from = next;
         }
         if n != self.records {
             return Err(StorageError::Corrupt {
                 what: "redb index: record count differs from the commit row of shard",
-                at: u64::from(h.id),
+                at: u64::from(self.h.id),
             });
         }
         Ok(n)
@@ -321,7 +348,8 @@ impl CheckpointStore for RedbCheckpoint {
             }
             IndexChange::Base => {}
         }
-        match self.write_commit(runs, change, checkpoint) {
+        let h = Arc::clone(&self.h);
+        match h.shield(|| self.write_commit(runs, change, checkpoint)) {
             Ok(c) => {
                 runs.committed();
                 if matches!(change, IndexChange::Base) {

@@ -23,6 +23,11 @@ const WHAT: &str = "redb log";
 /// (non-durably).
 pub const LOG_SPILL_BYTES: usize = 16 << 20;
 
+/// Records copied out of the table per read transaction.
+const READ_BATCH: usize = 1024;
+/// Bytes copied out per read transaction (at least one record).
+const READ_BATCH_BYTES: usize = 4 << 20;
+
 /// The redb backend's log part.
 pub struct RedbLog {
     h: Arc<ShardHandle>,
@@ -74,6 +79,18 @@ impl RedbLog {
     /// Writes the pending records and the log row in one transaction of
     /// `durability`; on success they are written through `last`.
     fn write_pending(&mut self, last: Lsn, durability: Durability) -> Result<()> {
+        let result = self.h.shield(|| self.write_txn(last, durability));
+        // Either way the records leave memory: written, or never to be
+        // treated as safe (the caller latches the part).
+        self.pending.clear();
+        self.pending_bytes = 0;
+        if result.is_ok() {
+            self.written = last;
+        }
+        result
+    }
+
+    fn write_txn(&self, last: Lsn, durability: Durability) -> Result<()> {
         let doing = "flushing the log";
         let db = self.h.db(WHAT)?;
         if matches!(durability, Durability::Immediate) && self.h.take_fail_flush() {
@@ -95,15 +112,68 @@ impl RedbLog {
             meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])
                 .map_err(self.h.err(doing))?;
         }
-        let result = self.h.commit(tx, doing);
-        // Either way the records leave memory: written, or never to be
-        // treated as safe (the caller latches the part).
-        self.pending.clear();
-        self.pending_bytes = 0;
-        if result.is_ok() {
-            self.written = last;
+        self.h.commit(tx, doing)
+    }
+
+    /// Copies written records `from..=self.written` out of the table, at
+    /// most [`READ_BATCH`] records or [`READ_BATCH_BYTES`] (but at least
+    /// one), checking each CRC and that no LSN is missing.
+    fn read_batch(&self, db: &redb::Database, from: Lsn) -> Result<Vec<(Lsn, Vec<u8>)>> {
+        let doing = "reading the log";
+        let tx = db.begin_read().map_err(self.h.err(doing))?;
+        let records = tx.open_table(LOG).map_err(self.h.err(doing))?;
+        let range = records
+            .range(seq_key(self.h.id, from)..=seq_key(self.h.id, self.written))
+            .map_err(self.h.err(doing))?;
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        let mut next = from;
+        for row in range {
+            let (key, value) = row.map_err(self.h.err(doing))?;
+            let lsn = seq_of(&key.value());
+            if lsn != next {
+                break;
+            }
+            let record = check_crc(value.value(), "redb log record at LSN", lsn)?;
+            bytes += record.len();
+            batch.push((lsn, record.to_vec()));
+            next += 1;
+            if batch.len() == READ_BATCH || bytes >= READ_BATCH_BYTES {
+                break;
+            }
         }
-        result
+        if batch.is_empty() {
+            return Err(StorageError::Corrupt {
+                what: "redb log: missing record at LSN",
+                at: from,
+            });
+        }
+        Ok(batch)
+    }
+
+    /// Deletes records `base+1..=lsn` and moves the log row's base, in a
+    /// non-durable transaction: a crash may bring the records back, which
+    /// the contract allows; the next durable commit makes it stick.
+    fn discard_txn(&self, db: &redb::Database, lsn: Lsn) -> Result<()> {
+        let doing = "discarding log records";
+        let tx = self.h.begin(db, Durability::None, doing)?;
+        {
+            let mut records = tx.open_table(LOG).map_err(self.h.err(doing))?;
+            records
+                .retain_in(
+                    seq_key(self.h.id, self.base + 1)..=seq_key(self.h.id, lsn),
+                    |_, _| false,
+                )
+                .map_err(self.h.err(doing))?;
+            let row = LogRow {
+                base: lsn,
+                last: self.written,
+            };
+            let mut meta = tx.open_table(META).map_err(self.h.err(doing))?;
+            meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])
+                .map_err(self.h.err(doing))?;
+        }
+        self.h.commit(tx, doing)
     }
 
     /// Latches the part after a failed write: the log ends at what is known
@@ -161,7 +231,6 @@ impl LogStore for RedbLog {
     }
 
     fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {
-        let doing = "reading the log";
         let db = self.h.db(WHAT)?;
         if after < self.base {
             return Err(StorageError::Trimmed {
@@ -172,34 +241,15 @@ impl LogStore for RedbLog {
         if after > last {
             return Err(StorageError::BeyondEnd { after, last });
         }
-        if after < self.written {
-            let tx = db.begin_read().map_err(self.h.err(doing))?;
-            let records = tx.open_table(LOG).map_err(self.h.err(doing))?;
-            let range = records
-                .range(seq_key(self.h.id, after + 1)..=seq_key(self.h.id, self.written))
-                .map_err(self.h.err(doing))?;
-            let mut next = after + 1;
-            for row in range {
-                let (key, value) = row.map_err(self.h.err(doing))?;
-                let lsn = seq_of(&key.value());
-                if lsn != next {
-                    return Err(StorageError::Corrupt {
-                        what: "redb log: missing record at LSN",
-                        at: next,
-                    });
-                }
-                visit(
-                    lsn,
-                    check_crc(value.value(), "redb log record at LSN", lsn)?,
-                )?;
-                next += 1;
+        // Batches are copied out under the shield and visited outside it,
+        // so a panic in the visitor stays the visitor's.
+        let mut next = after + 1;
+        while next <= self.written {
+            let batch = self.h.shield(|| self.read_batch(&db, next))?;
+            for (lsn, record) in &batch {
+                visit(*lsn, record)?;
             }
-            if next != self.written + 1 {
-                return Err(StorageError::Corrupt {
-                    what: "redb log: missing record at LSN",
-                    at: next,
-                });
-            }
+            next += batch.len() as u64;
         }
         let skip = usize::try_from(after.saturating_sub(self.written)).unwrap_or(usize::MAX);
         for (lsn, record) in (self.written + 1..).zip(&self.pending).skip(skip) {
@@ -210,7 +260,6 @@ impl LogStore for RedbLog {
     }
 
     fn discard_through(&mut self, lsn: Lsn) -> Result<()> {
-        let doing = "discarding log records";
         self.writable()?;
         if lsn > self.durable {
             return Err(StorageError::Misuse {
@@ -222,26 +271,7 @@ impl LogStore for RedbLog {
             return Ok(());
         }
         let db = self.h.db(WHAT)?;
-        // Not durable on its own: a crash may bring the records back, which
-        // the contract allows; the next flush or commit makes it durable.
-        let tx = self.h.begin(&db, Durability::None, doing)?;
-        {
-            let mut records = tx.open_table(LOG).map_err(self.h.err(doing))?;
-            records
-                .retain_in(
-                    seq_key(self.h.id, self.base + 1)..=seq_key(self.h.id, lsn),
-                    |_, _| false,
-                )
-                .map_err(self.h.err(doing))?;
-            let row = LogRow {
-                base: lsn,
-                last: self.written,
-            };
-            let mut meta = tx.open_table(META).map_err(self.h.err(doing))?;
-            meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])
-                .map_err(self.h.err(doing))?;
-        }
-        self.h.commit(tx, doing)?;
+        self.h.shield(|| self.discard_txn(&db, lsn))?;
         self.base = lsn;
         Ok(())
     }

@@ -76,9 +76,11 @@ impl RedbRuns {
     fn spill(&mut self) -> Result<()> {
         let doing = "writing run-store frames";
         let db = self.h.db(WHAT)?;
-        let tx = self.h.begin(&db, Durability::None, doing)?;
-        self.write_buffer(&tx, doing)?;
-        self.h.commit(tx, doing)?;
+        self.h.shield(|| {
+            let tx = self.h.begin(&db, Durability::None, doing)?;
+            self.write_buffer(&tx, doing)?;
+            self.h.commit(tx, doing)
+        })?;
         self.buffer.clear();
         self.buffer_bytes = 0;
         Ok(())
@@ -132,8 +134,19 @@ impl RedbRuns {
             }
             return Ok(true);
         }
-        let doing = "reading a run-store frame";
         let db = self.h.db(WHAT)?;
+        self.h.shield(|| self.read_stored(&db, blob, out))
+    }
+
+    /// [`RedbRuns::live`] for a frame in the table.
+    fn read_stored(
+        &self,
+        db: &redb::Database,
+        blob: BlobRef,
+        out: Option<&mut Vec<u8>>,
+    ) -> Result<bool> {
+        let fits = |stored: &[u8]| stored.len() == CRC + blob.len as usize;
+        let doing = "reading a run-store frame";
         let tx = db.begin_read().map_err(self.h.err(doing))?;
         let store = tx.open_table(STORE).map_err(self.h.err(doing))?;
         let Some(value) = store

@@ -105,6 +105,13 @@ impl ShardHandle {
         }
     }
 
+    /// Runs `f`, turning a panic inside redb (it has assertions that damaged
+    /// pages can trip) into a `Corrupt` error naming the shard. `f` never
+    /// calls a caller's visitor, so no caller panic is swallowed.
+    pub(crate) fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        shield(u64::from(self.id), f)
+    }
+
     /// Begins a write transaction with `durability`.
     pub(crate) fn begin(
         &self,
@@ -157,6 +164,19 @@ impl ShardHandle {
     }
 }
 
+/// [`ShardHandle::shield`] for `shard` (`u32::MAX + 1` for the whole file).
+pub(crate) fn shield<T>(shard: u64, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(Err(
+        StorageError::Corrupt {
+            what: "redb database (redb panicked on a damaged page) of shard",
+            at: shard,
+        },
+    ))
+}
+
+/// The `at` of a shield around a call about no shard in particular.
+const NO_SHARD: u64 = 1 << 32;
+
 /// The error an injected fault returns.
 pub(crate) fn injected(what: &str, shard: u32) -> StorageError {
     StorageError::io(
@@ -204,7 +224,7 @@ impl RedbStorage {
     }
 
     fn with_database(db: Database, path: PathBuf) -> Result<Self> {
-        check_format(&db, &path)?;
+        shield(NO_SHARD, || check_format(&db, &path))?;
         Ok(Self {
             shared: Arc::new(Shared {
                 path,
@@ -376,7 +396,7 @@ impl Storage for RedbStorage {
             shared: Arc::clone(&self.shared),
             id: shard,
         });
-        let (log, commit) = recover_shard(&handle, &db)?;
+        let (log, commit) = handle.shield(|| recover_shard(&handle, &db))?;
         let recovered = Recovered {
             checkpoint: commit.as_ref().map(|c| c.checkpoint.clone()),
             index_records: commit.as_ref().map_or(0, |c| c.records),
@@ -393,6 +413,20 @@ impl Storage for RedbStorage {
 
     fn shards(&self) -> Result<Vec<u32>> {
         let db = self.shared.db("redb storage")?;
+        shield(NO_SHARD, || list_shards(&db))
+    }
+
+    fn close(&self) -> Result<()> {
+        // Dropping our reference closes the file once in-flight calls end.
+        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
+        *db = None;
+        Ok(())
+    }
+}
+
+/// Every shard with a log row, ascending.
+fn list_shards(db: &Database) -> Result<Vec<u32>> {
+    {
         let doing = "listing shards";
         let tx = db.begin_read().map_err(|e| engine(doing, e))?;
         let table = tx.open_table(META).map_err(|e| engine(doing, e))?;
@@ -405,13 +439,6 @@ impl Storage for RedbStorage {
             }
         }
         Ok(shards)
-    }
-
-    fn close(&self) -> Result<()> {
-        // Dropping our reference closes the file once in-flight calls end.
-        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
-        *db = None;
-        Ok(())
     }
 }
 

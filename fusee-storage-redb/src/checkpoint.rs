@@ -171,8 +171,7 @@ impl RedbCheckpoint {
             .unwrap_or(usize::MAX)
             .min(INDEX_CHUNK);
         let mut chunk = Vec::with_capacity(cap * INDEX_RECORD);
-        let mut at = seen;
-        for row in range {
+        for (at, row) in (seen..).zip(range) {
             let (key, value) = row.map_err(h.err(doing))?;
             let record = index_record_of(&value.value(), "redb index record number", at)?;
             let run = index_record_run(&record);
@@ -183,7 +182,6 @@ impl RedbCheckpoint {
                 });
             }
             chunk.extend_from_slice(&record);
-            at += 1;
             if chunk.len() == INDEX_CHUNK * INDEX_RECORD {
                 return Ok((chunk, run.checked_add(1)));
             }

@@ -127,17 +127,16 @@ impl RedbLog {
             .map_err(self.h.err(doing))?;
         let mut batch = Vec::new();
         let mut bytes = 0;
-        let mut next = from;
-        for row in range {
+        for (next, row) in (from..).zip(range) {
             let (key, value) = row.map_err(self.h.err(doing))?;
             let lsn = seq_of(&key.value());
             if lsn != next {
+                // A hole: the batch ends before it; the next read reports it.
                 break;
             }
             let record = check_crc(value.value(), "redb log record at LSN", lsn)?;
             bytes += record.len();
             batch.push((lsn, record.to_vec()));
-            next += 1;
             if batch.len() == READ_BATCH || bytes >= READ_BATCH_BYTES {
                 break;
             }

@@ -49,11 +49,36 @@ struct Faults {
     crash_at: Option<u32>,
 }
 
+/// The open database, closed under a panic shield: redb's shutdown commit
+/// walks allocator state that a damaged file can make it trip over, and a
+/// panic must not escape a drop.
+pub(crate) struct Db(Option<Database>);
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        match &self.0 {
+            Some(db) => db,
+            // Only `drop` empties it.
+            None => unreachable!("database used during its drop"),
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
+    }
+}
+
 /// What the storage and its parts share.
 pub(crate) struct Shared {
     path: PathBuf,
     /// `None` once closed: every call then fails with `Closed`.
-    db: RwLock<Option<Arc<Database>>>,
+    db: RwLock<Option<Arc<Db>>>,
     /// Shards whose parts are alive.
     open: Mutex<HashSet<u32>>,
     faults: Mutex<HashMap<u32, Faults>>,
@@ -66,7 +91,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn db(&self, what: &'static str) -> Result<Arc<Database>> {
+    fn db(&self, what: &'static str) -> Result<Arc<Db>> {
         let db = self.db.read().unwrap_or_else(|e| e.into_inner());
         db.clone().ok_or(StorageError::Closed { what })
     }
@@ -92,7 +117,7 @@ impl Drop for ShardHandle {
 
 impl ShardHandle {
     /// The database, or `Closed { what }` after the storage was closed.
-    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<Database>> {
+    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<Db>> {
         self.shared.db(what)
     }
 
@@ -228,7 +253,7 @@ impl RedbStorage {
         Ok(Self {
             shared: Arc::new(Shared {
                 path,
-                db: RwLock::new(Some(Arc::new(db))),
+                db: RwLock::new(Some(Arc::new(Db(Some(db))))),
                 open: Mutex::default(),
                 faults: Mutex::default(),
             }),

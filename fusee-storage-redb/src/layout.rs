@@ -16,8 +16,9 @@
 //! **Log row** (tag 1, 20 bytes): `base` u64 LE (the LSN before the first
 //! record kept) ‖ `last` u64 LE (the last flushed LSN; it survives discarding
 //! every record) ‖ CRC-32 LE of the 16 bytes before it. Written by every log
-//! flush and discard in the same transaction as the records; its presence
-//! says the shard was opened at least once.
+//! flush in the same durable transaction as the records, and by discards and
+//! spills (non-durable) with `last` unchanged; its presence says the shard
+//! was opened at least once.
 //!
 //! **Commit row** (tag 2, 24 + n bytes): `position` u64 LE (the store's next
 //! frame number at the commit) ‖ `generation` u32 LE (which index generation
@@ -25,7 +26,9 @@
 //! holds) ‖ CRC-32 LE of everything else ‖ the checkpoint bytes (n ≥ 0).
 //! Absent until the shard's first commit.
 //!
-//! **Invariants.** The log holds exactly LSNs `base+1..=last` of a shard.
+//! **Invariants.** The log holds LSNs `base+1..=last` of a shard, plus,
+//! between flushes, spilled unflushed records past `last`, which opening the
+//! shard deletes.
 //! Store frames `< position` are the committed ones; frames `>= position` are
 //! leftovers of an uncommitted interval and are deleted when the shard is
 //! opened. Index rows of any generation other than the commit row's are a

@@ -36,9 +36,10 @@
 //!   (redb's default one-phase commit: the data and a checksummed commit
 //!   slot, then one `fsync`). Appends wait in memory until then, or past
 //!   [`log::LOG_SPILL_BYTES`] are written with the log row in a non-durable
-//!   transaction; either way records and the row that counts them change
-//!   together, so a crash can only cut the unflushed tail, never leave a
-//!   hole or a torn record.
+//!   transaction that leaves the log row (which counts flushed records)
+//!   alone; opening a shard deletes records past the row, so after a crash
+//!   or a close the log holds exactly the flushed records, never a hole or a
+//!   torn record.
 //! - **Run-store frames between commits do not pay a durable commit**: they
 //!   wait in memory and are written every [`runs::SPILL_BYTES`] in a
 //!   `Durability::None` transaction (no fsync). The checkpoint commit writes
@@ -73,8 +74,8 @@
 //! crash the file may hold frames, base generations and log discards that
 //! were never committed. Opening a shard therefore, in one durable
 //! transaction: deletes store frames at or past the committed position,
-//! index rows of every generation but the committed one, and log rows past
-//! the last flushed LSN. What remains is exactly the last commit (index,
+//! index rows of every generation but the committed one, and log records
+//! past the last flushed LSN (spilled ones). What remains is exactly the last commit (index,
 //! checkpoint and store position together: they share one transaction) and
 //! a log holding every flushed record. A discard may come back after a
 //! crash (the contract allows keeping records). A torn redb commit is rolled

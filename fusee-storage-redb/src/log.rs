@@ -3,10 +3,12 @@
 //! `Durability::Immediate` (one fsync per batch).
 //!
 //! Memory is bounded: once the waiting records pass [`LOG_SPILL_BYTES`] they
-//! are written (with the log row) in a non-durable transaction. Nothing
-//! about durability changes: `durable_lsn` still moves only on a flush, and
-//! a crash keeps a prefix of what was appended (the spilled records are
-//! kept or lost with their log row, whole).
+//! are written in a non-durable transaction. Nothing about durability
+//! changes: `durable_lsn` moves only on a flush, and the log row keeps
+//! counting flushed records only, so opening the shard deletes spilled
+//! records even when another transaction (or redb's shutdown on close) made
+//! them durable: after any reopen the log holds exactly the flushed
+//! records.
 
 use std::sync::Arc;
 
@@ -104,9 +106,16 @@ impl RedbLog {
                     .insert(seq_key(self.h.id, lsn), record.as_slice())
                     .map_err(self.h.err(doing))?;
             }
+            // The row counts flushed records only: a spill (non-durable)
+            // keeps `last` at the durable LSN, so opening the shard cuts
+            // spilled records whatever made them durable.
             let row = LogRow {
                 base: self.base,
-                last,
+                last: if matches!(durability, Durability::Immediate) {
+                    last
+                } else {
+                    self.durable
+                },
             };
             let mut meta = tx.open_table(META).map_err(self.h.err(doing))?;
             meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])
@@ -166,7 +175,7 @@ impl RedbLog {
                 .map_err(self.h.err(doing))?;
             let row = LogRow {
                 base: lsn,
-                last: self.written,
+                last: self.durable,
             };
             let mut meta = tx.open_table(META).map_err(self.h.err(doing))?;
             meta.insert(meta_key(self.h.id, TAG_LOG), &row.encode()[..])

@@ -136,32 +136,39 @@ fn a_crash_loses_non_durable_transactions() {
 }
 
 /// Unflushed records past `LOG_SPILL_BYTES` are written non-durably: reads
-/// see them all, the durable LSN does not move, and a crash keeps a prefix
-/// (all spilled records if another flush made them durable, none if not).
+/// see them all and the durable LSN does not move. After a crash the log
+/// holds exactly the flushed records, even when another shard's flush made
+/// the spilled ones durable (opening the shard deletes them).
 #[test]
-fn log_spill_keeps_a_prefix() {
+fn log_spill_is_cut_at_open() {
+    use fusee_storage_redb::layout::LOG;
     use fusee_storage_redb::log::LOG_SPILL_BYTES;
     let rec = |lsn: u64| vec![(lsn % 251) as u8; 1 << 20];
-    let n = (LOG_SPILL_BYTES >> 20) as u64 + 4;
+    let spilled = (LOG_SPILL_BYTES >> 20) as u64;
+    let n = spilled + 4;
     for other_flushes in [false, true] {
         let dir = TempDir::new("logspill");
         let (s, dead) = open_crashable(&dir.0);
         let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
-        for lsn in 1..=n {
+        p.log
+            .append(1, b"flushed")
+            .unwrap_or_else(|e| panic!("{e}"));
+        p.log.flush().unwrap_or_else(|e| panic!("{e}"));
+        for lsn in 2..=n {
             p.log
                 .append(lsn, &rec(lsn))
                 .unwrap_or_else(|e| panic!("{e}"));
         }
-        assert_eq!((p.log.last_lsn(), p.log.durable_lsn()), (n, 0));
+        assert_eq!((p.log.last_lsn(), p.log.durable_lsn()), (n, 1));
         let mut seen = 0;
         p.log
-            .read(0, &mut |lsn, bytes| {
+            .read(1, &mut |lsn, bytes| {
                 seen += 1;
-                assert!(lsn == seen && bytes == rec(lsn), "record {lsn}");
+                assert!(lsn == seen + 1 && bytes == rec(lsn), "record {lsn}");
                 Ok(())
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(seen, n);
+        assert_eq!(seen, n - 1);
         if other_flushes {
             let mut q = s.open_shard(1).unwrap_or_else(|e| panic!("{e}"));
             q.log.append(1, b"x").unwrap_or_else(|e| panic!("{e}"));
@@ -170,25 +177,36 @@ fn log_spill_keeps_a_prefix() {
         drop(p);
         dead.store(true, std::sync::atomic::Ordering::SeqCst);
         drop(s);
+        let in_file = {
+            let db = redb::Database::create(dir.file()).unwrap_or_else(|e| panic!("{e}"));
+            let tx = db.begin_read().unwrap_or_else(|e| panic!("{e}"));
+            let t = tx.open_table(LOG).unwrap_or_else(|e| panic!("{e}"));
+            t.range(seq_key(0, 0)..=seq_key(0, u64::MAX))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .count() as u64
+        };
+        let want = if other_flushes { 1 + spilled } else { 1 };
+        assert!(
+            in_file >= want,
+            "{in_file} records in the file, expected {want}"
+        );
         let s = RedbStorage::open(&dir.0).unwrap_or_else(|e| panic!("{e}"));
         let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
-        let last = p.log.last_lsn();
-        if other_flushes {
-            assert!(
-                last >= LOG_SPILL_BYTES as u64 >> 20 && last < n,
-                "kept {last}"
-            );
-        } else {
-            assert_eq!(last, 0, "non-durable spill survived a crash");
-        }
-        let mut seen = 0;
+        assert_eq!(
+            p.log.last_lsn(),
+            1,
+            "unflushed records survived (other flush: {other_flushes})"
+        );
+        let mut all = Vec::new();
         p.log
             .read(0, &mut |lsn, bytes| {
-                seen += 1;
-                assert!(lsn == seen && bytes == rec(lsn), "record {lsn} after crash");
+                all.push((lsn, bytes.to_vec()));
                 Ok(())
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(seen, last);
+        assert_eq!(all, [(1, b"flushed".to_vec())]);
+        // Appends continue after the flushed record.
+        p.log.append(2, b"again").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.log.flush().ok(), Some(2));
     }
 }

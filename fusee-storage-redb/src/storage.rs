@@ -1,0 +1,538 @@
+//! [`RedbStorage`]: opening the database file, checking its format, opening
+//! shards (with the cleanup that rolls a shard back to its last commit), and
+//! the state the parts share.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, WriteTransaction};
+
+use crate::checkpoint::RedbCheckpoint;
+use crate::error::{RedbError, engine};
+use crate::layout::{
+    self, CommitRow, FORMAT, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, LogRow, META, STORE,
+    TAG_COMMIT, TAG_LOG, index_key, meta_key, seq_key,
+};
+use crate::log::RedbLog;
+use crate::runs::RedbRuns;
+
+/// The database file's name inside the storage's directory.
+pub const FILE_NAME: &str = "fusee.redb";
+
+/// How many points inside a commit [`RedbStorage::crash_in_commit`] can
+/// crash at: 0 before the transaction, 1 with everything written but not
+/// committed, 2 after the commit, before it returns.
+pub const COMMIT_CRASH_POINTS: u32 = 3;
+
+/// Every shard of a storage in one redb database file, `fusee.redb` in the
+/// storage's directory. See the crate documentation for the layout and what
+/// a crash can do.
+pub struct RedbStorage {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RedbStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStorage")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Faults armed for one shard (tests and the conformance harness).
+#[derive(Debug, Default)]
+struct Faults {
+    fail_next_flush: bool,
+    fail_next_commit: bool,
+    crash_at: Option<u32>,
+}
+
+/// The open database, closed under a panic shield: redb's shutdown commit
+/// walks allocator state that a damaged file can make it trip over, and a
+/// panic must not escape a drop.
+pub(crate) struct Db(Option<Database>);
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        match &self.0 {
+            Some(db) => db,
+            // Only `drop` empties it.
+            None => unreachable!("database used during its drop"),
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
+    }
+}
+
+/// What the storage and its parts share.
+pub(crate) struct Shared {
+    path: PathBuf,
+    /// `None` once closed: every call then fails with `Closed`.
+    db: RwLock<Option<Arc<Db>>>,
+    /// Shards whose parts are alive.
+    open: Mutex<HashSet<u32>>,
+    faults: Mutex<HashMap<u32, Faults>>,
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
+/// sets it guards are consistent between statements).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn db(&self, what: &'static str) -> Result<Arc<Db>> {
+        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
+        db.clone().ok_or(StorageError::Closed { what })
+    }
+
+    fn take_fault(&self, shard: u32, pick: impl FnOnce(&mut Faults) -> bool) -> bool {
+        let mut faults = lock(&self.faults);
+        faults.get_mut(&shard).is_some_and(pick)
+    }
+}
+
+/// One open of one shard, shared by its three parts: dropping the last part
+/// releases the shard for the next open.
+pub(crate) struct ShardHandle {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) id: u32,
+}
+
+impl Drop for ShardHandle {
+    fn drop(&mut self) {
+        lock(&self.shared.open).remove(&self.id);
+    }
+}
+
+impl ShardHandle {
+    /// The database, or `Closed { what }` after the storage was closed.
+    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<Db>> {
+        self.shared.db(what)
+    }
+
+    /// `Closed { what }` after the storage was closed.
+    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
+        let db = self.shared.db.read().unwrap_or_else(|e| e.into_inner());
+        match *db {
+            Some(_) => Ok(()),
+            None => Err(StorageError::Closed { what }),
+        }
+    }
+
+    /// Runs `f`, turning a panic inside redb (it has assertions that damaged
+    /// pages can trip) into a `Corrupt` error naming the shard. `f` never
+    /// calls a caller's visitor, so no caller panic is swallowed.
+    pub(crate) fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        shield(u64::from(self.id), f)
+    }
+
+    /// Begins a write transaction with `durability`.
+    pub(crate) fn begin(
+        &self,
+        db: &Database,
+        durability: Durability,
+        doing: &str,
+    ) -> Result<WriteTransaction> {
+        let mut tx = db
+            .begin_write()
+            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))?;
+        tx.set_durability(durability)
+            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))?;
+        Ok(tx)
+    }
+
+    /// Commits `tx`, mapping the error with `doing`.
+    pub(crate) fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()> {
+        tx.commit()
+            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))
+    }
+
+    /// An error for a redb failure while `doing`.
+    pub(crate) fn err<E: Into<redb::Error>>(
+        &self,
+        doing: &str,
+    ) -> impl FnOnce(E) -> StorageError + use<E> {
+        let context = format!("{doing} (shard {})", self.id);
+        move |e| engine(context, e)
+    }
+
+    pub(crate) fn take_fail_flush(&self) -> bool {
+        self.shared
+            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_flush))
+    }
+
+    pub(crate) fn take_fail_commit(&self) -> bool {
+        self.shared
+            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_commit))
+    }
+
+    /// Whether the armed commit crash point is `step` (disarming it if so).
+    pub(crate) fn crash_point(&self, step: u32) -> bool {
+        self.shared.take_fault(self.id, |f| {
+            let hit = f.crash_at == Some(step);
+            if hit {
+                f.crash_at = None;
+            }
+            hit
+        })
+    }
+}
+
+/// [`ShardHandle::shield`] for `shard` (`u32::MAX + 1` for the whole file).
+pub(crate) fn shield<T>(shard: u64, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(Err(
+        StorageError::Corrupt {
+            what: "redb database (redb panicked on a damaged page) of shard",
+            at: shard,
+        },
+    ))
+}
+
+/// The `at` of a shield around a call about no shard in particular.
+const NO_SHARD: u64 = 1 << 32;
+
+/// The error an injected fault returns.
+pub(crate) fn injected(what: &str, shard: u32) -> StorageError {
+    StorageError::io(
+        format!("{what} (shard {shard}, injected fault)"),
+        std::io::Error::other("injected fault"),
+    )
+}
+
+impl RedbStorage {
+    /// Opens the storage in directory `dir` (created if missing), creating
+    /// the database file `fusee.redb` if it does not exist.
+    ///
+    /// Errors (as [`StorageError::Backend`] holding a [`RedbError`]):
+    /// [`RedbError::Locked`] if another process or storage has the file
+    /// open; [`RedbError::NotRedb`] for a file that is not a redb database
+    /// or is damaged beyond repair; [`RedbError::Foreign`] for a redb
+    /// database that is not a Fusee storage; [`RedbError::NewerFormat`] for
+    /// one written by a newer Fusee. Never panics on a bad file.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
+        let path = dir.join(FILE_NAME);
+        let opener = path.clone();
+        let db = open_database(&path, move || Database::builder().create(opener))?;
+        Self::with_database(db, path)
+    }
+
+    /// Opens the storage on a redb [`redb::StorageBackend`] of the caller's
+    /// (a file with a crash switch in tests, memory, ...); `name` names it
+    /// in errors and [`RedbStorage::path`]. Errors as [`RedbStorage::open`]
+    /// (locking is the backend's business).
+    pub fn open_with_backend(
+        name: impl Into<PathBuf>,
+        backend: impl redb::StorageBackend,
+    ) -> Result<Self> {
+        let path = name.into();
+        // A backend that panicked half-way is dropped with the error.
+        let backend = std::panic::AssertUnwindSafe(backend);
+        let db = open_database(&path, move || {
+            let backend = backend;
+            Database::builder().create_with_backend(backend.0)
+        })?;
+        Self::with_database(db, path)
+    }
+
+    fn with_database(db: Database, path: PathBuf) -> Result<Self> {
+        shield(NO_SHARD, || check_format(&db, &path))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                path,
+                db: RwLock::new(Some(Arc::new(Db(Some(db))))),
+                open: Mutex::default(),
+                faults: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The next [`fusee_storage::LogStore::flush`] of `shard` fails with an
+    /// I/O error before committing anything; the log part is latched. For
+    /// tests of the failure paths.
+    pub fn fail_next_flush(&self, shard: u32) {
+        lock(&self.shared.faults)
+            .entry(shard)
+            .or_default()
+            .fail_next_flush = true;
+    }
+
+    /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
+    /// with an I/O error before changing anything; its checkpoint and
+    /// run-store parts are latched. For tests of the failure paths.
+    pub fn fail_next_commit(&self, shard: u32) {
+        lock(&self.shared.faults)
+            .entry(shard)
+            .or_default()
+            .fail_next_commit = true;
+    }
+
+    /// The next commit of `shard` stops at point `step` of
+    /// [`COMMIT_CRASH_POINTS`] as if the process died there: 0 before the
+    /// transaction, 1 with the transaction written but aborted, 2 after it
+    /// committed. The commit returns an I/O error and latches its parts; the
+    /// caller then drops the storage without closing it. For crash tests.
+    pub fn crash_in_commit(&self, shard: u32, step: u32) {
+        lock(&self.shared.faults).entry(shard).or_default().crash_at = Some(step);
+    }
+}
+
+/// Opens or creates the redb file, mapping every failure (and, defensively,
+/// a panic inside redb on a damaged file) to a clear error.
+fn open_database(
+    path: &Path,
+    open: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError> + std::panic::UnwindSafe,
+) -> Result<Database> {
+    let opened = std::panic::catch_unwind(open);
+    let e = match opened {
+        Ok(Ok(db)) => return Ok(db),
+        Ok(Err(e)) => e,
+        Err(_) => {
+            return Err(RedbError::NotRedb {
+                path: path.to_path_buf(),
+                detail: "redb panicked while reading the file".into(),
+            }
+            .into());
+        }
+    };
+    let path = path.to_path_buf();
+    Err(match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => RedbError::Locked { path }.into(),
+        redb::DatabaseError::UpgradeRequired(version) => {
+            RedbError::OldRedbFormat { path, version }.into()
+        }
+        // redb reports some malformed headers as I/O errors of these kinds.
+        redb::DatabaseError::Storage(redb::StorageError::Io(source))
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            RedbError::NotRedb {
+                path,
+                detail: source.to_string(),
+            }
+            .into()
+        }
+        redb::DatabaseError::Storage(redb::StorageError::Io(source)) => StorageError::Io {
+            context: format!("opening {}", path.display()),
+            source,
+        },
+        other => RedbError::NotRedb {
+            path,
+            detail: other.to_string(),
+        }
+        .into(),
+    })
+}
+
+/// Checks the format marker, writing it into a new, empty database; refuses
+/// foreign and newer-format databases.
+fn check_format(db: &Database, path: &Path) -> Result<()> {
+    let doing = || format!("checking the format of {}", path.display());
+    let tx = db.begin_write().map_err(|e| engine(doing(), e))?;
+    let found = {
+        let table = tx.open_table(FORMAT).map_err(|e| engine(doing(), e))?;
+        let value = table.get(FORMAT_KEY).map_err(|e| engine(doing(), e))?;
+        value.map(|v| layout::format_version(v.value()))
+    };
+    match found {
+        Some(Some(version)) if version <= FORMAT_VERSION => {
+            tx.abort().map_err(|e| engine(doing(), e))?;
+            return Ok(());
+        }
+        Some(Some(found)) => {
+            return Err(RedbError::NewerFormat {
+                path: path.to_path_buf(),
+                found,
+                supported: FORMAT_VERSION,
+            }
+            .into());
+        }
+        Some(None) => {
+            return Err(RedbError::Foreign {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
+        None => {}
+    }
+    // No marker: only an empty database (ours, just created) may get one.
+    let names: Vec<String> = tx
+        .list_tables()
+        .map_err(|e| engine(doing(), e))?
+        .map(|t| redb::TableHandle::name(&t).to_string())
+        .collect();
+    let multimaps = tx
+        .list_multimap_tables()
+        .map_err(|e| engine(doing(), e))?
+        .count();
+    if names.iter().any(|n| n != "fusee.format") || multimaps != 0 {
+        return Err(RedbError::Foreign {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    {
+        let mut table = tx.open_table(FORMAT).map_err(|e| engine(doing(), e))?;
+        table
+            .insert(FORMAT_KEY, &layout::format_value()[..])
+            .map_err(|e| engine(doing(), e))?;
+        // Create the other tables now so readers never meet a missing one.
+        tx.open_table(LOG).map_err(|e| engine(doing(), e))?;
+        tx.open_table(STORE).map_err(|e| engine(doing(), e))?;
+        tx.open_table(INDEX).map_err(|e| engine(doing(), e))?;
+        tx.open_table(META).map_err(|e| engine(doing(), e))?;
+    }
+    tx.commit().map_err(|e| engine(doing(), e))
+}
+
+impl Storage for RedbStorage {
+    type Log = RedbLog;
+    type Runs = RedbRuns;
+    type Checkpoint = RedbCheckpoint;
+
+    fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
+        const WHAT: &str = "redb storage";
+        let db = self.shared.db(WHAT)?;
+        if !lock(&self.shared.open).insert(shard) {
+            return Err(StorageError::AlreadyOpen { shard });
+        }
+        // From here on, dropping the handle releases the shard on any error.
+        let handle = Arc::new(ShardHandle {
+            shared: Arc::clone(&self.shared),
+            id: shard,
+        });
+        let (log, commit) = handle.shield(|| recover_shard(&handle, &db))?;
+        let recovered = Recovered {
+            checkpoint: commit.as_ref().map(|c| c.checkpoint.clone()),
+            index_records: commit.as_ref().map_or(0, |c| c.records),
+            store_position: commit.as_ref().map_or(0, |c| c.position),
+        };
+        let commit = commit.unwrap_or_default();
+        Ok(ShardParts {
+            log: RedbLog::new(Arc::clone(&handle), log),
+            runs: RedbRuns::new(Arc::clone(&handle), commit.position),
+            checkpoint: RedbCheckpoint::new(handle, commit.generation, commit.records),
+            recovered,
+        })
+    }
+
+    fn shards(&self) -> Result<Vec<u32>> {
+        let db = self.shared.db("redb storage")?;
+        shield(NO_SHARD, || list_shards(&db))
+    }
+
+    fn close(&self) -> Result<()> {
+        // Dropping our reference closes the file once in-flight calls end.
+        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
+        *db = None;
+        Ok(())
+    }
+}
+
+/// Every shard with a log row, ascending.
+fn list_shards(db: &Database) -> Result<Vec<u32>> {
+    {
+        let doing = "listing shards";
+        let tx = db.begin_read().map_err(|e| engine(doing, e))?;
+        let table = tx.open_table(META).map_err(|e| engine(doing, e))?;
+        let mut shards = Vec::new();
+        for row in table.iter().map_err(|e| engine(doing, e))? {
+            let (key, _) = row.map_err(|e| engine(doing, e))?;
+            let (shard, tag) = layout::meta_of(&key.value());
+            if tag == TAG_LOG {
+                shards.push(shard);
+            }
+        }
+        Ok(shards)
+    }
+}
+
+/// Rolls `shard` back to its last commit in one durable transaction: deletes
+/// store frames at or past the committed position, index rows of other
+/// generations and log rows past the last flushed LSN; creates the log row of
+/// a new shard. Returns the log row and the commit row (if any).
+fn recover_shard(h: &ShardHandle, db: &Database) -> Result<(LogRow, Option<CommitRow>)> {
+    let shard = h.id;
+    let doing = "opening the shard";
+    let tx = h.begin(db, Durability::Immediate, doing)?;
+    let (log, commit) = {
+        let mut meta = tx.open_table(META).map_err(|e| engine(doing, e))?;
+        let log = match meta.get(meta_key(shard, TAG_LOG)).map_err(h.err(doing))? {
+            Some(v) => Some(LogRow::decode(v.value(), shard)?),
+            None => None,
+        };
+        let commit = match meta
+            .get(meta_key(shard, TAG_COMMIT))
+            .map_err(h.err(doing))?
+        {
+            Some(v) => Some(CommitRow::decode(v.value(), shard)?),
+            None => None,
+        };
+        let log = match log {
+            Some(log) => log,
+            None => {
+                let log = LogRow::default();
+                meta.insert(meta_key(shard, TAG_LOG), &log.encode()[..])
+                    .map_err(h.err(doing))?;
+                log
+            }
+        };
+        (log, commit)
+    };
+    let position = commit.as_ref().map_or(0, |c| c.position);
+    let generation = commit.as_ref().map_or(0, |c| c.generation);
+    {
+        let mut store = tx.open_table(STORE).map_err(h.err(doing))?;
+        store
+            .retain_in(
+                seq_key(shard, position)..=seq_key(shard, u64::MAX),
+                |_, _| false,
+            )
+            .map_err(h.err(doing))?;
+        let mut index = tx.open_table(INDEX).map_err(h.err(doing))?;
+        index
+            .retain_in(
+                index_key(shard, 0, 0)..index_key(shard, generation, 0),
+                |_, _| false,
+            )
+            .map_err(h.err(doing))?;
+        if let Some(next) = generation.checked_add(1) {
+            index
+                .retain_in(
+                    index_key(shard, next, 0)..=index_key(shard, u32::MAX, u64::MAX),
+                    |_, _| false,
+                )
+                .map_err(h.err(doing))?;
+        }
+        if let Some(next) = log.last.checked_add(1) {
+            let mut records = tx.open_table(LOG).map_err(h.err(doing))?;
+            records
+                .retain_in(seq_key(shard, next)..=seq_key(shard, u64::MAX), |_, _| {
+                    false
+                })
+                .map_err(h.err(doing))?;
+        }
+    }
+    h.commit(tx, doing)?;
+    Ok((log, commit))
+}

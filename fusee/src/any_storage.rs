@@ -1,0 +1,208 @@
+//! [`AnyStorage`]: one type for whichever backend [`crate::open_storage`]
+//! opened.
+//!
+//! An enum per trait (storage, log, run store, checkpoint) with one variant
+//! per backend compiled in, each call a `match` that delegates. Chosen over
+//! `Box<dyn ...>` because [`Storage`] has associated part types (and
+//! [`CheckpointStore::commit`] takes the storage's own run store), which a
+//! trait object cannot name without a second, object-safe set of traits;
+//! the enums keep the contract's traits as they are and cost one branch per
+//! call. A commit given another backend's run store is a `Misuse` error.
+
+use fusee_core::record::Lsn;
+use fusee_core::shard::BlobRef;
+use fusee_storage::memory::{MemoryCheckpoint, MemoryLog, MemoryRuns};
+use fusee_storage::{
+    CheckpointStore, Committed, IndexChange, LogStore, MemoryStorage, Result, RunStore, ShardParts,
+    Storage, StorageError,
+};
+
+use crate::Backend;
+
+/// Runs `$body` on whichever backend `$value` (an enum of this module) holds,
+/// bound to `$x`.
+macro_rules! each {
+    ($value:expr, $enum:ident, $x:ident => $body:expr) => {
+        match $value {
+            $enum::Memory($x) => $body,
+            #[cfg(feature = "redb")]
+            $enum::Redb($x) => $body,
+        }
+    };
+}
+
+/// A storage of any backend compiled in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyStorage {
+    /// The in-memory backend.
+    Memory(MemoryStorage),
+    /// The redb backend.
+    #[cfg(feature = "redb")]
+    Redb(fusee_storage_redb::RedbStorage),
+}
+
+/// A log part of any backend compiled in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyLog {
+    /// The in-memory backend's.
+    Memory(MemoryLog),
+    /// The redb backend's.
+    #[cfg(feature = "redb")]
+    Redb(fusee_storage_redb::RedbLog),
+}
+
+/// A run-store part of any backend compiled in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyRuns {
+    /// The in-memory backend's.
+    Memory(MemoryRuns),
+    /// The redb backend's.
+    #[cfg(feature = "redb")]
+    Redb(fusee_storage_redb::RedbRuns),
+}
+
+/// A checkpoint part of any backend compiled in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyCheckpoint {
+    /// The in-memory backend's.
+    Memory(MemoryCheckpoint),
+    /// The redb backend's.
+    #[cfg(feature = "redb")]
+    Redb(fusee_storage_redb::RedbCheckpoint),
+}
+
+impl AnyStorage {
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        match self {
+            AnyStorage::Memory(_) => Backend::Memory,
+            #[cfg(feature = "redb")]
+            AnyStorage::Redb(_) => Backend::Redb,
+        }
+    }
+}
+
+/// Wraps one backend's parts into the `Any` enums' `$variant`.
+macro_rules! wrap_parts {
+    ($variant:ident, $p:expr) => {{
+        let p = $p;
+        ShardParts {
+            log: AnyLog::$variant(p.log),
+            runs: AnyRuns::$variant(p.runs),
+            checkpoint: AnyCheckpoint::$variant(p.checkpoint),
+            recovered: p.recovered,
+        }
+    }};
+}
+
+impl Storage for AnyStorage {
+    type Log = AnyLog;
+    type Runs = AnyRuns;
+    type Checkpoint = AnyCheckpoint;
+
+    fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
+        Ok(match self {
+            AnyStorage::Memory(s) => wrap_parts!(Memory, s.open_shard(shard)?),
+            #[cfg(feature = "redb")]
+            AnyStorage::Redb(s) => wrap_parts!(Redb, s.open_shard(shard)?),
+        })
+    }
+
+    fn shards(&self) -> Result<Vec<u32>> {
+        each!(self, AnyStorage, s => s.shards())
+    }
+
+    fn close(&self) -> Result<()> {
+        each!(self, AnyStorage, s => s.close())
+    }
+}
+
+impl LogStore for AnyLog {
+    fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
+        each!(self, AnyLog, l => l.append(lsn, record))
+    }
+
+    fn flush(&mut self) -> Result<Lsn> {
+        each!(self, AnyLog, l => l.flush())
+    }
+
+    fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {
+        each!(self, AnyLog, l => l.read(after, visit))
+    }
+
+    fn discard_through(&mut self, lsn: Lsn) -> Result<()> {
+        each!(self, AnyLog, l => l.discard_through(lsn))
+    }
+
+    fn first_lsn(&self) -> Lsn {
+        each!(self, AnyLog, l => l.first_lsn())
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        each!(self, AnyLog, l => l.last_lsn())
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        each!(self, AnyLog, l => l.durable_lsn())
+    }
+}
+
+impl RunStore for AnyRuns {
+    fn append(&mut self, frame: &[u8]) -> Result<BlobRef> {
+        each!(self, AnyRuns, r => r.append(frame))
+    }
+
+    fn read(&mut self, blob: BlobRef, out: &mut Vec<u8>) -> Result<()> {
+        each!(self, AnyRuns, r => r.read(blob, out))
+    }
+
+    fn release(&mut self, blob: BlobRef) -> Result<()> {
+        each!(self, AnyRuns, r => r.release(blob))
+    }
+
+    fn compact(&mut self, moved: &mut dyn FnMut(BlobRef, BlobRef)) -> Result<u64> {
+        each!(self, AnyRuns, r => r.compact(moved))
+    }
+
+    fn position(&self) -> u64 {
+        each!(self, AnyRuns, r => r.position())
+    }
+}
+
+impl CheckpointStore for AnyCheckpoint {
+    type Runs = AnyRuns;
+
+    fn read_index(&mut self, visit: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+        each!(self, AnyCheckpoint, c => c.read_index(visit))
+    }
+
+    fn begin_base(&mut self) -> Result<()> {
+        each!(self, AnyCheckpoint, c => c.begin_base())
+    }
+
+    fn base_chunk(&mut self, records: &[u8]) -> Result<()> {
+        each!(self, AnyCheckpoint, c => c.base_chunk(records))
+    }
+
+    fn commit(
+        &mut self,
+        runs: &mut AnyRuns,
+        change: IndexChange<'_>,
+        checkpoint: &[u8],
+    ) -> Result<Committed> {
+        #[allow(unreachable_patterns)] // only one backend compiled in
+        match (self, runs) {
+            (AnyCheckpoint::Memory(c), AnyRuns::Memory(r)) => c.commit(r, change, checkpoint),
+            #[cfg(feature = "redb")]
+            (AnyCheckpoint::Redb(c), AnyRuns::Redb(r)) => c.commit(r, change, checkpoint),
+            _ => Err(StorageError::Misuse {
+                call: "CheckpointStore::commit",
+                why: "the run store belongs to another backend",
+            }),
+        }
+    }
+}

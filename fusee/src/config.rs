@@ -1,0 +1,275 @@
+//! Which backend to open, and where: [`StorageConfig`] and [`open_storage`].
+//!
+//! # Examples
+//!
+//! The in-memory backend, always compiled in (nothing survives the
+//! process; `dir` is not used):
+//!
+//! ```
+//! use fusee::storage::{LogStore, Storage};
+//! use fusee::{Backend, StorageConfig, open_storage};
+//!
+//! let storage = open_storage(&StorageConfig::new(Backend::Memory, "unused"))?;
+//! let mut p = storage.open_shard(0)?;
+//! p.log.append(1, b"record")?;
+//! assert_eq!(p.log.flush()?, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! redb, with the `redb` feature (one database file in `dir`); a backend
+//! named in text (a config file, a flag) parses with [`str::parse`]:
+//!
+//! ```
+//! use fusee::storage::{LogStore, Storage};
+//! use fusee::{Backend, OpenError, StorageConfig, open_storage};
+//!
+//! let dir = std::env::temp_dir().join(format!("fusee-doc-redb-{}", std::process::id()));
+//! let backend: Backend = "redb".parse()?;
+//! let opened = open_storage(&StorageConfig::new(backend, &dir));
+//! #[cfg(feature = "redb")]
+//! {
+//!     let storage = opened?;
+//!     let mut p = storage.open_shard(0)?;
+//!     p.log.append(1, b"record")?;
+//!     assert_eq!(p.log.flush()?, 1);
+//!     drop(p);
+//!     storage.close()?;
+//! # let _ = std::fs::remove_dir_all(&dir);
+//! }
+//! #[cfg(not(feature = "redb"))]
+//! assert!(matches!(opened, Err(OpenError::FeatureDisabled { feature: "redb", .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A backend that was not compiled in is an error naming the feature to
+//! enable:
+//!
+//! ```
+//! use fusee::{Backend, OpenError, StorageConfig, open_storage};
+//!
+//! let r = open_storage(&StorageConfig::new(Backend::Rocksdb, "/tmp/fusee"));
+//! #[cfg(not(feature = "rocksdb"))]
+//! match r {
+//!     Err(e @ OpenError::FeatureDisabled { .. }) => {
+//!         assert!(e.to_string().contains(r#"enable the "rocksdb" feature of fusee"#));
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+//!
+//! The file backend (`file`, the default feature) and RocksDB (`rocksdb`)
+//! are being written: with their feature on, opening them is
+//! [`OpenError::NotImplemented`] until their crates can open a storage:
+//!
+//! ```
+//! use fusee::{Backend, OpenError, StorageConfig, open_storage};
+//!
+//! let r = open_storage(&StorageConfig::new(Backend::File, "/tmp/fusee"));
+//! #[cfg(feature = "file")]
+//! assert!(matches!(r, Err(OpenError::NotImplemented { backend: Backend::File })));
+//! #[cfg(not(feature = "file"))]
+//! assert!(matches!(r, Err(OpenError::FeatureDisabled { feature: "file", .. })));
+//! ```
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use fusee_storage::{MemoryStorage, StorageError};
+
+use crate::AnyStorage;
+
+/// A storage backend Fusee knows about (compiled in or not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// In memory: always compiled in; nothing survives the process.
+    Memory,
+    /// Plain files (feature `file`, the default).
+    File,
+    /// RocksDB (feature `rocksdb`).
+    Rocksdb,
+    /// redb (feature `redb`).
+    Redb,
+}
+
+impl Backend {
+    /// Every backend, compiled in or not.
+    pub const ALL: [Backend; 4] = [
+        Backend::Memory,
+        Backend::File,
+        Backend::Rocksdb,
+        Backend::Redb,
+    ];
+
+    /// The backend's name, as [`FromStr`] accepts it and as its Cargo
+    /// feature is called (`memory` has no feature).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::File => "file",
+            Backend::Rocksdb => "rocksdb",
+            Backend::Redb => "redb",
+        }
+    }
+
+    /// Whether this build can open the backend (its feature is on). The
+    /// file and RocksDB backends still return
+    /// [`OpenError::NotImplemented`] when compiled in.
+    pub fn compiled_in(self) -> bool {
+        match self {
+            Backend::Memory => true,
+            Backend::File => cfg!(feature = "file"),
+            Backend::Rocksdb => cfg!(feature = "rocksdb"),
+            Backend::Redb => cfg!(feature = "redb"),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A backend name that is none of [`Backend::ALL`].
+#[derive(Debug, thiserror::Error)]
+#[error("unknown storage backend {0:?}: expected memory, file, rocksdb or redb")]
+pub struct UnknownBackend(pub String);
+
+impl FromStr for Backend {
+    type Err = UnknownBackend;
+
+    /// Parses a backend's [`Backend::name`] (ASCII case ignored).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownBackend(s.to_string()))
+    }
+}
+
+/// Which storage to open and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageConfig {
+    /// The backend.
+    pub backend: Backend,
+    /// The directory holding the storage (created if missing; unused by
+    /// [`Backend::Memory`]).
+    pub dir: PathBuf,
+}
+
+impl StorageConfig {
+    /// A config for `backend` in `dir`.
+    pub fn new(backend: Backend, dir: impl Into<PathBuf>) -> Self {
+        Self {
+            backend,
+            dir: dir.into(),
+        }
+    }
+}
+
+/// Why [`open_storage`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The backend's Cargo feature is off in this build.
+    #[error(
+        "the {backend} storage backend is not compiled in: enable the \"{feature}\" feature of fusee"
+    )]
+    FeatureDisabled {
+        /// The backend asked for.
+        backend: Backend,
+        /// The feature of the `fusee` crate that compiles it in.
+        feature: &'static str,
+    },
+    /// The backend is compiled in but cannot open a storage yet.
+    #[error("the {backend} storage backend is not implemented in this build yet")]
+    NotImplemented {
+        /// The backend asked for.
+        backend: Backend,
+    },
+    /// The backend failed to open the storage.
+    #[error("opening the {backend} storage in {}: {source}", dir.display())]
+    Storage {
+        /// The backend.
+        backend: Backend,
+        /// The directory given.
+        dir: PathBuf,
+        /// The backend's error.
+        #[source]
+        source: StorageError,
+    },
+}
+
+/// Opens the storage `config` names. A backend whose feature is off is
+/// [`OpenError::FeatureDisabled`] naming the feature; the backend's own
+/// failure (a locked or foreign database, an I/O error) is
+/// [`OpenError::Storage`] with the directory.
+pub fn open_storage(config: &StorageConfig) -> Result<AnyStorage, OpenError> {
+    let backend = config.backend;
+    if !backend.compiled_in() {
+        return Err(OpenError::FeatureDisabled {
+            backend,
+            feature: backend.name(),
+        });
+    }
+    #[allow(unused_variables)] // used only by backends compiled in
+    let wrap = |source: StorageError| OpenError::Storage {
+        backend,
+        dir: config.dir.clone(),
+        source,
+    };
+    match backend {
+        Backend::Memory => Ok(AnyStorage::Memory(MemoryStorage::new())),
+        #[cfg(feature = "redb")]
+        Backend::Redb => fusee_storage_redb::RedbStorage::open(&config.dir)
+            .map(AnyStorage::Redb)
+            .map_err(wrap),
+        // Their crates cannot open a storage yet (wired when they land).
+        _ => Err(OpenError::NotImplemented { backend }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        for b in Backend::ALL {
+            assert_eq!(b.name().parse::<Backend>().ok(), Some(b));
+            assert_eq!(
+                b.to_string().to_uppercase().parse::<Backend>().ok(),
+                Some(b)
+            );
+        }
+        assert!("sqlite".parse::<Backend>().is_err());
+    }
+
+    /// Every backend either opens, or says why, naming the feature when it
+    /// is off.
+    #[test]
+    fn every_backend_opens_or_names_its_feature() {
+        let dir = std::env::temp_dir().join(format!("fusee-config-test-{}", std::process::id()));
+        for b in Backend::ALL {
+            let r = open_storage(&StorageConfig::new(b, dir.join(b.name())));
+            match r {
+                Ok(s) => {
+                    assert!(b.compiled_in());
+                    assert_eq!(s.backend(), b);
+                }
+                Err(OpenError::FeatureDisabled { backend, feature }) => {
+                    assert!(!b.compiled_in() && backend == b && feature == b.name());
+                    let msg = OpenError::FeatureDisabled { backend, feature }.to_string();
+                    assert!(msg.contains(&format!("enable the \"{feature}\" feature of fusee")));
+                }
+                Err(OpenError::NotImplemented { backend }) => {
+                    assert!(b.compiled_in() && backend == b);
+                    assert!(matches!(b, Backend::File | Backend::Rocksdb));
+                }
+                Err(e) => panic!("{b}: {e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

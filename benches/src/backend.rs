@@ -300,6 +300,35 @@ impl Factory for File {
     }
 }
 
+/// The redb backend (one database file; flushes and commits are durable
+/// redb transactions).
+#[cfg(feature = "redb")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Redb;
+
+#[cfg(feature = "redb")]
+impl Factory for Redb {
+    type S = fusee_storage_redb::RedbStorage;
+
+    fn name(&self) -> &'static str {
+        "redb"
+    }
+
+    fn flush_method(&self) -> String {
+        "redb commit, Durability::Immediate".into()
+    }
+
+    fn open(&self, dir: &Path) -> fusee_storage::Result<Self::S> {
+        fusee_storage_redb::RedbStorage::open(dir)
+    }
+
+    fn reopen(&self, storage: Self::S, dir: &Path) -> fusee_storage::Result<Self::S> {
+        storage.close()?;
+        drop(storage);
+        self.open(dir)
+    }
+}
+
 /// Every backend this build of `fusee-benches` has, memory first: one per
 /// enabled backend feature (see the module documentation to add one).
 pub fn backends() -> Vec<Box<dyn Subject>> {
@@ -307,5 +336,7 @@ pub fn backends() -> Vec<Box<dyn Subject>> {
     let mut list: Vec<Box<dyn Subject>> = vec![Box::new(Backend(Memory))];
     #[cfg(feature = "file")]
     list.push(Box::new(Backend(File)));
+    #[cfg(feature = "redb")]
+    list.push(Box::new(Backend(Redb)));
     list
 }

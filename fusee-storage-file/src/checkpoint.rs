@@ -81,7 +81,7 @@ struct Base<F> {
 }
 
 /// A shard's checkpoint part. See the [module docs](self).
-pub struct FileCheckpoint<I: Io> {
+pub struct FileCheckpoint<I: Io = crate::io::RealIo> {
     shared: Arc<Shared<I>>,
     /// The committed index.
     index: Index,
@@ -446,5 +446,13 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
             index_records: records,
             store_position: position,
         })
+    }
+}
+
+impl<I: Io> std::fmt::Debug for FileCheckpoint<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileCheckpoint")
+            .field("dir", &self.shared.dir)
+            .finish_non_exhaustive()
     }
 }

@@ -89,7 +89,7 @@ struct Segment<F> {
 }
 
 /// A shard's log in segment files. See the [module docs](self).
-pub struct FileLog<I: Io> {
+pub struct FileLog<I: Io = crate::io::RealIo> {
     shared: Arc<Shared<I>>,
     writer: LogWriter,
     segments: BTreeMap<u64, Segment<I::File>>,
@@ -653,5 +653,13 @@ impl<I: Io> LogStore for FileLog<I> {
 
     fn durable_lsn(&self) -> Lsn {
         self.durable
+    }
+}
+
+impl<I: Io> std::fmt::Debug for FileLog<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileLog")
+            .field("dir", &self.shared.dir)
+            .finish_non_exhaustive()
     }
 }

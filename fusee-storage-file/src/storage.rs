@@ -196,3 +196,11 @@ impl<I: Io> Storage for FileStorage<I> {
         Ok(())
     }
 }
+
+impl<I: Io> std::fmt::Debug for FileStorage<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStorage")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}

@@ -108,7 +108,7 @@ pub(crate) struct StoreMark {
 }
 
 /// A shard's run store in generation files. See the [module docs](self).
-pub struct FileRuns<I: Io> {
+pub struct FileRuns<I: Io = crate::io::RealIo> {
     shared: Arc<Shared<I>>,
     current: Generation<I::File>,
     /// The generation compacted away, readable until the next commit.
@@ -567,5 +567,13 @@ impl<I: Io> RunStore for FileRuns<I> {
 
     fn position(&self) -> u64 {
         address(self.current.number, self.current.len)
+    }
+}
+
+impl<I: Io> std::fmt::Debug for FileRuns<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileRuns")
+            .field("dir", &self.shared.dir)
+            .finish_non_exhaustive()
     }
 }

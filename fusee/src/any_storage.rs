@@ -25,6 +25,8 @@ macro_rules! each {
     ($value:expr, $enum:ident, $x:ident => $body:expr) => {
         match $value {
             $enum::Memory($x) => $body,
+            #[cfg(feature = "file")]
+            $enum::File($x) => $body,
             #[cfg(feature = "redb")]
             $enum::Redb($x) => $body,
         }
@@ -37,6 +39,9 @@ macro_rules! each {
 pub enum AnyStorage {
     /// The in-memory backend.
     Memory(MemoryStorage),
+    /// The file backend.
+    #[cfg(feature = "file")]
+    File(fusee_storage_file::FileStorage),
     /// The redb backend.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbStorage),
@@ -48,6 +53,9 @@ pub enum AnyStorage {
 pub enum AnyLog {
     /// The in-memory backend's.
     Memory(MemoryLog),
+    /// The file backend's.
+    #[cfg(feature = "file")]
+    File(fusee_storage_file::log::FileLog),
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbLog),
@@ -59,6 +67,9 @@ pub enum AnyLog {
 pub enum AnyRuns {
     /// The in-memory backend's.
     Memory(MemoryRuns),
+    /// The file backend's.
+    #[cfg(feature = "file")]
+    File(fusee_storage_file::store::FileRuns),
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbRuns),
@@ -70,6 +81,9 @@ pub enum AnyRuns {
 pub enum AnyCheckpoint {
     /// The in-memory backend's.
     Memory(MemoryCheckpoint),
+    /// The file backend's.
+    #[cfg(feature = "file")]
+    File(fusee_storage_file::checkpoint::FileCheckpoint),
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbCheckpoint),
@@ -80,6 +94,8 @@ impl AnyStorage {
     pub fn backend(&self) -> Backend {
         match self {
             AnyStorage::Memory(_) => Backend::Memory,
+            #[cfg(feature = "file")]
+            AnyStorage::File(_) => Backend::File,
             #[cfg(feature = "redb")]
             AnyStorage::Redb(_) => Backend::Redb,
         }
@@ -107,6 +123,8 @@ impl Storage for AnyStorage {
     fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
         Ok(match self {
             AnyStorage::Memory(s) => wrap_parts!(Memory, s.open_shard(shard)?),
+            #[cfg(feature = "file")]
+            AnyStorage::File(s) => wrap_parts!(File, s.open_shard(shard)?),
             #[cfg(feature = "redb")]
             AnyStorage::Redb(s) => wrap_parts!(Redb, s.open_shard(shard)?),
         })
@@ -197,6 +215,8 @@ impl CheckpointStore for AnyCheckpoint {
         #[allow(unreachable_patterns)] // only one backend compiled in
         match (self, runs) {
             (AnyCheckpoint::Memory(c), AnyRuns::Memory(r)) => c.commit(r, change, checkpoint),
+            #[cfg(feature = "file")]
+            (AnyCheckpoint::File(c), AnyRuns::File(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "redb")]
             (AnyCheckpoint::Redb(c), AnyRuns::Redb(r)) => c.commit(r, change, checkpoint),
             _ => Err(StorageError::Misuse {

@@ -57,19 +57,32 @@
 //! }
 //! ```
 //!
-//! The file backend (`file`, the default feature) and RocksDB (`rocksdb`)
-//! are being written: with their feature on, opening them is
-//! [`OpenError::NotImplemented`] until their crates can open a storage:
+//! The file backend (`file`, the default feature): one directory, a
+//! subdirectory per shard:
 //!
 //! ```
+//! use fusee::storage::{LogStore, Storage};
 //! use fusee::{Backend, OpenError, StorageConfig, open_storage};
 //!
-//! let r = open_storage(&StorageConfig::new(Backend::File, "/tmp/fusee"));
+//! let dir = std::env::temp_dir().join(format!("fusee-doc-file-{}", std::process::id()));
+//! let opened = open_storage(&StorageConfig::new(Backend::File, &dir));
 //! #[cfg(feature = "file")]
-//! assert!(matches!(r, Err(OpenError::NotImplemented { backend: Backend::File })));
+//! {
+//!     let storage = opened?;
+//!     let mut p = storage.open_shard(0)?;
+//!     p.log.append(1, b"record")?;
+//!     assert_eq!(p.log.flush()?, 1);
+//!     drop(p);
+//!     storage.close()?;
+//! # let _ = std::fs::remove_dir_all(&dir);
+//! }
 //! #[cfg(not(feature = "file"))]
-//! assert!(matches!(r, Err(OpenError::FeatureDisabled { feature: "file", .. })));
+//! assert!(matches!(opened, Err(OpenError::FeatureDisabled { feature: "file", .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! RocksDB (`rocksdb`) is being written: with its feature on, opening it is
+//! [`OpenError::NotImplemented`] until its crate can open a storage.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -221,6 +234,10 @@ pub fn open_storage(config: &StorageConfig) -> Result<AnyStorage, OpenError> {
     };
     match backend {
         Backend::Memory => Ok(AnyStorage::Memory(MemoryStorage::new())),
+        #[cfg(feature = "file")]
+        Backend::File => fusee_storage_file::FileStorage::open(&config.dir, Default::default())
+            .map(AnyStorage::File)
+            .map_err(|e| wrap(e.into())),
         #[cfg(feature = "redb")]
         Backend::Redb => fusee_storage_redb::RedbStorage::open(&config.dir)
             .map(AnyStorage::Redb)
@@ -265,7 +282,7 @@ mod tests {
                 }
                 Err(OpenError::NotImplemented { backend }) => {
                     assert!(b.compiled_in() && backend == b);
-                    assert!(matches!(b, Backend::File | Backend::Rocksdb));
+                    assert!(matches!(b, Backend::Rocksdb));
                 }
                 Err(e) => panic!("{b}: {e}"),
             }

@@ -35,6 +35,9 @@ pub fn backends() -> Vec<&'static str> {
     if cfg!(feature = "file") {
         names.push("file");
     }
+    if cfg!(feature = "redb") {
+        names.push("redb");
+    }
     names
 }
 
@@ -66,6 +69,14 @@ pub fn with_backend<T>(name: &str, dir: &Path, f: impl FnOnce(&dyn AnyBackend) -
         #[cfg(feature = "file")]
         "file" => {
             let s = fusee_storage_file::FileStorage::open(dir, file_options())
+                .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+            let out = f(&s);
+            let _ = s.close();
+            out
+        }
+        #[cfg(feature = "redb")]
+        "redb" => {
+            let s = fusee_storage_redb::RedbStorage::open(dir)
                 .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
             let out = f(&s);
             let _ = s.close();

@@ -4,7 +4,8 @@
 //! record is present and intact (and that nothing else was invented).
 //!
 //! `FUSEE_SIGKILL_RUNS` (default 50) kills per backend; `FUSEE_SEED` sets
-//! the seed (printed on failure).
+//! the seed (printed on failure). Every backend this crate is built with
+//! runs (`fusee_tests::backends`: file and redb today).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -69,6 +69,9 @@ impl Harness for RedbHarness {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fault_injection: true,
+            // A crash here is a process crash (the kill switch stops every
+            // later write), not a power cut: unsynced writes are not torn.
+            power_loss: false,
             commit_crash_points: COMMIT_CRASH_POINTS,
         }
     }

@@ -429,7 +429,14 @@ impl ShardCore {
         self.offer(run_id, true);
     }
 
-    /// A run finished with a final status.
+    /// A run ended: its pending work is dropped, and (in a mode with
+    /// outputs) its result goes to its callers and its children follow the
+    /// parent close policy.
+    ///
+    /// A handover (continue-as-new, reset) ends with an empty result and no
+    /// child result: the newer run inherits the parent and callers follow
+    /// the ID. A reset keeps the children, whom the new run's copied records
+    /// still wait for.
     fn finish(
         &mut self,
         lsn: Lsn,
@@ -443,8 +450,12 @@ impl ShardCore {
             return;
         };
         let kids = run.finish(status, at_ms, payload.clone());
-        let parent = run.parent;
-        let detached = run.policy & policy::DETACHED != 0;
+        let child_result = match run.parent {
+            Some(parent) if !status.is_handover() && run.policy & policy::DETACHED == 0 => {
+                Some(parent)
+            }
+            _ => None,
+        };
         self.retention.push(Reverse((at_ms, run_id)));
         if mode.outputs {
             self.outputs.push_back((
@@ -455,7 +466,7 @@ impl ShardCore {
                     payload: payload.clone(),
                 },
             ));
-            if let (Some(parent), false) = (parent, detached) {
+            if let Some(parent) = child_result {
                 self.outputs.push_back((
                     lsn,
                     Output::ChildResult {
@@ -465,7 +476,9 @@ impl ShardCore {
                     },
                 ));
             }
-            self.close_children(lsn, run_id, kids);
+            if status != Status::Reset {
+                self.close_children(lsn, run_id, kids);
+            }
         }
         if mode.events {
             self.events.push_back(Event::Finished { run: run_id });
@@ -485,7 +498,7 @@ impl ShardCore {
         mode: Mode,
     ) {
         let next = next_start(payload);
-        self.close_handover(lsn, run_id, status, at_ms, mode);
+        self.finish(lsn, run_id, status, at_ms, empty_payload(), mode);
         // Only a live append or the log tail creates the next run: a run
         // rebuilt from its frame or a checkpoint (or loaded back to take a
         // late message) finds the next run in the table already, perhaps
@@ -495,38 +508,6 @@ impl ShardCore {
             && !self.runs.has_run(next.run())
         {
             self.apply(lsn, &next, mode);
-        }
-    }
-
-    /// Ends a run that handed over. The newer run inherits its parent, so no
-    /// child result is sent; callers waiting on this run follow the ID.
-    fn close_handover(&mut self, lsn: Lsn, run_id: RunId, status: Status, at_ms: u64, mode: Mode) {
-        let Some(run) = self.loaded.get_mut(&run_id) else {
-            return;
-        };
-        if run.done.is_some() {
-            return;
-        }
-        run.last_lsn = run.last_lsn.max(lsn);
-        let kids = run.finish(status, at_ms, empty_payload());
-        self.retention.push(Reverse((at_ms, run_id)));
-        if mode.outputs {
-            self.outputs.push_back((
-                lsn,
-                Output::Result {
-                    run: run_id,
-                    status,
-                    payload: empty_payload(),
-                },
-            ));
-            // A reset keeps the children: the new run's copied records
-            // still wait for them.
-            if status == Status::ContinuedAsNew {
-                self.close_children(lsn, run_id, kids);
-            }
-        }
-        if mode.events {
-            self.events.push_back(Event::Finished { run: run_id });
         }
     }
 

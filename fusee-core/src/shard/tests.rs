@@ -1053,3 +1053,51 @@ fn shrink_compacts_unless_slots_are_held() {
     assert_eq!(loads, 900);
     assert!(now <= far + 9000);
 }
+
+#[test]
+fn continue_as_new_closes_children_and_a_reset_keeps_them() {
+    for status in [Status::ContinuedAsNew, Status::Reset] {
+        let mut core = ShardCore::new(0, 1, 1000, 0);
+        let mut parented = start(1, "p", 0);
+        if let Record::Start { parent, .. } = &mut parented {
+            *parent = Some(ParentRef {
+                shard: 3,
+                run: 9,
+                seq: 1,
+            });
+        }
+        core.apply(1, &parented, Mode::LIVE);
+        let child: RecordRef<'_> = Record::Child {
+            run: 1,
+            seq: 0,
+            wtype: "kid",
+            id: "k",
+            flags: policy::CLOSE_TERMINATE,
+            deadline_ms: 0,
+            input: b"",
+        };
+        core.apply(2, &child, Mode::LIVE);
+        let (_, done) = handover(1, 2, "p", status);
+        core.apply(3, &done, Mode::LIVE);
+        let mut out = Vec::new();
+        core.release(3, &mut out);
+        let closes = out
+            .iter()
+            .filter(|o| matches!(o, Output::Close { .. }))
+            .count();
+        assert_eq!(
+            closes,
+            usize::from(status == Status::ContinuedAsNew),
+            "{status:?}"
+        );
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::ChildResult { .. })),
+            "{status:?}: the successor inherits the parent"
+        );
+        assert!(out.contains(&Output::Result {
+            run: 1,
+            status,
+            payload: payload(b""),
+        }));
+    }
+}

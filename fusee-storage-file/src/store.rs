@@ -90,13 +90,67 @@ fn frame_crc(len: u32, payload: &[u8]) -> u32 {
 /// Frames a compaction moved: (old address, new address).
 type Moves = Vec<(BlobRef, BlobRef)>;
 
+/// Frames buffered before one positioned write: a shard's run store
+/// appends many small frames between commits, and one write per frame cost
+/// a system call each.
+const WRITE_BUFFER: usize = 1 << 20;
+
 /// One generation file.
 struct Generation<F> {
     number: u64,
     file: F,
     path: PathBuf,
-    /// Bytes used.
+    /// Bytes used: on file, then in `buf`.
     len: u64,
+    /// Bytes written to the file; `buf` holds the bytes after them.
+    written: u64,
+    buf: Vec<u8>,
+}
+
+impl<F: IoFile> Generation<F> {
+    fn new(number: u64, file: F, path: PathBuf, len: u64) -> Self {
+        Self {
+            number,
+            file,
+            path,
+            len,
+            written: len,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Writes the buffered frames to the file (not synced).
+    fn write_out(&mut self) -> std::result::Result<(), FileError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .write_at(self.written, &self.buf)
+            .ctx("write run store", &self.path)?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        debug_assert_eq!(self.written, self.len);
+        Ok(())
+    }
+
+    /// Fills `out` from `offset`, from the buffer or the file.
+    fn read_exact_at(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        if offset >= self.written {
+            let start = (offset - self.written) as usize;
+            let src =
+                self.buf
+                    .get(start..start + out.len())
+                    .ok_or_else(|| StorageError::Corrupt {
+                        what: "run-store read past the buffered frames",
+                        at: offset,
+                    })?;
+            out.copy_from_slice(src);
+            return Ok(());
+        }
+        self.file
+            .read_exact_at(offset, out)
+            .map_err(|e| StorageError::io(format!("read {}", self.path.display()), e))
+    }
 }
 
 /// Where a commit found the store.
@@ -226,12 +280,7 @@ impl<I: Io> FileRuns<I> {
         }
         Ok(Self {
             shared,
-            current: Generation {
-                number: mark.generation,
-                file,
-                path,
-                len: mark.len,
-            },
+            current: Generation::new(mark.generation, file, path, mark.len),
             retiring: None,
             releases,
             releases_path,
@@ -294,12 +343,7 @@ impl<I: Io> FileRuns<I> {
             .ctx("write run store header", &path)?;
         shared.sync(&file, &path)?;
         shared.sync_dir(&shared.dir)?;
-        Ok(Generation {
-            number,
-            file,
-            path,
-            len: GEN_HEADER,
-        })
+        Ok(Generation::new(number, file, path, GEN_HEADER))
     }
 
     /// Appends one frame to `generation` (not synced) and returns its file
@@ -322,14 +366,24 @@ impl<I: Io> FileRuns<I> {
             });
         }
         let len = frame.len() as u32;
-        let mut bytes = Vec::with_capacity(frame.len() + FRAME_HEADER as usize);
-        bytes.extend_from_slice(&len.to_le_bytes());
-        bytes.extend_from_slice(&frame_crc(len, frame).to_le_bytes());
-        bytes.extend_from_slice(frame);
-        generation
-            .file
-            .write_at(offset, &bytes)
-            .map_err(|e| StorageError::io(format!("write {}", generation.path.display()), e))?;
+        let mut header = [0u8; FRAME_HEADER as usize];
+        header[..4].copy_from_slice(&len.to_le_bytes());
+        header[4..].copy_from_slice(&frame_crc(len, frame).to_le_bytes());
+        if generation.buf.len() + frame.len() > WRITE_BUFFER {
+            generation.write_out()?;
+        }
+        if frame.len() >= WRITE_BUFFER {
+            // A large frame goes straight to the file, not through a copy.
+            let g = &mut *generation;
+            g.file
+                .write_at(offset, &header)
+                .and_then(|()| g.file.write_at(offset + FRAME_HEADER, frame))
+                .ctx("write run store", &g.path)?;
+            g.written = end;
+        } else {
+            generation.buf.extend_from_slice(&header);
+            generation.buf.extend_from_slice(frame);
+        }
         generation.len = end;
         Ok(offset)
     }
@@ -344,9 +398,7 @@ impl<I: Io> FileRuns<I> {
         let mut buf = Vec::new();
         while at < old.len {
             let mut header = [0u8; FRAME_HEADER as usize];
-            old.file
-                .read_exact_at(at, &mut header)
-                .map_err(|e| StorageError::io(format!("read {}", old.path.display()), e))?;
+            old.read_exact_at(at, &mut header)?;
             let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
             let blob = BlobRef {
                 offset: address(old.number, at),
@@ -363,6 +415,7 @@ impl<I: Io> FileRuns<I> {
             }
             at += FRAME_HEADER + u64::from(len);
         }
+        next.write_out()?;
         self.shared
             .sync(&next.file, &next.path)
             .map_err(StorageError::from)?;
@@ -378,6 +431,7 @@ impl<I: Io> FileRuns<I> {
     /// the releases since the last commit to the release log and syncs it.
     /// Returns what the commit records.
     pub(crate) fn prepare_commit(&mut self) -> std::result::Result<StoreMark, FileError> {
+        self.current.write_out()?;
         self.shared.sync(&self.current.file, &self.current.path)?;
         if !self.unlogged.is_empty() {
             let mut payload = Vec::with_capacity(self.unlogged.len() * RELEASE_ENTRY);
@@ -447,10 +501,7 @@ impl<I: Io> FileRuns<I> {
             return Err(unknown);
         }
         let mut header = [0u8; FRAME_HEADER as usize];
-        generation
-            .file
-            .read_exact_at(offset, &mut header)
-            .map_err(|e| StorageError::io(format!("read {}", generation.path.display()), e))?;
+        generation.read_exact_at(offset, &mut header)?;
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
         if len != blob.len {
@@ -458,10 +509,7 @@ impl<I: Io> FileRuns<I> {
         }
         out.clear();
         out.resize(blob.len as usize, 0);
-        generation
-            .file
-            .read_exact_at(offset + FRAME_HEADER, out)
-            .map_err(|e| StorageError::io(format!("read {}", generation.path.display()), e))?;
+        generation.read_exact_at(offset + FRAME_HEADER, out)?;
         if frame_crc(len, out) != crc {
             out.clear();
             return Err(StorageError::Corrupt {

@@ -140,18 +140,7 @@ impl<I: Io> FileCheckpoint<I> {
             .as_ref()
             .map_or((1, 0), |s| (s.index_file, s.index_len));
         let path = dir.join(index_name(number));
-        let file = match shared.io.open(&path, OpenMode::Existing) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && slot.is_none() => {
-                let f = shared
-                    .io
-                    .open(&path, OpenMode::CreateNew)
-                    .ctx("create index", &path)?;
-                shared.sync_dir(&dir)?;
-                f
-            }
-            Err(e) => return Err(e).ctx("open index", &path),
-        };
+        let file = shared.open_or_create(&path, slot.is_none(), "open index")?;
         let mut index = Index::default();
         {
             let map = file.map().ctx("map index", &path)?;
@@ -170,11 +159,8 @@ impl<I: Io> FileCheckpoint<I> {
                 at: len,
             });
         }
-        if file.size().ctx("stat index", &path)? > len {
-            // A delta or base written by a commit that did not finish.
-            file.set_len(len).ctx("truncate index", &path)?;
-            file.sync_all().ctx("fsync", &path)?;
-        }
+        // A delta or base written by a commit that did not finish.
+        shared.cut_to(&file, &path, len)?;
         for name in shared.io.list_dir(&dir).ctx("list directory", &dir)? {
             if name.starts_with("index-") && name != index_name(number) {
                 let p = dir.join(&name);

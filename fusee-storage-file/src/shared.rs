@@ -82,6 +82,42 @@ impl<I: Io> Shared<I> {
         }
     }
 
+    /// Opens `path`, or creates it (durably) when it is missing and
+    /// `may_create` says a missing file is legitimate (nothing committed in
+    /// it yet); `what` names the file in errors.
+    pub(crate) fn open_or_create(
+        &self,
+        path: &Path,
+        may_create: bool,
+        what: &'static str,
+    ) -> Result<I::File, FileError> {
+        use crate::error::IoContext;
+        use crate::io::OpenMode;
+        match self.io.open(path, OpenMode::Existing) {
+            Ok(f) => Ok(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && may_create => {
+                let f = self.io.open(path, OpenMode::CreateNew).ctx(what, path)?;
+                if let Some(dir) = path.parent() {
+                    self.sync_dir(dir)?;
+                }
+                Ok(f)
+            }
+            Err(e) => Err(e).ctx(what, path),
+        }
+    }
+
+    /// Cuts `file` back to `len` bytes, durably, if it is longer: what a
+    /// commit that did not finish appended after the committed length.
+    pub(crate) fn cut_to(&self, file: &I::File, path: &Path, len: u64) -> Result<(), FileError> {
+        use crate::error::IoContext;
+        use crate::io::IoFile;
+        if file.size().ctx("stat", path)? > len {
+            file.set_len(len).ctx("truncate", path)?;
+            file.sync_all().ctx("fsync", path)?;
+        }
+        Ok(())
+    }
+
     /// Makes a directory's entries durable (unless syncing is off).
     pub(crate) fn sync_dir(&self, dir: &Path) -> Result<(), FileError> {
         use crate::error::IoContext;

@@ -225,24 +225,11 @@ impl<I: Io> FileRuns<I> {
         file.read_exact_at(0, &mut header)
             .ctx("read run store", &path)?;
         Self::check_header(&header, &path, shared.shard, mark.generation)?;
-        if size > mark.len {
-            // Frames appended after the last commit: unreferenced.
-            file.set_len(mark.len).ctx("truncate run store", &path)?;
-            file.sync_all().ctx("fsync", &path)?;
-        }
+        // Frames appended after the last commit: unreferenced.
+        shared.cut_to(&file, &path, mark.len)?;
         let releases_path = dir.join(rel_name(mark.generation));
-        let releases = match shared.io.open(&releases_path, OpenMode::Existing) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && mark.releases_len == 0 => {
-                let f = shared
-                    .io
-                    .open(&releases_path, OpenMode::CreateNew)
-                    .ctx("create release log", &releases_path)?;
-                shared.sync_dir(&dir)?;
-                f
-            }
-            Err(e) => return Err(e).ctx("open release log", &releases_path),
-        };
+        let releases =
+            shared.open_or_create(&releases_path, mark.releases_len == 0, "open release log")?;
         let mut released = FxHashMap::default();
         let mut obsolete_bytes = 0u64;
         {
@@ -262,12 +249,7 @@ impl<I: Io> FileRuns<I> {
                 Ok(())
             })?;
         }
-        if releases.size().ctx("stat release log", &releases_path)? > mark.releases_len {
-            releases
-                .set_len(mark.releases_len)
-                .ctx("truncate release log", &releases_path)?;
-            releases.sync_all().ctx("fsync", &releases_path)?;
-        }
+        shared.cut_to(&releases, &releases_path, mark.releases_len)?;
         // Every other generation is unreferenced.
         for name in shared.io.list_dir(&dir).ctx("list directory", &dir)? {
             let other = name.starts_with("store-")

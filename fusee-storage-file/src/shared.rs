@@ -135,6 +135,7 @@ impl From<FileError> for StorageError {
             FileError::Io { op, path, source } => {
                 StorageError::io(format!("{op} {}", path.display()), source)
             }
+            FileError::Corrupt { file, what, at } => StorageError::CorruptFile { file, what, at },
             other => StorageError::Backend(Box::new(other)),
         }
     }

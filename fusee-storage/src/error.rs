@@ -25,6 +25,18 @@ pub enum StorageError {
         /// Where: a byte offset or an LSN, as `what` says.
         at: u64,
     },
+    /// Stored bytes in a named file failed a check (for backends that keep
+    /// their data in files they can name): the engine treats it exactly as
+    /// [`StorageError::Corrupt`].
+    #[error("corrupt {file} at offset {at}: {what}")]
+    CorruptFile {
+        /// The damaged file.
+        file: String,
+        /// What failed its check.
+        what: &'static str,
+        /// The byte offset in the file.
+        at: u64,
+    },
     /// A record or frame longer than the limit ([`crate::MAX_RECORD`],
     /// [`crate::MAX_FRAME`]); nothing was written.
     #[error("{what} of {len} bytes exceeds the limit of {max} bytes")]

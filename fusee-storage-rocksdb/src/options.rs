@@ -30,8 +30,8 @@ pub const MIN_BLOB: u64 = 4 << 10;
 /// - **`max_total_wal_size` 256 MiB**: records reach 64 MiB and frames
 ///   256 MiB; without a bound, a quiet column family (meta) would pin old
 ///   WAL files and the WAL would grow with everything written since.
-/// - **`db_write_buffer_size` 128 MiB** over four 32 MiB memtables: bounds
-///   the memory all shards' column families take together.
+/// - **`db_write_buffer_size` 128 MiB** across the five column families'
+///   32 MiB memtables: bounds the memory all shards' writes take together.
 /// - **Two background jobs**: flushes and compactions of one embedded
 ///   storage; more would compete with the engine's own threads.
 /// - **Info log: warnings only, 2 files of at most 1 MiB**: RocksDB's

@@ -329,6 +329,35 @@ impl Factory for Redb {
     }
 }
 
+/// The RocksDB backend (one database, a column family per part; flushes
+/// and commits are write batches written with `sync`).
+#[cfg(feature = "rocksdb")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rocksdb;
+
+#[cfg(feature = "rocksdb")]
+impl Factory for Rocksdb {
+    type S = fusee_storage_rocksdb::RocksStorage;
+
+    fn name(&self) -> &'static str {
+        "rocksdb"
+    }
+
+    fn flush_method(&self) -> String {
+        "RocksDB WriteBatch, WriteOptions::set_sync(true) (WAL fsync)".into()
+    }
+
+    fn open(&self, dir: &Path) -> fusee_storage::Result<Self::S> {
+        fusee_storage_rocksdb::RocksStorage::open(dir)
+    }
+
+    fn reopen(&self, storage: Self::S, dir: &Path) -> fusee_storage::Result<Self::S> {
+        storage.close()?;
+        drop(storage);
+        self.open(dir)
+    }
+}
+
 /// Every backend this build of `fusee-benches` has, memory first: one per
 /// enabled backend feature (see the module documentation to add one).
 pub fn backends() -> Vec<Box<dyn Subject>> {
@@ -336,6 +365,8 @@ pub fn backends() -> Vec<Box<dyn Subject>> {
     let mut list: Vec<Box<dyn Subject>> = vec![Box::new(Backend(Memory))];
     #[cfg(feature = "file")]
     list.push(Box::new(Backend(File)));
+    #[cfg(feature = "rocksdb")]
+    list.push(Box::new(Backend(Rocksdb)));
     #[cfg(feature = "redb")]
     list.push(Box::new(Backend(Redb)));
     list

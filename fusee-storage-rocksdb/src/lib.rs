@@ -1,7 +1,109 @@
-//! Fusee storage backend on RocksDB.
+//! Fusee storage backend on [RocksDB](https://rocksdb.org): every shard of a
+//! storage in one database, the directory `fusee.rocksdb` in the storage's
+//! directory, with one column family each for the log, the run store, the
+//! index and metadata.
 //!
-//! Not written yet: it will keep every shard of a storage in one RocksDB
-//! database, with column families for the log, the run store, the index and
-//! metadata, and pass the whole `fusee-storage` conformance suite. Until then
-//! it does not depend on the `rocksdb` crate, so the workspace builds without
-//! compiling RocksDB.
+//! ```
+//! use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore, Storage};
+//! use fusee_storage_rocksdb::RocksStorage;
+//!
+//! let dir = std::env::temp_dir().join(format!("fusee-rocksdb-doc-{}", std::process::id()));
+//! let storage = RocksStorage::open(&dir)?;
+//! let mut p = storage.open_shard(0)?;
+//! p.log.append(1, b"record")?;
+//! assert_eq!(p.log.flush()?, 1); // one synced write batch
+//! let blob = p.runs.append(b"journal")?;
+//! p.checkpoint.commit(&mut p.runs, IndexChange::Delta(&[]), b"checkpoint")?;
+//! drop(p);
+//! storage.close()?;
+//! drop(storage);
+//!
+//! let storage = RocksStorage::open(&dir)?;
+//! let mut p = storage.open_shard(0)?;
+//! assert_eq!(p.recovered.checkpoint.as_deref(), Some(&b"checkpoint"[..]));
+//! let mut out = Vec::new();
+//! p.runs.read(blob, &mut out)?;
+//! assert_eq!(out, b"journal");
+//! # drop(p); drop(storage); let _ = std::fs::remove_dir_all(&dir);
+//! # Ok::<(), fusee_storage::StorageError>(())
+//! ```
+//!
+//! # Choices, and why
+//!
+//! - **One database, shared column families** keyed by (shard, number),
+//!   rather than a database per shard: one WAL, one lock, one set of
+//!   background threads and memtable budget for the whole storage.
+//! - **A log flush is one write batch written with `sync`**: the records
+//!   and the shard's log row reach the WAL as one checksummed record and one
+//!   fsync. Appends wait in memory until then, or past
+//!   [`log::LOG_SPILL_BYTES`] are written without `sync` and with the log
+//!   row left alone; opening a shard deletes records past the row.
+//! - **Run-store frames between commits pay no fsync**: they wait in memory
+//!   and are written every [`runs::SPILL_BYTES`] without `sync`; the commit
+//!   writes the rest, the releases (point deletions), the index change and
+//!   the commit row in **one** synced batch.
+//! - **Bases are streamed under a new index generation** and switched in by
+//!   the commit, which range-deletes the old generation.
+//! - **`discard_through` is one range deletion** (and the log row), not
+//!   synced: a crash may bring records back, which the contract allows.
+//! - **Options** (WAL on, point-in-time recovery, bounded WAL and memtables,
+//!   level compaction, no compression, blob files for large values): each
+//!   with its reason in [`options`].
+//! - **Own CRC-32 on records, frames, index records and meta rows**, on top
+//!   of RocksDB's block and WAL checksums: a value damaged before RocksDB
+//!   checksummed it is still an error, never wrong bytes.
+//! - **No compaction by the backend**: deleted frames are reclaimed by
+//!   RocksDB's compaction and blob garbage collection, so
+//!   [`fusee_storage::RunStore::compact`] moves nothing.
+//! - **RocksDB 0.25 (RocksDB 11.8) without default features**: no
+//!   compression libraries, no jemalloc; compiled from source by the
+//!   `librocksdb-sys` build (C++, slow the first time).
+//!
+//! # Layout
+//!
+//! Column families, keys and values byte by byte: see [`layout`].
+//!
+//! # What a crash can do
+//!
+//! Writes without `sync` reach the WAL file through the operating system at
+//! once, so a process crash keeps them (power loss may not); and a synced
+//! batch makes every earlier batch durable, the WAL being sequential.
+//! RocksDB replays the WAL at open, batch by batch, stopping at the first
+//! damaged record (point-in-time recovery), so each batch is replayed whole
+//! or not at all and never one after a gap. After a crash the database may
+//! therefore hold frames, base generations, spilled log records and log
+//! discards that were never committed or flushed. Opening a shard
+//! therefore, in one synced batch: deletes store frames at or past the
+//! committed position, index rows of every generation but the committed
+//! one, and log records past the last flushed LSN. What remains is exactly
+//! the last commit (index, checkpoint and store position together: they
+//! share one batch) and a log holding every flushed record.
+//!
+//! # Locking and failures
+//!
+//! RocksDB locks its `LOCK` file: a second [`RocksStorage::open`] of the
+//! same directory, from another process or this one, fails with
+//! [`RocksError::Locked`]. Within a storage a shard is opened by one owner
+//! at a time ([`fusee_storage::StorageError::AlreadyOpen`]). A failed flush
+//! latches the log part; a failed commit latches the checkpoint and
+//! run-store parts; after [`fusee_storage::Storage::close`] every call is
+//! `Closed`. A failed WAL write or sync puts RocksDB itself in a background
+//! error state in which it refuses later writes of every shard until the
+//! storage is reopened (never a silent success). A directory that holds no
+//! readable RocksDB database, a foreign RocksDB database and a newer Fusee
+//! layout are refused at open with [`RocksError::NotRocksDb`],
+//! [`RocksError::Foreign`] and [`RocksError::NewerFormat`].
+
+pub mod checkpoint;
+mod error;
+pub mod layout;
+pub mod log;
+pub mod options;
+pub mod runs;
+mod storage;
+
+pub use checkpoint::RocksCheckpoint;
+pub use error::RocksError;
+pub use log::RocksLog;
+pub use runs::RocksRuns;
+pub use storage::{COMMIT_CRASH_POINTS, DIR_NAME, RocksStorage};

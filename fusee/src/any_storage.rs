@@ -27,6 +27,8 @@ macro_rules! each {
             $enum::Memory($x) => $body,
             #[cfg(feature = "file")]
             $enum::File($x) => $body,
+            #[cfg(feature = "rocksdb")]
+            $enum::Rocksdb($x) => $body,
             #[cfg(feature = "redb")]
             $enum::Redb($x) => $body,
         }
@@ -42,6 +44,9 @@ pub enum AnyStorage {
     /// The file backend.
     #[cfg(feature = "file")]
     File(fusee_storage_file::FileStorage),
+    /// The RocksDB backend.
+    #[cfg(feature = "rocksdb")]
+    Rocksdb(fusee_storage_rocksdb::RocksStorage),
     /// The redb backend.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbStorage),
@@ -56,6 +61,9 @@ pub enum AnyLog {
     /// The file backend's.
     #[cfg(feature = "file")]
     File(fusee_storage_file::log::FileLog),
+    /// The RocksDB backend's.
+    #[cfg(feature = "rocksdb")]
+    Rocksdb(fusee_storage_rocksdb::RocksLog),
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbLog),
@@ -70,6 +78,9 @@ pub enum AnyRuns {
     /// The file backend's.
     #[cfg(feature = "file")]
     File(fusee_storage_file::store::FileRuns),
+    /// The RocksDB backend's.
+    #[cfg(feature = "rocksdb")]
+    Rocksdb(fusee_storage_rocksdb::RocksRuns),
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbRuns),
@@ -84,6 +95,9 @@ pub enum AnyCheckpoint {
     /// The file backend's.
     #[cfg(feature = "file")]
     File(fusee_storage_file::checkpoint::FileCheckpoint),
+    /// The RocksDB backend's.
+    #[cfg(feature = "rocksdb")]
+    Rocksdb(fusee_storage_rocksdb::RocksCheckpoint),
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbCheckpoint),
@@ -96,6 +110,8 @@ impl AnyStorage {
             AnyStorage::Memory(_) => Backend::Memory,
             #[cfg(feature = "file")]
             AnyStorage::File(_) => Backend::File,
+            #[cfg(feature = "rocksdb")]
+            AnyStorage::Rocksdb(_) => Backend::Rocksdb,
             #[cfg(feature = "redb")]
             AnyStorage::Redb(_) => Backend::Redb,
         }
@@ -125,6 +141,8 @@ impl Storage for AnyStorage {
             AnyStorage::Memory(s) => wrap_parts!(Memory, s.open_shard(shard)?),
             #[cfg(feature = "file")]
             AnyStorage::File(s) => wrap_parts!(File, s.open_shard(shard)?),
+            #[cfg(feature = "rocksdb")]
+            AnyStorage::Rocksdb(s) => wrap_parts!(Rocksdb, s.open_shard(shard)?),
             #[cfg(feature = "redb")]
             AnyStorage::Redb(s) => wrap_parts!(Redb, s.open_shard(shard)?),
         })
@@ -217,6 +235,8 @@ impl CheckpointStore for AnyCheckpoint {
             (AnyCheckpoint::Memory(c), AnyRuns::Memory(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "file")]
             (AnyCheckpoint::File(c), AnyRuns::File(r)) => c.commit(r, change, checkpoint),
+            #[cfg(feature = "rocksdb")]
+            (AnyCheckpoint::Rocksdb(c), AnyRuns::Rocksdb(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "redb")]
             (AnyCheckpoint::Redb(c), AnyRuns::Redb(r)) => c.commit(r, change, checkpoint),
             _ => Err(StorageError::Misuse {

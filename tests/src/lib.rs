@@ -38,6 +38,9 @@ pub fn backends() -> Vec<&'static str> {
     if cfg!(feature = "redb") {
         names.push("redb");
     }
+    if cfg!(feature = "rocksdb") {
+        names.push("rocksdb");
+    }
     names
 }
 
@@ -77,6 +80,14 @@ pub fn with_backend<T>(name: &str, dir: &Path, f: impl FnOnce(&dyn AnyBackend) -
         #[cfg(feature = "redb")]
         "redb" => {
             let s = fusee_storage_redb::RedbStorage::open(dir)
+                .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+            let out = f(&s);
+            let _ = s.close();
+            out
+        }
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => {
+            let s = fusee_storage_rocksdb::RocksStorage::open(dir)
                 .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
             let out = f(&s);
             let _ = s.close();

@@ -5,7 +5,7 @@
 //!
 //! `FUSEE_SIGKILL_RUNS` (default 50) kills per backend; `FUSEE_SEED` sets
 //! the seed (printed on failure). Every backend this crate is built with
-//! runs (`fusee_tests::backends`: file and redb today).
+//! runs (`fusee_tests::backends`: file, redb and rocksdb by default).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

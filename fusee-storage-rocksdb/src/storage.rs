@@ -1,0 +1,502 @@
+//! [`RocksStorage`]: opening the database, checking its format, opening
+//! shards (with the cleanup that rolls a shard back to its last commit), and
+//! the state the parts share.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
+use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
+
+use crate::checkpoint::RocksCheckpoint;
+use crate::error::{RocksError, engine};
+use crate::layout::{
+    self, CommitRow, DEFAULT, FAMILIES, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, LogRow, META,
+    STORE, TAG_COMMIT, TAG_LOG, index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
+};
+use crate::log::RocksLog;
+use crate::options;
+use crate::runs::RocksRuns;
+
+/// The database directory's name inside the storage's directory.
+pub const DIR_NAME: &str = "fusee.rocksdb";
+
+/// How many points inside a commit [`RocksStorage::crash_in_commit`] can
+/// crash at: 0 before the write batch is built, 1 with it built but not
+/// written, 2 after it was written and synced, before the commit returns.
+pub const COMMIT_CRASH_POINTS: u32 = 3;
+
+/// Every shard of a storage in one RocksDB database, the directory
+/// `fusee.rocksdb` in the storage's directory. See the crate documentation
+/// for the layout, the options and what a crash can do.
+pub struct RocksStorage {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RocksStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStorage")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Faults armed for one shard (tests and the conformance harness).
+#[derive(Debug, Default)]
+struct Faults {
+    fail_next_flush: bool,
+    fail_next_commit: bool,
+    crash_at: Option<u32>,
+}
+
+/// What the storage and its parts share.
+pub(crate) struct Shared {
+    path: PathBuf,
+    /// `None` once closed: every call then fails with `Closed`.
+    db: RwLock<Option<Arc<DB>>>,
+    /// Shards whose parts are alive.
+    open: Mutex<HashSet<u32>>,
+    faults: Mutex<HashMap<u32, Faults>>,
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
+/// sets it guards are consistent between statements).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn db(&self, what: &'static str) -> Result<Arc<DB>> {
+        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
+        db.clone().ok_or(StorageError::Closed { what })
+    }
+
+    fn take_fault(&self, shard: u32, pick: impl FnOnce(&mut Faults) -> bool) -> bool {
+        let mut faults = lock(&self.faults);
+        faults.get_mut(&shard).is_some_and(pick)
+    }
+}
+
+/// One open of one shard, shared by its three parts: dropping the last part
+/// releases the shard for the next open.
+pub(crate) struct ShardHandle {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) id: u32,
+}
+
+impl Drop for ShardHandle {
+    fn drop(&mut self) {
+        lock(&self.shared.open).remove(&self.id);
+    }
+}
+
+/// Column family `name` of `db`. Opening checked that every family exists,
+/// so a miss is reported, not assumed away.
+pub(crate) fn family<'a>(db: &'a DB, name: &'static str) -> Result<&'a ColumnFamily> {
+    db.cf_handle(name).ok_or_else(|| {
+        RocksError::Engine {
+            context: format!("looking up column family {name}"),
+            detail: "the column family is missing".into(),
+        }
+        .into()
+    })
+}
+
+/// A raw iterator over keys `start..end` of `cf`, positioned at the first.
+pub(crate) fn range<'a>(
+    db: &'a DB,
+    cf: &ColumnFamily,
+    start: &[u8],
+    end: &[u8],
+) -> rocksdb::DBRawIteratorWithThreadMode<'a, DB> {
+    let mut ro = ReadOptions::default();
+    ro.set_iterate_upper_bound(end.to_vec());
+    let mut it = db.raw_iterator_cf_opt(cf, ro);
+    it.seek(start);
+    it
+}
+
+/// Whether `cf` holds any key in `start..end`.
+fn any_in(db: &DB, cf: &ColumnFamily, start: &[u8], end: &[u8]) -> Result<bool> {
+    if start >= end {
+        return Ok(false);
+    }
+    let it = range(db, cf, start, end);
+    let found = it.valid();
+    it.status()
+        .map_err(|e| engine("looking for leftover rows", e))?;
+    Ok(found)
+}
+
+/// Writes `batch`, synced (durable when this returns) or not.
+pub(crate) fn write(db: &DB, batch: WriteBatch, sync: bool, doing: String) -> Result<()> {
+    let mut wo = WriteOptions::default();
+    wo.set_sync(sync);
+    db.write_opt(batch, &wo).map_err(|e| engine(doing, e))
+}
+
+impl ShardHandle {
+    /// The database, or `Closed { what }` after the storage was closed.
+    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<DB>> {
+        self.shared.db(what)
+    }
+
+    /// `Closed { what }` after the storage was closed.
+    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
+        self.shared.db(what).map(drop)
+    }
+
+    /// `doing`, naming the shard, for error contexts.
+    pub(crate) fn doing(&self, doing: &str) -> String {
+        format!("{doing} (shard {})", self.id)
+    }
+
+    /// An error for a RocksDB failure while `doing`.
+    pub(crate) fn err(&self, doing: &str) -> impl FnOnce(rocksdb::Error) -> StorageError + use<> {
+        let context = self.doing(doing);
+        move |e| engine(context, e)
+    }
+
+    /// Writes `batch` for this shard, synced or not.
+    pub(crate) fn write(&self, db: &DB, batch: WriteBatch, sync: bool, doing: &str) -> Result<()> {
+        write(db, batch, sync, self.doing(doing))
+    }
+
+    pub(crate) fn take_fail_flush(&self) -> bool {
+        self.shared
+            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_flush))
+    }
+
+    pub(crate) fn take_fail_commit(&self) -> bool {
+        self.shared
+            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_commit))
+    }
+
+    /// Whether the armed commit crash point is `step` (disarming it if so).
+    pub(crate) fn crash_point(&self, step: u32) -> bool {
+        self.shared.take_fault(self.id, |f| {
+            let hit = f.crash_at == Some(step);
+            if hit {
+                f.crash_at = None;
+            }
+            hit
+        })
+    }
+}
+
+/// The error an injected fault returns.
+pub(crate) fn injected(what: &str, shard: u32) -> StorageError {
+    StorageError::io(
+        format!("{what} (shard {shard}, injected fault)"),
+        std::io::Error::other("injected fault"),
+    )
+}
+
+impl RocksStorage {
+    /// Opens the storage in directory `dir` (created if missing), creating
+    /// the database `dir/fusee.rocksdb` if it does not exist.
+    ///
+    /// Errors (as [`StorageError::Backend`] holding a [`RocksError`]):
+    /// [`RocksError::Locked`] if another process or storage has the
+    /// database open; [`RocksError::NotRocksDb`] for a directory that does
+    /// not hold a readable RocksDB database; [`RocksError::Foreign`] for a
+    /// RocksDB database that is not a Fusee storage; [`RocksError::NewerFormat`]
+    /// for one written by a newer Fusee. Never panics on a bad database.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
+        let path = dir.join(DIR_NAME);
+        let db = open_database(&path)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                path,
+                db: RwLock::new(Some(Arc::new(db))),
+                open: Mutex::default(),
+                faults: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The next [`fusee_storage::LogStore::flush`] of `shard` fails with an
+    /// I/O error before writing anything; the log part is latched. For
+    /// tests of the failure paths.
+    pub fn fail_next_flush(&self, shard: u32) {
+        lock(&self.shared.faults)
+            .entry(shard)
+            .or_default()
+            .fail_next_flush = true;
+    }
+
+    /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
+    /// with an I/O error before writing anything; its checkpoint and
+    /// run-store parts are latched. For tests of the failure paths.
+    pub fn fail_next_commit(&self, shard: u32) {
+        lock(&self.shared.faults)
+            .entry(shard)
+            .or_default()
+            .fail_next_commit = true;
+    }
+
+    /// The next commit of `shard` stops at point `step` of
+    /// [`COMMIT_CRASH_POINTS`] as if the process died there: 0 before the
+    /// write batch is built, 1 with it built but never written, 2 after it
+    /// was written and synced. The commit returns an I/O error and latches
+    /// its parts; the caller then drops the storage without closing it. For
+    /// crash tests.
+    pub fn crash_in_commit(&self, shard: u32, step: u32) {
+        lock(&self.shared.faults).entry(shard).or_default().crash_at = Some(step);
+    }
+}
+
+/// Whether a RocksDB open error says the `LOCK` file is held.
+fn is_lock_error(message: &str) -> bool {
+    message.contains("/LOCK") || message.contains("lock hold") || message.contains("While lock")
+}
+
+/// The error for a failed open of the database at `path`.
+fn open_error(path: &Path, e: rocksdb::Error) -> StorageError {
+    let detail = e.into_string();
+    let path = path.to_path_buf();
+    if is_lock_error(&detail) {
+        RocksError::Locked { path, detail }.into()
+    } else {
+        RocksError::NotRocksDb { path, detail }.into()
+    }
+}
+
+/// Opens or creates the database at `path`, checking (or, in a new or empty
+/// database, writing) the format marker; creates missing column families of
+/// an empty database.
+fn open_database(path: &Path) -> Result<DB> {
+    let current = path.join("CURRENT");
+    let exists = current
+        .try_exists()
+        .map_err(|e| StorageError::io(format!("looking for {}", current.display()), e))?;
+    let families: Vec<String> = if exists {
+        DB::list_cf(&options::db_options(), path).map_err(|e| open_error(path, e))?
+    } else {
+        // RocksDB would create a database next to whatever is there (and
+        // replay stray WAL files): a non-empty directory without `CURRENT`
+        // is not ours to take.
+        if let Ok(mut entries) = std::fs::read_dir(path)
+            && entries.next().is_some()
+        {
+            return Err(RocksError::NotRocksDb {
+                path: path.to_path_buf(),
+                detail: "the directory is not empty and has no CURRENT file".into(),
+            }
+            .into());
+        }
+        FAMILIES.iter().map(|f| f.to_string()).collect()
+    };
+    let foreign: Vec<&String> = families
+        .iter()
+        .filter(|f| !FAMILIES.contains(&f.as_str()))
+        .collect();
+    if !foreign.is_empty() {
+        return Err(RocksError::Foreign {
+            path: path.to_path_buf(),
+            why: format!("column families {foreign:?}"),
+        }
+        .into());
+    }
+    let mut opts = options::db_options();
+    opts.create_if_missing(!exists);
+    opts.create_missing_column_families(!exists);
+    let descriptors = families
+        .iter()
+        .map(|f| ColumnFamilyDescriptor::new(f.as_str(), options::family_options(f)));
+    let mut db =
+        DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| open_error(path, e))?;
+    check_format(&mut db, path, &families)?;
+    Ok(db)
+}
+
+/// Checks the format marker; gives an empty database (new, or created by a
+/// run that died before writing the marker) our column families and the
+/// marker; refuses foreign and newer-format databases.
+fn check_format(db: &mut DB, path: &Path, families: &[String]) -> Result<()> {
+    let doing = || format!("checking the format of {}", path.display());
+    let foreign = |why: &str| -> StorageError {
+        RocksError::Foreign {
+            path: path.to_path_buf(),
+            why: why.into(),
+        }
+        .into()
+    };
+    let found = match db.cf_handle(META) {
+        Some(meta) => db
+            .get_pinned_cf(meta, FORMAT_KEY)
+            .map_err(|e| engine(doing(), e))?
+            .map(|v| layout::format_version(&v)),
+        None => None,
+    };
+    match found {
+        Some(Some(version)) if version <= FORMAT_VERSION => {
+            if families.len() != FAMILIES.len() {
+                return Err(foreign("a Fusee marker but column families missing"));
+            }
+            return Ok(());
+        }
+        Some(Some(found)) => {
+            return Err(RocksError::NewerFormat {
+                path: path.to_path_buf(),
+                found,
+                supported: FORMAT_VERSION,
+            }
+            .into());
+        }
+        Some(None) => return Err(foreign("a foreign format marker")),
+        None => {}
+    }
+    // No marker: only an empty database may become ours.
+    for name in families {
+        let Some(cf) = db.cf_handle(name) else {
+            continue;
+        };
+        let mut it = db.raw_iterator_cf(cf);
+        it.seek_to_first();
+        let any = it.valid();
+        it.status().map_err(|e| engine(doing(), e))?;
+        if any {
+            return Err(foreign(&format!(
+                "data in column family {name} without a Fusee marker"
+            )));
+        }
+    }
+    for name in FAMILIES {
+        if name != DEFAULT && db.cf_handle(name).is_none() {
+            db.create_cf(name, &options::family_options(name))
+                .map_err(|e| engine(doing(), e))?;
+        }
+    }
+    let mut batch = WriteBatch::default();
+    batch.put_cf(family(db, META)?, FORMAT_KEY, layout::format_value());
+    write(db, batch, true, doing())
+}
+
+impl Storage for RocksStorage {
+    type Log = RocksLog;
+    type Runs = RocksRuns;
+    type Checkpoint = RocksCheckpoint;
+
+    fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
+        const WHAT: &str = "rocksdb storage";
+        let db = self.shared.db(WHAT)?;
+        if !lock(&self.shared.open).insert(shard) {
+            return Err(StorageError::AlreadyOpen { shard });
+        }
+        // From here on, dropping the handle releases the shard on any error.
+        let handle = Arc::new(ShardHandle {
+            shared: Arc::clone(&self.shared),
+            id: shard,
+        });
+        let (log, commit) = recover_shard(&handle, &db)?;
+        let recovered = Recovered {
+            checkpoint: commit.as_ref().map(|c| c.checkpoint.clone()),
+            index_records: commit.as_ref().map_or(0, |c| c.records),
+            store_position: commit.as_ref().map_or(0, |c| c.position),
+        };
+        let commit = commit.unwrap_or_default();
+        Ok(ShardParts {
+            log: RocksLog::new(Arc::clone(&handle), log),
+            runs: RocksRuns::new(Arc::clone(&handle), commit.position),
+            checkpoint: RocksCheckpoint::new(handle, commit.generation, commit.records),
+            recovered,
+        })
+    }
+
+    fn shards(&self) -> Result<Vec<u32>> {
+        let db = self.shared.db("rocksdb storage")?;
+        list_shards(&db)
+    }
+
+    fn close(&self) -> Result<()> {
+        // Dropping our reference closes the database once in-flight calls
+        // end. Everything a flush or commit reported is already synced.
+        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
+        *db = None;
+        Ok(())
+    }
+}
+
+/// Every shard with a log row, ascending.
+fn list_shards(db: &DB) -> Result<Vec<u32>> {
+    let meta = family(db, META)?;
+    let mut it = db.raw_iterator_cf(meta);
+    it.seek_to_first();
+    let mut shards = Vec::new();
+    while let Some(key) = it.key() {
+        if let Some((shard, TAG_LOG)) = layout::meta_of(key) {
+            shards.push(shard);
+        }
+        it.next();
+    }
+    it.status().map_err(|e| engine("listing shards", e))?;
+    Ok(shards)
+}
+
+/// Rolls `shard` back to its last commit in one synced write batch: deletes
+/// store frames at or past the committed position, index rows of other
+/// generations and log records past the last flushed LSN (whatever made
+/// them durable: a later synced batch of any shard, or RocksDB replaying
+/// its WAL after a crash); creates the log row of a new shard. Returns the
+/// log row and the commit row (if any).
+fn recover_shard(h: &ShardHandle, db: &DB) -> Result<(LogRow, Option<CommitRow>)> {
+    let shard = h.id;
+    let doing = "opening the shard";
+    let meta = family(db, META)?;
+    let log = db
+        .get_pinned_cf(meta, meta_key(shard, TAG_LOG))
+        .map_err(h.err(doing))?
+        .map(|v| LogRow::decode(&v, shard))
+        .transpose()?;
+    let commit = db
+        .get_pinned_cf(meta, meta_key(shard, TAG_COMMIT))
+        .map_err(h.err(doing))?
+        .map(|v| CommitRow::decode(&v, shard))
+        .transpose()?;
+    let mut batch = WriteBatch::default();
+    let log = match log {
+        Some(log) => log,
+        None => {
+            let log = LogRow::default();
+            batch.put_cf(meta, meta_key(shard, TAG_LOG), log.encode());
+            log
+        }
+    };
+    let position = commit.as_ref().map_or(0, |c| c.position);
+    let generation = commit.as_ref().map_or(0, |c| c.generation);
+    let mut cut = |name: &'static str, start: &[u8], end: &[u8]| -> Result<()> {
+        let cf = family(db, name)?;
+        if any_in(db, cf, start, end)? {
+            batch.delete_range_cf(cf, start, end);
+        }
+        Ok(())
+    };
+    cut(STORE, &seq_key(shard, position), &seq_end(shard))?;
+    cut(
+        INDEX,
+        &index_key(shard, 0, 0),
+        &index_key(shard, generation, 0),
+    )?;
+    cut(
+        INDEX,
+        &index_end(shard, generation),
+        &index_shard_end(shard),
+    )?;
+    if let Some(next) = log.last.checked_add(1) {
+        cut(LOG, &seq_key(shard, next), &seq_end(shard))?;
+    }
+    if !batch.is_empty() {
+        h.write(db, batch, true, doing)?;
+    }
+    Ok((log, commit))
+}

@@ -1,14 +1,13 @@
-//! The redb backend's log: durable append latency and group-commit
-//! throughput, on the machine's real disk (a directory under the system
-//! temporary directory).
+//! The key-value backends' logs (redb, RocksDB: each one whose
+//! `fusee-benches` feature is on): durable append latency and group-commit
+//! throughput, one measurement written once for any [`Factory`].
 //!
-//! - `redb_durable_append/append_flush_100B`: one 100-byte record appended
-//!   and flushed (one redb write transaction with immediate durability, one
-//!   fsync): the latency a lone caller waits for.
-//! - `redb_group_commit/batch_N`: N 100-byte records appended, then one
-//!   flush; throughput in records per second for N = 1, 16, 256, 4096.
+//! - `{backend}_durable_append/append_flush_100B`: one 100-byte record
+//!   appended and flushed (one durable transaction or synced write batch).
+//! - `{backend}_group_commit/batch_N`: N 100-byte records appended, then one
+//!   flush, for N in 1, 16, 256, 4096 (throughput in records).
 //!
-//! Run: `cargo bench -p fusee-benches --bench backend_redb -- --warm-up-time 1
+//! Run: `cargo bench -p fusee-benches --bench backend_kv -- --warm-up-time 1
 //! --measurement-time 3`
 
 // criterion_group! generates a public function without a doc comment.
@@ -17,25 +16,30 @@
 use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use fusee_benches::Factory;
 use fusee_storage::{LogStore, Storage};
-use fusee_storage_redb::{RedbLog, RedbStorage};
 
 const RECORD: usize = 100;
 
 /// A storage in a fresh temporary directory (removed on drop) and its
 /// shard 0's log.
-struct Bench {
+struct Bench<F: Factory> {
     dir: PathBuf,
-    log: Option<RedbLog>,
-    storage: Option<RedbStorage>,
+    log: Option<<F::S as Storage>::Log>,
+    storage: Option<F::S>,
     record: [u8; RECORD],
 }
 
-impl Bench {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("fusee-bench-{name}-{}", std::process::id()));
+impl<F: Factory> Bench<F> {
+    fn new(factory: &F, name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "fusee-bench-{}-{name}-{}",
+            factory.name(),
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
-        let storage = RedbStorage::open(&dir).unwrap_or_else(|e| panic!("open: {e}"));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let storage = factory.open(&dir).unwrap_or_else(|e| panic!("open: {e}"));
         let log = storage
             .open_shard(0)
             .unwrap_or_else(|e| panic!("open_shard: {e}"))
@@ -64,7 +68,7 @@ impl Bench {
     }
 }
 
-impl Drop for Bench {
+impl<F: Factory> Drop for Bench<F> {
     fn drop(&mut self) {
         self.log = None;
         self.storage = None;
@@ -72,20 +76,19 @@ impl Drop for Bench {
     }
 }
 
-fn durable_append(c: &mut Criterion) {
-    let mut b = Bench::new("append");
-    let mut g = c.benchmark_group("redb_durable_append");
+fn measure<F: Factory>(c: &mut Criterion, factory: &F) {
+    let name = factory.name();
+    let mut b = Bench::new(factory, "append");
+    let mut g = c.benchmark_group(format!("{name}_durable_append"));
     g.throughput(Throughput::Elements(1));
     g.bench_function("append_flush_100B", |bench| {
         bench.iter(|| b.append_flush(1));
     });
     g.finish();
-}
-
-fn group_commit(c: &mut Criterion) {
-    let mut g = c.benchmark_group("redb_group_commit");
+    drop(b);
+    let mut g = c.benchmark_group(format!("{name}_group_commit"));
     for batch in [1usize, 16, 256, 4096] {
-        let mut b = Bench::new(&format!("batch{batch}"));
+        let mut b = Bench::new(factory, &format!("batch{batch}"));
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_function(format!("batch_{batch}"), |bench| {
             bench.iter(|| b.append_flush(batch));
@@ -94,5 +97,12 @@ fn group_commit(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, durable_append, group_commit);
+fn backends(#[allow(unused_variables)] c: &mut Criterion) {
+    #[cfg(feature = "redb")]
+    measure(c, &fusee_benches::backend::Redb);
+    #[cfg(feature = "rocksdb")]
+    measure(c, &fusee_benches::backend::Rocksdb);
+}
+
+criterion_group!(benches, backends);
 criterion_main!(benches);

@@ -75,6 +75,22 @@ fn benches(c: &mut Criterion) {
         b.iter(|| fill(&bodies));
     });
 
+    // The file log's steady state: one group commit of 4,096 records
+    // appended, taken and its buffer recycled, as `FileLog::flush` does.
+    const GROUP: usize = 4096;
+    let mut w = LogWriter::new(0, 1, 1, SEGMENT, 0);
+    g.throughput(Throughput::Elements(GROUP as u64));
+    g.bench_function("append_group_4096", |b| {
+        b.iter(|| {
+            for body in &bodies[..GROUP] {
+                w.append(body, 0).expect("fits");
+            }
+            while let Some(batch) = w.take() {
+                w.recycle(batch);
+            }
+        });
+    });
+
     let img = image(&bodies);
     g.throughput(Throughput::Bytes(frame_bytes));
     g.bench_function("scan_bytes", |b| {

@@ -18,7 +18,7 @@
 //! | bytes | field | meaning |
 //! |---|---|---|
 //! | 0..8 | magic | `b"FUSEESEG"` |
-//! | 8..12 | format u32 | [`SEGMENT_FORMAT`] (1) |
+//! | 8..12 | format u32 | [`SEGMENT_FORMAT`] (2; format 1 checksummed frames with CRC-32 and is not read) |
 //! | 12..16 | shard u32 | the shard the log belongs to |
 //! | 16..24 | segment u64 | this segment's number |
 //! | 24..32 | base_lsn u64 | LSN of the segment's first frame (at least 1) |
@@ -38,7 +38,7 @@
 //! | bytes | field | meaning |
 //! |---|---|---|
 //! | 0..4 | len u32 | length of the body |
-//! | 4..8 | crc u32 | CRC-32 (`crc32fast`) of bytes 8..20+len: lsn, batch and body |
+//! | 4..8 | sum u32 | [`checksum32`] (low 32 bits of XXH3-64) of bytes 8..20+len: lsn, batch and body |
 //! | 8..16 | lsn u64 | the record's LSN |
 //! | 16..20 | batch u32 | how many records back the frame's flush batch began (0 = this frame starts it) |
 //! | 20.. | body | the record's canonical bytes, without the varint length prefix the frame replaces |
@@ -69,7 +69,7 @@
 //! durable. The last batch (the one in flight) may be missing any subset
 //! of its pages, in any order, and a page may be torn; after it everything
 //! is zero. The scanner walks frames from offset 4096 while each is valid
-//! (length within limits, crc matches, LSN is the next one, batch field
+//! (length within limits, checksum matches, LSN is the next one, batch field
 //! consistent) and then classifies where the valid prefix ends (`end`):
 //!
 //! - **Clean**: the 20 bytes at `end` are zero and so is every byte up to
@@ -89,7 +89,7 @@
 //! as a frame start, cheaply filtering on the LSN field first (it must lie
 //! after the bad frame's LSN, within one record per 20 bytes skipped) and
 //! the batch start (after the bad frame's LSN), and only then checking the
-//! crc. The search stops at the first all-zero 4 KiB-aligned block, the same
+//! checksum. The search stops at the first all-zero 4 KiB-aligned block, the same
 //! rule that ends a clean segment, so recovery reads the valid frames plus
 //! the block after them, never the whole preallocated file.
 //!
@@ -107,7 +107,7 @@
 //! LSN it knows was durable (the checkpoint's LSN at least).
 
 use crate::record::Lsn;
-use crate::wire::MAX_PAYLOAD;
+use crate::wire::{MAX_PAYLOAD, checksum32};
 
 /// Bytes of the header block at the start of every segment.
 pub const HEADER_BYTES: usize = 4096;
@@ -116,7 +116,7 @@ pub const FRAME_HEADER: usize = 20;
 /// The first 8 bytes of every started segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"FUSEESEG";
 /// The segment format this module writes and reads.
-pub const SEGMENT_FORMAT: u32 = 1;
+pub const SEGMENT_FORMAT: u32 = 2;
 /// The largest record body a frame may carry: a full [`MAX_PAYLOAD`]
 /// payload plus 64 KiB for the record's other fields (names, IDs, varints),
 /// which are small but not bounded by the payload limit alone. A larger
@@ -395,13 +395,14 @@ impl LogWriter {
         }
         let last = self.chunks.len() - 1;
         let buf = &mut self.chunks[last].bytes;
+        let mut header = [0u8; FRAME_HEADER];
+        header[0..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        header[8..16].copy_from_slice(&lsn.to_le_bytes());
+        header[16..20].copy_from_slice(&batch.to_le_bytes());
         let start = buf.len();
-        buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&[0; 4]);
-        buf.extend_from_slice(&lsn.to_le_bytes());
-        buf.extend_from_slice(&batch.to_le_bytes());
+        buf.extend_from_slice(&header);
         buf.extend_from_slice(body);
-        let crc = crc32fast::hash(&buf[start + 8..]);
+        let crc = checksum32(&buf[start + 8..]);
         buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
         self.offset += frame;
         debug_assert!(self.offset <= self.limit);
@@ -771,7 +772,7 @@ impl SegmentScanner {
         }
     }
 
-    /// Checks a crc-valid frame against the frames before it.
+    /// Checks a checksum-valid frame against the frames before it.
     fn check_frame(&mut self, lsn: Lsn, batch: u32) -> Result<(), ScanError> {
         let lost = |reason| ScanError::LostRecord {
             offset: self.pos as u64,
@@ -838,7 +839,7 @@ impl SegmentScanner {
                         self.search = Some(q);
                         return Ok(need(end));
                     };
-                    if crc32fast::hash(&frame[8..]) == le_u32(head, 4) {
+                    if checksum32(&frame[8..]) == le_u32(head, 4) {
                         return Err(ScanError::LostRecord {
                             offset: bad_at as u64,
                             lsn: bad_lsn,
@@ -916,7 +917,7 @@ fn frame_at(prefix: &[u8], p: usize, file_len: usize) -> At<'_> {
     let Some(frame) = prefix.get(p..end) else {
         return At::NeedMore(end);
     };
-    if crc32fast::hash(&frame[8..]) != le_u32(head, 4) {
+    if checksum32(&frame[8..]) != le_u32(head, 4) {
         return At::Bad;
     }
     At::Frame {

@@ -269,6 +269,25 @@ impl Batch {
     pub fn records(&self) -> u64 {
         (self.last_lsn + 1).saturating_sub(self.first_lsn)
     }
+
+    /// The batch's records in LSN order, read back from its chunks (a log
+    /// reads a batch whose write is in flight here).
+    pub fn frames(&self) -> impl Iterator<Item = (Lsn, &[u8])> + '_ {
+        chunk_frames(&self.chunks)
+    }
+}
+
+/// The records framed in `chunks` (written by [`LogWriter`], so well formed;
+/// a short or odd chunk just ends its walk).
+fn chunk_frames(chunks: &[Chunk]) -> impl Iterator<Item = (Lsn, &[u8])> + '_ {
+    chunks.iter().flat_map(|c| {
+        // A rolled segment's chunk starts with its header block.
+        let start = if c.offset == 0 { HEADER_BYTES } else { 0 };
+        PendingFrames {
+            bytes: &c.bytes,
+            at: start,
+        }
+    })
 }
 
 /// Lays records out as frames in segments, with no files: the host writes
@@ -482,14 +501,7 @@ impl LogWriter {
     /// read back from the pending chunks (a log reads its unflushed tail
     /// here instead of keeping a second copy).
     pub fn pending(&self) -> impl Iterator<Item = (Lsn, &[u8])> + '_ {
-        self.chunks.iter().flat_map(|c| {
-            // A rolled segment's chunk starts with its header block.
-            let start = if c.offset == 0 { HEADER_BYTES } else { 0 };
-            PendingFrames {
-                bytes: &c.bytes,
-                at: start,
-            }
-        })
+        chunk_frames(&self.chunks)
     }
 
     /// Caps the current segment at `bytes` (at least what it already holds,

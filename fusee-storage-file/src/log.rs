@@ -42,13 +42,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::Lsn;
 use fusee_core::segment::{
-    HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, scan_segment,
+    Batch, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, scan_segment,
 };
-use fusee_storage::{LogStore, MAX_RECORD, Result, StorageError};
+use fusee_storage::{FlushTicket, FlushWork, LogStore, MAX_RECORD, Result, StorageError};
 
 use crate::error::{FileError, IoContext};
 use crate::io::{Io, IoFile, OpenMode};
@@ -76,7 +77,8 @@ fn parse_segment_name(name: &str) -> Option<u64> {
 
 /// A segment file that holds records, or the current one.
 struct Segment<F> {
-    file: F,
+    /// Shared with the flush in flight, which writes it on another thread.
+    file: Arc<F>,
     path: PathBuf,
     /// Its first LSN.
     base: Lsn,
@@ -101,7 +103,50 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     /// The time the next roll's header records (refreshed at each flush:
     /// reading the clock per append would cost more than the append).
     now_ms: u64,
+    /// This log's name on its [`FlushTicket`]s.
+    id: u64,
+    /// The flush whose ticket is out, if any.
+    in_flight: Option<InFlight>,
 }
+
+/// A flush begun and not yet finished: what [`FileLog::finish_flush`] needs
+/// to account for it.
+struct InFlight {
+    /// The batch being written, shared with the ticket's work; reads visit
+    /// its records meanwhile.
+    batch: Arc<Batch>,
+    /// The segments it writes, in order.
+    touched: Vec<u64>,
+}
+
+/// The I/O of one flush: positioned writes of the batch's chunks, then one
+/// sync per segment touched. It holds its own handles on the files, so the
+/// log may append, read and discard while it runs.
+struct FileFlush<I: Io> {
+    shared: Arc<Shared<I>>,
+    batch: Arc<Batch>,
+    /// The file of each chunk, in the batch's order.
+    writes: Vec<(Arc<I::File>, PathBuf)>,
+    /// Each segment touched, once.
+    syncs: Vec<(Arc<I::File>, PathBuf)>,
+}
+
+impl<I: Io> FlushWork for FileFlush<I> {
+    fn run(&mut self) -> Result<()> {
+        debug_assert_eq!(self.writes.len(), self.batch.chunks.len());
+        for (chunk, (file, path)) in self.batch.chunks.iter().zip(&self.writes) {
+            file.write_at(chunk.offset, &chunk.bytes)
+                .ctx("write segment", path)?;
+        }
+        for (file, path) in &self.syncs {
+            self.shared.sync(file, path)?;
+        }
+        Ok(())
+    }
+}
+
+/// Names each log's tickets apart (0 is the contract's "nothing to run").
+static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What a scan of the existing segments found.
 struct Recovered<F> {
@@ -183,7 +228,7 @@ impl<I: Io> FileLog<I> {
         segments.insert(
             number,
             Segment {
-                file,
+                file: Arc::new(file),
                 path,
                 base: rec.last + 1,
                 last: rec.last,
@@ -204,6 +249,8 @@ impl<I: Io> FileLog<I> {
             first,
             latched: false,
             now_ms: now_ms(),
+            id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
+            in_flight: None,
         })
     }
 
@@ -323,7 +370,7 @@ impl<I: Io> FileLog<I> {
             rec.live.insert(
                 n,
                 Segment {
-                    file,
+                    file: Arc::new(file),
                     path,
                     base,
                     last: s.last_lsn,
@@ -412,7 +459,7 @@ impl<I: Io> FileLog<I> {
             self.segments.insert(
                 n,
                 Segment {
-                    file,
+                    file: Arc::new(file),
                     path,
                     base,
                     last: base - 1,
@@ -434,12 +481,16 @@ impl<I: Io> FileLog<I> {
         Ok(seg)
     }
 
-    /// Writes and syncs the pending batch. Any error latches the log.
-    fn write_batch(&mut self) -> std::result::Result<(), FileError> {
+    /// Takes the pending batch and opens (or creates) the files it writes:
+    /// the part of a flush that touches the log's own state. `None` when
+    /// nothing is pending.
+    fn begin_batch(&mut self) -> std::result::Result<Option<FileFlush<I>>, FileError> {
         let Some(batch) = self.writer.take() else {
-            return Ok(());
+            return Ok(None);
         };
         let mut touched: Vec<u64> = Vec::new();
+        let mut writes = Vec::with_capacity(batch.chunks.len());
+        let mut syncs = Vec::new();
         for chunk in &batch.chunks {
             let end = chunk.offset + chunk.bytes.len() as u64;
             let base = if chunk.offset == 0 {
@@ -454,38 +505,66 @@ impl<I: Io> FileLog<I> {
                     .map_or(batch.first_lsn, |s| s.base)
             };
             let seg = self.segment_for(chunk.segment, base, end)?;
-            seg.file
-                .write_at(chunk.offset, &chunk.bytes)
-                .ctx("write segment", &seg.path)?;
+            writes.push((Arc::clone(&seg.file), seg.path.clone()));
             if touched.last() != Some(&chunk.segment) {
                 touched.push(chunk.segment);
+                syncs.push((Arc::clone(&seg.file), seg.path.clone()));
             }
         }
-        for n in &touched {
-            if let Some(seg) = self.segments.get_mut(n) {
-                self.shared.sync(&seg.file, &seg.path)?;
-                seg.header_durable = true;
-            }
-        }
+        let batch = Arc::new(batch);
+        self.in_flight = Some(InFlight {
+            batch: Arc::clone(&batch),
+            touched,
+        });
+        Ok(Some(FileFlush {
+            shared: Arc::clone(&self.shared),
+            batch,
+            writes,
+            syncs,
+        }))
+    }
+
+    /// Accounts for the flush in flight once its I/O succeeded: its
+    /// segments' headers and records are durable.
+    fn end_batch(&mut self) -> std::result::Result<(), FileError> {
+        let Some(InFlight { batch, touched }) = self.in_flight.take() else {
+            return Ok(());
+        };
         // Assign each segment its last record: the batch's records fill the
         // touched segments in order.
-        let last_segment = *touched.last().unwrap_or(&self.writer.segment());
+        let last_segment = touched.last().copied().unwrap_or(self.writer.segment());
         for n in &touched {
             let last = if *n == last_segment {
                 Some(batch.last_lsn)
             } else {
                 self.next_base(*n).map(|b| b - 1)
             };
-            if let (Some(seg), Some(last)) = (self.segments.get_mut(n), last) {
-                seg.last = last;
+            if let Some(seg) = self.segments.get_mut(n) {
+                seg.header_durable = true;
+                if let Some(last) = last {
+                    seg.last = last;
+                }
             }
         }
-        self.writer.recycle(batch);
+        self.durable = batch.last_lsn;
+        // The ticket's work is gone, so the batch is ours again.
+        if let Ok(batch) = Arc::try_unwrap(batch) {
+            self.writer.recycle(batch);
+        }
         // Once the current segment is half full, the next one is prepared,
         // so the flush that rolls into it writes data only. (An open does
         // not prepare: it reuses a prepared segment it finds.)
         if self.writer.offset() > self.writer.segment_bytes() / 2 {
             self.prepare_next()?;
+        }
+        Ok(())
+    }
+
+    /// The checks every writing call makes first.
+    fn check_writable(&self) -> Result<()> {
+        self.shared.check_open("log")?;
+        if self.latched {
+            return Err(StorageError::Latched { what: "log" });
         }
         Ok(())
     }
@@ -498,10 +577,7 @@ impl<I: Io> FileLog<I> {
 
 impl<I: Io> LogStore for FileLog<I> {
     fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
-        self.shared.check_open("log")?;
-        if self.latched {
-            return Err(StorageError::Latched { what: "log" });
-        }
+        self.check_writable()?;
         let expected = self.writer.next_lsn();
         if lsn != expected {
             return Err(StorageError::LsnGap { expected, got: lsn });
@@ -526,16 +602,61 @@ impl<I: Io> LogStore for FileLog<I> {
     }
 
     fn flush(&mut self) -> Result<Lsn> {
+        let ticket = self.begin_flush()?;
+        self.finish_flush(ticket)
+    }
+
+    fn begin_flush(&mut self) -> Result<FlushTicket> {
+        self.check_writable()?;
+        if self.in_flight.is_some() {
+            return Err(StorageError::Misuse {
+                call: "begin_flush",
+                why: "a flush is already in flight: finish it first",
+            });
+        }
+        match self.begin_batch() {
+            Ok(Some(work)) => {
+                let last = work.batch.last_lsn;
+                Ok(FlushTicket::new(self.id, last, Box::new(work)))
+            }
+            Ok(None) => Ok(FlushTicket::done(self.durable)),
+            Err(e) => {
+                // A segment file could not be made ready: what it holds is
+                // unknown.
+                self.latched = true;
+                Err(e.into())
+            }
+        }
+    }
+
+    fn finish_flush(&mut self, ticket: FlushTicket) -> Result<Lsn> {
         self.shared.check_open("log")?;
-        if self.latched {
-            return Err(StorageError::Latched { what: "log" });
+        let ours = ticket.log() == self.id && self.in_flight.is_some();
+        let nothing = ticket.log() == 0 && ticket.has_run();
+        if !ours && !nothing {
+            return Err(StorageError::Misuse {
+                call: "finish_flush",
+                why: "the ticket is not this log's flush in flight",
+            });
         }
-        if let Err(e) = self.write_batch() {
+        if nothing {
+            // Nothing was pending when it began; a failed flush since then
+            // latched the log.
+            self.check_writable()?;
+            return Ok(self.durable);
+        }
+        let outcome = ticket.finish().and_then(|_| {
+            if self.latched {
+                return Err(StorageError::Latched { what: "log" });
+            }
+            self.end_batch().map_err(StorageError::from)
+        });
+        if let Err(e) = outcome {
             // What the failed write or sync covered is in an unknown state.
+            self.in_flight = None;
             self.latched = true;
-            return Err(e.into());
+            return Err(e);
         }
-        self.durable = self.writer.last_lsn();
         self.now_ms = now_ms();
         Ok(self.durable)
     }
@@ -585,7 +706,8 @@ impl<I: Io> LogStore for FileLog<I> {
                 )));
             }
         }
-        for (lsn, body) in self.writer.pending() {
+        let in_flight = self.in_flight.iter().flat_map(|f| f.batch.frames());
+        for (lsn, body) in in_flight.chain(self.writer.pending()) {
             if lsn > after {
                 visit(lsn, body)?;
             }
@@ -594,10 +716,7 @@ impl<I: Io> LogStore for FileLog<I> {
     }
 
     fn discard_through(&mut self, lsn: Lsn) -> Result<()> {
-        self.shared.check_open("log")?;
-        if self.latched {
-            return Err(StorageError::Latched { what: "log" });
-        }
+        self.check_writable()?;
         if lsn > self.durable {
             return Err(StorageError::Misuse {
                 call: "discard_through",

@@ -119,11 +119,36 @@ impl World {
         if self.rng.u8(0..30) == 0 {
             self.io.fail_next_syncs(1);
         }
-        let result = self.parts().log.flush();
+        let covers = self.appended.len() as u64;
+        let result = if self.rng.bool() {
+            self.parts().log.flush()
+        } else {
+            // Split in two, as a host's group commit does: more records
+            // arrive while the ticket is out, and the power may go then.
+            match self.parts().log.begin_flush() {
+                Err(e) => Err(e),
+                Ok(mut ticket) => {
+                    if self.rng.bool() {
+                        self.append();
+                    }
+                    let ran = self.rng.bool() && ticket.run();
+                    if self.rng.u8(0..8) == 0 {
+                        drop(ticket);
+                        self.io.fail_next_syncs(0);
+                        let _ = ran;
+                        // `cut` checks the records the ticket covered may
+                        // be there or not, whole.
+                        self.cut();
+                        return true;
+                    }
+                    self.parts().log.finish_flush(ticket)
+                }
+            }
+        };
         self.io.fail_next_syncs(0);
         match result {
             Ok(durable) => {
-                assert_eq!(durable, self.appended.len() as u64, "seed {}", self.seed);
+                assert_eq!(durable, covers, "seed {}", self.seed);
                 self.flushed = durable;
                 true
             }

@@ -83,6 +83,32 @@ pub trait LogStore: Send {
     /// [`crate::StorageError::Latched`] errors until the shard is reopened.
     fn flush(&mut self) -> Result<Lsn>;
 
+    /// Starts a flush of every record appended so far and returns it as a
+    /// [`FlushTicket`] whose I/O ([`FlushTicket::run`]) may run on another
+    /// thread while this log takes the next batch's appends: the way a host
+    /// keeps encoding while a flush is in flight (group commit). Records
+    /// appended meanwhile are not covered by the ticket; reads still see
+    /// them and the ticket's records. Nothing becomes durable, as far as
+    /// this log reports, until [`LogStore::finish_flush`] takes the ticket
+    /// back.
+    ///
+    /// At most one ticket may be outstanding: a backend that pipelines
+    /// refuses a second with [`crate::StorageError::Misuse`]. The default
+    /// does the whole flush here and returns a ticket with nothing left to
+    /// run, which is correct for any backend, just not overlapped.
+    fn begin_flush(&mut self) -> Result<FlushTicket> {
+        self.flush().map(FlushTicket::done)
+    }
+
+    /// Ends the flush `ticket` began (running its I/O first if nobody did)
+    /// and returns the durable LSN it reached, exactly as
+    /// [`LogStore::flush`] would. If its I/O failed, the log is latched as
+    /// after a failed flush. A ticket from another log is a
+    /// [`crate::StorageError::Misuse`] error.
+    fn finish_flush(&mut self, ticket: FlushTicket) -> Result<Lsn> {
+        ticket.finish()
+    }
+
     /// Visits, in order, every record after `after` that this log holds
     /// (flushed or not) and returns the last LSN. Records before the first
     /// kept: [`crate::StorageError::Trimmed`]; `after` beyond the last
@@ -104,6 +130,104 @@ pub trait LogStore: Send {
 
     /// The LSN through which records are durable.
     fn durable_lsn(&self) -> Lsn;
+}
+
+/// The I/O of one flush, taken out of its log by [`LogStore::begin_flush`]
+/// so it can run on any thread. It owns (or shares) everything it writes:
+/// the log may take appends, reads and discards while it runs.
+pub trait FlushWork: Send {
+    /// Writes the batch and makes it durable; blocks until then.
+    fn run(&mut self) -> Result<()>;
+}
+
+/// One flush in flight: made by [`LogStore::begin_flush`], run anywhere
+/// with [`FlushTicket::run`], and handed back to the same log's
+/// [`LogStore::finish_flush`], which reports the records durable.
+pub struct FlushTicket {
+    /// The backend's name for the log that made it, so a ticket handed to
+    /// another log is refused (0 for tickets with nothing left to run).
+    log: u64,
+    /// The last LSN the flush covers.
+    last: Lsn,
+    work: Option<Box<dyn FlushWork>>,
+    outcome: Option<Result<()>>,
+}
+
+impl FlushTicket {
+    /// A ticket with I/O still to run: `work` makes LSNs through `last`
+    /// durable. `log` is the backend's name for the log (any value it can
+    /// check in [`LogStore::finish_flush`]).
+    pub fn new(log: u64, last: Lsn, work: Box<dyn FlushWork>) -> Self {
+        Self {
+            log,
+            last,
+            work: Some(work),
+            outcome: None,
+        }
+    }
+
+    /// A ticket whose flush already completed: LSNs through `last` are
+    /// durable.
+    pub fn done(last: Lsn) -> Self {
+        Self {
+            log: 0,
+            last,
+            work: None,
+            outcome: Some(Ok(())),
+        }
+    }
+
+    /// Runs the flush's I/O, once: later calls do nothing. Blocks until the
+    /// batch is durable or the I/O failed; the outcome is reported by
+    /// [`LogStore::finish_flush`], on the log's own thread. Returns whether
+    /// the I/O succeeded.
+    pub fn run(&mut self) -> bool {
+        if self.outcome.is_none() {
+            let outcome = match self.work.as_mut() {
+                Some(work) => work.run(),
+                None => Ok(()),
+            };
+            self.outcome = Some(outcome);
+        }
+        matches!(self.outcome, Some(Ok(())))
+    }
+
+    /// The last LSN the flush covers.
+    pub fn last_lsn(&self) -> Lsn {
+        self.last
+    }
+
+    /// The backend's name for the log that made the ticket.
+    pub fn log(&self) -> u64 {
+        self.log
+    }
+
+    /// Whether the I/O has run (successfully or not).
+    pub fn has_run(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// Runs the I/O if nobody did and returns its outcome with the ticket's
+    /// last LSN; the work (with whatever buffers it shares with the log) is
+    /// dropped first, so the log can take its buffers back.
+    pub fn finish(mut self) -> Result<Lsn> {
+        self.run();
+        self.work = None;
+        match self.outcome.take() {
+            Some(Ok(())) | None => Ok(self.last),
+            Some(Err(e)) => Err(e),
+        }
+    }
+}
+
+impl std::fmt::Debug for FlushTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlushTicket")
+            .field("log", &self.log)
+            .field("last", &self.last)
+            .field("has_run", &self.has_run())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A shard's run store: frames addressed by [`BlobRef`].

@@ -24,7 +24,12 @@
 //! LSN is [`StorageError::LsnGap`]; more than [`MAX_RECORD`] bytes is
 //! [`StorageError::TooLarge`]; a failed append consumes no LSN).
 //! [`LogStore::flush`] makes everything appended durable and returns the
-//! durable LSN; one flush is one batch. [`LogStore::read`] visits the records
+//! durable LSN; one flush is one batch. [`LogStore::begin_flush`] and
+//! [`LogStore::finish_flush`] split a flush so its I/O ([`FlushTicket::run`])
+//! can run on another thread while the next batch is appended: records are
+//! reported durable only when the ticket comes back, at most one ticket is
+//! outstanding, and a failed ticket latches the log like a failed flush.
+//! [`LogStore::read`] visits the records
 //! after an LSN in order, flushed or not, with their exact bytes, and returns
 //! the last LSN; records discarded are [`StorageError::Trimmed`] naming the
 //! first kept. [`LogStore::discard_through`] lets the backend drop records a
@@ -236,7 +241,8 @@ pub mod memory;
 pub mod conformance;
 
 pub use contract::{
-    CheckpointStore, Committed, IndexChange, LogStore, Recovered, RunStore, ShardParts, Storage,
+    CheckpointStore, Committed, FlushTicket, FlushWork, IndexChange, LogStore, Recovered, RunStore,
+    ShardParts, Storage,
 };
 pub use error::{Result, StorageError};
 pub use limits::{

@@ -166,6 +166,14 @@ impl LogStore for AnyLog {
         each!(self, AnyLog, l => l.flush())
     }
 
+    fn begin_flush(&mut self) -> Result<FlushTicket> {
+        each!(self, AnyLog, l => l.begin_flush())
+    }
+
+    fn finish_flush(&mut self, ticket: FlushTicket) -> Result<Lsn> {
+        each!(self, AnyLog, l => l.finish_flush(ticket))
+    }
+
     fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {
         each!(self, AnyLog, l => l.read(after, visit))
     }

@@ -12,11 +12,12 @@
 #![allow(missing_docs)]
 
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use fusee_benches::floor::FloorFile;
-use fusee_storage::{LogStore, Storage};
+use fusee_storage::{FlushTicket, LogStore, Storage};
 use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
 
 /// A record body of 100 bytes; its segment frame is 120 bytes.
@@ -36,6 +37,36 @@ fn bench_dir(name: &str) -> PathBuf {
 /// The floor's preallocated file in `dir`, `size` bytes.
 fn floor(dir: &std::path::Path, size: u64) -> FloorFile {
     FloorFile::create(dir.join("floor"), size).expect("floor file")
+}
+
+/// Records a log keeps, as a host that checkpoints would: older ones are
+/// discarded, so the log's segment files are recycled in a steady state,
+/// like the floor's one file that the floor's writes wrap around in.
+const KEEP_RECORDS: u64 = 1 << 19;
+
+/// Discards what a checkpointing host would have discarded by now.
+fn keep_recent(log: &mut impl LogStore) {
+    let durable = log.durable_lsn();
+    if durable > KEEP_RECORDS {
+        log.discard_through(durable - KEEP_RECORDS)
+            .expect("discard");
+    }
+}
+
+/// Brings a fresh log to the steady state its benchmark measures: past
+/// [`KEEP_RECORDS`] and two more segments, so discarded segments are being
+/// recycled (untimed).
+fn warm_up(log: &mut impl LogStore) {
+    let segment_records = fusee_storage_file::DEFAULT_SEGMENT_BYTES / FRAME as u64;
+    let record = [7u8; RECORD];
+    while log.durable_lsn() < KEEP_RECORDS + 2 * segment_records {
+        for _ in 0..4096 {
+            let lsn = log.last_lsn() + 1;
+            log.append(lsn, &record).expect("append");
+        }
+        log.flush().expect("flush");
+        keep_recent(log);
+    }
 }
 
 fn open_file_storage(dir: &std::path::Path, flush: FlushMethod) -> FileStorage {
@@ -98,6 +129,7 @@ fn interleaved(_c: &mut Criterion) {
     let mut floor = floor(&dir, 256 << 20);
     let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
     let mut parts = storage.open_shard(0).expect("shard");
+    warm_up(&mut parts.log);
     let record = vec![7u8; RECORD];
     for batch in [1usize, 16, 256, 4096] {
         let rounds = (rounds / batch).clamp(min_rounds.min(rounds), rounds.max(min_rounds));
@@ -116,6 +148,7 @@ fn interleaved(_c: &mut Criterion) {
             }
             append_t.push(t.elapsed());
             parts.log.flush().expect("flush");
+            keep_recent(&mut parts.log);
             file_t.push(t.elapsed());
         }
         let floor_total: Duration = floor_t.iter().sum();
@@ -141,6 +174,87 @@ fn interleaved(_c: &mut Criterion) {
             f50.as_secs_f64() / s50.as_secs_f64(),
         );
     }
+    drop(parts);
+    drop(storage);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Group commit as a host runs it: while one batch's flush is in flight on a
+/// flusher thread (`begin_flush`, `FlushTicket::run` there, `finish_flush`
+/// back here), the next batch is appended. Blocks of 50 rounds alternate
+/// with 50 floor flushes of the same bytes, so both see the same disk; per
+/// batch size it prints each side's records/s over its total time and the
+/// file/floor throughput ratio. `FUSEE_BENCH_PIPELINE_ROUNDS` (default 600)
+/// rounds per batch size.
+fn pipelined(_c: &mut Criterion) {
+    const BLOCK: usize = 50;
+    let rounds: usize = std::env::var("FUSEE_BENCH_PIPELINE_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let dir = bench_dir("pipelined");
+    let mut floor = floor(&dir, 256 << 20);
+    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    let mut parts = storage.open_shard(0).expect("shard");
+    warm_up(&mut parts.log);
+    let record = vec![7u8; RECORD];
+    let (to_flusher, jobs) = mpsc::sync_channel::<FlushTicket>(1);
+    let (done, from_flusher) = mpsc::sync_channel::<FlushTicket>(1);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for mut ticket in jobs {
+                ticket.run();
+                if done.send(ticket).is_err() {
+                    break;
+                }
+            }
+        });
+        for batch in [1usize, 16, 256, 4096] {
+            let bytes = vec![7u8; batch * FRAME];
+            let (mut floor_total, mut file_total) = (Duration::ZERO, Duration::ZERO);
+            let mut ran = 0;
+            while ran < rounds {
+                let n = BLOCK.min(rounds - ran);
+                let t = Instant::now();
+                for _ in 0..n {
+                    floor.write_sync(&bytes).expect("floor write");
+                }
+                floor_total += t.elapsed();
+                let t = Instant::now();
+                let mut in_flight = false;
+                for _ in 0..n {
+                    for _ in 0..batch {
+                        let lsn = parts.log.last_lsn() + 1;
+                        parts.log.append(lsn, &record).expect("append");
+                    }
+                    if in_flight {
+                        let ticket = from_flusher.recv().expect("flusher");
+                        parts.log.finish_flush(ticket).expect("flush");
+                    }
+                    keep_recent(&mut parts.log);
+                    let ticket = parts.log.begin_flush().expect("begin flush");
+                    to_flusher.send(ticket).expect("flusher");
+                    in_flight = true;
+                }
+                if in_flight {
+                    let ticket = from_flusher.recv().expect("flusher");
+                    parts.log.finish_flush(ticket).expect("flush");
+                }
+                file_total += t.elapsed();
+                ran += n;
+            }
+            let records = (batch * rounds) as f64;
+            eprintln!(
+                "pipelined batch {batch:>4}, {rounds} flushes: file {:.0} records/s, {:.1} MB/s \
+                 of records; floor {:.0} records/s; throughput ratio {:.3}",
+                records / file_total.as_secs_f64(),
+                records * RECORD as f64 / file_total.as_secs_f64() / 1e6,
+                records / floor_total.as_secs_f64(),
+                floor_total.as_secs_f64() / file_total.as_secs_f64(),
+            );
+        }
+        drop(to_flusher);
+    });
     drop(parts);
     drop(storage);
     let _ = std::fs::remove_dir_all(&dir);
@@ -220,5 +334,12 @@ fn recovery(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, interleaved, durable_append, group_commit, recovery);
+criterion_group!(
+    benches,
+    interleaved,
+    pipelined,
+    durable_append,
+    group_commit,
+    recovery
+);
 criterion_main!(benches);

@@ -60,8 +60,15 @@
 //!    in a batch of its own, so a file that held a torn tail is never
 //!    written again, and the bytes after a torn tail are never followed by
 //!    frames of a later batch in the same file.
-//! 5. Files are zero-filled before use (preallocated or freshly created), never
-//!    recycled with old frames in them.
+//! 5. Files are zero-filled before use (preallocated or freshly created), or
+//!    are *recycled* segments: an older segment of the same log, renamed
+//!    once every record in it was discarded. A recycled file still holds its
+//!    old header until the new one is written and old frames after whatever
+//!    is written, so (a) its old header names another segment number, which
+//!    the backend reads as "never started", (b) every old frame has an LSN
+//!    below the new `base_lsn`, which the scanner reads as garbage, never as
+//!    a record or a lost one, and (c) the writer zeroes the bytes after each
+//!    batch up to [`clean_end`], so a durable batch ends cleanly.
 //!
 //! # What a crash can leave, and how the scanner reads it
 //!
@@ -79,8 +86,9 @@
 //!   and no valid frame of a *later* batch follows it. The bad frame belongs
 //!   to the last batch, which was never acknowledged: cut at `end`.
 //! - **Lost record** ([`ScanError::LostRecord`]): a valid frame whose LSN
-//!   is not the next one or whose batch field contradicts the frames before
-//!   it, or a bad frame followed by a valid frame whose batch starts after
+//!   is not the next one (but not below the segment's base: that is a
+//!   recycled file's old frame, read as a bad frame) or whose batch field
+//!   contradicts the frames before it, or a bad frame followed by a valid frame whose batch starts after
 //!   the bad frame's LSN. A later batch is only written once the previous
 //!   one is durable, so the damaged frame had been acknowledged.
 //!
@@ -762,6 +770,12 @@ impl SegmentScanner {
             }
             match frame_at(prefix, self.pos, file_len) {
                 At::NeedMore(want) => return Ok(need(want)),
+                // A frame older than the segment is a leftover of the file's
+                // previous life (a recycled segment): it ends the valid
+                // frames like garbage would.
+                At::Frame { lsn, .. } if lsn < self.header.base_lsn => {
+                    self.search = Some(self.pos + 1);
+                }
                 At::Frame { lsn, batch, body } => {
                     self.check_frame(lsn, batch)?;
                     visit(lsn, body);
@@ -941,6 +955,15 @@ fn frame_at(prefix: &[u8], p: usize, file_len: usize) -> At<'_> {
 
 /// End of the zero run that makes `p` a clean end: the rest of `p`'s block
 /// and the whole next aligned block (or the file's end).
+/// Where the zeros must reach for the scanner to read a segment of
+/// `file_len` bytes as cleanly ended at `end`: the end of the first whole
+/// 4 KiB block after `end`, or the end of the file. A writer that reuses a
+/// file with old bytes in it (a recycled segment) zeroes `end..clean_end`
+/// with every batch it writes.
+pub fn clean_end(end: u64, file_len: u64) -> u64 {
+    (end.next_multiple_of(BLOCK as u64) + BLOCK as u64).min(file_len)
+}
+
 fn zero_window_end(p: usize, file_len: usize) -> usize {
     (p.next_multiple_of(BLOCK) + BLOCK).min(file_len)
 }

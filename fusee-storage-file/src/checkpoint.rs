@@ -12,7 +12,7 @@
 //! # Commit
 //!
 //! 1. The run store syncs its generation and its release log
-//!    ([`FileRuns::prepare_commit`]).
+//!    (`FileRuns::prepare_commit`).
 //! 2. The index change is written (a delta appended, or the streamed base
 //!    file completed) and synced.
 //! 3. The older checkpoint slot ([`crate::slot`]) is overwritten with the

@@ -33,5 +33,5 @@ pub mod storage;
 pub mod store;
 
 pub use error::FileError;
-pub use shared::{FileOptions, FlushMethod};
+pub use shared::{DEFAULT_SEGMENT_BYTES, FileOptions, FlushMethod};
 pub use storage::FileStorage;

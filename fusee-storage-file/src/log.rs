@@ -5,12 +5,36 @@
 //!
 //! [`LogWriter`] lays appended records out as frames; a flush writes the
 //! batch's chunks with positioned writes and syncs every segment it touched,
-//! once. Segment files are zero-filled before they are used, and the next
-//! one is prepared once the current one is half full, so a flush's
-//! `fdatasync` writes data only. Every open starts a fresh segment whose header is flushed on its
+//! once. The flush is split as the contract allows: `begin_flush` takes the
+//! batch and opens the files it needs (the part that touches the log's
+//! state), the ticket's work does the writes and syncs on whatever thread
+//! runs it, holding its own handles on the files and the batch, and
+//! `finish_flush` records the result. Appends, reads and discards go on
+//! meanwhile; reads see the batch in flight from its buffer. `flush` is the
+//! three in a row, so one code path serves both.
+//!
+//! Every segment a flush writes was made ready before its roll, so a flush's
+//! `fdatasync` writes data only, never metadata:
+//! - **Recycled**: a segment that `discard_through` drops is renamed to the
+//!   next number instead of being deleted (up to two files kept
+//!   ready), the way PostgreSQL recycles WAL segments. Its blocks are
+//!   allocated and written already. Its old header names its old number
+//!   (recovery reads that as "never started"), its old frames have LSNs
+//!   below the new base (the scanner reads them as garbage), and every
+//!   batch written into it also zeroes up to
+//!   [`clean_end`], so a durable batch ends
+//!   cleanly: see the segment format's invariant 5.
+//! - **Zero-filled**: when nothing was recycled, the next segment is created
+//!   and zero-filled (and synced) once the current one is half full. This
+//!   costs about as much I/O as the segment's data, which is why a host that
+//!   checkpoints and discards steadily pays it only while the log grows.
+//!
+//! Every open starts a fresh segment whose header is flushed on its
 //! own: a torn tail from before the open is never followed by new frames in
 //! its file, and the new header keeps the last LSN even when every record
-//! has been discarded.
+//! has been discarded. A file found never started at open (zero or old
+//! header) is zeroed before the open's segment reuses it, since a batch torn
+//! across a roll may have left newer frames in it.
 //!
 //! # Recovery
 //!
@@ -24,7 +48,7 @@
 //! - equal to the next LSN: the chain goes on (an earlier open may have cut
 //!   a torn tail there);
 //! - above it, in a segment an open started (header flag
-//!   [`OPENED`](fusee_core::segment::OPENED)): the open knew every record
+//!   [`OPENED`]): the open knew every record
 //!   before its base was durable, so records were lost: an error;
 //! - above it, in a segment a roll started: it was rolled into by a batch that began at or
 //!   before the first missing record (every frame's batch start is at or
@@ -39,7 +63,7 @@
 //! record inside a segment is reported as corruption naming the file and
 //! offset: acknowledged records are never silently dropped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +71,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::Lsn;
 use fusee_core::segment::{
-    Batch, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, scan_segment,
+    Batch, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, clean_end, scan_segment,
 };
 use fusee_storage::{FlushTicket, FlushWork, LogStore, MAX_RECORD, Result, StorageError};
 
@@ -88,6 +112,17 @@ struct Segment<F> {
     size: u64,
     /// Its header is durable: it carries the log's LSN continuity.
     header_durable: bool,
+    /// A recycled file: old bytes follow whatever this segment wrote, so
+    /// every batch also zeroes up to [`clean_end`].
+    recycled: bool,
+}
+
+/// The file the next roll writes: zero-filled, or a recycled old segment.
+struct Prepared<F> {
+    number: u64,
+    file: F,
+    size: u64,
+    recycled: bool,
 }
 
 /// A shard's log in segment files. See the [module docs](self).
@@ -96,7 +131,9 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     writer: LogWriter,
     segments: BTreeMap<u64, Segment<I::File>>,
     /// A zero-filled segment ready for the next roll.
-    prepared: Option<(u64, I::File, u64)>,
+    /// Files ready for the next rolls, numbered consecutively from the
+    /// segment after the current one (at most [`READY_MAX`]).
+    ready: VecDeque<Prepared<I::File>>,
     durable: Lsn,
     first: Lsn,
     latched: bool,
@@ -125,8 +162,9 @@ struct InFlight {
 struct FileFlush<I: Io> {
     shared: Arc<Shared<I>>,
     batch: Arc<Batch>,
-    /// The file of each chunk, in the batch's order.
-    writes: Vec<(Arc<I::File>, PathBuf)>,
+    /// The file of each chunk, in the batch's order, and where the zeros
+    /// after the chunk must reach (past its end only in a recycled file).
+    writes: Vec<(Arc<I::File>, PathBuf, u64)>,
     /// Each segment touched, once.
     syncs: Vec<(Arc<I::File>, PathBuf)>,
 }
@@ -134,9 +172,17 @@ struct FileFlush<I: Io> {
 impl<I: Io> FlushWork for FileFlush<I> {
     fn run(&mut self) -> Result<()> {
         debug_assert_eq!(self.writes.len(), self.batch.chunks.len());
-        for (chunk, (file, path)) in self.batch.chunks.iter().zip(&self.writes) {
+        for (chunk, (file, path, zero_to)) in self.batch.chunks.iter().zip(&self.writes) {
             file.write_at(chunk.offset, &chunk.bytes)
                 .ctx("write segment", path)?;
+            let end = chunk.offset + chunk.bytes.len() as u64;
+            if *zero_to > end {
+                let n = (*zero_to - end) as usize;
+                let zeros = ZEROS.get(..n).ok_or_else(|| {
+                    FileLog::<I>::corrupt(path, "zero padding beyond two blocks", end)
+                })?;
+                file.write_at(end, zeros).ctx("zero after batch", path)?;
+            }
         }
         for (file, path) in &self.syncs {
             self.shared.sync(file, path)?;
@@ -144,6 +190,16 @@ impl<I: Io> FlushWork for FileFlush<I> {
         Ok(())
     }
 }
+
+/// Zeros written after a batch in a recycled segment: at most the rest of
+/// its block and one more block ([`clean_end`]).
+static ZEROS: [u8; 2 * HEADER_BYTES] = [0; 2 * HEADER_BYTES];
+
+/// Files kept ready for the next rolls: the one being prepared for the
+/// next segment and one recycled spare after it, so a discard that comes
+/// after the next segment was prepared still saves the following one its
+/// zero-fill.
+const READY_MAX: usize = 2;
 
 /// Names each log's tickets apart (0 is the contract's "nothing to run").
 static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
@@ -234,6 +290,7 @@ impl<I: Io> FileLog<I> {
                 last: rec.last,
                 size,
                 header_durable: true,
+                recycled: false,
             },
         );
         let first = segments
@@ -244,7 +301,7 @@ impl<I: Io> FileLog<I> {
             shared,
             writer,
             segments,
-            prepared: None,
+            ready: VecDeque::new(),
             durable: rec.last,
             first,
             latched: false,
@@ -308,6 +365,10 @@ impl<I: Io> FileLog<I> {
                 Err(_) => return Err(Self::corrupt(&path, "bad segment header", 0)),
             };
             drop(map);
+            // A recycled file whose new header never reached the disk still
+            // names the older segment it was: it was never started as `n`.
+            let scanned =
+                scanned.filter(|s| !(s.header.shard == shared.shard && s.header.segment < n));
             let Some(s) = scanned else {
                 if i + 1 == count {
                     // Prepared ahead and never used: reused by this open.
@@ -376,6 +437,7 @@ impl<I: Io> FileLog<I> {
                     last: s.last_lsn,
                     size,
                     header_durable: true,
+                    recycled: false,
                 },
             );
         }
@@ -420,22 +482,51 @@ impl<I: Io> FileLog<I> {
         shared.sync(file, path)
     }
 
-    /// Zero-fills the segment after the current one, so the next roll's
-    /// flush writes data only.
+    /// Makes the file for the segment after the current one ready, so the
+    /// next roll's flush writes data only: a recycled or earlier prepared
+    /// file is renamed to its number, else a new one is zero-filled.
     fn prepare_next(&mut self) -> std::result::Result<(), FileError> {
         let next = self.writer.segment() + 1;
-        if self.prepared.as_ref().is_some_and(|p| p.0 == next) {
-            return Ok(());
+        let dir = self.shared.log_dir();
+        let path = dir.join(segment_name(next));
+        if let Some(p) = self.ready.front_mut()
+            && p.number != next
+        {
+            // Numbered for a segment the writer has since passed (it rolled
+            // into a new file of its own): only the names are wrong.
+            // Renamed from the back, so no name is taken twice.
+            debug_assert!(p.number < next, "ready files lie ahead of the writer");
+            let shift = next.saturating_sub(p.number);
+            for p in self.ready.iter_mut().rev() {
+                let from = dir.join(segment_name(p.number));
+                let to = dir.join(segment_name(p.number + shift));
+                self.shared
+                    .io
+                    .rename(&from, &to)
+                    .ctx("rename prepared segment", &from)?;
+                p.number += shift;
+            }
+            self.shared.sync_dir(&dir)?;
         }
-        let path = self.shared.log_dir().join(segment_name(next));
-        let size = self
-            .shared
+        if self.ready.is_empty() {
+            let size = self.segment_size();
+            let file = Self::create_zeroed(&self.shared, &path, size)?;
+            self.ready.push_back(Prepared {
+                number: next,
+                file,
+                size,
+                recycled: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// The size of every segment file but one made for an oversized record.
+    fn segment_size(&self) -> u64 {
+        self.shared
             .options
             .segment_bytes
-            .max(2 * HEADER_BYTES as u64);
-        let file = Self::create_zeroed(&self.shared, &path, size)?;
-        self.prepared = Some((next, file, size));
-        Ok(())
+            .max(2 * HEADER_BYTES as u64)
     }
 
     /// The open file of segment `n`, created (or taken from the prepared
@@ -448,12 +539,15 @@ impl<I: Io> FileLog<I> {
     ) -> std::result::Result<&mut Segment<I::File>, FileError> {
         if !self.segments.contains_key(&n) {
             let path = self.shared.log_dir().join(segment_name(n));
-            let (file, size) = match self.prepared.take() {
-                Some((p, file, size)) if p == n => (file, size),
+            let ready = self.ready.front().is_some_and(|p| p.number == n);
+            let (file, size, recycled) = match self.ready.pop_front() {
+                Some(p) if ready => (p.file, p.size, p.recycled),
                 other => {
-                    self.prepared = other;
+                    if let Some(p) = other {
+                        self.ready.push_front(p);
+                    }
                     let size = self.shared.options.segment_bytes.max(end);
-                    (Self::create_zeroed(&self.shared, &path, size)?, size)
+                    (Self::create_zeroed(&self.shared, &path, size)?, size, false)
                 }
             };
             self.segments.insert(
@@ -465,6 +559,7 @@ impl<I: Io> FileLog<I> {
                     last: base - 1,
                     size,
                     header_durable: false,
+                    recycled,
                 },
             );
         }
@@ -505,7 +600,12 @@ impl<I: Io> FileLog<I> {
                     .map_or(batch.first_lsn, |s| s.base)
             };
             let seg = self.segment_for(chunk.segment, base, end)?;
-            writes.push((Arc::clone(&seg.file), seg.path.clone()));
+            let zero_to = if seg.recycled {
+                clean_end(end, seg.size)
+            } else {
+                end
+            };
+            writes.push((Arc::clone(&seg.file), seg.path.clone(), zero_to));
             if touched.last() != Some(&chunk.segment) {
                 touched.push(chunk.segment);
                 syncs.push((Arc::clone(&seg.file), seg.path.clone()));
@@ -743,15 +843,40 @@ impl<I: Io> LogStore for FileLog<I> {
         // Oldest first, each deletion durable before the next: a crash never
         // leaves an older segment without the one after it (a hole).
         for n in doomed {
-            if let Some(seg) = self.segments.remove(&n) {
-                drop(seg.file);
-                self.shared
+            let Some(seg) = self.segments.remove(&n) else {
+                continue;
+            };
+            // The first full-size one is recycled as the next segment
+            // instead (renamed: its blocks are allocated and written, so the
+            // rolls into it write no metadata and no zeros); the rest go.
+            let recycle = self.ready.len() < READY_MAX && seg.size == self.segment_size();
+            match Arc::try_unwrap(seg.file) {
+                Ok(file) if recycle => {
+                    let number = self
+                        .ready
+                        .back()
+                        .map_or(self.writer.segment() + 1, |p| p.number + 1);
+                    let to = dir.join(segment_name(number));
+                    self.shared
+                        .io
+                        .rename(&seg.path, &to)
+                        .ctx("recycle segment", &seg.path)
+                        .map_err(StorageError::from)?;
+                    self.ready.push_back(Prepared {
+                        number,
+                        file,
+                        size: seg.size,
+                        recycled: true,
+                    });
+                }
+                _ => self
+                    .shared
                     .io
                     .remove_file(&seg.path)
                     .ctx("remove segment", &seg.path)
-                    .map_err(StorageError::from)?;
-                self.shared.sync_dir(&dir)?;
+                    .map_err(StorageError::from)?,
             }
+            self.shared.sync_dir(&dir)?;
         }
         self.first = self
             .segments

@@ -69,6 +69,22 @@ fn warm_up(log: &mut impl LogStore) {
     }
 }
 
+/// A whole-number setting from the environment, or `default`.
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A bench directory with a 256 MiB floor file and a file storage beside it.
+fn steady_state(name: &str) -> (PathBuf, FloorFile, FileStorage) {
+    let dir = bench_dir(name);
+    let floor = floor(&dir, 256 << 20);
+    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    (dir, floor, storage)
+}
+
 fn open_file_storage(dir: &std::path::Path, flush: FlushMethod) -> FileStorage {
     let options = FileOptions {
         flush,
@@ -117,17 +133,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// least `FUSEE_BENCH_MIN_ROUNDS` rounds (default 300) run per batch size,
 /// enough for 4,096-record batches to cross segment boundaries.
 fn interleaved(_c: &mut Criterion) {
-    let env = |name: &str, default: usize| -> usize {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
     let rounds = env("FUSEE_BENCH_ROUNDS", 3000);
     let min_rounds = env("FUSEE_BENCH_MIN_ROUNDS", 300);
-    let dir = bench_dir("interleaved");
-    let mut floor = floor(&dir, 256 << 20);
-    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    let (dir, mut floor, storage) = steady_state("interleaved");
     let mut parts = storage.open_shard(0).expect("shard");
     warm_up(&mut parts.log);
     let record = vec![7u8; RECORD];
@@ -188,13 +196,8 @@ fn interleaved(_c: &mut Criterion) {
 /// rounds per batch size.
 fn pipelined(_c: &mut Criterion) {
     const BLOCK: usize = 50;
-    let rounds: usize = std::env::var("FUSEE_BENCH_PIPELINE_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(600);
-    let dir = bench_dir("pipelined");
-    let mut floor = floor(&dir, 256 << 20);
-    let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+    let rounds = env("FUSEE_BENCH_PIPELINE_ROUNDS", 600);
+    let (dir, mut floor, storage) = steady_state("pipelined");
     let mut parts = storage.open_shard(0).expect("shard");
     warm_up(&mut parts.log);
     let record = vec![7u8; RECORD];
@@ -291,10 +294,7 @@ fn group_commit(c: &mut Criterion) {
 }
 
 fn recovery(c: &mut Criterion) {
-    let mib: u64 = std::env::var("FUSEE_BENCH_RECOVERY_MB")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1024);
+    let mib = env("FUSEE_BENCH_RECOVERY_MB", 1024) as u64;
     let dir = bench_dir("recovery");
     let records = (mib << 20) / FRAME as u64;
     {

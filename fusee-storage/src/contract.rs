@@ -93,7 +93,10 @@ pub trait LogStore: Send {
     /// back.
     ///
     /// At most one ticket may be outstanding: a backend that pipelines
-    /// refuses a second with [`crate::StorageError::Misuse`]. The default
+    /// refuses a second with [`crate::StorageError::Misuse`]. A ticket
+    /// dropped instead of finished stays outstanding (nobody knows whether
+    /// its records are durable), so such a log refuses flushes until the
+    /// shard is reopened; a crash meanwhile keeps the usual prefix. The default
     /// does the whole flush here and returns a ticket with nothing left to
     /// run, which is correct for any backend, just not overlapped.
     fn begin_flush(&mut self) -> Result<FlushTicket> {

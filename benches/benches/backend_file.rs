@@ -69,6 +69,39 @@ fn warm_up(log: &mut impl LogStore) {
     }
 }
 
+/// Whether the command line's filter (criterion's positional argument)
+/// selects `name`, for the benches that time themselves instead of going
+/// through criterion's groups: no filter selects everything.
+fn selected(name: &str) -> bool {
+    // Criterion's options that take a value: the value is not a filter.
+    const VALUED: &[&str] = &[
+        "--warm-up-time",
+        "--measurement-time",
+        "--sample-size",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--nresamples",
+        "--save-baseline",
+        "--baseline",
+        "--load-baseline",
+        "--output-format",
+        "--color",
+        "--profile-time",
+        "--plotting-backend",
+    ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut filters = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            !a.starts_with('-') && (*i == 0 || !VALUED.contains(&args[i - 1].as_str()))
+        })
+        .map(|(_, a)| a.as_str())
+        .peekable();
+    filters.peek().is_none() || filters.any(|f| name.contains(f))
+}
+
 /// A whole-number setting from the environment, or `default`.
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -133,6 +166,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// least `FUSEE_BENCH_MIN_ROUNDS` rounds (default 300) run per batch size,
 /// enough for 4,096-record batches to cross segment boundaries.
 fn interleaved(_c: &mut Criterion) {
+    if !selected("interleaved") {
+        return;
+    }
     let rounds = env("FUSEE_BENCH_ROUNDS", 3000);
     let min_rounds = env("FUSEE_BENCH_MIN_ROUNDS", 300);
     let (dir, mut floor, storage) = steady_state("interleaved");
@@ -195,6 +231,9 @@ fn interleaved(_c: &mut Criterion) {
 /// file/floor throughput ratio. `FUSEE_BENCH_PIPELINE_ROUNDS` (default 600)
 /// rounds per batch size.
 fn pipelined(_c: &mut Criterion) {
+    if !selected("pipelined") {
+        return;
+    }
     const BLOCK: usize = 50;
     let rounds = env("FUSEE_BENCH_PIPELINE_ROUNDS", 600);
     let (dir, mut floor, storage) = steady_state("pipelined");

@@ -171,6 +171,12 @@ struct FileFlush<I: Io> {
 
 impl<I: Io> FlushWork for FileFlush<I> {
     fn run(&mut self) -> Result<()> {
+        // After a close the directory's lock is gone and may belong to
+        // another process, and close promises nothing more becomes durable:
+        // a ticket run late writes nothing. (A close racing with this run on
+        // another thread is the host's bug; the check narrows it to the
+        // writes already under way.)
+        self.shared.check_open("log")?;
         debug_assert_eq!(self.writes.len(), self.batch.chunks.len());
         for (chunk, (file, path, zero_to)) in self.batch.chunks.iter().zip(&self.writes) {
             file.write_at(chunk.offset, &chunk.bytes)

@@ -71,3 +71,24 @@ fn a_dropped_ticket_wedges_flushes_until_reopen() {
         .expect("append after reopen");
     assert_eq!(p.log.flush().ok(), Some(last + 1));
 }
+
+#[test]
+fn a_ticket_run_after_close_writes_nothing() {
+    let io = SimIo::new();
+    let s = open(&io);
+    let mut p = s.open_shard(0).expect("shard");
+    p.log.append(1, b"flushed").expect("append");
+    assert_eq!(p.log.flush().ok(), Some(1));
+    p.log.append(2, b"never flushed").expect("append");
+    let mut ticket = p.log.begin_flush().expect("begin");
+    s.close().expect("close");
+    assert!(!ticket.run(), "a ticket ran after close");
+    drop(ticket);
+    drop(p);
+    drop(s);
+    // Even with every unsynced write kept, record 2 was never written.
+    io.crash(fusee_storage_file::sim::CrashMode::KeepAll);
+    let s = open(&io);
+    let p = s.open_shard(0).expect("reopen");
+    assert_eq!(p.log.last_lsn(), 1, "the late ticket made record 2 durable");
+}

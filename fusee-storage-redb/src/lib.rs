@@ -116,4 +116,7 @@ pub use checkpoint::RedbCheckpoint;
 pub use error::RedbError;
 pub use log::RedbLog;
 pub use runs::RedbRuns;
-pub use storage::{COMMIT_CRASH_POINTS, FILE_NAME, RedbStorage};
+pub use storage::{COMMIT_CRASH_POINTS, FILE_NAME, RedbShard, RedbStorage};
+
+/// This backend's names for its parts and values in errors.
+static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("redb");

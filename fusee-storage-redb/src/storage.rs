@@ -2,21 +2,19 @@
 //! shards (with the cleanup that rolls a shard back to its last commit), and
 //! the state the parts share.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, RwLock};
 
-use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
+use fusee_storage::{Result, ShardParts, Storage, StorageError};
+use fusee_storage_kv::{FaultSwitches, OpenShards, ShardState, shard_parts};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 
-use crate::checkpoint::RedbCheckpoint;
 use crate::error::{RedbError, engine};
 use crate::layout::{
-    self, CommitRow, FORMAT, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, LogRow, META, STORE,
-    TAG_COMMIT, TAG_LOG, index_key, meta_key, seq_key,
+    self, FORMAT, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT, TAG_LOG,
+    index_key, meta_key, seq_key,
 };
-use crate::log::RedbLog;
-use crate::runs::RedbRuns;
+use crate::{NAMES, RedbCheckpoint, RedbLog, RedbRuns};
 
 /// The database file's name inside the storage's directory.
 pub const FILE_NAME: &str = "fusee.redb";
@@ -24,7 +22,7 @@ pub const FILE_NAME: &str = "fusee.redb";
 /// How many points inside a commit [`RedbStorage::crash_in_commit`] can
 /// crash at: 0 before the transaction, 1 with everything written but not
 /// committed, 2 after the commit, before it returns.
-pub const COMMIT_CRASH_POINTS: u32 = 3;
+pub const COMMIT_CRASH_POINTS: u32 = fusee_storage_kv::COMMIT_CRASH_POINTS;
 
 /// Every shard of a storage in one redb database file, `fusee.redb` in the
 /// storage's directory. See the crate documentation for the layout and what
@@ -39,14 +37,6 @@ impl std::fmt::Debug for RedbStorage {
             .field("path", &self.shared.path)
             .finish_non_exhaustive()
     }
-}
-
-/// Faults armed for one shard (tests and the conformance harness).
-#[derive(Debug, Default)]
-struct Faults {
-    fail_next_flush: bool,
-    fail_next_commit: bool,
-    crash_at: Option<u32>,
 }
 
 /// The open database, closed under a panic shield: redb's shutdown commit
@@ -79,26 +69,14 @@ pub(crate) struct Shared {
     path: PathBuf,
     /// `None` once closed: every call then fails with `Closed`.
     db: RwLock<Option<Arc<Db>>>,
-    /// Shards whose parts are alive.
-    open: Mutex<HashSet<u32>>,
-    faults: Mutex<HashMap<u32, Faults>>,
-}
-
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
-/// sets it guards are consistent between statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    open: OpenShards,
+    faults: FaultSwitches,
 }
 
 impl Shared {
     fn db(&self, what: &'static str) -> Result<Arc<Db>> {
         let db = self.db.read().unwrap_or_else(|e| e.into_inner());
         db.clone().ok_or(StorageError::Closed { what })
-    }
-
-    fn take_fault(&self, shard: u32, pick: impl FnOnce(&mut Faults) -> bool) -> bool {
-        let mut faults = lock(&self.faults);
-        faults.get_mut(&shard).is_some_and(pick)
     }
 }
 
@@ -111,7 +89,20 @@ pub(crate) struct ShardHandle {
 
 impl Drop for ShardHandle {
     fn drop(&mut self) {
-        lock(&self.shared.open).remove(&self.id);
+        self.shared.open.release(self.id);
+    }
+}
+
+/// One open of one shard on redb: the engine under [`RedbLog`],
+/// [`RedbRuns`] and [`RedbCheckpoint`] (each holds a clone). Opaque: made by
+/// [`RedbStorage`]'s `open_shard` only; dropping the last clone releases
+/// the shard for the next open.
+#[derive(Clone)]
+pub struct RedbShard(pub(crate) Arc<ShardHandle>);
+
+impl std::fmt::Debug for RedbShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RedbShard").field(&self.0.id).finish()
     }
 }
 
@@ -167,25 +158,34 @@ impl ShardHandle {
         move |e| engine(context, e)
     }
 
+    /// Runs `f` in a write transaction of `durability` and commits it, all
+    /// under the panic shield; `Closed { what }` after the storage closed.
+    pub(crate) fn transact(
+        &self,
+        durability: Durability,
+        what: &'static str,
+        doing: &str,
+        f: impl FnOnce(&WriteTransaction) -> Result<()>,
+    ) -> Result<()> {
+        let db = self.db(what)?;
+        self.shield(|| {
+            let tx = self.begin(&db, durability, doing)?;
+            f(&tx)?;
+            self.commit(tx, doing)
+        })
+    }
+
     pub(crate) fn take_fail_flush(&self) -> bool {
-        self.shared
-            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_flush))
+        self.shared.faults.take_flush(self.id)
     }
 
     pub(crate) fn take_fail_commit(&self) -> bool {
-        self.shared
-            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_commit))
+        self.shared.faults.take_commit(self.id)
     }
 
     /// Whether the armed commit crash point is `step` (disarming it if so).
     pub(crate) fn crash_point(&self, step: u32) -> bool {
-        self.shared.take_fault(self.id, |f| {
-            let hit = f.crash_at == Some(step);
-            if hit {
-                f.crash_at = None;
-            }
-            hit
-        })
+        self.shared.faults.crash_point(self.id, step)
     }
 }
 
@@ -201,14 +201,6 @@ pub(crate) fn shield<T>(shard: u64, f: impl FnOnce() -> Result<T>) -> Result<T> 
 
 /// The `at` of a shield around a call about no shard in particular.
 const NO_SHARD: u64 = 1 << 32;
-
-/// The error an injected fault returns.
-pub(crate) fn injected(what: &str, shard: u32) -> StorageError {
-    StorageError::io(
-        format!("{what} (shard {shard}, injected fault)"),
-        std::io::Error::other("injected fault"),
-    )
-}
 
 impl RedbStorage {
     /// Opens the storage in directory `dir` (created if missing), creating
@@ -254,8 +246,8 @@ impl RedbStorage {
             shared: Arc::new(Shared {
                 path,
                 db: RwLock::new(Some(Arc::new(Db(Some(db))))),
-                open: Mutex::default(),
-                faults: Mutex::default(),
+                open: OpenShards::default(),
+                faults: FaultSwitches::default(),
             }),
         })
     }
@@ -269,20 +261,14 @@ impl RedbStorage {
     /// I/O error before committing anything; the log part is latched. For
     /// tests of the failure paths.
     pub fn fail_next_flush(&self, shard: u32) {
-        lock(&self.shared.faults)
-            .entry(shard)
-            .or_default()
-            .fail_next_flush = true;
+        self.shared.faults.arm_flush(shard);
     }
 
     /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
     /// with an I/O error before changing anything; its checkpoint and
     /// run-store parts are latched. For tests of the failure paths.
     pub fn fail_next_commit(&self, shard: u32) {
-        lock(&self.shared.faults)
-            .entry(shard)
-            .or_default()
-            .fail_next_commit = true;
+        self.shared.faults.arm_commit(shard);
     }
 
     /// The next commit of `shard` stops at point `step` of
@@ -291,7 +277,7 @@ impl RedbStorage {
     /// committed. The commit returns an I/O error and latches its parts; the
     /// caller then drops the storage without closing it. For crash tests.
     pub fn crash_in_commit(&self, shard: u32, step: u32) {
-        lock(&self.shared.faults).entry(shard).or_default().crash_at = Some(step);
+        self.shared.faults.arm_crash(shard, step);
     }
 }
 
@@ -413,27 +399,14 @@ impl Storage for RedbStorage {
     fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
         const WHAT: &str = "redb storage";
         let db = self.shared.db(WHAT)?;
-        if !lock(&self.shared.open).insert(shard) {
-            return Err(StorageError::AlreadyOpen { shard });
-        }
+        self.shared.open.claim(shard)?;
         // From here on, dropping the handle releases the shard on any error.
         let handle = Arc::new(ShardHandle {
             shared: Arc::clone(&self.shared),
             id: shard,
         });
-        let (log, commit) = handle.shield(|| recover_shard(&handle, &db))?;
-        let recovered = Recovered {
-            checkpoint: commit.as_ref().map(|c| c.checkpoint.clone()),
-            index_records: commit.as_ref().map_or(0, |c| c.records),
-            store_position: commit.as_ref().map_or(0, |c| c.position),
-        };
-        let commit = commit.unwrap_or_default();
-        Ok(ShardParts {
-            log: RedbLog::new(Arc::clone(&handle), log),
-            runs: RedbRuns::new(Arc::clone(&handle), commit.position),
-            checkpoint: RedbCheckpoint::new(handle, commit.generation, commit.records),
-            recovered,
-        })
+        let state = handle.shield(|| recover_shard(&handle, &db))?;
+        Ok(shard_parts(RedbShard(handle), &state, &NAMES))
     }
 
     fn shards(&self) -> Result<Vec<u32>> {
@@ -458,8 +431,7 @@ fn list_shards(db: &Database) -> Result<Vec<u32>> {
         let mut shards = Vec::new();
         for row in table.iter().map_err(|e| engine(doing, e))? {
             let (key, _) = row.map_err(|e| engine(doing, e))?;
-            let (shard, tag) = layout::meta_of(&key.value());
-            if tag == TAG_LOG {
+            if let Some((shard, TAG_LOG)) = layout::meta_of(&key.value()) {
                 shards.push(shard);
             }
         }
@@ -467,45 +439,42 @@ fn list_shards(db: &Database) -> Result<Vec<u32>> {
     }
 }
 
-/// Rolls `shard` back to its last commit in one durable transaction: deletes
-/// store frames at or past the committed position, index rows of other
-/// generations and log rows past the last flushed LSN; creates the log row of
-/// a new shard. Returns the log row and the commit row (if any).
-fn recover_shard(h: &ShardHandle, db: &Database) -> Result<(LogRow, Option<CommitRow>)> {
+/// Rolls `shard` back to its last commit in one durable transaction,
+/// deleting what [`fusee_storage_kv::Cleanup`] names (store frames at or
+/// past the committed position, index rows of other generations, log
+/// records past the last flushed LSN); creates the log row of a new shard.
+/// Returns the shard's rows.
+fn recover_shard(h: &ShardHandle, db: &Database) -> Result<ShardState> {
     let shard = h.id;
     let doing = "opening the shard";
     let tx = h.begin(db, Durability::Immediate, doing)?;
-    let (log, commit) = {
-        let mut meta = tx.open_table(META).map_err(|e| engine(doing, e))?;
-        let log = match meta.get(meta_key(shard, TAG_LOG)).map_err(h.err(doing))? {
-            Some(v) => Some(LogRow::decode(v.value(), shard)?),
-            None => None,
+    let state = {
+        let mut meta = tx.open_table(META).map_err(h.err(doing))?;
+        let state = {
+            let log = meta.get(meta_key(shard, TAG_LOG)).map_err(h.err(doing))?;
+            let commit = meta
+                .get(meta_key(shard, TAG_COMMIT))
+                .map_err(h.err(doing))?;
+            ShardState::decode(
+                log.as_ref().map(|v| v.value()),
+                commit.as_ref().map(|v| v.value()),
+                shard,
+                &NAMES,
+            )?
         };
-        let commit = match meta
-            .get(meta_key(shard, TAG_COMMIT))
-            .map_err(h.err(doing))?
-        {
-            Some(v) => Some(CommitRow::decode(v.value(), shard)?),
-            None => None,
-        };
-        let log = match log {
-            Some(log) => log,
-            None => {
-                let log = LogRow::default();
-                meta.insert(meta_key(shard, TAG_LOG), &log.encode()[..])
-                    .map_err(h.err(doing))?;
-                log
-            }
-        };
-        (log, commit)
+        if state.new_log {
+            meta.insert(meta_key(shard, TAG_LOG), &state.log.encode()[..])
+                .map_err(h.err(doing))?;
+        }
+        state
     };
-    let position = commit.as_ref().map_or(0, |c| c.position);
-    let generation = commit.as_ref().map_or(0, |c| c.generation);
+    let cut = state.cleanup();
+    let generation = cut.keep_generation;
     {
         let mut store = tx.open_table(STORE).map_err(h.err(doing))?;
         store
             .retain_in(
-                seq_key(shard, position)..=seq_key(shard, u64::MAX),
+                seq_key(shard, cut.frames_from)..=seq_key(shard, u64::MAX),
                 |_, _| false,
             )
             .map_err(h.err(doing))?;
@@ -524,15 +493,15 @@ fn recover_shard(h: &ShardHandle, db: &Database) -> Result<(LogRow, Option<Commi
                 )
                 .map_err(h.err(doing))?;
         }
-        if let Some(next) = log.last.checked_add(1) {
+        if let Some(from) = cut.log_from {
             let mut records = tx.open_table(LOG).map_err(h.err(doing))?;
             records
-                .retain_in(seq_key(shard, next)..=seq_key(shard, u64::MAX), |_, _| {
+                .retain_in(seq_key(shard, from)..=seq_key(shard, u64::MAX), |_, _| {
                     false
                 })
                 .map_err(h.err(doing))?;
         }
     }
     h.commit(tx, doing)?;
-    Ok((log, commit))
+    Ok(state)
 }

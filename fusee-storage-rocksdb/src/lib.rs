@@ -106,4 +106,7 @@ pub use checkpoint::RocksCheckpoint;
 pub use error::RocksError;
 pub use log::RocksLog;
 pub use runs::RocksRuns;
-pub use storage::{COMMIT_CRASH_POINTS, DIR_NAME, RocksStorage};
+pub use storage::{COMMIT_CRASH_POINTS, DIR_NAME, RocksShard, RocksStorage};
+
+/// This backend's names for its parts and values in errors.
+static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("rocksdb");

@@ -94,15 +94,9 @@ pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 
 /// What a backend does for its checkpoint part: one shard's index table and
 /// commit row (and, in the commit, its store table), on one engine.
-pub trait IndexEngine: Send {
+pub trait IndexEngine: crate::ShardEngine {
     /// The run-store engine of the same storage.
     type Frames: FrameEngine;
-
-    /// The shard this is the checkpoint part of.
-    fn shard(&self) -> u32;
-
-    /// `Ok` while the storage is open, `Closed { what }` after it closed.
-    fn check_open(&self, what: &'static str) -> Result<()>;
 
     /// Whether `frames` is the run store of this same open of this shard.
     fn same_open(&self, frames: &Self::Frames) -> bool;

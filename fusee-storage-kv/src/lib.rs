@@ -30,6 +30,7 @@
 //! it (one indirect call per value).
 
 pub mod checkpoint;
+mod handle;
 pub mod layout;
 pub mod log;
 mod open;
@@ -38,6 +39,7 @@ pub mod runs;
 pub mod testing;
 
 pub use checkpoint::{Base, IndexEngine, IndexWrite, KvCheckpoint};
+pub use handle::{ShardHandle, Shared};
 pub use layout::{CommitRow, LogRow};
 pub use log::{KvLog, LogEngine};
 pub use open::{
@@ -45,6 +47,16 @@ pub use open::{
     shard_parts,
 };
 pub use runs::{FrameEngine, KvRuns};
+
+/// What every engine trait needs: which shard, and whether the storage is
+/// still open. A backend implements it once for its shard handle.
+pub trait ShardEngine: Send {
+    /// The shard.
+    fn shard(&self) -> u32;
+
+    /// `Ok` while the storage is open, `Closed { what }` after it closed.
+    fn check_open(&self, what: &'static str) -> fusee_storage::Result<()>;
+}
 
 /// The names a backend gives its parts and its stored values in errors
 /// (`Closed`, `Latched` and `Corrupt` carry them). Build one with

@@ -27,13 +27,7 @@ pub const LOG_SPILL_BYTES: usize = 16 << 20;
 
 /// What a backend does for its log part: one shard's log table and meta
 /// row, on one engine.
-pub trait LogEngine: Send {
-    /// The shard this is the log of.
-    fn shard(&self) -> u32;
-
-    /// `Ok` while the storage is open, `Closed { what }` after it closed.
-    fn check_open(&self, what: &'static str) -> Result<()>;
-
+pub trait LogEngine: crate::ShardEngine {
     /// Writes `records` (stored form, see [`crate::layout`]) under LSNs
     /// `first, first + 1, ..` and `row` as the shard's log row, in one atomic
     /// write; when `durable` it has reached stable storage once this returns

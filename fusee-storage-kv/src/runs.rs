@@ -33,13 +33,7 @@ pub const SPILL_BYTES: usize = 4 << 20;
 /// What a backend does for its run-store part: one shard's store table, on
 /// one engine. The commit's writes are the checkpoint engine's
 /// ([`crate::checkpoint::IndexEngine::commit`]).
-pub trait FrameEngine: Send {
-    /// The shard this is the run store of.
-    fn shard(&self) -> u32;
-
-    /// `Ok` while the storage is open, `Closed { what }` after it closed.
-    fn check_open(&self, what: &'static str) -> Result<()>;
-
+pub trait FrameEngine: crate::ShardEngine {
     /// Writes `frames` (frame number → stored form) in one write that need
     /// not be durable.
     fn spill(&self, frames: &BTreeMap<u64, Vec<u8>>) -> Result<()>;

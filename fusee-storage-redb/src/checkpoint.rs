@@ -23,7 +23,7 @@ use crate::layout::{
     INDEX, INDEX_VALUE, META, STORE, TAG_COMMIT, index_key, index_value, meta_key, seq_key,
 };
 use crate::runs::write_frames;
-use crate::storage::{RedbShard, ShardHandle};
+use crate::storage::{RedbOps, RedbShard, ShardHandle};
 use fusee_storage_kv::injected;
 
 /// The redb backend's checkpoint part.
@@ -43,10 +43,10 @@ fn apply<'a>(
     let mut count = count;
     let miscount = || StorageError::Corrupt {
         what: NAMES.index_miscount,
-        at: u64::from(h.id),
+        at: u64::from(h.id()),
     };
     for r in records {
-        let key = index_key(h.id, generation, index_record_run(r));
+        let key = index_key(h.id(), generation, index_record_run(r));
         if index_record_state(r) == DELETED {
             if index.remove(key).map_err(h.err(doing))?.is_some() {
                 count = count.checked_sub(1).ok_or_else(miscount)?;
@@ -76,7 +76,7 @@ fn clear_generation(h: &ShardHandle, tx: &WriteTransaction, generation: u32) -> 
     let mut index = tx.open_table(INDEX).map_err(h.err(doing))?;
     index
         .retain_in(
-            index_key(h.id, generation, 0)..=index_key(h.id, generation, u64::MAX),
+            index_key(h.id(), generation, 0)..=index_key(h.id(), generation, u64::MAX),
             |_, _| false,
         )
         .map_err(h.err(doing))
@@ -94,7 +94,7 @@ fn index_batch(
     let tx = db.begin_read().map_err(h.err(doing))?;
     let index = tx.open_table(INDEX).map_err(h.err(doing))?;
     let range = index
-        .range(index_key(h.id, generation, from)..=index_key(h.id, generation, u64::MAX))
+        .range(index_key(h.id(), generation, from)..=index_key(h.id(), generation, u64::MAX))
         .map_err(h.err(doing))?;
     let mut batch = Vec::with_capacity(INDEX_CHUNK.min(64));
     for row in range {
@@ -109,14 +109,6 @@ fn index_batch(
 
 impl IndexEngine for RedbShard {
     type Frames = RedbShard;
-
-    fn shard(&self) -> u32 {
-        self.0.id
-    }
-
-    fn check_open(&self, what: &'static str) -> Result<()> {
-        self.0.check_open(what)
-    }
 
     fn same_open(&self, frames: &RedbShard) -> bool {
         std::sync::Arc::ptr_eq(&self.0, &frames.0)
@@ -149,7 +141,7 @@ impl IndexEngine for RedbShard {
         let h = &*self.0;
         let db = h.db(NAMES.checkpoint)?;
         if h.crash_point(0) || h.take_fail_commit() {
-            return Err(injected(doing, h.id));
+            return Err(injected(doing, h.id()));
         }
         h.shield(|| {
             let tx = h.begin(&db, Durability::Immediate, doing)?;
@@ -157,7 +149,7 @@ impl IndexEngine for RedbShard {
             {
                 let mut store = tx.open_table(STORE).map_err(h.err(doing))?;
                 for n in runs.released() {
-                    store.remove(seq_key(h.id, n)).map_err(h.err(doing))?;
+                    store.remove(seq_key(h.id(), n)).map_err(h.err(doing))?;
                 }
             }
             let (generation, records) = match index {
@@ -183,16 +175,16 @@ impl IndexEngine for RedbShard {
             };
             {
                 let mut meta = tx.open_table(META).map_err(h.err(doing))?;
-                meta.insert(meta_key(h.id, TAG_COMMIT), row.encode().as_slice())
+                meta.insert(meta_key(h.id(), TAG_COMMIT), row.encode().as_slice())
                     .map_err(h.err(doing))?;
             }
             if h.crash_point(1) {
                 drop(tx);
-                return Err(injected(doing, h.id));
+                return Err(injected(doing, h.id()));
             }
             h.commit(tx, doing)?;
             if h.crash_point(2) {
-                return Err(injected(doing, h.id));
+                return Err(injected(doing, h.id()));
             }
             Ok((generation, records))
         })

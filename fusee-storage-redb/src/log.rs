@@ -18,7 +18,7 @@ pub use fusee_storage_kv::log::LOG_SPILL_BYTES;
 
 use crate::NAMES;
 use crate::layout::{LOG, META, TAG_LOG, meta_key, number, seq_key};
-use crate::storage::{RedbShard, ShardHandle};
+use crate::storage::{RedbOps, RedbShard, ShardHandle};
 use fusee_storage_kv::injected;
 
 /// The redb backend's log part.
@@ -38,29 +38,21 @@ fn durability(durable: bool) -> Durability {
 }
 
 impl LogEngine for RedbShard {
-    fn shard(&self) -> u32 {
-        self.0.id
-    }
-
-    fn check_open(&self, what: &'static str) -> Result<()> {
-        self.0.check_open(what)
-    }
-
     fn write(&self, first: Lsn, records: &[Vec<u8>], row: &LogRow, durable: bool) -> Result<()> {
         let h = &*self.0;
         let doing = "flushing the log";
         if durable && h.take_fail_flush() {
-            return Err(injected(doing, h.id));
+            return Err(injected(doing, h.id()));
         }
         h.transact(durability(durable), NAMES.log, doing, |tx| {
             let mut table = tx.open_table(LOG).map_err(h.err(doing))?;
             for (lsn, record) in (first..).zip(records) {
                 table
-                    .insert(seq_key(h.id, lsn), record.as_slice())
+                    .insert(seq_key(h.id(), lsn), record.as_slice())
                     .map_err(h.err(doing))?;
             }
             let mut meta = tx.open_table(META).map_err(h.err(doing))?;
-            meta.insert(meta_key(h.id, TAG_LOG), &row.encode()[..])
+            meta.insert(meta_key(h.id(), TAG_LOG), &row.encode()[..])
                 .map_err(h.err(doing))?;
             Ok(())
         })
@@ -94,10 +86,12 @@ impl LogEngine for RedbShard {
         h.transact(Durability::None, NAMES.log, doing, |tx| {
             let mut table = tx.open_table(LOG).map_err(h.err(doing))?;
             table
-                .retain_in(seq_key(h.id, from)..=seq_key(h.id, through), |_, _| false)
+                .retain_in(seq_key(h.id(), from)..=seq_key(h.id(), through), |_, _| {
+                    false
+                })
                 .map_err(h.err(doing))?;
             let mut meta = tx.open_table(META).map_err(h.err(doing))?;
-            meta.insert(meta_key(h.id, TAG_LOG), &row.encode()[..])
+            meta.insert(meta_key(h.id(), TAG_LOG), &row.encode()[..])
                 .map_err(h.err(doing))?;
             Ok(())
         })
@@ -116,7 +110,7 @@ fn read_batch(
     let tx = db.begin_read().map_err(h.err(doing))?;
     let table = tx.open_table(LOG).map_err(h.err(doing))?;
     let range = table
-        .range(seq_key(h.id, from)..=seq_key(h.id, through))
+        .range(seq_key(h.id(), from)..=seq_key(h.id(), through))
         .map_err(h.err(doing))?;
     let mut batch = Vec::new();
     let mut bytes = 0;

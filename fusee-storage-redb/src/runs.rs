@@ -16,7 +16,7 @@ pub use fusee_storage_kv::runs::SPILL_BYTES;
 
 use crate::NAMES;
 use crate::layout::{STORE, seq_key};
-use crate::storage::{RedbShard, ShardHandle};
+use crate::storage::{RedbOps, RedbShard, ShardHandle};
 
 /// The redb backend's run-store part.
 pub type RedbRuns = KvRuns<RedbShard>;
@@ -31,21 +31,13 @@ pub(crate) fn write_frames(
     let mut store = tx.open_table(STORE).map_err(h.err(doing))?;
     for (&n, frame) in frames {
         store
-            .insert(seq_key(h.id, n), frame.as_slice())
+            .insert(seq_key(h.id(), n), frame.as_slice())
             .map_err(h.err(doing))?;
     }
     Ok(())
 }
 
 impl FrameEngine for RedbShard {
-    fn shard(&self) -> u32 {
-        self.0.id
-    }
-
-    fn check_open(&self, what: &'static str) -> Result<()> {
-        self.0.check_open(what)
-    }
-
     fn spill(&self, frames: &BTreeMap<u64, Vec<u8>>) -> Result<()> {
         let doing = "writing run-store frames";
         let h = &*self.0;
@@ -61,7 +53,7 @@ impl FrameEngine for RedbShard {
         h.shield(|| {
             let tx = db.begin_read().map_err(h.err(doing))?;
             let store = tx.open_table(STORE).map_err(h.err(doing))?;
-            let value = store.get(seq_key(h.id, n)).map_err(h.err(doing))?;
+            let value = store.get(seq_key(h.id(), n)).map_err(h.err(doing))?;
             f(value.as_ref().map(|v| v.value()))
         })
     }

@@ -3,10 +3,10 @@
 //! the state the parts share.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
-use fusee_storage_kv::{FaultSwitches, OpenShards, ShardState, shard_parts};
+use fusee_storage_kv::{ShardEngine, ShardState, Shared, shard_parts};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use crate::error::{RedbError, engine};
@@ -28,13 +28,13 @@ pub const COMMIT_CRASH_POINTS: u32 = fusee_storage_kv::COMMIT_CRASH_POINTS;
 /// storage's directory. See the crate documentation for the layout and what
 /// a crash can do.
 pub struct RedbStorage {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<Db>>,
 }
 
 impl std::fmt::Debug for RedbStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedbStorage")
-            .field("path", &self.shared.path)
+            .field("path", &self.shared.path())
             .finish_non_exhaustive()
     }
 }
@@ -64,34 +64,8 @@ impl Drop for Db {
     }
 }
 
-/// What the storage and its parts share.
-pub(crate) struct Shared {
-    path: PathBuf,
-    /// `None` once closed: every call then fails with `Closed`.
-    db: RwLock<Option<Arc<Db>>>,
-    open: OpenShards,
-    faults: FaultSwitches,
-}
-
-impl Shared {
-    fn db(&self, what: &'static str) -> Result<Arc<Db>> {
-        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
-        db.clone().ok_or(StorageError::Closed { what })
-    }
-}
-
-/// One open of one shard, shared by its three parts: dropping the last part
-/// releases the shard for the next open.
-pub(crate) struct ShardHandle {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) id: u32,
-}
-
-impl Drop for ShardHandle {
-    fn drop(&mut self) {
-        self.shared.open.release(self.id);
-    }
-}
+/// One open of one shard on redb.
+pub(crate) type ShardHandle = fusee_storage_kv::ShardHandle<Db>;
 
 /// One open of one shard on redb: the engine under [`RedbLog`],
 /// [`RedbRuns`] and [`RedbCheckpoint`] (each holds a clone). Opaque: made by
@@ -102,34 +76,61 @@ pub struct RedbShard(pub(crate) Arc<ShardHandle>);
 
 impl std::fmt::Debug for RedbShard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("RedbShard").field(&self.0.id).finish()
+        f.debug_tuple("RedbShard").field(&self.0.id()).finish()
     }
 }
 
-impl ShardHandle {
-    /// The database, or `Closed { what }` after the storage was closed.
-    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<Db>> {
-        self.shared.db(what)
+impl ShardEngine for RedbShard {
+    fn shard(&self) -> u32 {
+        self.0.id()
     }
 
-    /// `Closed { what }` after the storage was closed.
-    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
-        let db = self.shared.db.read().unwrap_or_else(|e| e.into_inner());
-        match *db {
-            Some(_) => Ok(()),
-            None => Err(StorageError::Closed { what }),
-        }
+    fn check_open(&self, what: &'static str) -> Result<()> {
+        self.0.check_open(what)
     }
+}
 
+/// What the parts do with redb through their shard's handle.
+pub(crate) trait RedbOps {
     /// Runs `f`, turning a panic inside redb (it has assertions that damaged
     /// pages can trip) into a `Corrupt` error naming the shard. `f` never
     /// calls a caller's visitor, so no caller panic is swallowed.
-    pub(crate) fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        shield(u64::from(self.id), f)
+    fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T>;
+
+    /// Begins a write transaction with `durability`.
+    fn begin(&self, db: &Database, durability: Durability, doing: &str)
+    -> Result<WriteTransaction>;
+
+    /// Commits `tx`, mapping the error with `doing`.
+    fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()>;
+
+    /// An error for a redb failure while `doing`.
+    fn err<E: Into<redb::Error>>(
+        &self,
+        doing: &str,
+    ) -> impl FnOnce(E) -> StorageError + use<E, Self>;
+
+    /// Runs `f` in a write transaction of `durability` and commits it, all
+    /// under the panic shield; `Closed { what }` after the storage closed.
+    fn transact(
+        &self,
+        durability: Durability,
+        what: &'static str,
+        doing: &str,
+        f: impl FnOnce(&WriteTransaction) -> Result<()>,
+    ) -> Result<()>;
+}
+
+impl RedbOps for ShardHandle {
+    /// Runs `f`, turning a panic inside redb (it has assertions that damaged
+    /// pages can trip) into a `Corrupt` error naming the shard. `f` never
+    /// calls a caller's visitor, so no caller panic is swallowed.
+    fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        shield(u64::from(self.id()), f)
     }
 
     /// Begins a write transaction with `durability`.
-    pub(crate) fn begin(
+    fn begin(
         &self,
         db: &Database,
         durability: Durability,
@@ -137,30 +138,27 @@ impl ShardHandle {
     ) -> Result<WriteTransaction> {
         let mut tx = db
             .begin_write()
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))?;
+            .map_err(|e| engine(format!("{doing} (shard {})", self.id()), e))?;
         tx.set_durability(durability)
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))?;
+            .map_err(|e| engine(format!("{doing} (shard {})", self.id()), e))?;
         Ok(tx)
     }
 
     /// Commits `tx`, mapping the error with `doing`.
-    pub(crate) fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()> {
+    fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()> {
         tx.commit()
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))
+            .map_err(|e| engine(format!("{doing} (shard {})", self.id()), e))
     }
 
     /// An error for a redb failure while `doing`.
-    pub(crate) fn err<E: Into<redb::Error>>(
-        &self,
-        doing: &str,
-    ) -> impl FnOnce(E) -> StorageError + use<E> {
-        let context = format!("{doing} (shard {})", self.id);
+    fn err<E: Into<redb::Error>>(&self, doing: &str) -> impl FnOnce(E) -> StorageError + use<E> {
+        let context = format!("{doing} (shard {})", self.id());
         move |e| engine(context, e)
     }
 
     /// Runs `f` in a write transaction of `durability` and commits it, all
     /// under the panic shield; `Closed { what }` after the storage closed.
-    pub(crate) fn transact(
+    fn transact(
         &self,
         durability: Durability,
         what: &'static str,
@@ -173,19 +171,6 @@ impl ShardHandle {
             f(&tx)?;
             self.commit(tx, doing)
         })
-    }
-
-    pub(crate) fn take_fail_flush(&self) -> bool {
-        self.shared.faults.take_flush(self.id)
-    }
-
-    pub(crate) fn take_fail_commit(&self) -> bool {
-        self.shared.faults.take_commit(self.id)
-    }
-
-    /// Whether the armed commit crash point is `step` (disarming it if so).
-    pub(crate) fn crash_point(&self, step: u32) -> bool {
-        self.shared.faults.crash_point(self.id, step)
     }
 }
 
@@ -243,32 +228,27 @@ impl RedbStorage {
     fn with_database(db: Database, path: PathBuf) -> Result<Self> {
         shield(NO_SHARD, || check_format(&db, &path))?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                path,
-                db: RwLock::new(Some(Arc::new(Db(Some(db))))),
-                open: OpenShards::default(),
-                faults: FaultSwitches::default(),
-            }),
+            shared: Arc::new(Shared::new(path, Db(Some(db)))),
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.shared.path
+        self.shared.path()
     }
 
     /// The next [`fusee_storage::LogStore::flush`] of `shard` fails with an
     /// I/O error before committing anything; the log part is latched. For
     /// tests of the failure paths.
     pub fn fail_next_flush(&self, shard: u32) {
-        self.shared.faults.arm_flush(shard);
+        self.shared.faults().arm_flush(shard);
     }
 
     /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
     /// with an I/O error before changing anything; its checkpoint and
     /// run-store parts are latched. For tests of the failure paths.
     pub fn fail_next_commit(&self, shard: u32) {
-        self.shared.faults.arm_commit(shard);
+        self.shared.faults().arm_commit(shard);
     }
 
     /// The next commit of `shard` stops at point `step` of
@@ -277,7 +257,7 @@ impl RedbStorage {
     /// committed. The commit returns an I/O error and latches its parts; the
     /// caller then drops the storage without closing it. For crash tests.
     pub fn crash_in_commit(&self, shard: u32, step: u32) {
-        self.shared.faults.arm_crash(shard, step);
+        self.shared.faults().arm_crash(shard, step);
     }
 }
 
@@ -399,12 +379,8 @@ impl Storage for RedbStorage {
     fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
         const WHAT: &str = "redb storage";
         let db = self.shared.db(WHAT)?;
-        self.shared.open.claim(shard)?;
         // From here on, dropping the handle releases the shard on any error.
-        let handle = Arc::new(ShardHandle {
-            shared: Arc::clone(&self.shared),
-            id: shard,
-        });
+        let handle = Arc::new(self.shared.claim(shard)?);
         let state = handle.shield(|| recover_shard(&handle, &db))?;
         Ok(shard_parts(RedbShard(handle), &state, &NAMES))
     }
@@ -416,8 +392,7 @@ impl Storage for RedbStorage {
 
     fn close(&self) -> Result<()> {
         // Dropping our reference closes the file once in-flight calls end.
-        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
-        *db = None;
+        self.shared.close();
         Ok(())
     }
 }
@@ -445,7 +420,7 @@ fn list_shards(db: &Database) -> Result<Vec<u32>> {
 /// records past the last flushed LSN); creates the log row of a new shard.
 /// Returns the shard's rows.
 fn recover_shard(h: &ShardHandle, db: &Database) -> Result<ShardState> {
-    let shard = h.id;
+    let shard = h.id();
     let doing = "opening the shard";
     let tx = h.begin(db, Durability::Immediate, doing)?;
     let state = {

@@ -31,7 +31,7 @@ use crate::layout::{
     INDEX, META, STORE, TAG_COMMIT, index_end, index_key, index_value, meta_key, seq_key,
 };
 use crate::runs::put_frames;
-use crate::storage::{RocksShard, ShardHandle, family, range};
+use crate::storage::{RocksOps, RocksShard, ShardHandle, family, range};
 
 /// The RocksDB backend's checkpoint part.
 pub type RocksCheckpoint = KvCheckpoint<RocksShard>;
@@ -60,13 +60,13 @@ fn apply<'a>(
     let mut count = count;
     let miscount = || StorageError::Corrupt {
         what: NAMES.index_miscount,
-        at: u64::from(h.id),
+        at: u64::from(h.id()),
     };
     // Whether each run touched by this call is stored after it.
     let mut now: HashMap<u64, bool> = HashMap::new();
     for r in records {
         let run = index_record_run(r);
-        let key = index_key(h.id, generation, run);
+        let key = index_key(h.id(), generation, run);
         let stored = match (now.get(&run), &known) {
             (Some(&stored), _) => stored,
             (None, Known::AbsentAbove(max)) if max.is_none_or(|m| run > m) => false,
@@ -118,22 +118,14 @@ fn clear_generation(
 ) -> Result<()> {
     batch.delete_range_cf(
         family(db, INDEX)?,
-        &index_key(h.id, generation, 0)[..],
-        &index_end(h.id, generation)[..],
+        &index_key(h.id(), generation, 0)[..],
+        &index_end(h.id(), generation)[..],
     );
     Ok(())
 }
 
 impl IndexEngine for RocksShard {
     type Frames = RocksShard;
-
-    fn shard(&self) -> u32 {
-        self.0.id
-    }
-
-    fn check_open(&self, what: &'static str) -> Result<()> {
-        self.0.check_open(what)
-    }
 
     fn same_open(&self, frames: &RocksShard) -> bool {
         std::sync::Arc::ptr_eq(&self.0, &frames.0)
@@ -165,13 +157,13 @@ impl IndexEngine for RocksShard {
         let h = &*self.0;
         let db = h.db(NAMES.checkpoint)?;
         if h.crash_point(0) || h.take_fail_commit() {
-            return Err(injected(doing, h.id));
+            return Err(injected(doing, h.id()));
         }
         let mut batch = WriteBatch::default();
-        put_frames(&db, &mut batch, h.id, runs.buffered())?;
+        put_frames(&db, &mut batch, h.id(), runs.buffered())?;
         let store = family(&db, STORE)?;
         for n in runs.released() {
-            batch.delete_cf(store, seq_key(h.id, n));
+            batch.delete_cf(store, seq_key(h.id(), n));
         }
         let (generation, records) = match index {
             IndexWrite::Delta {
@@ -203,14 +195,18 @@ impl IndexEngine for RocksShard {
             records,
             checkpoint: checkpoint.to_vec(),
         };
-        batch.put_cf(family(&db, META)?, meta_key(h.id, TAG_COMMIT), row.encode());
+        batch.put_cf(
+            family(&db, META)?,
+            meta_key(h.id(), TAG_COMMIT),
+            row.encode(),
+        );
         if h.crash_point(1) {
             drop(batch);
-            return Err(injected(doing, h.id));
+            return Err(injected(doing, h.id()));
         }
         h.write(&db, batch, true, doing)?;
         if h.crash_point(2) {
-            return Err(injected(doing, h.id));
+            return Err(injected(doing, h.id()));
         }
         Ok((generation, records))
     }
@@ -222,8 +218,8 @@ impl IndexEngine for RocksShard {
         let mut it = range(
             &db,
             family(&db, INDEX)?,
-            &index_key(h.id, generation, 0),
-            &index_end(h.id, generation),
+            &index_key(h.id(), generation, 0),
+            &index_end(h.id(), generation),
         );
         while let (Some(key), Some(value)) = (it.key(), it.value()) {
             visit(key, value)?;

@@ -15,7 +15,7 @@ pub use fusee_storage_kv::log::LOG_SPILL_BYTES;
 
 use crate::NAMES;
 use crate::layout::{LOG, META, TAG_LOG, meta_key, seq_end, seq_key, seq_of};
-use crate::storage::{RocksShard, family, range};
+use crate::storage::{RocksOps, RocksShard, family, range};
 
 /// The RocksDB backend's log part.
 pub type RocksLog = KvLog<RocksShard>;
@@ -24,34 +24,26 @@ impl RocksShard {
     /// The exclusive end of this shard's log or store keys through `n`.
     fn seq_through(&self, n: u64) -> Vec<u8> {
         match n.checked_add(1) {
-            Some(next) => seq_key(self.0.id, next).to_vec(),
-            None => seq_end(self.0.id).to_vec(),
+            Some(next) => seq_key(self.0.id(), next).to_vec(),
+            None => seq_end(self.0.id()).to_vec(),
         }
     }
 }
 
 impl LogEngine for RocksShard {
-    fn shard(&self) -> u32 {
-        self.0.id
-    }
-
-    fn check_open(&self, what: &'static str) -> Result<()> {
-        self.0.check_open(what)
-    }
-
     fn write(&self, first: Lsn, records: &[Vec<u8>], row: &LogRow, durable: bool) -> Result<()> {
         let h = &*self.0;
         let doing = "flushing the log";
         let db = h.db(NAMES.log)?;
         if durable && h.take_fail_flush() {
-            return Err(injected(doing, h.id));
+            return Err(injected(doing, h.id()));
         }
         let mut batch = WriteBatch::default();
         let log = family(&db, LOG)?;
         for (lsn, record) in (first..).zip(records) {
-            batch.put_cf(log, seq_key(h.id, lsn), record);
+            batch.put_cf(log, seq_key(h.id(), lsn), record);
         }
-        batch.put_cf(family(&db, META)?, meta_key(h.id, TAG_LOG), row.encode());
+        batch.put_cf(family(&db, META)?, meta_key(h.id(), TAG_LOG), row.encode());
         h.write(&db, batch, durable, doing)
     }
 
@@ -64,7 +56,7 @@ impl LogEngine for RocksShard {
         let h = &*self.0;
         let db = h.db(NAMES.log)?;
         let end = self.seq_through(through);
-        let mut it = range(&db, family(&db, LOG)?, &seq_key(h.id, from), &end);
+        let mut it = range(&db, family(&db, LOG)?, &seq_key(h.id(), from), &end);
         while let (Some(key), Some(value)) = (it.key(), it.value()) {
             // A key of another length is damage: the caller reports the
             // LSN it expected as missing.
@@ -79,8 +71,8 @@ impl LogEngine for RocksShard {
         let db = h.db(NAMES.log)?;
         let mut batch = WriteBatch::default();
         let end = self.seq_through(through);
-        batch.delete_range_cf(family(&db, LOG)?, &seq_key(h.id, from)[..], &end[..]);
-        batch.put_cf(family(&db, META)?, meta_key(h.id, TAG_LOG), row.encode());
+        batch.delete_range_cf(family(&db, LOG)?, &seq_key(h.id(), from)[..], &end[..]);
+        batch.put_cf(family(&db, META)?, meta_key(h.id(), TAG_LOG), row.encode());
         h.write(&db, batch, false, "discarding log records")
     }
 }

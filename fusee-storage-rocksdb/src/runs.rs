@@ -15,7 +15,7 @@ pub use fusee_storage_kv::runs::SPILL_BYTES;
 
 use crate::NAMES;
 use crate::layout::{STORE, seq_key};
-use crate::storage::{RocksShard, family};
+use crate::storage::{RocksOps, RocksShard, family};
 
 /// The RocksDB backend's run-store part.
 pub type RocksRuns = KvRuns<RocksShard>;
@@ -35,19 +35,11 @@ pub(crate) fn put_frames(
 }
 
 impl FrameEngine for RocksShard {
-    fn shard(&self) -> u32 {
-        self.0.id
-    }
-
-    fn check_open(&self, what: &'static str) -> Result<()> {
-        self.0.check_open(what)
-    }
-
     fn spill(&self, frames: &BTreeMap<u64, Vec<u8>>) -> Result<()> {
         let h = &*self.0;
         let db = h.db(NAMES.runs)?;
         let mut batch = WriteBatch::default();
-        put_frames(&db, &mut batch, h.id, frames)?;
+        put_frames(&db, &mut batch, h.id(), frames)?;
         h.write(&db, batch, false, "writing run-store frames")
     }
 
@@ -55,7 +47,7 @@ impl FrameEngine for RocksShard {
         let h = &*self.0;
         let db = h.db(NAMES.runs)?;
         let stored = db
-            .get_pinned_cf(family(&db, STORE)?, seq_key(h.id, n))
+            .get_pinned_cf(family(&db, STORE)?, seq_key(h.id(), n))
             .map_err(h.err("reading a run-store frame"))?;
         f(stored.as_deref())
     }

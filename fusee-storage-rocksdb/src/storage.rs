@@ -2,11 +2,11 @@
 //! shards (with the cleanup that rolls a shard back to its last commit), and
 //! the state the parts share.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::path::Path;
+use std::sync::Arc;
 
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
-use fusee_storage_kv::{FaultSwitches, OpenShards, ShardState, shard_parts};
+use fusee_storage_kv::{ShardEngine, ShardState, Shared, shard_parts};
 use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::error::{RocksError, engine};
@@ -28,45 +28,19 @@ pub const COMMIT_CRASH_POINTS: u32 = fusee_storage_kv::COMMIT_CRASH_POINTS;
 /// `fusee.rocksdb` in the storage's directory. See the crate documentation
 /// for the layout, the options and what a crash can do.
 pub struct RocksStorage {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<DB>>,
 }
 
 impl std::fmt::Debug for RocksStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RocksStorage")
-            .field("path", &self.shared.path)
+            .field("path", &self.shared.path())
             .finish_non_exhaustive()
     }
 }
 
-/// What the storage and its parts share.
-pub(crate) struct Shared {
-    path: PathBuf,
-    /// `None` once closed: every call then fails with `Closed`.
-    db: RwLock<Option<Arc<DB>>>,
-    open: OpenShards,
-    faults: FaultSwitches,
-}
-
-impl Shared {
-    fn db(&self, what: &'static str) -> Result<Arc<DB>> {
-        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
-        db.clone().ok_or(StorageError::Closed { what })
-    }
-}
-
-/// One open of one shard, shared by its three parts: dropping the last part
-/// releases the shard for the next open.
-pub(crate) struct ShardHandle {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) id: u32,
-}
-
-impl Drop for ShardHandle {
-    fn drop(&mut self) {
-        self.shared.open.release(self.id);
-    }
-}
+/// One open of one shard on RocksDB.
+pub(crate) type ShardHandle = fusee_storage_kv::ShardHandle<DB>;
 
 /// One open of one shard on RocksDB: the engine under [`RocksLog`],
 /// [`RocksRuns`] and [`RocksCheckpoint`] (each holds a clone). Opaque: made
@@ -75,9 +49,19 @@ impl Drop for ShardHandle {
 #[derive(Clone)]
 pub struct RocksShard(pub(crate) Arc<ShardHandle>);
 
+impl ShardEngine for RocksShard {
+    fn shard(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn check_open(&self, what: &'static str) -> Result<()> {
+        self.0.check_open(what)
+    }
+}
+
 impl std::fmt::Debug for RocksShard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("RocksShard").field(&self.0.id).finish()
+        f.debug_tuple("RocksShard").field(&self.0.id()).finish()
     }
 }
 
@@ -126,44 +110,26 @@ pub(crate) fn write(db: &DB, batch: WriteBatch, sync: bool, doing: String) -> Re
     db.write_opt(batch, &wo).map_err(|e| engine(doing, e))
 }
 
-impl ShardHandle {
-    /// The database, or `Closed { what }` after the storage was closed.
-    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<DB>> {
-        self.shared.db(what)
-    }
-
-    /// `Closed { what }` after the storage was closed.
-    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
-        self.shared.db(what).map(drop)
-    }
-
+/// What the parts do with RocksDB through their shard's handle.
+pub(crate) trait RocksOps {
     /// `doing`, naming the shard, for error contexts.
-    pub(crate) fn doing(&self, doing: &str) -> String {
-        format!("{doing} (shard {})", self.id)
-    }
+    fn doing(&self, doing: &str) -> String;
 
     /// An error for a RocksDB failure while `doing`.
-    pub(crate) fn err(&self, doing: &str) -> impl FnOnce(rocksdb::Error) -> StorageError + use<> {
+    fn err(&self, doing: &str) -> impl FnOnce(rocksdb::Error) -> StorageError + use<Self> {
         let context = self.doing(doing);
         move |e| engine(context, e)
     }
 
     /// Writes `batch` for this shard, synced or not.
-    pub(crate) fn write(&self, db: &DB, batch: WriteBatch, sync: bool, doing: &str) -> Result<()> {
+    fn write(&self, db: &DB, batch: WriteBatch, sync: bool, doing: &str) -> Result<()> {
         write(db, batch, sync, self.doing(doing))
     }
+}
 
-    pub(crate) fn take_fail_flush(&self) -> bool {
-        self.shared.faults.take_flush(self.id)
-    }
-
-    pub(crate) fn take_fail_commit(&self) -> bool {
-        self.shared.faults.take_commit(self.id)
-    }
-
-    /// Whether the armed commit crash point is `step` (disarming it if so).
-    pub(crate) fn crash_point(&self, step: u32) -> bool {
-        self.shared.faults.crash_point(self.id, step)
+impl RocksOps for ShardHandle {
+    fn doing(&self, doing: &str) -> String {
+        format!("{doing} (shard {})", self.id())
     }
 }
 
@@ -184,32 +150,27 @@ impl RocksStorage {
         let path = dir.join(DIR_NAME);
         let db = open_database(&path)?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                path,
-                db: RwLock::new(Some(Arc::new(db))),
-                open: OpenShards::default(),
-                faults: FaultSwitches::default(),
-            }),
+            shared: Arc::new(Shared::new(path, db)),
         })
     }
 
     /// The database directory.
     pub fn path(&self) -> &Path {
-        &self.shared.path
+        self.shared.path()
     }
 
     /// The next [`fusee_storage::LogStore::flush`] of `shard` fails with an
     /// I/O error before writing anything; the log part is latched. For
     /// tests of the failure paths.
     pub fn fail_next_flush(&self, shard: u32) {
-        self.shared.faults.arm_flush(shard);
+        self.shared.faults().arm_flush(shard);
     }
 
     /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
     /// with an I/O error before writing anything; its checkpoint and
     /// run-store parts are latched. For tests of the failure paths.
     pub fn fail_next_commit(&self, shard: u32) {
-        self.shared.faults.arm_commit(shard);
+        self.shared.faults().arm_commit(shard);
     }
 
     /// The next commit of `shard` stops at point `step` of
@@ -219,7 +180,7 @@ impl RocksStorage {
     /// its parts; the caller then drops the storage without closing it. For
     /// crash tests.
     pub fn crash_in_commit(&self, shard: u32, step: u32) {
-        self.shared.faults.arm_crash(shard, step);
+        self.shared.faults().arm_crash(shard, step);
     }
 }
 
@@ -358,12 +319,8 @@ impl Storage for RocksStorage {
     fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
         const WHAT: &str = "rocksdb storage";
         let db = self.shared.db(WHAT)?;
-        self.shared.open.claim(shard)?;
         // From here on, dropping the handle releases the shard on any error.
-        let handle = Arc::new(ShardHandle {
-            shared: Arc::clone(&self.shared),
-            id: shard,
-        });
+        let handle = Arc::new(self.shared.claim(shard)?);
         let state = recover_shard(&handle, &db)?;
         Ok(shard_parts(RocksShard(handle), &state, &NAMES))
     }
@@ -376,8 +333,7 @@ impl Storage for RocksStorage {
     fn close(&self) -> Result<()> {
         // Dropping our reference closes the database once in-flight calls
         // end. Everything a flush or commit reported is already synced.
-        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
-        *db = None;
+        self.shared.close();
         Ok(())
     }
 }
@@ -405,7 +361,7 @@ fn list_shards(db: &DB) -> Result<Vec<u32>> {
 /// synced batch of any shard, or RocksDB replaying its WAL after a crash;
 /// creates the log row of a new shard. Returns the shard's rows.
 fn recover_shard(h: &ShardHandle, db: &DB) -> Result<ShardState> {
-    let shard = h.id;
+    let shard = h.id();
     let doing = "opening the shard";
     let meta = family(db, META)?;
     let log = db

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fusee_core::shard::BlobRef;
+use fusee_storage::conformance::{Capabilities, Harness};
 use fusee_storage::{
     CheckpointStore, INDEX_RECORD, IndexChange, LogStore, RunStore, Storage, StorageError,
 };
@@ -106,6 +107,84 @@ pub trait Backend {
 
     /// Rows of `shard` in the (closed) storage in `dir`.
     fn raw_rows(dir: &Path, shard: u32) -> Rows;
+
+    /// Arms the storage's switch that fails the next flush of `shard`.
+    fn fail_next_flush(s: &Self::S, shard: u32);
+
+    /// Arms the storage's switch that fails the next commit of `shard`.
+    fn fail_next_commit(s: &Self::S, shard: u32);
+
+    /// Arms the storage's switch that crashes the next commit of `shard` at
+    /// point `step` (of [`crate::COMMIT_CRASH_POINTS`]).
+    fn crash_in_commit(s: &Self::S, shard: u32, step: u32);
+}
+
+/// The conformance harness of backend `B` over a temporary directory
+/// (removed on drop): every [`Harness::open`] uses a fresh subdirectory, a
+/// crash is [`Backend::crash`] (a process crash, not a power cut: unsynced
+/// writes are not torn), faults are the backend's own switches, which fail
+/// a flush or commit before anything is written.
+#[derive(Debug)]
+pub struct KvHarness<B> {
+    backend: B,
+    root: TempDir,
+    opened: u64,
+}
+
+impl<B: Backend> KvHarness<B> {
+    /// A harness running `backend`.
+    pub fn new(backend: B) -> Self {
+        Self {
+            backend,
+            root: TempDir::new(B::NAME, "conformance"),
+            opened: 0,
+        }
+    }
+
+    fn open_dir(&mut self) -> B::S {
+        let dir = self.root.0.join(self.opened.to_string());
+        self.backend.open_crashable(&dir)
+    }
+}
+
+impl<B: Backend> Harness for KvHarness<B> {
+    type S = B::S;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fault_injection: true,
+            power_loss: false,
+            commit_crash_points: crate::COMMIT_CRASH_POINTS,
+        }
+    }
+
+    fn open(&mut self) -> B::S {
+        self.opened += 1;
+        self.open_dir()
+    }
+
+    fn reopen(&mut self, s: B::S) -> B::S {
+        s.close().unwrap_or_else(|e| panic!("close: {e}"));
+        drop(s);
+        self.open_dir()
+    }
+
+    fn crash(&mut self, s: B::S) -> B::S {
+        self.backend.crash(s);
+        self.open_dir()
+    }
+
+    fn fail_next_flush(&mut self, s: &B::S, shard: u32) {
+        B::fail_next_flush(s, shard);
+    }
+
+    fn fail_next_commit(&mut self, s: &B::S, shard: u32) {
+        B::fail_next_commit(s, shard);
+    }
+
+    fn crash_in_commit(&mut self, s: &B::S, shard: u32, step: u32) {
+        B::crash_in_commit(s, shard, step);
+    }
 }
 
 /// A temporary directory, removed on drop.

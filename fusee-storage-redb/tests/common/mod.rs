@@ -239,4 +239,16 @@ impl Backend for Redb {
             .count();
         Rows { log, frames, index }
     }
+
+    fn fail_next_flush(s: &RedbStorage, shard: u32) {
+        s.fail_next_flush(shard);
+    }
+
+    fn fail_next_commit(s: &RedbStorage, shard: u32) {
+        s.fail_next_commit(shard);
+    }
+
+    fn crash_in_commit(s: &RedbStorage, shard: u32, step: u32) {
+        s.crash_in_commit(shard, step);
+    }
 }

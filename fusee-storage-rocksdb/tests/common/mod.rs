@@ -143,4 +143,16 @@ impl Backend for Rocks {
             index: count(&db, INDEX, &index_key(shard, 0, 0), &index_shard_end(shard)),
         }
     }
+
+    fn fail_next_flush(s: &RocksStorage, shard: u32) {
+        s.fail_next_flush(shard);
+    }
+
+    fn fail_next_commit(s: &RocksStorage, shard: u32) {
+        s.fail_next_commit(shard);
+    }
+
+    fn crash_in_commit(s: &RocksStorage, shard: u32, step: u32) {
+        s.crash_in_commit(shard, step);
+    }
 }

@@ -12,9 +12,16 @@
 //!   [`FrameEngine`], [`KvCheckpoint`] (bases under generations, caller
 //!   checks, latching, the index read's checks) over [`IndexEngine`];
 //! - opening a shard: decoding its rows and the cleanup plan
-//!   ([`ShardState`], [`Cleanup`]), the open-shard guard and the fault
-//!   switches ([`OpenShards`], [`FaultSwitches`]);
-//! - with feature `testing`, test bodies both backends run ([`testing`]).
+//!   ([`ShardState`], [`Cleanup`]), building its parts ([`shard_parts`]);
+//! - what a storage shares with its parts whatever the engine: the database
+//!   until closed, one owner per shard and the fault switches ([`Shared`],
+//!   [`ShardHandle`], [`OpenShards`], [`FaultSwitches`]);
+//! - with feature `testing`, test bodies both backends run and their
+//!   conformance harness (`testing`, `testing::KvHarness`).
+//!
+//! A backend implements [`ShardEngine`], [`LogEngine`], [`FrameEngine`] and
+//! [`IndexEngine`] for its shard handle, and its parts are then
+//! `KvLog<Handle>`, `KvRuns<Handle>` and `KvCheckpoint<Handle>`.
 //!
 //! **Deliberately does not know** any engine: how a read, a write batch or
 //! transaction, durability, locking or opening work, what an engine's

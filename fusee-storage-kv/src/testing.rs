@@ -79,6 +79,13 @@ pub trait Backend {
     const UNSYNCED_SURVIVE_CRASH: bool;
     /// The layout version the backend writes.
     const FORMAT_VERSION: u32;
+    /// Default rounds of [`bit_flips_are_errors_or_exact_bytes`].
+    const FLIP_ROUNDS: u64;
+    /// Most bits it flips per round.
+    const FLIP_BITS: u64;
+    /// Bytes of each frame it writes (RocksDB: above the blob threshold, so
+    /// blob files are flipped too).
+    const FLIP_FRAME_LEN: usize;
 
     /// Opens the storage in `dir` as the application would.
     fn open(dir: &Path) -> fusee_storage::Result<Self::S>;
@@ -427,17 +434,24 @@ pub fn a_second_open_is_locked<B: Backend>() {
     must(B::open(&dir.0), "after the first closed");
 }
 
+/// The environment variable that makes [`lock_child`] act:
+/// `FUSEE_{ENV}_LOCK_CHILD_DIR`, the directory a parent test holds open.
+fn child_env<B: Backend>() -> String {
+    format!("FUSEE_{}_LOCK_CHILD_DIR", B::ENV)
+}
+
 /// Another process opening a storage this one holds gets `Locked`: runs
-/// the calling test binary again, as the child test `child_test`, with
-/// environment variable `child_env` naming the directory; the child calls
-/// [`lock_child`].
-pub fn a_second_process_is_locked_out<B: Backend>(child_test: &str, child_env: &str) {
+/// the calling test binary again, as the child test `child_test` (its full
+/// name), with `FUSEE_{ENV}_LOCK_CHILD_DIR` naming the directory; the child
+/// calls [`lock_child`].
+pub fn a_second_process_is_locked_out<B: Backend>(child_test: &str) {
+    let child_env = child_env::<B>();
     let dir = TempDir::new(B::NAME, "process");
     let held = must(B::open(&dir.0), "open");
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
     let out = std::process::Command::new(exe)
         .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
-        .env(child_env, &dir.0)
+        .env(&child_env, &dir.0)
         .output()
         .unwrap_or_else(|e| panic!("spawning the child: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -450,9 +464,9 @@ pub fn a_second_process_is_locked_out<B: Backend>(child_test: &str, child_env: &
 }
 
 /// The child half of [`a_second_process_is_locked_out`]: does nothing
-/// unless `child_env` is set.
-pub fn lock_child<B: Backend>(child_env: &str) {
-    let Some(dir) = std::env::var_os(child_env) else {
+/// unless `FUSEE_{ENV}_LOCK_CHILD_DIR` is set.
+pub fn lock_child<B: Backend>() {
+    let Some(dir) = std::env::var_os(child_env::<B>()) else {
         return;
     };
     let (kind, message) = open_err::<B>(Path::new(&dir));
@@ -525,14 +539,12 @@ fn data_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// Bit flips in one data file of a populated storage: opening and reading
 /// everything either fails with an error or returns exactly the bytes
 /// written, never panics and never returns other bytes. Each round flips
-/// 1 to `max_flips` bits; frames are `frame_len` bytes. Rounds:
-/// `FUSEE_{ENV}_FLIP_ROUNDS` (default `rounds`); seed: `FUSEE_{ENV}_SEED`.
-pub fn bit_flips_are_errors_or_exact_bytes<B: Backend>(
-    rounds: u64,
-    max_flips: u64,
-    frame_len: usize,
-) {
-    let rounds = env_or(B::ENV, "FLIP_ROUNDS", rounds);
+/// 1 to [`Backend::FLIP_BITS`] bits; frames are [`Backend::FLIP_FRAME_LEN`]
+/// bytes. Rounds: `FUSEE_{ENV}_FLIP_ROUNDS` (default
+/// [`Backend::FLIP_ROUNDS`]); seed: `FUSEE_{ENV}_SEED`.
+pub fn bit_flips_are_errors_or_exact_bytes<B: Backend>() {
+    let (max_flips, frame_len) = (B::FLIP_BITS, B::FLIP_FRAME_LEN);
+    let rounds = env_or(B::ENV, "FLIP_ROUNDS", B::FLIP_ROUNDS);
     let seed = env_or(B::ENV, "SEED", 0xF11B);
     let log_rec = |lsn: u64| vec![(lsn * 7) as u8; 200];
     let frame = |i: u64| vec![(i * 13) as u8; frame_len];
@@ -617,4 +629,65 @@ pub fn bit_flips_are_errors_or_exact_bytes<B: Backend>(
             }
         }
     }
+}
+
+/// Expands, in module `$name`, one `#[test]` per shared body for backend
+/// `$backend`, each on a fresh backend from `$factory` (crash bodies run
+/// with and without another shard's durable write). A backend's test file
+/// calls it once, next to `fusee_storage::conformance_suite!`.
+#[macro_export]
+macro_rules! kv_suite {
+    ($name:ident, $backend:ty, $factory:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::testing;
+
+            #[test]
+            fn leftovers_are_removed_at_open() {
+                for other_flushes in [false, true] {
+                    testing::leftovers_are_removed_at_open(&mut ($factory)(), other_flushes);
+                }
+            }
+
+            #[test]
+            fn log_spill_is_cut_at_open() {
+                for other_flushes in [false, true] {
+                    testing::log_spill_is_cut_at_open(&mut ($factory)(), other_flushes);
+                }
+            }
+
+            #[test]
+            fn newer_and_foreign_markers_are_refused() {
+                testing::newer_and_foreign_markers_are_refused::<$backend>();
+            }
+
+            #[test]
+            fn a_second_open_is_locked() {
+                testing::a_second_open_is_locked::<$backend>();
+            }
+
+            #[test]
+            fn a_second_process_is_locked_out() {
+                let child = concat!(stringify!($name), "::lock_child");
+                testing::a_second_process_is_locked_out::<$backend>(child);
+            }
+
+            /// The child half of `a_second_process_is_locked_out`.
+            #[test]
+            fn lock_child() {
+                testing::lock_child::<$backend>();
+            }
+
+            #[test]
+            fn damaged_values_are_corrupt() {
+                testing::damaged_values_are_corrupt::<$backend>();
+            }
+
+            #[test]
+            fn bit_flips_are_errors_or_exact_bytes() {
+                testing::bit_flips_are_errors_or_exact_bytes::<$backend>();
+            }
+        }
+    };
 }

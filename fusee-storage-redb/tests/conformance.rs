@@ -20,6 +20,10 @@ use fusee_storage_kv::testing::KvHarness;
 
 fusee_storage::conformance_suite!(redb, || KvHarness::new(Redb::default()));
 
+// The shared key-value backend tests (crash leftovers, log spill, markers,
+// locks, damaged values, bit flips): `fusee_storage_kv::testing`.
+fusee_storage_kv::kv_suite!(kv, Redb, Redb::default);
+
 /// The macro expands every clause the suite lists.
 #[test]
 fn every_clause_is_listed() {

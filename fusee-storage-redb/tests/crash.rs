@@ -1,29 +1,14 @@
-//! What reaches the file outside a commit never becomes visible: frames and
-//! staged bases that another transaction made durable are removed when the
-//! shard opens, and a process crash loses non-durable transactions. The
-//! shared bodies are `fusee_storage_kv::testing`'s.
+//! A process crash loses non-durable transactions (redb's own crash test).
+//! The crash tests both key-value backends share (leftovers and spilled log
+//! records cut at open) run from `conformance.rs` (`kv_suite!`).
 
 mod common;
 
 use common::{Redb, TempDir};
 use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore, Storage};
-use fusee_storage_kv::testing::{self, index_record};
+use fusee_storage_kv::testing::{Backend, index_record};
 use fusee_storage_redb::RedbStorage;
 use fusee_storage_redb::runs::SPILL_BYTES;
-
-#[test]
-fn leftovers_are_removed_at_open() {
-    for other_flushes in [false, true] {
-        testing::leftovers_are_removed_at_open(&mut Redb::default(), other_flushes);
-    }
-}
-
-#[test]
-fn log_spill_is_cut_at_open() {
-    for other_flushes in [false, true] {
-        testing::log_spill_is_cut_at_open(&mut Redb::default(), other_flushes);
-    }
-}
 
 /// Without a later durable commit, a process crash loses non-durable
 /// transactions outright (what makes the conformance suite's crashes real).
@@ -48,7 +33,6 @@ fn a_crash_loses_non_durable_transactions() {
     dead.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(s);
     // The first big frame was made durable by the flush, the second not.
-    use fusee_storage_kv::testing::Backend;
     assert_eq!(Redb::raw_rows(dir.path(), 0).frames, 2);
     let s = RedbStorage::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));

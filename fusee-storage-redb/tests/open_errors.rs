@@ -1,5 +1,9 @@
 //! Opening files that are not (or no longer) a healthy Fusee redb storage:
 //! every case is a clear error, never a panic and never silent data.
+//!
+//! The open-error tests both key-value backends share (newer and foreign
+//! markers, locks in this and another process, damaged values, bit flips)
+//! run from `conformance.rs` (`kv_suite!`); these are redb's own.
 
 use std::path::Path;
 
@@ -75,48 +79,6 @@ fn a_foreign_redb_database_is_refused() {
         .map(|t| redb::TableHandle::name(&t).to_string())
         .collect();
     assert_eq!(names, ["accounts"]);
-}
-
-#[test]
-fn newer_and_foreign_markers_are_refused() {
-    testing::newer_and_foreign_markers_are_refused::<Redb>();
-}
-
-#[test]
-fn a_second_open_of_the_file_is_locked() {
-    testing::a_second_open_is_locked::<Redb>();
-}
-
-/// The environment variable that makes [`lock_child`] act: the directory a
-/// parent test holds open.
-const CHILD_DIR: &str = "FUSEE_REDB_LOCK_CHILD_DIR";
-
-/// Another process opening a storage that this one holds gets `Locked`:
-/// runs this test binary again as the child ([`lock_child`]).
-#[test]
-fn a_second_process_is_locked_out() {
-    testing::a_second_process_is_locked_out::<Redb>("lock_child", CHILD_DIR);
-}
-
-/// The child half of [`a_second_process_is_locked_out`]; does nothing unless
-/// `FUSEE_REDB_LOCK_CHILD_DIR` is set.
-#[test]
-fn lock_child() {
-    testing::lock_child::<Redb>(CHILD_DIR);
-}
-
-#[test]
-fn damaged_values_are_corrupt() {
-    testing::damaged_values_are_corrupt::<Redb>();
-}
-
-/// Bit flips anywhere in a populated file (1 to 5 per round, 3000-byte
-/// frames): errors or exact bytes, never a panic (redb's own panics on
-/// damaged pages are caught by the backend's shield). Rounds:
-/// `FUSEE_REDB_FLIP_ROUNDS` (default 40); seed: `FUSEE_REDB_SEED`.
-#[test]
-fn bit_flips_are_errors_or_exact_bytes() {
-    testing::bit_flips_are_errors_or_exact_bytes::<Redb>(40, 5, 3000);
 }
 
 /// A file cut short (a copy gone wrong) opens as an error or as a

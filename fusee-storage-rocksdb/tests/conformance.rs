@@ -13,6 +13,11 @@
 //! injected by the backend's own switches ([`RocksStorage::fail_next_flush`]
 //! and friends), which fail a flush or commit before anything is written.
 //! The harness is the shared `fusee_storage_kv::testing::KvHarness`.
+//!
+//! Module `kv` runs the tests both key-value backends share
+//! (`fusee_storage_kv::kv_suite!`): leftovers and spilled log records cut at
+//! open, markers, locks (in this process and a child one), damaged values,
+//! bit flips (`FUSEE_ROCKSDB_FLIP_ROUNDS`, `FUSEE_ROCKSDB_SEED`).
 
 mod common;
 
@@ -20,6 +25,10 @@ use common::Rocks;
 use fusee_storage_kv::testing::KvHarness;
 
 fusee_storage::conformance_suite!(rocksdb, || KvHarness::new(Rocks));
+
+// The shared key-value backend tests (crash leftovers, log spill, markers,
+// locks, damaged values, bit flips): `fusee_storage_kv::testing`.
+fusee_storage_kv::kv_suite!(kv, Rocks, || Rocks);
 
 /// The macro expands every clause the suite lists.
 #[test]

@@ -1,29 +1,13 @@
-//! What reaches the database outside a commit or flush never becomes
-//! visible: frames, staged bases and spilled log records written without
-//! `sync` survive a process crash (they are in the WAL file) or are made
-//! durable by a later synced batch of another shard, and opening the shard
-//! removes them. The shared bodies are `fusee_storage_kv::testing`'s.
+//! A discard written without `sync` survives a process crash consistently
+//! (RocksDB's own crash test). The crash tests both key-value backends share
+//! (frames, bases and spilled log records written without `sync` are cut at
+//! open) run from `conformance.rs` (`kv_suite!`).
 
 mod common;
 
-use common::{Rocks, TempDir};
+use common::TempDir;
 use fusee_storage::{LogStore, Storage};
-use fusee_storage_kv::testing;
 use fusee_storage_rocksdb::RocksStorage;
-
-#[test]
-fn leftovers_are_removed_at_open() {
-    for other_flushes in [false, true] {
-        testing::leftovers_are_removed_at_open(&mut Rocks, other_flushes);
-    }
-}
-
-#[test]
-fn log_spill_is_cut_at_open() {
-    for other_flushes in [false, true] {
-        testing::log_spill_is_cut_at_open(&mut Rocks, other_flushes);
-    }
-}
 
 /// A discard is not synced: it may or may not survive a crash, and either
 /// way the log is consistent (here it survives, being in the WAL file).

@@ -1,6 +1,10 @@
 //! Opening directories that are not (or no longer) a healthy Fusee RocksDB
 //! storage: every case is a clear error, never a panic and never silent
 //! data.
+//!
+//! The open-error tests both key-value backends share (newer and foreign
+//! markers, locks in this and another process, damaged values, bit flips)
+//! run from `conformance.rs` (`kv_suite!`); these are RocksDB's own.
 
 use std::path::Path;
 
@@ -117,46 +121,4 @@ fn foreign_rocksdb_databases_are_refused() {
     testing::populate::<Rocks>(dir.path());
     let s = RocksStorage::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.shards().ok(), Some(vec![0]));
-}
-
-#[test]
-fn newer_and_foreign_markers_are_refused() {
-    testing::newer_and_foreign_markers_are_refused::<Rocks>();
-}
-
-#[test]
-fn a_second_open_of_the_database_is_locked() {
-    testing::a_second_open_is_locked::<Rocks>();
-}
-
-/// The environment variable that makes [`lock_child`] act: the directory a
-/// parent test holds open.
-const CHILD_DIR: &str = "FUSEE_ROCKSDB_LOCK_CHILD_DIR";
-
-/// Another process opening a storage that this one holds gets `Locked`:
-/// runs this test binary again as the child ([`lock_child`]).
-#[test]
-fn a_second_process_is_locked_out() {
-    testing::a_second_process_is_locked_out::<Rocks>("lock_child", CHILD_DIR);
-}
-
-/// The child half of [`a_second_process_is_locked_out`]; does nothing unless
-/// `FUSEE_ROCKSDB_LOCK_CHILD_DIR` is set.
-#[test]
-fn lock_child() {
-    testing::lock_child::<Rocks>(CHILD_DIR);
-}
-
-#[test]
-fn damaged_values_are_corrupt() {
-    testing::damaged_values_are_corrupt::<Rocks>();
-}
-
-/// Bit flips in one file of a populated database (WAL, tables, blob files,
-/// manifest; 1 to 3 per round; 5000-byte frames, so they go to blob files):
-/// errors or exact bytes, never a panic. Rounds: `FUSEE_ROCKSDB_FLIP_ROUNDS`
-/// (default 30); seed: `FUSEE_ROCKSDB_SEED`.
-#[test]
-fn bit_flips_are_errors_or_exact_bytes() {
-    testing::bit_flips_are_errors_or_exact_bytes::<Rocks>(30, 3, 5000);
 }

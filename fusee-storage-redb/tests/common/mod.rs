@@ -127,6 +127,9 @@ impl Backend for Redb {
     const ENV: &'static str = "REDB";
     const UNSYNCED_SURVIVE_CRASH: bool = false;
     const FORMAT_VERSION: u32 = layout::FORMAT_VERSION;
+    const FLIP_ROUNDS: u64 = 40;
+    const FLIP_BITS: u64 = 5;
+    const FLIP_FRAME_LEN: usize = 3000;
 
     fn open(dir: &Path) -> fusee_storage::Result<RedbStorage> {
         RedbStorage::open(dir)

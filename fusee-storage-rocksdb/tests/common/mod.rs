@@ -84,6 +84,9 @@ impl Backend for Rocks {
     const ENV: &'static str = "ROCKSDB";
     const UNSYNCED_SURVIVE_CRASH: bool = true;
     const FORMAT_VERSION: u32 = layout::FORMAT_VERSION;
+    const FLIP_ROUNDS: u64 = 30;
+    const FLIP_BITS: u64 = 3;
+    const FLIP_FRAME_LEN: usize = 5000;
 
     fn open(dir: &Path) -> fusee_storage::Result<RocksStorage> {
         RocksStorage::open(dir)

@@ -92,41 +92,17 @@ impl ShardEngine for RedbShard {
 
 /// What the parts do with redb through their shard's handle.
 pub(crate) trait RedbOps {
-    /// Runs `f`, turning a panic inside redb (it has assertions that damaged
-    /// pages can trip) into a `Corrupt` error naming the shard. `f` never
-    /// calls a caller's visitor, so no caller panic is swallowed.
-    fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T>;
+    /// The shard.
+    fn shard_id(&self) -> u32;
 
-    /// Begins a write transaction with `durability`.
-    fn begin(&self, db: &Database, durability: Durability, doing: &str)
-    -> Result<WriteTransaction>;
+    /// The database, or `Closed { what }` after the storage closed.
+    fn database(&self, what: &'static str) -> Result<Arc<Db>>;
 
-    /// Commits `tx`, mapping the error with `doing`.
-    fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()>;
-
-    /// An error for a redb failure while `doing`.
-    fn err<E: Into<redb::Error>>(
-        &self,
-        doing: &str,
-    ) -> impl FnOnce(E) -> StorageError + use<E, Self>;
-
-    /// Runs `f` in a write transaction of `durability` and commits it, all
-    /// under the panic shield; `Closed { what }` after the storage closed.
-    fn transact(
-        &self,
-        durability: Durability,
-        what: &'static str,
-        doing: &str,
-        f: impl FnOnce(&WriteTransaction) -> Result<()>,
-    ) -> Result<()>;
-}
-
-impl RedbOps for ShardHandle {
     /// Runs `f`, turning a panic inside redb (it has assertions that damaged
     /// pages can trip) into a `Corrupt` error naming the shard. `f` never
     /// calls a caller's visitor, so no caller panic is swallowed.
     fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        shield(u64::from(self.id()), f)
+        shield(u64::from(self.shard_id()), f)
     }
 
     /// Begins a write transaction with `durability`.
@@ -136,23 +112,22 @@ impl RedbOps for ShardHandle {
         durability: Durability,
         doing: &str,
     ) -> Result<WriteTransaction> {
-        let mut tx = db
-            .begin_write()
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id()), e))?;
-        tx.set_durability(durability)
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id()), e))?;
+        let mut tx = db.begin_write().map_err(self.err(doing))?;
+        tx.set_durability(durability).map_err(self.err(doing))?;
         Ok(tx)
     }
 
     /// Commits `tx`, mapping the error with `doing`.
     fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()> {
-        tx.commit()
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id()), e))
+        tx.commit().map_err(self.err(doing))
     }
 
     /// An error for a redb failure while `doing`.
-    fn err<E: Into<redb::Error>>(&self, doing: &str) -> impl FnOnce(E) -> StorageError + use<E> {
-        let context = format!("{doing} (shard {})", self.id());
+    fn err<E: Into<redb::Error>>(
+        &self,
+        doing: &str,
+    ) -> impl FnOnce(E) -> StorageError + use<E, Self> {
+        let context = format!("{doing} (shard {})", self.shard_id());
         move |e| engine(context, e)
     }
 
@@ -165,12 +140,22 @@ impl RedbOps for ShardHandle {
         doing: &str,
         f: impl FnOnce(&WriteTransaction) -> Result<()>,
     ) -> Result<()> {
-        let db = self.db(what)?;
+        let db = self.database(what)?;
         self.shield(|| {
             let tx = self.begin(&db, durability, doing)?;
             f(&tx)?;
             self.commit(tx, doing)
         })
+    }
+}
+
+impl RedbOps for ShardHandle {
+    fn shard_id(&self) -> u32 {
+        self.id()
+    }
+
+    fn database(&self, what: &'static str) -> Result<Arc<Db>> {
+        self.db(what)
     }
 }
 

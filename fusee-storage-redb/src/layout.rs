@@ -1,49 +1,27 @@
-//! The tables of the database file and the byte layout of their keys and
-//! values: the only module that knows them.
+//! How the shared layout ([`fusee_storage_kv::layout`], documented there
+//! byte by byte) maps onto redb: one table per layout table, keyed by
+//! fixed-size byte arrays (redb orders them byte-wise, so numerically), and
+//! this backend's format marker. The only module that knows the tables.
 //!
-//! Every key starts with the shard as a big-endian `u32` and continues with
-//! big-endian numbers, so redb's byte-wise order of fixed-size arrays is the
-//! numeric order and one shard's rows form one contiguous range.
-//!
-//! | table | key | value |
+//! | table | redb key type | redb value type |
 //! |---|---|---|
-//! | `fusee.format` | `"fusee.format"` (str) | [`FORMAT_MAGIC`] (8 B) ‖ version `u32` LE |
-//! | `fusee.log` | shard BE u32 ‖ LSN BE u64 (12 B) | CRC-32 LE u32 of the record ‖ record bytes |
-//! | `fusee.store` | shard BE u32 ‖ frame number BE u64 (12 B) | CRC-32 LE u32 of the frame ‖ frame bytes |
-//! | `fusee.index` | shard BE u32 ‖ generation BE u32 ‖ run BE u64 (16 B) | the 32-byte index record ‖ its CRC-32 LE u32 (36 B) |
-//! | `fusee.meta` | shard BE u32 ‖ tag u8 (5 B) | tag [`TAG_LOG`]: [`LogRow`]; tag [`TAG_COMMIT`]: [`CommitRow`] |
+//! | `fusee.format` | `&str`: [`FORMAT_KEY`] | `&[u8]`: [`FORMAT_MAGIC`] ‖ version `u32` LE |
+//! | `fusee.log` | `[u8; 12]` | `&[u8]` |
+//! | `fusee.store` | `[u8; 12]` | `&[u8]` |
+//! | `fusee.index` | `[u8; 16]` | `[u8; 36]` |
+//! | `fusee.meta` | `[u8; 5]` | `&[u8]` |
 //!
-//! **Log row** (tag 1, 20 bytes): `base` u64 LE (the LSN before the first
-//! record kept) ‖ `last` u64 LE (the last flushed LSN; it survives discarding
-//! every record) ‖ CRC-32 LE of the 16 bytes before it. Written by every log
-//! flush in the same durable transaction as the records, and by discards and
-//! spills (non-durable) with `last` unchanged; its presence says the shard
-//! was opened at least once.
-//!
-//! **Commit row** (tag 2, 24 + n bytes): `position` u64 LE (the store's next
-//! frame number at the commit) ‖ `generation` u32 LE (which index generation
-//! is live) ‖ `records` u64 LE (how many index records that generation
-//! holds) ‖ CRC-32 LE of everything else ‖ the checkpoint bytes (n ≥ 0).
-//! Absent until the shard's first commit.
-//!
-//! **Invariants.** The log holds LSNs `base+1..=last` of a shard, plus,
-//! between flushes, spilled unflushed records past `last`, which opening the
-//! shard deletes.
-//! Store frames `< position` are the committed ones; frames `>= position` are
-//! leftovers of an uncommitted interval and are deleted when the shard is
-//! opened. Index rows of any generation other than the commit row's are a
-//! base streamed but not committed (or an old base not yet deleted) and are
-//! deleted at open too.
-//!
-//! **Garbage.** Every value carries a CRC-32 (redb checksums its pages for
-//! crash recovery but does not verify them on reads): a changed byte is
-//! reported as [`fusee_storage::StorageError::Corrupt`] naming the table and
-//! the LSN, frame number, record or shard, never returned. An index record
-//! is also checked against its key's run.
+//! Range ends are inclusive (`..=` the key with `u64::MAX`), the arrays
+//! having no longer key after them. redb checksums its pages for crash
+//! recovery but does not verify them on reads: the layout's own CRC-32s are
+//! what turn a changed byte into an error.
 
-use fusee_core::record::Lsn;
-use fusee_storage::{INDEX_RECORD, StorageError};
 use redb::TableDefinition;
+
+pub use fusee_storage_kv::layout::{
+    CRC, CommitRow, INDEX_VALUE, LogRow, TAG_COMMIT, TAG_LOG, check_crc, index_key,
+    index_record_of, index_value, meta_key, meta_of, seq_key, seq_of, with_crc,
+};
 
 /// Marks a database file as Fusee's.
 pub const FORMAT_MAGIC: [u8; 8] = *b"FUSEE-RD";
@@ -61,224 +39,23 @@ pub const LOG: TableDefinition<[u8; 12], &[u8]> = TableDefinition::new("fusee.lo
 pub const STORE: TableDefinition<[u8; 12], &[u8]> = TableDefinition::new("fusee.store");
 /// Index records by (shard, generation, run).
 pub const INDEX: TableDefinition<[u8; 16], [u8; INDEX_VALUE]> = TableDefinition::new("fusee.index");
-
-/// Bytes of a stored index value: the record and its CRC-32.
-pub const INDEX_VALUE: usize = INDEX_RECORD + CRC;
-
-/// The stored form of an index record.
-pub fn index_value(record: &[u8; INDEX_RECORD]) -> [u8; INDEX_VALUE] {
-    let mut v = [0u8; INDEX_VALUE];
-    v[..INDEX_RECORD].copy_from_slice(record);
-    v[INDEX_RECORD..].copy_from_slice(&crc32fast::hash(record).to_le_bytes());
-    v
-}
-
-/// The record of a stored index value, or `Corrupt { what, at }`.
-pub fn index_record_of(
-    value: &[u8; INDEX_VALUE],
-    what: &'static str,
-    at: u64,
-) -> Result<[u8; INDEX_RECORD], StorageError> {
-    let mut record = [0u8; INDEX_RECORD];
-    record.copy_from_slice(&value[..INDEX_RECORD]);
-    let mut crc = [0u8; CRC];
-    crc.copy_from_slice(&value[INDEX_RECORD..]);
-    if u32::from_le_bytes(crc) != crc32fast::hash(&record) {
-        return Err(StorageError::Corrupt { what, at });
-    }
-    Ok(record)
-}
 /// Per-shard metadata by (shard, tag).
 pub const META: TableDefinition<[u8; 5], &[u8]> = TableDefinition::new("fusee.meta");
 
-/// Meta tag of a shard's [`LogRow`].
-pub const TAG_LOG: u8 = 1;
-/// Meta tag of a shard's [`CommitRow`].
-pub const TAG_COMMIT: u8 = 2;
-
-/// Bytes of the CRC that prefixes log records and frames.
-pub const CRC: usize = 4;
-
-/// The key of a log record or store frame.
-pub fn seq_key(shard: u32, n: u64) -> [u8; 12] {
-    let mut k = [0u8; 12];
-    k[..4].copy_from_slice(&shard.to_be_bytes());
-    k[4..].copy_from_slice(&n.to_be_bytes());
-    k
-}
-
-/// The number (LSN or frame number) in a log or store key.
-pub fn seq_of(key: &[u8; 12]) -> u64 {
-    let mut n = [0u8; 8];
-    n.copy_from_slice(&key[4..]);
-    u64::from_be_bytes(n)
-}
-
-/// The key of an index record.
-pub fn index_key(shard: u32, generation: u32, run: u64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..4].copy_from_slice(&shard.to_be_bytes());
-    k[4..8].copy_from_slice(&generation.to_be_bytes());
-    k[8..].copy_from_slice(&run.to_be_bytes());
-    k
-}
-
-/// The key of a meta row.
-pub fn meta_key(shard: u32, tag: u8) -> [u8; 5] {
-    let mut k = [0u8; 5];
-    k[..4].copy_from_slice(&shard.to_be_bytes());
-    k[4] = tag;
-    k
-}
-
-/// The shard and tag of a meta key.
-pub fn meta_of(key: &[u8; 5]) -> (u32, u8) {
-    (u32::from_be_bytes([key[0], key[1], key[2], key[3]]), key[4])
-}
-
 /// The format table's value for this version.
 pub fn format_value() -> [u8; 12] {
-    let mut v = [0u8; 12];
-    v[..8].copy_from_slice(&FORMAT_MAGIC);
-    v[8..].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    v
+    fusee_storage_kv::layout::format_value(FORMAT_MAGIC, FORMAT_VERSION)
 }
 
 /// The version a format value declares, or `None` if it is not Fusee's.
 pub fn format_version(value: &[u8]) -> Option<u32> {
-    let (magic, version) = value.split_first_chunk::<8>()?;
-    let version: [u8; 4] = version.try_into().ok()?;
-    (*magic == FORMAT_MAGIC).then_some(u32::from_le_bytes(version))
+    fusee_storage_kv::layout::format_version(FORMAT_MAGIC, value)
 }
 
-/// `bytes` prefixed with their CRC, the stored form of a record or frame.
-pub fn with_crc(bytes: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(CRC + bytes.len());
-    v.extend_from_slice(&crc32fast::hash(bytes).to_le_bytes());
-    v.extend_from_slice(bytes);
-    v
-}
-
-/// The payload of a CRC-prefixed value, or `Corrupt { what, at }`.
-pub fn check_crc<'a>(
-    value: &'a [u8],
-    what: &'static str,
-    at: u64,
-) -> Result<&'a [u8], StorageError> {
-    let corrupt = StorageError::Corrupt { what, at };
-    let (crc, bytes) = value.split_first_chunk::<CRC>().ok_or(corrupt)?;
-    if u32::from_le_bytes(*crc) != crc32fast::hash(bytes) {
-        return Err(StorageError::Corrupt { what, at });
-    }
-    Ok(bytes)
-}
-
-/// A shard's log bounds as stored in its meta row.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LogRow {
-    /// The LSN before the first record kept.
-    pub base: Lsn,
-    /// The last flushed LSN.
-    pub last: Lsn,
-}
-
-impl LogRow {
-    /// The 20-byte stored form.
-    pub fn encode(&self) -> [u8; 20] {
-        let mut v = [0u8; 20];
-        v[..8].copy_from_slice(&self.base.to_le_bytes());
-        v[8..16].copy_from_slice(&self.last.to_le_bytes());
-        let crc = crc32fast::hash(&v[..16]);
-        v[16..].copy_from_slice(&crc.to_le_bytes());
-        v
-    }
-
-    /// Decodes a stored row of `shard`, checking length, CRC and `base <= last`.
-    pub fn decode(value: &[u8], shard: u32) -> Result<Self, StorageError> {
-        let corrupt = StorageError::Corrupt {
-            what: "redb log row of shard",
-            at: u64::from(shard),
-        };
-        let v: &[u8; 20] = value.try_into().map_err(|_| corrupt)?;
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&v[i..i + 8]);
-            u64::from_le_bytes(w)
-        };
-        let crc = u32::from_le_bytes([v[16], v[17], v[18], v[19]]);
-        let row = Self {
-            base: word(0),
-            last: word(8),
-        };
-        if crc != crc32fast::hash(&v[..16]) || row.base > row.last {
-            return Err(StorageError::Corrupt {
-                what: "redb log row of shard",
-                at: u64::from(shard),
-            });
-        }
-        Ok(row)
-    }
-}
-
-/// A shard's last commit as stored in its meta row.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CommitRow {
-    /// The store's next frame number at the commit.
-    pub position: u64,
-    /// The live index generation.
-    pub generation: u32,
-    /// How many records it holds.
-    pub records: u64,
-    /// The checkpoint bytes.
-    pub checkpoint: Vec<u8>,
-}
-
-/// Bytes of a commit row before the checkpoint.
-const COMMIT_HEAD: usize = 24;
-
-impl CommitRow {
-    /// The stored form.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(COMMIT_HEAD + self.checkpoint.len());
-        v.extend_from_slice(&self.position.to_le_bytes());
-        v.extend_from_slice(&self.generation.to_le_bytes());
-        v.extend_from_slice(&self.records.to_le_bytes());
-        let mut h = crc32fast::Hasher::new();
-        h.update(&v);
-        h.update(&self.checkpoint);
-        v.extend_from_slice(&h.finalize().to_le_bytes());
-        v.extend_from_slice(&self.checkpoint);
-        v
-    }
-
-    /// Decodes a stored row of `shard`, checking length and CRC.
-    pub fn decode(value: &[u8], shard: u32) -> Result<Self, StorageError> {
-        let corrupt = || StorageError::Corrupt {
-            what: "redb commit row of shard",
-            at: u64::from(shard),
-        };
-        let (head, checkpoint) = value
-            .split_first_chunk::<COMMIT_HEAD>()
-            .ok_or_else(corrupt)?;
-        let mut h = crc32fast::Hasher::new();
-        h.update(&head[..20]);
-        h.update(checkpoint);
-        let crc = u32::from_le_bytes([head[20], head[21], head[22], head[23]]);
-        if crc != h.finalize() {
-            return Err(corrupt());
-        }
-        let mut w8 = [0u8; 8];
-        w8.copy_from_slice(&head[..8]);
-        let position = u64::from_le_bytes(w8);
-        let generation = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
-        w8.copy_from_slice(&head[12..20]);
-        Ok(Self {
-            position,
-            generation,
-            records: u64::from_le_bytes(w8),
-            checkpoint: checkpoint.to_vec(),
-        })
-    }
+/// The number (LSN or frame number) in a redb log or store key.
+pub(crate) fn number(key: [u8; 12]) -> u64 {
+    let [_, _, _, _, n @ ..] = key;
+    u64::from_be_bytes(n)
 }
 
 #[cfg(test)]
@@ -286,66 +63,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_order_numerically() {
-        let a = seq_key(1, 255);
-        let b = seq_key(1, 256);
-        let c = seq_key(2, 0);
-        assert!(a < b && b < c);
-        assert_eq!(seq_of(&b), 256);
-        assert!(index_key(1, 0, u64::MAX) < index_key(1, 1, 0));
-        assert_eq!(
-            meta_of(&meta_key(0xDEAD_BEEF, TAG_COMMIT)),
-            (0xDEAD_BEEF, 2)
-        );
-    }
-
-    #[test]
-    fn rows_round_trip_and_reject_any_changed_byte() {
-        let log = LogRow { base: 7, last: 99 };
-        assert_eq!(LogRow::decode(&log.encode(), 3).ok(), Some(log));
-        let commit = CommitRow {
-            position: 5,
-            generation: 9,
-            records: 1 << 40,
-            checkpoint: b"ck".to_vec(),
-        };
-        let bytes = commit.encode();
-        assert_eq!(CommitRow::decode(&bytes, 3).ok(), Some(commit));
-        for i in 0..bytes.len() {
-            let mut bad = bytes.clone();
-            bad[i] ^= 0x20;
-            assert!(CommitRow::decode(&bad, 3).is_err(), "byte {i} flipped");
-        }
-        let lb = log.encode();
-        for i in 0..lb.len() {
-            let mut bad = lb;
-            bad[i] ^= 1;
-            assert!(LogRow::decode(&bad, 3).is_err(), "byte {i} flipped");
-        }
-        for n in 0..24 {
-            assert!(CommitRow::decode(&bytes[..n], 0).is_err());
-            assert!(LogRow::decode(&lb[..n.min(19)], 0).is_err());
-        }
-    }
-
-    #[test]
-    fn crc_values_and_format() {
-        let v = with_crc(b"hello");
-        assert_eq!(check_crc(&v, "t", 0).ok(), Some(&b"hello"[..]));
-        let mut bad = v.clone();
-        bad[6] ^= 1;
-        assert!(check_crc(&bad, "t", 0).is_err());
-        assert!(check_crc(&v[..3], "t", 0).is_err());
+    fn format_marker_is_ours() {
         assert_eq!(format_version(&format_value()), Some(FORMAT_VERSION));
-        assert_eq!(format_version(b"FUSEE-RX\x01\0\0\0"), None);
-        assert_eq!(format_version(b"short"), None);
-        let r = [9u8; INDEX_RECORD];
-        let v = index_value(&r);
-        assert_eq!(index_record_of(&v, "t", 0).ok(), Some(r));
-        for i in 0..INDEX_VALUE {
-            let mut bad = v;
-            bad[i] ^= 4;
-            assert!(index_record_of(&bad, "t", 0).is_err(), "byte {i}");
-        }
+        assert_eq!(format_version(b"FUSEE-RK\x01\0\0\0"), None);
+        assert_eq!(number(seq_key(7, 1 << 40)), 1 << 40);
     }
 }

@@ -26,6 +26,17 @@
 //! # Ok::<(), fusee_storage::StorageError>(())
 //! ```
 //!
+//! # What this crate owns, and what it does not
+//!
+//! It owns the redb side only: opening and locking the file, the format marker, redb's errors, the panic shield (`catch_unwind`) around every redb call, and write transactions with their `Durability`. The parts are the shared ones of
+//! [`fusee_storage_kv`] on this engine ([`RedbShard`] implements its engine
+//! traits): the byte layout of keys and values, the log and commit rows,
+//! frame and record buffering and spills, bases under generations, the
+//! open-time cleanup plan and the checks on everything read back live there
+//! once, for both key-value backends. It deliberately does not know those
+//! bytes or state machines beyond handing them to redb, nor what records,
+//! frames, index records or checkpoints mean.
+//!
 //! # Choices, and why
 //!
 //! - **One file, shared tables** keyed by (shard, number), rather than a
@@ -64,7 +75,8 @@
 //!
 //! # Layout
 //!
-//! Tables, keys and values byte by byte: see [`layout`].
+//! Keys and values byte by byte: [`fusee_storage_kv::layout`]; the tables
+//! they live in here: [`layout`].
 //!
 //! # What a crash can do
 //!
@@ -116,4 +128,7 @@ pub use checkpoint::RedbCheckpoint;
 pub use error::RedbError;
 pub use log::RedbLog;
 pub use runs::RedbRuns;
-pub use storage::{COMMIT_CRASH_POINTS, FILE_NAME, RedbStorage};
+pub use storage::{COMMIT_CRASH_POINTS, FILE_NAME, RedbShard, RedbStorage};
+
+/// This backend's names for its parts and values in errors.
+static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("redb");

@@ -2,21 +2,19 @@
 //! shards (with the cleanup that rolls a shard back to its last commit), and
 //! the state the parts share.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::Arc;
 
-use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
+use fusee_storage::{Result, ShardParts, Storage, StorageError};
+use fusee_storage_kv::{ShardEngine, ShardState, Shared, shard_parts};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 
-use crate::checkpoint::RedbCheckpoint;
 use crate::error::{RedbError, engine};
 use crate::layout::{
-    self, CommitRow, FORMAT, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, LogRow, META, STORE,
-    TAG_COMMIT, TAG_LOG, index_key, meta_key, seq_key,
+    self, FORMAT, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT, TAG_LOG,
+    index_key, meta_key, seq_key,
 };
-use crate::log::RedbLog;
-use crate::runs::RedbRuns;
+use crate::{NAMES, RedbCheckpoint, RedbLog, RedbRuns};
 
 /// The database file's name inside the storage's directory.
 pub const FILE_NAME: &str = "fusee.redb";
@@ -24,29 +22,21 @@ pub const FILE_NAME: &str = "fusee.redb";
 /// How many points inside a commit [`RedbStorage::crash_in_commit`] can
 /// crash at: 0 before the transaction, 1 with everything written but not
 /// committed, 2 after the commit, before it returns.
-pub const COMMIT_CRASH_POINTS: u32 = 3;
+pub const COMMIT_CRASH_POINTS: u32 = fusee_storage_kv::COMMIT_CRASH_POINTS;
 
 /// Every shard of a storage in one redb database file, `fusee.redb` in the
 /// storage's directory. See the crate documentation for the layout and what
 /// a crash can do.
 pub struct RedbStorage {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<Db>>,
 }
 
 impl std::fmt::Debug for RedbStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedbStorage")
-            .field("path", &self.shared.path)
+            .field("path", &self.shared.path())
             .finish_non_exhaustive()
     }
-}
-
-/// Faults armed for one shard (tests and the conformance harness).
-#[derive(Debug, Default)]
-struct Faults {
-    fail_next_flush: bool,
-    fail_next_commit: bool,
-    crash_at: Option<u32>,
 }
 
 /// The open database, closed under a panic shield: redb's shutdown commit
@@ -74,118 +64,98 @@ impl Drop for Db {
     }
 }
 
-/// What the storage and its parts share.
-pub(crate) struct Shared {
-    path: PathBuf,
-    /// `None` once closed: every call then fails with `Closed`.
-    db: RwLock<Option<Arc<Db>>>,
-    /// Shards whose parts are alive.
-    open: Mutex<HashSet<u32>>,
-    faults: Mutex<HashMap<u32, Faults>>,
-}
+/// One open of one shard on redb.
+pub(crate) type ShardHandle = fusee_storage_kv::ShardHandle<Db>;
 
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
-/// sets it guards are consistent between statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// One open of one shard on redb: the engine under [`RedbLog`],
+/// [`RedbRuns`] and [`RedbCheckpoint`] (each holds a clone). Opaque: made by
+/// [`RedbStorage`]'s `open_shard` only; dropping the last clone releases
+/// the shard for the next open.
+#[derive(Clone)]
+pub struct RedbShard(pub(crate) Arc<ShardHandle>);
 
-impl Shared {
-    fn db(&self, what: &'static str) -> Result<Arc<Db>> {
-        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
-        db.clone().ok_or(StorageError::Closed { what })
-    }
-
-    fn take_fault(&self, shard: u32, pick: impl FnOnce(&mut Faults) -> bool) -> bool {
-        let mut faults = lock(&self.faults);
-        faults.get_mut(&shard).is_some_and(pick)
+impl std::fmt::Debug for RedbShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RedbShard").field(&self.0.id()).finish()
     }
 }
 
-/// One open of one shard, shared by its three parts: dropping the last part
-/// releases the shard for the next open.
-pub(crate) struct ShardHandle {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) id: u32,
-}
+impl ShardEngine for RedbShard {
+    fn shard(&self) -> u32 {
+        self.0.id()
+    }
 
-impl Drop for ShardHandle {
-    fn drop(&mut self) {
-        lock(&self.shared.open).remove(&self.id);
+    fn check_open(&self, what: &'static str) -> Result<()> {
+        self.0.check_open(what)
     }
 }
 
-impl ShardHandle {
-    /// The database, or `Closed { what }` after the storage was closed.
-    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<Db>> {
-        self.shared.db(what)
-    }
+/// What the parts do with redb through their shard's handle.
+pub(crate) trait RedbOps {
+    /// The shard.
+    fn shard_id(&self) -> u32;
 
-    /// `Closed { what }` after the storage was closed.
-    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
-        let db = self.shared.db.read().unwrap_or_else(|e| e.into_inner());
-        match *db {
-            Some(_) => Ok(()),
-            None => Err(StorageError::Closed { what }),
-        }
-    }
+    /// The database, or `Closed { what }` after the storage closed.
+    fn database(&self, what: &'static str) -> Result<Arc<Db>>;
 
     /// Runs `f`, turning a panic inside redb (it has assertions that damaged
     /// pages can trip) into a `Corrupt` error naming the shard. `f` never
     /// calls a caller's visitor, so no caller panic is swallowed.
-    pub(crate) fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        shield(u64::from(self.id), f)
+    fn shield<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        shield(u64::from(self.shard_id()), f)
     }
 
     /// Begins a write transaction with `durability`.
-    pub(crate) fn begin(
+    fn begin(
         &self,
         db: &Database,
         durability: Durability,
         doing: &str,
     ) -> Result<WriteTransaction> {
-        let mut tx = db
-            .begin_write()
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))?;
-        tx.set_durability(durability)
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))?;
+        let mut tx = db.begin_write().map_err(self.err(doing))?;
+        tx.set_durability(durability).map_err(self.err(doing))?;
         Ok(tx)
     }
 
     /// Commits `tx`, mapping the error with `doing`.
-    pub(crate) fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()> {
-        tx.commit()
-            .map_err(|e| engine(format!("{doing} (shard {})", self.id), e))
+    fn commit(&self, tx: WriteTransaction, doing: &str) -> Result<()> {
+        tx.commit().map_err(self.err(doing))
     }
 
     /// An error for a redb failure while `doing`.
-    pub(crate) fn err<E: Into<redb::Error>>(
+    fn err<E: Into<redb::Error>>(
         &self,
         doing: &str,
-    ) -> impl FnOnce(E) -> StorageError + use<E> {
-        let context = format!("{doing} (shard {})", self.id);
+    ) -> impl FnOnce(E) -> StorageError + use<E, Self> {
+        let context = format!("{doing} (shard {})", self.shard_id());
         move |e| engine(context, e)
     }
 
-    pub(crate) fn take_fail_flush(&self) -> bool {
-        self.shared
-            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_flush))
-    }
-
-    pub(crate) fn take_fail_commit(&self) -> bool {
-        self.shared
-            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_commit))
-    }
-
-    /// Whether the armed commit crash point is `step` (disarming it if so).
-    pub(crate) fn crash_point(&self, step: u32) -> bool {
-        self.shared.take_fault(self.id, |f| {
-            let hit = f.crash_at == Some(step);
-            if hit {
-                f.crash_at = None;
-            }
-            hit
+    /// Runs `f` in a write transaction of `durability` and commits it, all
+    /// under the panic shield; `Closed { what }` after the storage closed.
+    fn transact(
+        &self,
+        durability: Durability,
+        what: &'static str,
+        doing: &str,
+        f: impl FnOnce(&WriteTransaction) -> Result<()>,
+    ) -> Result<()> {
+        let db = self.database(what)?;
+        self.shield(|| {
+            let tx = self.begin(&db, durability, doing)?;
+            f(&tx)?;
+            self.commit(tx, doing)
         })
+    }
+}
+
+impl RedbOps for ShardHandle {
+    fn shard_id(&self) -> u32 {
+        self.id()
+    }
+
+    fn database(&self, what: &'static str) -> Result<Arc<Db>> {
+        self.db(what)
     }
 }
 
@@ -201,14 +171,6 @@ pub(crate) fn shield<T>(shard: u64, f: impl FnOnce() -> Result<T>) -> Result<T> 
 
 /// The `at` of a shield around a call about no shard in particular.
 const NO_SHARD: u64 = 1 << 32;
-
-/// The error an injected fault returns.
-pub(crate) fn injected(what: &str, shard: u32) -> StorageError {
-    StorageError::io(
-        format!("{what} (shard {shard}, injected fault)"),
-        std::io::Error::other("injected fault"),
-    )
-}
 
 impl RedbStorage {
     /// Opens the storage in directory `dir` (created if missing), creating
@@ -251,38 +213,27 @@ impl RedbStorage {
     fn with_database(db: Database, path: PathBuf) -> Result<Self> {
         shield(NO_SHARD, || check_format(&db, &path))?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                path,
-                db: RwLock::new(Some(Arc::new(Db(Some(db))))),
-                open: Mutex::default(),
-                faults: Mutex::default(),
-            }),
+            shared: Arc::new(Shared::new(path, Db(Some(db)))),
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.shared.path
+        self.shared.path()
     }
 
     /// The next [`fusee_storage::LogStore::flush`] of `shard` fails with an
     /// I/O error before committing anything; the log part is latched. For
     /// tests of the failure paths.
     pub fn fail_next_flush(&self, shard: u32) {
-        lock(&self.shared.faults)
-            .entry(shard)
-            .or_default()
-            .fail_next_flush = true;
+        self.shared.faults().arm_flush(shard);
     }
 
     /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
     /// with an I/O error before changing anything; its checkpoint and
     /// run-store parts are latched. For tests of the failure paths.
     pub fn fail_next_commit(&self, shard: u32) {
-        lock(&self.shared.faults)
-            .entry(shard)
-            .or_default()
-            .fail_next_commit = true;
+        self.shared.faults().arm_commit(shard);
     }
 
     /// The next commit of `shard` stops at point `step` of
@@ -291,7 +242,7 @@ impl RedbStorage {
     /// committed. The commit returns an I/O error and latches its parts; the
     /// caller then drops the storage without closing it. For crash tests.
     pub fn crash_in_commit(&self, shard: u32, step: u32) {
-        lock(&self.shared.faults).entry(shard).or_default().crash_at = Some(step);
+        self.shared.faults().arm_crash(shard, step);
     }
 }
 
@@ -413,27 +364,10 @@ impl Storage for RedbStorage {
     fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
         const WHAT: &str = "redb storage";
         let db = self.shared.db(WHAT)?;
-        if !lock(&self.shared.open).insert(shard) {
-            return Err(StorageError::AlreadyOpen { shard });
-        }
         // From here on, dropping the handle releases the shard on any error.
-        let handle = Arc::new(ShardHandle {
-            shared: Arc::clone(&self.shared),
-            id: shard,
-        });
-        let (log, commit) = handle.shield(|| recover_shard(&handle, &db))?;
-        let recovered = Recovered {
-            checkpoint: commit.as_ref().map(|c| c.checkpoint.clone()),
-            index_records: commit.as_ref().map_or(0, |c| c.records),
-            store_position: commit.as_ref().map_or(0, |c| c.position),
-        };
-        let commit = commit.unwrap_or_default();
-        Ok(ShardParts {
-            log: RedbLog::new(Arc::clone(&handle), log),
-            runs: RedbRuns::new(Arc::clone(&handle), commit.position),
-            checkpoint: RedbCheckpoint::new(handle, commit.generation, commit.records),
-            recovered,
-        })
+        let handle = Arc::new(self.shared.claim(shard)?);
+        let state = handle.shield(|| recover_shard(&handle, &db))?;
+        Ok(shard_parts(RedbShard(handle), &state, &NAMES))
     }
 
     fn shards(&self) -> Result<Vec<u32>> {
@@ -443,8 +377,7 @@ impl Storage for RedbStorage {
 
     fn close(&self) -> Result<()> {
         // Dropping our reference closes the file once in-flight calls end.
-        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
-        *db = None;
+        self.shared.close();
         Ok(())
     }
 }
@@ -458,8 +391,7 @@ fn list_shards(db: &Database) -> Result<Vec<u32>> {
         let mut shards = Vec::new();
         for row in table.iter().map_err(|e| engine(doing, e))? {
             let (key, _) = row.map_err(|e| engine(doing, e))?;
-            let (shard, tag) = layout::meta_of(&key.value());
-            if tag == TAG_LOG {
+            if let Some((shard, TAG_LOG)) = layout::meta_of(&key.value()) {
                 shards.push(shard);
             }
         }
@@ -467,45 +399,42 @@ fn list_shards(db: &Database) -> Result<Vec<u32>> {
     }
 }
 
-/// Rolls `shard` back to its last commit in one durable transaction: deletes
-/// store frames at or past the committed position, index rows of other
-/// generations and log rows past the last flushed LSN; creates the log row of
-/// a new shard. Returns the log row and the commit row (if any).
-fn recover_shard(h: &ShardHandle, db: &Database) -> Result<(LogRow, Option<CommitRow>)> {
-    let shard = h.id;
+/// Rolls `shard` back to its last commit in one durable transaction,
+/// deleting what [`fusee_storage_kv::Cleanup`] names (store frames at or
+/// past the committed position, index rows of other generations, log
+/// records past the last flushed LSN); creates the log row of a new shard.
+/// Returns the shard's rows.
+fn recover_shard(h: &ShardHandle, db: &Database) -> Result<ShardState> {
+    let shard = h.id();
     let doing = "opening the shard";
     let tx = h.begin(db, Durability::Immediate, doing)?;
-    let (log, commit) = {
-        let mut meta = tx.open_table(META).map_err(|e| engine(doing, e))?;
-        let log = match meta.get(meta_key(shard, TAG_LOG)).map_err(h.err(doing))? {
-            Some(v) => Some(LogRow::decode(v.value(), shard)?),
-            None => None,
+    let state = {
+        let mut meta = tx.open_table(META).map_err(h.err(doing))?;
+        let state = {
+            let log = meta.get(meta_key(shard, TAG_LOG)).map_err(h.err(doing))?;
+            let commit = meta
+                .get(meta_key(shard, TAG_COMMIT))
+                .map_err(h.err(doing))?;
+            ShardState::decode(
+                log.as_ref().map(|v| v.value()),
+                commit.as_ref().map(|v| v.value()),
+                shard,
+                &NAMES,
+            )?
         };
-        let commit = match meta
-            .get(meta_key(shard, TAG_COMMIT))
-            .map_err(h.err(doing))?
-        {
-            Some(v) => Some(CommitRow::decode(v.value(), shard)?),
-            None => None,
-        };
-        let log = match log {
-            Some(log) => log,
-            None => {
-                let log = LogRow::default();
-                meta.insert(meta_key(shard, TAG_LOG), &log.encode()[..])
-                    .map_err(h.err(doing))?;
-                log
-            }
-        };
-        (log, commit)
+        if state.new_log {
+            meta.insert(meta_key(shard, TAG_LOG), &state.log.encode()[..])
+                .map_err(h.err(doing))?;
+        }
+        state
     };
-    let position = commit.as_ref().map_or(0, |c| c.position);
-    let generation = commit.as_ref().map_or(0, |c| c.generation);
+    let cut = state.cleanup();
+    let generation = cut.keep_generation;
     {
         let mut store = tx.open_table(STORE).map_err(h.err(doing))?;
         store
             .retain_in(
-                seq_key(shard, position)..=seq_key(shard, u64::MAX),
+                seq_key(shard, cut.frames_from)..=seq_key(shard, u64::MAX),
                 |_, _| false,
             )
             .map_err(h.err(doing))?;
@@ -524,15 +453,15 @@ fn recover_shard(h: &ShardHandle, db: &Database) -> Result<(LogRow, Option<Commi
                 )
                 .map_err(h.err(doing))?;
         }
-        if let Some(next) = log.last.checked_add(1) {
+        if let Some(from) = cut.log_from {
             let mut records = tx.open_table(LOG).map_err(h.err(doing))?;
             records
-                .retain_in(seq_key(shard, next)..=seq_key(shard, u64::MAX), |_, _| {
+                .retain_in(seq_key(shard, from)..=seq_key(shard, u64::MAX), |_, _| {
                     false
                 })
                 .map_err(h.err(doing))?;
         }
     }
     h.commit(tx, doing)?;
-    Ok((log, commit))
+    Ok(state)
 }

@@ -28,6 +28,17 @@
 //! # Ok::<(), fusee_storage::StorageError>(())
 //! ```
 //!
+//! # What this crate owns, and what it does not
+//!
+//! It owns the RocksDB side only: opening and locking the database, column families and their [`options`], the format marker, RocksDB's errors, and write batches with or without `sync`. The parts are the shared ones of
+//! [`fusee_storage_kv`] on this engine ([`RocksShard`] implements its engine
+//! traits): the byte layout of keys and values, the log and commit rows,
+//! frame and record buffering and spills, bases under generations, the
+//! open-time cleanup plan and the checks on everything read back live there
+//! once, for both key-value backends. It deliberately does not know those
+//! bytes or state machines beyond handing them to RocksDB, nor what records,
+//! frames, index records or checkpoints mean.
+//!
 //! # Choices, and why
 //!
 //! - **One database, shared column families** keyed by (shard, number),
@@ -61,7 +72,8 @@
 //!
 //! # Layout
 //!
-//! Column families, keys and values byte by byte: see [`layout`].
+//! Keys and values byte by byte: [`fusee_storage_kv::layout`]; the column
+//! families they live in here: [`layout`].
 //!
 //! # What a crash can do
 //!
@@ -106,4 +118,7 @@ pub use checkpoint::RocksCheckpoint;
 pub use error::RocksError;
 pub use log::RocksLog;
 pub use runs::RocksRuns;
-pub use storage::{COMMIT_CRASH_POINTS, DIR_NAME, RocksStorage};
+pub use storage::{COMMIT_CRASH_POINTS, DIR_NAME, RocksShard, RocksStorage};
+
+/// This backend's names for its parts and values in errors.
+static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("rocksdb");

@@ -2,22 +2,19 @@
 //! shards (with the cleanup that rolls a shard back to its last commit), and
 //! the state the parts share.
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::path::Path;
+use std::sync::Arc;
 
-use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
+use fusee_storage::{Result, ShardParts, Storage, StorageError};
+use fusee_storage_kv::{ShardEngine, ShardState, Shared, shard_parts};
 use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
 
-use crate::checkpoint::RocksCheckpoint;
 use crate::error::{RocksError, engine};
 use crate::layout::{
-    self, CommitRow, DEFAULT, FAMILIES, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, LogRow, META,
-    STORE, TAG_COMMIT, TAG_LOG, index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
+    self, DEFAULT, FAMILIES, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT,
+    TAG_LOG, index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
 };
-use crate::log::RocksLog;
-use crate::options;
-use crate::runs::RocksRuns;
+use crate::{NAMES, RocksCheckpoint, RocksLog, RocksRuns, options};
 
 /// The database directory's name inside the storage's directory.
 pub const DIR_NAME: &str = "fusee.rocksdb";
@@ -25,69 +22,46 @@ pub const DIR_NAME: &str = "fusee.rocksdb";
 /// How many points inside a commit [`RocksStorage::crash_in_commit`] can
 /// crash at: 0 before the write batch is built, 1 with it built but not
 /// written, 2 after it was written and synced, before the commit returns.
-pub const COMMIT_CRASH_POINTS: u32 = 3;
+pub const COMMIT_CRASH_POINTS: u32 = fusee_storage_kv::COMMIT_CRASH_POINTS;
 
 /// Every shard of a storage in one RocksDB database, the directory
 /// `fusee.rocksdb` in the storage's directory. See the crate documentation
 /// for the layout, the options and what a crash can do.
 pub struct RocksStorage {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<DB>>,
 }
 
 impl std::fmt::Debug for RocksStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RocksStorage")
-            .field("path", &self.shared.path)
+            .field("path", &self.shared.path())
             .finish_non_exhaustive()
     }
 }
 
-/// Faults armed for one shard (tests and the conformance harness).
-#[derive(Debug, Default)]
-struct Faults {
-    fail_next_flush: bool,
-    fail_next_commit: bool,
-    crash_at: Option<u32>,
-}
+/// One open of one shard on RocksDB.
+pub(crate) type ShardHandle = fusee_storage_kv::ShardHandle<DB>;
 
-/// What the storage and its parts share.
-pub(crate) struct Shared {
-    path: PathBuf,
-    /// `None` once closed: every call then fails with `Closed`.
-    db: RwLock<Option<Arc<DB>>>,
-    /// Shards whose parts are alive.
-    open: Mutex<HashSet<u32>>,
-    faults: Mutex<HashMap<u32, Faults>>,
-}
+/// One open of one shard on RocksDB: the engine under [`RocksLog`],
+/// [`RocksRuns`] and [`RocksCheckpoint`] (each holds a clone). Opaque: made
+/// by [`RocksStorage`]'s `open_shard` only; dropping the last clone releases
+/// the shard for the next open.
+#[derive(Clone)]
+pub struct RocksShard(pub(crate) Arc<ShardHandle>);
 
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
-/// sets it guards are consistent between statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    fn db(&self, what: &'static str) -> Result<Arc<DB>> {
-        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
-        db.clone().ok_or(StorageError::Closed { what })
+impl ShardEngine for RocksShard {
+    fn shard(&self) -> u32 {
+        self.0.id()
     }
 
-    fn take_fault(&self, shard: u32, pick: impl FnOnce(&mut Faults) -> bool) -> bool {
-        let mut faults = lock(&self.faults);
-        faults.get_mut(&shard).is_some_and(pick)
+    fn check_open(&self, what: &'static str) -> Result<()> {
+        self.0.check_open(what)
     }
 }
 
-/// One open of one shard, shared by its three parts: dropping the last part
-/// releases the shard for the next open.
-pub(crate) struct ShardHandle {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) id: u32,
-}
-
-impl Drop for ShardHandle {
-    fn drop(&mut self) {
-        lock(&self.shared.open).remove(&self.id);
+impl std::fmt::Debug for RocksShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RocksShard").field(&self.0.id()).finish()
     }
 }
 
@@ -136,61 +110,27 @@ pub(crate) fn write(db: &DB, batch: WriteBatch, sync: bool, doing: String) -> Re
     db.write_opt(batch, &wo).map_err(|e| engine(doing, e))
 }
 
-impl ShardHandle {
-    /// The database, or `Closed { what }` after the storage was closed.
-    pub(crate) fn db(&self, what: &'static str) -> Result<Arc<DB>> {
-        self.shared.db(what)
-    }
-
-    /// `Closed { what }` after the storage was closed.
-    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
-        self.shared.db(what).map(drop)
-    }
-
+/// What the parts do with RocksDB through their shard's handle.
+pub(crate) trait RocksOps {
     /// `doing`, naming the shard, for error contexts.
-    pub(crate) fn doing(&self, doing: &str) -> String {
-        format!("{doing} (shard {})", self.id)
-    }
+    fn doing(&self, doing: &str) -> String;
 
     /// An error for a RocksDB failure while `doing`.
-    pub(crate) fn err(&self, doing: &str) -> impl FnOnce(rocksdb::Error) -> StorageError + use<> {
+    fn err(&self, doing: &str) -> impl FnOnce(rocksdb::Error) -> StorageError + use<Self> {
         let context = self.doing(doing);
         move |e| engine(context, e)
     }
 
     /// Writes `batch` for this shard, synced or not.
-    pub(crate) fn write(&self, db: &DB, batch: WriteBatch, sync: bool, doing: &str) -> Result<()> {
+    fn write(&self, db: &DB, batch: WriteBatch, sync: bool, doing: &str) -> Result<()> {
         write(db, batch, sync, self.doing(doing))
-    }
-
-    pub(crate) fn take_fail_flush(&self) -> bool {
-        self.shared
-            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_flush))
-    }
-
-    pub(crate) fn take_fail_commit(&self) -> bool {
-        self.shared
-            .take_fault(self.id, |f| std::mem::take(&mut f.fail_next_commit))
-    }
-
-    /// Whether the armed commit crash point is `step` (disarming it if so).
-    pub(crate) fn crash_point(&self, step: u32) -> bool {
-        self.shared.take_fault(self.id, |f| {
-            let hit = f.crash_at == Some(step);
-            if hit {
-                f.crash_at = None;
-            }
-            hit
-        })
     }
 }
 
-/// The error an injected fault returns.
-pub(crate) fn injected(what: &str, shard: u32) -> StorageError {
-    StorageError::io(
-        format!("{what} (shard {shard}, injected fault)"),
-        std::io::Error::other("injected fault"),
-    )
+impl RocksOps for ShardHandle {
+    fn doing(&self, doing: &str) -> String {
+        format!("{doing} (shard {})", self.id())
+    }
 }
 
 impl RocksStorage {
@@ -210,38 +150,27 @@ impl RocksStorage {
         let path = dir.join(DIR_NAME);
         let db = open_database(&path)?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                path,
-                db: RwLock::new(Some(Arc::new(db))),
-                open: Mutex::default(),
-                faults: Mutex::default(),
-            }),
+            shared: Arc::new(Shared::new(path, db)),
         })
     }
 
     /// The database directory.
     pub fn path(&self) -> &Path {
-        &self.shared.path
+        self.shared.path()
     }
 
     /// The next [`fusee_storage::LogStore::flush`] of `shard` fails with an
     /// I/O error before writing anything; the log part is latched. For
     /// tests of the failure paths.
     pub fn fail_next_flush(&self, shard: u32) {
-        lock(&self.shared.faults)
-            .entry(shard)
-            .or_default()
-            .fail_next_flush = true;
+        self.shared.faults().arm_flush(shard);
     }
 
     /// The next [`fusee_storage::CheckpointStore::commit`] of `shard` fails
     /// with an I/O error before writing anything; its checkpoint and
     /// run-store parts are latched. For tests of the failure paths.
     pub fn fail_next_commit(&self, shard: u32) {
-        lock(&self.shared.faults)
-            .entry(shard)
-            .or_default()
-            .fail_next_commit = true;
+        self.shared.faults().arm_commit(shard);
     }
 
     /// The next commit of `shard` stops at point `step` of
@@ -251,7 +180,7 @@ impl RocksStorage {
     /// its parts; the caller then drops the storage without closing it. For
     /// crash tests.
     pub fn crash_in_commit(&self, shard: u32, step: u32) {
-        lock(&self.shared.faults).entry(shard).or_default().crash_at = Some(step);
+        self.shared.faults().arm_crash(shard, step);
     }
 }
 
@@ -390,27 +319,10 @@ impl Storage for RocksStorage {
     fn open_shard(&self, shard: u32) -> Result<ShardParts<Self>> {
         const WHAT: &str = "rocksdb storage";
         let db = self.shared.db(WHAT)?;
-        if !lock(&self.shared.open).insert(shard) {
-            return Err(StorageError::AlreadyOpen { shard });
-        }
         // From here on, dropping the handle releases the shard on any error.
-        let handle = Arc::new(ShardHandle {
-            shared: Arc::clone(&self.shared),
-            id: shard,
-        });
-        let (log, commit) = recover_shard(&handle, &db)?;
-        let recovered = Recovered {
-            checkpoint: commit.as_ref().map(|c| c.checkpoint.clone()),
-            index_records: commit.as_ref().map_or(0, |c| c.records),
-            store_position: commit.as_ref().map_or(0, |c| c.position),
-        };
-        let commit = commit.unwrap_or_default();
-        Ok(ShardParts {
-            log: RocksLog::new(Arc::clone(&handle), log),
-            runs: RocksRuns::new(Arc::clone(&handle), commit.position),
-            checkpoint: RocksCheckpoint::new(handle, commit.generation, commit.records),
-            recovered,
-        })
+        let handle = Arc::new(self.shared.claim(shard)?);
+        let state = recover_shard(&handle, &db)?;
+        Ok(shard_parts(RocksShard(handle), &state, &NAMES))
     }
 
     fn shards(&self) -> Result<Vec<u32>> {
@@ -421,8 +333,7 @@ impl Storage for RocksStorage {
     fn close(&self) -> Result<()> {
         // Dropping our reference closes the database once in-flight calls
         // end. Everything a flush or commit reported is already synced.
-        let mut db = self.shared.db.write().unwrap_or_else(|e| e.into_inner());
-        *db = None;
+        self.shared.close();
         Ok(())
     }
 }
@@ -443,37 +354,31 @@ fn list_shards(db: &DB) -> Result<Vec<u32>> {
     Ok(shards)
 }
 
-/// Rolls `shard` back to its last commit in one synced write batch: deletes
-/// store frames at or past the committed position, index rows of other
-/// generations and log records past the last flushed LSN (whatever made
-/// them durable: a later synced batch of any shard, or RocksDB replaying
-/// its WAL after a crash); creates the log row of a new shard. Returns the
-/// log row and the commit row (if any).
-fn recover_shard(h: &ShardHandle, db: &DB) -> Result<(LogRow, Option<CommitRow>)> {
-    let shard = h.id;
+/// Rolls `shard` back to its last commit in one synced write batch,
+/// deleting what [`fusee_storage_kv::Cleanup`] names (store frames at or
+/// past the committed position, index rows of other generations, log
+/// records past the last flushed LSN), whatever made them durable: a later
+/// synced batch of any shard, or RocksDB replaying its WAL after a crash;
+/// creates the log row of a new shard. Returns the shard's rows.
+fn recover_shard(h: &ShardHandle, db: &DB) -> Result<ShardState> {
+    let shard = h.id();
     let doing = "opening the shard";
     let meta = family(db, META)?;
     let log = db
         .get_pinned_cf(meta, meta_key(shard, TAG_LOG))
-        .map_err(h.err(doing))?
-        .map(|v| LogRow::decode(&v, shard))
-        .transpose()?;
+        .map_err(h.err(doing))?;
     let commit = db
         .get_pinned_cf(meta, meta_key(shard, TAG_COMMIT))
-        .map_err(h.err(doing))?
-        .map(|v| CommitRow::decode(&v, shard))
-        .transpose()?;
+        .map_err(h.err(doing))?;
+    let state = ShardState::decode(log.as_deref(), commit.as_deref(), shard, &NAMES)?;
     let mut batch = WriteBatch::default();
-    let log = match log {
-        Some(log) => log,
-        None => {
-            let log = LogRow::default();
-            batch.put_cf(meta, meta_key(shard, TAG_LOG), log.encode());
-            log
-        }
-    };
-    let position = commit.as_ref().map_or(0, |c| c.position);
-    let generation = commit.as_ref().map_or(0, |c| c.generation);
+    if state.new_log {
+        batch.put_cf(meta, meta_key(shard, TAG_LOG), state.log.encode());
+    }
+    let cleanup = state.cleanup();
+    let generation = cleanup.keep_generation;
+    // A range deletion only where there is something to delete: tombstones
+    // cost every later read of the range.
     let mut cut = |name: &'static str, start: &[u8], end: &[u8]| -> Result<()> {
         let cf = family(db, name)?;
         if any_in(db, cf, start, end)? {
@@ -481,7 +386,7 @@ fn recover_shard(h: &ShardHandle, db: &DB) -> Result<(LogRow, Option<CommitRow>)
         }
         Ok(())
     };
-    cut(STORE, &seq_key(shard, position), &seq_end(shard))?;
+    cut(STORE, &seq_key(shard, cleanup.frames_from), &seq_end(shard))?;
     cut(
         INDEX,
         &index_key(shard, 0, 0),
@@ -492,11 +397,11 @@ fn recover_shard(h: &ShardHandle, db: &DB) -> Result<(LogRow, Option<CommitRow>)
         &index_end(shard, generation),
         &index_shard_end(shard),
     )?;
-    if let Some(next) = log.last.checked_add(1) {
-        cut(LOG, &seq_key(shard, next), &seq_end(shard))?;
+    if let Some(from) = cleanup.log_from {
+        cut(LOG, &seq_key(shard, from), &seq_end(shard))?;
     }
     if !batch.is_empty() {
         h.write(db, batch, true, doing)?;
     }
-    Ok((log, commit))
+    Ok(state)
 }

@@ -12,86 +12,23 @@
 //! is not simulated (`Capabilities::power_loss` is false). Faults are
 //! injected by the backend's own switches ([`RocksStorage::fail_next_flush`]
 //! and friends), which fail a flush or commit before anything is written.
+//! The harness is the shared `fusee_storage_kv::testing::KvHarness`.
+//!
+//! Module `kv` runs the tests both key-value backends share
+//! (`fusee_storage_kv::kv_suite!`): leftovers and spilled log records cut at
+//! open, markers, locks (in this process and a child one), damaged values,
+//! bit flips (`FUSEE_ROCKSDB_FLIP_ROUNDS`, `FUSEE_ROCKSDB_SEED`).
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
 
-use fusee_storage::Storage;
-use fusee_storage::conformance::{Capabilities, Harness};
-use fusee_storage_rocksdb::{COMMIT_CRASH_POINTS, RocksStorage};
+use common::Rocks;
+use fusee_storage_kv::testing::KvHarness;
 
-/// A harness over a temporary directory, removed on drop; every
-/// [`Harness::open`] uses a fresh subdirectory.
-struct RocksHarness {
-    root: PathBuf,
-    opened: u64,
-}
+fusee_storage::conformance_suite!(rocksdb, || KvHarness::new(Rocks));
 
-impl RocksHarness {
-    fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let root = std::env::temp_dir().join(format!(
-            "fusee-rocksdb-conformance-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        Self { root, opened: 0 }
-    }
-
-    fn open_dir(&mut self) -> RocksStorage {
-        let dir = self.root.join(self.opened.to_string());
-        RocksStorage::open(&dir).unwrap_or_else(|e| panic!("open {dir:?}: {e}"))
-    }
-}
-
-impl Drop for RocksHarness {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-impl Harness for RocksHarness {
-    type S = RocksStorage;
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fault_injection: true,
-            commit_crash_points: COMMIT_CRASH_POINTS,
-            ..Capabilities::default()
-        }
-    }
-
-    fn open(&mut self) -> RocksStorage {
-        self.opened += 1;
-        self.open_dir()
-    }
-
-    fn reopen(&mut self, s: RocksStorage) -> RocksStorage {
-        s.close().unwrap_or_else(|e| panic!("close: {e}"));
-        drop(s);
-        self.open_dir()
-    }
-
-    fn crash(&mut self, s: RocksStorage) -> RocksStorage {
-        drop(s);
-        self.open_dir()
-    }
-
-    fn fail_next_flush(&mut self, s: &RocksStorage, shard: u32) {
-        s.fail_next_flush(shard);
-    }
-
-    fn fail_next_commit(&mut self, s: &RocksStorage, shard: u32) {
-        s.fail_next_commit(shard);
-    }
-
-    fn crash_in_commit(&mut self, s: &RocksStorage, shard: u32, step: u32) {
-        s.crash_in_commit(shard, step);
-    }
-}
-
-fusee_storage::conformance_suite!(rocksdb, RocksHarness::new);
+// The shared key-value backend tests (crash leftovers, log spill, markers,
+// locks, damaged values, bit flips): `fusee_storage_kv::testing`.
+fusee_storage_kv::kv_suite!(kv, Rocks, || Rocks);
 
 /// The macro expands every clause the suite lists.
 #[test]

@@ -1,46 +1,41 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: raw access to the database and
+//! the [`Backend`] the shared test bodies of `fusee_storage_kv::testing`
+//! run against.
 
 #![allow(dead_code)] // each test file uses a part
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
 
-use fusee_storage_rocksdb::DIR_NAME;
+use fusee_storage::StorageError;
+use fusee_storage_kv::testing::{Backend, OpenError, Rows, Table};
 use fusee_storage_rocksdb::layout::{
-    FAMILIES, INDEX, LOG, STORE, index_key, index_shard_end, seq_end, seq_key,
+    self, FAMILIES, FORMAT_KEY, INDEX, LOG, META, STORE, index_key, index_shard_end, seq_end,
+    seq_key,
 };
+use fusee_storage_rocksdb::{DIR_NAME, RocksError, RocksStorage};
 
 /// A temporary directory, removed on drop.
-pub(crate) struct TempDir(pub(crate) PathBuf);
+pub(crate) struct TempDir(fusee_storage_kv::testing::TempDir);
 
 impl TempDir {
     /// A new empty directory named after `name`, the process and a counter.
     pub(crate) fn new(name: &str) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "fusee-rocksdb-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
-        Self(dir)
+        Self(fusee_storage_kv::testing::TempDir::new("rocksdb", name))
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.0.0
     }
 
     /// The database directory inside.
     pub(crate) fn db(&self) -> PathBuf {
-        self.0.join(DIR_NAME)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.0.join(DIR_NAME)
     }
 }
 
 /// Opens the database in `db` directly (the storage must be dropped).
-pub(crate) fn raw_open(db: &std::path::Path) -> rocksdb::DB {
+pub(crate) fn raw_open(db: &Path) -> rocksdb::DB {
     let opts = fusee_storage_rocksdb::options::db_options();
     let families = FAMILIES.iter().map(|f| {
         rocksdb::ColumnFamilyDescriptor::new(*f, fusee_storage_rocksdb::options::family_options(f))
@@ -68,13 +63,99 @@ pub(crate) fn count(db: &rocksdb::DB, family: &str, start: &[u8], end: &[u8]) ->
     n
 }
 
-/// Rows of `shard` in the log, store and index column families, read from
-/// the database directly (the storage must be dropped).
-pub(crate) fn raw_rows(db: &std::path::Path, shard: u32) -> (usize, usize, usize) {
-    let db = raw_open(db);
-    (
-        count(&db, LOG, &seq_key(shard, 0), &seq_end(shard)),
-        count(&db, STORE, &seq_key(shard, 0), &seq_end(shard)),
-        count(&db, INDEX, &index_key(shard, 0, 0), &index_shard_end(shard)),
-    )
+fn family(table: Table) -> &'static str {
+    match table {
+        Table::Log => LOG,
+        Table::Store => STORE,
+        Table::Index => INDEX,
+        Table::Meta => META,
+    }
+}
+
+/// The RocksDB backend for the shared test bodies: a crash is dropping the
+/// storage without closing it (what was written without `sync` is in the
+/// WAL file, as after a real process crash).
+#[derive(Default)]
+pub(crate) struct Rocks;
+
+impl Backend for Rocks {
+    type S = RocksStorage;
+    const NAME: &'static str = "rocksdb";
+    const ENV: &'static str = "ROCKSDB";
+    const UNSYNCED_SURVIVE_CRASH: bool = true;
+    const FORMAT_VERSION: u32 = layout::FORMAT_VERSION;
+    const FLIP_ROUNDS: u64 = 30;
+    const FLIP_BITS: u64 = 3;
+    const FLIP_FRAME_LEN: usize = 5000;
+
+    fn open(dir: &Path) -> fusee_storage::Result<RocksStorage> {
+        RocksStorage::open(dir)
+    }
+
+    fn open_crashable(&mut self, dir: &Path) -> RocksStorage {
+        RocksStorage::open(dir).unwrap_or_else(|e| panic!("open {dir:?}: {e}"))
+    }
+
+    fn crash(&mut self, s: RocksStorage) {
+        drop(s);
+    }
+
+    fn open_error(e: &StorageError) -> OpenError {
+        let StorageError::Backend(e) = e else {
+            return OpenError::Other;
+        };
+        match e.downcast_ref::<RocksError>() {
+            Some(RocksError::Locked { .. }) => OpenError::Locked,
+            Some(RocksError::Foreign { .. }) => OpenError::Foreign,
+            Some(RocksError::NewerFormat {
+                found, supported, ..
+            }) => OpenError::NewerFormat(*found, *supported),
+            _ => OpenError::Other,
+        }
+    }
+
+    fn format_value() -> [u8; 12] {
+        layout::format_value()
+    }
+
+    fn set_marker(dir: &Path, value: &[u8]) {
+        Self::raw_put(dir, Table::Meta, FORMAT_KEY, value);
+    }
+
+    fn raw_get(dir: &Path, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+        let db = raw_open(&dir.join(DIR_NAME));
+        let cf = db
+            .cf_handle(family(table))
+            .unwrap_or_else(|| panic!("no {table:?}"));
+        db.get_cf(cf, key).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn raw_put(dir: &Path, table: Table, key: &[u8], value: &[u8]) {
+        let db = raw_open(&dir.join(DIR_NAME));
+        let cf = db
+            .cf_handle(family(table))
+            .unwrap_or_else(|| panic!("no {table:?}"));
+        db.put_cf(cf, key, value).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn raw_rows(dir: &Path, shard: u32) -> Rows {
+        let db = raw_open(&dir.join(DIR_NAME));
+        Rows {
+            log: count(&db, LOG, &seq_key(shard, 0), &seq_end(shard)),
+            frames: count(&db, STORE, &seq_key(shard, 0), &seq_end(shard)),
+            index: count(&db, INDEX, &index_key(shard, 0, 0), &index_shard_end(shard)),
+        }
+    }
+
+    fn fail_next_flush(s: &RocksStorage, shard: u32) {
+        s.fail_next_flush(shard);
+    }
+
+    fn fail_next_commit(s: &RocksStorage, shard: u32) {
+        s.fail_next_commit(shard);
+    }
+
+    fn crash_in_commit(s: &RocksStorage, shard: u32, step: u32) {
+        s.crash_in_commit(shard, step);
+    }
 }

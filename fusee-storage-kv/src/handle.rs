@@ -1,0 +1,122 @@
+//! The state a storage on some engine database `D` shares with its shards'
+//! parts ([`Shared`]), and one open of one shard ([`ShardHandle`]): the
+//! database until the storage closes, the one-owner-per-shard guard and the
+//! fault switches. Nothing here touches the database itself.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use fusee_storage::{Result, StorageError};
+
+use crate::{FaultSwitches, OpenShards};
+
+/// What a storage and its parts share.
+#[derive(Debug)]
+pub struct Shared<D> {
+    path: PathBuf,
+    /// `None` once closed: every call then fails with `Closed`.
+    db: RwLock<Option<Arc<D>>>,
+    open: OpenShards,
+    faults: FaultSwitches,
+}
+
+impl<D> Shared<D> {
+    /// The state of a storage just opened on `db`, named `path` in errors.
+    pub fn new(path: PathBuf, db: D) -> Self {
+        Self {
+            path,
+            db: RwLock::new(Some(Arc::new(db))),
+            open: OpenShards::default(),
+            faults: FaultSwitches::default(),
+        }
+    }
+
+    /// The database's path (a file or a directory).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The database, or `Closed { what }` after [`Shared::close`]. Calls in
+    /// flight keep it alive past the close.
+    pub fn db(&self, what: &'static str) -> Result<Arc<D>> {
+        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
+        db.clone().ok_or(StorageError::Closed { what })
+    }
+
+    /// `Closed { what }` after [`Shared::close`].
+    pub fn check_open(&self, what: &'static str) -> Result<()> {
+        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
+        match *db {
+            Some(_) => Ok(()),
+            None => Err(StorageError::Closed { what }),
+        }
+    }
+
+    /// Drops the storage's reference to the database: it closes once calls
+    /// in flight end, and every later call is `Closed`.
+    pub fn close(&self) {
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        *db = None;
+    }
+
+    /// The fault switches (tests and the conformance harness).
+    pub fn faults(&self) -> &FaultSwitches {
+        &self.faults
+    }
+
+    /// Claims `shard` for one owner (`AlreadyOpen` if it has one); the
+    /// handle releases it when dropped.
+    pub fn claim(self: &Arc<Self>, shard: u32) -> Result<ShardHandle<D>> {
+        self.open.claim(shard)?;
+        Ok(ShardHandle {
+            shared: Arc::clone(self),
+            id: shard,
+        })
+    }
+}
+
+/// One open of one shard, shared by its three parts: dropping it releases
+/// the shard for the next open.
+#[derive(Debug)]
+pub struct ShardHandle<D> {
+    shared: Arc<Shared<D>>,
+    id: u32,
+}
+
+impl<D> Drop for ShardHandle<D> {
+    fn drop(&mut self) {
+        self.shared.open.release(self.id);
+    }
+}
+
+impl<D> ShardHandle<D> {
+    /// The shard.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The database, or `Closed { what }` after the storage closed.
+    pub fn db(&self, what: &'static str) -> Result<Arc<D>> {
+        self.shared.db(what)
+    }
+
+    /// `Closed { what }` after the storage closed.
+    pub fn check_open(&self, what: &'static str) -> Result<()> {
+        self.shared.check_open(what)
+    }
+
+    /// Whether a flush failure is armed for this shard (disarming it).
+    pub fn take_fail_flush(&self) -> bool {
+        self.shared.faults.take_flush(self.id)
+    }
+
+    /// Whether a commit failure is armed for this shard (disarming it).
+    pub fn take_fail_commit(&self) -> bool {
+        self.shared.faults.take_commit(self.id)
+    }
+
+    /// Whether the armed commit crash point is `step` (disarming it if so).
+    pub fn crash_point(&self, step: u32) -> bool {
+        self.shared.faults.crash_point(self.id, step)
+    }
+}

@@ -1,0 +1,274 @@
+//! Opening a shard: what its meta rows say ([`ShardState`]), what the
+//! open-time cleanup deletes ([`Cleanup`]), and the bookkeeping a storage
+//! keeps across shards ([`OpenShards`], [`FaultSwitches`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use fusee_core::record::Lsn;
+use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
+
+use crate::layout::{CommitRow, LogRow};
+use crate::{FrameEngine, IndexEngine, KvCheckpoint, KvLog, KvRuns, LogEngine, Names};
+
+/// How many points inside a commit a backend's `crash_in_commit` can crash
+/// at: 0 before the write is built, 1 with it built but never written, 2
+/// after it is durable, before the commit returns.
+pub const COMMIT_CRASH_POINTS: u32 = 3;
+
+/// A shard's meta rows as found at open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardState {
+    /// The log row (a default one if the shard is new).
+    pub log: LogRow,
+    /// Whether the shard had no log row: the cleanup's write must create it.
+    pub new_log: bool,
+    /// The last commit, if any.
+    pub commit: Option<CommitRow>,
+}
+
+/// What opening a shard deletes so that it holds exactly its last commit
+/// and its flushed log, whatever reached stable storage outside a commit or
+/// flush (spilled frames, streamed bases, spilled log records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cleanup {
+    /// Store frames numbered this or more (the committed position on).
+    pub frames_from: u64,
+    /// Index rows of every generation but this one (the committed one).
+    pub keep_generation: u32,
+    /// Log records with this LSN or more (past the last flushed one);
+    /// `None` if the last flushed LSN is `u64::MAX`.
+    pub log_from: Option<Lsn>,
+}
+
+impl ShardState {
+    /// Decodes the stored log and commit rows of `shard` (either may be
+    /// absent); `Corrupt` naming the row if one is damaged.
+    pub fn decode(
+        log: Option<&[u8]>,
+        commit: Option<&[u8]>,
+        shard: u32,
+        names: &Names,
+    ) -> Result<Self> {
+        let commit = commit
+            .map(|v| CommitRow::decode(v, shard, names.commit_row))
+            .transpose()?;
+        Ok(match log {
+            Some(v) => Self {
+                log: LogRow::decode(v, shard, names.log_row)?,
+                new_log: false,
+                commit,
+            },
+            None => Self {
+                log: LogRow::default(),
+                new_log: true,
+                commit,
+            },
+        })
+    }
+
+    /// The store's committed position (0 before the first commit).
+    pub fn position(&self) -> u64 {
+        self.commit.as_ref().map_or(0, |c| c.position)
+    }
+
+    /// The committed index generation (0 before the first commit).
+    pub fn generation(&self) -> u32 {
+        self.commit.as_ref().map_or(0, |c| c.generation)
+    }
+
+    /// How many records the committed generation holds.
+    pub fn records(&self) -> u64 {
+        self.commit.as_ref().map_or(0, |c| c.records)
+    }
+
+    /// What the open-time cleanup deletes.
+    pub fn cleanup(&self) -> Cleanup {
+        Cleanup {
+            frames_from: self.position(),
+            keep_generation: self.generation(),
+            log_from: self.log.last.checked_add(1),
+        }
+    }
+
+    /// What the shard's owner recovers.
+    pub fn recovered(&self) -> Recovered {
+        Recovered {
+            checkpoint: self.commit.as_ref().map(|c| c.checkpoint.clone()),
+            index_records: self.records(),
+            store_position: self.position(),
+        }
+    }
+}
+
+/// The parts of a shard opened on `engine` (one open of one shard, cloned
+/// into each part) whose rows, after the open-time cleanup, are `state`.
+pub fn shard_parts<S, E>(engine: E, state: &ShardState, names: &'static Names) -> ShardParts<S>
+where
+    E: LogEngine + FrameEngine + IndexEngine<Frames = E> + Clone,
+    S: Storage<Log = KvLog<E>, Runs = KvRuns<E>, Checkpoint = KvCheckpoint<E>>,
+{
+    ShardParts {
+        log: KvLog::new(engine.clone(), state.log, names),
+        runs: KvRuns::new(engine.clone(), state.position(), names),
+        checkpoint: KvCheckpoint::new(engine, state.generation(), state.records(), names),
+        recovered: state.recovered(),
+    }
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the
+/// sets it guards are consistent between statements).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The shards of a storage whose parts are alive: each has one owner.
+#[derive(Debug, Default)]
+pub struct OpenShards(Mutex<HashSet<u32>>);
+
+impl OpenShards {
+    /// Marks `shard` open; `AlreadyOpen` if it is.
+    pub fn claim(&self, shard: u32) -> Result<()> {
+        if !lock(&self.0).insert(shard) {
+            return Err(StorageError::AlreadyOpen { shard });
+        }
+        Ok(())
+    }
+
+    /// Marks `shard` closed (its last part was dropped).
+    pub fn release(&self, shard: u32) {
+        lock(&self.0).remove(&shard);
+    }
+}
+
+/// Faults armed for one shard.
+#[derive(Debug, Default)]
+struct Faults {
+    fail_next_flush: bool,
+    fail_next_commit: bool,
+    crash_at: Option<u32>,
+}
+
+/// Faults armed per shard by tests and the conformance harness: each fires
+/// once.
+#[derive(Debug, Default)]
+pub struct FaultSwitches(Mutex<HashMap<u32, Faults>>);
+
+impl FaultSwitches {
+    /// The next durable log write of `shard` fails.
+    pub fn arm_flush(&self, shard: u32) {
+        lock(&self.0).entry(shard).or_default().fail_next_flush = true;
+    }
+
+    /// The next commit of `shard` fails before writing anything.
+    pub fn arm_commit(&self, shard: u32) {
+        lock(&self.0).entry(shard).or_default().fail_next_commit = true;
+    }
+
+    /// The next commit of `shard` stops at crash point `step` (of
+    /// [`COMMIT_CRASH_POINTS`]).
+    pub fn arm_crash(&self, shard: u32, step: u32) {
+        lock(&self.0).entry(shard).or_default().crash_at = Some(step);
+    }
+
+    fn take(&self, shard: u32, pick: impl FnOnce(&mut Faults) -> bool) -> bool {
+        lock(&self.0).get_mut(&shard).is_some_and(pick)
+    }
+
+    /// Whether a flush failure is armed for `shard` (disarming it).
+    pub fn take_flush(&self, shard: u32) -> bool {
+        self.take(shard, |f| std::mem::take(&mut f.fail_next_flush))
+    }
+
+    /// Whether a commit failure is armed for `shard` (disarming it).
+    pub fn take_commit(&self, shard: u32) -> bool {
+        self.take(shard, |f| std::mem::take(&mut f.fail_next_commit))
+    }
+
+    /// Whether the armed commit crash point of `shard` is `step` (disarming
+    /// it if so).
+    pub fn crash_point(&self, shard: u32, step: u32) -> bool {
+        self.take(shard, |f| {
+            let hit = f.crash_at == Some(step);
+            if hit {
+                f.crash_at = None;
+            }
+            hit
+        })
+    }
+}
+
+/// The error an injected fault returns.
+pub fn injected(what: &str, shard: u32) -> StorageError {
+    StorageError::io(
+        format!("{what} (shard {shard}, injected fault)"),
+        std::io::Error::other("injected fault"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cleanup_follows_the_rows() {
+        let names = crate::names!("t");
+        let fresh = ShardState::decode(None, None, 0, &names).unwrap_or_else(|e| panic!("{e}"));
+        assert!(fresh.new_log && fresh.commit.is_none());
+        assert_eq!(
+            fresh.cleanup(),
+            Cleanup {
+                frames_from: 0,
+                keep_generation: 0,
+                log_from: Some(1)
+            }
+        );
+        let log = LogRow { base: 3, last: 9 }.encode();
+        let commit = CommitRow {
+            position: 5,
+            generation: 2,
+            records: 7,
+            checkpoint: b"ck".to_vec(),
+        }
+        .encode();
+        let s = ShardState::decode(Some(&log), Some(&commit), 0, &names)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!s.new_log);
+        assert_eq!(
+            s.cleanup(),
+            Cleanup {
+                frames_from: 5,
+                keep_generation: 2,
+                log_from: Some(10)
+            }
+        );
+        assert_eq!(
+            (s.recovered().checkpoint.as_deref(), s.records()),
+            (Some(&b"ck"[..]), 7)
+        );
+        let max = LogRow {
+            base: 0,
+            last: u64::MAX,
+        }
+        .encode();
+        let s = ShardState::decode(Some(&max), None, 0, &names).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.cleanup().log_from, None);
+        assert!(ShardState::decode(Some(b"bad"), None, 0, &names).is_err());
+        assert!(ShardState::decode(None, Some(b"bad"), 0, &names).is_err());
+    }
+
+    #[test]
+    fn faults_fire_once() {
+        let f = FaultSwitches::default();
+        assert!(!f.take_flush(1));
+        f.arm_flush(1);
+        f.arm_crash(1, 2);
+        assert!(!f.take_flush(2) && !f.crash_point(1, 1));
+        assert!(f.take_flush(1) && !f.take_flush(1));
+        assert!(f.crash_point(1, 2) && !f.crash_point(1, 2));
+        let open = OpenShards::default();
+        assert!(open.claim(4).is_ok() && open.claim(4).is_err());
+        open.release(4);
+        assert!(open.claim(4).is_ok());
+    }
+}

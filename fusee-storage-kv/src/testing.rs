@@ -1,0 +1,693 @@
+//! Test bodies both key-value backends run against their own engine
+//! (feature `testing`): what reaches stable storage outside a commit or
+//! flush is cut at open, damaged values are `Corrupt`, format markers and
+//! locks are refused, and bit flips give errors or exact bytes.
+//!
+//! A backend implements [`Backend`] (how to open, crash, and read or write
+//! its tables behind the storage's back) in its tests and calls each body
+//! from a `#[test]`. What only one engine has (redb's panics on damaged
+//! pages, RocksDB's foreign column families, garbage `CURRENT` files)
+//! stays in that backend's tests.
+//!
+//! Every body panics with the seed and what differed on failure; they use
+//! `unwrap_or_else(|e| panic!(..))` on purpose (a test's failure is a panic).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fusee_core::shard::BlobRef;
+use fusee_storage::conformance::{Capabilities, Harness};
+use fusee_storage::{
+    CheckpointStore, INDEX_RECORD, IndexChange, LogStore, RunStore, Storage, StorageError,
+};
+
+use crate::checkpoint::BASE_SPILL;
+use crate::layout::{TAG_COMMIT, meta_key, seq_key};
+use crate::log::LOG_SPILL_BYTES;
+use crate::runs::SPILL_BYTES;
+
+/// A table of the shared layout, for raw access behind the storage's back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// Log records.
+    Log,
+    /// Run-store frames.
+    Store,
+    /// Index records.
+    Index,
+    /// Meta rows.
+    Meta,
+}
+
+/// What an open error of a backend says, as the shared bodies check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// The database is held open by another process or storage.
+    Locked,
+    /// A database of the engine that is not Fusee's.
+    Foreign,
+    /// A Fusee database of a newer layout: the version found and the newest
+    /// supported.
+    NewerFormat(u32, u32),
+    /// Anything else.
+    Other,
+}
+
+/// Rows of one shard in the log, store and index tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    /// Log records.
+    pub log: usize,
+    /// Store frames.
+    pub frames: usize,
+    /// Index records (of every generation).
+    pub index: usize,
+}
+
+/// A backend under test.
+pub trait Backend {
+    /// Its storage.
+    type S: Storage;
+
+    /// Short name, for temporary directories and environment variables
+    /// (`FUSEE_{ENV}_SEED`, `FUSEE_{ENV}_FLIP_ROUNDS`).
+    const NAME: &'static str;
+    /// `NAME` in capitals, for environment variables.
+    const ENV: &'static str;
+    /// Whether writes that were not durable survive a process crash (RocksDB:
+    /// they are in the WAL file; redb: only its last durable commit counts).
+    const UNSYNCED_SURVIVE_CRASH: bool;
+    /// The layout version the backend writes.
+    const FORMAT_VERSION: u32;
+    /// Default rounds of [`bit_flips_are_errors_or_exact_bytes`].
+    const FLIP_ROUNDS: u64;
+    /// Most bits it flips per round.
+    const FLIP_BITS: u64;
+    /// Bytes of each frame it writes (RocksDB: above the blob threshold, so
+    /// blob files are flipped too).
+    const FLIP_FRAME_LEN: usize;
+
+    /// Opens the storage in `dir` as the application would.
+    fn open(dir: &Path) -> fusee_storage::Result<Self::S>;
+
+    /// Opens the storage in `dir` so that [`Backend::crash`] can crash it.
+    fn open_crashable(&mut self, dir: &Path) -> Self::S;
+
+    /// Ends `s` as a process crash would: nothing more reaches the files.
+    fn crash(&mut self, s: Self::S);
+
+    /// Classifies an open error.
+    fn open_error(e: &StorageError) -> OpenError;
+
+    /// The format marker value of this version.
+    fn format_value() -> [u8; 12];
+
+    /// Writes the format marker of the (closed) storage in `dir`.
+    fn set_marker(dir: &Path, value: &[u8]);
+
+    /// The value under `key` in `table` of the (closed) storage in `dir`.
+    fn raw_get(dir: &Path, table: Table, key: &[u8]) -> Option<Vec<u8>>;
+
+    /// Writes `value` under `key` in `table` of the (closed) storage in
+    /// `dir`.
+    fn raw_put(dir: &Path, table: Table, key: &[u8], value: &[u8]);
+
+    /// Rows of `shard` in the (closed) storage in `dir`.
+    fn raw_rows(dir: &Path, shard: u32) -> Rows;
+
+    /// Arms the storage's switch that fails the next flush of `shard`.
+    fn fail_next_flush(s: &Self::S, shard: u32);
+
+    /// Arms the storage's switch that fails the next commit of `shard`.
+    fn fail_next_commit(s: &Self::S, shard: u32);
+
+    /// Arms the storage's switch that crashes the next commit of `shard` at
+    /// point `step` (of [`crate::COMMIT_CRASH_POINTS`]).
+    fn crash_in_commit(s: &Self::S, shard: u32, step: u32);
+}
+
+/// The conformance harness of backend `B` over a temporary directory
+/// (removed on drop): every [`Harness::open`] uses a fresh subdirectory, a
+/// crash is [`Backend::crash`] (a process crash, not a power cut: unsynced
+/// writes are not torn), faults are the backend's own switches, which fail
+/// a flush or commit before anything is written.
+#[derive(Debug)]
+pub struct KvHarness<B> {
+    backend: B,
+    root: TempDir,
+    opened: u64,
+}
+
+impl<B: Backend> KvHarness<B> {
+    /// A harness running `backend`.
+    pub fn new(backend: B) -> Self {
+        Self {
+            backend,
+            root: TempDir::new(B::NAME, "conformance"),
+            opened: 0,
+        }
+    }
+
+    fn open_dir(&mut self) -> B::S {
+        let dir = self.root.0.join(self.opened.to_string());
+        self.backend.open_crashable(&dir)
+    }
+}
+
+impl<B: Backend> Harness for KvHarness<B> {
+    type S = B::S;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fault_injection: true,
+            power_loss: false,
+            commit_crash_points: crate::COMMIT_CRASH_POINTS,
+        }
+    }
+
+    fn open(&mut self) -> B::S {
+        self.opened += 1;
+        self.open_dir()
+    }
+
+    fn reopen(&mut self, s: B::S) -> B::S {
+        s.close().unwrap_or_else(|e| panic!("close: {e}"));
+        drop(s);
+        self.open_dir()
+    }
+
+    fn crash(&mut self, s: B::S) -> B::S {
+        self.backend.crash(s);
+        self.open_dir()
+    }
+
+    fn fail_next_flush(&mut self, s: &B::S, shard: u32) {
+        B::fail_next_flush(s, shard);
+    }
+
+    fn fail_next_commit(&mut self, s: &B::S, shard: u32) {
+        B::fail_next_commit(s, shard);
+    }
+
+    fn crash_in_commit(&mut self, s: &B::S, shard: u32, step: u32) {
+        B::crash_in_commit(s, shard, step);
+    }
+}
+
+/// A temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new empty directory named after `backend`, `name`, the process and
+    /// a counter.
+    pub fn new(backend: &str, name: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fusee-{backend}-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `FUSEE_{env}_{var}` parsed, or `default`.
+pub fn env_or(env: &str, var: &str, default: u64) -> u64 {
+    std::env::var(format!("FUSEE_{env}_{var}"))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// An index record of `run` (state live).
+pub fn index_record(run: u64) -> [u8; INDEX_RECORD] {
+    let mut r = [3u8; INDEX_RECORD];
+    r[8..16].copy_from_slice(&(run | 1 << 48).to_le_bytes());
+    r
+}
+
+fn must<T>(r: fusee_storage::Result<T>, what: &str) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Commits one frame and one index record on shard 0, then spills four
+/// frames and a base (writes that are not durable), then (if
+/// `other_flushes`) has a log flush of shard 1 make them durable; returns
+/// the committed frame.
+fn spill<S: Storage>(s: &S, other_flushes: bool) -> BlobRef {
+    let mut p = must(s.open_shard(0), "open_shard");
+    let kept = must(p.runs.append(b"committed"), "append");
+    must(
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&index_record(1)), b"one"),
+        "commit",
+    );
+    let big = vec![7u8; SPILL_BYTES / 4 + 1];
+    for _ in 0..4 {
+        must(p.runs.append(&big), "append");
+    }
+    must(p.checkpoint.begin_base(), "begin_base");
+    let base: Vec<u8> = (0..BASE_SPILL as u64).flat_map(index_record).collect();
+    must(p.checkpoint.base_chunk(&base), "base_chunk");
+    if other_flushes {
+        let mut other = must(s.open_shard(1), "open_shard 1");
+        must(other.log.append(1, b"x"), "append");
+        must(other.log.flush(), "flush");
+    }
+    kept
+}
+
+/// Frames and a base spilled outside a commit, whether or not another
+/// shard's durable write followed them: after a crash the storage holds
+/// them or not (as the engine keeps writes that were not durable), and
+/// opening the shard leaves exactly the last commit.
+pub fn leftovers_are_removed_at_open<B: Backend>(backend: &mut B, other_flushes: bool) {
+    let dir = TempDir::new(B::NAME, "leftovers");
+    let s = backend.open_crashable(&dir.0);
+    let kept = spill(&s, other_flushes);
+    backend.crash(s);
+    let rows = B::raw_rows(&dir.0, 0);
+    let (frames, index) = if other_flushes || B::UNSYNCED_SURVIVE_CRASH {
+        (5, 1 + BASE_SPILL)
+    } else {
+        (1, 1)
+    };
+    assert_eq!(
+        (rows.frames, rows.index),
+        (frames, index),
+        "rows after the crash (other flush: {other_flushes})"
+    );
+    let s = must(B::open(&dir.0), "reopen");
+    let mut p = must(s.open_shard(0), "open_shard");
+    assert_eq!(p.recovered.checkpoint.as_deref(), Some(&b"one"[..]));
+    assert_eq!((p.recovered.index_records, p.runs.position()), (1, 1));
+    let mut out = Vec::new();
+    must(p.runs.read(kept, &mut out), "read");
+    assert_eq!(out, b"committed");
+    let mut n = 0;
+    must(
+        p.checkpoint.read_index(&mut |c| {
+            n += c.len() / INDEX_RECORD;
+            Ok(())
+        }),
+        "read_index",
+    );
+    assert_eq!(n, 1);
+    drop(p);
+    must(s.close(), "close");
+    drop(s);
+    let rows = B::raw_rows(&dir.0, 0);
+    assert_eq!(
+        (rows.frames, rows.index),
+        (1, 1),
+        "open deleted the leftovers"
+    );
+}
+
+/// Unflushed records past `LOG_SPILL_BYTES` are written without
+/// durability: reads see them all and the durable LSN does not move. After
+/// a crash the log holds exactly the flushed records, even when another
+/// shard's flush made the spilled ones durable (opening the shard deletes
+/// them).
+pub fn log_spill_is_cut_at_open<B: Backend>(backend: &mut B, other_flushes: bool) {
+    let rec = |lsn: u64| vec![(lsn % 251) as u8; 1 << 20];
+    let spilled = (LOG_SPILL_BYTES >> 20) as u64;
+    let n = spilled + 4;
+    let dir = TempDir::new(B::NAME, "logspill");
+    let s = backend.open_crashable(&dir.0);
+    let mut p = must(s.open_shard(0), "open_shard");
+    must(p.log.append(1, b"flushed"), "append");
+    must(p.log.flush(), "flush");
+    for lsn in 2..=n {
+        must(p.log.append(lsn, &rec(lsn)), "append");
+    }
+    assert_eq!((p.log.last_lsn(), p.log.durable_lsn()), (n, 1));
+    let mut seen = 0;
+    must(
+        p.log.read(1, &mut |lsn, bytes| {
+            seen += 1;
+            assert!(lsn == seen + 1 && bytes == rec(lsn), "record {lsn}");
+            Ok(())
+        }),
+        "read",
+    );
+    assert_eq!(seen, n - 1);
+    if other_flushes {
+        let mut q = must(s.open_shard(1), "open_shard 1");
+        must(q.log.append(1, b"x"), "append");
+        must(q.log.flush(), "flush");
+    }
+    drop(p);
+    backend.crash(s);
+    let stored = B::raw_rows(&dir.0, 0).log as u64;
+    let want = if other_flushes || B::UNSYNCED_SURVIVE_CRASH {
+        1 + spilled
+    } else {
+        1
+    };
+    assert!(
+        stored >= want,
+        "{stored} records stored, expected at least {want} (other flush: {other_flushes})"
+    );
+    let s = must(B::open(&dir.0), "reopen");
+    let mut p = must(s.open_shard(0), "open_shard");
+    assert_eq!(
+        p.log.last_lsn(),
+        1,
+        "unflushed records survived (other flush: {other_flushes})"
+    );
+    let mut all = Vec::new();
+    must(
+        p.log.read(0, &mut |lsn, bytes| {
+            all.push((lsn, bytes.to_vec()));
+            Ok(())
+        }),
+        "read",
+    );
+    assert_eq!(all, [(1, b"flushed".to_vec())]);
+    // Appends continue after the flushed record.
+    must(p.log.append(2, b"again"), "append");
+    assert_eq!(p.log.flush().ok(), Some(2));
+}
+
+/// The error of opening `dir`, classified; panics if the open succeeds.
+pub fn open_err<B: Backend>(dir: &Path) -> (OpenError, String) {
+    match B::open(dir) {
+        Ok(_) => panic!("opening {dir:?} succeeded"),
+        Err(e) => (B::open_error(&e), e.to_string()),
+    }
+}
+
+/// Writes a storage with one flushed record, one frame and one commit.
+pub fn populate<B: Backend>(dir: &Path) {
+    let s = must(B::open(dir), "open");
+    let mut p = must(s.open_shard(0), "open_shard");
+    must(p.log.append(1, b"one"), "append");
+    must(p.log.flush(), "flush");
+    must(p.runs.append(b"frame"), "frame");
+    must(
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&[]), b"ck"),
+        "commit",
+    );
+    drop(p);
+    must(s.close(), "close");
+}
+
+/// A marker of a newer layout is `NewerFormat`, a foreign one `Foreign`;
+/// the right one opens again.
+pub fn newer_and_foreign_markers_are_refused<B: Backend>() {
+    let dir = TempDir::new(B::NAME, "newer");
+    populate::<B>(&dir.0);
+    let mut newer = B::format_value();
+    newer[8..].copy_from_slice(&(B::FORMAT_VERSION + 1).to_le_bytes());
+    B::set_marker(&dir.0, &newer);
+    assert_eq!(
+        open_err::<B>(&dir.0).0,
+        OpenError::NewerFormat(B::FORMAT_VERSION + 1, B::FORMAT_VERSION)
+    );
+    B::set_marker(&dir.0, b"SOMEONE-ELSE");
+    assert_eq!(open_err::<B>(&dir.0).0, OpenError::Foreign);
+    B::set_marker(&dir.0, &B::format_value());
+    let s = must(B::open(&dir.0), "the right marker opens");
+    assert_eq!(s.shards().ok(), Some(vec![0]));
+}
+
+/// A second open in the same process is `Locked` until the first closes.
+pub fn a_second_open_is_locked<B: Backend>() {
+    let dir = TempDir::new(B::NAME, "locked");
+    let first = must(B::open(&dir.0), "open");
+    let (kind, message) = open_err::<B>(&dir.0);
+    assert_eq!(kind, OpenError::Locked, "{message}");
+    assert!(message.contains("already open"), "{message}");
+    must(first.close(), "close");
+    drop(first);
+    must(B::open(&dir.0), "after the first closed");
+}
+
+/// The environment variable that makes [`lock_child`] act:
+/// `FUSEE_{ENV}_LOCK_CHILD_DIR`, the directory a parent test holds open.
+fn child_env<B: Backend>() -> String {
+    format!("FUSEE_{}_LOCK_CHILD_DIR", B::ENV)
+}
+
+/// Another process opening a storage this one holds gets `Locked`: runs
+/// the calling test binary again, as the child test `child_test` (its full
+/// name), with `FUSEE_{ENV}_LOCK_CHILD_DIR` naming the directory; the child
+/// calls [`lock_child`].
+pub fn a_second_process_is_locked_out<B: Backend>(child_test: &str) {
+    let child_env = child_env::<B>();
+    let dir = TempDir::new(B::NAME, "process");
+    let held = must(B::open(&dir.0), "open");
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(exe)
+        .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+        .env(&child_env, &dir.0)
+        .output()
+        .unwrap_or_else(|e| panic!("spawning the child: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("child saw: Locked"),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(held);
+}
+
+/// The child half of [`a_second_process_is_locked_out`]: does nothing
+/// unless `FUSEE_{ENV}_LOCK_CHILD_DIR` is set.
+pub fn lock_child<B: Backend>() {
+    let Some(dir) = std::env::var_os(child_env::<B>()) else {
+        return;
+    };
+    let (kind, message) = open_err::<B>(Path::new(&dir));
+    assert_eq!(kind, OpenError::Locked, "{message}");
+    println!("child saw: Locked ({message})");
+}
+
+/// Damaged records, frames and rows are `Corrupt` errors naming what and
+/// where; a damaged commit row fails the shard's open, every time.
+pub fn damaged_values_are_corrupt<B: Backend>() {
+    let dir = TempDir::new(B::NAME, "damaged");
+    populate::<B>(&dir.0);
+    let flip_last = |table: Table, key: &[u8]| {
+        let mut v = B::raw_get(&dir.0, table, key)
+            .unwrap_or_else(|| panic!("no value at {key:?} in {table:?}"));
+        let last = v.len() - 1;
+        v[last] ^= 0x40;
+        B::raw_put(&dir.0, table, key, &v);
+    };
+    flip_last(Table::Log, &seq_key(0, 1));
+    flip_last(Table::Store, &seq_key(0, 0));
+    let s = must(B::open(&dir.0), "open");
+    let mut p = must(s.open_shard(0), "open_shard");
+    match p.log.read(0, &mut |_, _| Ok(())) {
+        Err(StorageError::Corrupt { at: 1, .. }) => {}
+        other => panic!("damaged record: {other:?}"),
+    }
+    let mut out = Vec::new();
+    let blob = BlobRef { offset: 0, len: 5 };
+    match p.runs.read(blob, &mut out) {
+        Err(StorageError::Corrupt { at: 0, .. }) => {}
+        other => panic!("damaged frame: {other:?}"),
+    }
+    drop(p);
+    must(s.close(), "close");
+    drop(s);
+    B::raw_put(&dir.0, Table::Meta, &meta_key(0, TAG_COMMIT), b"short");
+    let s = must(B::open(&dir.0), "open");
+    assert!(matches!(s.open_shard(0), Err(StorageError::Corrupt { .. })));
+    // The failed open released the shard: it fails the same way again.
+    assert!(matches!(s.open_shard(0), Err(StorageError::Corrupt { .. })));
+}
+
+/// The files under `dir` that hold data (relative path, bytes): every
+/// non-empty regular file but locks and diagnostic logs, sorted.
+fn data_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        let entries = std::fs::read_dir(dir.join(&rel)).unwrap_or_else(|e| panic!("{e}"));
+        for entry in entries {
+            let entry = entry.unwrap_or_else(|e| panic!("{e}"));
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = rel.join(&name);
+            let kind = entry.file_type().unwrap_or_else(|e| panic!("{e}"));
+            if kind.is_dir() {
+                dirs.push(path);
+            } else if name != "LOCK" && !name.starts_with("LOG") {
+                let bytes = std::fs::read(entry.path()).unwrap_or_else(|e| panic!("{e}"));
+                if !bytes.is_empty() {
+                    files.push((path, bytes));
+                }
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Bit flips in one data file of a populated storage: opening and reading
+/// everything either fails with an error or returns exactly the bytes
+/// written, never panics and never returns other bytes. Each round flips
+/// 1 to [`Backend::FLIP_BITS`] bits; frames are [`Backend::FLIP_FRAME_LEN`]
+/// bytes. Rounds: `FUSEE_{ENV}_FLIP_ROUNDS` (default
+/// [`Backend::FLIP_ROUNDS`]); seed: `FUSEE_{ENV}_SEED`.
+pub fn bit_flips_are_errors_or_exact_bytes<B: Backend>() {
+    let (max_flips, frame_len) = (B::FLIP_BITS, B::FLIP_FRAME_LEN);
+    let rounds = env_or(B::ENV, "FLIP_ROUNDS", B::FLIP_ROUNDS);
+    let seed = env_or(B::ENV, "SEED", 0xF11B);
+    let log_rec = |lsn: u64| vec![(lsn * 7) as u8; 200];
+    let frame = |i: u64| vec![(i * 13) as u8; frame_len];
+    let index_rec = |run: u64| {
+        let mut r = [(run % 200) as u8; INDEX_RECORD];
+        r[8..16].copy_from_slice(&(run | 1 << 48).to_le_bytes());
+        r
+    };
+    let src = TempDir::new(B::NAME, "flip-src");
+    {
+        let s = must(B::open(&src.0), "open");
+        let mut p = must(s.open_shard(0), "open_shard");
+        for lsn in 1..=2000u64 {
+            must(p.log.append(lsn, &log_rec(lsn)), "append");
+            if lsn % 100 == 0 {
+                must(p.log.flush(), "flush");
+            }
+        }
+        let index: Vec<u8> = (0..3000).flat_map(index_rec).collect();
+        for i in 0..200 {
+            must(p.runs.append(&frame(i)), "frame");
+        }
+        must(
+            p.checkpoint
+                .commit(&mut p.runs, IndexChange::Delta(&index), b"ck"),
+            "commit",
+        );
+        drop(p);
+        must(s.close(), "close");
+    }
+    let files = data_files(&src.0);
+    assert!(!files.is_empty(), "no data files in {:?}", src.0);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    for round in 0..rounds {
+        let dir = TempDir::new(B::NAME, "flip");
+        let victim = rng.usize(0..files.len());
+        for (i, (rel, bytes)) in files.iter().enumerate() {
+            let mut bytes = bytes.clone();
+            if i == victim {
+                for _ in 0..=round % max_flips {
+                    let at = rng.usize(0..bytes.len());
+                    bytes[at] ^= 1 << rng.u8(0..8);
+                }
+            }
+            let path = dir.0.join(rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+            }
+            std::fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let what = format!("seed {seed} round {round} file {:?}", files[victim].0);
+        let Ok(s) = B::open(&dir.0) else {
+            continue;
+        };
+        let Ok(mut p) = s.open_shard(0) else {
+            continue;
+        };
+        let _ = p.log.read(0, &mut |lsn, bytes| {
+            assert!(bytes == log_rec(lsn), "{what}: record {lsn} changed");
+            Ok(())
+        });
+        let _ = p.checkpoint.read_index(&mut |chunk| {
+            for r in chunk.chunks_exact(INDEX_RECORD) {
+                let mut run = [0u8; 8];
+                run[..6].copy_from_slice(&r[8..14]);
+                let run = u64::from_le_bytes(run);
+                assert!(
+                    r == index_rec(run),
+                    "{what}: index record of run {run} changed"
+                );
+            }
+            Ok(())
+        });
+        let mut out = Vec::new();
+        for i in 0..200u64 {
+            let blob = BlobRef {
+                offset: i,
+                len: frame_len as u32,
+            };
+            if p.runs.read(blob, &mut out).is_ok() {
+                assert!(out == frame(i), "{what}: frame {i} changed");
+            }
+        }
+    }
+}
+
+/// Expands, in module `$name`, one `#[test]` per shared body for backend
+/// `$backend`, each on a fresh backend from `$factory` (crash bodies run
+/// with and without another shard's durable write). A backend's test file
+/// calls it once, next to `fusee_storage::conformance_suite!`.
+#[macro_export]
+macro_rules! kv_suite {
+    ($name:ident, $backend:ty, $factory:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::testing;
+
+            #[test]
+            fn leftovers_are_removed_at_open() {
+                for other_flushes in [false, true] {
+                    testing::leftovers_are_removed_at_open(&mut ($factory)(), other_flushes);
+                }
+            }
+
+            #[test]
+            fn log_spill_is_cut_at_open() {
+                for other_flushes in [false, true] {
+                    testing::log_spill_is_cut_at_open(&mut ($factory)(), other_flushes);
+                }
+            }
+
+            #[test]
+            fn newer_and_foreign_markers_are_refused() {
+                testing::newer_and_foreign_markers_are_refused::<$backend>();
+            }
+
+            #[test]
+            fn a_second_open_is_locked() {
+                testing::a_second_open_is_locked::<$backend>();
+            }
+
+            #[test]
+            fn a_second_process_is_locked_out() {
+                let child = concat!(stringify!($name), "::lock_child");
+                testing::a_second_process_is_locked_out::<$backend>(child);
+            }
+
+            /// The child half of `a_second_process_is_locked_out`.
+            #[test]
+            fn lock_child() {
+                testing::lock_child::<$backend>();
+            }
+
+            #[test]
+            fn damaged_values_are_corrupt() {
+                testing::damaged_values_are_corrupt::<$backend>();
+            }
+
+            #[test]
+            fn bit_flips_are_errors_or_exact_bytes() {
+                testing::bit_flips_are_errors_or_exact_bytes::<$backend>();
+            }
+        }
+    };
+}

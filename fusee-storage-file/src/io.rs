@@ -96,6 +96,12 @@ pub trait Io: Send + Sync + 'static {
     /// Takes the exclusive lock of directory `dir` (a `LOCK` file in it).
     /// `WouldBlock` if another process or handle holds it.
     fn lock(&self, dir: &Path) -> io::Result<Self::Lock>;
+    /// Whether the log may prepare segment files on a background thread
+    /// (real files: yes). A simulated disk says no, so a seed replays the
+    /// same sequence of operations; the work is the same, done inline.
+    fn background(&self) -> bool {
+        true
+    }
 }
 
 /// Real files through `std::fs`, read back through `memmap2`.

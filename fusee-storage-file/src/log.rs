@@ -25,9 +25,13 @@
 //!   [`clean_end`], so a durable batch ends
 //!   cleanly: see the segment format's invariant 5.
 //! - **Zero-filled**: when nothing was recycled, the next segment is created
-//!   and zero-filled (and synced) once the current one is half full. This
-//!   costs about as much I/O as the segment's data, which is why a host that
-//!   checkpoints and discards steadily pays it only while the log grows.
+//!   and zero-filled (and synced) once the current one is half full, on a
+//!   background thread (inline on the simulated disk, so a seed replays the
+//!   same operations). A roll into it waits for that thread if it is still
+//!   running; dropping the log waits for it too, and it stops once the
+//!   storage is closed. Zero-filling writes as many bytes as the segment
+//!   will hold, so a log that grows pays it in disk bandwidth, and a host
+//!   that checkpoints and discards steadily does not pay it at all.
 //!
 //! Every open starts a fresh segment whose header is flushed on its
 //! own: a torn tail from before the open is never followed by new frames in
@@ -117,6 +121,13 @@ struct Segment<F> {
     recycled: bool,
 }
 
+/// A segment file being zero-filled on a background thread.
+struct Preparing<F> {
+    number: u64,
+    size: u64,
+    work: std::thread::JoinHandle<std::result::Result<F, FileError>>,
+}
+
 /// The file the next roll writes: zero-filled, or a recycled old segment.
 struct Prepared<F> {
     number: u64,
@@ -134,6 +145,9 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     /// Files ready for the next rolls, numbered consecutively from the
     /// segment after the current one (at most [`READY_MAX`]).
     ready: VecDeque<Prepared<I::File>>,
+    /// A new segment file being zero-filled off the flush path, numbered
+    /// after every file in `ready`.
+    preparing: Option<Preparing<I::File>>,
     durable: Lsn,
     first: Lsn,
     latched: bool,
@@ -308,6 +322,7 @@ impl<I: Io> FileLog<I> {
             writer,
             segments,
             ready: VecDeque::new(),
+            preparing: None,
             durable: rec.last,
             first,
             latched: false,
@@ -480,6 +495,15 @@ impl<I: Io> FileLog<I> {
         let zeros = vec![0u8; ZERO_CHUNK.min(size as usize)];
         let mut at = 0u64;
         while at < size {
+            // A background preparation stops once the storage is closed: the
+            // directory may belong to another process from then on.
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(FileError::Io {
+                    op: "zero-fill segment",
+                    path: path.to_path_buf(),
+                    source: std::io::Error::other("the storage was closed"),
+                });
+            }
             let n = (size - at).min(zeros.len() as u64) as usize;
             file.write_at(at, &zeros[..n])
                 .ctx("zero-fill segment", path)?;
@@ -514,8 +538,26 @@ impl<I: Io> FileLog<I> {
             }
             self.shared.sync_dir(&dir)?;
         }
-        if self.ready.is_empty() {
+        if self.ready.is_empty() && self.preparing.is_none() {
             let size = self.segment_size();
+            if self.shared.io.background() {
+                // Zero-filling a segment writes and syncs as many bytes as
+                // the segment will hold (tens to hundreds of ms here): off
+                // the flush path, it costs only disk bandwidth.
+                let shared = Arc::clone(&self.shared);
+                let job_path = path.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("fusee-segment-prepare".into())
+                    .spawn(move || Self::create_zeroed(&shared, &job_path, size));
+                if let Ok(work) = spawned {
+                    self.preparing = Some(Preparing {
+                        number: next,
+                        size,
+                        work,
+                    });
+                    return Ok(());
+                }
+            }
             let file = Self::create_zeroed(&self.shared, &path, size)?;
             self.ready.push_back(Prepared {
                 number: next,
@@ -524,6 +566,35 @@ impl<I: Io> FileLog<I> {
                 recycled: false,
             });
         }
+        Ok(())
+    }
+
+    /// Waits for the background preparation of segment `n`, if that is the
+    /// one running, and puts its file in `ready`.
+    fn finish_preparing(&mut self, n: u64) -> std::result::Result<(), FileError> {
+        if !self.preparing.as_ref().is_some_and(|p| p.number == n) {
+            return Ok(());
+        }
+        let Some(p) = self.preparing.take() else {
+            return Ok(());
+        };
+        let file = p.work.join().map_err(|_| {
+            Self::corrupt(
+                &self.shared.log_dir().join(segment_name(n)),
+                "segment preparation panicked",
+                0,
+            )
+        })??;
+        debug_assert!(
+            self.ready.is_empty(),
+            "a preparation runs only with nothing ready"
+        );
+        self.ready.push_back(Prepared {
+            number: p.number,
+            file,
+            size: p.size,
+            recycled: false,
+        });
         Ok(())
     }
 
@@ -545,6 +616,7 @@ impl<I: Io> FileLog<I> {
     ) -> std::result::Result<&mut Segment<I::File>, FileError> {
         if !self.segments.contains_key(&n) {
             let path = self.shared.log_dir().join(segment_name(n));
+            self.finish_preparing(n)?;
             let ready = self.ready.front().is_some_and(|p| p.number == n);
             let (file, size, recycled) = match self.ready.pop_front() {
                 Some(p) if ready => (p.file, p.size, p.recycled),
@@ -855,13 +927,16 @@ impl<I: Io> LogStore for FileLog<I> {
             // The first full-size one is recycled as the next segment
             // instead (renamed: its blocks are allocated and written, so the
             // rolls into it write no metadata and no zeros); the rest go.
-            let recycle = self.ready.len() < READY_MAX && seg.size == self.segment_size();
+            let ready = self.ready.len() + usize::from(self.preparing.is_some());
+            let recycle = ready < READY_MAX && seg.size == self.segment_size();
             match Arc::try_unwrap(seg.file) {
                 Ok(file) if recycle => {
                     let number = self
-                        .ready
-                        .back()
-                        .map_or(self.writer.segment() + 1, |p| p.number + 1);
+                        .preparing
+                        .as_ref()
+                        .map(|p| p.number)
+                        .or(self.ready.back().map(|p| p.number))
+                        .map_or(self.writer.segment() + 1, |n| n + 1);
                     let to = dir.join(segment_name(number));
                     self.shared
                         .io
@@ -903,6 +978,16 @@ impl<I: Io> LogStore for FileLog<I> {
 
     fn durable_lsn(&self) -> Lsn {
         self.durable
+    }
+}
+
+impl<I: Io> Drop for FileLog<I> {
+    fn drop(&mut self) {
+        // A preparation still running would create its file after the log
+        // is gone, possibly after the storage's lock was released: wait.
+        if let Some(p) = self.preparing.take() {
+            let _ = p.work.join();
+        }
     }
 }
 

@@ -353,6 +353,10 @@ impl Io for SimIo {
     type File = SimFile;
     type Lock = SimLock;
 
+    fn background(&self) -> bool {
+        false
+    }
+
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut s = lock(&self.state);
         for dir in path.ancestors() {

@@ -1,0 +1,104 @@
+//! Segment files on real files, where the next segment is zero-filled on a
+//! background thread: a log that grows through many segments (no discards,
+//! so every one is new) reads back whole before and after a reopen, and a
+//! close while a preparation may be running leaves a directory that opens
+//! cleanly.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fusee_storage::{LogStore, Storage};
+use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fusee-segments-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn options() -> FileOptions {
+    FileOptions {
+        segment_bytes: 64 << 10,
+        flush: FlushMethod::DataSync,
+    }
+}
+
+fn record(lsn: u64) -> Vec<u8> {
+    (0..200).map(|i| (lsn as u8).wrapping_add(i)).collect()
+}
+
+fn check(log: &mut impl LogStore, last: u64) {
+    let mut next = 1;
+    let end = log
+        .read(0, &mut |lsn, bytes| {
+            assert_eq!(lsn, next, "hole before {lsn}");
+            assert_eq!(bytes, &record(lsn)[..], "record {lsn} changed");
+            next += 1;
+            Ok(())
+        })
+        .expect("read");
+    assert_eq!((end, next), (last, last + 1));
+}
+
+#[test]
+fn a_log_growing_through_many_segments_reads_back_whole() {
+    let t = TempDir::new();
+    let s = FileStorage::open(&t.0, options()).expect("open");
+    let mut p = s.open_shard(0).expect("shard");
+    for lsn in 1..=3000 {
+        p.log.append(lsn, &record(lsn)).expect("append");
+        if lsn % 10 == 0 {
+            assert_eq!(p.log.flush().ok(), Some(lsn));
+        }
+    }
+    check(&mut p.log, 3000);
+    let segments = std::fs::read_dir(t.0.join("shard-0000000000").join("log"))
+        .expect("log dir")
+        .count();
+    // 3000 frames of 220 bytes in 64 KiB segments: at least ten files.
+    assert!(segments >= 10, "only {segments} segment files");
+    drop(p);
+    s.close().expect("close");
+    drop(s);
+    let s = FileStorage::open(&t.0, options()).expect("reopen");
+    let mut p = s.open_shard(0).expect("shard");
+    check(&mut p.log, 3000);
+}
+
+#[test]
+fn closing_while_a_segment_is_prepared_leaves_a_clean_directory() {
+    for round in 0..20u64 {
+        let t = TempDir::new();
+        let s = FileStorage::open(&t.0, options()).expect("open");
+        let mut p = s.open_shard(0).expect("shard");
+        // Past half a segment, so the flush starts preparing the next one.
+        let last = 160 + round;
+        for lsn in 1..=last {
+            p.log.append(lsn, &record(lsn)).expect("append");
+        }
+        assert_eq!(p.log.flush().ok(), Some(last));
+        s.close().expect("close");
+        drop(p);
+        drop(s);
+        let s = FileStorage::open(&t.0, options()).expect("reopen");
+        let mut p = s.open_shard(0).expect("shard");
+        check(&mut p.log, last);
+        p.log.append(last + 1, &record(last + 1)).expect("append");
+        assert_eq!(p.log.flush().ok(), Some(last + 1));
+    }
+}

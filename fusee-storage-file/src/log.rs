@@ -572,10 +572,7 @@ impl<I: Io> FileLog<I> {
     /// Waits for the background preparation of segment `n`, if that is the
     /// one running, and puts its file in `ready`.
     fn finish_preparing(&mut self, n: u64) -> std::result::Result<(), FileError> {
-        if !self.preparing.as_ref().is_some_and(|p| p.number == n) {
-            return Ok(());
-        }
-        let Some(p) = self.preparing.take() else {
+        let Some(p) = self.preparing.take_if(|p| p.number == n) else {
             return Ok(());
         };
         let file = p.work.join().map_err(|_| {

@@ -519,6 +519,15 @@ impl<I: Io> FileLog<I> {
         let next = self.writer.segment() + 1;
         let dir = self.shared.log_dir();
         let path = dir.join(segment_name(next));
+        if self.preparing.as_ref().is_some_and(|p| p.number == next) {
+            return Ok(());
+        }
+        if let Some(stale) = self.preparing.as_ref().map(|p| p.number) {
+            // Never expected (a roll into a file being prepared waits for
+            // it), but if the writer passed it, it joins the ready files
+            // and is renamed with them below.
+            self.finish_preparing(stale)?;
+        }
         if let Some(p) = self.ready.front_mut()
             && p.number != next
         {
@@ -582,11 +591,9 @@ impl<I: Io> FileLog<I> {
                 0,
             )
         })??;
-        debug_assert!(
-            self.ready.is_empty(),
-            "a preparation runs only with nothing ready"
-        );
-        self.ready.push_back(Prepared {
+        // Recycled files that arrived meanwhile were numbered after it.
+        debug_assert!(self.ready.iter().all(|r| r.number > p.number));
+        self.ready.push_front(Prepared {
             number: p.number,
             file,
             size: p.size,

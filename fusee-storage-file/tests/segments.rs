@@ -80,6 +80,48 @@ fn a_log_growing_through_many_segments_reads_back_whole() {
     check(&mut p.log, 3000);
 }
 
+/// Discarding 300 to 520 records behind while the log grows: segments come back
+/// recycled while new ones are still being prepared in the background, and
+/// the files ready for the next rolls keep their order.
+#[test]
+fn recycled_and_prepared_segments_interleave() {
+    // A segment holds about 297 records: lags of one segment and more
+    // recycle before, while and after the next one is being prepared.
+    for lag in [300, 450, 520] {
+        interleave(lag);
+    }
+}
+
+fn interleave(lag: u64) {
+    let t = TempDir::new();
+    let s = FileStorage::open(&t.0, options()).expect("open");
+    let mut p = s.open_shard(0).expect("shard");
+    for lsn in 1..=6000 {
+        p.log.append(lsn, &record(lsn)).expect("append");
+        if lsn % 10 == 0 {
+            assert_eq!(p.log.flush().ok(), Some(lsn), "lag {lag}");
+            p.log
+                .discard_through(lsn.saturating_sub(lag))
+                .expect("discard");
+        }
+    }
+    let first = p.log.first_lsn();
+    drop(p);
+    s.close().expect("close");
+    drop(s);
+    let s = FileStorage::open(&t.0, options()).expect("reopen");
+    let mut p = s.open_shard(0).expect("shard");
+    let mut next = first;
+    p.log
+        .read(first - 1, &mut |lsn, bytes| {
+            assert_eq!((lsn, bytes), (next, &record(lsn)[..]));
+            next += 1;
+            Ok(())
+        })
+        .expect("read");
+    assert_eq!(next, 6001);
+}
+
 #[test]
 fn closing_while_a_segment_is_prepared_leaves_a_clean_directory() {
     for round in 0..20u64 {

@@ -225,13 +225,32 @@ fn interleaved(_c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Work for the pipelined bench's flusher thread.
+enum Job {
+    /// The file log's flush.
+    Ticket(FlushTicket),
+    /// The floor's: one positioned write and `fdatasync` of these bytes.
+    Floor(Vec<u8>),
+}
+
+/// Busy for `d`: stands in for a writer's CPU work per batch.
+fn spin_for(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
 /// Group commit as a host runs it: while one batch's flush is in flight on a
 /// flusher thread (`begin_flush`, `FlushTicket::run` there, `finish_flush`
-/// back here), the next batch is appended. Blocks of 50 rounds alternate
-/// with 50 floor flushes of the same bytes, so both see the same disk; per
-/// batch size it prints each side's records/s over its total time and the
-/// file/floor throughput ratio. `FUSEE_BENCH_PIPELINE_ROUNDS` (default 600)
-/// rounds per batch size.
+/// back here), the next batch is appended. Two baselines run in the same
+/// blocks of 50 rounds, so all three see the same disk: the serial floor
+/// (write and `fdatasync` on this thread), and the floor pipelined the same
+/// way with this thread busy for as long as the file's appends took in the
+/// block (what overlapping that much CPU with the I/O can give on this
+/// machine). Per batch size it prints records/s of each over its total time
+/// and the ratios. `FUSEE_BENCH_PIPELINE_ROUNDS` (default 600) rounds per
+/// batch size.
 fn pipelined(_c: &mut Criterion) {
     if !selected("pipelined") {
         return;
@@ -239,23 +258,32 @@ fn pipelined(_c: &mut Criterion) {
     const BLOCK: usize = 50;
     let rounds = env("FUSEE_BENCH_PIPELINE_ROUNDS", 600);
     let (dir, mut floor, storage) = steady_state("pipelined");
+    let mut pipe_floor = FloorFile::create(dir.join("floor-pipelined"), 256 << 20).expect("floor");
     let mut parts = storage.open_shard(0).expect("shard");
     warm_up(&mut parts.log);
     let record = vec![7u8; RECORD];
-    let (to_flusher, jobs) = mpsc::sync_channel::<FlushTicket>(1);
-    let (done, from_flusher) = mpsc::sync_channel::<FlushTicket>(1);
+    let (to_flusher, jobs) = mpsc::sync_channel::<Job>(1);
+    let (done, from_flusher) = mpsc::sync_channel::<Job>(1);
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            for mut ticket in jobs {
-                ticket.run();
-                if done.send(ticket).is_err() {
+            for mut job in jobs {
+                match &mut job {
+                    Job::Ticket(ticket) => {
+                        ticket.run();
+                    }
+                    Job::Floor(bytes) => pipe_floor.write_sync(bytes).expect("floor write"),
+                }
+                if done.send(job).is_err() {
                     break;
                 }
             }
         });
+        let back = || from_flusher.recv().expect("flusher");
         for batch in [1usize, 16, 256, 4096] {
             let bytes = vec![7u8; batch * FRAME];
-            let (mut floor_total, mut file_total) = (Duration::ZERO, Duration::ZERO);
+            let mut floor_total = Duration::ZERO;
+            let mut file_total = Duration::ZERO;
+            let mut pipe_total = Duration::ZERO;
             let mut ran = 0;
             while ran < rounds {
                 let n = BLOCK.min(rounds - ran);
@@ -265,36 +293,59 @@ fn pipelined(_c: &mut Criterion) {
                 }
                 floor_total += t.elapsed();
                 let t = Instant::now();
+                let mut appending = Duration::ZERO;
                 let mut in_flight = false;
                 for _ in 0..n {
+                    let a = Instant::now();
                     for _ in 0..batch {
                         let lsn = parts.log.last_lsn() + 1;
                         parts.log.append(lsn, &record).expect("append");
                     }
-                    if in_flight {
-                        let ticket = from_flusher.recv().expect("flusher");
+                    appending += a.elapsed();
+                    if in_flight && let Job::Ticket(ticket) = back() {
                         parts.log.finish_flush(ticket).expect("flush");
                     }
                     keep_recent(&mut parts.log);
                     let ticket = parts.log.begin_flush().expect("begin flush");
-                    to_flusher.send(ticket).expect("flusher");
+                    to_flusher.send(Job::Ticket(ticket)).expect("flusher");
                     in_flight = true;
                 }
-                if in_flight {
-                    let ticket = from_flusher.recv().expect("flusher");
+                if let Job::Ticket(ticket) = back() {
                     parts.log.finish_flush(ticket).expect("flush");
                 }
                 file_total += t.elapsed();
+                let busy = appending / n as u32;
+                let t = Instant::now();
+                let mut spare = Some(bytes.clone());
+                for _ in 0..n {
+                    spin_for(busy);
+                    let buffer = match spare.take() {
+                        Some(b) => b,
+                        None => match back() {
+                            Job::Floor(b) => b,
+                            Job::Ticket(_) => unreachable!("no ticket is out"),
+                        },
+                    };
+                    to_flusher.send(Job::Floor(buffer)).expect("flusher");
+                }
+                back();
+                pipe_total += t.elapsed();
                 ran += n;
             }
             let records = (batch * rounds) as f64;
+            let per_s = |d: Duration| records / d.as_secs_f64();
             eprintln!(
                 "pipelined batch {batch:>4}, {rounds} flushes: file {:.0} records/s, {:.1} MB/s \
-                 of records; floor {:.0} records/s; throughput ratio {:.3}",
-                records / file_total.as_secs_f64(),
+                 of records; floor {:.0} records/s; floor pipelined with the file's append CPU \
+                 {:.0} records/s; throughput ratio {:.3} (floor pipelined / floor {:.3}, \
+                 file / floor pipelined {:.3})",
+                per_s(file_total),
                 records * RECORD as f64 / file_total.as_secs_f64() / 1e6,
-                records / floor_total.as_secs_f64(),
+                per_s(floor_total),
+                per_s(pipe_total),
                 floor_total.as_secs_f64() / file_total.as_secs_f64(),
+                floor_total.as_secs_f64() / pipe_total.as_secs_f64(),
+                pipe_total.as_secs_f64() / file_total.as_secs_f64(),
             );
         }
         drop(to_flusher);

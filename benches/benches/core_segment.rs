@@ -91,6 +91,17 @@ fn benches(c: &mut Criterion) {
         });
     });
 
+    // The frame checksum against CRC-32 (which the format used before) on
+    // one frame's checksummed bytes: LSN, batch and a 100-byte body.
+    let frame = [0x5au8; FRAME_HEADER - 8 + BODY];
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("checksum_frame_xxh3_low32", |b| {
+        b.iter(|| fusee_core::wire::checksum32(std::hint::black_box(&frame)))
+    });
+    g.bench_function("checksum_frame_crc32", |b| {
+        b.iter(|| crc32fast::hash(std::hint::black_box(&frame)))
+    });
+
     let img = image(&bodies);
     g.throughput(Throughput::Bytes(frame_bytes));
     g.bench_function("scan_bytes", |b| {

@@ -17,7 +17,7 @@
 //!
 //! A run is either **loaded** (a [`LoadedRun`]: identity, journal since its
 //! stored prefix, pending timers, waits, signals) or **parked** (only its
-//! 32-byte [`table::Entry`](crate::table::Entry), pointing at its frame in the
+//! 32-byte [`crate::table::Entry`], pointing at its frame in the
 //! run store, with its earliest timer or its finish time). Suspended and
 //! finished runs are parked so memory does not grow with idle work; the host
 //! loads a run back ([`ShardCore::unpark`]) when a record must be appended to

@@ -10,7 +10,9 @@
 use std::path::Path;
 
 use fusee_core::record::Lsn;
-use fusee_storage::{LogStore, Result, Storage};
+use std::sync::mpsc;
+
+use fusee_storage::{FlushTicket, LogStore, Result, Storage};
 
 /// The bytes of the record at `lsn`: a length and content derived from the
 /// LSN alone, so a checker needs nothing but the LSN to verify a record.
@@ -106,29 +108,86 @@ fn file_options() -> fusee_storage_file::FileOptions {
     }
 }
 
+/// How the crash child writes.
+#[derive(Clone, Copy, Debug)]
+pub struct Writing {
+    /// Records per flush.
+    pub batch: usize,
+    /// Flush on a flusher thread (`begin_flush`, `FlushTicket::run` there,
+    /// `finish_flush`) while the next batch is appended, as a host's group
+    /// commit does; otherwise `flush` on the writing thread.
+    pub pipelined: bool,
+    /// Discard records this far behind the durable LSN after each flush, as
+    /// a checkpointing host would (0: never), so segments are dropped or
+    /// recycled while the process may die.
+    pub keep: u64,
+}
+
 /// What the crash harness needs of a storage, object-safe.
 pub trait AnyBackend {
-    /// Appends records after the log's last LSN in batches of `batch`,
-    /// flushing each and calling `durable` with the durable LSN, until
-    /// `durable` returns false.
-    fn append_forever(&self, batch: usize, durable: &mut dyn FnMut(Lsn) -> bool) -> Result<()>;
+    /// Appends records after the log's last LSN as `how` says, calling
+    /// `durable` with the durable LSN after each flush, until `durable`
+    /// returns false.
+    fn append_forever(&self, how: Writing, durable: &mut dyn FnMut(Lsn) -> bool) -> Result<()>;
     /// [`check_log`] on this storage.
     fn check(&self) -> Result<Lsn>;
 }
 
 impl<S: Storage> AnyBackend for S {
-    fn append_forever(&self, batch: usize, durable: &mut dyn FnMut(Lsn) -> bool) -> Result<()> {
+    fn append_forever(&self, how: Writing, durable: &mut dyn FnMut(Lsn) -> bool) -> Result<()> {
         let mut parts = self.open_shard(0)?;
-        loop {
-            for _ in 0..batch.max(1) {
-                let lsn = parts.log.last_lsn() + 1;
-                parts.log.append(lsn, &record_bytes(lsn))?;
+        let log = &mut parts.log;
+        let append_batch = |log: &mut S::Log| -> Result<()> {
+            for _ in 0..how.batch.max(1) {
+                let lsn = log.last_lsn() + 1;
+                log.append(lsn, &record_bytes(lsn))?;
             }
-            let lsn = parts.log.flush()?;
-            if !durable(lsn) {
-                return Ok(());
+            Ok(())
+        };
+        let discard = |log: &mut S::Log, lsn: Lsn| -> Result<()> {
+            if how.keep > 0 && lsn > how.keep {
+                log.discard_through(lsn - how.keep)?;
+            }
+            Ok(())
+        };
+        if !how.pipelined {
+            loop {
+                append_batch(log)?;
+                let lsn = log.flush()?;
+                discard(log, lsn)?;
+                if !durable(lsn) {
+                    return Ok(());
+                }
             }
         }
+        let (to_flusher, jobs) = mpsc::sync_channel::<FlushTicket>(1);
+        let (done, back) = mpsc::sync_channel::<FlushTicket>(1);
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for mut ticket in jobs {
+                    ticket.run();
+                    if done.send(ticket).is_err() {
+                        break;
+                    }
+                }
+            });
+            append_batch(log)?;
+            let mut ticket = log.begin_flush()?;
+            loop {
+                // The flush of one batch runs while the next is appended.
+                let _ = to_flusher.send(ticket);
+                append_batch(log)?;
+                let Ok(ran) = back.recv() else {
+                    return Ok(());
+                };
+                let lsn = log.finish_flush(ran)?;
+                discard(log, lsn)?;
+                if !durable(lsn) {
+                    return Ok(());
+                }
+                ticket = log.begin_flush()?;
+            }
+        })
     }
 
     fn check(&self) -> Result<Lsn> {

@@ -3,32 +3,13 @@
 //! an error that names the damaged file; none is silently accepted.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use fusee_core::shard::BlobRef;
 use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore, Storage};
 use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "fusee-damage-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 fn options() -> FileOptions {
     FileOptions {
@@ -125,7 +106,7 @@ fn segment(dir: &Path, n: u64) -> PathBuf {
 
 #[test]
 fn the_undamaged_shard_reads_back_whole() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     build(&t.0);
     let (records, checkpoint) = reopen(&t.0).unwrap();
     assert_eq!(records, all_records());
@@ -134,11 +115,11 @@ fn the_undamaged_shard_reads_back_whole() {
 
 #[test]
 fn a_damaged_segment_header_is_an_error_naming_the_segment() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     build(&t.0);
     let seg = segment(&t.0, 1);
     for at in [0, 9, 20, 30, 41, 100] {
-        let t2 = TempDir::new();
+        let t2 = TempDir::new("fusee-damage");
         copy_dir(&t.0, &t2.0);
         flip(&segment(&t2.0, 1), at);
         let err = reopen(&t2.0).unwrap_err();
@@ -151,7 +132,7 @@ fn a_damaged_segment_header_is_an_error_naming_the_segment() {
 fn a_damaged_acknowledged_frame_is_an_error_in_every_batch() {
     for lsn in [1, 5, 10, 11, 20, 21, 25, 30] {
         for within in [0u64, 5, 12, 19, 20, 100, 219] {
-            let t = TempDir::new();
+            let t = TempDir::new("fusee-damage");
             build(&t.0);
             flip(&segment(&t.0, 1), frame_at(lsn) + within);
             let err = reopen(&t.0).unwrap_err();
@@ -166,7 +147,7 @@ fn a_damaged_acknowledged_frame_is_an_error_in_every_batch() {
 
 #[test]
 fn garbage_after_the_last_frame_is_a_torn_tail_and_is_cut() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     build(&t.0);
     let path = segment(&t.0, 1);
     let mut bytes = std::fs::read(&path).unwrap();
@@ -184,12 +165,12 @@ fn garbage_after_the_last_frame_is_a_torn_tail_and_is_cut() {
 
 #[test]
 fn a_damaged_store_frame_reads_as_corrupt_never_as_other_bytes() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     let blob = build(&t.0);
     let store = shard_dir(&t.0).join(format!("store-{:020}.dat", 1));
     let offset = blob.offset & ((1 << 36) - 1);
     for within in [0u64, 3, 4, 7, 8, 100, 3007] {
-        let t2 = TempDir::new();
+        let t2 = TempDir::new("fusee-damage");
         copy_dir(&t.0, &t2.0);
         let store2 = shard_dir(&t2.0).join(format!("store-{:020}.dat", 1));
         flip(&store2, offset + within);
@@ -208,12 +189,12 @@ fn a_damaged_store_frame_reads_as_corrupt_never_as_other_bytes() {
 
 #[test]
 fn a_damaged_index_file_is_an_error_naming_it() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     build(&t.0);
     let index = shard_dir(&t.0).join(format!("index-{:020}.idx", 1));
     let len = std::fs::metadata(&index).unwrap().len();
     for at in 0..len {
-        let t2 = TempDir::new();
+        let t2 = TempDir::new("fusee-damage");
         copy_dir(&t.0, &t2.0);
         flip(&shard_dir(&t2.0).join(format!("index-{:020}.idx", 1)), at);
         let err = reopen(&t2.0).unwrap_err();
@@ -223,19 +204,19 @@ fn a_damaged_index_file_is_an_error_naming_it() {
 
 #[test]
 fn a_damaged_slot_falls_back_to_the_other_commit_and_two_are_an_error() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     build(&t.0);
     let slot = |d: &Path, i: u32| shard_dir(d).join(format!("slot-{i}"));
     // The second commit went to slot-1, the first to slot-0.
     for at in [0u64, 8, 12, 16, 40, 70, 80, 84] {
-        let t2 = TempDir::new();
+        let t2 = TempDir::new("fusee-damage");
         copy_dir(&t.0, &t2.0);
         flip(&slot(&t2.0, 1), at);
         let (records, checkpoint) = reopen(&t2.0).unwrap();
         assert_eq!(checkpoint.as_deref(), Some(&b"first"[..]), "byte {at}");
         assert_eq!(records, all_records());
 
-        let t3 = TempDir::new();
+        let t3 = TempDir::new("fusee-damage");
         copy_dir(&t.0, &t3.0);
         flip(&slot(&t3.0, 0), at);
         let (_, checkpoint) = reopen(&t3.0).unwrap();
@@ -311,7 +292,7 @@ fn recycled_segments(dir: &Path) -> Vec<(PathBuf, u64)> {
 
 #[test]
 fn recycled_segments_read_back_and_report_damage() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-damage");
     let kept = build_recycled(&t.0);
     let (records, _) = reopen(&t.0).unwrap();
     assert_eq!(records, kept, "a log in recycled segments reads back whole");
@@ -321,7 +302,7 @@ fn recycled_segments_read_back_and_report_damage() {
     for (path, end) in recycled {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         for at in (4096..end).step_by(7 * 220 + 3) {
-            let t2 = TempDir::new();
+            let t2 = TempDir::new("fusee-damage");
             copy_dir(&t.0, &t2.0);
             let copy = segment(&t2.0, name[..20].parse().unwrap());
             flip(&copy, at);

@@ -4,32 +4,11 @@
 //! close while a preparation may be running leaves a directory that opens
 //! cleanly.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use fusee_storage::{LogStore, Storage};
 use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "fusee-segments-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 fn options() -> FileOptions {
     FileOptions {
@@ -57,7 +36,7 @@ fn check(log: &mut impl LogStore, last: u64) {
 
 #[test]
 fn a_log_growing_through_many_segments_reads_back_whole() {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-segments");
     let s = FileStorage::open(&t.0, options()).expect("open");
     let mut p = s.open_shard(0).expect("shard");
     for lsn in 1..=3000 {
@@ -93,7 +72,7 @@ fn recycled_and_prepared_segments_interleave() {
 }
 
 fn interleave(lag: u64) {
-    let t = TempDir::new();
+    let t = TempDir::new("fusee-segments");
     let s = FileStorage::open(&t.0, options()).expect("open");
     let mut p = s.open_shard(0).expect("shard");
     for lsn in 1..=6000 {
@@ -125,7 +104,7 @@ fn interleave(lag: u64) {
 #[test]
 fn closing_while_a_segment_is_prepared_leaves_a_clean_directory() {
     for round in 0..20u64 {
-        let t = TempDir::new();
+        let t = TempDir::new("fusee-segments");
         let s = FileStorage::open(&t.0, options()).expect("open");
         let mut p = s.open_shard(0).expect("shard");
         // Past half a segment, so the flush starts preparing the next one.

@@ -112,6 +112,9 @@ struct Segment<F> {
     base: Lsn,
     /// Its last flushed record (`base - 1` if none).
     last: Lsn,
+    /// The offset just past its last flushed frame: reads scan no further,
+    /// so they never look at bytes a flush in flight is writing.
+    end: u64,
     /// Its allocated size.
     size: u64,
     /// Its header is durable: it carries the log's LSN continuity.
@@ -308,6 +311,7 @@ impl<I: Io> FileLog<I> {
                 path,
                 base: rec.last + 1,
                 last: rec.last,
+                end: HEADER_BYTES as u64,
                 size,
                 header_durable: true,
                 recycled: false,
@@ -456,6 +460,7 @@ impl<I: Io> FileLog<I> {
                     path,
                     base,
                     last: s.last_lsn,
+                    end: s.end,
                     size,
                     header_durable: true,
                     recycled: false,
@@ -639,6 +644,7 @@ impl<I: Io> FileLog<I> {
                     path,
                     base,
                     last: base - 1,
+                    end: 0,
                     size,
                     header_durable: false,
                     recycled,
@@ -726,6 +732,11 @@ impl<I: Io> FileLog<I> {
                 if let Some(last) = last {
                     seg.last = last;
                 }
+            }
+        }
+        for chunk in &batch.chunks {
+            if let Some(seg) = self.segments.get_mut(&chunk.segment) {
+                seg.end = chunk.offset + chunk.bytes.len() as u64;
             }
         }
         self.durable = batch.last_lsn;
@@ -866,7 +877,8 @@ impl<I: Io> LogStore for FileLog<I> {
                 .map_err(|e| StorageError::io(format!("map {}", seg.path.display()), e))?;
             let mut seen = seg.base;
             let upto = seg.last;
-            let scanned = scan_segment(&map, |lsn, body| {
+            let flushed = map.get(..seg.end as usize).unwrap_or(&map);
+            let scanned = scan_segment(flushed, |lsn, body| {
                 seen = lsn;
                 if failed.is_none()
                     && lsn > after

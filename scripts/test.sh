@@ -13,7 +13,7 @@
 #   FUSEE_TIMER_RUNS          sleepers in the shard timer model     (3,000)
 #   FUSEE_SEGMENT_EXHAUSTIVE  segments cut and flipped at every byte (4)
 #   FUSEE_CONFORMANCE_SCALE   percent of the suite's heavy counts   (100)
-#   FUSEE_POWER_LOSS_SEEDS    file-backend power-loss seeds         (2,000)
+#   FUSEE_POWER_LOSS_SEEDS    file-backend power-loss seeds         (10,000)
 #   FUSEE_SIGKILL_RUNS        SIGKILLs per backend                  (50)
 # FUSEE_SEED (and FUSEE_CONFORMANCE_SEED) replay the seed a failure printed.
 set -euo pipefail

@@ -375,7 +375,16 @@ impl<I: Io> FileLog<I> {
                 .ctx("open segment", &path)?;
             let size = file.size().ctx("stat segment", &path)?;
             let map = file.map().ctx("map segment", &path)?;
-            let scanned = match scan_segment(&map, |_, _| {}) {
+            // A recycled file whose new header never reached the disk still
+            // names the older segment it was, and what follows that header
+            // may be anything (old frames, part of the batch that was
+            // rolling into it): it was never started as `n`, so its frames
+            // are not read at all.
+            let stale = map
+                .get(..HEADER_BYTES)
+                .and_then(|h| SegmentHeader::decode(h).ok().flatten())
+                .is_some_and(|h| h.shard == shared.shard && h.segment < n);
+            let scanned = match scan_segment(if stale { &[] } else { &map[..] }, |_, _| {}) {
                 Ok(s) => s,
                 Err(ScanError::LostRecord { offset, .. }) => {
                     return Err(Self::corrupt(&path, "acknowledged record damaged", offset));
@@ -390,10 +399,6 @@ impl<I: Io> FileLog<I> {
                 Err(_) => return Err(Self::corrupt(&path, "bad segment header", 0)),
             };
             drop(map);
-            // A recycled file whose new header never reached the disk still
-            // names the older segment it was: it was never started as `n`.
-            let scanned =
-                scanned.filter(|s| !(s.header.shard == shared.shard && s.header.segment < n));
             let Some(s) = scanned else {
                 if i + 1 == count {
                     // Prepared ahead and never used: reused by this open.

@@ -5,7 +5,7 @@
 //! appended), the checkpoint and index of the last successful commit, and
 //! every frame that commit names.
 //!
-//! `FUSEE_POWER_LOSS_SEEDS` (default 2000) sets how many seeds run;
+//! `FUSEE_POWER_LOSS_SEEDS` (default 10000) sets how many seeds run;
 //! `FUSEE_SEED` reruns one. A failure names its seed.
 
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ fn seeds() -> Vec<u64> {
     let n = std::env::var("FUSEE_POWER_LOSS_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000u64);
+        .unwrap_or(10_000u64);
     (1..=n).collect()
 }
 

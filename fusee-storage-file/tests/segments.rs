@@ -123,3 +123,52 @@ fn closing_while_a_segment_is_prepared_leaves_a_clean_directory() {
         assert_eq!(p.log.flush().ok(), Some(last + 1));
     }
 }
+
+/// A recycled file whose new header never reached the disk, while frames
+/// of the batch rolling into it did: its header names an older segment,
+/// and after it lie frames with LSNs the log has not reached. Open must
+/// read it as never started, not as a damaged log (found by the power-loss
+/// test, seed 6823).
+#[test]
+fn a_recycled_file_with_an_old_header_and_new_frames_is_never_started() {
+    use fusee_core::segment::{HEADER_BYTES, LogWriter};
+    let t = TempDir::new("fusee-segments");
+    let s = FileStorage::open(&t.0, options()).expect("open");
+    let mut p = s.open_shard(0).expect("shard");
+    for lsn in 1..=1000 {
+        p.log.append(lsn, &record(lsn)).expect("append");
+        if lsn % 10 == 0 {
+            p.log.flush().expect("flush");
+        }
+    }
+    drop(p);
+    s.close().expect("close");
+    drop(s);
+    let log = t.0.join("shard-0000000000").join("log");
+    let mut names: Vec<String> = std::fs::read_dir(&log)
+        .expect("log dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let newest: u64 = names.last().expect("segments")[..20]
+        .parse()
+        .expect("number");
+    // The oldest segment, "renamed" past the newest, with frames of the
+    // batch that was rolling into it: LSNs 1001.. at offset 4096.
+    let mut bytes = std::fs::read(log.join(&names[0])).expect("oldest segment");
+    let mut w = LogWriter::new(0, newest + 1, 1001, bytes.len() as u64, 0);
+    w.take().expect("header batch");
+    for lsn in 1001..=1003 {
+        w.append(&record(lsn), 0).expect("fits");
+    }
+    let batch = w.take().expect("records");
+    let chunk = &batch.chunks[0];
+    assert_eq!(chunk.offset, HEADER_BYTES as u64);
+    bytes[HEADER_BYTES..HEADER_BYTES + chunk.bytes.len()].copy_from_slice(&chunk.bytes);
+    std::fs::write(log.join(format!("{:020}.seg", newest + 1)), &bytes).expect("write");
+    let s = FileStorage::open(&t.0, options()).expect("reopen");
+    let mut p = s.open_shard(0).expect("a never-started file is not damage");
+    check(&mut p.log, 1000);
+    p.log.append(1001, &record(1001)).expect("append");
+    assert_eq!(p.log.flush().ok(), Some(1001));
+}

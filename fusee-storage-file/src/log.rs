@@ -145,8 +145,8 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     writer: LogWriter,
     segments: BTreeMap<u64, Segment<I::File>>,
     /// A zero-filled segment ready for the next roll.
-    /// Files ready for the next rolls, numbered consecutively from the
-    /// segment after the current one (at most [`READY_MAX`]).
+    /// Files ready for the next rolls, numbered consecutively from
+    /// [`FileLog::next_file`] (at most [`READY_MAX`]).
     ready: VecDeque<Prepared<I::File>>,
     /// A new segment file being zero-filled off the flush path, numbered
     /// after every file in `ready`.
@@ -526,37 +526,16 @@ impl<I: Io> FileLog<I> {
     /// next roll's flush writes data only: a recycled or earlier prepared
     /// file is renamed to its number, else a new one is zero-filled.
     fn prepare_next(&mut self) -> std::result::Result<(), FileError> {
-        let next = self.writer.segment() + 1;
-        let dir = self.shared.log_dir();
-        let path = dir.join(segment_name(next));
-        if self.preparing.as_ref().is_some_and(|p| p.number == next) {
-            return Ok(());
-        }
-        if let Some(stale) = self.preparing.as_ref().map(|p| p.number) {
-            // Never expected (a roll into a file being prepared waits for
-            // it), but if the writer passed it, it joins the ready files
-            // and is renamed with them below.
-            self.finish_preparing(stale)?;
-        }
-        if let Some(p) = self.ready.front_mut()
-            && p.number != next
-        {
-            // Numbered for a segment the writer has since passed (it rolled
-            // into a new file of its own): only the names are wrong.
-            // Renamed from the back, so no name is taken twice.
-            debug_assert!(p.number < next, "ready files lie ahead of the writer");
-            let shift = next.saturating_sub(p.number);
-            for p in self.ready.iter_mut().rev() {
-                let from = dir.join(segment_name(p.number));
-                let to = dir.join(segment_name(p.number + shift));
-                self.shared
-                    .io
-                    .rename(&from, &to)
-                    .ctx("rename prepared segment", &from)?;
-                p.number += shift;
-            }
-            self.shared.sync_dir(&dir)?;
-        }
+        let next = self.next_file();
+        let path = self.shared.log_dir().join(segment_name(next));
+        debug_assert!(
+            self.preparing
+                .as_ref()
+                .map(|p| p.number)
+                .or(self.ready.front().map(|p| p.number))
+                .is_none_or(|n| n == next),
+            "files are made ready in the order the rolls take them"
+        );
         if self.ready.is_empty() && self.preparing.is_none() {
             let size = self.segment_size();
             if self.shared.io.background() {
@@ -610,6 +589,17 @@ impl<I: Io> FileLog<I> {
             recycled: false,
         });
         Ok(())
+    }
+
+    /// The number of the next segment file a roll will need: the one after
+    /// the newest file. (The writer may already have rolled into it in
+    /// memory, with the batch not yet begun.) Every file made ready is
+    /// numbered from here on, so the rolls take them in order.
+    fn next_file(&self) -> u64 {
+        self.segments
+            .keys()
+            .next_back()
+            .map_or(self.writer.segment(), |n| n + 1)
     }
 
     /// The size of every segment file but one made for an oversized record.
@@ -957,7 +947,7 @@ impl<I: Io> LogStore for FileLog<I> {
                         .as_ref()
                         .map(|p| p.number)
                         .or(self.ready.back().map(|p| p.number))
-                        .map_or(self.writer.segment() + 1, |n| n + 1);
+                        .map_or(self.next_file(), |n| n + 1);
                     let to = dir.join(segment_name(number));
                     self.shared
                         .io

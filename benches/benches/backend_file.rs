@@ -53,6 +53,14 @@ fn keep_recent(log: &mut impl LogStore) {
     }
 }
 
+/// Appends `n` copies of `record` after the log's last LSN.
+fn append_records(log: &mut impl LogStore, n: usize, record: &[u8]) {
+    for _ in 0..n {
+        let lsn = log.last_lsn() + 1;
+        log.append(lsn, record).expect("append");
+    }
+}
+
 /// Brings a fresh log to the steady state its benchmark measures: past
 /// [`KEEP_RECORDS`] and two more segments, so discarded segments are being
 /// recycled (untimed).
@@ -60,10 +68,7 @@ fn warm_up(log: &mut impl LogStore) {
     let segment_records = fusee_storage_file::DEFAULT_SEGMENT_BYTES / FRAME as u64;
     let record = [7u8; RECORD];
     while log.durable_lsn() < KEEP_RECORDS + 2 * segment_records {
-        for _ in 0..4096 {
-            let lsn = log.last_lsn() + 1;
-            log.append(lsn, &record).expect("append");
-        }
+        append_records(log, 4096, &record);
         log.flush().expect("flush");
         keep_recent(log);
     }
@@ -188,10 +193,7 @@ fn interleaved(_c: &mut Criterion) {
             floor.write_sync(&bytes).expect("floor write");
             floor_t.push(t.elapsed());
             let t = Instant::now();
-            for _ in 0..batch {
-                let lsn = parts.log.last_lsn() + 1;
-                parts.log.append(lsn, &record).expect("append");
-            }
+            append_records(&mut parts.log, batch, &record);
             append_t.push(t.elapsed());
             parts.log.flush().expect("flush");
             keep_recent(&mut parts.log);
@@ -297,10 +299,7 @@ fn pipelined(_c: &mut Criterion) {
                 let mut in_flight = false;
                 for _ in 0..n {
                     let a = Instant::now();
-                    for _ in 0..batch {
-                        let lsn = parts.log.last_lsn() + 1;
-                        parts.log.append(lsn, &record).expect("append");
-                    }
+                    append_records(&mut parts.log, batch, &record);
                     appending += a.elapsed();
                     if in_flight && let Job::Ticket(ticket) = back() {
                         parts.log.finish_flush(ticket).expect("flush");
@@ -371,10 +370,7 @@ fn group_commit(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("file", batch), &batch, |b, &n| {
             b.iter(|| {
-                for _ in 0..n {
-                    let lsn = parts.log.last_lsn() + 1;
-                    parts.log.append(lsn, &record).expect("append");
-                }
+                append_records(&mut parts.log, n, &record);
                 parts.log.flush().expect("flush")
             })
         });

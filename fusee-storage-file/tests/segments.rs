@@ -21,10 +21,16 @@ fn record(lsn: u64) -> Vec<u8> {
     (0..200).map(|i| (lsn as u8).wrapping_add(i)).collect()
 }
 
+/// Checks that the log holds exactly records `1..=last`, each unchanged.
 fn check(log: &mut impl LogStore, last: u64) {
-    let mut next = 1;
+    check_from(log, 1, last);
+}
+
+/// Checks that the log reads records `first..=last`, each unchanged.
+fn check_from(log: &mut impl LogStore, first: u64, last: u64) {
+    let mut next = first;
     let end = log
-        .read(0, &mut |lsn, bytes| {
+        .read(first - 1, &mut |lsn, bytes| {
             assert_eq!(lsn, next, "hole before {lsn}");
             assert_eq!(bytes, &record(lsn)[..], "record {lsn} changed");
             next += 1;
@@ -90,15 +96,7 @@ fn interleave(lag: u64) {
     drop(s);
     let s = FileStorage::open(&t.0, options()).expect("reopen");
     let mut p = s.open_shard(0).expect("shard");
-    let mut next = first;
-    p.log
-        .read(first - 1, &mut |lsn, bytes| {
-            assert_eq!((lsn, bytes), (next, &record(lsn)[..]));
-            next += 1;
-            Ok(())
-        })
-        .expect("read");
-    assert_eq!(next, 6001);
+    check_from(&mut p.log, first, 6000);
 }
 
 #[test]

@@ -77,7 +77,7 @@ use fusee_core::record::Lsn;
 use fusee_core::segment::{
     Batch, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, clean_end, scan_segment,
 };
-use fusee_storage::{FlushTicket, FlushWork, LogStore, MAX_RECORD, Result, StorageError};
+use fusee_storage::{FlushTicket, FlushWork, LogStore, Result, StorageError, check_log_append};
 
 use crate::error::{FileError, IoContext};
 use crate::io::{Io, IoFile, OpenMode};
@@ -766,17 +766,7 @@ impl<I: Io> FileLog<I> {
 impl<I: Io> LogStore for FileLog<I> {
     fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
         self.check_writable()?;
-        let expected = self.writer.next_lsn();
-        if lsn != expected {
-            return Err(StorageError::LsnGap { expected, got: lsn });
-        }
-        if record.len() > MAX_RECORD {
-            return Err(StorageError::TooLarge {
-                what: "log record",
-                len: record.len() as u64,
-                max: MAX_RECORD as u64,
-            });
-        }
+        check_log_append(self.writer.last_lsn(), lsn, record)?;
         let got = self
             .writer
             .append(record, self.now_ms)

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fusee_core::shard::BlobRef;
-use fusee_storage::{MAX_FRAME, Result, RunStore, StorageError};
+use fusee_storage::{Result, RunStore, StorageError, check_frame_len};
 use rustc_hash::FxHashMap;
 
 use crate::chunks;
@@ -331,13 +331,7 @@ impl<I: Io> FileRuns<I> {
     /// Appends one frame to `generation` (not synced) and returns its file
     /// offset.
     fn write_frame(generation: &mut Generation<I::File>, frame: &[u8]) -> Result<u64> {
-        if frame.len() > MAX_FRAME {
-            return Err(StorageError::TooLarge {
-                what: "run-store frame",
-                len: frame.len() as u64,
-                max: MAX_FRAME as u64,
-            });
-        }
+        check_frame_len(frame)?;
         let offset = generation.len;
         let end = offset + FRAME_HEADER + frame.len() as u64;
         if end >= 1 << OFFSET_BITS {

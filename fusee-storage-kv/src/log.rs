@@ -16,7 +16,7 @@
 //! the records back, which the contract allows.
 
 use fusee_core::record::Lsn;
-use fusee_storage::{LogStore, MAX_RECORD, Result, StorageError};
+use fusee_storage::{LogStore, Result, StorageError, check_log_append};
 
 use crate::Names;
 use crate::layout::{CRC, LogRow, check_crc, with_crc};
@@ -170,17 +170,7 @@ impl<E: LogEngine> KvLog<E> {
 impl<E: LogEngine> LogStore for KvLog<E> {
     fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
         self.writable()?;
-        if record.len() > MAX_RECORD {
-            return Err(StorageError::TooLarge {
-                what: "log record",
-                len: record.len() as u64,
-                max: MAX_RECORD as u64,
-            });
-        }
-        let expected = self.last_lsn() + 1;
-        if lsn != expected {
-            return Err(StorageError::LsnGap { expected, got: lsn });
-        }
+        check_log_append(self.last_lsn(), lsn, record)?;
         let stored = with_crc(record);
         self.pending_bytes += stored.len();
         self.pending.push(stored);

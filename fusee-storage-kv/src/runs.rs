@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use fusee_core::shard::BlobRef;
-use fusee_storage::{MAX_FRAME, MAX_OFFSET, Result, RunStore, StorageError};
+use fusee_storage::{MAX_OFFSET, Result, RunStore, StorageError, check_frame_len};
 
 use crate::Names;
 use crate::layout::{CRC, check_crc, with_crc};
@@ -179,14 +179,7 @@ impl<E: FrameEngine> KvRuns<E> {
 impl<E: FrameEngine> RunStore for KvRuns<E> {
     fn append(&mut self, frame: &[u8]) -> Result<BlobRef> {
         self.writable()?;
-        let len = u32::try_from(frame.len())
-            .ok()
-            .filter(|&l| l as usize <= MAX_FRAME)
-            .ok_or(StorageError::TooLarge {
-                what: "run-store frame",
-                len: frame.len() as u64,
-                max: MAX_FRAME as u64,
-            })?;
+        let len = check_frame_len(frame)?;
         if self.next > MAX_OFFSET {
             return Err(StorageError::TooLarge {
                 what: "run store (frame numbers)",

@@ -246,7 +246,7 @@ pub use contract::{
 };
 pub use error::{Result, StorageError};
 pub use limits::{
-    DELETED, INDEX_RECORD, MAX_FRAME, MAX_OFFSET, MAX_RECORD, NO_LSN, index_record_run,
-    index_record_state, index_records,
+    DELETED, INDEX_RECORD, MAX_FRAME, MAX_OFFSET, MAX_RECORD, NO_LSN, check_frame_len,
+    check_log_append, index_record_run, index_record_state, index_records,
 };
 pub use memory::MemoryStorage;

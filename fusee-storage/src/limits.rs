@@ -44,6 +44,39 @@ pub const MAX_FRAME: usize = 256 << 20;
 /// Largest run-store offset: `BlobRef::offset` uses at most 48 bits.
 pub const MAX_OFFSET: u64 = (1 << 48) - 1;
 
+/// The contract's checks of a log append, in the order every backend makes
+/// them: `record` longer than [`MAX_RECORD`] is
+/// [`crate::StorageError::TooLarge`], an `lsn` other than `last + 1` is
+/// [`crate::StorageError::LsnGap`]. Backends call it before changing
+/// anything, so they all refuse the same calls with the same errors.
+pub fn check_log_append(last: Lsn, lsn: Lsn, record: &[u8]) -> crate::Result<()> {
+    if record.len() > MAX_RECORD {
+        return Err(crate::StorageError::TooLarge {
+            what: "log record",
+            len: record.len() as u64,
+            max: MAX_RECORD as u64,
+        });
+    }
+    let expected = last + 1;
+    if lsn != expected {
+        return Err(crate::StorageError::LsnGap { expected, got: lsn });
+    }
+    Ok(())
+}
+
+/// The contract's check of a run-store frame: its length as a `BlobRef`
+/// carries it, or [`crate::StorageError::TooLarge`] past [`MAX_FRAME`].
+pub fn check_frame_len(frame: &[u8]) -> crate::Result<u32> {
+    u32::try_from(frame.len())
+        .ok()
+        .filter(|&l| l as usize <= MAX_FRAME)
+        .ok_or(crate::StorageError::TooLarge {
+            what: "run-store frame",
+            len: frame.len() as u64,
+            max: MAX_FRAME as u64,
+        })
+}
+
 /// The LSN before the first record: a fresh log's first append is LSN 1.
 pub const NO_LSN: Lsn = 0;
 

@@ -6,7 +6,7 @@ use fusee_core::record::Lsn;
 
 use super::{Part, READ_BATCH};
 use crate::contract::LogStore;
-use crate::limits::MAX_RECORD;
+use crate::limits::check_log_append;
 use crate::{Result, StorageError};
 
 /// The memory backend's log part.
@@ -28,17 +28,7 @@ impl LogStore for MemoryLog {
         if s.log_latched {
             return Err(StorageError::Latched { what: LOG });
         }
-        if record.len() > MAX_RECORD {
-            return Err(StorageError::TooLarge {
-                what: "log record",
-                len: record.len() as u64,
-                max: MAX_RECORD as u64,
-            });
-        }
-        let expected = s.last_lsn() + 1;
-        if lsn != expected {
-            return Err(StorageError::LsnGap { expected, got: lsn });
-        }
+        check_log_append(s.last_lsn(), lsn, record)?;
         s.log.push_back(Arc::from(record));
         self.last = lsn;
         Ok(())

@@ -6,7 +6,7 @@ use fusee_core::shard::BlobRef;
 
 use super::{Frame, Part};
 use crate::contract::RunStore;
-use crate::limits::{MAX_FRAME, MAX_OFFSET};
+use crate::limits::{MAX_OFFSET, check_frame_len};
 use crate::{Result, StorageError};
 
 /// The memory backend's run-store part.
@@ -24,14 +24,7 @@ impl RunStore for MemoryRuns {
         if s.runs_latched {
             return Err(StorageError::Latched { what: RUNS });
         }
-        let len = u32::try_from(frame.len())
-            .ok()
-            .filter(|&l| l as usize <= MAX_FRAME)
-            .ok_or(StorageError::TooLarge {
-                what: "run-store frame",
-                len: frame.len() as u64,
-                max: MAX_FRAME as u64,
-            })?;
+        let len = check_frame_len(frame)?;
         let offset = s.next_offset;
         // Empty frames take one address so every frame has its own offset.
         let end = offset + u64::from(len.max(1));

@@ -318,7 +318,13 @@ pub struct LogWriter {
     /// The header of the segment this writer was opened on, until taken.
     open_header: Option<Chunk>,
     open_base: Lsn,
+    /// Chunks of the pending batch that a roll closed, in order.
     chunks: Vec<Chunk>,
+    /// The pending batch's open chunk: its bytes in the current segment,
+    /// from `tail_offset` to `offset` (empty when the batch has none yet).
+    /// Kept apart from `chunks` so an append writes to it directly.
+    tail: Vec<u8>,
+    tail_offset: u64,
     /// Bytes of the largest chunk of the last batch taken: the next batch's
     /// first chunk starts with that much room, so steady group commits
     /// do not regrow their buffer record by record.
@@ -362,6 +368,8 @@ impl LogWriter {
             }),
             open_base: next_lsn,
             chunks: Vec::new(),
+            tail: Vec::new(),
+            tail_offset: 0,
             chunk_hint: 4096,
             spare: Vec::new(),
         }
@@ -379,69 +387,90 @@ impl LogWriter {
     /// LSN. Starts a new segment first when the frame does not fit the
     /// current one. A body over [`LogWriter::max_body`], or a batch that
     /// already holds `u32::MAX` records, is refused with nothing changed.
+    // Inlined into the host's append: this is the hot path of every durable
+    // record, so the rare cases (a refusal, a roll, a batch's first frame)
+    // are out of line and the rest is a few checks, the copy and the
+    // checksum.
+    #[inline]
     pub fn append(&mut self, body: &[u8], now_ms: u64) -> Result<Lsn, TooLarge> {
-        let max = self.max_body();
-        if body.len() > max {
-            return Err(TooLarge {
-                what: "record body (bytes)",
-                len: body.len() as u64,
-                max: max as u64,
-            });
+        if body.len() > MAX_RECORD_BODY || self.pending_records == u32::MAX {
+            return Err(self.refusal(body.len()));
         }
-        if self.pending_records == u32::MAX {
-            return Err(TooLarge {
-                what: "batch (records)",
-                len: u64::from(self.pending_records) + 1,
-                max: u64::from(u32::MAX),
-            });
+        let frame = FRAME_HEADER + body.len();
+        if self.offset + frame as u64 > self.limit {
+            self.roll(now_ms, frame as u64);
         }
-        let frame = (FRAME_HEADER + body.len()) as u64;
-        if self.offset + frame > self.limit {
-            self.roll(now_ms, frame);
+        if self.tail.is_empty() {
+            self.open_tail(frame);
         }
+        debug_assert_eq!(self.tail_offset + self.tail.len() as u64, self.offset);
         let lsn = self.next_lsn;
-        if self.pending_records == 0 {
-            self.batch_first = lsn;
-        }
         let batch = self.pending_records;
         debug_assert_eq!(lsn - self.batch_first, u64::from(batch));
-        let contiguous = self.chunks.last().is_some_and(|c| {
-            c.segment == self.segment && c.offset + c.bytes.len() as u64 == self.offset
-        });
-        if !contiguous {
-            self.chunks.push(Chunk {
-                segment: self.segment,
-                offset: self.offset,
-                bytes: {
-                    let mut bytes = std::mem::take(&mut self.spare);
-                    bytes.clear();
-                    bytes.reserve((frame as usize).max(self.chunk_hint));
-                    bytes
-                },
-            });
-        }
-        let last = self.chunks.len() - 1;
-        let buf = &mut self.chunks[last].bytes;
         let mut header = [0u8; FRAME_HEADER];
         header[0..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
         header[8..16].copy_from_slice(&lsn.to_le_bytes());
         header[16..20].copy_from_slice(&batch.to_le_bytes());
-        let start = buf.len();
-        buf.extend_from_slice(&header);
-        buf.extend_from_slice(body);
-        let crc = checksum32(&buf[start + 8..]);
-        buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        self.offset += frame;
+        let start = self.tail.len();
+        self.tail.extend_from_slice(&header);
+        self.tail.extend_from_slice(body);
+        let sum = checksum32(&self.tail[start + 8..]);
+        self.tail[start + 4..start + 8].copy_from_slice(&sum.to_le_bytes());
+        self.offset += frame as u64;
         debug_assert!(self.offset <= self.limit);
         self.next_lsn += 1;
-        self.pending_records += 1;
+        self.pending_records = batch + 1;
         Ok(lsn)
     }
 
-    /// Starts the next segment; its header goes at the front of its chunk.
+    /// Why [`LogWriter::append`] refuses a body of `len` bytes.
+    #[cold]
+    #[inline(never)]
+    fn refusal(&self, len: usize) -> TooLarge {
+        if len > MAX_RECORD_BODY {
+            TooLarge {
+                what: "record body (bytes)",
+                len: len as u64,
+                max: MAX_RECORD_BODY as u64,
+            }
+        } else {
+            TooLarge {
+                what: "batch (records)",
+                len: u64::from(self.pending_records) + 1,
+                max: u64::from(u32::MAX),
+            }
+        }
+    }
+
+    /// Opens the batch's chunk at `offset` for a first frame of `frame`
+    /// bytes, in the spare buffer when there is one, with room for a batch
+    /// like the last.
+    #[cold]
+    #[inline(never)]
+    fn open_tail(&mut self, frame: usize) {
+        self.tail = std::mem::take(&mut self.spare);
+        self.tail.clear();
+        self.tail.reserve(frame.max(self.chunk_hint));
+        self.tail_offset = self.offset;
+    }
+
+    /// Moves the open chunk, if any, to the end of `chunks`.
+    fn close_tail(&mut self) {
+        if !self.tail.is_empty() {
+            self.chunks.push(Chunk {
+                segment: self.segment,
+                offset: self.tail_offset,
+                bytes: std::mem::take(&mut self.tail),
+            });
+        }
+    }
+
     /// Starts the next segment, large enough for a first frame of `frame`
-    /// bytes.
+    /// bytes; its header opens the segment's chunk.
+    #[cold]
+    #[inline(never)]
     fn roll(&mut self, now_ms: u64, frame: u64) {
+        self.close_tail();
         self.segment += 1;
         self.offset = HEADER_BYTES as u64;
         self.limit = self.segment_bytes.max(HEADER_BYTES as u64 + frame);
@@ -455,11 +484,8 @@ impl LogWriter {
         };
         let mut bytes = Vec::with_capacity(2 * HEADER_BYTES);
         header.encode_into(&mut bytes);
-        self.chunks.push(Chunk {
-            segment: self.segment,
-            offset: 0,
-            bytes,
-        });
+        self.tail = bytes;
+        self.tail_offset = 0;
     }
 
     /// The next batch to write and flush, or `None` if nothing is pending.
@@ -473,6 +499,7 @@ impl LogWriter {
                 last_lsn: self.open_base - 1,
             });
         }
+        self.close_tail();
         if self.chunks.is_empty() {
             return None;
         }
@@ -509,7 +536,16 @@ impl LogWriter {
     /// read back from the pending chunks (a log reads its unflushed tail
     /// here instead of keeping a second copy).
     pub fn pending(&self) -> impl Iterator<Item = (Lsn, &[u8])> + '_ {
-        chunk_frames(&self.chunks)
+        // A rolled segment's chunk starts with its header block.
+        let start = if self.tail_offset == 0 {
+            HEADER_BYTES
+        } else {
+            0
+        };
+        chunk_frames(&self.chunks).chain(PendingFrames {
+            bytes: &self.tail,
+            at: start,
+        })
     }
 
     /// Caps the current segment at `bytes` (at least what it already holds,
@@ -548,7 +584,7 @@ impl LogWriter {
 
     /// Whether [`LogWriter::take`] would return a batch.
     pub fn has_pending(&self) -> bool {
-        self.open_header.is_some() || !self.chunks.is_empty()
+        self.open_header.is_some() || !self.chunks.is_empty() || !self.tail.is_empty()
     }
 
     /// Records appended since the last batch of records was taken.

@@ -492,13 +492,23 @@ fn the_writer_rolls_segments_and_they_scan_back() {
         let mut files: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
         let mut written = Vec::new();
         for _ in 0..30 {
+            let since_take = written.len();
             for _ in 0..rng.usize(1..8) {
                 let body: Vec<u8> = (0..rng.usize(0..1500)).map(|_| rng.u8(..)).collect();
                 let lsn = w.append(&body, 1).expect("fits");
                 written.push((lsn, body));
                 assert!(w.offset() <= seg, "seed {seed}");
+                // The unflushed records read back from the writer, across
+                // any roll since the last batch was taken.
+                let pending: Vec<_> = w.pending().map(|(l, b)| (l, b.to_vec())).collect();
+                assert_eq!(pending, written[since_take..], "seed {seed}: pending");
+                assert_eq!(w.pending_records() as usize, pending.len());
             }
             while let Some(b) = w.take() {
+                if b.records() > 0 {
+                    let frames: Vec<_> = b.frames().map(|(l, b)| (l, b.to_vec())).collect();
+                    assert_eq!(frames, written[since_take..], "seed {seed}: batch frames");
+                }
                 let mut prev_seg = None;
                 for c in &b.chunks {
                     let file = files
@@ -513,7 +523,12 @@ fn the_writer_rolls_segments_and_they_scan_back() {
                     }
                     prev_seg = Some(c.segment);
                 }
+                // Half the batches hand their buffers back for reuse.
+                if rng.bool() {
+                    w.recycle(b);
+                }
             }
+            assert!(!w.has_pending() && w.pending().next().is_none());
         }
         assert!(files.len() > 3, "seed {seed}: rolled");
         let mut seen = Vec::new();

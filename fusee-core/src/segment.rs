@@ -68,7 +68,10 @@
 //!    the backend reads as "never started", (b) every old frame has an LSN
 //!    below the new `base_lsn`, which the scanner reads as garbage, never as
 //!    a record or a lost one, and (c) the writer zeroes the bytes after each
-//!    batch up to [`clean_end`], so a durable batch ends cleanly.
+//!    batch up to [`clean_end`], so a durable batch ends cleanly. For (b)
+//!    the host recycles only files whose every frame it wrote itself: a
+//!    file found at open may hold, after its recovered end, frames of the
+//!    batch a crash cut short, whose LSNs new records have taken since.
 //!
 //! # What a crash can leave, and how the scanner reads it
 //!

@@ -144,10 +144,14 @@ impl IoFile for RealFile {
             // Mapping an empty file is an error on some platforms.
             return Ok(Mapped::Owned(Vec::new()));
         }
-        // SAFETY: the map is read-only and lives only while recovery scans
-        // the file. The backend holds the directory's exclusive lock, so no
-        // other process writes or truncates the file meanwhile, and this
-        // process writes to it only after the scan has ended.
+        // SAFETY: the map is read-only and lives only for one scan: of a
+        // file at open, or of a log segment by `FileLog::read`. The backend
+        // holds the directory's exclusive lock, so no other process writes
+        // or truncates the file meanwhile. In this process nothing truncates
+        // a mapped file, and the one write that can overlap a scan is a
+        // flush on another thread into a log segment, past the segment's
+        // flushed end: the read looks only at bytes before that end, which
+        // are never written again while the segment is in the log.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&self.file)? };
         Ok(Mapped::Map(map))

@@ -23,7 +23,12 @@
 //!   below the new base (the scanner reads them as garbage), and every
 //!   batch written into it also zeroes up to
 //!   [`clean_end`], so a durable batch ends
-//!   cleanly: see the segment format's invariant 5.
+//!   cleanly: see the segment format's invariant 5. Only segments this open
+//!   of the log wrote are recycled. A segment found at open may hold, after
+//!   its recovered end, frames of the batch a crash cut short, whose LSNs
+//!   the records appended since reuse: in a recycled file such a frame could
+//!   read as a record of the new segment (a false lost-record error at the
+//!   next recovery), so those segments are deleted instead.
 //! - **Zero-filled**: when nothing was recycled, the next segment is created
 //!   and zero-filled (and synced) once the current one is half full, on a
 //!   background thread (inline on the simulated disk, so a seed replays the
@@ -122,6 +127,11 @@ struct Segment<F> {
     /// A recycled file: old bytes follow whatever this segment wrote, so
     /// every batch also zeroes up to [`clean_end`].
     recycled: bool,
+    /// Every frame in the file has an LSN of at most `last`, so it may be
+    /// recycled for a segment based after it. False for segments found at
+    /// open: bytes after their recovered end may be frames of the batch a
+    /// crash cut short, with LSNs the log has given to new records since.
+    recyclable: bool,
 }
 
 /// A segment file being zero-filled on a background thread.
@@ -246,10 +256,7 @@ impl<I: Io> FileLog<I> {
     /// the recovered prefix.
     pub(crate) fn open(shared: Arc<Shared<I>>) -> std::result::Result<Self, FileError> {
         let dir = shared.log_dir();
-        shared
-            .io
-            .create_dir_all(&dir)
-            .ctx("create directory", &dir)?;
+        shared.create_dir(&dir)?;
         let rec = Self::recover(&shared, &dir)?;
         // A never-used trailing segment is reused; else a new number.
         let want = shared.options.segment_bytes.max(2 * HEADER_BYTES as u64);
@@ -315,6 +322,7 @@ impl<I: Io> FileLog<I> {
                 size,
                 header_durable: true,
                 recycled: false,
+                recyclable: true,
             },
         );
         let first = segments
@@ -469,6 +477,7 @@ impl<I: Io> FileLog<I> {
                     size,
                     header_durable: true,
                     recycled: false,
+                    recyclable: false,
                 },
             );
         }
@@ -643,6 +652,7 @@ impl<I: Io> FileLog<I> {
                     size,
                     header_durable: false,
                     recycled,
+                    recyclable: true,
                 },
             );
         }
@@ -744,6 +754,50 @@ impl<I: Io> FileLog<I> {
         // not prepare: it reuses a prepared segment it finds.)
         if self.writer.offset() > self.writer.segment_bytes() / 2 {
             self.prepare_next()?;
+        }
+        Ok(())
+    }
+
+    /// Removes segment `n` from the log for good: recycled as the next
+    /// segment to roll into when it may be (renamed: its blocks are
+    /// allocated and written, so the rolls into it write no metadata and no
+    /// zeros), deleted otherwise; either way durable in the directory before
+    /// this returns.
+    fn drop_segment(&mut self, n: u64) -> std::result::Result<(), FileError> {
+        let Some(seg) = self.segments.remove(&n) else {
+            return Ok(());
+        };
+        let dir = self.shared.log_dir();
+        let ready = self.ready.len() + usize::from(self.preparing.is_some());
+        let recycle = seg.recyclable && ready < READY_MAX && seg.size == self.segment_size();
+        match Arc::try_unwrap(seg.file) {
+            Ok(file) if recycle => {
+                let number = self
+                    .preparing
+                    .as_ref()
+                    .map(|p| p.number)
+                    .or(self.ready.back().map(|p| p.number))
+                    .map_or(self.next_file(), |n| n + 1);
+                let to = dir.join(segment_name(number));
+                self.shared
+                    .io
+                    .rename(&seg.path, &to)
+                    .ctx("recycle segment", &seg.path)?;
+                self.shared.sync_dir(&dir)?;
+                self.ready.push_back(Prepared {
+                    number,
+                    file,
+                    size: seg.size,
+                    recycled: true,
+                });
+            }
+            _ => {
+                self.shared
+                    .io
+                    .remove_file(&seg.path)
+                    .ctx("remove segment", &seg.path)?;
+                self.shared.sync_dir(&dir)?;
+            }
         }
         Ok(())
     }
@@ -918,47 +972,16 @@ impl<I: Io> LogStore for FileLog<I> {
             .filter(|(n, s)| **n < carrier && s.last <= lsn)
             .map(|(n, _)| *n)
             .collect();
-        let dir = self.shared.log_dir();
         // Oldest first, each deletion durable before the next: a crash never
         // leaves an older segment without the one after it (a hole).
         for n in doomed {
-            let Some(seg) = self.segments.remove(&n) else {
-                continue;
-            };
-            // The first full-size one is recycled as the next segment
-            // instead (renamed: its blocks are allocated and written, so the
-            // rolls into it write no metadata and no zeros); the rest go.
-            let ready = self.ready.len() + usize::from(self.preparing.is_some());
-            let recycle = ready < READY_MAX && seg.size == self.segment_size();
-            match Arc::try_unwrap(seg.file) {
-                Ok(file) if recycle => {
-                    let number = self
-                        .preparing
-                        .as_ref()
-                        .map(|p| p.number)
-                        .or(self.ready.back().map(|p| p.number))
-                        .map_or(self.next_file(), |n| n + 1);
-                    let to = dir.join(segment_name(number));
-                    self.shared
-                        .io
-                        .rename(&seg.path, &to)
-                        .ctx("recycle segment", &seg.path)
-                        .map_err(StorageError::from)?;
-                    self.ready.push_back(Prepared {
-                        number,
-                        file,
-                        size: seg.size,
-                        recycled: true,
-                    });
-                }
-                _ => self
-                    .shared
-                    .io
-                    .remove_file(&seg.path)
-                    .ctx("remove segment", &seg.path)
-                    .map_err(StorageError::from)?,
+            if let Err(e) = self.drop_segment(n) {
+                // The log no longer knows what its directory holds (a
+                // segment forgotten but still there, a rename not durable):
+                // nothing more until a reopen reads the directory again.
+                self.latched = true;
+                return Err(e.into());
             }
-            self.shared.sync_dir(&dir)?;
         }
         self.first = self
             .segments

@@ -126,6 +126,46 @@ impl<I: Io> Shared<I> {
         }
         self.io.sync_dir(dir).ctx("fsync directory", dir)
     }
+
+    /// Creates `dir` as [`create_dir_durably`] does, under this shard's
+    /// flush method.
+    pub(crate) fn create_dir(&self, dir: &Path) -> Result<(), FileError> {
+        create_dir_durably(&*self.io, dir, self.options.flush)
+    }
+}
+
+/// Creates `dir` and whichever of its parents are missing, each new
+/// directory's entry durable in its parent before this returns (unless
+/// `flush` is [`FlushMethod::None`]). A directory's creation, like a file's,
+/// survives a crash only once its parent is synced: without it a crash
+/// could take the directory, and every file synced in it, away.
+pub(crate) fn create_dir_durably<I: Io>(
+    io: &I,
+    dir: &Path,
+    flush: FlushMethod,
+) -> Result<(), FileError> {
+    use crate::error::IoContext;
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !io.exists(d))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    io.create_dir_all(dir).ctx("create directory", dir)?;
+    if flush == FlushMethod::None {
+        return Ok(());
+    }
+    // Outermost first, so each entry synced sits in a durable directory.
+    for new in missing.iter().rev() {
+        let parent = match new.parent() {
+            Some(p) if p.as_os_str().is_empty() => Path::new("."),
+            Some(p) => p,
+            None => continue,
+        };
+        io.sync_dir(parent).ctx("fsync directory", parent)?;
+    }
+    Ok(())
 }
 
 /// Maps the backend's errors onto the contract's.

@@ -8,11 +8,13 @@
 //! file's offsets, as a disk writes them) reach the durable image, which is
 //! what a power cut during a multi-sector write can do. Length changes not
 //! synced are kept or dropped. In each directory, a random prefix of the
-//! unsynced creations, removals and renames survives. Handles opened before
-//! the crash fail afterwards, as a process that died would have no handles.
+//! unsynced creations (of files and of directories), removals and renames
+//! survives; a directory whose creation did not survive takes everything in
+//! it along. Handles opened before the crash fail afterwards, as a process
+//! that died would have no handles.
 //!
-//! Directories themselves are durable as soon as they are created (the
-//! backend creates them once, before any file in them matters).
+//! A directory's creation is durable once its parent is synced, like a
+//! file's; the root (`/`) always exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -51,6 +53,7 @@ struct Inode {
 #[derive(Clone, Debug)]
 enum NsOp {
     Create(PathBuf, u64),
+    CreateDir(PathBuf),
     Remove(PathBuf),
     Rename(PathBuf, PathBuf),
 }
@@ -65,7 +68,10 @@ struct State {
     durable: BTreeMap<PathBuf, u64>,
     /// Unsynced namespace changes per directory, in order.
     pending_ns: BTreeMap<PathBuf, Vec<NsOp>>,
+    /// Directories as processes see them.
     dirs: BTreeSet<PathBuf>,
+    /// Directories whose creation is durable (their parent was synced).
+    durable_dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
     fail_syncs: u32,
     /// Syncs to let through before `fail_syncs` start failing.
@@ -230,9 +236,19 @@ impl SimIo {
                 _ => 0,
             };
             for op in ops.into_iter().take(kept) {
-                apply_ns(&mut s.durable, op);
+                let s = &mut *s;
+                apply_ns(&mut s.durable, &mut s.durable_dirs, op);
             }
         }
+        // A directory lost takes what was in it along, durable or not.
+        let dirs = s.durable_dirs.clone();
+        let present = |d: &Path| {
+            d.ancestors()
+                .all(|a| a.parent().is_none() || dirs.contains(a))
+        };
+        s.durable_dirs.retain(|d| present(d));
+        s.durable.retain(|p, _| present(&parent(p)));
+        s.dirs = s.durable_dirs.clone();
         s.live = s.durable.clone();
         let referenced: BTreeSet<u64> = s.live.values().copied().collect();
         s.inodes.retain(|id, _| referenced.contains(id));
@@ -254,10 +270,13 @@ impl SimIo {
     }
 }
 
-fn apply_ns(names: &mut BTreeMap<PathBuf, u64>, op: NsOp) {
+fn apply_ns(names: &mut BTreeMap<PathBuf, u64>, dirs: &mut BTreeSet<PathBuf>, op: NsOp) {
     match op {
         NsOp::Create(path, inode) => {
             names.insert(path, inode);
+        }
+        NsOp::CreateDir(path) => {
+            dirs.insert(path);
         }
         NsOp::Remove(path) => {
             names.remove(&path);
@@ -359,8 +378,24 @@ impl Io for SimIo {
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut s = lock(&self.state);
-        for dir in path.ancestors() {
+        let mut missing: Vec<&Path> = path
+            .ancestors()
+            .take_while(|d| !s.dirs.contains(*d))
+            .collect();
+        // Parents first, each creation pending in its parent until synced.
+        missing.reverse();
+        for dir in missing {
             s.dirs.insert(dir.to_path_buf());
+            match dir.parent() {
+                None => {
+                    s.durable_dirs.insert(dir.to_path_buf());
+                }
+                Some(up) => s
+                    .pending_ns
+                    .entry(up.to_path_buf())
+                    .or_default()
+                    .push(NsOp::CreateDir(dir.to_path_buf())),
+            }
         }
         Ok(())
     }
@@ -443,7 +478,8 @@ impl Io for SimIo {
         SimIo::take_failure(&mut s)?;
         let ops = s.pending_ns.remove(path).unwrap_or_default();
         for op in ops {
-            apply_ns(&mut s.durable, op);
+            let s = &mut *s;
+            apply_ns(&mut s.durable, &mut s.durable_dirs, op);
         }
         Ok(())
     }
@@ -477,7 +513,30 @@ mod tests {
         let io = SimIo::new();
         let dir = PathBuf::from("/db");
         io.create_dir_all(&dir).unwrap();
+        io.sync_dir(Path::new("/")).unwrap();
         (io, dir)
+    }
+
+    #[test]
+    fn a_directory_not_synced_into_its_parent_vanishes_with_its_files() {
+        let (io, dir) = setup();
+        let sub = dir.join("sub");
+        io.create_dir_all(&sub).unwrap();
+        let f = io.open(&sub.join("f"), OpenMode::CreateNew).unwrap();
+        f.write_at(0, b"x").unwrap();
+        f.sync_data().unwrap();
+        // The file's entry is durable in `sub`, but `sub`'s is not in `/db`.
+        io.sync_dir(&sub).unwrap();
+        io.crash(CrashMode::LoseAll);
+        assert!(!io.exists(&sub) && !io.exists(&sub.join("f")));
+        assert!(io.exists(&dir), "synced into its parent before");
+        io.create_dir_all(&sub).unwrap();
+        io.sync_dir(&dir).unwrap();
+        let f = io.open(&sub.join("g"), OpenMode::CreateNew).unwrap();
+        io.sync_dir(&sub).unwrap();
+        drop(f);
+        io.crash(CrashMode::LoseAll);
+        assert_eq!(io.list_dir(&sub).unwrap(), vec!["g".to_string()]);
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl<I: Io> FileStorage<I> {
         options: FileOptions,
     ) -> std::result::Result<Self, FileError> {
         let dir = dir.as_ref().to_path_buf();
-        io.create_dir_all(&dir).ctx("create directory", &dir)?;
+        crate::shared::create_dir_durably(&io, &dir, options.flush)?;
         let lock = io.lock(&dir).map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock => FileError::Locked { path: dir.clone() },
             _ => FileError::Io {
@@ -114,10 +114,7 @@ impl<I: Io> FileStorage<I> {
         shared: Arc<Shared<I>>,
     ) -> std::result::Result<ShardParts<Self>, FileError> {
         let dir = &shared.dir;
-        if !self.io.exists(dir) {
-            self.io.create_dir_all(dir).ctx("create directory", dir)?;
-            shared.sync_dir(&self.dir)?;
-        }
+        shared.create_dir(dir)?;
         for name in SLOT_NAMES {
             let path = dir.join(name);
             if !self.io.exists(&path) {

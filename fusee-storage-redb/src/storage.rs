@@ -184,11 +184,15 @@ impl RedbStorage {
     /// one written by a newer Fusee. Never panics on a bad file.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
+        fusee_storage::dirs::create_dir_durably(dir)?;
         let path = dir.join(FILE_NAME);
+        let new = !path.exists();
         let opener = path.clone();
         let db = open_database(&path, move || Database::builder().create(opener))?;
+        if new {
+            // redb syncs the file, not its entry in the directory.
+            fusee_storage::dirs::sync_dir(dir)?;
+        }
         Self::with_database(db, path)
     }
 

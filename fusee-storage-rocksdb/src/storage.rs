@@ -145,10 +145,15 @@ impl RocksStorage {
     /// for one written by a newer Fusee. Never panics on a bad database.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
+        fusee_storage::dirs::create_dir_durably(dir)?;
         let path = dir.join(DIR_NAME);
+        let new = !path.exists();
         let db = open_database(&path)?;
+        if new {
+            // RocksDB syncs the entries of the database directory it
+            // creates, not that directory's own entry here.
+            fusee_storage::dirs::sync_dir(dir)?;
+        }
         Ok(Self {
             shared: Arc::new(Shared::new(path, db)),
         })

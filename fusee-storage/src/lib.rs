@@ -233,6 +233,7 @@
 //! ```
 
 mod contract;
+pub mod dirs;
 mod error;
 mod limits;
 pub mod memory;

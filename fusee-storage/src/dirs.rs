@@ -1,0 +1,72 @@
+//! Directory entries that survive a crash, for backends on the real file
+//! system (what an engine such as RocksDB or redb does not do for the
+//! directory it is given).
+//!
+//! A file or directory created in a directory is durable only once that
+//! directory is synced (`fsync` on the directory): until then a power cut
+//! may take the new entry away, with everything synced inside it. Backend
+//! authors call [`create_dir_durably`] for the directories they create and
+//! [`sync_dir`] after creating files an engine does not sync into their
+//! directory.
+
+use std::fs::File;
+use std::path::Path;
+
+use crate::{Result, StorageError};
+
+/// Makes the entries of directory `dir` durable (`fsync` on it). An empty
+/// path means the current directory.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StorageError::io(format!("syncing directory {}", dir.display()), e))
+}
+
+/// Creates `dir` and whichever of its parents are missing, each new
+/// directory's entry durable in its parent before this returns. Nothing is
+/// synced when `dir` exists already.
+pub fn create_dir_durably(dir: &Path) -> Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
+    // Outermost first, so each entry synced sits in a durable directory.
+    for new in missing.iter().rev() {
+        if let Some(parent) = new.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_directories_are_created_and_a_file_in_the_way_is_an_error() {
+        let root = std::env::temp_dir().join(format!("fusee-dirs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let deep = root.join("a").join("b");
+        create_dir_durably(&deep).expect("create");
+        assert!(deep.is_dir());
+        create_dir_durably(&deep).expect("existing is fine");
+        sync_dir(&deep).expect("sync");
+        std::fs::write(root.join("file"), b"x").expect("write");
+        let err = create_dir_durably(&root.join("file").join("c")).expect_err("not a directory");
+        assert!(err.to_string().contains("file"), "{err}");
+        let err = sync_dir(&root.join("missing")).expect_err("no such directory");
+        assert!(err.to_string().contains("missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -221,7 +221,12 @@ impl<E: IndexEngine> CheckpointStore for KvCheckpoint<E> {
         let generation = self.generation.wrapping_add(1);
         if self.base.as_ref().is_some_and(|b| b.max_written.is_some()) {
             self.base = None;
-            self.engine.clear_generation(generation)?;
+            if let Err(e) = self.engine.clear_generation(generation) {
+                // Rows of the abandoned base may remain under the next
+                // generation, which a new base would count as its own.
+                self.latched = true;
+                return Err(e);
+            }
         }
         self.base = Some(Base {
             generation,

@@ -115,6 +115,11 @@ impl<D> ShardHandle<D> {
         self.shared.faults.take_commit(self.id)
     }
 
+    /// Whether a base-write failure is armed for this shard (disarming it).
+    pub fn take_fail_base_write(&self) -> bool {
+        self.shared.faults.take_base_write(self.id)
+    }
+
     /// Whether the armed commit crash point is `step` (disarming it if so).
     pub fn crash_point(&self, step: u32) -> bool {
         self.shared.faults.crash_point(self.id, step)

@@ -146,6 +146,7 @@ impl OpenShards {
 struct Faults {
     fail_next_flush: bool,
     fail_next_commit: bool,
+    fail_next_base_write: bool,
     crash_at: Option<u32>,
 }
 
@@ -163,6 +164,12 @@ impl FaultSwitches {
     /// The next commit of `shard` fails before writing anything.
     pub fn arm_commit(&self, shard: u32) {
         lock(&self.0).entry(shard).or_default().fail_next_commit = true;
+    }
+
+    /// The next write of a streamed base of `shard` (a spill, or clearing
+    /// an abandoned base) fails before writing anything.
+    pub fn arm_base_write(&self, shard: u32) {
+        lock(&self.0).entry(shard).or_default().fail_next_base_write = true;
     }
 
     /// The next commit of `shard` stops at crash point `step` (of
@@ -183,6 +190,11 @@ impl FaultSwitches {
     /// Whether a commit failure is armed for `shard` (disarming it).
     pub fn take_commit(&self, shard: u32) -> bool {
         self.take(shard, |f| std::mem::take(&mut f.fail_next_commit))
+    }
+
+    /// Whether a base-write failure is armed for `shard` (disarming it).
+    pub fn take_base_write(&self, shard: u32) -> bool {
+        self.take(shard, |f| std::mem::take(&mut f.fail_next_base_write))
     }
 
     /// Whether the armed commit crash point of `shard` is `step` (disarming

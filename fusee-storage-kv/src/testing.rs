@@ -121,6 +121,10 @@ pub trait Backend {
     /// Arms the storage's switch that fails the next commit of `shard`.
     fn fail_next_commit(s: &Self::S, shard: u32);
 
+    /// Arms the storage's switch that fails the next base write of `shard`
+    /// (a spill, or clearing an abandoned base).
+    fn fail_next_base_write(s: &Self::S, shard: u32);
+
     /// Arms the storage's switch that crashes the next commit of `shard` at
     /// point `step` (of [`crate::COMMIT_CRASH_POINTS`]).
     fn crash_in_commit(s: &Self::S, shard: u32, step: u32);
@@ -311,6 +315,62 @@ pub fn leftovers_are_removed_at_open<B: Backend>(backend: &mut B, other_flushes:
         (1, 1),
         "open deleted the leftovers"
     );
+}
+
+/// A base write that fails leaves rows of unknown extent under the next
+/// generation: the checkpoint part latches, whether the failed write was a
+/// spill (`base_chunk`) or the clearing of an abandoned base that had
+/// spilled (`begin_base`), so no later base can count those rows as its
+/// own; a reopen reads the last commit whole.
+pub fn failed_base_writes_latch<B: Backend>() {
+    let latched = |r: Result<(), StorageError>, what: &str| {
+        assert!(
+            matches!(r, Err(StorageError::Latched { .. })),
+            "{what} after a failed base write: {r:?}"
+        );
+    };
+    let base: Vec<u8> = (0..BASE_SPILL as u64).flat_map(index_record).collect();
+    for clearing in [false, true] {
+        let dir = TempDir::new(B::NAME, "basefail");
+        let s = must(B::open(&dir.0), "open");
+        let mut p = must(s.open_shard(0), "open_shard");
+        must(
+            p.checkpoint
+                .commit(&mut p.runs, IndexChange::Delta(&index_record(1)), b"one"),
+            "commit",
+        );
+        must(p.checkpoint.begin_base(), "begin_base");
+        if clearing {
+            // A base that spilled, abandoned by the next begin_base.
+            must(p.checkpoint.base_chunk(&base), "base_chunk");
+            B::fail_next_base_write(&s, 0);
+            assert!(p.checkpoint.begin_base().is_err(), "the clear failed");
+        } else {
+            B::fail_next_base_write(&s, 0);
+            assert!(p.checkpoint.base_chunk(&base).is_err(), "the spill failed");
+        }
+        latched(p.checkpoint.begin_base(), "begin_base");
+        latched(p.checkpoint.base_chunk(&base), "base_chunk");
+        let commit = p
+            .checkpoint
+            .commit(&mut p.runs, IndexChange::Base, b"two")
+            .map(|_| ());
+        latched(commit, "commit");
+        drop(p);
+        let mut p = must(s.open_shard(0), "reopen the shard");
+        assert_eq!(p.recovered.checkpoint.as_deref(), Some(&b"one"[..]));
+        let mut n = 0;
+        must(
+            p.checkpoint.read_index(&mut |c| {
+                n += c.len() / INDEX_RECORD;
+                Ok(())
+            }),
+            "read_index",
+        );
+        assert_eq!(n, 1, "clearing: {clearing}");
+        drop(p);
+        must(s.close(), "close");
+    }
 }
 
 /// Unflushed records past `LOG_SPILL_BYTES` are written without
@@ -655,6 +715,11 @@ macro_rules! kv_suite {
                 for other_flushes in [false, true] {
                     testing::log_spill_is_cut_at_open(&mut ($factory)(), other_flushes);
                 }
+            }
+
+            #[test]
+            fn failed_base_writes_latch() {
+                testing::failed_base_writes_latch::<$backend>();
             }
 
             #[test]

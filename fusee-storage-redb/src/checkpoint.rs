@@ -116,6 +116,9 @@ impl IndexEngine for RedbShard {
 
     fn write_base(&self, base: &mut Base) -> Result<()> {
         let h = &*self.0;
+        if h.take_fail_base_write() {
+            return Err(injected("writing a base", h.id()));
+        }
         h.transact(Durability::None, NAMES.checkpoint, "writing a base", |tx| {
             write_base(h, tx, base)
         })
@@ -123,6 +126,9 @@ impl IndexEngine for RedbShard {
 
     fn clear_generation(&self, generation: u32) -> Result<()> {
         let h = &*self.0;
+        if h.take_fail_base_write() {
+            return Err(injected("abandoning a base", h.id()));
+        }
         h.transact(
             Durability::None,
             NAMES.checkpoint,

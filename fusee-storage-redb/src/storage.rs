@@ -240,6 +240,15 @@ impl RedbStorage {
         self.shared.faults().arm_commit(shard);
     }
 
+    /// The next write of a streamed index base of `shard` (a spill from
+    /// [`fusee_storage::CheckpointStore::base_chunk`], or clearing an
+    /// abandoned base in [`fusee_storage::CheckpointStore::begin_base`])
+    /// fails with an I/O error before changing anything; the checkpoint
+    /// part is latched. For tests of the failure paths.
+    pub fn fail_next_base_write(&self, shard: u32) {
+        self.shared.faults().arm_base_write(shard);
+    }
+
     /// The next commit of `shard` stops at point `step` of
     /// [`COMMIT_CRASH_POINTS`] as if the process died there: 0 before the
     /// transaction, 1 with the transaction written but aborted, 2 after it

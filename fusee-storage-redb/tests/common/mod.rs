@@ -251,6 +251,10 @@ impl Backend for Redb {
         s.fail_next_commit(shard);
     }
 
+    fn fail_next_base_write(s: &RedbStorage, shard: u32) {
+        s.fail_next_base_write(shard);
+    }
+
     fn crash_in_commit(s: &RedbStorage, shard: u32, step: u32) {
         s.crash_in_commit(shard, step);
     }

@@ -155,6 +155,10 @@ impl Backend for Rocks {
         s.fail_next_commit(shard);
     }
 
+    fn fail_next_base_write(s: &RocksStorage, shard: u32) {
+        s.fail_next_base_write(shard);
+    }
+
     fn crash_in_commit(s: &RocksStorage, shard: u32, step: u32) {
         s.crash_in_commit(shard, step);
     }

@@ -108,12 +108,19 @@ impl<I: Io> FileCheckpoint<I> {
             let path = dir.join(name);
             let decoded = match shared.io.open(&path, OpenMode::Existing) {
                 Ok(f) => {
-                    // A commit whose process died before its slot's sync
-                    // returned may be in the page cache only: what open
-                    // reports must be durable.
+                    let bytes = f.map().ctx("map slot", &path)?.to_vec();
+                    let decoded = Slot::decode(&bytes, &path.display().to_string());
+                    if matches!(decoded, Ok(Some(_))) {
+                        // A commit whose process died before its slot's sync
+                        // returned may be in the page cache only, and what
+                        // open reports must be durable. Written again first:
+                        // after a failed sync Linux keeps the bytes but marks
+                        // them clean, so a sync alone would write nothing
+                        // and report success.
+                        f.write_at(0, &bytes).ctx("rewrite slot", &path)?;
+                    }
                     shared.sync(&f, &path)?;
-                    let map = f.map().ctx("map slot", &path)?;
-                    Slot::decode(&map, &path.display().to_string())
+                    decoded
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => return Err(e).ctx("open slot", &path),
@@ -376,10 +383,11 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
         let mut out = Vec::with_capacity(records.len() + chunks::CHUNK_HEADER);
         chunks::encode(records, INDEX_RECORD, &mut out);
         let f = &mut base.file;
-        f.file
-            .write_at(f.len, &out)
-            .ctx("write base", &f.path)
-            .map_err(StorageError::from)?;
+        if let Err(e) = f.file.write_at(f.len, &out).ctx("write base", &f.path) {
+            // A base missing this chunk must never be committed.
+            self.latched = true;
+            return Err(e.into());
+        }
         f.len += out.len() as u64;
         apply_records(&mut base.records, records);
         Ok(())
@@ -416,18 +424,16 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
                 return Err(e.into());
             }
         };
-        // The commit is durable; what it no longer names can go. A failure
-        // here leaves garbage that the next open deletes.
+        // The commit is durable, so it succeeded whatever follows: what it
+        // no longer names can go, and a failure to delete it leaves files
+        // that the next open deletes (reporting it would tell the caller a
+        // durable commit failed).
         if let Some(file) = new_file {
             let old = std::mem::replace(&mut self.current, file);
             drop(old.file);
-            self.shared
-                .io
-                .remove_file(&old.path)
-                .ctx("remove replaced index", &old.path)
-                .map_err(StorageError::from)?;
+            let _ = self.shared.io.remove_file(&old.path);
         }
-        runs.committed().map_err(StorageError::from)?;
+        let _ = runs.committed();
         Ok(Committed {
             index_records: records,
             store_position: position,

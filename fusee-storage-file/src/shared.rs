@@ -138,7 +138,9 @@ impl<I: Io> Shared<I> {
 /// directory's entry durable in its parent before this returns (unless
 /// `flush` is [`FlushMethod::None`]). A directory's creation, like a file's,
 /// survives a crash only once its parent is synced: without it a crash
-/// could take the directory, and every file synced in it, away.
+/// could take the directory, and every file synced in it, away. `dir`'s
+/// parent is synced even when `dir` exists: an earlier open may have
+/// created it and failed, or died, before that sync.
 pub(crate) fn create_dir_durably<I: Io>(
     io: &I,
     dir: &Path,
@@ -149,15 +151,19 @@ pub(crate) fn create_dir_durably<I: Io>(
         .ancestors()
         .take_while(|d| !d.as_os_str().is_empty() && !io.exists(d))
         .collect();
-    if missing.is_empty() {
-        return Ok(());
+    if !missing.is_empty() {
+        io.create_dir_all(dir).ctx("create directory", dir)?;
     }
-    io.create_dir_all(dir).ctx("create directory", dir)?;
     if flush == FlushMethod::None {
         return Ok(());
     }
+    let synced = if missing.is_empty() {
+        vec![dir]
+    } else {
+        missing
+    };
     // Outermost first, so each entry synced sits in a durable directory.
-    for new in missing.iter().rev() {
+    for new in synced.iter().rev() {
         let parent = match new.parent() {
             Some(p) if p.as_os_str().is_empty() => Path::new("."),
             Some(p) => p,

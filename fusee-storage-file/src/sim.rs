@@ -48,6 +48,46 @@ struct Inode {
     live: Vec<u8>,
     durable: Vec<u8>,
     pending: Vec<Pending>,
+    /// Writes a failed sync covered, with the durable bytes under them then
+    /// (only with [`SimIo::forget_failed_syncs`]): no later sync writes
+    /// them, until the range is written again.
+    forgotten: Vec<(u64, Vec<u8>)>,
+}
+
+impl Inode {
+    /// What a failed sync does to the writes it covered, as Linux does:
+    /// they stay readable but count as written back.
+    fn forget_pending(&mut self) {
+        for p in std::mem::take(&mut self.pending) {
+            if let Pending::Write { offset, bytes } = p {
+                let start = (offset as usize).min(self.durable.len());
+                let end = (offset as usize + bytes.len()).min(self.durable.len());
+                let mut old = self.durable[start..end].to_vec();
+                old.resize(bytes.len(), 0);
+                self.forgotten.push((offset, old));
+            }
+        }
+    }
+
+    /// A write to `offset..offset + len` makes that range dirty again.
+    fn unforget(&mut self, offset: u64, len: u64) {
+        let end = offset + len;
+        let mut kept = Vec::new();
+        for (at, old) in std::mem::take(&mut self.forgotten) {
+            let old_end = at + old.len() as u64;
+            if old_end <= offset || at >= end {
+                kept.push((at, old));
+                continue;
+            }
+            if at < offset {
+                kept.push((at, old[..(offset - at) as usize].to_vec()));
+            }
+            if old_end > end {
+                kept.push((end, old[(end - at) as usize..].to_vec()));
+            }
+        }
+        self.forgotten = kept;
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +114,12 @@ struct State {
     durable_dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
     fail_syncs: u32,
+    /// File writes to fail before any more succeed.
+    fail_writes: u32,
+    /// File removals to fail before any more succeed.
+    fail_removes: u32,
+    /// Whether a failed sync forgets the writes it covered (Linux).
+    forget_failed_syncs: bool,
     /// Syncs to let through before `fail_syncs` start failing.
     fail_after: u32,
     syncs: u64,
@@ -158,6 +204,26 @@ impl SimIo {
         s.fail_syncs = n;
     }
 
+    /// Makes the next `n` file writes fail with an I/O error, writing
+    /// nothing.
+    pub fn fail_next_writes(&self, n: u32) {
+        lock(&self.state).fail_writes = n;
+    }
+
+    /// Makes the next `n` file removals fail with an I/O error, removing
+    /// nothing.
+    pub fn fail_next_removes(&self, n: u32) {
+        lock(&self.state).fail_removes = n;
+    }
+
+    /// From now on a failed file sync behaves as on Linux: the writes it
+    /// covered stay readable but are marked written back, so no later sync
+    /// makes them durable; only writing them again does. (By default they
+    /// stay pending, and a later successful sync makes them durable.)
+    pub fn forget_failed_syncs(&self) {
+        lock(&self.state).forget_failed_syncs = true;
+    }
+
     /// How many syncs succeeded so far.
     pub fn syncs(&self) -> u64 {
         lock(&self.state).syncs
@@ -194,6 +260,7 @@ impl SimIo {
             }
         };
         for inode in s.inodes.values_mut() {
+            inode.forgotten.clear();
             let pending = std::mem::take(&mut inode.pending);
             for p in pending {
                 match p {
@@ -256,6 +323,8 @@ impl SimIo {
         s.generation += 1;
         s.fail_syncs = 0;
         s.fail_after = 0;
+        s.fail_writes = 0;
+        s.fail_removes = 0;
     }
 
     fn take_failure(s: &mut State) -> io::Result<()> {
@@ -305,8 +374,13 @@ impl SimFile {
 impl IoFile for SimFile {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.with(|s, id| {
+            if s.fail_writes > 0 {
+                s.fail_writes -= 1;
+                return Err(io::Error::other("injected write failure"));
+            }
             let inode = s.inodes.get_mut(&id).ok_or_else(crashed)?;
             apply_write(&mut inode.live, offset, bytes);
+            inode.unforget(offset, bytes.len() as u64);
             inode.pending.push(Pending::Write {
                 offset,
                 bytes: bytes.to_vec(),
@@ -344,9 +418,19 @@ impl IoFile for SimFile {
 
     fn sync_data(&self) -> io::Result<()> {
         self.with(|s, id| {
-            SimIo::take_failure(s)?;
+            if let Err(e) = SimIo::take_failure(s) {
+                if s.forget_failed_syncs
+                    && let Some(inode) = s.inodes.get_mut(&id)
+                {
+                    inode.forget_pending();
+                }
+                return Err(e);
+            }
             let inode = s.inodes.get_mut(&id).ok_or_else(crashed)?;
             inode.durable = inode.live.clone();
+            for (at, old) in &inode.forgotten {
+                apply_write(&mut inode.durable, *at, old);
+            }
             inode.pending.clear();
             Ok(())
         })
@@ -435,6 +519,10 @@ impl Io for SimIo {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut s = lock(&self.state);
+        if s.fail_removes > 0 {
+            s.fail_removes -= 1;
+            return Err(io::Error::other("injected remove failure"));
+        }
         if s.live.remove(path).is_none() {
             return Err(not_found(path));
         }
@@ -609,6 +697,35 @@ mod tests {
         io.crash(CrashMode::LoseAll);
         let f = io.open(&dir.join("f"), OpenMode::Existing).unwrap();
         assert_eq!(f.size().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_failed_sync_forgets_its_writes_until_they_are_written_again() {
+        let (io, dir) = setup();
+        io.forget_failed_syncs();
+        let f = io.open(&dir.join("f"), OpenMode::CreateNew).unwrap();
+        io.sync_dir(&dir).unwrap();
+        f.write_at(0, b"abcd").unwrap();
+        io.fail_next_syncs(1);
+        assert!(f.sync_data().is_err());
+        f.write_at(4, b"ef").unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(&*f.map().unwrap(), b"abcdef", "still readable");
+        io.crash(CrashMode::KeepAll);
+        let f = io.open(&dir.join("f"), OpenMode::Existing).unwrap();
+        assert_eq!(&*f.map().unwrap(), b"\0\0\0\0ef", "never written back");
+        f.write_at(0, b"ab").unwrap();
+        io.fail_next_syncs(1);
+        assert!(f.sync_data().is_err());
+        f.write_at(0, b"AB").unwrap();
+        f.sync_data().unwrap();
+        io.crash(CrashMode::LoseAll);
+        let f = io.open(&dir.join("f"), OpenMode::Existing).unwrap();
+        assert_eq!(
+            &*f.map().unwrap(),
+            b"AB\0\0ef",
+            "written again, then synced"
+        );
     }
 
     #[test]

@@ -28,20 +28,25 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Creates `dir` and whichever of its parents are missing, each new
-/// directory's entry durable in its parent before this returns. Nothing is
-/// synced when `dir` exists already.
+/// directory's entry durable in its parent before this returns. `dir`'s
+/// parent is synced even when `dir` exists: an earlier open may have
+/// created it and failed, or died, before that sync.
 pub fn create_dir_durably(dir: &Path) -> Result<()> {
     let missing: Vec<&Path> = dir
         .ancestors()
         .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
         .collect();
-    if missing.is_empty() {
-        return Ok(());
+    if !missing.is_empty() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| StorageError::io(format!("creating directory {}", dir.display()), e))?;
+    let synced = if missing.is_empty() {
+        vec![dir]
+    } else {
+        missing
+    };
     // Outermost first, so each entry synced sits in a durable directory.
-    for new in missing.iter().rev() {
+    for new in synced.iter().rev() {
         if let Some(parent) = new.parent() {
             sync_dir(parent)?;
         }

@@ -120,6 +120,11 @@ pub fn meta_key(shard: u32, tag: u8) -> [u8; 5] {
     k
 }
 
+/// Whether `tag` names a meta row this layout writes.
+pub fn known_tag(tag: u8) -> bool {
+    tag == TAG_LOG || tag == TAG_COMMIT
+}
+
 /// The shard and tag of a meta key, or `None` for a key of another length
 /// (a format marker sharing the table).
 pub fn meta_of(key: &[u8]) -> Option<(u32, u8)> {

@@ -30,6 +30,18 @@
 //! engine traits and map the five tables of [`layout`] onto their own
 //! namespaces.
 //!
+//! **Damage.** A stored value carries a CRC over the value only, so a
+//! damaged key is checked where it matters: a shard's meta rows at open
+//! ([`ShardState::check_keys`]: a stray tag, or a missing log row beside
+//! other rows, is `Corrupt`), index rows against their full key, log
+//! records by their LSN sequence. Known gaps: a commit row whose shard bytes
+//! are damaged leaves its shard looking never committed; a frame whose key
+//! is damaged may, in an engine without page checksums (redb), be found
+//! under another frame's number; and RocksDB's point-in-time WAL recovery
+//! stops silently at a damaged record (it must, to cut a torn tail of
+//! unsynced writes). Covering keys with the CRC would close the first two;
+//! it is a layout change.
+//!
 //! **Cost.** The traits are static (generic parameters, no `dyn` on the
 //! write path); a record or frame is framed once by [`layout::with_crc`] and
 //! handed to the engine by reference, never copied again before the engine
@@ -80,6 +92,9 @@ pub struct Names {
     pub log_row: &'static str,
     /// A shard's commit row (`at` is the shard).
     pub commit_row: &'static str,
+    /// A meta row of a shard under a tag that is neither the log row's nor
+    /// the commit row's: a damaged key (`at` is the shard).
+    pub meta_row: &'static str,
     /// A log record (`at` is its LSN).
     pub log_record: &'static str,
     /// A log record missing from the table (`at` is its LSN).
@@ -108,6 +123,7 @@ macro_rules! names {
             checkpoint: concat!($backend, " checkpoint"),
             log_row: concat!($backend, " log row of shard"),
             commit_row: concat!($backend, " commit row of shard"),
+            meta_row: concat!($backend, " meta row under an unknown tag, shard"),
             log_record: concat!($backend, " log record at LSN"),
             missing_record: concat!($backend, " log: missing record at LSN"),
             frame: concat!($backend, " run-store frame number"),

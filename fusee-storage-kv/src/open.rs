@@ -67,6 +67,40 @@ impl ShardState {
         })
     }
 
+    /// Checks what the rows' CRCs cannot: their keys. A CRC covers a row's
+    /// value only, so a damaged key moves a row where no lookup finds it,
+    /// and the shard would open as new or never committed, the cleanup
+    /// deleting what the row kept. `stray_meta` says whether the shard has
+    /// a meta row under another tag than the log's and the commit's;
+    /// `holds_rows` whether it has any log record, frame or index row
+    /// (asked only when the log row is missing: a shard is given its log
+    /// row at its first open, before anything else is written to it).
+    /// `Corrupt` for a stray meta row, or for a shard without a log row
+    /// that has a commit row or any other row.
+    ///
+    /// What stays undetectable: a commit row whose shard bytes are damaged
+    /// (the shard then reads as never committed; the other shard the row
+    /// moved to fails this check when opened).
+    pub fn check_keys(
+        &self,
+        stray_meta: bool,
+        holds_rows: impl FnOnce() -> Result<bool>,
+        shard: u32,
+        names: &Names,
+    ) -> Result<()> {
+        let corrupt = |what| StorageError::Corrupt {
+            what,
+            at: u64::from(shard),
+        };
+        if stray_meta {
+            return Err(corrupt(names.meta_row));
+        }
+        if self.new_log && (self.commit.is_some() || holds_rows()?) {
+            return Err(corrupt(names.log_row));
+        }
+        Ok(())
+    }
+
     /// The store's committed position (0 before the first commit).
     pub fn position(&self) -> u64 {
         self.commit.as_ref().map_or(0, |c| c.position)
@@ -282,5 +316,30 @@ mod tests {
         assert!(open.claim(4).is_ok() && open.claim(4).is_err());
         open.release(4);
         assert!(open.claim(4).is_ok());
+    }
+
+    #[test]
+    fn keys_are_checked_where_crcs_cannot_see() {
+        let names = crate::names!("test");
+        let fresh = ShardState::decode(None, None, 7, &names).unwrap_or_else(|e| panic!("{e}"));
+        let nothing = || Ok(false);
+        let rows = || Ok(true);
+        assert!(
+            fresh.check_keys(false, nothing, 7, &names).is_ok(),
+            "a new shard"
+        );
+        let corrupt = |r: Result<()>, what: &str| match r {
+            Err(StorageError::Corrupt { what: w, at: 7 }) => assert_eq!(w, what),
+            other => panic!("{other:?}"),
+        };
+        corrupt(fresh.check_keys(false, rows, 7, &names), names.log_row);
+        corrupt(fresh.check_keys(true, nothing, 7, &names), names.meta_row);
+        let log = LogRow { base: 0, last: 3 }.encode();
+        let known =
+            ShardState::decode(Some(&log), None, 7, &names).unwrap_or_else(|e| panic!("{e}"));
+        // With its log row the shard may hold rows and no commit.
+        let unasked = || -> Result<bool> { panic!("asked about rows") };
+        assert!(known.check_keys(false, unasked, 7, &names).is_ok());
+        corrupt(known.check_keys(true, nothing, 7, &names), names.meta_row);
     }
 }

@@ -22,7 +22,7 @@ use fusee_storage::{
 };
 
 use crate::checkpoint::BASE_SPILL;
-use crate::layout::{TAG_COMMIT, meta_key, seq_key};
+use crate::layout::{TAG_COMMIT, TAG_LOG, meta_key, seq_key};
 use crate::log::LOG_SPILL_BYTES;
 use crate::runs::SPILL_BYTES;
 
@@ -111,6 +111,9 @@ pub trait Backend {
     /// Writes `value` under `key` in `table` of the (closed) storage in
     /// `dir`.
     fn raw_put(dir: &Path, table: Table, key: &[u8], value: &[u8]);
+
+    /// Deletes the meta row under `key` of the (closed) storage in `dir`.
+    fn raw_delete_meta(dir: &Path, key: &[u8]);
 
     /// Rows of `shard` in the (closed) storage in `dir`.
     fn raw_rows(dir: &Path, shard: u32) -> Rows;
@@ -570,6 +573,38 @@ pub fn damaged_values_are_corrupt<B: Backend>() {
     assert!(matches!(s.open_shard(0), Err(StorageError::Corrupt { .. })));
 }
 
+/// A meta row whose key was damaged (moved under another tag, or gone
+/// while the shard's other rows remain) makes the shard's open `Corrupt`,
+/// never a new or rolled-back shard whose cleanup deletes its records.
+pub fn moved_meta_rows_are_corrupt<B: Backend>() {
+    let cases = [
+        ("log row under tag 3", TAG_LOG, Some(3)),
+        ("log row under tag 0", TAG_LOG, Some(0)),
+        ("commit row under tag 3", TAG_COMMIT, Some(3)),
+        ("log row gone", TAG_LOG, None),
+    ];
+    for (case, tag, moved_to) in cases {
+        let dir = TempDir::new(B::NAME, "meta");
+        populate::<B>(&dir.0);
+        let row = B::raw_get(&dir.0, Table::Meta, &meta_key(0, tag))
+            .unwrap_or_else(|| panic!("{case}: no row"));
+        B::raw_delete_meta(&dir.0, &meta_key(0, tag));
+        if let Some(to) = moved_to {
+            B::raw_put(&dir.0, Table::Meta, &meta_key(0, to), &row);
+        }
+        let s = must(B::open(&dir.0), "open");
+        match s.open_shard(0) {
+            Err(StorageError::Corrupt { at: 0, .. }) => {}
+            Err(e) => panic!("{case}: {e}"),
+            Ok(p) => panic!(
+                "{case}: opened with checkpoint {:?} and last LSN {}",
+                p.recovered.checkpoint,
+                p.log.last_lsn()
+            ),
+        }
+    }
+}
+
 /// The files under `dir` that hold data (relative path, bytes): every
 /// non-empty regular file but locks and diagnostic logs, sorted.
 fn data_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -747,6 +782,11 @@ macro_rules! kv_suite {
             #[test]
             fn damaged_values_are_corrupt() {
                 testing::damaged_values_are_corrupt::<$backend>();
+            }
+
+            #[test]
+            fn moved_meta_rows_are_corrupt() {
+                testing::moved_meta_rows_are_corrupt::<$backend>();
             }
 
             #[test]

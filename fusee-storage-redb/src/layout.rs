@@ -20,7 +20,7 @@ use redb::TableDefinition;
 
 pub use fusee_storage_kv::layout::{
     CRC, CommitRow, INDEX_VALUE, LogRow, TAG_COMMIT, TAG_LOG, check_crc, index_key,
-    index_record_of, index_value, meta_key, meta_of, seq_key, seq_of, with_crc,
+    index_record_of, index_value, known_tag, meta_key, meta_of, seq_key, seq_of, with_crc,
 };
 
 /// Marks a database file as Fusee's.

@@ -435,6 +435,36 @@ fn recover_shard(h: &ShardHandle, db: &Database) -> Result<ShardState> {
                 &NAMES,
             )?
         };
+        let mut stray_meta = false;
+        for row in meta
+            .range(meta_key(shard, 0)..=meta_key(shard, u8::MAX))
+            .map_err(h.err(doing))?
+        {
+            let (key, _) = row.map_err(h.err(doing))?;
+            stray_meta |= !layout::known_tag(key.value()[4]);
+        }
+        let holds_rows = || -> Result<bool> {
+            let seqs = seq_key(shard, 0)..=seq_key(shard, u64::MAX);
+            for def in [LOG, STORE] {
+                let table = tx.open_table(def).map_err(h.err(doing))?;
+                if table
+                    .range(seqs.clone())
+                    .map_err(h.err(doing))?
+                    .next()
+                    .is_some()
+                {
+                    return Ok(true);
+                }
+            }
+            let index = tx.open_table(INDEX).map_err(h.err(doing))?;
+            let rows = index
+                .range(index_key(shard, 0, 0)..=index_key(shard, u32::MAX, u64::MAX))
+                .map_err(h.err(doing))?
+                .next()
+                .is_some();
+            Ok(rows)
+        };
+        state.check_keys(stray_meta, holds_rows, shard, &NAMES)?;
         if state.new_log {
             meta.insert(meta_key(shard, TAG_LOG), &state.log.encode()[..])
                 .map_err(h.err(doing))?;

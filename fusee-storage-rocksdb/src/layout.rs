@@ -20,8 +20,8 @@
 
 pub use fusee_storage_kv::layout::{
     CRC, CommitRow, INDEX_VALUE, LogRow, TAG_COMMIT, TAG_LOG, check_crc, index_end, index_key,
-    index_record_of, index_shard_end, index_value, meta_key, meta_of, seq_end, seq_key, seq_of,
-    with_crc,
+    index_record_of, index_shard_end, index_value, known_tag, meta_key, meta_of, seq_end, seq_key,
+    seq_of, with_crc,
 };
 
 /// Marks a database as Fusee's.

@@ -385,6 +385,30 @@ fn recover_shard(h: &ShardHandle, db: &DB) -> Result<ShardState> {
         .get_pinned_cf(meta, meta_key(shard, TAG_COMMIT))
         .map_err(h.err(doing))?;
     let state = ShardState::decode(log.as_deref(), commit.as_deref(), shard, &NAMES)?;
+    let mut stray_meta = false;
+    {
+        let mut end = meta_key(shard, u8::MAX).to_vec();
+        end.push(0);
+        let mut it = range(db, meta, &meta_key(shard, 0), &end);
+        while let Some(key) = it.key() {
+            stray_meta |= layout::meta_of(key).is_some_and(|(_, tag)| !layout::known_tag(tag));
+            it.next();
+        }
+        it.status().map_err(h.err(doing))?;
+    }
+    let holds_rows = || -> Result<bool> {
+        Ok(
+            any_in(db, family(db, LOG)?, &seq_key(shard, 0), &seq_end(shard))?
+                || any_in(db, family(db, STORE)?, &seq_key(shard, 0), &seq_end(shard))?
+                || any_in(
+                    db,
+                    family(db, INDEX)?,
+                    &index_key(shard, 0, 0),
+                    &index_shard_end(shard),
+                )?,
+        )
+    };
+    state.check_keys(stray_meta, holds_rows, shard, &NAMES)?;
     let mut batch = WriteBatch::default();
     if state.new_log {
         batch.put_cf(meta, meta_key(shard, TAG_LOG), state.log.encode());

@@ -175,6 +175,16 @@ impl Backend for Redb {
         tx.commit().unwrap_or_else(|e| panic!("{e}"));
     }
 
+    fn raw_delete_meta(dir: &Path, k: &[u8]) {
+        let db = db(dir);
+        let tx = db.begin_write().unwrap_or_else(|e| panic!("{e}"));
+        {
+            let mut t = tx.open_table(META).unwrap_or_else(|e| panic!("{e}"));
+            t.remove(key::<5>(k)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        tx.commit().unwrap_or_else(|e| panic!("{e}"));
+    }
+
     fn raw_get(dir: &Path, table: Table, k: &[u8]) -> Option<Vec<u8>> {
         let db = db(dir);
         let tx = db.begin_read().unwrap_or_else(|e| panic!("{e}"));

@@ -130,6 +130,14 @@ impl Backend for Rocks {
         db.get_cf(cf, key).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    fn raw_delete_meta(dir: &Path, key: &[u8]) {
+        let db = raw_open(&dir.join(DIR_NAME));
+        let cf = db
+            .cf_handle(family(Table::Meta))
+            .unwrap_or_else(|| panic!("no meta family"));
+        db.delete_cf(cf, key).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     fn raw_put(dir: &Path, table: Table, key: &[u8], value: &[u8]) {
         let db = raw_open(&dir.join(DIR_NAME));
         let cf = db

@@ -24,6 +24,18 @@ fn index_record(run: u64) -> Vec<u8> {
     r
 }
 
+/// Shard 0 of `s` with one commit ("one", run 1) and a base begun that
+/// holds run 2.
+fn base_begun(s: &FileStorage<SimIo>) -> fusee_storage::ShardParts<FileStorage<SimIo>> {
+    let mut p = s.open_shard(0).expect("shard");
+    p.checkpoint
+        .commit(&mut p.runs, IndexChange::Delta(&index_record(1)), b"one")
+        .expect("commit");
+    p.checkpoint.begin_base().expect("begin_base");
+    p.checkpoint.base_chunk(&index_record(2)).expect("chunk");
+    p
+}
+
 /// A commit whose slot sync failed leaves the new slot readable in the page
 /// cache. On Linux a later sync of it writes nothing (the pages count as
 /// written back), so an open that adopts that slot must write it again
@@ -103,12 +115,7 @@ fn a_shard_directory_whose_sync_failed_is_synced_by_the_next_open() {
 fn a_base_chunk_that_was_not_written_latches_the_checkpoint() {
     let io = SimIo::new();
     let s = open(&io, "/b");
-    let mut p = s.open_shard(0).expect("shard");
-    p.checkpoint
-        .commit(&mut p.runs, IndexChange::Delta(&index_record(1)), b"one")
-        .expect("commit");
-    p.checkpoint.begin_base().expect("begin_base");
-    p.checkpoint.base_chunk(&index_record(2)).expect("chunk");
+    let mut p = base_begun(&s);
     io.fail_next_writes(1);
     assert!(p.checkpoint.base_chunk(&index_record(3)).is_err());
     let latched = |r: Result<(), fusee_storage::StorageError>| {
@@ -133,12 +140,7 @@ fn a_base_chunk_that_was_not_written_latches_the_checkpoint() {
 fn a_durable_commit_succeeds_even_if_cleaning_up_after_it_fails() {
     let io = SimIo::new();
     let s = open(&io, "/e");
-    let mut p = s.open_shard(0).expect("shard");
-    p.checkpoint
-        .commit(&mut p.runs, IndexChange::Delta(&index_record(1)), b"one")
-        .expect("commit");
-    p.checkpoint.begin_base().expect("begin_base");
-    p.checkpoint.base_chunk(&index_record(2)).expect("chunk");
+    let mut p = base_begun(&s);
     io.fail_next_removes(1);
     let done = p
         .checkpoint

@@ -24,6 +24,16 @@ fn record(lsn: u64) -> Vec<u8> {
     (0..200).map(|i| (lsn as u8).wrapping_add(i)).collect()
 }
 
+/// The names of the files in the log directory `log`, sorted.
+fn segment_names(log: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(log)
+        .expect("log dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Checks that the log holds exactly records `1..=last`, each unchanged.
 fn check(log: &mut impl LogStore, last: u64) {
     check_from(log, 1, last);
@@ -146,11 +156,7 @@ fn a_recycled_file_with_an_old_header_and_new_frames_is_never_started() {
     s.close().expect("close");
     drop(s);
     let log = t.0.join("shard-0000000000").join("log");
-    let mut names: Vec<String> = std::fs::read_dir(&log)
-        .expect("log dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let names = segment_names(&log);
     let newest: u64 = names.last().expect("segments")[..20]
         .parse()
         .expect("number");
@@ -196,11 +202,7 @@ fn a_segment_found_at_open_is_never_recycled() {
     // A crash cut the batch of records 6..=10 short: its first sector never
     // landed, later ones did, beyond the zeros that end record 5 cleanly.
     let log = t.0.join("shard-0000000000").join("log");
-    let mut names: Vec<String> = std::fs::read_dir(&log)
-        .expect("log dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let names = segment_names(&log);
     let newest = names.last().expect("segments").clone();
     let path = log.join(&newest);
     let mut bytes = std::fs::read(&path).expect("segment");
@@ -228,11 +230,7 @@ fn a_segment_found_at_open_is_never_recycled() {
     assert_eq!(p.log.flush().ok(), Some(6));
     p.log.append(7, &record(7)).expect("append");
     assert_eq!(p.log.flush().ok(), Some(7));
-    let mut names: Vec<String> = std::fs::read_dir(&log)
-        .expect("log dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let names = segment_names(&log);
     assert!(!names.contains(&newest), "the old segment left the log");
     // The segment the roll made holds record 7 at the header's end and no
     // other valid frame numbered 7 or later anywhere after it.

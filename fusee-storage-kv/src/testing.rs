@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fusee_core::shard::BlobRef;
 use fusee_storage::conformance::{Capabilities, Harness};
 use fusee_storage::{
-    CheckpointStore, INDEX_RECORD, IndexChange, LogStore, RunStore, Storage, StorageError,
+    CheckpointStore, INDEX_RECORD, IndexChange, LogStore, RunStore, ShardParts, Storage,
+    StorageError,
 };
 
 use crate::checkpoint::BASE_SPILL;
@@ -273,6 +274,19 @@ fn spill<S: Storage>(s: &S, other_flushes: bool) -> BlobRef {
     kept
 }
 
+/// How many records shard part `p`'s index reads back.
+fn index_count<S: Storage>(p: &mut ShardParts<S>) -> usize {
+    let mut n = 0;
+    must(
+        p.checkpoint.read_index(&mut |c| {
+            n += c.len() / INDEX_RECORD;
+            Ok(())
+        }),
+        "read_index",
+    );
+    n
+}
+
 /// Frames and a base spilled outside a commit, whether or not another
 /// shard's durable write followed them: after a crash the storage holds
 /// them or not (as the engine keeps writes that were not durable), and
@@ -300,15 +314,7 @@ pub fn leftovers_are_removed_at_open<B: Backend>(backend: &mut B, other_flushes:
     let mut out = Vec::new();
     must(p.runs.read(kept, &mut out), "read");
     assert_eq!(out, b"committed");
-    let mut n = 0;
-    must(
-        p.checkpoint.read_index(&mut |c| {
-            n += c.len() / INDEX_RECORD;
-            Ok(())
-        }),
-        "read_index",
-    );
-    assert_eq!(n, 1);
+    assert_eq!(index_count(&mut p), 1);
     drop(p);
     must(s.close(), "close");
     drop(s);
@@ -362,15 +368,7 @@ pub fn failed_base_writes_latch<B: Backend>() {
         drop(p);
         let mut p = must(s.open_shard(0), "reopen the shard");
         assert_eq!(p.recovered.checkpoint.as_deref(), Some(&b"one"[..]));
-        let mut n = 0;
-        must(
-            p.checkpoint.read_index(&mut |c| {
-                n += c.len() / INDEX_RECORD;
-                Ok(())
-            }),
-            "read_index",
-        );
-        assert_eq!(n, 1, "clearing: {clearing}");
+        assert_eq!(index_count(&mut p), 1, "clearing: {clearing}");
         drop(p);
         must(s.close(), "close");
     }

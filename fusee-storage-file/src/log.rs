@@ -80,7 +80,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::Lsn;
 use fusee_core::segment::{
-    Batch, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, clean_end, scan_segment,
+    Batch, FRAME_HEADER, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, clean_end,
+    scan_segment,
 };
 use fusee_storage::{FlushTicket, FlushWork, LogStore, Result, StorageError, check_log_append};
 
@@ -374,6 +375,8 @@ impl<I: Io> FileLog<I> {
         };
         // The LSN the next segment must start at, once one was seen.
         let mut expected: Option<Lsn> = None;
+        // Of each live segment: its last batch's start and its header flags.
+        let mut batches: BTreeMap<u64, (Lsn, u32)> = BTreeMap::new();
         let count = numbers.len();
         for (i, &n) in numbers.iter().enumerate() {
             let path = dir.join(segment_name(n));
@@ -466,6 +469,7 @@ impl<I: Io> FileLog<I> {
             // records in the page cache only: they are durable from now on,
             // as the recovered log says.
             shared.sync(&file, &path)?;
+            batches.insert(n, (s.max_batch_start, s.header.flags));
             rec.live.insert(
                 n,
                 Segment {
@@ -482,7 +486,58 @@ impl<I: Io> FileLog<I> {
             );
         }
         rec.last = expected.map_or(0, |e| e - 1);
+        Self::rewrite_last_batch(shared, &rec.live, &batches)?;
         Ok(rec)
+    }
+
+    /// Writes the log's last batch again, then syncs it. A sync alone is
+    /// not enough after a failed one: Linux keeps the pages a failed fsync
+    /// covered but marks them written back, so an open in the same boot
+    /// would read records a later sync never writes, and report them. Only
+    /// the last batch can be in that state, since a failed flush latches
+    /// the log and no batch follows it; it is one flush's bytes, in the
+    /// segments it reached (with the header of a segment it rolled into).
+    fn rewrite_last_batch(
+        shared: &Shared<I>,
+        live: &BTreeMap<u64, Segment<I::File>>,
+        batches: &BTreeMap<u64, (Lsn, u32)>,
+    ) -> std::result::Result<(), FileError> {
+        let Some(&(start, _)) = live.keys().next_back().and_then(|n| batches.get(n)) else {
+            return Ok(());
+        };
+        for (n, seg) in live.iter().filter(|(_, s)| s.last >= start) {
+            let rolled = batches
+                .get(n)
+                .is_some_and(|&(_, flags)| flags & OPENED == 0);
+            let bytes = {
+                let map = seg.file.map().ctx("map segment", &seg.path)?;
+                let end = (seg.end as usize).min(map.len());
+                let from = if seg.base >= start && rolled {
+                    0
+                } else {
+                    // The frames before the batch's first one here, walked
+                    // by their lengths (the scan checked every one).
+                    let mut at = HEADER_BYTES;
+                    for _ in seg.base..start.max(seg.base) {
+                        let len = map
+                            .get(at..at + 4)
+                            .and_then(|b| b.try_into().ok())
+                            .map(u32::from_le_bytes)
+                            .ok_or_else(|| {
+                                Self::corrupt(&seg.path, "frame past the end", at as u64)
+                            })?;
+                        at += FRAME_HEADER + len as usize;
+                    }
+                    at
+                };
+                (from, map.get(from..end).unwrap_or_default().to_vec())
+            };
+            seg.file
+                .write_at(bytes.0 as u64, &bytes.1)
+                .ctx("rewrite last batch", &seg.path)?;
+            shared.sync(&seg.file, &seg.path)?;
+        }
+        Ok(())
     }
 
     /// Creates a segment file of `size` zero bytes, durable with its

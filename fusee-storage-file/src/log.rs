@@ -465,10 +465,9 @@ impl<I: Io> FileLog<I> {
                 rec.dead.push(path);
                 continue;
             }
-            // A process that died before its flush returned may have left
-            // records in the page cache only: they are durable from now on,
-            // as the recovered log says.
-            shared.sync(&file, &path)?;
+            // Made durable below, with the last batch: only that batch can
+            // be in the page cache only, since a flush begins after the one
+            // before it is durable.
             batches.insert(n, (s.max_batch_start, s.header.flags));
             rec.live.insert(
                 n,
@@ -490,8 +489,10 @@ impl<I: Io> FileLog<I> {
         Ok(rec)
     }
 
-    /// Writes the log's last batch again, then syncs it. A sync alone is
-    /// not enough after a failed one: Linux keeps the pages a failed fsync
+    /// Writes the log's last batch again, then syncs it: a process that
+    /// died before its flush returned may have left that batch in the page
+    /// cache only, and it is durable from now on, as the recovered log says.
+    /// A sync alone is not enough after a failed one: Linux keeps the pages a failed fsync
     /// covered but marks them written back, so an open in the same boot
     /// would read records a later sync never writes, and report them. Only
     /// the last batch can be in that state, since a failed flush latches

@@ -183,17 +183,11 @@ impl RedbStorage {
     /// database that is not a Fusee storage; [`RedbError::NewerFormat`] for
     /// one written by a newer Fusee. Never panics on a bad file.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref();
-        fusee_storage::dirs::create_dir_durably(dir)?;
-        let path = dir.join(FILE_NAME);
-        let new = !path.exists();
-        let opener = path.clone();
-        let db = open_database(&path, move || Database::builder().create(opener))?;
-        if new {
-            // redb syncs the file, not its entry in the directory.
-            fusee_storage::dirs::sync_dir(dir)?;
-        }
-        Self::with_database(db, path)
+        fusee_storage::dirs::open_in_dir(dir.as_ref(), FILE_NAME, |path| {
+            let opener = path.to_path_buf();
+            let db = open_database(path, move || Database::builder().create(opener))?;
+            Self::with_database(db, path.to_path_buf())
+        })
     }
 
     /// Opens the storage on a redb [`redb::StorageBackend`] of the caller's

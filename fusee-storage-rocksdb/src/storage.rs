@@ -144,18 +144,11 @@ impl RocksStorage {
     /// RocksDB database that is not a Fusee storage; [`RocksError::NewerFormat`]
     /// for one written by a newer Fusee. Never panics on a bad database.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref();
-        fusee_storage::dirs::create_dir_durably(dir)?;
-        let path = dir.join(DIR_NAME);
-        let new = !path.exists();
-        let db = open_database(&path)?;
-        if new {
-            // RocksDB syncs the entries of the database directory it
-            // creates, not that directory's own entry here.
-            fusee_storage::dirs::sync_dir(dir)?;
-        }
-        Ok(Self {
-            shared: Arc::new(Shared::new(path, db)),
+        fusee_storage::dirs::open_in_dir(dir.as_ref(), DIR_NAME, |path| {
+            let db = open_database(path)?;
+            Ok(Self {
+                shared: Arc::new(Shared::new(path.to_path_buf(), db)),
+            })
         })
     }
 

@@ -5,9 +5,9 @@
 //! A file or directory created in a directory is durable only once that
 //! directory is synced (`fsync` on the directory): until then a power cut
 //! may take the new entry away, with everything synced inside it. Backend
-//! authors call [`create_dir_durably`] for the directories they create and
-//! [`sync_dir`] after creating files an engine does not sync into their
-//! directory.
+//! authors call [`create_dir_durably`] for the directories they create,
+//! [`open_in_dir`] to have an engine open or create its database inside
+//! one, and [`sync_dir`] after creating other entries.
 
 use std::fs::File;
 use std::path::Path;
@@ -25,6 +25,21 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StorageError::io(format!("syncing directory {}", dir.display()), e))
+}
+
+/// Opens `dir/name` with `open` (an engine opening or creating its database
+/// file or directory there), with `dir` created as [`create_dir_durably`]
+/// does, and `name`'s entry synced into `dir` when `open` created it: an
+/// engine syncs what it writes, not its own entry in the directory above.
+pub fn open_in_dir<T>(dir: &Path, name: &str, open: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    create_dir_durably(dir)?;
+    let path = dir.join(name);
+    let new = !path.exists();
+    let opened = open(&path)?;
+    if new {
+        sync_dir(dir)?;
+    }
+    Ok(opened)
 }
 
 /// Creates `dir` and whichever of its parents are missing, each new
@@ -70,6 +85,24 @@ mod tests {
         std::fs::write(root.join("file"), b"x").expect("write");
         let err = create_dir_durably(&root.join("file").join("c")).expect_err("not a directory");
         assert!(err.to_string().contains("file"), "{err}");
+        let inner = root.join("x").join("y");
+        let opened = open_in_dir(&inner, "db", |path| {
+            std::fs::write(path, b"db").map_err(|e| StorageError::io("writing", e))?;
+            Ok(path.to_path_buf())
+        });
+        assert_eq!(opened.expect("opened"), inner.join("db"));
+        let refused: Result<()> = open_in_dir(&inner, "db", |_| {
+            Err(StorageError::io(
+                "opening",
+                std::io::Error::other("refused"),
+            ))
+        });
+        assert!(
+            refused
+                .expect_err("the engine's error")
+                .to_string()
+                .contains("refused")
+        );
         let err = sync_dir(&root.join("missing")).expect_err("no such directory");
         assert!(err.to_string().contains("missing"), "{err}");
         let _ = std::fs::remove_dir_all(&root);

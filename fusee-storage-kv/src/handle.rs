@@ -115,9 +115,13 @@ impl<D> ShardHandle<D> {
         self.shared.faults.take_commit(self.id)
     }
 
-    /// Whether a base-write failure is armed for this shard (disarming it).
-    pub fn take_fail_base_write(&self) -> bool {
-        self.shared.faults.take_base_write(self.id)
+    /// The injected I/O error of an armed base-write failure (disarming
+    /// it), for the base write described by `doing`; `Ok` if none is armed.
+    pub fn base_write_fault(&self, doing: &str) -> Result<()> {
+        if self.shared.faults.take_base_write(self.id) {
+            return Err(crate::injected(doing, self.id));
+        }
+        Ok(())
     }
 
     /// Whether the armed commit crash point is `step` (disarming it if so).

@@ -116,9 +116,7 @@ impl IndexEngine for RedbShard {
 
     fn write_base(&self, base: &mut Base) -> Result<()> {
         let h = &*self.0;
-        if h.take_fail_base_write() {
-            return Err(injected("writing a base", h.id()));
-        }
+        h.base_write_fault("writing a base")?;
         h.transact(Durability::None, NAMES.checkpoint, "writing a base", |tx| {
             write_base(h, tx, base)
         })
@@ -126,9 +124,7 @@ impl IndexEngine for RedbShard {
 
     fn clear_generation(&self, generation: u32) -> Result<()> {
         let h = &*self.0;
-        if h.take_fail_base_write() {
-            return Err(injected("abandoning a base", h.id()));
-        }
+        h.base_write_fault("abandoning a base")?;
         h.transact(
             Durability::None,
             NAMES.checkpoint,

@@ -134,9 +134,7 @@ impl IndexEngine for RocksShard {
     fn write_base(&self, base: &mut Base) -> Result<()> {
         let h = &*self.0;
         let db = h.db(NAMES.checkpoint)?;
-        if h.take_fail_base_write() {
-            return Err(injected("writing a base", h.id()));
-        }
+        h.base_write_fault("writing a base")?;
         let mut batch = WriteBatch::default();
         write_base(h, &db, &mut batch, base)?;
         h.write(&db, batch, false, "writing a base")
@@ -145,9 +143,7 @@ impl IndexEngine for RocksShard {
     fn clear_generation(&self, generation: u32) -> Result<()> {
         let h = &*self.0;
         let db = h.db(NAMES.checkpoint)?;
-        if h.take_fail_base_write() {
-            return Err(injected("abandoning a base", h.id()));
-        }
+        h.base_write_fault("abandoning a base")?;
         let mut batch = WriteBatch::default();
         clear_generation(h, &db, &mut batch, generation)?;
         h.write(&db, batch, false, "abandoning a base")

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use fusee_storage::{
     CheckpointStore, Committed, DELETED, INDEX_RECORD, IndexChange, Result, StorageError,
-    index_record_run, index_record_state,
+    index_record_run, index_record_state, index_records,
 };
 use rustc_hash::FxHashMap;
 
@@ -198,17 +198,6 @@ impl<I: Io> FileCheckpoint<I> {
         Ok(())
     }
 
-    fn check_records(records: &[u8], call: &'static str) -> Result<()> {
-        if records.len().is_multiple_of(INDEX_RECORD) {
-            Ok(())
-        } else {
-            Err(StorageError::Misuse {
-                call,
-                why: "index records must be whole 32-byte records",
-            })
-        }
-    }
-
     /// Steps 1 to 3 of a commit (see the module docs); returns the new
     /// index file if a base replaced the current one, and the slot written.
     fn write_commit(
@@ -373,7 +362,7 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
 
     fn base_chunk(&mut self, records: &[u8]) -> Result<()> {
         self.check_writable()?;
-        Self::check_records(records, "base_chunk")?;
+        drop(index_records(records, "base_chunk")?);
         let Some(base) = self.base.as_mut() else {
             return Err(StorageError::Misuse {
                 call: "base_chunk",
@@ -402,7 +391,7 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
         self.check_writable()?;
         runs.check_commit()?;
         match change {
-            IndexChange::Delta(records) => Self::check_records(records, "commit")?,
+            IndexChange::Delta(records) => drop(index_records(records, "commit")?),
             IndexChange::Base if self.base.is_none() => {
                 return Err(StorageError::Misuse {
                     call: "commit",

@@ -463,12 +463,9 @@ impl<I: Io> FileRuns<I> {
 
     /// Reads the frame at `blob` from generation `generation`, checking its
     /// header and crc.
-    fn read_from(
-        generation: &Generation<I::File>,
-        offset: u64,
-        blob: BlobRef,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
+    /// Checks that `blob` names a frame of `generation` (in bounds, its
+    /// header's length the reference's) and returns the frame's crc.
+    fn frame_at(generation: &Generation<I::File>, offset: u64, blob: BlobRef) -> Result<u32> {
         let unknown = StorageError::UnknownBlob { blob };
         let end = offset
             .checked_add(FRAME_HEADER + u64::from(blob.len))
@@ -479,14 +476,23 @@ impl<I: Io> FileRuns<I> {
         let mut header = [0u8; FRAME_HEADER as usize];
         generation.read_exact_at(offset, &mut header)?;
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
         if len != blob.len {
             return Err(unknown);
         }
+        Ok(u32::from_le_bytes([header[4], header[5], header[6], header[7]]))
+    }
+
+    fn read_from(
+        generation: &Generation<I::File>,
+        offset: u64,
+        blob: BlobRef,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let crc = Self::frame_at(generation, offset, blob)?;
         out.clear();
         out.resize(blob.len as usize, 0);
         generation.read_exact_at(offset + FRAME_HEADER, out)?;
-        if frame_crc(len, out) != crc {
+        if frame_crc(blob.len, out) != crc {
             out.clear();
             return Err(StorageError::Corrupt {
                 what: "run-store frame (crc; offset is the frame address)",
@@ -494,6 +500,20 @@ impl<I: Io> FileRuns<I> {
             });
         }
         Ok(())
+    }
+
+    /// The generation `blob` points into: the current one or the one
+    /// being retired; else `UnknownBlob`.
+    fn generation_of(&self, blob: BlobRef) -> Result<(&Generation<I::File>, u64)> {
+        let (generation, offset) = split(blob.offset);
+        let low = |n: u64| n & ((1 << GEN_BITS) - 1);
+        if generation == low(self.current.number) {
+            return Ok((&self.current, offset));
+        }
+        match &self.retiring {
+            Some(old) if generation == low(old.number) => Ok((old, offset)),
+            _ => Err(StorageError::UnknownBlob { blob }),
+        }
     }
 }
 
@@ -517,26 +537,17 @@ impl<I: Io> RunStore for FileRuns<I> {
 
     fn read(&mut self, blob: BlobRef, out: &mut Vec<u8>) -> Result<()> {
         self.shared.check_open("run store")?;
-        let (generation, offset) = split(blob.offset);
-        let low = |n: u64| n & ((1 << GEN_BITS) - 1);
-        if generation == low(self.current.number) {
-            return Self::read_from(&self.current, offset, blob, out);
-        }
-        match &self.retiring {
-            Some(old) if generation == low(old.number) => Self::read_from(old, offset, blob, out),
-            _ => Err(StorageError::UnknownBlob { blob }),
-        }
+        let (generation, offset) = self.generation_of(blob)?;
+        Self::read_from(generation, offset, blob, out)
     }
 
     fn release(&mut self, blob: BlobRef) -> Result<()> {
         self.check_writable()?;
-        let (generation, offset) = split(blob.offset);
-        if generation != self.current.number & ((1 << GEN_BITS) - 1) {
+        let (generation, offset) = self.generation_of(blob)?;
+        Self::frame_at(generation, offset, blob)?;
+        if generation.number != self.current.number {
             // A frame of the generation being retired: it goes with it.
             return Ok(());
-        }
-        if offset < GEN_HEADER || offset >= self.current.len {
-            return Err(StorageError::UnknownBlob { blob });
         }
         if self.released.insert(offset, blob.len).is_none() {
             self.unlogged.push((offset, blob.len));

@@ -239,7 +239,7 @@ impl<E: IndexEngine> CheckpointStore for KvCheckpoint<E> {
 
     fn base_chunk(&mut self, records: &[u8]) -> Result<()> {
         self.writable()?;
-        let records = index_records(records, "index base chunk length")?;
+        let records = index_records(records, "base_chunk")?;
         let Some(base) = self.base.as_mut() else {
             return Err(StorageError::Misuse {
                 call: "CheckpointStore::base_chunk",
@@ -275,7 +275,7 @@ impl<E: IndexEngine> CheckpointStore for KvCheckpoint<E> {
         // Caller errors change nothing and latch nothing.
         let index = match change {
             IndexChange::Delta(bytes) => {
-                drop(index_records(bytes, "index delta length")?);
+                drop(index_records(bytes, "commit")?);
                 IndexWrite::Delta {
                     generation: self.generation,
                     records: self.records,

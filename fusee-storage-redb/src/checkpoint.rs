@@ -160,7 +160,7 @@ impl IndexEngine for RedbShard {
                     records,
                     bytes,
                 } => {
-                    let delta = index_records(bytes, "index delta length")?;
+                    let delta = index_records(bytes, "commit")?;
                     (generation, apply(h, &tx, generation, records, delta)?)
                 }
                 IndexWrite::Base { base, old } => {

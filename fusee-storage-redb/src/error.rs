@@ -54,13 +54,12 @@ pub enum RedbError {
         supported: u32,
     },
     /// redb failed while the backend was doing `context`.
-    #[error("redb failed while {context}: {source}")]
+    #[error("redb failed while {context}: {error}")]
     Engine {
         /// What the backend was doing (with the shard involved).
         context: String,
         /// redb's error.
-        #[source]
-        source: redb::Error,
+        error: redb::Error,
     },
 }
 
@@ -74,13 +73,13 @@ impl From<RedbError> for StorageError {
 /// errors stay [`StorageError::Io`], anything else is a [`RedbError::Engine`].
 pub(crate) fn engine(context: impl Into<String>, e: impl Into<redb::Error>) -> StorageError {
     match e.into() {
-        redb::Error::Io(source) => StorageError::Io {
+        redb::Error::Io(error) => StorageError::Io {
             context: context.into(),
-            source,
+            error,
         },
-        source => RedbError::Engine {
+        error => RedbError::Engine {
             context: context.into(),
-            source,
+            error,
         }
         .into(),
     }

@@ -290,9 +290,9 @@ fn open_database(
             }
             .into()
         }
-        redb::DatabaseError::Storage(redb::StorageError::Io(source)) => StorageError::Io {
+        redb::DatabaseError::Storage(redb::StorageError::Io(error)) => StorageError::Io {
             context: format!("opening {}", path.display()),
-            source,
+            error,
         },
         other => RedbError::NotRedb {
             path,

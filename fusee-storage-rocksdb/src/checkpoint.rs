@@ -173,7 +173,7 @@ impl IndexEngine for RocksShard {
                 records,
                 bytes,
             } => {
-                let delta = index_records(bytes, "index delta length")?;
+                let delta = index_records(bytes, "commit")?;
                 let n = apply(
                     h,
                     &db,

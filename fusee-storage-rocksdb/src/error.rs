@@ -73,7 +73,7 @@ pub(crate) fn engine(context: impl Into<String>, e: rocksdb::Error) -> StorageEr
     match e.kind() {
         rocksdb::ErrorKind::IOError => StorageError::Io {
             context: context.into(),
-            source: std::io::Error::other(e.into_string()),
+            error: std::io::Error::other(e.into_string()),
         },
         _ => RocksError::Engine {
             context: context.into(),

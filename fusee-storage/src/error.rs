@@ -77,14 +77,19 @@ pub enum StorageError {
         /// The reference given.
         blob: BlobRef,
     },
-    /// An operating-system error.
-    #[error("I/O error while {context}: {source}")]
+    /// An operating-system error. The message says what the backend was
+    /// doing, on which file, and what the system said; match the variant
+    /// for the [`std::io::Error`] itself.
+    ///
+    /// Like every variant, its message is complete on its own and no
+    /// [`source`](std::error::Error::source) repeats part of it, so an
+    /// error printed with its chain says each thing once.
+    #[error("I/O error while {context}: {error}")]
     Io {
         /// What the backend was doing (with the file or key involved).
         context: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        /// The system's error.
+        error: std::io::Error,
     },
     /// The storage was closed, or crashed, after this handle or part was
     /// obtained.
@@ -108,6 +113,52 @@ pub enum StorageError {
         /// The shard.
         shard: u32,
     },
+    /// The storage is held by another owner: another process, or another
+    /// open storage (or parts of one that outlived it) in this process. A
+    /// storage's lock lives as long as the storage or any part it gave out.
+    #[error("{path} is locked by another open storage (in this process or another); close it first")]
+    Locked {
+        /// The directory or database file that is locked.
+        path: String,
+    },
+    /// The path is not a store this backend can open or create: an empty
+    /// path, a file where a directory belongs, or a non-empty directory
+    /// without a Fusee identity marker (another program's files). Nothing
+    /// was written.
+    #[error("{path} is not a Fusee store: {why}")]
+    NotAStore {
+        /// The path given.
+        path: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The directory holds a store of another backend. Nothing was written.
+    #[error("{path} holds a Fusee store of the {found} backend, not {expected}")]
+    WrongBackend {
+        /// The directory.
+        path: String,
+        /// The backend its identity marker names.
+        found: String,
+        /// The backend that was asked to open it.
+        expected: &'static str,
+    },
+    /// A file of a format version this build does not read. Nothing was
+    /// written.
+    #[error("{file} has format version {found}; this build reads version {supported}")]
+    UnsupportedFormat {
+        /// The file (or database) whose version is wrong.
+        file: String,
+        /// The version found.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// Opening an existing store only, and there is none at the path.
+    #[error("no Fusee store at {path}")]
+    NotFound {
+        /// The path given.
+        path: String,
+    },
     /// A call that breaks the contract's calling rules (a partial index
     /// record, a commit of a base that was never begun, discarding unflushed
     /// records, a run store from another shard); nothing was changed.
@@ -118,17 +169,19 @@ pub enum StorageError {
         /// The rule it broke.
         why: &'static str,
     },
-    /// Any other failure of the backend's engine (RocksDB, redb, ...).
-    #[error("backend error: {0}")]
-    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Any other failure of the backend's engine (RocksDB, redb, ...): the
+    /// backend's own error, whose message and source this one forwards.
+    /// Downcast it to the backend's error type to tell its cases apart.
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl StorageError {
     /// An [`StorageError::Io`] error with its context.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    pub fn io(context: impl Into<String>, error: std::io::Error) -> Self {
         Self::Io {
             context: context.into(),
-            source,
+            error,
         }
     }
 }

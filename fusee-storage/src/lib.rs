@@ -234,6 +234,7 @@
 
 mod contract;
 pub mod dirs;
+pub mod identity;
 mod error;
 mod limits;
 pub mod memory;

@@ -94,16 +94,17 @@ pub fn index_record_state(record: &[u8; INDEX_RECORD]) -> u8 {
     record[14]
 }
 
-/// Splits concatenated index records into whole records, or reports the
-/// length as corrupt when it is not a multiple of [`INDEX_RECORD`].
+/// Splits concatenated index records handed to `call` into whole records;
+/// a length that is not a multiple of [`INDEX_RECORD`] is the caller's
+/// mistake, [`crate::StorageError::Misuse`], on every backend alike.
 pub fn index_records<'a>(
     bytes: &'a [u8],
-    what: &'static str,
+    call: &'static str,
 ) -> crate::Result<impl Iterator<Item = &'a [u8; INDEX_RECORD]>> {
     if !bytes.len().is_multiple_of(INDEX_RECORD) {
-        return Err(crate::StorageError::Corrupt {
-            what,
-            at: bytes.len() as u64,
+        return Err(crate::StorageError::Misuse {
+            call,
+            why: "index records must be whole 32-byte records",
         });
     }
     Ok(bytes
@@ -126,9 +127,12 @@ mod tests {
 
     #[test]
     fn records_reject_partial_lengths() {
-        assert!(index_records(&[0; 33], "delta").is_err());
+        assert!(matches!(
+            index_records(&[0; 33], "commit"),
+            Err(crate::StorageError::Misuse { call: "commit", .. })
+        ));
         assert_eq!(
-            index_records(&[0; 64], "delta").map(|i| i.count()).ok(),
+            index_records(&[0; 64], "commit").map(|i| i.count()).ok(),
             Some(2)
         );
     }

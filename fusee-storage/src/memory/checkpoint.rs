@@ -79,7 +79,7 @@ impl CheckpointStore for MemoryCheckpoint {
     fn base_chunk(&mut self, records: &[u8]) -> Result<()> {
         let mut s = self.part.lock(CHECKPOINT)?;
         Self::check_writable(&s)?;
-        let records = index_records(records, "index base chunk length")?;
+        let records = index_records(records, "base_chunk")?;
         let Some(base) = s.base.as_mut() else {
             return Err(StorageError::Misuse {
                 call: "CheckpointStore::base_chunk",
@@ -109,7 +109,7 @@ impl CheckpointStore for MemoryCheckpoint {
         // Validate before any step so a caller error changes nothing.
         let staged = match change {
             IndexChange::Delta(bytes) => Staged::Delta(
-                index_records(bytes, "index delta length")?
+                index_records(bytes, "commit")?
                     .map(|r| {
                         let run = index_record_run(r);
                         (run, (index_record_state(r) != DELETED).then_some(*r))

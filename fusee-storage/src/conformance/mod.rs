@@ -67,6 +67,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use fusee_core::record::Lsn;
 
@@ -108,8 +109,30 @@ pub struct Capabilities {
     pub commit_crash_points: u32,
 }
 
+/// Which ownership clauses a harness can run ([`Harness::lock_checks`]).
+///
+/// Both check the promise that the lock a storage takes lives as long as
+/// the storage or any part it gave out: a storage dropped while a shard's
+/// parts live must still refuse a second open with
+/// [`crate::StorageError::Locked`], in this process and in another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockChecks {
+    /// [`Harness::open_again`] works: `lock_outlives_storage` runs.
+    pub same_process: bool,
+    /// [`Harness::location`] and [`Harness::open_at`] work, the latter in
+    /// a child process too (the storage lives in files another process can
+    /// open): `lock_outlives_storage_child` runs.
+    pub child_process: bool,
+}
+
 /// How the suite drives a backend. Every method panics on failure (it runs
-/// inside a test).
+/// inside a test), except the second opens ([`Harness::open_again`],
+/// [`Harness::open_at`]), whose errors are what the ownership clauses check.
+///
+/// The methods with default bodies are optional: a harness declares the
+/// ones it implements through [`Harness::capabilities`] and
+/// [`Harness::lock_checks`], and the clauses that need the others are
+/// skipped (printed and counted as skipped).
 pub trait Harness {
     /// The storage under test.
     type S: Storage;
@@ -152,6 +175,52 @@ pub trait Harness {
     fn crash_in_commit(&mut self, s: &Self::S, shard: u32, step: u32) {
         let _ = (s, shard, step);
         panic!("crash_in_commit called on a harness without commit crash points");
+    }
+
+    /// Which ownership clauses the harness supports. Default: none, so
+    /// `lock_outlives_storage` and `lock_outlives_storage_child` are
+    /// skipped (and counted as skipped).
+    fn lock_checks(&self) -> LockChecks {
+        LockChecks::default()
+    }
+
+    /// Opens the storage that the last [`Harness::open`],
+    /// [`Harness::reopen`], [`Harness::crash`] or `open_again` returned a
+    /// second time, with the backend's ordinary open, without closing
+    /// anything first, and returns the backend's answer as it is: while
+    /// that storage or any part it gave out is alive, the backend must
+    /// refuse with [`crate::StorageError::Locked`]; once all are dropped, it must
+    /// open with everything flushed and committed. Only called when
+    /// [`LockChecks::same_process`] is declared.
+    ///
+    /// Default: [`Harness::open_at`] at [`Harness::location`], which is
+    /// right for a storage that lives at a path; a harness whose storage
+    /// is not reachable from another process (a simulated disk) declares
+    /// only `same_process` and implements this instead.
+    fn open_again(&mut self) -> Result<Self::S> {
+        let path = self.location();
+        self.open_at(&path)
+    }
+
+    /// Where the storage that the last [`Harness::open`],
+    /// [`Harness::reopen`], [`Harness::crash`] or [`Harness::open_again`]
+    /// returned lives: the directory (or file) [`Harness::open_at`] takes.
+    /// Only called when [`LockChecks::child_process`] is declared (or by
+    /// the default `open_again`).
+    fn location(&self) -> PathBuf {
+        panic!("location called on a harness that declares no LockChecks")
+    }
+
+    /// Opens the storage at `path` with the backend's ordinary open (what
+    /// an embedder calls) and returns the backend's answer as it is. The
+    /// suite calls it in a child process, on a harness fresh from the
+    /// suite's factory, with a path [`Harness::location`] gave in the
+    /// parent, and checks that a storage the parent holds (or whose parts
+    /// it holds) is refused with [`crate::StorageError::Locked`] and one it let go
+    /// of opens. So it must only open: create, clear or lock nothing else.
+    fn open_at(&mut self, path: &Path) -> Result<Self::S> {
+        let _ = path;
+        panic!("open_at called on a harness that declares no LockChecks")
     }
 }
 

@@ -2,37 +2,39 @@
 
 use fusee_core::record::Lsn;
 
-use super::{Harness, open, read_log, record};
-use crate::{LogStore, MAX_RECORD, Storage, StorageError};
+use super::check::{Clause, check_bytes, check_matches};
+use super::{Harness, check, check_eq, fail, flush_to, must, open, read_log, record};
+use crate::{LogStore, MAX_RECORD, StorageError};
 
 /// Appends records `from..=to` of sequence `salt`.
 fn append_range<L: LogStore>(log: &mut L, from: Lsn, to: Lsn, salt: u64) {
     for lsn in from..=to {
-        log.append(lsn, &record(lsn, salt))
-            .unwrap_or_else(|e| panic!("append({lsn}) failed: {e}"));
+        must!(log.append(lsn, &record(lsn, salt)), "append({lsn})");
     }
 }
 
 /// Checks that the log holds exactly records `after+1..=last` of `salt`.
 fn check_range<L: LogStore>(log: &mut L, after: Lsn, last: Lsn, salt: u64) {
-    let (records, end) =
-        read_log(log, after).unwrap_or_else(|e| panic!("read({after}) failed: {e}"));
-    assert_eq!(
-        end, last,
-        "read({after}) returned end {end}, expected {last}"
-    );
-    assert_eq!(
+    let (records, end) = must!(read_log(log, after), "read(after {after})");
+    check_eq!(end, last, "read(after {after}) must return the last LSN");
+    check_eq!(
         records.len() as u64,
         last - after,
-        "read({after}) visited a wrong count"
+        "read(after {after}) must visit every record from {} to {last}: the count",
+        after + 1
     );
     for (i, (lsn, bytes)) in records.iter().enumerate() {
         let want = after + 1 + i as u64;
-        assert_eq!(
-            *lsn, want,
-            "read({after}) visited LSN {lsn} at position {i}"
+        check_eq!(
+            *lsn,
+            want,
+            "read(after {after}) must visit LSNs in order: the LSN at position {i}"
         );
-        assert!(*bytes == record(want, salt), "record {want} changed");
+        check_bytes(
+            bytes,
+            &record(want, salt),
+            format_args!("read(after {after}) must return record {want} as appended"),
+        );
     }
 }
 
@@ -40,76 +42,82 @@ fn check_range<L: LogStore>(log: &mut L, after: Lsn, last: Lsn, salt: u64) {
 /// visits every record in order with its exact bytes, before and after the
 /// flush, and again after a clean reopen.
 pub fn log_round_trip<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_round_trip");
     let s = h.open();
     let mut p = open(&s, 0);
-    assert_eq!(
+    check_eq!(
         (p.log.last_lsn(), p.log.durable_lsn()),
         (0, 0),
-        "fresh log not empty"
+        "a fresh log's (last, durable) LSNs"
     );
     append_range(&mut p.log, 1, 500, 1);
-    assert_eq!(p.log.last_lsn(), 500);
+    check_eq!(p.log.last_lsn(), 500, "last_lsn after appending 1 to 500");
     check_range(&mut p.log, 0, 500, 1);
-    assert_eq!(
-        p.log.flush().ok(),
-        Some(500),
-        "flush must return the last LSN"
+    flush_to(
+        &mut p.log,
+        500,
+        format_args!("flush after appending 1 to 500"),
     );
-    assert_eq!(p.log.durable_lsn(), 500);
+    check_eq!(p.log.durable_lsn(), 500, "durable_lsn after the flush");
     append_range(&mut p.log, 501, 700, 1);
-    assert_eq!(p.log.flush().ok(), Some(700));
-    assert_eq!(
-        p.log.flush().ok(),
-        Some(700),
-        "an empty flush returns the durable LSN"
+    flush_to(
+        &mut p.log,
+        700,
+        format_args!("flush after appending 501 to 700"),
+    );
+    flush_to(
+        &mut p.log,
+        700,
+        format_args!("an empty flush (it returns the durable LSN)"),
     );
     check_range(&mut p.log, 0, 700, 1);
     drop(p);
     let s = h.reopen(s);
     let mut p = open(&s, 0);
-    assert_eq!(p.log.last_lsn(), 700);
-    assert_eq!(p.log.durable_lsn(), 700);
+    check_eq!(p.log.last_lsn(), 700, "last_lsn after a reopen");
+    check_eq!(p.log.durable_lsn(), 700, "durable_lsn after a reopen");
     check_range(&mut p.log, 0, 700, 1);
+}
+
+/// Checks that appending `lsn` is refused with `LsnGap { expected, got:
+/// lsn }`.
+fn check_gap<L: LogStore>(log: &mut L, lsn: Lsn, expected: Lsn, when: &str) {
+    check_matches!(
+        log.append(lsn, b"x"),
+        Err(StorageError::LsnGap { expected: e, got }) if e == expected && got == lsn,
+        format_args!("Err(LsnGap {{ expected: {expected}, got: {lsn} }})"),
+        "append({lsn}) {when}"
+    );
 }
 
 /// LSN continuity: a fresh log accepts only LSN 1; an append that skips or
 /// repeats is an `LsnGap` error that changes nothing; after a reopen the log
 /// continues right after its last flushed record.
 pub fn log_lsn_continuity<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_lsn_continuity");
     let mut s = h.open();
     let mut p = open(&s, 3);
     for bad in [0, 2, 5] {
-        match p.log.append(bad, b"x") {
-            Err(StorageError::LsnGap { expected: 1, got }) => assert_eq!(got, bad),
-            other => panic!("append({bad}) on a fresh log: expected LsnGap, got {other:?}"),
-        }
+        check_gap(&mut p.log, bad, 1, "on a fresh log");
     }
     append_range(&mut p.log, 1, 10, 2);
     for bad in [10, 9, 12] {
-        assert!(
-            matches!(
-                p.log.append(bad, b"x"),
-                Err(StorageError::LsnGap { expected: 11, .. })
-            ),
-            "append({bad}) after 10 must be LsnGap"
-        );
+        check_gap(&mut p.log, bad, 11, "after 10");
     }
-    assert_eq!(p.log.flush().ok(), Some(10));
+    flush_to(&mut p.log, 10, format_args!("flush of 1 to 10"));
     drop(p);
     for round in 0..3u64 {
         s = h.reopen(s);
         let mut p = open(&s, 3);
         let last = 10 + round * 5;
-        assert_eq!(p.log.last_lsn(), last, "last LSN after reopen {round}");
-        assert!(
-            matches!(
-                p.log.append(last + 2, b"x"),
-                Err(StorageError::LsnGap { .. })
-            ),
-            "a gap after reopen must be refused"
-        );
+        check_eq!(p.log.last_lsn(), last, "last_lsn after reopen {round}");
+        check_gap(&mut p.log, last + 2, last + 1, "after a reopen");
         append_range(&mut p.log, last + 1, last + 5, 2);
-        assert_eq!(p.log.flush().ok(), Some(last + 5));
+        flush_to(
+            &mut p.log,
+            last + 5,
+            format_args!("flush after reopen {round}"),
+        );
         check_range(&mut p.log, 0, last + 5, 2);
         drop(p);
     }
@@ -123,7 +131,7 @@ fn flushed_then_tail<L: LogStore>(log: &mut L, flushed: Lsn, appended: Lsn, salt
     while lsn <= flushed {
         let to = (lsn + batch - 1).min(flushed);
         append_range(log, lsn, to, salt);
-        assert_eq!(log.flush().ok(), Some(to), "flush of batch ending at {to}");
+        flush_to(log, to, format_args!("flush of the batch ending at {to}"));
         lsn = to + 1;
         batch = batch * 2 + 1;
     }
@@ -132,16 +140,21 @@ fn flushed_then_tail<L: LogStore>(log: &mut L, flushed: Lsn, appended: Lsn, salt
 
 /// Checks the prefix property after a crash and returns the recovered last
 /// LSN: every flushed record present and intact, nothing invented, no hole.
-fn check_prefix<L: LogStore>(log: &mut L, flushed: Lsn, appended: Lsn, salt: u64) -> Lsn {
+pub(super) fn check_prefix<L: LogStore>(
+    log: &mut L,
+    flushed: Lsn,
+    appended: Lsn,
+    salt: u64,
+) -> Lsn {
     let last = log.last_lsn();
-    assert!(
+    check!(
         (flushed..=appended).contains(&last),
-        "after a crash the log ends at {last}: flushed {flushed}, appended {appended}"
+        "after a crash the log must end between the last flushed LSN {flushed} and the last appended {appended}; found last_lsn {last}"
     );
-    assert_eq!(
+    check_eq!(
         log.durable_lsn(),
         last,
-        "after a crash everything held is durable"
+        "after a crash everything the log holds is durable: durable_lsn"
     );
     check_range(log, 0, last, salt);
     last
@@ -151,6 +164,7 @@ fn check_prefix<L: LogStore>(log: &mut L, flushed: Lsn, appended: Lsn, salt: u64
 /// intact, nothing invented, no hole; appends continue after the prefix and
 /// survive a second crash once flushed.
 pub fn log_prefix_after_crash<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_prefix_after_crash");
     let mut s = h.open();
     let mut p = open(&s, 1);
     flushed_then_tail(&mut p.log, 300, 340, 3);
@@ -159,7 +173,7 @@ pub fn log_prefix_after_crash<H: Harness>(h: &mut H) {
     let mut p = open(&s, 1);
     let last = check_prefix(&mut p.log, 300, 340, 3);
     append_range(&mut p.log, last + 1, last + 20, 3);
-    assert_eq!(p.log.flush().ok(), Some(last + 20));
+    flush_to(&mut p.log, last + 20, format_args!("flush after the crash"));
     drop(p);
     s = h.crash(s);
     let mut p = open(&s, 1);
@@ -170,30 +184,41 @@ pub fn log_prefix_after_crash<H: Harness>(h: &mut H) {
 /// (1 MiB each) appended after the last flush, then a crash, leaves each
 /// either absent or byte-identical.
 pub fn log_unflushed_whole<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_unflushed_whole");
     let mut s = h.open();
     let mut p = open(&s, 2);
     append_range(&mut p.log, 1, 5, 4);
-    assert_eq!(p.log.flush().ok(), Some(5));
+    flush_to(&mut p.log, 5, format_args!("flush of 1 to 5"));
     let big = |lsn: Lsn| super::frame(1 << 20, lsn);
     for lsn in 6..=12 {
-        p.log
-            .append(lsn, &big(lsn))
-            .unwrap_or_else(|e| panic!("append({lsn}): {e}"));
+        must!(p.log.append(lsn, &big(lsn)), "append({lsn}) of 1 MiB");
     }
     drop(p);
     s = h.crash(s);
     let mut p = open(&s, 2);
     let last = p.log.last_lsn();
-    assert!(
+    check!(
         (5..=12).contains(&last),
-        "log ends at {last} after crash (flushed 5, appended 12)"
+        "after a crash (5 flushed, 12 appended) the log must end between 5 and 12; found last_lsn {last}"
     );
-    let (records, end) = read_log(&mut p.log, 0).unwrap_or_else(|e| panic!("read: {e}"));
-    assert_eq!(end, last);
-    assert_eq!(records.len() as u64, last, "hole in the recovered log");
+    let (records, end) = must!(read_log(&mut p.log, 0), "read(after 0) after the crash");
+    check_eq!(
+        end,
+        last,
+        "read(after 0) after the crash must return last_lsn"
+    );
+    check_eq!(
+        records.len() as u64,
+        last,
+        "read(after 0) after the crash must visit every record up to {last}, no hole: the count"
+    );
     for (lsn, bytes) in records {
         let want = if lsn <= 5 { record(lsn, 4) } else { big(lsn) };
-        assert!(bytes == want, "record {lsn} recovered with different bytes");
+        check_bytes(
+            &bytes,
+            &want,
+            format_args!("record {lsn} kept by the crash must be whole"),
+        );
     }
 }
 
@@ -201,58 +226,55 @@ pub fn log_unflushed_whole<H: Harness>(h: &mut H) {
 /// it; later records stay readable; discarding beyond the durable LSN is an
 /// error; the last LSN survives discarding everything and reopening.
 pub fn log_discard_through<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_discard_through");
     let mut s = h.open();
     let mut p = open(&s, 0);
     append_range(&mut p.log, 1, 200, 5);
-    assert_eq!(p.log.flush().ok(), Some(200));
+    flush_to(&mut p.log, 200, format_args!("flush of 1 to 200"));
     append_range(&mut p.log, 201, 210, 5);
-    assert!(
-        p.log.discard_through(205).is_err(),
-        "discarding unflushed records must fail"
+    check_matches!(
+        p.log.discard_through(205),
+        Err(StorageError::Misuse { .. }),
+        "Err(Misuse)",
+        "discard_through(205) of records not yet flushed (durable 200)"
     );
-    p.log
-        .discard_through(100)
-        .unwrap_or_else(|e| panic!("discard_through(100): {e}"));
+    must!(p.log.discard_through(100), "discard_through(100)");
     let first = p.log.first_lsn();
-    assert!(
+    check!(
         (1..=101).contains(&first),
-        "first_lsn {first} after discarding through 100"
+        "after discard_through(100), first_lsn must be between 1 and 101; found {first}"
     );
     check_range(&mut p.log, 100, 210, 5);
     check_trimmed(&mut p.log, first, 5);
-    assert_eq!(p.log.flush().ok(), Some(210));
+    flush_to(&mut p.log, 210, format_args!("flush of 201 to 210"));
     drop(p);
     s = h.reopen(s);
     let mut p = open(&s, 0);
     let first = p.log.first_lsn();
-    assert!((1..=101).contains(&first), "first_lsn {first} after reopen");
+    check!(
+        (1..=101).contains(&first),
+        "after discard_through(100) and a reopen, first_lsn must be between 1 and 101; found {first}"
+    );
     check_range(&mut p.log, 100, 210, 5);
     check_trimmed(&mut p.log, first, 5);
     // Discard everything: the end must survive.
-    p.log
-        .discard_through(210)
-        .unwrap_or_else(|e| panic!("discard_through(210): {e}"));
-    p.log
-        .discard_through(50)
-        .unwrap_or_else(|e| panic!("discarding again below: {e}"));
+    must!(p.log.discard_through(210), "discard_through(210)");
+    must!(
+        p.log.discard_through(50),
+        "discard_through(50) below what was discarded"
+    );
     drop(p);
     s = h.reopen(s);
     let mut p = open(&s, 0);
-    assert_eq!(
+    check_eq!(
         p.log.last_lsn(),
         210,
-        "the last LSN must survive discarding every record"
+        "the last LSN must survive discarding every record and a reopen: last_lsn"
     );
     check_range(&mut p.log, 210, 210, 5);
-    assert!(
-        matches!(
-            p.log.append(1, b"x"),
-            Err(StorageError::LsnGap { expected: 211, .. })
-        ),
-        "after discarding everything appends continue at 211"
-    );
+    check_gap(&mut p.log, 1, 211, "after discarding everything");
     append_range(&mut p.log, 211, 215, 5);
-    assert_eq!(p.log.flush().ok(), Some(215));
+    flush_to(&mut p.log, 215, format_args!("flush of 211 to 215"));
     check_range(&mut p.log, 210, 215, 5);
 }
 
@@ -261,17 +283,14 @@ pub fn log_discard_through<H: Harness>(h: &mut H) {
 fn check_trimmed<L: LogStore>(log: &mut L, first: Lsn, salt: u64) {
     let last = log.last_lsn();
     if first >= 2 {
-        match read_log(log, first - 2) {
-            Err(StorageError::Trimmed { first_kept }) => assert_eq!(first_kept, first),
-            other => panic!(
-                "read({}) below first {first}: expected Trimmed, got {other:?}",
-                first - 2
-            ),
+        for after in [first - 2, 0] {
+            check_matches!(
+                read_log(log, after).map(drop),
+                Err(StorageError::Trimmed { first_kept }) if first_kept == first,
+                format_args!("Err(Trimmed {{ first_kept: {first} }})"),
+                "read(after {after}) below the first kept record {first}"
+            );
         }
-        assert!(matches!(
-            read_log(log, 0),
-            Err(StorageError::Trimmed { .. })
-        ));
     }
     check_range(log, first - 1, last, salt);
 }
@@ -279,21 +298,24 @@ fn check_trimmed<L: LogStore>(log: &mut L, first: Lsn, salt: u64) {
 /// read(after) from every position 0..=last visits exactly the records
 /// after it; after the last record it is a `BeyondEnd` error.
 pub fn log_read_from_every_position<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_read_from_every_position");
     let s = h.open();
     let mut p = open(&s, 0);
     append_range(&mut p.log, 1, 120, 6);
-    assert_eq!(p.log.flush().ok(), Some(120));
+    flush_to(&mut p.log, 120, format_args!("flush of 1 to 120"));
     append_range(&mut p.log, 121, 130, 6);
     for after in 0..=130 {
         check_range(&mut p.log, after, 130, 6);
     }
-    assert!(matches!(
-        read_log(&mut p.log, 131),
+    check_matches!(
+        read_log(&mut p.log, 131).map(drop),
         Err(StorageError::BeyondEnd {
             after: 131,
             last: 130
-        })
-    ));
+        }),
+        "Err(BeyondEnd { after: 131, last: 130 })",
+        "read(after 131) past the last record 130"
+    );
     // A visitor's error stops the read and comes back.
     let mut seen = 0;
     let r = p.log.read(0, &mut |_, _| {
@@ -307,65 +329,84 @@ pub fn log_read_from_every_position<H: Harness>(h: &mut H) {
             Ok(())
         }
     });
-    assert!(matches!(
+    check_matches!(
         r,
         Err(StorageError::Corrupt {
             what: "visitor",
             ..
-        })
-    ));
-    assert_eq!(seen, 3, "the read went on after the visitor failed");
+        }),
+        "the visitor's own error",
+        "read(after 0) whose visitor fails on the third record"
+    );
+    check_eq!(
+        seen,
+        3,
+        "a visitor's error must stop the read: records visited"
+    );
 }
 
 /// Empty and 64 MiB records round-trip, through a reopen.
 pub fn log_record_sizes<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_record_sizes");
     let mut s = h.open();
     let mut p = open(&s, 0);
     let big = super::frame(fusee_core::wire::MAX_PAYLOAD, 7);
     let max = super::frame(MAX_RECORD, 8);
     let want: Vec<&[u8]> = vec![b"", &big, b"", b"z", &max];
     for (i, r) in want.iter().enumerate() {
-        p.log
-            .append(i as Lsn + 1, r)
-            .unwrap_or_else(|e| panic!("append #{i} ({} B): {e}", r.len()));
+        let lsn = i as Lsn + 1;
+        must!(p.log.append(lsn, r), "append({lsn}) of {} bytes", r.len());
     }
-    assert_eq!(p.log.flush().ok(), Some(5));
+    flush_to(&mut p.log, 5, format_args!("flush of the 5 records"));
     drop(p);
     s = h.reopen(s);
     let mut p = open(&s, 0);
     let mut n = 0;
-    let end = p
-        .log
-        .read(0, &mut |lsn, bytes| {
+    let end = must!(
+        p.log.read(0, &mut |lsn, bytes| {
             n += 1;
-            assert!(
-                bytes == want[n - 1],
-                "record {lsn} ({} B) changed",
-                want[n - 1].len()
+            check_eq!(lsn, n as Lsn, "after a reopen, read(after 0) must visit LSNs in order");
+            let Some(&expected) = want.get(n - 1) else {
+                fail(format_args!(
+                    "after a reopen, read(after 0) must visit the 5 records appended; found record {lsn} beyond them"
+                ));
+            };
+            check_bytes(
+                bytes,
+                expected,
+                format_args!("after a reopen, record {lsn}"),
             );
             Ok(())
-        })
-        .unwrap_or_else(|e| panic!("read: {e}"));
-    assert_eq!((end, n), (5, 5));
+        }),
+        "read(after 0) after a reopen"
+    );
+    check_eq!(
+        (end, n),
+        (5, 5),
+        "after a reopen, read(after 0) must visit the 5 records (0 B, {} B, 0 B, 1 B, {} B) and return LSN 5: (end, records visited)",
+        big.len(),
+        max.len()
+    );
 }
 
 /// A record over `MAX_RECORD` is a `TooLarge` error that consumes no LSN.
 pub fn log_too_large<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_too_large");
     let s = h.open();
     let mut p = open(&s, 0);
     append_range(&mut p.log, 1, 2, 9);
     // calloc'd zeroes: no page is touched unless the backend copies them.
     let over = vec![0u8; MAX_RECORD + 1];
-    match p.log.append(3, &over) {
-        Err(StorageError::TooLarge { len, max, .. }) => {
-            assert_eq!((len, max), ((MAX_RECORD + 1) as u64, MAX_RECORD as u64));
-        }
-        other => panic!("oversized append: expected TooLarge, got {other:?}"),
-    }
+    let (len, max) = ((MAX_RECORD + 1) as u64, MAX_RECORD as u64);
+    check_matches!(
+        p.log.append(3, &over),
+        Err(StorageError::TooLarge { len: l, max: m, .. }) if (l, m) == (len, max),
+        format_args!("Err(TooLarge {{ len: {len}, max: {max} }})"),
+        "append(3) of a record one byte over MAX_RECORD"
+    );
     append_range(&mut p.log, 3, 4, 9);
-    assert_eq!(p.log.flush().ok(), Some(4));
+    flush_to(&mut p.log, 4, format_args!("flush of 1 to 4"));
     check_range(&mut p.log, 0, 4, 9);
-    let _ = s.shards();
 }
 
 /// Repeated power losses in the middle of work: twenty rounds of batches of
@@ -374,32 +415,31 @@ pub fn log_too_large<H: Harness>(h: &mut H) {
 /// [`super::Capabilities::power_loss`]: with a process crash only, torn
 /// unsynced writes never happen and the clause would prove nothing new.
 pub fn log_power_loss<H: Harness>(h: &mut H) {
-    if !h.capabilities().power_loss {
-        return super::skip(
-            "log_power_loss",
-            "the harness's crash does not simulate power loss (torn unsynced writes)",
-        );
+    let c = Clause::enter("log_power_loss");
+    if c.skips(h) {
+        return;
     }
     let sized = |lsn: Lsn| super::frame((lsn as usize * 7919) % 100_000, lsn ^ 0xB0);
     let mut s = h.open();
     let mut last = 0;
     for round in 0..20u64 {
         let mut p = open(&s, 8);
-        assert_eq!(
+        check_eq!(
             p.log.last_lsn(),
             last,
-            "round {round}: log does not continue"
+            "round {round}: the log must continue where the last crash left it: last_lsn"
         );
         let mut flushed = last;
         for batch in 0..round % 5 + 1 {
             for _ in 0..batch + 2 {
                 last += 1;
-                p.log
-                    .append(last, &sized(last))
-                    .unwrap_or_else(|e| panic!("append: {e}"));
+                must!(
+                    p.log.append(last, &sized(last)),
+                    "round {round}: append({last})"
+                );
             }
             if (round + batch) % 3 != 0 {
-                flushed = p.log.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+                flushed = must!(p.log.flush(), "round {round}: flush");
             }
         }
         let appended = last;
@@ -407,18 +447,22 @@ pub fn log_power_loss<H: Harness>(h: &mut H) {
         s = h.crash(s);
         let mut p = open(&s, 8);
         last = p.log.last_lsn();
-        assert!(
+        check!(
             (flushed..=appended).contains(&last),
-            "round {round}: log ends at {last}, flushed {flushed}, appended {appended}"
+            "round {round}: after a power loss the log must end between the last flushed LSN {flushed} and the last appended {appended}; found last_lsn {last}"
         );
-        let (records, end) = read_log(&mut p.log, 0).unwrap_or_else(|e| panic!("read: {e}"));
-        assert_eq!(
+        let (records, end) = must!(read_log(&mut p.log, 0), "round {round}: read(after 0)");
+        check_eq!(
             (end, records.len() as u64),
             (last, last),
-            "round {round}: hole"
+            "round {round}: read(after 0) must visit every record up to last_lsn, no hole: (end, records visited)"
         );
         for (lsn, bytes) in records {
-            assert!(bytes == sized(lsn), "round {round}: record {lsn} changed");
+            check_bytes(
+                &bytes,
+                &sized(lsn),
+                format_args!("round {round}: record {lsn} after a power loss"),
+            );
         }
     }
 }
@@ -431,17 +475,15 @@ pub fn log_power_loss<H: Harness>(h: &mut H) {
 /// or not, leaves a prefix after a crash. With fault injection, a failed
 /// split flush latches the log like a failed `flush`.
 pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
+    let c = Clause::enter("log_pipelined_flush");
     let mut s = h.open();
     let mut p = open(&s, 5);
     append_range(&mut p.log, 1, 100, 11);
-    let mut ticket = p
-        .log
-        .begin_flush()
-        .unwrap_or_else(|e| panic!("begin_flush: {e}"));
-    assert_eq!(
+    let mut ticket = must!(p.log.begin_flush(), "begin_flush after appending 1 to 100");
+    check_eq!(
         ticket.last_lsn(),
         100,
-        "the ticket covers what was appended"
+        "the ticket must cover what was appended before begin_flush: its last LSN"
     );
     append_range(&mut p.log, 101, 150, 11);
     check_range(&mut p.log, 0, 150, 11);
@@ -453,38 +495,62 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
             })
             .join()
     });
-    let (ok, ticket) = ran.unwrap_or_else(|_| panic!("the flush thread panicked"));
-    assert!(ok, "the ticket's I/O failed");
-    assert_eq!(p.log.finish_flush(ticket).ok(), Some(100));
-    assert_eq!(
+    let Ok((ok, ticket)) = ran else {
+        fail(format_args!("the thread running the ticket panicked"));
+    };
+    check!(ok, "the ticket's I/O must succeed; found it failed");
+    check_matches!(
+        p.log.finish_flush(ticket),
+        Ok(100),
+        "Ok(100), the ticket's last LSN",
+        "finish_flush of the ticket covering 1 to 100"
+    );
+    check_eq!(
         p.log.durable_lsn(),
         100,
-        "durable moves to the ticket's end"
+        "after finish_flush the durable LSN moves to the ticket's end"
     );
-    assert_eq!(p.log.last_lsn(), 150);
+    check_eq!(
+        p.log.last_lsn(),
+        150,
+        "last_lsn with 101 to 150 appended during the flush"
+    );
     check_range(&mut p.log, 0, 150, 11);
     // Finishing runs a ticket nobody ran; an empty one reports the durable LSN.
-    let ticket = p.log.begin_flush().unwrap_or_else(|e| panic!("begin: {e}"));
-    assert_eq!(p.log.finish_flush(ticket).ok(), Some(150));
-    let ticket = p.log.begin_flush().unwrap_or_else(|e| panic!("begin: {e}"));
-    assert_eq!(p.log.finish_flush(ticket).ok(), Some(150));
+    let ticket = must!(p.log.begin_flush(), "begin_flush of 101 to 150");
+    check_matches!(
+        p.log.finish_flush(ticket),
+        Ok(150),
+        "Ok(150)",
+        "finish_flush of a ticket nobody ran, covering 101 to 150"
+    );
+    let ticket = must!(p.log.begin_flush(), "begin_flush with nothing to flush");
+    check_matches!(
+        p.log.finish_flush(ticket),
+        Ok(150),
+        "Ok(150), the durable LSN",
+        "finish_flush of an empty ticket"
+    );
     // A ticket out (run, then not) when the process dies.
     append_range(&mut p.log, 151, 160, 11);
-    let mut ran = p.log.begin_flush().unwrap_or_else(|e| panic!("begin: {e}"));
-    assert!(ran.run(), "the ticket's I/O failed");
+    let mut ran = must!(p.log.begin_flush(), "begin_flush of 151 to 160");
+    check!(
+        ran.run(),
+        "the I/O of the ticket covering 151 to 160 must succeed; found it failed"
+    );
     drop(p);
     drop(ran);
     s = h.crash(s);
     let mut p = open(&s, 5);
     let last = check_prefix(&mut p.log, 150, 160, 11);
     append_range(&mut p.log, last + 1, 170, 11);
-    let pending = p.log.begin_flush().unwrap_or_else(|e| panic!("begin: {e}"));
+    let pending = must!(p.log.begin_flush(), "begin_flush of {} to 170", last + 1);
     drop(p);
     drop(pending);
     s = h.crash(s);
     let mut p = open(&s, 5);
     let last = check_prefix(&mut p.log, last, 170, 11);
-    if !h.capabilities().fault_injection {
+    if c.skips(h) {
         return;
     }
     append_range(&mut p.log, last + 1, last + 5, 11);
@@ -494,13 +560,21 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
         Err(_) => true,
         Ok(ticket) => p.log.finish_flush(ticket).is_err(),
     };
-    assert!(
+    check!(
         failed,
-        "the injected failure of a split flush was not reported"
+        "a split flush with an injected failure must report it (at begin_flush or finish_flush); found both succeeded"
     );
-    assert!(
-        p.log.append(last + 6, b"x").is_err(),
-        "append after a failed split flush"
+    check_matches!(
+        p.log.append(last + 6, b"x"),
+        Err(StorageError::Latched { .. }),
+        "Err(Latched)",
+        "append({}) after a failed split flush",
+        last + 6
     );
-    assert!(p.log.flush().is_err(), "a failed flush is never retried");
+    check_matches!(
+        p.log.flush(),
+        Err(_),
+        "an error (a failed flush is never retried as a success)",
+        "flush after a failed split flush"
+    );
 }

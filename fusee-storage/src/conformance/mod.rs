@@ -51,10 +51,35 @@
 //! # fn main() {}
 //! ```
 //!
-//! Clauses that need a capability the harness does not declare
-//! ([`Capabilities`]) print `SKIPPED <clause>: <reason>` on stderr (bypassing
-//! the test harness's output capture) and return, so a skip is always
-//! visible in the test output rather than passing silently.
+//! # Skips
+//!
+//! Clauses that need something the harness does not declare
+//! ([`Capabilities`], [`LockChecks`]) print `SKIPPED <clause>: <reason>`
+//! (or `SKIPPED part of <clause> (<part>): <reason>`) on stderr, bypassing
+//! the test harness's output capture, and return, so a skip is always
+//! visible in the test output rather than passing silently. What each
+//! clause needs is written in one place ([`needs`]); the macro also expands
+//! a test `skipped_clauses` that prints, from the harness's declarations
+//! alone (so whatever order the tests run in),
+//! `conformance: N of M clauses skipped for <suite>: a, b, c`.
+//!
+//! # Failures
+//!
+//! Every failure names its clause, the promise or operation checked, what
+//! was expected and what was found, e.g. `calls_after_close: open_shard(1)
+//! after close: expected Err(Closed); found Ok(())`.
+//!
+//! # Ownership, and the child process
+//!
+//! [`lock_outlives_storage`] and [`lock_outlives_storage_child`] check that
+//! a storage's lock lives as long as the storage or any part it gave out.
+//! The second re-runs the test binary (`std::env::current_exe()`) as a
+//! child process, running only its own test (`--exact <test> --nocapture
+//! --test-threads 1`) with `FUSEE_CONFORMANCE_LOCK_CHILD` naming the
+//! storage's location; seeing that variable, the test builds its harness,
+//! calls [`Harness::open_at`], prints its verdict and returns. The macro
+//! names the test from `module_path!()`, so it works from any test file;
+//! a test binary must therefore use the standard test harness.
 //!
 //! # Environment
 //!
@@ -65,7 +90,6 @@
 //! - `FUSEE_CONFORMANCE_SEED`: seed of the random-sequence clause (default:
 //!   derived from the clock, printed on failure).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -74,11 +98,17 @@ use fusee_core::record::Lsn;
 use crate::limits::{INDEX_RECORD, index_record_run};
 use crate::{CheckpointStore, LogStore, MemoryStorage, Result, ShardParts, Storage};
 
+mod check;
 mod index;
+mod lock;
 mod log;
 mod model;
 mod shards;
 mod store;
+
+use check::{Index, check, check_eq, fail, must};
+
+pub use lock::{lock_outlives_storage, lock_outlives_storage_child};
 
 pub use index::{commit_atomic, index_bad_input, index_base_streamed, index_delta};
 pub use log::{
@@ -117,11 +147,11 @@ pub struct Capabilities {
 /// [`crate::StorageError::Locked`], in this process and in another.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LockChecks {
-    /// [`Harness::open_again`] works: `lock_outlives_storage` runs.
+    /// [`Harness::open_again`] works: [`lock_outlives_storage`] runs.
     pub same_process: bool,
     /// [`Harness::location`] and [`Harness::open_at`] work, the latter in
     /// a child process too (the storage lives in files another process can
-    /// open): `lock_outlives_storage_child` runs.
+    /// open): [`lock_outlives_storage_child`] runs.
     pub child_process: bool,
 }
 
@@ -178,7 +208,7 @@ pub trait Harness {
     }
 
     /// Which ownership clauses the harness supports. Default: none, so
-    /// `lock_outlives_storage` and `lock_outlives_storage_child` are
+    /// [`lock_outlives_storage`] and [`lock_outlives_storage_child`] are
     /// skipped (and counted as skipped).
     fn lock_checks(&self) -> LockChecks {
         LockChecks::default()
@@ -224,7 +254,10 @@ pub trait Harness {
     }
 }
 
-/// The harness of the memory backend, which supports every capability.
+/// The harness of the memory backend, which supports every capability but
+/// no [`LockChecks`]: a [`MemoryStorage`] has no lock and no location where
+/// a second open (in this process or another) could find it, so the
+/// ownership clauses are skipped (and counted as skipped).
 #[derive(Debug, Default)]
 pub struct MemoryHarness;
 
@@ -272,7 +305,9 @@ impl Harness for MemoryHarness {
 }
 
 /// Expands to one `#[test]` per conformance clause, inside a module named
-/// `$name`, each running the clause on a harness made by `$factory()`.
+/// `$name`, each running the clause on a harness made by `$factory()`, and
+/// a test `skipped_clauses` that prints how many clauses the harness's
+/// declarations skip, and which.
 ///
 /// ```
 /// use fusee_storage::conformance::MemoryHarness;
@@ -293,14 +328,16 @@ macro_rules! conformance_suite {
                 store_bad_reference,
                 index_delta, index_base_streamed, index_bad_input, commit_atomic,
                 flush_failure_latches, commit_failure_latches, shards_sixteen,
-                shard_open_twice, reopen_hundred, calls_after_close, model_random);
+                shard_open_twice, reopen_hundred, calls_after_close,
+                lock_outlives_storage, model_random;
+                lock_outlives_storage_child);
         }
     };
-    (@tests $factory:expr; $($clause:ident),* $(,)?) => {
+    (@tests $factory:expr; $($clause:ident),* ; $($child:ident),*) => {
         /// The clauses this module runs (compare with
         /// `fusee_storage::conformance::CLAUSES`).
         #[allow(dead_code)]
-        pub const CLAUSES: &[&str] = &[$(stringify!($clause)),*];
+        pub const CLAUSES: &[&str] = &[$(stringify!($clause),)* $(stringify!($child)),*];
         $(
             #[test]
             fn $clause() {
@@ -308,6 +345,21 @@ macro_rules! conformance_suite {
                 $crate::conformance::$clause(&mut harness);
             }
         )*
+        // Clauses that run this test binary again as a child process: they
+        // are told their own test's name, which the child runs alone.
+        $(
+            #[test]
+            fn $child() {
+                let mut harness = ($factory)();
+                let test = $crate::conformance::test_name(module_path!(), stringify!($child));
+                $crate::conformance::$child(&mut harness, &test);
+            }
+        )*
+        #[test]
+        fn skipped_clauses() {
+            let harness = ($factory)();
+            $crate::conformance::report_skipped(&harness, module_path!());
+        }
     };
 }
 
@@ -338,15 +390,148 @@ pub const CLAUSES: &[&str] = &[
     "shard_open_twice",
     "reopen_hundred",
     "calls_after_close",
+    "lock_outlives_storage",
     "model_random",
+    "lock_outlives_storage_child",
 ];
 
-// ---- helpers shared by the clauses ----
+// ---- skips ----
 
-/// Prints why a clause was skipped, past the test harness's capture.
-fn skip(clause: &str, reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {clause}: {reason}");
+/// A clause, or a part of one, that a harness cannot run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skip {
+    /// The clause.
+    pub clause: &'static str,
+    /// The part skipped (the rest of the clause runs), or `None` when the
+    /// whole clause is skipped.
+    pub part: Option<&'static str>,
+    /// What the harness does not declare.
+    pub reason: &'static str,
 }
+
+/// One row of [`NEEDS`].
+struct Need {
+    clause: &'static str,
+    part: Option<&'static str>,
+    /// Whether a harness with these declarations can run it.
+    met: fn(Capabilities, LockChecks) -> bool,
+    reason: &'static str,
+}
+
+/// What clauses need beyond open, reopen and crash: the one place both the
+/// clauses (to skip) and [`skipped`] (to count) read.
+const NEEDS: &[Need] = &[
+    Need {
+        clause: "log_power_loss",
+        part: None,
+        met: |c, _| c.power_loss,
+        reason: "the harness's crash does not simulate power loss (torn unsynced writes)",
+    },
+    Need {
+        clause: "log_pipelined_flush",
+        part: Some("a failed split flush"),
+        met: |c, _| c.fault_injection,
+        reason: "the harness declares no fault injection",
+    },
+    Need {
+        clause: "commit_atomic",
+        part: Some("crashes inside a commit"),
+        met: |c, _| c.commit_crash_points > 0,
+        reason: "the harness declares no commit crash points",
+    },
+    Need {
+        clause: "flush_failure_latches",
+        part: None,
+        met: |c, _| c.fault_injection,
+        reason: "the harness declares no fault injection",
+    },
+    Need {
+        clause: "commit_failure_latches",
+        part: None,
+        met: |c, _| c.fault_injection,
+        reason: "the harness declares no fault injection",
+    },
+    Need {
+        clause: "lock_outlives_storage",
+        part: None,
+        met: |_, l| l.same_process,
+        reason: "the harness declares no LockChecks::same_process (Harness::open_again)",
+    },
+    Need {
+        clause: "lock_outlives_storage_child",
+        part: None,
+        met: |_, l| l.child_process,
+        reason: "the harness declares no LockChecks::child_process (Harness::location, open_at)",
+    },
+];
+
+/// Whether `clause` (or a part of it) is skipped on a harness declaring
+/// `caps` and `locks`, and why.
+pub fn needs(clause: &str, caps: Capabilities, locks: LockChecks) -> Option<Skip> {
+    NEEDS
+        .iter()
+        .find(|n| n.clause == clause && !(n.met)(caps, locks))
+        .map(|n| Skip {
+            clause: n.clause,
+            part: n.part,
+            reason: n.reason,
+        })
+}
+
+/// Every clause of [`CLAUSES`] that `h` skips, wholly or in part, in that
+/// order: decided from its declarations alone, so the answer does not
+/// depend on which clauses ran.
+pub fn skipped<H: Harness>(h: &H) -> Vec<Skip> {
+    let (caps, locks) = (h.capabilities(), h.lock_checks());
+    CLAUSES
+        .iter()
+        .filter_map(|clause| needs(clause, caps, locks))
+        .collect()
+}
+
+/// The line [`report_skipped`] prints for `h` in the suite named `suite`:
+/// `conformance: N of M clauses skipped for <suite>: a, b, c`, then the
+/// clauses skipped in part, if any.
+pub fn skip_summary<H: Harness>(h: &H, suite: &str) -> String {
+    let all = skipped(h);
+    let (part, whole): (Vec<Skip>, Vec<Skip>) = all.into_iter().partition(|s| s.part.is_some());
+    let mut line = format!(
+        "conformance: {} of {} clauses skipped for {suite}",
+        whole.len(),
+        CLAUSES.len()
+    );
+    if !whole.is_empty() {
+        let names: Vec<&str> = whole.iter().map(|s| s.clause).collect();
+        line.push_str(&format!(": {}", names.join(", ")));
+    }
+    if !part.is_empty() {
+        let names: Vec<String> = part
+            .iter()
+            .map(|s| format!("{} ({})", s.clause, s.part.unwrap_or("")))
+            .collect();
+        line.push_str(&format!("; {} in part: {}", part.len(), names.join(", ")));
+    }
+    line
+}
+
+/// Prints [`skip_summary`] on stderr, past the test harness's capture;
+/// `module_path` is the calling suite's `module_path!()`.
+pub fn report_skipped<H: Harness>(h: &H, module_path: &str) {
+    let suite = module_path.split_once("::").map_or(module_path, |(_, m)| m);
+    let _ = writeln!(std::io::stderr(), "{}", skip_summary(h, suite));
+}
+
+/// The name the test harness gives clause `clause` of the suite expanded
+/// in module `module_path` (a `module_path!()`, whose first segment, the
+/// crate, test names leave out), as `--exact` takes it.
+pub fn test_name(module_path: &str, clause: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{clause}"),
+        None => clause.to_owned(),
+    }
+}
+
+// ---- helpers shared by the clauses ----
 
 /// `n` scaled by `FUSEE_CONFORMANCE_SCALE` percent (at least 1).
 fn scaled(n: usize) -> usize {
@@ -358,8 +543,7 @@ fn scaled(n: usize) -> usize {
 }
 
 fn open<S: Storage>(s: &S, shard: u32) -> ShardParts<S> {
-    s.open_shard(shard)
-        .unwrap_or_else(|e| panic!("open_shard({shard}) failed: {e}"))
+    must!(s.open_shard(shard), "open_shard({shard})")
 }
 
 /// Deterministic bytes of record `lsn` in a sequence salted by `salt`:
@@ -399,10 +583,10 @@ fn delete_record(run: u64) -> [u8; INDEX_RECORD] {
     r
 }
 
-/// Every record after `after`, with the returned end.
 /// Records with their LSNs.
 type Records = Vec<(Lsn, Vec<u8>)>;
 
+/// Every record after `after`, with the returned end.
 fn read_log<L: LogStore>(log: &mut L, after: Lsn) -> Result<(Records, Lsn)> {
     let mut out = Vec::new();
     let end = log.read(after, &mut |lsn, bytes| {
@@ -412,34 +596,45 @@ fn read_log<L: LogStore>(log: &mut L, after: Lsn) -> Result<(Records, Lsn)> {
     Ok((out, end))
 }
 
+/// Flushes `log`, which must report `expected` as its durable LSN.
+fn flush_to<L: LogStore>(log: &mut L, expected: Lsn, what: std::fmt::Arguments<'_>) {
+    match log.flush() {
+        Ok(lsn) if lsn == expected => {}
+        other => fail(format_args!(
+            "{what}: flush must return LSN {expected}; found {other:?}"
+        )),
+    }
+}
+
 /// The committed index as a map by run, checking the chunking promises.
-fn read_index<C: CheckpointStore>(c: &mut C) -> BTreeMap<u64, [u8; INDEX_RECORD]> {
-    let mut map = BTreeMap::new();
+fn read_index<C: CheckpointStore>(c: &mut C) -> Index {
+    let mut map = Index::new();
     let mut visited = 0u64;
-    let count = c
-        .read_index(&mut |chunk| {
-            assert_eq!(
-                chunk.len() % INDEX_RECORD,
-                0,
-                "index chunk of {} bytes",
+    let count = must!(
+        c.read_index(&mut |chunk| {
+            check!(
+                chunk.len() % INDEX_RECORD == 0,
+                "read_index must visit whole {INDEX_RECORD}-byte records; found a chunk of {} bytes",
                 chunk.len()
             );
             for r in chunk.chunks_exact(INDEX_RECORD) {
                 let mut rec = [0u8; INDEX_RECORD];
                 rec.copy_from_slice(r);
                 let run = index_record_run(&rec);
-                assert!(
+                check!(
                     map.insert(run, rec).is_none(),
-                    "run {run} listed twice in the index"
+                    "read_index must visit each run once; found run {run} twice"
                 );
                 visited += 1;
             }
             Ok(())
-        })
-        .unwrap_or_else(|e| panic!("read_index failed: {e}"));
-    assert_eq!(
-        count, visited,
-        "read_index returned a count other than it visited"
+        }),
+        "read_index"
+    );
+    check_eq!(
+        count,
+        visited,
+        "read_index must return how many records it visited"
     );
     map
 }

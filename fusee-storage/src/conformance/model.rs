@@ -4,7 +4,11 @@ use std::collections::BTreeMap;
 
 use fusee_core::shard::BlobRef;
 
-use super::{Harness, delete_record, index_record, open, read_index, read_log, scaled};
+use super::check::{Clause, check_bytes, check_index};
+use super::{
+    Harness, check, check_eq, delete_record, fail, index_record, must, open, read_index, read_log,
+    scaled,
+};
 use crate::{
     CheckpointStore, INDEX_RECORD, IndexChange, LogStore, MemoryStorage, RunStore, ShardParts,
 };
@@ -41,6 +45,8 @@ struct Run<'a, H: Harness> {
     appended: Vec<Vec<u8>>,
     live: Vec<Frame>,
     released: Vec<Frame>,
+    /// The step running, named in every failure.
+    step: usize,
 }
 
 const SHARD: u32 = 7;
@@ -51,6 +57,7 @@ const SHARD: u32 = 7;
 /// Runs `scaled(8)` sequences of 400 operations; the seed comes from
 /// `FUSEE_CONFORMANCE_SEED` or the clock and is printed on failure.
 pub fn model_random<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("model_random");
     let seed = std::env::var("FUSEE_CONFORMANCE_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -77,9 +84,11 @@ pub fn model_random<H: Harness>(h: &mut H) {
             appended: Vec::new(),
             live: Vec::new(),
             released: Vec::new(),
+            step: 0,
         };
         for step in 0..400 {
-            run.step(step);
+            run.step = step;
+            run.step();
         }
     }
 }
@@ -88,36 +97,46 @@ impl<H: Harness> Run<'_, H> {
     fn parts(&mut self) -> (&mut ShardParts<MemoryStorage>, &mut ShardParts<H::S>) {
         match (self.m.as_mut(), self.b.as_mut()) {
             (Some(m), Some(b)) => (m, b),
-            _ => panic!("parts missing"),
+            _ => fail(format_args!("the shard's parts are missing between steps")),
         }
     }
 
-    fn step(&mut self, step: usize) {
-        let op = self.rng.u32(0..100);
-        match op {
-            0..=29 => self.append(),
-            30..=41 => self.flush(),
-            42..=49 => self.read(),
-            50..=52 => self.discard(),
-            53..=64 => self.frame_append(),
-            65..=71 => self.frame_read(),
-            72..=75 => self.release(),
-            76..=87 => self.commit(),
-            88..=91 => self.compare_index(),
-            92..=95 => self.restart(false),
-            _ => self.restart(true),
-        }
+    fn step(&mut self) {
+        let step = self.step;
+        let op: (fn(&mut Self), &str) = match self.rng.u32(0..100) {
+            0..=29 => (Self::append, "append"),
+            30..=41 => (Self::flush, "flush"),
+            42..=49 => (Self::read, "read"),
+            50..=52 => (Self::discard, "discard"),
+            53..=64 => (Self::frame_append, "frame append"),
+            65..=71 => (Self::frame_read, "frame read"),
+            72..=75 => (Self::release, "release"),
+            76..=87 => (Self::commit, "commit"),
+            88..=91 => (Self::compare_index, "index read"),
+            92..=95 => (Self::reopen, "reopen"),
+            _ => (Self::crash, "crash"),
+        };
+        (op.0)(self);
+        let name = op.1;
         let (m, b) = self.parts();
-        assert_eq!(
-            m.log.last_lsn(),
+        check_eq!(
             b.log.last_lsn(),
-            "step {step}: last LSN differs"
+            m.log.last_lsn(),
+            "step {step} ({name}): the backend's last_lsn must be the model's"
         );
-        assert_eq!(
-            m.log.durable_lsn(),
+        check_eq!(
             b.log.durable_lsn(),
-            "step {step}: durable LSN differs"
+            m.log.durable_lsn(),
+            "step {step} ({name}): the backend's durable_lsn must be the model's"
         );
+    }
+
+    fn reopen(&mut self) {
+        self.restart(false);
+    }
+
+    fn crash(&mut self) {
+        self.restart(true);
     }
 
     fn append(&mut self) {
@@ -132,6 +151,7 @@ impl<H: Harness> Run<'_, H> {
             self.rng.fill(&mut bytes);
             // Sometimes a wrong LSN: both must refuse it alike.
             let kind = self.rng.u8(0..20);
+            let step = self.step;
             let (m, b) = self.parts();
             let lsn = match kind {
                 0 => m.log.last_lsn() + 2,
@@ -140,10 +160,9 @@ impl<H: Harness> Run<'_, H> {
             };
             let rm = m.log.append(lsn, &bytes);
             let rb = b.log.append(lsn, &bytes);
-            assert_eq!(
-                rm.is_ok(),
-                rb.is_ok(),
-                "append({lsn}): model {rm:?}, backend {rb:?}"
+            check!(
+                rm.is_ok() == rb.is_ok(),
+                "step {step}: append({lsn}) of {len} bytes must come out as the model's: expected {rm:?}; found {rb:?}"
             );
             if rm.is_ok() {
                 let at = usize::try_from(lsn - 1).unwrap_or(usize::MAX);
@@ -154,10 +173,14 @@ impl<H: Harness> Run<'_, H> {
     }
 
     fn flush(&mut self) {
+        let step = self.step;
         let (m, b) = self.parts();
-        let rm = m.log.flush().ok();
-        let rb = b.log.flush().ok();
-        assert_eq!(rm, rb, "flush: model vs backend");
+        let rm = m.log.flush();
+        let rb = b.log.flush();
+        check!(
+            rm.as_ref().ok() == rb.as_ref().ok(),
+            "step {step}: flush must return the model's durable LSN: expected {rm:?}; found {rb:?}"
+        );
     }
 
     fn read(&mut self) {
@@ -165,23 +188,45 @@ impl<H: Harness> Run<'_, H> {
         let first = m.log.first_lsn().max(b.log.first_lsn());
         let last = m.log.last_lsn();
         let after = first - 1 + self.rng.u64(0..=last + 1 - first);
+        let step = self.step;
         let (m, b) = self.parts();
-        let rm = read_log(&mut m.log, after).unwrap_or_else(|e| panic!("model read({after}): {e}"));
-        let rb =
-            read_log(&mut b.log, after).unwrap_or_else(|e| panic!("backend read({after}): {e}"));
-        assert!(rm == rb, "read({after}) differs from the model");
+        let (rm, em) = must!(
+            read_log(&mut m.log, after),
+            "step {step}: the model's read(after {after})"
+        );
+        let (rb, eb) = must!(
+            read_log(&mut b.log, after),
+            "step {step}: read(after {after})"
+        );
+        check_eq!(
+            eb,
+            em,
+            "step {step}: read(after {after}) must return the model's last LSN"
+        );
+        check_eq!(
+            rb.iter().map(|(lsn, _)| *lsn).collect::<Vec<_>>(),
+            rm.iter().map(|(lsn, _)| *lsn).collect::<Vec<_>>(),
+            "step {step}: read(after {after}) must visit the model's LSNs"
+        );
+        for ((lsn, found), (_, expected)) in rb.iter().zip(&rm) {
+            check_bytes(
+                found,
+                expected,
+                format_args!("step {step}: read(after {after}), record {lsn}"),
+            );
+        }
     }
 
     fn discard(&mut self) {
         let durable = self.parts().0.log.durable_lsn();
         let lsn = self.rng.u64(0..=durable);
+        let step = self.step;
         let (m, b) = self.parts();
         let rm = m.log.discard_through(lsn);
         let rb = b.log.discard_through(lsn);
-        assert_eq!(
-            rm.is_ok(),
-            rb.is_ok(),
-            "discard_through({lsn}): model {rm:?}, backend {rb:?}"
+        check!(
+            rm.is_ok() == rb.is_ok(),
+            "step {step}: discard_through({lsn}) must come out as the model's: expected {rm:?}; found {rb:?}"
         );
     }
 
@@ -193,6 +238,7 @@ impl<H: Harness> Run<'_, H> {
         };
         let mut bytes = vec![0u8; len];
         self.rng.fill(&mut bytes);
+        let step = self.step;
         let (m, b) = self.parts();
         let rm = m.runs.append(&bytes);
         let rb = b.runs.append(&bytes);
@@ -205,10 +251,9 @@ impl<H: Harness> Run<'_, H> {
                     committed: false,
                 });
             }
-            (rm, rb) => assert_eq!(
-                rm.is_ok(),
-                rb.is_ok(),
-                "frame append: model {rm:?}, backend {rb:?}"
+            (rm, rb) => check!(
+                rm.is_ok() == rb.is_ok(),
+                "step {step}: append of a {len} B frame must come out as the model's: expected {rm:?}; found {rb:?}"
             ),
         }
     }
@@ -221,17 +266,23 @@ impl<H: Harness> Run<'_, H> {
         let (mref, bref) = (self.live[i].model, self.live[i].backend);
         let mut om = Vec::new();
         let mut ob = Vec::new();
+        let step = self.step;
         let (m, b) = self.parts();
-        m.runs
-            .read(mref, &mut om)
-            .unwrap_or_else(|e| panic!("model frame read: {e}"));
-        b.runs
-            .read(bref, &mut ob)
-            .unwrap_or_else(|e| panic!("backend frame read {bref:?}: {e}"));
-        assert!(
-            om == self.live[i].bytes && ob == om,
-            "frame {bref:?} read back other bytes"
+        must!(
+            m.runs.read(mref, &mut om),
+            "step {step}: the model's read of frame {mref:?}"
         );
+        must!(
+            b.runs.read(bref, &mut ob),
+            "step {step}: the read of live frame {bref:?}"
+        );
+        let bytes = &self.live[i].bytes;
+        check_bytes(
+            &om,
+            bytes,
+            format_args!("step {step}: the model's frame {mref:?}"),
+        );
+        check_bytes(&ob, bytes, format_args!("step {step}: live frame {bref:?}"));
     }
 
     fn release(&mut self) {
@@ -240,13 +291,18 @@ impl<H: Harness> Run<'_, H> {
         }
         let i = self.rng.usize(0..self.live.len());
         let f = self.live.swap_remove(i);
+        let step = self.step;
         let (m, b) = self.parts();
-        m.runs
-            .release(f.model)
-            .unwrap_or_else(|e| panic!("model release: {e}"));
-        b.runs
-            .release(f.backend)
-            .unwrap_or_else(|e| panic!("backend release {:?}: {e}", f.backend));
+        must!(
+            m.runs.release(f.model),
+            "step {step}: the model's release of {:?}",
+            f.model
+        );
+        must!(
+            b.runs.release(f.backend),
+            "step {step}: release of live frame {:?}",
+            f.backend
+        );
         self.released.push(f);
     }
 
@@ -274,16 +330,16 @@ impl<H: Harness> Run<'_, H> {
             records = unique.into_values().collect();
         }
         let bytes = super::concat(&records);
+        let step = self.step;
         let (m, b) = self.parts();
         let (rm, rb) = if base {
             stream(&mut m.checkpoint, &records);
-            b.checkpoint
-                .begin_base()
-                .unwrap_or_else(|e| panic!("begin_base: {e}"));
+            must!(b.checkpoint.begin_base(), "step {step}: begin_base");
             for c in records.chunks(4) {
-                b.checkpoint
-                    .base_chunk(&super::concat(c))
-                    .unwrap_or_else(|e| panic!("base_chunk: {e}"));
+                must!(
+                    b.checkpoint.base_chunk(&super::concat(c)),
+                    "step {step}: base_chunk"
+                );
             }
             (
                 m.checkpoint.commit(&mut m.runs, IndexChange::Base, &ck),
@@ -297,13 +353,18 @@ impl<H: Harness> Run<'_, H> {
                     .commit(&mut b.runs, IndexChange::Delta(&bytes), &ck),
             )
         };
+        let kind = if base { "base" } else { "delta" };
         let (cm, cb) = match (rm, rb) {
             (Ok(cm), Ok(cb)) => (cm, cb),
-            (rm, rb) => panic!("commit: model {rm:?}, backend {rb:?}"),
+            (rm, rb) => fail(format_args!(
+                "step {step}: a {kind} commit of {} records must succeed as the model's: expected {rm:?}; found {rb:?}",
+                records.len()
+            )),
         };
-        assert_eq!(
-            cm.index_records, cb.index_records,
-            "index size after commit"
+        check_eq!(
+            cb.index_records,
+            cm.index_records,
+            "step {step}: a {kind} commit must return the model's index_records"
         );
         for f in &mut self.live {
             f.committed = true;
@@ -312,11 +373,12 @@ impl<H: Harness> Run<'_, H> {
     }
 
     fn compare_index(&mut self) {
+        let step = self.step;
         let (m, b) = self.parts();
-        assert_eq!(
-            read_index(&mut m.checkpoint),
-            read_index(&mut b.checkpoint),
-            "index differs"
+        check_index(
+            &read_index(&mut b.checkpoint),
+            &read_index(&mut m.checkpoint),
+            format_args!("step {step}: the index must be the model's"),
         );
     }
 
@@ -325,8 +387,10 @@ impl<H: Harness> Run<'_, H> {
         self.m = None;
         self.b = None;
         let (Some(model), Some(backend)) = (self.model.take(), self.backend.take()) else {
-            panic!("storages missing");
+            fail(format_args!("the storages are missing between steps"));
         };
+        let step = self.step;
+        let what = if crash { "crash" } else { "reopen" };
         let (model, backend) = if crash {
             (model.crash(), self.h.crash(backend))
         } else {
@@ -334,36 +398,47 @@ impl<H: Harness> Run<'_, H> {
         };
         let mut m = open(&model, SHARD);
         let mut b = open(&backend, SHARD);
-        assert_eq!(
-            m.recovered.checkpoint, b.recovered.checkpoint,
-            "checkpoint after restart"
+        check_eq!(
+            b.recovered.checkpoint,
+            m.recovered.checkpoint,
+            "step {step}: after a {what}, recovered.checkpoint must be the model's"
         );
-        assert_eq!(
-            m.recovered.index_records, b.recovered.index_records,
-            "index size after restart"
+        check_eq!(
+            b.recovered.index_records,
+            m.recovered.index_records,
+            "step {step}: after a {what}, recovered.index_records must be the model's"
         );
         // The model keeps exactly the flushed records; the backend may keep
         // more of the unflushed tail, which must be what was appended.
         let (ml, bl) = (m.log.last_lsn(), b.log.last_lsn());
-        assert!(
+        check!(
             bl >= ml,
-            "backend lost flushed records: last {bl}, flushed {ml}"
+            "step {step}: after a {what}, the log must keep every flushed record: expected last_lsn {ml} or more; found {bl}"
         );
-        let (extra, _) = read_log(&mut b.log, ml).unwrap_or_else(|e| panic!("backend tail: {e}"));
+        let (extra, _) = must!(
+            read_log(&mut b.log, ml),
+            "step {step}: after a {what}, read(after {ml}) of the unflushed records kept"
+        );
         for (lsn, bytes) in extra {
-            let want = self
+            let Some(want) = self
                 .appended
-                .get(usize::try_from(lsn - 1).unwrap_or(usize::MAX));
-            assert_eq!(
-                Some(&bytes),
+                .get(usize::try_from(lsn - 1).unwrap_or(usize::MAX))
+            else {
+                fail(format_args!(
+                    "step {step}: after a {what}, the log may keep only records appended; found record {lsn}, never appended"
+                ));
+            };
+            check_bytes(
+                &bytes,
                 want,
-                "record {lsn} kept after a crash was never appended"
+                format_args!("step {step}: after a {what}, unflushed record {lsn} kept"),
             );
-            m.log
-                .append(lsn, &bytes)
-                .unwrap_or_else(|e| panic!("model resync: {e}"));
+            must!(
+                m.log.append(lsn, &bytes),
+                "step {step}: the model's append({lsn}) of a record the backend kept"
+            );
         }
-        m.log.flush().unwrap_or_else(|e| panic!("model flush: {e}"));
+        must!(m.log.flush(), "step {step}: the model's flush");
         // Frames: uncommitted ones are gone in both; releases not committed
         // are undone.
         let mut out = Vec::new();
@@ -373,10 +448,12 @@ impl<H: Harness> Run<'_, H> {
             .into_iter()
             .partition(|f| f.committed);
         for f in &gone {
-            assert!(
-                b.runs.read(f.backend, &mut out).is_err(),
-                "uncommitted frame {:?} survived",
-                f.backend
+            let r = b.runs.read(f.backend, &mut out);
+            check!(
+                r.is_err(),
+                "step {step}: after a {what}, the read of frame {:?}, appended after the last commit, must fail; found Ok with {} bytes",
+                f.backend,
+                out.len()
             );
         }
         self.live = keep;
@@ -390,8 +467,9 @@ impl<H: Harness> Run<'_, H> {
 
 /// Streams a base into the model in one chunk.
 fn stream<C: CheckpointStore>(c: &mut C, records: &[[u8; INDEX_RECORD]]) {
-    c.begin_base()
-        .unwrap_or_else(|e| panic!("model begin_base: {e}"));
-    c.base_chunk(&super::concat(records))
-        .unwrap_or_else(|e| panic!("model base_chunk: {e}"));
+    must!(c.begin_base(), "the model's begin_base");
+    must!(
+        c.base_chunk(&super::concat(records)),
+        "the model's base_chunk"
+    );
 }

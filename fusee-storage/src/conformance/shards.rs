@@ -1,114 +1,146 @@
 //! Clauses about shards, reopening, closing and failures.
 
+use super::check::{Clause, check_bytes, check_index, check_matches};
 use super::{
-    Harness, concat, frame, index_record, open, read_index, read_log, record, scaled, skip,
+    Harness, Index, check, check_eq, concat, fail, flush_to, frame, index_record, must, open,
+    read_index, read_log, record, scaled,
 };
-use crate::{CheckpointStore, IndexChange, LogStore, RunStore, Storage, StorageError};
+use crate::{CheckpointStore, IndexChange, LogStore, RunStore, ShardParts, Storage, StorageError};
 
 /// A failed flush latches the log part: appends, flushes and discards are
 /// refused until the shard is reopened; then the log holds a prefix with
 /// every record flushed before the failure, and works again.
 pub fn flush_failure_latches<H: Harness>(h: &mut H) {
-    if !h.capabilities().fault_injection {
-        return skip(
-            "flush_failure_latches",
-            "the harness declares no fault injection",
-        );
+    let c = Clause::enter("flush_failure_latches");
+    if c.skips(h) {
+        return;
     }
     let mut s = h.open();
     let mut p = open(&s, 6);
     for lsn in 1..=10 {
-        p.log
-            .append(lsn, &record(lsn, 20))
-            .unwrap_or_else(|e| panic!("append: {e}"));
+        must!(p.log.append(lsn, &record(lsn, 20)), "append({lsn})");
     }
-    assert_eq!(p.log.flush().ok(), Some(10));
+    flush_to(&mut p.log, 10, format_args!("flush of 1 to 10"));
     for lsn in 11..=15 {
-        p.log
-            .append(lsn, &record(lsn, 20))
-            .unwrap_or_else(|e| panic!("append: {e}"));
+        must!(p.log.append(lsn, &record(lsn, 20)), "append({lsn})");
     }
     h.fail_next_flush(&s, 6);
-    assert!(
-        p.log.flush().is_err(),
-        "the injected flush failure was not reported"
+    check_matches!(
+        p.log.flush(),
+        Err(_),
+        "an error",
+        "flush of 11 to 15 with an injected failure"
     );
-    assert!(
-        p.log.flush().is_err(),
-        "a failed flush must never be retried as a success"
+    check_matches!(
+        p.log.flush(),
+        Err(_),
+        "an error (a failed flush is never retried as a success)",
+        "a second flush after the failed one"
     );
     let next = p.log.last_lsn() + 1;
-    assert!(
-        p.log.append(next, b"x").is_err(),
-        "append after a failed flush"
+    check_matches!(
+        p.log.append(next, b"x"),
+        Err(_),
+        "an error",
+        "append({next}) after a failed flush"
     );
-    assert!(
-        p.log.discard_through(1).is_err(),
-        "discard after a failed flush"
+    check_matches!(
+        p.log.discard_through(1),
+        Err(_),
+        "an error",
+        "discard_through(1) after a failed flush"
     );
     drop(p);
     s = h.reopen(s);
     let mut p = open(&s, 6);
     let last = p.log.last_lsn();
-    assert!(
+    check!(
         (10..=15).contains(&last),
-        "log ends at {last} after a failed flush of 11..=15"
+        "after a failed flush of 11 to 15 and a reopen, the log must end between 10 and 15; found last_lsn {last}"
     );
-    let (records, _) = read_log(&mut p.log, 0).unwrap_or_else(|e| panic!("read: {e}"));
-    assert_eq!(records.len() as u64, last);
+    let (records, _) = must!(read_log(&mut p.log, 0), "read(after 0) after the reopen");
+    check_eq!(
+        records.len() as u64,
+        last,
+        "read(after 0) after the reopen must visit every record up to last_lsn: the count"
+    );
     for (lsn, bytes) in records {
-        assert!(bytes == record(lsn, 20), "record {lsn} changed");
+        check_bytes(
+            &bytes,
+            &record(lsn, 20),
+            format_args!("record {lsn} after a failed flush and a reopen"),
+        );
     }
-    p.log
-        .append(last + 1, b"y")
-        .unwrap_or_else(|e| panic!("append after reopen: {e}"));
-    assert_eq!(p.log.flush().ok(), Some(last + 1));
+    must!(
+        p.log.append(last + 1, b"y"),
+        "append({}) after the reopen",
+        last + 1
+    );
+    flush_to(&mut p.log, last + 1, format_args!("flush after the reopen"));
 }
 
 /// A failed commit latches the checkpoint part; after a reopen the shard has
 /// the previous commit (or, for a backend that cannot tell, the failed one
 /// whole) and commits again.
 pub fn commit_failure_latches<H: Harness>(h: &mut H) {
-    if !h.capabilities().fault_injection {
-        return skip(
-            "commit_failure_latches",
-            "the harness declares no fault injection",
-        );
+    let c = Clause::enter("commit_failure_latches");
+    if c.skips(h) {
+        return;
     }
     let mut s = h.open();
     let mut p = open(&s, 6);
     let d1 = concat(&[index_record(1, 1)]);
-    p.checkpoint
-        .commit(&mut p.runs, IndexChange::Delta(&d1), b"first")
-        .unwrap_or_else(|e| panic!("commit: {e}"));
+    must!(
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&d1), b"first"),
+        "the first commit"
+    );
     let d2 = concat(&[index_record(2, 2)]);
     h.fail_next_commit(&s, 6);
-    assert!(
+    check_matches!(
         p.checkpoint
             .commit(&mut p.runs, IndexChange::Delta(&d2), b"second")
-            .is_err(),
-        "the injected commit failure was not reported"
+            .map(drop),
+        Err(_),
+        "an error",
+        "a commit with an injected failure"
     );
-    let r = p
-        .checkpoint
-        .commit(&mut p.runs, IndexChange::Delta(&d2), b"second");
-    assert!(r.is_err(), "a commit after a failed commit must be refused");
-    assert!(
-        p.checkpoint.begin_base().is_err(),
+    check_matches!(
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&d2), b"second")
+            .map(drop),
+        Err(_),
+        "an error (the part is latched)",
+        "a commit after a failed commit"
+    );
+    check_matches!(
+        p.checkpoint.begin_base(),
+        Err(_),
+        "an error (the part is latched)",
         "begin_base after a failed commit"
     );
     drop(p);
     s = h.reopen(s);
     let mut p = open(&s, 6);
-    let index = read_index(&mut p.checkpoint);
-    match p.recovered.checkpoint.as_deref() {
-        Some(b"first") => assert_eq!(index.keys().copied().collect::<Vec<_>>(), [1]),
-        Some(b"second") => assert_eq!(index.keys().copied().collect::<Vec<_>>(), [1, 2]),
-        other => panic!("after a failed commit the shard has checkpoint {other:?}"),
+    let runs: Vec<u64> = read_index(&mut p.checkpoint).keys().copied().collect();
+    let found = p.recovered.checkpoint.as_deref();
+    match found {
+        Some(b"first") => check_eq!(runs, [1], "after a failed commit, the index of \"first\""),
+        Some(b"second") => check_eq!(
+            runs,
+            [1, 2],
+            "after a failed commit found whole, the index of \"second\""
+        ),
+        other => fail(format_args!(
+            "after a failed commit and a reopen: expected checkpoint \"first\" (or \"second\" whole); found {:?}",
+            other.map(String::from_utf8_lossy)
+        )),
     }
-    p.checkpoint
-        .commit(&mut p.runs, IndexChange::Delta(&d2), b"third")
-        .unwrap_or_else(|e| panic!("commit after reopen: {e}"));
+    must!(
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&d2), b"third"),
+        "a commit after the reopen"
+    );
 }
 
 /// Sixteen shards open at once on one storage, each driven by its own
@@ -116,6 +148,7 @@ pub fn commit_failure_latches<H: Harness>(h: &mut H) {
 /// reads frames), do not interfere: each finds exactly its own data after a
 /// reopen, and `shards()` lists all of them.
 pub fn shards_sixteen<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("shards_sixteen");
     let mut s = h.open();
     let results: Vec<(u32, Frames)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..16u32)
@@ -127,14 +160,17 @@ pub fn shards_sixteen<H: Harness>(h: &mut H) {
         handles
             .into_iter()
             .map(|j| {
-                j.join()
-                    .unwrap_or_else(|_| panic!("a shard thread panicked"))
+                j.join().unwrap_or_else(|_| {
+                    fail(format_args!(
+                        "a shard's thread panicked (its message is above)"
+                    ))
+                })
             })
             .collect()
     });
     s = h.reopen(s);
-    let listed = s.shards().unwrap_or_else(|e| panic!("shards(): {e}"));
-    assert_eq!(
+    let listed = must!(s.shards(), "shards() after a reopen");
+    check_eq!(
         listed,
         (0..16).collect::<Vec<_>>(),
         "shards() must list every shard opened"
@@ -142,35 +178,43 @@ pub fn shards_sixteen<H: Harness>(h: &mut H) {
     for (shard, frames) in results {
         let mut p = open(&s, shard);
         let salt = 100 + u64::from(shard);
-        let (records, last) = read_log(&mut p.log, 0).unwrap_or_else(|e| panic!("read: {e}"));
-        assert_eq!(last, 50 + u64::from(shard), "shard {shard}: last LSN");
+        let (records, last) = must!(read_log(&mut p.log, 0), "shard {shard}: read(after 0)");
+        check_eq!(
+            last,
+            50 + u64::from(shard),
+            "shard {shard}: after a reopen, the last LSN read"
+        );
         for (lsn, bytes) in records {
-            assert!(
-                bytes == record(lsn, salt),
-                "shard {shard}: record {lsn} changed"
+            check_bytes(
+                &bytes,
+                &record(lsn, salt),
+                format_args!("shard {shard}: after a reopen, record {lsn}"),
             );
         }
-        let index = read_index(&mut p.checkpoint);
-        assert_eq!(
-            index.len(),
-            10 + shard as usize,
-            "shard {shard}: index size"
+        let expected: Index = (0..10 + u64::from(shard))
+            .map(|run| (run, index_record(run, salt)))
+            .collect();
+        check_index(
+            &read_index(&mut p.checkpoint),
+            &expected,
+            format_args!("shard {shard}: after a reopen, the index it committed"),
         );
-        assert!(
-            index
-                .values()
-                .all(|r| *r == index_record(crate::index_record_run(r), salt))
-        );
-        assert_eq!(
+        check_eq!(
             p.recovered.checkpoint,
-            Some(format!("shard {shard}").into_bytes())
+            Some(format!("shard {shard}").into_bytes()),
+            "shard {shard}: after a reopen, the checkpoint it committed"
         );
         let mut out = Vec::new();
         for (blob, bytes) in frames {
-            p.runs
-                .read(blob, &mut out)
-                .unwrap_or_else(|e| panic!("shard {shard}: frame: {e}"));
-            assert!(out == bytes, "shard {shard}: frame changed");
+            must!(
+                p.runs.read(blob, &mut out),
+                "shard {shard}: after a reopen, the read of frame {blob:?}"
+            );
+            check_bytes(
+                &out,
+                &bytes,
+                format_args!("shard {shard}: after a reopen, frame {blob:?}"),
+            );
         }
     }
 }
@@ -179,6 +223,7 @@ pub fn shards_sixteen<H: Harness>(h: &mut H) {
 type Frames = Vec<(fusee_core::shard::BlobRef, Vec<u8>)>;
 
 fn drive_shard<S: Storage>(s: &S, shard: u32) -> (u32, Frames) {
+    let _c = Clause::enter("shards_sixteen");
     let salt = 100 + u64::from(shard);
     let p = open(s, shard);
     let (mut log, mut runs, mut checkpoint) = (p.log, p.runs, p.checkpoint);
@@ -186,62 +231,94 @@ fn drive_shard<S: Storage>(s: &S, shard: u32) -> (u32, Frames) {
     std::thread::scope(|scope| {
         // The log on its own thread, as a host's flusher would hold it.
         let flusher = scope.spawn(move || {
+            let _c = Clause::enter("shards_sixteen");
             for lsn in 1..=50 + u64::from(shard) {
-                log.append(lsn, &record(lsn, salt))
-                    .unwrap_or_else(|e| panic!("append: {e}"));
+                must!(
+                    log.append(lsn, &record(lsn, salt)),
+                    "shard {shard}: append({lsn})"
+                );
                 if lsn % 7 == 0 {
-                    log.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+                    must!(log.flush(), "shard {shard}: flush through {lsn}");
                 }
             }
-            log.flush().unwrap_or_else(|e| panic!("flush: {e}"))
+            must!(log.flush(), "shard {shard}: the last flush")
         });
         let mut out = Vec::new();
         for i in 0..20 {
             let bytes = frame(i * 13 + shard as usize, salt);
-            let blob = runs.append(&bytes).unwrap_or_else(|e| panic!("frame: {e}"));
-            runs.read(blob, &mut out)
-                .unwrap_or_else(|e| panic!("read: {e}"));
-            assert!(out == bytes, "shard {shard}: frame read back changed");
+            let blob = must!(runs.append(&bytes), "shard {shard}: append of frame {i}");
+            must!(
+                runs.read(blob, &mut out),
+                "shard {shard}: the read of frame {blob:?}"
+            );
+            check_bytes(
+                &out,
+                &bytes,
+                format_args!("shard {shard}: frame {blob:?} read back"),
+            );
             frames.push((blob, bytes));
         }
         let delta: Vec<_> = (0..10 + u64::from(shard))
             .map(|run| index_record(run, salt))
             .collect();
-        checkpoint
-            .commit(
+        must!(
+            checkpoint.commit(
                 &mut runs,
                 IndexChange::Delta(&concat(&delta)),
                 format!("shard {shard}").as_bytes(),
-            )
-            .unwrap_or_else(|e| panic!("commit: {e}"));
-        let durable = flusher
-            .join()
-            .unwrap_or_else(|_| panic!("flusher panicked"));
-        assert_eq!(durable, 50 + u64::from(shard));
+            ),
+            "shard {shard}: commit"
+        );
+        let Ok(durable) = flusher.join() else {
+            fail(format_args!(
+                "shard {shard}: the flusher thread panicked (its message is above)"
+            ));
+        };
+        check_eq!(
+            durable,
+            50 + u64::from(shard),
+            "shard {shard}: the last flush's durable LSN"
+        );
     });
     (shard, frames)
 }
 
-/// A shard is opened by one owner at a time: a second open while parts are
-/// alive is `AlreadyOpen`; once they are dropped it opens again; other
-/// shards are unaffected.
+/// A shard is opened by one owner at a time: a second open while any one
+/// of its parts is alive is `AlreadyOpen`; once they are dropped it opens
+/// again; other shards are unaffected.
 pub fn shard_open_twice<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("shard_open_twice");
     let s = h.open();
-    let p = open(&s, 9);
-    assert!(
-        matches!(s.open_shard(9), Err(StorageError::AlreadyOpen { shard: 9 })),
-        "second open of a live shard"
-    );
     let q = open(&s, 10);
-    let crate::ShardParts {
-        log,
-        runs,
-        checkpoint,
-        ..
-    } = p;
-    drop((runs, checkpoint));
-    assert!(s.open_shard(9).is_err(), "open while the log part is alive");
-    drop(log);
+    for (alive, name) in ["log", "run store", "checkpoint"].into_iter().enumerate() {
+        let ShardParts {
+            log,
+            runs,
+            checkpoint,
+            ..
+        } = open(&s, 9);
+        // Keep one part; `filter` drops the others.
+        let kept = (
+            Some(log).filter(|_| alive == 0),
+            Some(runs).filter(|_| alive == 1),
+            Some(checkpoint).filter(|_| alive == 2),
+        );
+        check_matches!(
+            s.open_shard(9).map(drop),
+            Err(StorageError::AlreadyOpen { shard: 9 }),
+            "Err(AlreadyOpen { shard: 9 })",
+            "a second open_shard(9) while only its {name} part is alive"
+        );
+        drop(kept);
+    }
+    let p = open(&s, 9);
+    check_matches!(
+        s.open_shard(9).map(drop),
+        Err(StorageError::AlreadyOpen { shard: 9 }),
+        "Err(AlreadyOpen { shard: 9 })",
+        "a second open_shard(9) while all its parts are alive"
+    );
+    drop(p);
     drop(open(&s, 9));
     drop(q);
 }
@@ -249,110 +326,135 @@ pub fn shard_open_twice<H: Harness>(h: &mut H) {
 /// 100 reopens in a row (scaled by `FUSEE_CONFORMANCE_SCALE`), each adding a
 /// flushed record, a frame and a commit, lose nothing.
 pub fn reopen_hundred<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("reopen_hundred");
     let n = scaled(100) as u64;
     let mut s = h.open();
     let mut frames = Vec::new();
     for i in 0..n {
         let mut p = open(&s, 1);
-        assert_eq!(p.log.last_lsn(), i, "reopen {i}: last LSN");
-        assert_eq!(p.recovered.index_records, i, "reopen {i}: index size");
+        check_eq!(p.log.last_lsn(), i, "after reopen {i}, last_lsn");
+        check_eq!(
+            p.recovered.index_records,
+            i,
+            "after reopen {i}, recovered.index_records"
+        );
         let want = (i > 0).then(|| format!("ck {}", i - 1).into_bytes());
-        assert_eq!(p.recovered.checkpoint, want, "reopen {i}: checkpoint");
-        p.log
-            .append(i + 1, &record(i + 1, 30))
-            .unwrap_or_else(|e| panic!("append: {e}"));
-        assert_eq!(p.log.flush().ok(), Some(i + 1));
+        check_eq!(
+            p.recovered.checkpoint,
+            want,
+            "after reopen {i}, recovered.checkpoint"
+        );
+        must!(
+            p.log.append(i + 1, &record(i + 1, 30)),
+            "reopen {i}: append({})",
+            i + 1
+        );
+        flush_to(&mut p.log, i + 1, format_args!("reopen {i}: flush"));
         let bytes = frame(i as usize * 3, 30);
-        let blob = p
-            .runs
-            .append(&bytes)
-            .unwrap_or_else(|e| panic!("frame: {e}"));
+        let blob = must!(p.runs.append(&bytes), "reopen {i}: append of a frame");
         frames.push((blob, bytes));
         let d = concat(&[index_record(i, 30)]);
-        p.checkpoint
-            .commit(
+        must!(
+            p.checkpoint.commit(
                 &mut p.runs,
                 IndexChange::Delta(&d),
                 format!("ck {i}").as_bytes(),
-            )
-            .unwrap_or_else(|e| panic!("reopen {i}: commit: {e}"));
+            ),
+            "reopen {i}: commit"
+        );
         drop(p);
         s = h.reopen(s);
     }
     let mut p = open(&s, 1);
-    let (records, last) = read_log(&mut p.log, 0).unwrap_or_else(|e| panic!("read: {e}"));
-    assert_eq!(last, n);
+    let (records, last) = must!(read_log(&mut p.log, 0), "read(after 0) after {n} reopens");
+    check_eq!(last, n, "after {n} reopens, the last LSN read");
     for (lsn, bytes) in records {
-        assert!(bytes == record(lsn, 30), "record {lsn} changed");
+        check_bytes(
+            &bytes,
+            &record(lsn, 30),
+            format_args!("after {n} reopens, record {lsn}"),
+        );
     }
     let mut out = Vec::new();
     for (blob, bytes) in frames {
-        p.runs
-            .read(blob, &mut out)
-            .unwrap_or_else(|e| panic!("frame: {e}"));
-        assert!(out == bytes, "frame changed");
+        must!(
+            p.runs.read(blob, &mut out),
+            "after {n} reopens, the read of frame {blob:?}"
+        );
+        check_bytes(
+            &out,
+            &bytes,
+            format_args!("after {n} reopens, frame {blob:?}"),
+        );
     }
-    assert_eq!(read_index(&mut p.checkpoint).len() as u64, n);
+    check_eq!(
+        read_index(&mut p.checkpoint).len() as u64,
+        n,
+        "after {n} reopens, the runs in the index"
+    );
 }
 
-/// Calls after `close` are errors: on the storage and on every part it gave
-/// out. Closing twice is allowed; the storage reopens afterwards with what
-/// was durable.
+/// Calls after `close` are `Closed` errors: on the storage and on every
+/// part it gave out, whatever the call. Closing twice is allowed; the
+/// storage reopens afterwards with what was durable.
 pub fn calls_after_close<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("calls_after_close");
     let mut s = h.open();
     let mut p = open(&s, 0);
-    p.log
-        .append(1, b"a")
-        .unwrap_or_else(|e| panic!("append: {e}"));
-    assert_eq!(p.log.flush().ok(), Some(1));
-    let blob = p
-        .runs
-        .append(b"frame")
-        .unwrap_or_else(|e| panic!("frame: {e}"));
-    p.checkpoint
-        .commit(&mut p.runs, IndexChange::Delta(&[]), b"ck")
-        .unwrap_or_else(|e| panic!("commit: {e}"));
-    s.close().unwrap_or_else(|e| panic!("close: {e}"));
-    s.close().unwrap_or_else(|e| panic!("second close: {e}"));
-    assert!(
-        matches!(s.open_shard(1), Err(StorageError::Closed { .. })),
-        "open_shard after close"
+    must!(p.log.append(1, b"a"), "append(1)");
+    flush_to(&mut p.log, 1, format_args!("flush of record 1"));
+    let blob = must!(p.runs.append(b"frame"), "append of a frame");
+    must!(
+        p.checkpoint
+            .commit(&mut p.runs, IndexChange::Delta(&[]), b"ck"),
+        "commit"
     );
-    assert!(
-        matches!(s.shards(), Err(StorageError::Closed { .. })),
-        "shards after close"
-    );
+    must!(p.checkpoint.begin_base(), "begin_base");
+    must!(s.close(), "close");
+    must!(s.close(), "a second close");
     let mut out = Vec::new();
-    let closed = |r: Result<(), StorageError>, what: &str| {
-        assert!(
-            matches!(r, Err(StorageError::Closed { .. })),
-            "{what} after close: {r:?}"
+    fn closed<T: std::fmt::Debug>(r: Result<T, StorageError>, call: &str) {
+        check_matches!(
+            r,
+            Err(StorageError::Closed { .. }),
+            "Err(Closed)",
+            "{call} after close"
         );
-    };
-    closed(p.log.append(2, b"b"), "append");
-    closed(p.log.flush().map(drop), "flush");
-    closed(p.log.read(0, &mut |_, _| Ok(())).map(drop), "read");
-    closed(p.log.discard_through(1), "discard_through");
-    closed(p.runs.append(b"x").map(drop), "store append");
-    closed(p.runs.read(blob, &mut out), "store read");
-    closed(p.runs.release(blob), "release");
+    }
+    closed(s.open_shard(1).map(drop), "open_shard(1)");
+    closed(s.shards(), "shards()");
+    closed(p.log.append(2, b"b"), "append(2)");
+    closed(p.log.flush(), "flush");
+    closed(p.log.begin_flush().map(drop), "begin_flush");
+    closed(p.log.read(0, &mut |_, _| Ok(())), "read(after 0)");
+    closed(p.log.discard_through(1), "discard_through(1)");
+    closed(p.runs.append(b"x"), "append of a frame");
+    closed(p.runs.read(blob, &mut out), "read of a committed frame");
+    closed(p.runs.release(blob), "release of a committed frame");
+    closed(p.runs.compact(&mut |_, _| {}), "compact");
+    closed(p.checkpoint.base_chunk(&[0u8; 32]), "base_chunk");
     closed(p.checkpoint.begin_base(), "begin_base");
-    closed(
-        p.checkpoint.read_index(&mut |_| Ok(())).map(drop),
-        "read_index",
-    );
+    closed(p.checkpoint.read_index(&mut |_| Ok(())), "read_index");
     closed(
         p.checkpoint
-            .commit(&mut p.runs, IndexChange::Delta(&[]), b"x")
-            .map(drop),
+            .commit(&mut p.runs, IndexChange::Delta(&[]), b"x"),
         "commit",
     );
     drop(p);
     s = h.reopen(s);
     let mut p = open(&s, 0);
-    assert_eq!(p.log.last_lsn(), 1);
-    p.runs
-        .read(blob, &mut out)
-        .unwrap_or_else(|e| panic!("frame after reopen: {e}"));
-    assert_eq!(out, b"frame");
+    check_eq!(
+        p.log.last_lsn(),
+        1,
+        "after close and a reopen, last_lsn (record 1 was flushed before close, 2 refused after)"
+    );
+    must!(
+        p.runs.read(blob, &mut out),
+        "after close and a reopen, the read of the frame committed before close"
+    );
+    check_bytes(
+        &out,
+        b"frame",
+        format_args!("after close and a reopen, the frame committed before close"),
+    );
 }

@@ -185,7 +185,9 @@ fn answer_as_child<H: Harness>(h: &mut H, path: &Path) {
         Err(e) => format!("error {e:?}"),
     };
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{VERDICT}{verdict}");
+    // On a line of its own: the test harness has printed the test's name
+    // without a line end.
+    let _ = writeln!(out, "\n{VERDICT}{verdict}");
     let _ = out.flush();
 }
 
@@ -228,7 +230,9 @@ fn ask_child(test: &str, path: &Path) -> Verdict {
     };
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
-    let verdict = stdout.lines().find_map(|l| l.strip_prefix(VERDICT));
+    let verdict = stdout
+        .lines()
+        .find_map(|l| l.split_once(VERDICT).map(|(_, v)| v.trim_end()));
     match (status, verdict) {
         (Ok(status), Some(v)) if status.success() => match v {
             "locked" => Verdict::Locked,

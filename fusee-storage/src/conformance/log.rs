@@ -517,20 +517,18 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
     );
     check_range(&mut p.log, 0, 150, 11);
     // Finishing runs a ticket nobody ran; an empty one reports the durable LSN.
-    let ticket = must!(p.log.begin_flush(), "begin_flush of 101 to 150");
-    check_matches!(
-        p.log.finish_flush(ticket),
-        Ok(150),
-        "Ok(150)",
-        "finish_flush of a ticket nobody ran, covering 101 to 150"
-    );
-    let ticket = must!(p.log.begin_flush(), "begin_flush with nothing to flush");
-    check_matches!(
-        p.log.finish_flush(ticket),
-        Ok(150),
-        "Ok(150), the durable LSN",
-        "finish_flush of an empty ticket"
-    );
+    for what in [
+        "a ticket nobody ran, covering 101 to 150",
+        "an empty ticket (the durable LSN)",
+    ] {
+        let ticket = must!(p.log.begin_flush(), "begin_flush for {what}");
+        check_matches!(
+            p.log.finish_flush(ticket),
+            Ok(150),
+            "Ok(150)",
+            "finish_flush of {what}"
+        );
+    }
     // A ticket out (run, then not) when the process dies.
     append_range(&mut p.log, 151, 160, 11);
     let mut ran = must!(p.log.begin_flush(), "begin_flush of 151 to 160");

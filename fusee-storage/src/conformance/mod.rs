@@ -411,7 +411,8 @@ pub struct Skip {
 
 /// One row of [`NEEDS`].
 struct Need {
-    clause: &'static str,
+    clauses: &'static [&'static str],
+    /// The part skipped without it (`None`: the whole clause).
     part: Option<&'static str>,
     /// Whether a harness with these declarations can run it.
     met: fn(Capabilities, LockChecks) -> bool,
@@ -422,60 +423,57 @@ struct Need {
 /// clauses (to skip) and [`skipped`] (to count) read.
 const NEEDS: &[Need] = &[
     Need {
-        clause: "log_power_loss",
+        clauses: &["log_power_loss"],
         part: None,
         met: |c, _| c.power_loss,
         reason: "the harness's crash does not simulate power loss (torn unsynced writes)",
     },
     Need {
-        clause: "log_pipelined_flush",
-        part: Some("a failed split flush"),
+        clauses: &["flush_failure_latches", "commit_failure_latches"],
+        part: None,
         met: |c, _| c.fault_injection,
-        reason: "the harness declares no fault injection",
+        reason: NO_FAULTS,
     },
     Need {
-        clause: "commit_atomic",
+        clauses: &["log_pipelined_flush"],
+        part: Some("a failed split flush"),
+        met: |c, _| c.fault_injection,
+        reason: NO_FAULTS,
+    },
+    Need {
+        clauses: &["commit_atomic"],
         part: Some("crashes inside a commit"),
         met: |c, _| c.commit_crash_points > 0,
         reason: "the harness declares no commit crash points",
     },
     Need {
-        clause: "flush_failure_latches",
-        part: None,
-        met: |c, _| c.fault_injection,
-        reason: "the harness declares no fault injection",
-    },
-    Need {
-        clause: "commit_failure_latches",
-        part: None,
-        met: |c, _| c.fault_injection,
-        reason: "the harness declares no fault injection",
-    },
-    Need {
-        clause: "lock_outlives_storage",
+        clauses: &["lock_outlives_storage"],
         part: None,
         met: |_, l| l.same_process,
         reason: "the harness declares no LockChecks::same_process (Harness::open_again)",
     },
     Need {
-        clause: "lock_outlives_storage_child",
+        clauses: &["lock_outlives_storage_child"],
         part: None,
         met: |_, l| l.child_process,
         reason: "the harness declares no LockChecks::child_process (Harness::location, open_at)",
     },
 ];
 
+/// Why clauses needing fault injection are skipped.
+const NO_FAULTS: &str = "the harness declares no fault injection";
+
 /// Whether `clause` (or a part of it) is skipped on a harness declaring
 /// `caps` and `locks`, and why.
 pub fn needs(clause: &str, caps: Capabilities, locks: LockChecks) -> Option<Skip> {
-    NEEDS
-        .iter()
-        .find(|n| n.clause == clause && !(n.met)(caps, locks))
-        .map(|n| Skip {
-            clause: n.clause,
+    NEEDS.iter().find_map(|n| {
+        let &name = n.clauses.iter().find(|&&c| c == clause)?;
+        (!(n.met)(caps, locks)).then_some(Skip {
+            clause: name,
             part: n.part,
             reason: n.reason,
         })
+    })
 }
 
 /// Every clause of [`CLAUSES`] that `h` skips, wholly or in part, in that

@@ -93,15 +93,28 @@
 //!    | [`LogStore::read`] | exact bytes, in order, no hole; `Trimmed { first_kept }`; `BeyondEnd` |
 //!    | [`LogStore::discard_through`] | never beyond the durable LSN; keep the last LSN across reopen |
 //!    | [`RunStore::append`] / [`RunStore::read`] | exact bytes or an error, for 0 B to [`MAX_FRAME`] |
+//!    | [`RunStore::read`] / [`RunStore::release`] | a reference that names no frame (never appended, wrong length, between frames) is `UnknownBlob` |
 //!    | [`RunStore::release`] | not durable before the next commit |
 //!    | [`RunStore::compact`] | report every move; both addresses readable until the next commit |
 //!    | [`CheckpointStore::commit`] | store durable first; then index + checkpoint + store position atomically |
-//!    | [`Storage::open_shard`] | roll the store back to the last commit; cut a torn log tail, report damage before it |
+//!    | [`CheckpointStore::commit`] / [`CheckpointStore::base_chunk`] | partial index records, a base never begun: `Misuse`, changing nothing |
+//!    | [`Storage::open_shard`] | roll the store back to the last commit; cut a torn log tail, report damage before it; `AlreadyOpen` while any one part lives |
+//!    | opening the storage, dropping it | the lock lives as long as the storage or any part it gave out; a second open meanwhile, in this process or another, is `Locked` |
+//!    | [`Storage::close`] | afterwards every call, on the storage and on every part, is `Closed` |
 //!
 //! 2. In the backend crate's tests, implement
 //!    `fusee_storage::conformance::Harness` (open a fresh storage in a
 //!    temporary directory, reopen it, crash it; declare what faults it can
-//!    inject) and call `fusee_storage::conformance_suite!`. The suite checks
+//!    inject) and call `fusee_storage::conformance_suite!`. A backend that
+//!    locks its storage also implements the harness's ownership methods:
+//!    `lock_checks` declares which checks it supports, `location` says
+//!    where the storage it opened last lives, `open_at` opens the storage
+//!    at a path with the backend's ordinary open (the suite calls it in
+//!    this process, and in a child process that re-runs the test binary),
+//!    and `open_again` opens the last storage a second time when it is not
+//!    reachable by path (a simulated disk). A harness that leaves them out
+//!    still compiles: those clauses are skipped, and the suite's
+//!    `skipped_clauses` test counts every skip. The suite checks
 //!    the log's round trip, LSN continuity, the prefix property after a
 //!    crash, whole-or-nothing unflushed records, repeated power losses (if
 //!    the harness simulates them), discard, reads from every position,
@@ -110,7 +123,11 @@
 //!    1,000,000-record streamed base, bad index input, commit atomicity at
 //!    every crash point the harness offers; latching after failed flushes
 //!    and commits; 16 shards at once on threads; 100 reopens; calls after
-//!    close; and random operation sequences against [`MemoryStorage`].
+//!    close; the lock outliving a dropped storage while its parts live, in
+//!    this process and from a child process; the exact error variant for
+//!    each misuse; and random operation sequences against
+//!    [`MemoryStorage`]. Every failure says what was expected and what was
+//!    found.
 //!
 //! 3. A skeleton: a backend whose parts wrap the memory backend's. A real
 //!    backend replaces each delegation with its own I/O, keeping the

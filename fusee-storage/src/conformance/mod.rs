@@ -45,6 +45,18 @@
 //!     fn crash(&mut self, s: MemoryStorage) -> MemoryStorage {
 //!         s.crash() // drop without closing (or simulate power loss), reopen
 //!     }
+//!     // A storage that lives at a path also declares the lock checks, says
+//!     // where the last storage lives, and opens one there with the
+//!     // backend's ordinary open (the suite calls it in this process, and
+//!     // in a child process that re-runs the test binary):
+//!     //
+//!     // fn lock_checks(&self) -> LockChecks {
+//!     //     LockChecks { same_process: true, child_process: true }
+//!     // }
+//!     // fn location(&self) -> PathBuf { self.dir.clone() }
+//!     // fn open_at(&mut self, path: &Path) -> Result<MyStorage> {
+//!     //     MyStorage::open(path, MyOptions::default())
+//!     // }
 //! }
 //!
 //! fusee_storage::conformance_suite!(my_backend, MyHarness::default);

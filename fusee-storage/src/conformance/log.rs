@@ -138,7 +138,8 @@ fn flushed_then_tail<L: LogStore>(log: &mut L, flushed: Lsn, appended: Lsn, salt
     append_range(log, flushed + 1, appended, salt);
 }
 
-/// Checks the prefix property after a crash and returns the recovered last
+/// Checks the prefix property of a log just opened (after a crash, or
+/// after its last owner let go without a clean close) and returns its last
 /// LSN: every flushed record present and intact, nothing invented, no hole.
 pub(super) fn check_prefix<L: LogStore>(
     log: &mut L,
@@ -149,12 +150,12 @@ pub(super) fn check_prefix<L: LogStore>(
     let last = log.last_lsn();
     check!(
         (flushed..=appended).contains(&last),
-        "after a crash the log must end between the last flushed LSN {flushed} and the last appended {appended}; found last_lsn {last}"
+        "the log opened must end between the last flushed LSN {flushed} and the last appended {appended}; found last_lsn {last}"
     );
     check_eq!(
         log.durable_lsn(),
         last,
-        "after a crash everything the log holds is durable: durable_lsn"
+        "everything the log opened holds is durable: durable_lsn"
     );
     check_range(log, 0, last, salt);
     last

@@ -585,6 +585,13 @@ impl LogWriter {
         self.segment_bytes
     }
 
+    /// The capacity of the current segment: the configured size, or less
+    /// for a segment capped by [`LogWriter::limit_first_segment`], or more
+    /// for a segment holding one oversized record.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// Whether [`LogWriter::take`] would return a batch.
     pub fn has_pending(&self) -> bool {
         self.open_header.is_some() || !self.chunks.is_empty() || !self.tail.is_empty()

@@ -15,15 +15,23 @@
 //!    (`FileRuns::prepare_commit`).
 //! 2. The index change is written (a delta appended, or the streamed base
 //!    file completed) and synced.
-//! 3. The older checkpoint slot ([`crate::slot`]) is overwritten with the
-//!    next sequence number, naming the index file and length and the store
-//!    generation and lengths, then synced. This is the commit point.
+//! 3. The slot ([`crate::slot`]) with the next sequence number, naming the
+//!    index file and length and the store generation and lengths, is
+//!    written to `slot-0` and synced, then to `slot-1` and synced (the pair,
+//!    [`crate::pair`]). The first sync is the commit point; the commit
+//!    returns after the second.
 //! 4. Files the new commit no longer names (the index file a base replaced,
 //!    a generation compaction replaced) are deleted.
 //!
-//! A crash before step 3 completes leaves the previous slot newest; open
-//! then cuts the index file and the run store back to what it names, so the
-//! index, checkpoint and store position always come from one commit.
+//! A crash before step 3's first sync leaves the previous commit trusted;
+//! open then cuts the index file and the run store back to what it names,
+//! so the index, checkpoint and store position always come from one
+//! commit. Open cuts only on the word of a slot that passed its checksum: a
+//! damaged slot file is never the reason for a cut, since after every
+//! commit both files hold it (the other file is then trusted, and rewritten
+//! over the damaged one); a state no crash can leave (the second file
+//! damaged while the first holds nothing, both damaged, a slot file gone
+//! from a shard that was opened) is an error naming the file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,8 +45,9 @@ use rustc_hash::FxHashMap;
 use crate::chunks;
 use crate::error::{FileError, IoContext};
 use crate::io::{Io, IoFile, OpenMode};
+use crate::pair;
 use crate::shared::Shared;
-use crate::slot::{self, Slot};
+use crate::slot::Slot;
 use crate::store::FileRuns;
 
 /// Index records handed to a visitor per call.
@@ -48,7 +57,8 @@ pub(crate) fn index_name(n: u64) -> String {
     format!("index-{n:020}.idx")
 }
 
-pub(crate) const SLOT_NAMES: [&str; 2] = ["slot-0", "slot-1"];
+/// The checkpoint slots are the pair ([`crate::pair`]) `slot-0`, `slot-1`.
+pub(crate) const SLOT_STEM: &str = "slot";
 
 type Index = FxHashMap<u64, [u8; INDEX_RECORD]>;
 
@@ -87,8 +97,8 @@ pub struct FileCheckpoint<I: Io = crate::io::RealIo> {
     index: Index,
     current: IndexFile<I::File>,
     base: Option<Base<I::File>>,
-    /// The newest committed slot: which file, and its sequence number.
-    newest: Option<(usize, u64)>,
+    /// The sequence number of the last commit.
+    newest: Option<u64>,
     latched: bool,
 }
 
@@ -99,50 +109,50 @@ pub(crate) struct Opened<I: Io> {
 }
 
 impl<I: Io> FileCheckpoint<I> {
-    /// Reads both slots, loads the index the newest names and deletes index
-    /// files no commit names.
-    pub(crate) fn open(shared: Arc<Shared<I>>) -> std::result::Result<Opened<I>, FileError> {
+    /// Reads both slots, loads the index the trusted one names and deletes
+    /// index files no commit names. `initialized`: the shard's log says
+    /// the shard was opened whole before, so its slot files must exist;
+    /// otherwise a commit found is damage (a shard is opened whole before
+    /// it can commit).
+    pub(crate) fn open(
+        shared: Arc<Shared<I>>,
+        initialized: bool,
+    ) -> std::result::Result<Opened<I>, FileError> {
         let dir = shared.dir.clone();
-        let mut found = Vec::new();
-        for name in SLOT_NAMES {
-            let path = dir.join(name);
-            let decoded = match shared.io.open(&path, OpenMode::Existing) {
-                Ok(f) => {
-                    let bytes = f.map().ctx("map slot", &path)?.to_vec();
-                    let decoded = Slot::decode(&bytes, &path.display().to_string());
-                    if matches!(decoded, Ok(Some(_))) {
-                        // A commit whose process died before its slot's sync
-                        // returned may be in the page cache only, and what
-                        // open reports must be durable. Written again first:
-                        // after a failed sync Linux keeps the bytes but marks
-                        // them clean, so a sync alone would write nothing
-                        // and report success.
-                        f.write_at(0, &bytes).ctx("rewrite slot", &path)?;
-                    }
-                    shared.sync(&f, &path)?;
-                    decoded
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => return Err(e).ctx("open slot", &path),
-            };
-            found.push(decoded);
+        let paths = pair::paths(&dir, SLOT_STEM);
+        let mut copies = Vec::with_capacity(2);
+        for path in &paths {
+            let (copy, _) = pair::read(&shared, path, Slot::decode)?;
+            if initialized && matches!(copy, pair::Held::Missing) {
+                return Err(FileError::Corrupt {
+                    file: path.display().to_string(),
+                    what: "checkpoint slot file missing",
+                    at: 0,
+                });
+            }
+            copies.push(copy);
         }
-        let second = found.pop().unwrap_or(Ok(None));
-        let first = found.pop().unwrap_or(Ok(None));
-        let which = |s: &Option<Slot>| s.as_ref().map(|s| s.seq);
-        let (a_seq, b_seq) = (
-            first.as_ref().ok().and_then(which),
-            second.as_ref().ok().and_then(which),
-        );
-        let slot = slot::newest(first, second)?;
-        let newest = slot.as_ref().map(|s| {
-            let idx = if Some(s.seq) == a_seq && a_seq >= b_seq {
-                0
-            } else {
-                1
-            };
-            (idx, s.seq)
-        });
+        let second = copies.pop().unwrap_or(pair::Held::Missing);
+        let first = copies.pop().unwrap_or(pair::Held::Missing);
+        let chosen = pair::choose(first, second)?;
+        if let Some((slot, source)) = &chosen {
+            if !initialized {
+                return Err(FileError::Corrupt {
+                    file: paths[*source].display().to_string(),
+                    what: "a checkpoint slot holds a commit but the log manifest is missing",
+                    at: 0,
+                });
+            }
+            // A commit whose process died before its sync returned may be
+            // in the page cache only; what open reports must be durable.
+            pair::restore(&shared, &paths, *source, &slot.encode())?;
+        } else {
+            for path in &paths {
+                shared.open_or_create(path, true, "create slot")?;
+            }
+        }
+        let slot = chosen.map(|(slot, _)| slot);
+        let newest = slot.as_ref().map(|s| s.seq);
         let (number, len) = slot
             .as_ref()
             .map_or((1, 0), |s| (s.index_file, s.index_len));
@@ -248,8 +258,7 @@ impl<I: Io> FileCheckpoint<I> {
                 (n, len, count, Some(()))
             }
         };
-        let seq = self.newest.map_or(1, |(_, s)| s + 1);
-        let target = self.newest.map_or(0, |(i, _)| 1 - i);
+        let seq = self.newest.map_or(1, |s| s + 1);
         let slot = Slot {
             seq,
             index_file,
@@ -260,15 +269,9 @@ impl<I: Io> FileCheckpoint<I> {
             releases_len: mark.releases_len,
             checkpoint: checkpoint.to_vec(),
         };
-        let path = self.shared.dir.join(SLOT_NAMES[target]);
-        let file = self
-            .shared
-            .io
-            .open(&path, OpenMode::Existing)
-            .ctx("open slot", &path)?;
-        file.write_at(0, &slot.encode()).ctx("write slot", &path)?;
-        self.shared.sync(&file, &path)?;
-        self.newest = Some((target, seq));
+        let paths = pair::paths(&self.shared.dir, SLOT_STEM);
+        pair::write(&self.shared, &paths, &slot.encode())?;
+        self.newest = Some(seq);
         let new_file = match replaced {
             Some(()) => self.base.take().map(|b| {
                 self.index = b.records;

@@ -7,14 +7,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// An I/O call failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Io {
         /// What was being done.
         op: &'static str,
         /// The file or directory.
         path: PathBuf,
         /// The error the system returned.
-        source: io::Error,
+        error: io::Error,
     },
     /// Bytes on disk are damaged in a way a crash cannot explain.
     #[error("corrupt {file} at offset {at}: {what}")]
@@ -36,12 +36,9 @@ pub enum FileError {
         /// The version this build reads.
         supported: u32,
     },
-    /// Another process (or handle) holds the directory.
-    #[error("{path} is in use by another process")]
-    Locked {
-        /// The locked directory.
-        path: PathBuf,
-    },
+    /// Another contract error, passed through unchanged.
+    #[error(transparent)]
+    Storage(#[from] fusee_storage::StorageError),
 }
 
 /// Attaches the operation and path to an I/O result.
@@ -52,10 +49,10 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for io::Result<T> {
     fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T, FileError> {
-        self.map_err(|source| FileError::Io {
+        self.map_err(|error| FileError::Io {
             op,
             path: path.to_path_buf(),
-            source,
+            error,
         })
     }
 }

@@ -2,14 +2,16 @@
 //!
 //! Per shard, the log lives in preallocated segment files (the
 //! `fusee_core::segment` format), the run store in generation files with a
-//! release log, the index in chunk files, and the current commit in two
-//! alternating checkpoint slots. See [`storage`] for the directory layout
+//! release log, the index in chunk files, and the current commit in a pair
+//! of checkpoint slot files. See [`storage`] for the directory layout
 //! and each module for its file format byte by byte:
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`storage`] | [`FileStorage`]: the directory, its lock, opening shards |
 //! | [`log`] | log segments: writing, flushing, recovery, discard |
+//! | [`manifest`] | the log manifest: the newest segment started and the first LSN the log must hold |
+//! | `pair` | a small record kept in two files written in turn (slots, manifest) |
 //! | [`store`] | run-store generations, release logs, compaction |
 //! | [`checkpoint`] | index files and the commit sequence |
 //! | [`slot`] | the checkpoint slot format |
@@ -26,6 +28,8 @@ pub mod chunks;
 pub mod error;
 pub mod io;
 pub mod log;
+pub mod manifest;
+mod pair;
 pub mod shared;
 pub mod sim;
 pub mod slot;
@@ -33,5 +37,6 @@ pub mod storage;
 pub mod store;
 
 pub use error::FileError;
-pub use shared::{DEFAULT_SEGMENT_BYTES, FileOptions, FlushMethod};
+pub use shared::{Create, DEFAULT_SEGMENT_BYTES, FileOptions, FlushMethod, OPEN_SEGMENT_BYTES};
+pub use storage::FORMAT;
 pub use storage::FileStorage;

@@ -87,7 +87,9 @@ use fusee_storage::{FlushTicket, FlushWork, LogStore, Result, StorageError, chec
 
 use crate::error::{FileError, IoContext};
 use crate::io::{Io, IoFile, OpenMode};
-use crate::shared::Shared;
+use crate::manifest::{MANIFEST_STEM, Manifest};
+use crate::pair;
+use crate::shared::{OPEN_SEGMENT_BYTES, Shared};
 
 /// Zeros written per call when preparing a segment.
 const ZERO_CHUNK: usize = 1 << 20;
@@ -172,6 +174,8 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     id: u64,
     /// The flush whose ticket is out, if any.
     in_flight: Option<InFlight>,
+    /// What the log manifest on disk says.
+    manifest: Manifest,
 }
 
 /// A flush begun and not yet finished: what [`FileLog::finish_flush`] needs
@@ -252,15 +256,43 @@ struct Recovered<F> {
 }
 
 impl<I: Io> FileLog<I> {
-    /// Opens the shard's log: recovers what its segments hold, then starts a
-    /// fresh segment after it. Returns the log; its last LSN is the end of
-    /// the recovered prefix.
-    pub(crate) fn open(shared: Arc<Shared<I>>) -> std::result::Result<Self, FileError> {
+    /// Reads the log manifest of the shard ([`crate::manifest`]) and
+    /// writes the trusted copy back over both files (see
+    /// [`pair::restore`]). `None`: no manifest was ever written, so the
+    /// shard was never opened whole.
+    pub(crate) fn read_manifest(
+        shared: &Shared<I>,
+    ) -> std::result::Result<Option<Manifest>, FileError> {
+        let paths = pair::paths(&shared.log_dir(), MANIFEST_STEM);
+        let (first, _) = pair::read(shared, &paths[0], Manifest::decode)?;
+        let (second, _) = pair::read(shared, &paths[1], Manifest::decode)?;
+        let Some((m, source)) = pair::choose(first, second)? else {
+            return Ok(None);
+        };
+        pair::restore(shared, &paths, source, &m.encode())?;
+        Ok(Some(m))
+    }
+
+    /// Opens the shard's log: recovers what its segments hold (held to what
+    /// `manifest` says they must hold), then starts a fresh segment after
+    /// it. Returns the log; its last LSN is the end of the recovered
+    /// prefix.
+    pub(crate) fn open(
+        shared: Arc<Shared<I>>,
+        manifest: Option<Manifest>,
+    ) -> std::result::Result<Self, FileError> {
         let dir = shared.log_dir();
         shared.create_dir(&dir)?;
-        let rec = Self::recover(&shared, &dir)?;
-        // A never-used trailing segment is reused; else a new number.
-        let want = shared.options.segment_bytes.max(2 * HEADER_BYTES as u64);
+        let rec = Self::recover(&shared, &dir, manifest.as_ref())?;
+        // A never-used trailing segment is reused; else a new number. The
+        // segment an open starts is small: a shard restarted often costs
+        // little disk per restart, one under load rolls into full-size
+        // segments soon.
+        let want = shared
+            .options
+            .segment_bytes
+            .min(OPEN_SEGMENT_BYTES)
+            .max(2 * HEADER_BYTES as u64);
         let (number, file, path, size) = match rec.spare {
             Some((n, file, path, size)) => {
                 // Its header is zero, but a batch torn across a roll may have
@@ -292,6 +324,7 @@ impl<I: Io> FileLog<I> {
             shared.options.segment_bytes,
             now_ms(),
         );
+        writer.limit_first_segment(size);
         // The new segment's header goes out on its own and is durable before
         // anything else changes.
         if let Some(batch) = writer.take() {
@@ -303,6 +336,20 @@ impl<I: Io> FileLog<I> {
             shared.sync(&file, &path)?;
         }
         shared.sync_dir(&dir)?;
+        // The new segment carries the log from now on; only then may the
+        // segments without records go.
+        let manifest = Manifest {
+            seq: manifest.map_or(1, |m| m.seq + 1),
+            floor: manifest.map_or(1, |m| m.floor),
+            carrier: number,
+            carrier_base: rec.last + 1,
+            carrier_size: size,
+        };
+        pair::write(
+            &shared,
+            &pair::paths(&dir, MANIFEST_STEM),
+            &manifest.encode(),
+        )?;
         // Segments without records (older opens' headers, a batch after a
         // hole) are no longer needed: the new header carries the last LSN.
         for dead in &rec.dead {
@@ -342,6 +389,7 @@ impl<I: Io> FileLog<I> {
             now_ms: now_ms(),
             id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
             in_flight: None,
+            manifest,
         })
     }
 
@@ -353,11 +401,16 @@ impl<I: Io> FileLog<I> {
         }
     }
 
-    /// Scans the segments in `dir` and checks that they chain.
+    /// Scans the segments in `dir` and checks that they chain, and that
+    /// they hold what `manifest` says the log must hold: segments up to its
+    /// carrier are held to the strict rules (see [`crate::manifest`]).
     fn recover(
         shared: &Shared<I>,
         dir: &Path,
+        manifest: Option<&Manifest>,
     ) -> std::result::Result<Recovered<I::File>, FileError> {
+        let carrier = manifest.map_or(0, |m| m.carrier);
+        let mut carrier_seen = false;
         let mut numbers: Vec<u64> = shared
             .io
             .list_dir(dir)
@@ -410,6 +463,17 @@ impl<I: Io> FileLog<I> {
                 Err(_) => return Err(Self::corrupt(&path, "bad segment header", 0)),
             };
             drop(map);
+            // Up to the carrier every segment was started durably and holds
+            // only durable batches: nothing there may be read as a crash's
+            // leftovers.
+            let strict = n <= carrier;
+            if strict && (stale || scanned.is_none()) {
+                return Err(Self::corrupt(
+                    &path,
+                    "segment header zeroed or replaced, though the log manifest says it was started",
+                    0,
+                ));
+            }
             let Some(s) = scanned else {
                 if i + 1 == count {
                     // Prepared ahead and never used: reused by this open.
@@ -430,6 +494,23 @@ impl<I: Io> FileLog<I> {
                 ));
             }
             let base = s.header.base_lsn;
+            if let Some(m) = manifest.filter(|m| m.carrier == n) {
+                carrier_seen = true;
+                if base != m.carrier_base {
+                    return Err(Self::corrupt(
+                        &path,
+                        "segment base LSN is not the one the log manifest records",
+                        0,
+                    ));
+                }
+                if size < m.carrier_size {
+                    return Err(Self::corrupt(
+                        &path,
+                        "segment shorter than it was made (truncated)",
+                        size,
+                    ));
+                }
+            }
             match expected {
                 Some(e) if base == e => {}
                 Some(e) if base > e && s.header.flags & OPENED != 0 => {
@@ -441,7 +522,7 @@ impl<I: Io> FileLog<I> {
                         0,
                     ));
                 }
-                Some(e) if base > e && s.max_batch_start <= e => {
+                Some(e) if base > e && s.max_batch_start <= e && !strict => {
                     // Rolled into by a batch that began at or before the
                     // first record missing before it: that batch never
                     // became durable (a durable batch has all its frames),
@@ -485,8 +566,53 @@ impl<I: Io> FileLog<I> {
             );
         }
         rec.last = expected.map_or(0, |e| e - 1);
+        match manifest {
+            Some(m) => Self::check_manifest(dir, m, carrier_seen, &rec)?,
+            // A shard is opened whole, manifest written, before any record
+            // is appended: records without a manifest mean it was lost.
+            None if !rec.live.is_empty() => {
+                return Err(Self::corrupt(
+                    &dir.join(format!("{MANIFEST_STEM}-0")),
+                    "log manifest missing, though segments hold records",
+                    0,
+                ));
+            }
+            None => {}
+        }
         Self::rewrite_last_batch(shared, &rec.live, &batches)?;
         Ok(rec)
+    }
+
+    /// The checks of a recovered log against its manifest that need the
+    /// whole scan: the carrier was there, and nothing at or above the floor
+    /// is missing at the front.
+    fn check_manifest(
+        dir: &Path,
+        m: &Manifest,
+        carrier_seen: bool,
+        rec: &Recovered<I::File>,
+    ) -> std::result::Result<(), FileError> {
+        if m.carrier > 0 && !carrier_seen {
+            return Err(Self::corrupt(
+                &dir.join(segment_name(m.carrier)),
+                "segment missing, though the log manifest says it was started",
+                0,
+            ));
+        }
+        let first = rec.live.values().next().map_or(rec.last + 1, |s| s.base);
+        if m.floor <= rec.last && first > m.floor {
+            let oldest = rec
+                .live
+                .values()
+                .next()
+                .map_or_else(|| dir.to_path_buf(), |s| s.path.clone());
+            return Err(Self::corrupt(
+                &oldest,
+                "log segments missing before this one: records from the manifest's floor LSN on are gone",
+                m.floor,
+            ));
+        }
+        Ok(())
     }
 
     /// Writes the log's last batch again, then syncs it: a process that
@@ -576,7 +702,7 @@ impl<I: Io> FileLog<I> {
                 return Err(FileError::Io {
                     op: "zero-fill segment",
                     path: path.to_path_buf(),
-                    source: std::io::Error::other("the storage was closed"),
+                    error: std::io::Error::other("the storage was closed"),
                 });
             }
             let n = (size - at).min(zeros.len() as u64) as usize;
@@ -800,6 +926,20 @@ impl<I: Io> FileLog<I> {
                 seg.end = chunk.offset + chunk.bytes.len() as u64;
             }
         }
+        // A segment this flush rolled into now carries the log: the
+        // manifest says so before the flush is reported durable.
+        if last_segment > self.manifest.carrier
+            && let Some(seg) = self.segments.get(&last_segment)
+        {
+            let next = Manifest {
+                seq: self.manifest.seq + 1,
+                carrier: last_segment,
+                carrier_base: seg.base,
+                carrier_size: seg.size,
+                ..self.manifest
+            };
+            self.write_manifest(next)?;
+        }
         self.durable = batch.last_lsn;
         // The ticket's work is gone, so the batch is ours again.
         if let Ok(batch) = Arc::try_unwrap(batch) {
@@ -808,7 +948,7 @@ impl<I: Io> FileLog<I> {
         // Once the current segment is half full, the next one is prepared,
         // so the flush that rolls into it writes data only. (An open does
         // not prepare: it reuses a prepared segment it finds.)
-        if self.writer.offset() > self.writer.segment_bytes() / 2 {
+        if self.writer.offset() > self.writer.limit() / 2 {
             self.prepare_next()?;
         }
         Ok(())
@@ -855,6 +995,14 @@ impl<I: Io> FileLog<I> {
                 self.shared.sync_dir(&dir)?;
             }
         }
+        Ok(())
+    }
+
+    /// Writes `next` as the log manifest (both files) and keeps it.
+    fn write_manifest(&mut self, next: Manifest) -> std::result::Result<(), FileError> {
+        let paths = pair::paths(&self.shared.log_dir(), MANIFEST_STEM);
+        pair::write(&self.shared, &paths, &next.encode())?;
+        self.manifest = next;
         Ok(())
     }
 
@@ -1028,6 +1176,26 @@ impl<I: Io> LogStore for FileLog<I> {
             .filter(|(n, s)| **n < carrier && s.last <= lsn)
             .map(|(n, _)| *n)
             .collect();
+        // The manifest's floor rises first: a segment missing below it was
+        // discarded, one missing at or above it was lost.
+        let floor = self
+            .segments
+            .iter()
+            .filter(|(n, s)| !doomed.contains(n) && s.last >= s.base)
+            .map(|(_, s)| s.base)
+            .min()
+            .unwrap_or(self.durable + 1);
+        if !doomed.is_empty() && floor > self.manifest.floor {
+            let next = Manifest {
+                seq: self.manifest.seq + 1,
+                floor,
+                ..self.manifest
+            };
+            if let Err(e) = self.write_manifest(next) {
+                self.latched = true;
+                return Err(e.into());
+            }
+        }
         // Oldest first, each deletion durable before the next: a crash never
         // leaves an older segment without the one after it (a hole).
         for n in doomed {

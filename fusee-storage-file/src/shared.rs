@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use fusee_storage::StorageError;
+pub use fusee_storage::identity::Create;
 
 use crate::error::FileError;
 use crate::io::Io;
@@ -28,20 +29,35 @@ pub enum FlushMethod {
 #[derive(Clone, Debug)]
 pub struct FileOptions {
     /// Bytes of a log segment file (preallocated with zeros). A record too
-    /// large for one gets a segment of its own.
+    /// large for one gets a segment of its own. The segment an open starts
+    /// is smaller (see [`OPEN_SEGMENT_BYTES`]), so a process that restarts
+    /// often does not leave a full segment per run.
     pub segment_bytes: u64,
     /// How flushes and commits reach the disk.
     pub flush: FlushMethod,
+    /// Whether a missing or empty directory becomes a new store
+    /// ([`Create::IfMissing`], the default) or is
+    /// [`fusee_storage::StorageError::NotFound`] ([`Create::Never`]).
+    pub create: Create,
 }
 
 /// 64 MiB: a segment's zero-fill costs about as much as writing it, once.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// The size of the segment every open starts (when
+/// [`FileOptions::segment_bytes`] is larger): 1 MiB. A shard that takes
+/// little between restarts then costs 1 MiB per restart until a checkpoint
+/// discards it, not a full segment, and an open zero-fills 1 MiB instead of
+/// 64; a shard under load rolls into full-size segments, prepared in the
+/// background, after its first MiB.
+pub const OPEN_SEGMENT_BYTES: u64 = 1 << 20;
 
 impl Default for FileOptions {
     fn default() -> Self {
         Self {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             flush: FlushMethod::DataSync,
+            create: Create::IfMissing,
         }
     }
 }
@@ -55,6 +71,9 @@ pub(crate) struct Shared<I: Io> {
     pub(crate) closed: Arc<AtomicBool>,
     /// Frees the shard for the next open once every part has dropped.
     pub(crate) _guard: Arc<crate::storage::ShardGuard>,
+    /// The directory's lock: held while any part lives, even after the
+    /// storage dropped, so no other open can write the shard meanwhile.
+    pub(crate) _lock: Arc<I::Lock>,
 }
 
 impl<I: Io> Shared<I> {
@@ -178,11 +197,20 @@ pub(crate) fn create_dir_durably<I: Io>(
 impl From<FileError> for StorageError {
     fn from(e: FileError) -> Self {
         match e {
-            FileError::Io { op, path, source } => {
-                StorageError::io(format!("{op} {}", path.display()), source)
+            FileError::Io { op, path, error } => {
+                StorageError::io(format!("{op} {}", path.display()), error)
             }
             FileError::Corrupt { file, what, at } => StorageError::CorruptFile { file, what, at },
-            other => StorageError::Backend(Box::new(other)),
+            FileError::Format {
+                file,
+                found,
+                supported,
+            } => StorageError::UnsupportedFormat {
+                file,
+                found,
+                supported,
+            },
+            FileError::Storage(e) => e,
         }
     }
 }

@@ -1,11 +1,11 @@
 //! Checkpoint slots: the two files that say which commit is current.
 //!
-//! A commit writes the older of two slot files (`slot-0`, `slot-1`) with a
-//! sequence number one above the newer one's, naming the index file and
-//! length and the run-store generation and length it covers, followed by the
-//! core's checkpoint bytes. Open reads both and takes the valid slot with the
-//! highest sequence number. A torn or failed write damages only the slot
-//! being written, whose crc then fails, so the previous commit stays current.
+//! A commit writes a slot with a sequence number one above the last,
+//! naming the index file and length and the run-store generation and length
+//! it covers, followed by the core's checkpoint bytes, into both slot files
+//! (`slot-0`, then `slot-1`), each synced before the next: the pair
+//! ([`crate::pair`]) that makes a torn write or damage to one file lose
+//! nothing. Open trusts the valid slot with the highest sequence number.
 //!
 //! # Layout (all integers little-endian)
 //!
@@ -131,24 +131,9 @@ impl Slot {
     }
 }
 
-/// The current commit of two slots: the valid one with the higher sequence
-/// number. Both damaged is an error only if one of them was ever written
-/// past its header (a crash can tear at most the slot being written, so two
-/// damaged slots mean damage a crash cannot cause).
-pub fn newest(
-    a: Result<Option<Slot>, FileError>,
-    b: Result<Option<Slot>, FileError>,
-) -> Result<Option<Slot>, FileError> {
-    match (a, b) {
-        (Ok(a), Ok(b)) => Ok(match (a, b) {
-            (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
-            (a, b) => a.or(b),
-        }),
-        (Ok(Some(s)), Err(_)) | (Err(_), Ok(Some(s))) => Ok(Some(s)),
-        // One torn slot and one never written: the first commit was torn,
-        // so there is no commit yet.
-        (Ok(None), Err(_)) | (Err(_), Ok(None)) => Ok(None),
-        (Err(e), Err(_)) => Err(e),
+impl crate::pair::Sequenced for Slot {
+    fn seq(&self) -> u64 {
+        self.seq
     }
 }
 
@@ -191,34 +176,5 @@ mod tests {
         for cut in 1..bytes.len() {
             assert!(Slot::decode(&bytes[..cut], "s").is_err(), "cut at {cut}");
         }
-    }
-
-    #[test]
-    fn the_newest_valid_slot_wins() {
-        let bad = || {
-            Slot::decode(
-                b"FUSEESLTgarbage-garbage-garbage-garbage-garbage-garbage-garbage-garbage-",
-                "s",
-            )
-        };
-        assert!(bad().is_err());
-        assert_eq!(
-            newest(Ok(Some(slot(1))), Ok(Some(slot(2))))
-                .unwrap()
-                .unwrap()
-                .seq,
-            2
-        );
-        assert_eq!(
-            newest(Ok(Some(slot(3))), Ok(Some(slot(2))))
-                .unwrap()
-                .unwrap()
-                .seq,
-            3
-        );
-        assert_eq!(newest(bad(), Ok(Some(slot(2)))).unwrap().unwrap().seq, 2);
-        assert_eq!(newest(bad(), Ok(None)).unwrap(), None);
-        assert_eq!(newest(Ok(None), Ok(None)).unwrap(), None);
-        assert!(newest(bad(), bad()).is_err());
     }
 }

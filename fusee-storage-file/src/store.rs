@@ -479,7 +479,9 @@ impl<I: Io> FileRuns<I> {
         if len != blob.len {
             return Err(unknown);
         }
-        Ok(u32::from_le_bytes([header[4], header[5], header[6], header[7]]))
+        Ok(u32::from_le_bytes([
+            header[4], header[5], header[6], header[7],
+        ]))
     }
 
     fn read_from(

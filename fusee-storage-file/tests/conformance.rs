@@ -17,6 +17,7 @@ fn options() -> FileOptions {
     FileOptions {
         segment_bytes: 256 << 10,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     }
 }
 

@@ -15,6 +15,7 @@ fn options() -> FileOptions {
     FileOptions {
         segment_bytes: 1 << 20,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     }
 }
 
@@ -203,25 +204,36 @@ fn a_damaged_index_file_is_an_error_naming_it() {
 }
 
 #[test]
-fn a_damaged_slot_falls_back_to_the_other_commit_and_two_are_an_error() {
+fn a_damaged_slot_loses_no_commit_and_two_are_an_error() {
     let t = TempDir::new("fusee-damage");
     build(&t.0);
     let slot = |d: &Path, i: u32| shard_dir(d).join(format!("slot-{i}"));
-    // The second commit went to slot-1, the first to slot-0.
+    // Every commit is written to both slots, so either one alone holds the
+    // last commit.
     for at in [0u64, 8, 12, 16, 40, 70, 80, 84] {
-        let t2 = TempDir::new("fusee-damage");
-        copy_dir(&t.0, &t2.0);
-        flip(&slot(&t2.0, 1), at);
-        let (records, checkpoint) = reopen(&t2.0).unwrap();
-        assert_eq!(checkpoint.as_deref(), Some(&b"first"[..]), "byte {at}");
-        assert_eq!(records, all_records());
-
+        for damaged in [0, 1] {
+            let t2 = TempDir::new("fusee-damage");
+            copy_dir(&t.0, &t2.0);
+            flip(&slot(&t2.0, damaged), at);
+            let (records, checkpoint) = reopen(&t2.0).unwrap_or_else(|e| {
+                panic!("slot-{damaged} byte {at}: the other slot holds the commit, yet: {e}")
+            });
+            assert_eq!(
+                checkpoint.as_deref(),
+                Some(&b"second"[..]),
+                "slot-{damaged} byte {at}: the last commit must survive"
+            );
+            assert_eq!(records, all_records(), "slot-{damaged} byte {at}");
+            // The open rewrote the damaged copy from the good one.
+            flip(&slot(&t2.0, 1 - damaged), at);
+            let (_, checkpoint) = reopen(&t2.0).unwrap_or_else(|e| {
+                panic!("slot-{damaged} byte {at}: the damaged copy was not restored: {e}")
+            });
+            assert_eq!(checkpoint.as_deref(), Some(&b"second"[..]));
+        }
         let t3 = TempDir::new("fusee-damage");
         copy_dir(&t.0, &t3.0);
         flip(&slot(&t3.0, 0), at);
-        let (_, checkpoint) = reopen(&t3.0).unwrap();
-        assert_eq!(checkpoint.as_deref(), Some(&b"second"[..]), "byte {at}");
-
         flip(&slot(&t3.0, 1), at);
         let err = reopen(&t3.0).unwrap_err();
         assert!(err.contains("slot-"), "both slots at {at}: {err}");
@@ -249,6 +261,7 @@ fn build_recycled(dir: &Path) -> Vec<(u64, Vec<u8>)> {
     let options = FileOptions {
         segment_bytes: 64 << 10,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     };
     let s = FileStorage::open(dir, options).unwrap();
     let mut p = s.open_shard(0).unwrap();
@@ -314,5 +327,247 @@ fn recycled_segments_read_back_and_report_damage() {
                 ),
             }
         }
+    }
+}
+
+/// Everything a shard holds, read back: its records, its checkpoint, its
+/// index and one frame.
+#[derive(Debug, PartialEq)]
+struct Everything {
+    records: Vec<(u64, Vec<u8>)>,
+    checkpoint: Option<Vec<u8>>,
+    index: Vec<Vec<u8>>,
+    frame: Vec<u8>,
+}
+
+fn read_everything(dir: &Path, blob: BlobRef) -> Result<Everything, String> {
+    let s = FileStorage::open(dir, options()).map_err(|e| e.to_string())?;
+    let mut p = s.open_shard(0).map_err(|e| e.to_string())?;
+    let mut records = Vec::new();
+    let first = p.log.first_lsn();
+    p.log
+        .read(first - 1, &mut |lsn, bytes| {
+            records.push((lsn, bytes.to_vec()));
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+    let mut index = Vec::new();
+    p.checkpoint
+        .read_index(&mut |chunk| {
+            index.extend(chunk.chunks(32).map(<[u8]>::to_vec));
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+    index.sort();
+    let mut frame = Vec::new();
+    p.runs.read(blob, &mut frame).map_err(|e| e.to_string())?;
+    Ok(Everything {
+        records,
+        checkpoint: p.recovered.checkpoint.clone(),
+        index,
+        frame,
+    })
+}
+
+/// Every file of a directory tree but the lock, as paths relative to it.
+fn files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n != "LOCK") {
+                out.push(path.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A kind of damage done to one file.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    Flip(f64),
+    Truncate(f64),
+    Delete,
+    Zero,
+}
+
+fn damage(path: &Path, how: Damage) {
+    let len = std::fs::metadata(path).unwrap().len();
+    let at = |f: f64| ((len as f64 * f) as u64).min(len.saturating_sub(1));
+    match how {
+        Damage::Flip(f) if len > 0 => flip(path, at(f)),
+        Damage::Flip(_) => {}
+        Damage::Truncate(f) => {
+            let f2 = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            f2.set_len((len as f64 * f) as u64).unwrap();
+        }
+        Damage::Delete => std::fs::remove_file(path).unwrap(),
+        Damage::Zero => std::fs::write(path, vec![0u8; len as usize]).unwrap(),
+    }
+}
+
+/// Issue 19's rule for every region of every file: damage gives the exact
+/// data back or a named error, never less data without one.
+#[test]
+fn every_file_damaged_every_way_gives_everything_or_an_error() {
+    let t = TempDir::new("fusee-damage");
+    let blob = build(&t.0);
+    let whole = read_everything(&t.0, blob).expect("the undamaged store reads back");
+    assert_eq!(whole.records, all_records());
+    let kinds = [
+        Damage::Flip(0.0),
+        Damage::Flip(0.01),
+        Damage::Flip(0.3),
+        Damage::Flip(0.6),
+        Damage::Flip(0.999),
+        Damage::Truncate(0.0),
+        Damage::Truncate(0.5),
+        Damage::Truncate(0.99),
+        Damage::Delete,
+        Damage::Zero,
+    ];
+    let mut cases = 0;
+    let mut errors = 0;
+    for file in files(&t.0) {
+        for how in kinds {
+            let t2 = TempDir::new("fusee-damage");
+            copy_dir(&t.0, &t2.0);
+            damage(&t2.0.join(&file), how);
+            cases += 1;
+            match read_everything(&t2.0, blob) {
+                Ok(found) => assert!(
+                    found == whole,
+                    "{} {how:?}: opened without an error but read other data: {} of {} records, checkpoint {:?}, {} index records, frame of {} bytes",
+                    file.display(),
+                    found.records.len(),
+                    whole.records.len(),
+                    found.checkpoint.as_deref().map(String::from_utf8_lossy),
+                    found.index.len(),
+                    found.frame.len()
+                ),
+                Err(e) => {
+                    errors += 1;
+                    assert!(
+                        !e.is_empty(),
+                        "{} {how:?}: an error without words",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+    // Ten files (marker, two slots, index, store and release log, two
+    // manifest copies, two segments), ten kinds of damage each.
+    assert!(cases >= 100 && errors > 0, "{cases} cases, {errors} errors");
+}
+
+/// Issue 19 item 2: the only commit's slot damaged made the shard open as
+/// never committed and cut the committed frame out of the run store.
+#[test]
+fn the_only_commit_survives_a_damaged_slot_file() {
+    let t = TempDir::new("fusee-damage");
+    let s = FileStorage::open(&t.0, options()).unwrap();
+    let mut p = s.open_shard(0).unwrap();
+    for lsn in 1..=3 {
+        p.log.append(lsn, &record(lsn)).unwrap();
+    }
+    p.log.flush().unwrap();
+    let blob = p.runs.append(b"committed frame").unwrap();
+    p.checkpoint
+        .commit(&mut p.runs, IndexChange::Delta(&[]), b"only")
+        .unwrap();
+    drop(p);
+    s.close().unwrap();
+    drop(s);
+    let store = shard_dir(&t.0).join(format!("store-{:020}.dat", 1));
+    let store_len = std::fs::metadata(&store).unwrap().len();
+    let slot_len = std::fs::metadata(shard_dir(&t.0).join("slot-0"))
+        .unwrap()
+        .len();
+    for at in 0..slot_len {
+        let t2 = TempDir::new("fusee-damage");
+        copy_dir(&t.0, &t2.0);
+        flip(&shard_dir(&t2.0).join("slot-0"), at);
+        let s = FileStorage::open(&t2.0, options()).unwrap();
+        let mut p = s
+            .open_shard(0)
+            .unwrap_or_else(|e| panic!("slot-0 byte {at}: {e}"));
+        assert_eq!(
+            p.recovered.checkpoint.as_deref(),
+            Some(&b"only"[..]),
+            "slot-0 byte {at}: the commit must survive"
+        );
+        let mut out = Vec::new();
+        p.runs.read(blob, &mut out).unwrap();
+        assert_eq!(out, b"committed frame", "slot-0 byte {at}");
+        let len = std::fs::metadata(shard_dir(&t2.0).join(format!("store-{:020}.dat", 1)))
+            .unwrap()
+            .len();
+        assert_eq!(len, store_len, "slot-0 byte {at}: the run store was cut");
+    }
+}
+
+/// Issue 19 item 3: the newest segment's header zeroed, the segment cut to
+/// its header, or deleted, opened as an empty log with no error although
+/// three records were flushed.
+#[test]
+fn a_lost_newest_segment_is_an_error_naming_it() {
+    let t = TempDir::new("fusee-damage");
+    let s = FileStorage::open(&t.0, options()).unwrap();
+    let mut p = s.open_shard(0).unwrap();
+    for lsn in 1..=3 {
+        p.log.append(lsn, &record(lsn)).unwrap();
+    }
+    assert_eq!(p.log.flush().unwrap(), 3);
+    drop(p);
+    s.close().unwrap();
+    drop(s);
+    type Harm = fn(&Path);
+    let cases: [(&str, Harm); 3] = [
+        ("header zeroed", |p| {
+            let mut b = std::fs::read(p).unwrap();
+            b[..4096].fill(0);
+            std::fs::write(p, b).unwrap();
+        }),
+        ("cut to its header", |p| {
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.set_len(4096).unwrap();
+        }),
+        ("deleted", |p| std::fs::remove_file(p).unwrap()),
+    ];
+    for (what, harm) in cases {
+        let t2 = TempDir::new("fusee-damage");
+        copy_dir(&t.0, &t2.0);
+        harm(&segment(&t2.0, 1));
+        match reopen(&t2.0) {
+            Err(e) => assert!(e.contains("00000000000000000001.seg"), "{what}: {e}"),
+            Ok((records, _)) => panic!(
+                "{what}: opened with {} records and no error; 3 were flushed",
+                records.len()
+            ),
+        }
+    }
+}
+
+/// Segments deleted at the front of the log, above what a discard
+/// dropped, are an error, not records that look discarded.
+#[test]
+fn segments_lost_at_the_front_are_an_error() {
+    let t = TempDir::new("fusee-damage");
+    build(&t.0);
+    let t2 = TempDir::new("fusee-damage");
+    copy_dir(&t.0, &t2.0);
+    std::fs::remove_file(segment(&t2.0, 1)).unwrap();
+    match reopen(&t2.0) {
+        Err(e) => assert!(e.contains(".seg") || e.contains("log"), "{e}"),
+        Ok((records, _)) => panic!(
+            "opened with {} records and no error; 30 were flushed and none discarded",
+            records.len()
+        ),
     }
 }

@@ -13,6 +13,7 @@ fn open(io: &SimIo, dir: &str) -> FileStorage<SimIo> {
     let options = FileOptions {
         segment_bytes: 64 << 10,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     };
     FileStorage::open_with(io.clone(), dir, options).expect("open storage")
 }

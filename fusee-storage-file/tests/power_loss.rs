@@ -38,6 +38,7 @@ fn open(io: &SimIo) -> (FileStorage<SimIo>, Parts) {
     let options = FileOptions {
         segment_bytes: 16 << 10,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     };
     let storage = FileStorage::open_with(io.clone(), "/p", options).expect("open storage");
     let parts = storage.open_shard(0).expect("open shard");

@@ -17,6 +17,7 @@ fn options() -> FileOptions {
     FileOptions {
         segment_bytes: 64 << 10,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     }
 }
 
@@ -29,6 +30,7 @@ fn segment_names(log: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(log)
         .expect("log dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
         .collect();
     names.sort();
     names

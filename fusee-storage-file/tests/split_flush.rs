@@ -12,6 +12,7 @@ fn open(io: &SimIo) -> FileStorage<SimIo> {
     let options = FileOptions {
         segment_bytes: 64 << 10,
         flush: FlushMethod::DataSync,
+        ..FileOptions::default()
     };
     FileStorage::open_with(io.clone(), "/s", options).expect("open storage")
 }

@@ -19,18 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_clang() {
-    command -v clang >/dev/null 2>&1 || return 0
-    ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || return 0
-    return 1
-}
-if need_clang; then
-    echo "==> installing clang and libclang-dev (RocksDB's build needs them)"
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-dev >/dev/null
-fi
+source scripts/prereqs.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

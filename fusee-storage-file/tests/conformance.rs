@@ -7,8 +7,10 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fusee_storage::Storage;
-use fusee_storage::conformance::{Capabilities, Harness};
+use std::path::Path;
+
+use fusee_storage::conformance::{Capabilities, Harness, LockChecks};
+use fusee_storage::{Storage, StorageError};
 use fusee_storage_file::sim::{CrashMode, SimIo};
 use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
 
@@ -82,6 +84,21 @@ impl Harness for RealHarness {
         drop(s);
         self.open_storage()
     }
+
+    fn lock_checks(&self) -> LockChecks {
+        LockChecks {
+            same_process: true,
+            child_process: true,
+        }
+    }
+
+    fn location(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
+    fn open_at(&mut self, path: &Path) -> Result<FileStorage, StorageError> {
+        FileStorage::open(path, options())
+    }
 }
 
 /// The simulated disk: power loss, sync failures, crashes inside commits.
@@ -105,8 +122,8 @@ impl SimHarness {
 }
 
 /// Syncs a commit without releases and without a base makes: the run store,
-/// the index delta, the slot.
-const COMMIT_SYNCS: u32 = 3;
+/// the index delta, and the slot in each of its two files.
+const COMMIT_SYNCS: u32 = 4;
 
 impl Harness for SimHarness {
     type S = FileStorage<SimIo>;
@@ -147,6 +164,17 @@ impl Harness for SimHarness {
 
     fn crash_in_commit(&mut self, _s: &FileStorage<SimIo>, _shard: u32, step: u32) {
         self.io.fail_syncs_after(step, u32::MAX);
+    }
+
+    fn lock_checks(&self) -> LockChecks {
+        LockChecks {
+            same_process: true,
+            child_process: false,
+        }
+    }
+
+    fn open_again(&mut self) -> Result<FileStorage<SimIo>, StorageError> {
+        FileStorage::open_with(self.io.clone(), "/fusee", options())
     }
 }
 

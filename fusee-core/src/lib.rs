@@ -18,12 +18,14 @@
 //! | [`table`] | the 32-byte-per-run table and its persisted index records |
 //! | [`wheel`] | the hierarchical timing wheel |
 //! | [`shard`] | [`shard::ShardCore`], the shard state machine |
+//! | [`run`] | [`run::RunMachine`], one run's journal against its code: sequence numbers, replay in journal order, determinism checks, the gate LSN |
 //! | [`segment`] | the log segment format, `LogWriter` and the recovery scanner |
 //! | [`store`] | run-store entries and the checkpoint format |
 
 #![forbid(unsafe_code)]
 
 pub mod record;
+pub mod run;
 pub mod segment;
 pub mod shard;
 pub mod store;

@@ -76,6 +76,8 @@ pub enum AnyLog {
 /// A run-store part of any backend compiled in.
 #[derive(Debug)]
 #[non_exhaustive]
+// As for `AnyLog`: one per open shard, never moved on a hot path.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyRuns {
     /// The in-memory backend's.
     Memory(MemoryRuns),

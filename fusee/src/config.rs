@@ -261,7 +261,7 @@ pub fn open_storage(config: &StorageConfig) -> Result<AnyStorage, OpenError> {
         #[cfg(feature = "file")]
         Backend::File => fusee_storage_file::FileStorage::open(&config.dir, Default::default())
             .map(AnyStorage::File)
-            .map_err(|e| wrap(e.into())),
+            .map_err(wrap),
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => fusee_storage_rocksdb::RocksStorage::open(&config.dir)
             .map(AnyStorage::Rocksdb)

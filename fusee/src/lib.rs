@@ -1,21 +1,108 @@
 //! Fusee: an embeddable durable execution engine.
 //!
-//! The engine (one `ShardCore` per shard driven over a storage backend) is
-//! still to come. What is here: choosing and opening a storage backend.
+//! A workflow is ordinary async code whose every effect (a step's result, a
+//! timer, a signal received) is first written as a record to its shard's
+//! log; after a crash the engine rebuilds every run from what is durable
+//! and its code carries on where it was, replaying what it already did.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use fusee::{Config, Ctx, Engine, Failure, Signal, Workflow};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Order { id: u64, cents: u64 }
+//!
+//! const CHECKOUT: Workflow<Order, String> = Workflow::new("checkout");
+//! const APPROVED: Signal<bool> = Signal::new("approved");
+//!
+//! async fn checkout(ctx: Ctx, order: Order) -> Result<String, Failure> {
+//!     // A step runs once its inputs are durable; its result is recorded,
+//!     // and a restart replays it instead of charging twice.
+//!     let charge = ctx
+//!         .step("charge", move |step| async move {
+//!             // step.key() is stable across retries and restarts: give it
+//!             // to the payment service as its idempotency key.
+//!             Ok(format!("charged {} for order {} ({})", order.cents, order.id, step.key()))
+//!         })
+//!         .await?;
+//!     // Wait (durably) for a person, at most a day.
+//!     let approved = ctx.wait_for(&APPROVED).timeout(Duration::from_secs(86_400)).await?;
+//!     if approved != Some(true) {
+//!         return Err(Failure::new("not approved"));
+//!     }
+//!     ctx.sleep("cool-down", Duration::from_millis(10)).await;
+//!     Ok(charge)
+//! }
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), fusee::Error> {
+//! // Config::file("data") keeps runs in a directory; memory is for tests.
+//! let engine = Engine::open(Config::memory()).await?;
+//! engine.register(CHECKOUT, checkout);
+//! let run = engine.start(CHECKOUT, "order-42", &Order { id: 42, cents: 1999 }).await?;
+//! engine.signal("order-42", APPROVED, &true).await?;
+//! let receipt = run.result().await?;
+//! assert!(receipt.starts_with("charged 1999 for order 42"));
+//! engine.close().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The pieces
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`Engine`] | open, register, start, execute, signal, cancel, result, describe, metrics, close |
+//! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock |
+//! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
+//! | [`Workflow`], [`Signal`] | typed names shared by workflow code and callers |
+//! | [`RetryPolicy`] | how failed step attempts are retried |
+//! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
 //!
 //! # Choosing a backend
 //!
 //! Backends are Cargo features of this crate: `file` (default), `rocksdb`
-//! and `redb`; the in-memory backend is always there. [`open_storage`] opens
-//! the one a [`StorageConfig`] names and returns it as an [`AnyStorage`],
-//! which implements [`storage::Storage`] by delegating to the backend
-//! compiled in. The [`config`] module has an example of each choice.
+//! and `redb`; the in-memory backend is always there. [`Config::file`],
+//! [`Config::redb`], [`Config::rocksdb`] and [`Config::memory`] pick one;
+//! [`open_storage`] opens one on its own, as an [`AnyStorage`] implementing
+//! the storage contract ([`storage::Storage`]). The [`config`] module has an
+//! example of each.
+//!
+//! # How it works
+//!
+//! Each shard is a thread running a loop over the pure core
+//! ([`core::shard::ShardCore`], [`core::run::RunMachine`]): requests become
+//! records, records go to the log in group commits (one `fdatasync` for
+//! every record that arrived meanwhile, on a flusher thread), workflow code
+//! runs ahead of the disk, and only what leaves the process (a reply, a
+//! result, a step's effects) waits for the records it depends on. See
+//! `ARCHITECTURE.md` for the invariants.
 
 pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+pub mod clock;
 pub mod config;
+mod ctx;
+mod engine;
+mod error;
+mod metrics;
+mod registry;
+mod retry;
+mod runtime;
+mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use clock::{Clock, VirtualClock};
 pub use config::{Backend, OpenError, StorageConfig, open_storage};
+pub use ctx::{Ctx, Sleep, Step, StepCall, StepContext, StepError, WaitFor};
+pub use engine::{
+    Config, CurrentStep, Description, Engine, IdPolicy, RunHandle, RunRef, RunStatus,
+};
+pub use error::{Error, Result};
+pub use metrics::{Histogram, Metrics, ShardMetrics};
+pub use retry::{OnExhausted, RetryPolicy};
+pub use workflow::{Failure, Signal, Workflow};

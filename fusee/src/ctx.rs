@@ -1,0 +1,634 @@
+//! [`Ctx`]: what workflow code calls. Every operation goes through the
+//! run's [`RunMachine`]: replayed from the journal when the journal holds
+//! it, recorded when it is new.
+//!
+//! Workflow code runs on its shard's thread, polled by the shard loop, and
+//! must be deterministic: same calls, same order, on every run. Time,
+//! randomness and IDs come from [`Ctx::now`], [`Ctx::random`] and
+//! [`Ctx::uuid`] (recorded, so a replay sees the same); effects go in
+//! steps ([`Ctx::step`]), which run as tasks of the embedder's tokio
+//! runtime once the records they depend on are durable.
+//!
+//! A departure from the journal ([`fusee_core::run::DeterminismError`])
+//! stops the run where it is: the operation never completes, nothing is
+//! recorded for it, and [`crate::Engine::describe`] shows the error.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fusee_core::record::{Name, Payload, RecordBuf, RunId, Seq, Status, WaitOutcome, value_kind};
+use fusee_core::run::{
+    Abandon, Issued, OpError, RetryAt, RunMachine, StepRun, ValueAnswer,
+};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::retry::RetryPolicy;
+use crate::workflow::{Failure, Signal, decode};
+
+/// How a step attempt failed: a message, an optional kind that retry
+/// policies match on ([`RetryPolicy::non_retryable`]), and whether it may
+/// be retried at all. Any error converts into one with `?` (retryable, no
+/// kind).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepError {
+    /// What went wrong.
+    pub message: String,
+    /// A short kind for retry policies and callers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// False: fail the step now, whatever the policy allows.
+    #[serde(default = "yes")]
+    pub retryable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl StepError {
+    /// A retryable error.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            kind: None,
+            retryable: true,
+        }
+    }
+
+    /// An error that fails the step at once.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            kind: None,
+            retryable: false,
+        }
+    }
+
+    /// The same error with `kind` set.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Some(k) => write!(f, "{k}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl<E: std::error::Error> From<E> for StepError {
+    fn from(e: E) -> Self {
+        Self::retryable(e.to_string())
+    }
+}
+
+impl From<StepError> for Failure {
+    fn from(e: StepError) -> Self {
+        Failure {
+            message: e.message,
+            kind: e.kind,
+        }
+    }
+}
+
+/// What a step function is told: which attempt this is, and the step's
+/// idempotency key.
+#[derive(Clone, Debug)]
+pub struct StepContext {
+    key: Arc<str>,
+    attempt: u32,
+}
+
+impl StepContext {
+    pub(crate) fn new(key: Arc<str>, attempt: u32) -> Self {
+        Self { key, attempt }
+    }
+
+    /// The step's idempotency key: the same on every attempt and after
+    /// every restart, unique to this step of this run (`<workflow
+    /// ID>/<run>/<operation>`). Pass it to outside services so an effect
+    /// retried after a crash is applied once.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// This attempt's number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// A step function's future, type-erased, its result already encoded.
+pub(crate) type StepFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, StepError>> + Send>>;
+/// A step function, type-erased.
+pub(crate) type StepFn = Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
+
+/// A live step the shard must run: the function and its policy, kept until
+/// the step's final record.
+pub(crate) struct StepSpec {
+    pub(crate) name: Name,
+    pub(crate) f: StepFn,
+    pub(crate) policy: RetryPolicy,
+    /// When its first attempt began (for the policy's time limit).
+    pub(crate) first_ms: Option<u64>,
+    /// An attempt is running.
+    pub(crate) running: bool,
+    /// The attempt to run next and when.
+    pub(crate) next: Option<(u32, RetryAt)>,
+}
+
+/// A completion delivered to the code, kept until its operation's future
+/// takes it.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Step { status: Status, payload: Vec<u8> },
+    Fired,
+    Signal(Vec<u8>),
+    TimedOut,
+}
+
+/// Why a run's code cannot go on.
+#[derive(Clone, Debug)]
+pub(crate) enum Fault {
+    /// The code departed from its journal (or the machine refused a
+    /// record).
+    Determinism(String),
+}
+
+/// The state a run's code and its shard loop share, on the shard thread.
+pub(crate) struct RunState {
+    pub(crate) machine: RunMachine,
+    pub(crate) run: RunId,
+    pub(crate) id: Name,
+    /// The loop's time, set before every poll.
+    pub(crate) now_ms: u64,
+    /// Records the code asked for, in order; the loop appends them after
+    /// the poll.
+    pub(crate) appends: Vec<RecordBuf>,
+    /// Completions delivered and not yet taken, by operation.
+    pub(crate) outcomes: FxHashMap<Seq, Outcome>,
+    /// Wakers of pending operations.
+    pub(crate) wakers: FxHashMap<Seq, Waker>,
+    /// Live steps, by operation.
+    pub(crate) steps: FxHashMap<Seq, StepSpec>,
+    pub(crate) fault: Option<Fault>,
+}
+
+impl RunState {
+    pub(crate) fn new(machine: RunMachine, run: RunId, id: Name) -> Self {
+        Self {
+            machine,
+            run,
+            id,
+            now_ms: 0,
+            appends: Vec::new(),
+            outcomes: FxHashMap::default(),
+            wakers: FxHashMap::default(),
+            steps: FxHashMap::default(),
+            fault: None,
+        }
+    }
+
+    /// Hands a delivered completion to its operation and wakes it.
+    pub(crate) fn deliver(&mut self, seq: Seq, outcome: Outcome) {
+        self.outcomes.insert(seq, outcome);
+        if let Some(w) = self.wakers.remove(&seq) {
+            w.wake();
+        }
+    }
+
+    fn fail(&mut self, e: OpError) {
+        if self.fault.is_none() {
+            self.fault = Some(Fault::Determinism(e.to_string()));
+        }
+    }
+}
+
+/// The marker a synchronous operation unwinds with when the run cannot go
+/// on (a determinism error): the shard loop catches it and stops the run
+/// without failing it.
+pub(crate) struct Stopped;
+
+/// The context of one workflow run: its operations. Cheap to clone; valid
+/// only inside the run's code.
+#[derive(Clone)]
+pub struct Ctx {
+    state: Rc<RefCell<RunState>>,
+}
+
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.state.borrow();
+        f.debug_struct("Ctx")
+            .field("run", &s.run)
+            .field("id", &&*s.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    pub(crate) fn new(state: Rc<RefCell<RunState>>) -> Self {
+        Self { state }
+    }
+
+    /// The workflow ID.
+    pub fn workflow_id(&self) -> String {
+        self.state.borrow().id.to_string()
+    }
+
+    /// The run's number within its shard.
+    pub fn run_id(&self) -> u64 {
+        self.state.borrow().run
+    }
+
+    /// A step: `f` runs with effects (calls to other services), as a task
+    /// of the engine's tokio runtime, once the run's records so far are
+    /// durable; its result (or its failure, once retries are exhausted) is
+    /// recorded, and replays return it without running `f` again. Failed
+    /// attempts are retried by the default [`RetryPolicy`]; set another
+    /// with [`Step::retry`]. `f` may run more than once (a retried attempt,
+    /// or a crash before its result was durable): make its effects
+    /// idempotent with [`StepContext::key`].
+    pub fn step<T, F, Fut>(&self, name: &str, f: F) -> Step<T>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: Fn(StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+    {
+        let f: StepFn = Arc::new(move |sc: StepContext| {
+            let fut = f(sc);
+            Box::pin(async move {
+                let value = fut.await?;
+                serde_json::to_vec(&value).map_err(|e| {
+                    StepError::fatal(format!("step result does not encode as JSON: {e}"))
+                })
+            })
+        });
+        Step {
+            ctx: self.clone(),
+            name: Name::from(name),
+            f,
+            policy: RetryPolicy::default(),
+            _type: PhantomData,
+        }
+    }
+
+    /// A durable sleep: returns once `duration` has passed, across
+    /// restarts. A year-long sleep costs a table entry.
+    pub fn sleep(&self, name: &str, duration: Duration) -> Sleep {
+        Sleep {
+            ctx: self.clone(),
+            name: Name::from(name),
+            duration,
+            seq: None,
+        }
+    }
+
+    /// Waits for the next `signal` sent to this workflow (signals sent
+    /// before the wait are buffered and delivered in order). `None` only
+    /// with [`WaitFor::timeout`], when it passes first.
+    pub fn wait_for<T: DeserializeOwned>(&self, signal: &Signal<T>) -> WaitFor<T> {
+        WaitFor {
+            ctx: self.clone(),
+            name: Name::from(signal.name()),
+            timeout: None,
+            seq: None,
+            done: false,
+            _type: PhantomData,
+        }
+    }
+
+    /// The current time, recorded: a replay sees the same.
+    pub fn now(&self) -> SystemTime {
+        let bytes = self.value(value_kind::NOW, |now_ms| now_ms.to_le_bytes().to_vec());
+        let ms = bytes
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes);
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// A random number, recorded: a replay sees the same.
+    pub fn random(&self) -> u64 {
+        let bytes = self.value(value_kind::RANDOM, |_| fastrand::u64(..).to_le_bytes().to_vec());
+        bytes
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    }
+
+    /// A random (version 4) UUID, recorded: a replay sees the same.
+    pub fn uuid(&self) -> uuid::Uuid {
+        let bytes = self.value(value_kind::UUID, |_| {
+            let mut b = [0u8; 16];
+            fastrand::fill(&mut b);
+            uuid::Builder::from_random_bytes(b).into_uuid().as_bytes().to_vec()
+        });
+        bytes
+            .get(..16)
+            .and_then(|b| uuid::Uuid::from_slice(b).ok())
+            .unwrap_or_default()
+    }
+
+    /// A recorded value of `kind`: the journal's, or `make(now_ms)`'s,
+    /// recorded. Unwinds with [`Stopped`] when the run cannot go on.
+    fn value(&self, kind: u8, make: impl FnOnce(u64) -> Vec<u8>) -> Vec<u8> {
+        let mut s = self.state.borrow_mut();
+        let now_ms = s.now_ms;
+        let run = s.run;
+        let answer = match s.machine.value(kind) {
+            Ok(ValueAnswer::Recorded { value, .. }) => Ok(value.to_vec()),
+            Ok(ValueAnswer::Append(seq)) => Err(seq),
+            Err(e) => {
+                s.fail(e);
+                drop(s);
+                std::panic::resume_unwind(Box::new(Stopped));
+            }
+        };
+        match answer {
+            Ok(value) => value,
+            Err(seq) => {
+                let value = make(now_ms);
+                s.appends.push(RecordBuf::Value {
+                    run,
+                    seq,
+                    kind,
+                    value: Payload::from(value.as_slice()),
+                });
+                value
+            }
+        }
+    }
+}
+
+/// A step about to be called: set its retry policy, then `.await` it.
+#[must_use = "a step does nothing until awaited"]
+pub struct Step<T> {
+    ctx: Ctx,
+    name: Name,
+    f: StepFn,
+    policy: RetryPolicy,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Step<T> {
+    /// Retries failed attempts by `policy` instead of the default.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+}
+
+impl<T: DeserializeOwned> IntoFuture for Step<T> {
+    type Output = Result<T, StepError>;
+    type IntoFuture = StepCall<T>;
+
+    fn into_future(self) -> StepCall<T> {
+        StepCall {
+            step: Some(self),
+            seq: None,
+        }
+    }
+}
+
+/// A step being awaited.
+#[must_use = "a step does nothing until awaited"]
+pub struct StepCall<T> {
+    step: Option<Step<T>>,
+    seq: Option<(Ctx, Seq)>,
+}
+
+impl<T: DeserializeOwned> Future for StepCall<T> {
+    type Output = Result<T, StepError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Nothing here is pinned structurally.
+        let this = self.get_mut();
+        if this.seq.is_none() {
+            let Some(step) = this.step.take() else {
+                return Poll::Pending;
+            };
+            let mut s = step.ctx.state.borrow_mut();
+            let start = match s.machine.step(&step.name) {
+                Ok(start) => start,
+                Err(e) => {
+                    s.fail(e);
+                    return Poll::Pending;
+                }
+            };
+            if let StepRun::Attempt(a) = start.run {
+                s.steps.insert(
+                    start.seq,
+                    StepSpec {
+                        name: step.name.clone(),
+                        f: step.f.clone(),
+                        policy: step.policy.clone(),
+                        first_ms: None,
+                        running: false,
+                        next: Some((a.attempt, a.at)),
+                    },
+                );
+            }
+            drop(s);
+            this.seq = Some((step.ctx, start.seq));
+        }
+        let Some((ctx, seq)) = &this.seq else {
+            return Poll::Pending;
+        };
+        let mut s = ctx.state.borrow_mut();
+        match s.outcomes.remove(seq) {
+            Some(Outcome::Step { status, payload }) => Poll::Ready(step_result(status, &payload)),
+            Some(other) => {
+                s.fault = Some(Fault::Determinism(format!(
+                    "operation {seq} is a step but completed as {other:?}"
+                )));
+                Poll::Pending
+            }
+            None => {
+                s.wakers.insert(*seq, cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A step's recorded result as the code sees it.
+fn step_result<T: DeserializeOwned>(status: Status, payload: &[u8]) -> Result<T, StepError> {
+    match status {
+        Status::Ok => decode(payload)
+            .map_err(|e| StepError::fatal(format!("recorded step result does not decode: {e}"))),
+        _ => Err(decode::<StepError>(payload).unwrap_or_else(|_| {
+            StepError::fatal(String::from_utf8_lossy(payload).into_owned())
+        })),
+    }
+}
+
+/// A durable sleep being awaited.
+#[must_use = "a sleep does nothing until awaited"]
+pub struct Sleep {
+    ctx: Ctx,
+    name: Name,
+    duration: Duration,
+    seq: Option<Seq>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut s = this.ctx.state.borrow_mut();
+        let seq = match this.seq {
+            Some(seq) => seq,
+            None => {
+                let run = s.run;
+                let fire_at_ms = s
+                    .now_ms
+                    .saturating_add(this.duration.as_millis().min(u128::from(u64::MAX)) as u64);
+                let seq = match s.machine.sleep(&this.name) {
+                    Ok(Issued::Append(seq)) => {
+                        s.appends.push(RecordBuf::Timer {
+                            run,
+                            seq,
+                            name: this.name.clone(),
+                            fire_at_ms,
+                        });
+                        seq
+                    }
+                    Ok(Issued::Recorded(seq)) => seq,
+                    Err(e) => {
+                        s.fail(e);
+                        return Poll::Pending;
+                    }
+                };
+                this.seq = Some(seq);
+                seq
+            }
+        };
+        match s.outcomes.remove(&seq) {
+            Some(_) => Poll::Ready(()),
+            None => {
+                s.wakers.insert(seq, cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A wait for a signal being awaited.
+#[must_use = "a wait does nothing until awaited"]
+pub struct WaitFor<T> {
+    ctx: Ctx,
+    name: Name,
+    timeout: Option<Duration>,
+    seq: Option<Seq>,
+    done: bool,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> WaitFor<T> {
+    /// Gives up after `d`: the wait then returns `None`.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+}
+
+impl<T: DeserializeOwned> Future for WaitFor<T> {
+    type Output = Result<Option<T>, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // `WaitFor` holds nothing pinned (PhantomData of a fn pointer).
+        let this = unpin(self);
+        let mut s = this.ctx.state.borrow_mut();
+        let seq = match this.seq {
+            Some(seq) => seq,
+            None => {
+                let run = s.run;
+                let deadline_ms = this.timeout.map_or(0, |d| {
+                    s.now_ms
+                        .saturating_add(d.as_millis().min(u128::from(u64::MAX)) as u64)
+                        .max(1)
+                });
+                let seq = match s.machine.wait(&this.name) {
+                    Ok(Issued::Append(seq)) => {
+                        s.appends.push(RecordBuf::Wait {
+                            run,
+                            seq,
+                            name: this.name.clone(),
+                            deadline_ms,
+                        });
+                        seq
+                    }
+                    Ok(Issued::Recorded(seq)) => seq,
+                    Err(e) => {
+                        s.fail(e);
+                        return Poll::Pending;
+                    }
+                };
+                this.seq = Some(seq);
+                seq
+            }
+        };
+        match s.outcomes.remove(&seq) {
+            Some(Outcome::Signal(payload)) => {
+                this.done = true;
+                Poll::Ready(decode(&payload).map(Some).map_err(|e| {
+                    Failure::with_kind(
+                        "codec",
+                        format!("signal {:?} does not decode as its type: {e}", this.name),
+                    )
+                }))
+            }
+            Some(_) => {
+                this.done = true;
+                Poll::Ready(Ok(None))
+            }
+            None => {
+                s.wakers.insert(seq, cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for WaitFor<T> {
+    fn drop(&mut self) {
+        // A wait dropped before it ended (it lost a race): record that, so
+        // the signal offered to it goes to another wait.
+        let Some(seq) = self.seq.filter(|_| !self.done) else {
+            return;
+        };
+        let Ok(mut s) = self.ctx.state.try_borrow_mut() else {
+            return;
+        };
+        s.wakers.remove(&seq);
+        if s.machine.abandon_wait(seq) == Abandon::Append {
+            let run = s.run;
+            s.appends.push(RecordBuf::Waited {
+                run,
+                seq,
+                outcome: WaitOutcome::Abandoned,
+            });
+        }
+    }
+}
+
+/// `Pin<&mut WaitFor<T>>` to `&mut`: nothing in it is pinned structurally.
+fn unpin<T>(p: Pin<&mut WaitFor<T>>) -> &mut WaitFor<T> {
+    // SAFETY-free: WaitFor is Unpin (all fields are), so this is safe.
+    Pin::into_inner(p)
+}

@@ -1,0 +1,610 @@
+//! [`Engine`]: what an embedder opens, registers workflows with, and calls.
+//!
+//! ```
+//! use fusee::{Config, Ctx, Engine, Failure, Workflow};
+//!
+//! const GREET: Workflow<String, String> = Workflow::new("greet");
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), fusee::Error> {
+//! let engine = Engine::open(Config::memory()).await?;
+//! engine.register(GREET, |ctx: Ctx, name: String| async move {
+//!     let greeting = ctx
+//!         .step("compose", move |_| {
+//!             let name = name.clone();
+//!             async move { Ok(format!("hello, {name}")) }
+//!         })
+//!         .await?;
+//!     Ok::<_, Failure>(greeting)
+//! });
+//! let out = engine.execute(GREET, "greet-1", &"ada".to_string()).await?;
+//! assert_eq!(out, "hello, ada");
+//! engine.close().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fusee_core::record::{RunId, Status};
+use fusee_core::shard::shard_of;
+use fusee_storage::Storage;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+use crate::clock::Clock;
+use crate::config::{Backend, StorageConfig, open_storage};
+use crate::ctx::Ctx;
+use crate::error::{Error, Result};
+use crate::registry::Registry;
+use crate::runtime::driver::{self, ShardHandle};
+use crate::runtime::{Input, LoopConfig};
+use crate::workflow::{Failure, Signal, Workflow, decode, encode};
+use crate::{AnyStorage, Metrics};
+
+
+
+
+/// The engine's settings. Defaults serve a laptop; each builder method says
+/// what it changes.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where runs are stored.
+    pub storage: StorageConfig,
+    /// Shards, each with its own thread, log and flusher (default 4). The
+    /// count is fixed when the store is created: opening it with another is
+    /// an error.
+    pub shards: u32,
+    /// Log bytes after which a checkpoint is taken (default 64 MiB): the
+    /// most a restart replays.
+    pub checkpoint_bytes: u64,
+    /// Time after which a checkpoint is taken if anything was logged
+    /// (default 60 s).
+    pub checkpoint_interval: Duration,
+    /// How long a finished run is kept (default 7 days).
+    pub retention: Duration,
+    /// Client requests a shard queues before [`Error::Busy`] (default
+    /// 4,096).
+    pub queue_capacity: usize,
+    /// Largest input, signal, step result or workflow result, in bytes
+    /// (default 4 MiB; at most 64 MiB, the record limit).
+    pub max_payload: usize,
+    /// Where time comes from (default: the system clock).
+    pub clock: Clock,
+}
+
+impl Config {
+    /// Settings for `storage`, everything else by default.
+    pub fn new(storage: StorageConfig) -> Self {
+        Self {
+            storage,
+            shards: 4,
+            checkpoint_bytes: 64 << 20,
+            checkpoint_interval: Duration::from_secs(60),
+            retention: Duration::from_secs(7 * 24 * 3600),
+            queue_capacity: 4096,
+            max_payload: 4 << 20,
+            clock: Clock::System,
+        }
+    }
+
+    /// In memory: nothing survives the process (tests, examples).
+    pub fn memory() -> Self {
+        Self::new(StorageConfig::new(Backend::Memory, ""))
+    }
+
+    /// The file backend in `dir` (feature `file`, the default).
+    pub fn file(dir: impl Into<PathBuf>) -> Self {
+        Self::new(StorageConfig::new(Backend::File, dir))
+    }
+
+    /// The redb backend in `dir` (feature `redb`).
+    pub fn redb(dir: impl Into<PathBuf>) -> Self {
+        Self::new(StorageConfig::new(Backend::Redb, dir))
+    }
+
+    /// The RocksDB backend in `dir` (feature `rocksdb`).
+    pub fn rocksdb(dir: impl Into<PathBuf>) -> Self {
+        Self::new(StorageConfig::new(Backend::Rocksdb, dir))
+    }
+
+    /// Sets the shard count (for a new store).
+    pub fn shards(mut self, n: u32) -> Self {
+        self.shards = n;
+        self
+    }
+
+    /// Sets where time comes from.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the log bytes between checkpoints.
+    pub fn checkpoint_bytes(mut self, bytes: u64) -> Self {
+        self.checkpoint_bytes = bytes;
+        self
+    }
+
+    /// Sets the time between checkpoints.
+    pub fn checkpoint_interval(mut self, d: Duration) -> Self {
+        self.checkpoint_interval = d;
+        self
+    }
+
+    /// Sets how long finished runs are kept.
+    pub fn retention(mut self, d: Duration) -> Self {
+        self.retention = d;
+        self
+    }
+
+    /// Sets the request queue's capacity per shard.
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n;
+        self
+    }
+
+    /// Sets the largest payload.
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.shards == 0 || self.shards > 4096 {
+            return Err(Error::Config(format!(
+                "shards must be 1 to 4096, not {}",
+                self.shards
+            )));
+        }
+        if self.queue_capacity == 0 {
+            return Err(Error::Config("queue_capacity must be at least 1".into()));
+        }
+        let limit = fusee_core::wire::MAX_PAYLOAD;
+        if self.max_payload > limit {
+            return Err(Error::Config(format!(
+                "max_payload of {} exceeds the record limit of {limit} bytes",
+                self.max_payload
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which run a start returns when the workflow ID is taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdPolicy {
+    /// Start only a new workflow: an ID ever used is [`Error::AlreadyExists`]
+    /// (the default).
+    #[default]
+    NewOnly,
+    /// Attach to the ID's latest run if there is one, else start it.
+    Attach,
+}
+
+/// A run a start created or attached to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRef {
+    /// The workflow ID.
+    pub id: String,
+    /// Its shard.
+    pub shard: u32,
+    /// The run's number in its shard.
+    pub run: RunId,
+    /// Whether the start attached to an existing run.
+    pub attached: bool,
+}
+
+/// A started run, typed by its workflow's output.
+#[derive(Debug)]
+pub struct RunHandle<O> {
+    engine: Engine,
+    run: RunRef,
+    _type: PhantomData<fn() -> O>,
+}
+
+impl<O: DeserializeOwned> RunHandle<O> {
+    /// The run.
+    pub fn run(&self) -> &RunRef {
+        &self.run
+    }
+
+    /// Waits for the run's result.
+    pub async fn result(&self) -> Result<O> {
+        self.engine.result_of(&self.run.id).await
+    }
+}
+
+/// How a finished run ended, and its payload (its encoded result, or its
+/// failure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunResult {
+    pub(crate) status: Status,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// Where a run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Its code runs (or waits for a step, a timer, a signal).
+    Running,
+    /// Its workflow type has no code registered in this engine yet.
+    WaitingForCode,
+    /// Its code departed from its journal and stopped (see
+    /// [`Description::stopped_because`]).
+    Stopped,
+    /// It ended, with this status.
+    Finished(Status),
+}
+
+/// The step a run is at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentStep {
+    /// The step's name.
+    pub name: String,
+    /// The attempt running or next.
+    pub attempt: u32,
+    /// Whether an attempt is running now.
+    pub running: bool,
+}
+
+/// What [`Engine::describe`] says about a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number.
+    pub run: RunId,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// When it started (ms since the Unix epoch).
+    pub started_ms: u64,
+    /// When it finished.
+    pub finished_ms: Option<u64>,
+    /// Its current step, if one is pending.
+    pub step: Option<CurrentStep>,
+    /// Why its code stopped, for [`RunStatus::Stopped`].
+    pub stopped_because: Option<String>,
+}
+
+/// The engine: shards over one storage, and the client API. Cheap to clone;
+/// every clone is the same engine.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("backend", &self.inner.config.storage.backend)
+            .field("shards", &self.inner.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: Config,
+    registry: Registry,
+    storage: Arc<AnyStorage>,
+    shards: Vec<Mutex<ShardHandle>>,
+    closed: AtomicBool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        // Dropped without close: stop as a crash would (what was written
+        // stays in the page cache; nothing more is made durable).
+        for shard in &self.shards {
+            let mut h = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = h.tx.send(Input::Crash);
+            if let Some(t) = h.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Opens the engine: the storage `config` names, every shard recovered
+    /// (runs whose code is registered later start then). Must be called
+    /// inside a tokio runtime: steps run as its tasks.
+    pub async fn open(config: Config) -> Result<Engine> {
+        config.check()?;
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || Self::open_blocking(config, runtime))
+            .await
+            .map_err(|e| Error::Config(format!("the opening task failed: {e}")))?
+    }
+
+    fn open_blocking(config: Config, runtime: tokio::runtime::Handle) -> Result<Engine> {
+        let storage = Arc::new(open_storage(&config.storage)?);
+        let existing = storage.shards().map_err(|error| Error::Storage {
+            shard: 0,
+            error,
+        })?;
+        if !existing.is_empty() {
+            let n = existing.len() as u32;
+            let contiguous = existing.iter().enumerate().all(|(i, &s)| i as u32 == s);
+            if !contiguous || n != config.shards {
+                return Err(Error::Config(format!(
+                    "the store holds shards {existing:?}; the configuration asks for {}",
+                    config.shards
+                )));
+            }
+        }
+        let registry = Registry::default();
+        let loop_config = LoopConfig {
+            shards: config.shards,
+            max_payload: config.max_payload,
+            checkpoint_bytes: config.checkpoint_bytes,
+            checkpoint_interval_ms: config.checkpoint_interval.as_millis() as u64,
+            retention_ms: config.retention.as_millis() as u64,
+        };
+        let mut shards = Vec::with_capacity(config.shards as usize);
+        for shard in 0..config.shards {
+            let handle = driver::spawn(
+                Arc::clone(&storage),
+                shard,
+                loop_config.clone(),
+                registry.clone(),
+                config.clock.clone(),
+                runtime.clone(),
+            )
+            .map_err(|error| Error::Storage { shard, error })?;
+            shards.push(Mutex::new(handle));
+        }
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                config,
+                registry,
+                storage,
+                shards,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Registers `f` as the code of `workflow` (replacing an earlier
+    /// registration). Runs of that type recovered at open, waiting for
+    /// their code, start now.
+    ///
+    /// `f` is called on the run's shard thread with the run's [`Ctx`] and
+    /// input, once per run and again (replaying) after every restart; its
+    /// future need not be `Send`.
+    pub fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F)
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
+    {
+        self.inner.registry.register(workflow, f);
+        for shard in &self.inner.shards {
+            let h = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = h.tx.send(Input::Registered);
+        }
+    }
+
+    /// Starts `workflow` as `id` with `input` (a new ID only: see
+    /// [`Engine::start_with`]). Returns once the start is durable.
+    pub async fn start<I: Serialize, O>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+    ) -> Result<RunHandle<O>> {
+        self.start_with(workflow, id, input, IdPolicy::NewOnly)
+            .await
+    }
+
+    /// Starts `workflow` as `id`, or attaches to its run, as `policy` says.
+    pub async fn start_with<I: Serialize, O>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+        policy: IdPolicy,
+    ) -> Result<RunHandle<O>> {
+        let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        let run = self
+            .request(id, |reply| Input::Start {
+                wtype: workflow.name().to_string(),
+                id: id.to_string(),
+                input,
+                policy,
+                reply,
+            })
+            .await?;
+        Ok(RunHandle {
+            engine: self.clone(),
+            run,
+            _type: PhantomData,
+        })
+    }
+
+    /// Starts `workflow` as `id` and waits for its result.
+    pub async fn execute<I: Serialize, O: DeserializeOwned>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+    ) -> Result<O> {
+        self.start(workflow, id, input).await?.result().await
+    }
+
+    /// Sends `signal` with `value` to workflow `id`. Returns once the signal
+    /// is durable in the workflow's journal.
+    pub async fn signal<T: Serialize>(&self, id: &str, signal: Signal<T>, value: &T) -> Result<()> {
+        let payload = encode(value).map_err(|e| Error::codec("signal", e))?;
+        self.request(id, |reply| Input::Signal {
+            id: id.to_string(),
+            name: signal.name().to_string(),
+            payload,
+            reply,
+        })
+        .await
+    }
+
+    /// Asks workflow `id` to cancel; its run ends as cancelled.
+    pub async fn cancel(&self, id: &str, reason: &str) -> Result<()> {
+        self.request(id, |reply| Input::Cancel {
+            id: id.to_string(),
+            reason: reason.to_string(),
+            reply,
+        })
+        .await
+    }
+
+    /// Waits for the result of workflow `id`'s latest run.
+    pub async fn result<I, O: DeserializeOwned>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+    ) -> Result<O> {
+        let _ = workflow;
+        self.result_of(id).await
+    }
+
+    async fn result_of<O: DeserializeOwned>(&self, id: &str) -> Result<O> {
+        let r = self
+            .request(id, |reply| Input::Result {
+                id: id.to_string(),
+                reply,
+            })
+            .await?;
+        match r.status {
+            Status::Ok => decode(&r.payload).map_err(|e| Error::codec("workflow result", e)),
+            status => Err(Error::Failed {
+                id: id.to_string(),
+                status: status.as_str(),
+                failure: decode::<Failure>(&r.payload).unwrap_or_else(|_| {
+                    Failure::new(String::from_utf8_lossy(&r.payload).into_owned())
+                }),
+            }),
+        }
+    }
+
+    /// Where workflow `id` stands.
+    pub async fn describe(&self, id: &str) -> Result<Description> {
+        self.request(id, |reply| Input::Describe {
+            id: id.to_string(),
+            reply,
+        })
+        .await
+    }
+
+    /// The engine's figures, summed over its shards.
+    pub async fn metrics(&self) -> Metrics {
+        let mut total = Metrics::default();
+        for shard in &self.inner.shards {
+            let (tx, rx) = oneshot::channel();
+            {
+                let h = shard.lock().unwrap_or_else(|e| e.into_inner());
+                if h.tx.send(Input::Metrics { reply: tx }).is_err() {
+                    continue;
+                }
+            }
+            if let Ok(m) = rx.await {
+                total.merge(&m);
+            }
+        }
+        total
+    }
+
+    /// Closes the engine: stops taking requests, lets runs reach a quiescent
+    /// point, flushes, checkpoints every shard and closes the storage, so
+    /// the next open replays nothing. Steps still running are abandoned;
+    /// they run again after the next open.
+    pub async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let mut first_err = None;
+        let mut replies = Vec::new();
+        for shard in &self.inner.shards {
+            let (tx, rx) = oneshot::channel();
+            let h = shard.lock().unwrap_or_else(|e| e.into_inner());
+            if h.tx.send(Input::Close { reply: tx }).is_ok() {
+                replies.push(rx);
+            }
+        }
+        for rx in replies {
+            match rx.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(Error::Closed);
+                }
+            }
+        }
+        let inner = Arc::clone(&self.inner);
+        let joined = tokio::task::spawn_blocking(move || {
+            for shard in &inner.shards {
+                let thread = shard.lock().unwrap_or_else(|e| e.into_inner()).thread.take();
+                if let Some(t) = thread {
+                    let _ = t.join();
+                }
+            }
+            inner.storage.close()
+        })
+        .await;
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                first_err.get_or_insert(Error::Storage { shard: 0, error });
+            }
+            Err(e) => {
+                first_err.get_or_insert(Error::Config(format!("closing failed: {e}")));
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a request to `id`'s shard and waits for its answer.
+    async fn request<T>(
+        &self,
+        id: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Input,
+    ) -> Result<T> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let n = self.inner.shards.len() as u32;
+        let shard = shard_of(id, n);
+        let (tx, rx) = oneshot::channel();
+        {
+            let h = self.inner.shards[shard as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let capacity = self.inner.config.queue_capacity;
+            if h.queued.fetch_add(1, Ordering::AcqRel) >= capacity {
+                h.queued.fetch_sub(1, Ordering::AcqRel);
+                return Err(Error::Busy { shard, capacity });
+            }
+            if h.tx.send(make(tx)).is_err() {
+                h.queued.fetch_sub(1, Ordering::AcqRel);
+                return Err(Error::Closed);
+            }
+        }
+        rx.await.map_err(|_| Error::Closed)?
+    }
+}

@@ -1,0 +1,114 @@
+//! [`Error`]: what the engine's client API and step calls return.
+
+use fusee_core::run::DeterminismError;
+use fusee_storage::StorageError;
+
+use crate::Failure;
+use crate::config::OpenError;
+
+/// What went wrong in a call to the engine. Bad input gets a named variant
+/// and records nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No workflow of this type is registered.
+    #[error("unknown workflow type {wtype:?}; registered: {}", registered.join(", "))]
+    UnknownWorkflow {
+        /// The type asked for.
+        wtype: String,
+        /// The types registered, sorted.
+        registered: Vec<String>,
+    },
+    /// A workflow ID already used, under an ID policy that refuses it.
+    #[error("workflow {id:?} already exists (run {run})")]
+    AlreadyExists {
+        /// The workflow ID.
+        id: String,
+        /// Its latest run.
+        run: u64,
+    },
+    /// No workflow with this ID.
+    #[error("no workflow {id:?}")]
+    NotFound {
+        /// The workflow ID.
+        id: String,
+    },
+    /// The workflow has finished: it takes no more signals or cancels.
+    #[error("workflow {id:?} has already finished ({status})")]
+    Finished {
+        /// The workflow ID.
+        id: String,
+        /// How it ended.
+        status: &'static str,
+    },
+    /// A payload (input, signal, result) longer than the limit.
+    #[error("{what} of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The shard's request queue is full: try again later.
+    #[error("shard {shard} is busy: its request queue of {capacity} is full")]
+    Busy {
+        /// The shard.
+        shard: u32,
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The engine was closed (or its shard stopped after a storage failure).
+    #[error("the engine is closed")]
+    Closed,
+    /// A payload did not encode or decode as its type.
+    #[error("payload of {what} does not match its type: {detail}")]
+    Codec {
+        /// Which payload.
+        what: &'static str,
+        /// serde_json's message.
+        detail: String,
+    },
+    /// The run ended without a result of its own: failed, cancelled, timed
+    /// out or terminated.
+    #[error("workflow {id:?} ended {status}: {failure}")]
+    Failed {
+        /// The workflow ID.
+        id: String,
+        /// How it ended (`failed`, `cancelled`, ...).
+        status: &'static str,
+        /// Why.
+        failure: Failure,
+    },
+    /// The run's code did something its journal says it did not: it is
+    /// stuck until its code is fixed (or the run is reset).
+    #[error(transparent)]
+    Determinism(Box<DeterminismError>),
+    /// Opening the storage failed.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A storage call failed; the shard stopped.
+    #[error("shard {shard}: {error}")]
+    Storage {
+        /// The shard.
+        shard: u32,
+        /// The storage's error.
+        error: StorageError,
+    },
+    /// Another engine setting is wrong.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    pub(crate) fn codec(what: &'static str, e: serde_json::Error) -> Self {
+        Self::Codec {
+            what,
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// What the engine's calls return.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,90 @@
+//! The workflow types an engine knows: each a name and a type-erased
+//! function from a [`Ctx`] and the run's input bytes to the run's future.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::ctx::Ctx;
+use crate::workflow::{Failure, Workflow, decode, encode};
+
+/// A run's code, started: its result encoded, or its failure.
+pub(crate) type RunFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>>>>;
+
+/// A workflow's code, type-erased: called once per run (and again, in
+/// replay, after each restart), on the run's shard thread.
+pub(crate) type Handler = Arc<dyn Fn(Ctx, &[u8]) -> RunFuture + Send + Sync>;
+
+/// The registered workflow types, shared by the engine and its shards.
+#[derive(Clone, Default)]
+pub(crate) struct Registry {
+    handlers: Arc<RwLock<BTreeMap<String, Handler>>>,
+}
+
+impl Registry {
+    /// Registers `f` as the code of `workflow`, replacing an earlier
+    /// registration.
+    pub(crate) fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F)
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, Failure>> + 'static,
+    {
+        let handler: Handler = Arc::new(move |ctx: Ctx, input: &[u8]| -> RunFuture {
+            match decode::<I>(input) {
+                Ok(input) => {
+                    let fut = f(ctx, input);
+                    Box::pin(async move {
+                        let out = fut.await?;
+                        encode(&out).map_err(|e| {
+                            Failure::with_kind("codec", format!("result does not encode: {e}"))
+                        })
+                    })
+                }
+                Err(e) => {
+                    let failure = Failure::with_kind(
+                        "codec",
+                        format!("input does not decode as the workflow's input type: {e}"),
+                    );
+                    Box::pin(async move { Err(failure) })
+                }
+            }
+        });
+        self.handlers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(workflow.name().to_string(), handler);
+    }
+
+    /// The code of `wtype`, if registered.
+    pub(crate) fn get(&self, wtype: &str) -> Option<Handler> {
+        self.handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(wtype)
+            .cloned()
+    }
+
+    /// Whether `wtype` is registered.
+    pub(crate) fn contains(&self, wtype: &str) -> bool {
+        self.handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(wtype)
+    }
+
+    /// Every registered name, sorted.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+}

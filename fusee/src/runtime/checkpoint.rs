@@ -1,0 +1,94 @@
+//! Checkpoints: every loaded run's journal and the shard's counters,
+//! committed with the index, then the log discarded through the LSN they
+//! cover, so an open replays only the log after it. Taken when the log
+//! since the last one passes `checkpoint_bytes` or `checkpoint_interval`,
+//! and at close; only when the whole log is durable, so the checkpoint
+//! holds no record a crash could take back.
+
+use fusee_core::store::{Checkpoint, CheckpointRun};
+use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore};
+
+use super::ShardLoop;
+
+impl ShardLoop {
+    /// Takes a checkpoint if one is due (or the shard is closing), and
+    /// finishes a close once it is taken.
+    pub(super) fn maybe_checkpoint(&mut self, now_ms: u64) {
+        let due = self.since_checkpoint >= self.config.checkpoint_bytes
+            || (self.since_checkpoint > 0
+                && now_ms >= self.checkpoint_ms + self.config.checkpoint_interval_ms);
+        let closing = self.closing.is_some();
+        if !(due || closing) || self.failed.is_some() {
+            return;
+        }
+        if closing && self.has_runnable_work() {
+            // Let the code that can go on without the disk reach quiescence
+            // first; its records are flushed before the checkpoint.
+            return;
+        }
+        if (self.since_checkpoint > 0 || self.core.index_pending() > 0)
+            && let Err(e) = self.checkpoint_now(now_ms)
+        {
+            self.fail(e);
+            return;
+        }
+        if let Some(reply) = self.closing.take() {
+            self.closed = true;
+            self.live.clear();
+            let _ = reply.send(Ok(()));
+        }
+    }
+
+    /// Whether some run can make progress without the disk.
+    fn has_runnable_work(&self) -> bool {
+        !self
+            .ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+            || !self.inbox.is_empty()
+    }
+
+    /// Commits a checkpoint of the shard as it is (the log wholly durable)
+    /// and discards the log it covers.
+    fn checkpoint_now(&mut self, now_ms: u64) -> Result<(), fusee_storage::StorageError> {
+        debug_assert_eq!(self.log.last_lsn(), self.durable);
+        let lsn = self.durable;
+        let runs = self
+            .core
+            .loaded_runs()
+            .map(|(run, l)| CheckpointRun {
+                run,
+                last_lsn: l.last_lsn,
+                blob: l.blob,
+                blob_chain: l.blob_chain,
+                blob_depth: l.blob_depth,
+                journal: l.journal.clone(),
+            })
+            .collect();
+        let cp = Checkpoint {
+            shard: self.shard,
+            shards: self.config.shards,
+            lsn,
+            next_run: self.core.next_run_id(),
+            store_generation: 0,
+            store_len: self.store.position(),
+            created_ms: now_ms,
+            runs,
+            outbox: Vec::new(),
+            index: Vec::new(),
+            obsolete: 0,
+            index_runs: self.core.parked_len() as u64,
+        };
+        let mut delta = Vec::new();
+        self.core.index_delta(&mut delta);
+        self.checkpoint
+            .commit(&mut self.store, IndexChange::Delta(&delta), &cp.encode())?;
+        self.log.discard_through(lsn)?;
+        self.since_checkpoint = 0;
+        self.checkpoint_ms = now_ms;
+        self.metrics.checkpoints += 1;
+        tracing::debug!(shard = self.shard, lsn, "checkpoint");
+        Ok(())
+    }
+}

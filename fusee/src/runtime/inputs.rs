@@ -1,0 +1,326 @@
+//! Inputs becoming records: client requests, and what the flusher hands
+//! back.
+
+use fusee_core::record::{Payload, RecordBuf, policy};
+use fusee_core::shard::{Found, Output};
+use fusee_storage::LogStore;
+
+use super::{Input, ShardLoop, Waiting, name, status_name};
+use crate::engine::{Description, IdPolicy, RunRef, RunStatus};
+use crate::error::Error;
+use crate::workflow::CODEC_JSON;
+
+impl ShardLoop {
+    /// Acts on one input.
+    pub(super) fn take(&mut self, input: Input, now_ms: u64) {
+        if self.closing.is_some() && input.is_client() {
+            refuse(input, || Error::Closed);
+            return;
+        }
+        match input {
+            Input::Start {
+                wtype,
+                id,
+                input,
+                policy,
+                reply,
+            } => self.start(wtype, id, input, policy, reply, now_ms),
+            Input::Signal {
+                id,
+                name: signal,
+                payload,
+                reply,
+            } => match self.running(&id, "signal", payload.len()) {
+                Ok(run) => {
+                    let rec = RecordBuf::Signal {
+                        run,
+                        name: name(&signal),
+                        dedup: 0,
+                        payload: Payload::from(payload.as_slice()),
+                        by: None,
+                    };
+                    self.ack_after(&rec, reply);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Input::Cancel { id, reason, reply } => {
+                match self.running(&id, "cancel reason", reason.len()) {
+                    Ok(run) => {
+                        let rec = RecordBuf::Cancel {
+                            run,
+                            reason: Payload::from(reason.as_bytes()),
+                            by: None,
+                        };
+                        self.ack_after(&rec, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Input::Result { id, reply } => match self.core.find(&id) {
+                Some(Found::Loaded(run)) => match self.result_of(run) {
+                    Some(r) => {
+                        let _ = reply.send(Ok(r));
+                    }
+                    None => self.results.entry(run).or_default().push(reply),
+                },
+                _ => {
+                    let _ = reply.send(Err(Error::NotFound { id }));
+                }
+            },
+            Input::Describe { id, reply } => {
+                let _ = reply.send(self.describe(&id));
+            }
+            Input::Metrics { reply } => {
+                let mut m = self.metrics.clone();
+                m.loaded_runs = self.core.loaded_len() as u64;
+                m.parked_runs = self.core.parked_len() as u64;
+                m.queued = self.inbox.len() as u64;
+                let _ = reply.send(m);
+            }
+            Input::Registered => self.start_waiting_code(),
+            Input::StepDone {
+                run,
+                seq,
+                attempt,
+                result,
+            } => self.step_done(run, seq, attempt, result, now_ms),
+            Input::Flushed { ticket, micros } => self.flushed(ticket, micros),
+            Input::Tick => {}
+            Input::Close { reply } => self.closing = Some(reply),
+            Input::Crash => {
+                self.closed = true;
+                self.live.clear();
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        wtype: String,
+        id: String,
+        input: Vec<u8>,
+        id_policy: IdPolicy,
+        reply: super::Reply<RunRef>,
+        now_ms: u64,
+    ) {
+        if !self.registry.contains(&wtype) {
+            let registered = self.registry.names();
+            let _ = reply.send(Err(Error::UnknownWorkflow { wtype, registered }));
+            return;
+        }
+        if input.len() > self.config.max_payload {
+            let _ = reply.send(Err(Error::TooLarge {
+                what: "workflow input",
+                len: input.len(),
+                max: self.config.max_payload,
+            }));
+            return;
+        }
+        if let Some(Found::Loaded(run)) = self.core.find(&id) {
+            let existing = RunRef {
+                id: id.clone(),
+                shard: self.shard,
+                run,
+                attached: true,
+            };
+            // The answer rests on the run's records: it leaves once they
+            // are durable, like any other.
+            let token = self.token();
+            let waiting = match id_policy {
+                IdPolicy::NewOnly => {
+                    Waiting::Refused(reply, Error::AlreadyExists { id, run })
+                }
+                IdPolicy::Attach => Waiting::Started(reply, existing),
+            };
+            self.waiting.insert(token, waiting);
+            let lsn = self.log.last_lsn();
+            self.core.add_output(lsn, Output::Ack(token));
+            self.release_now_if_durable();
+            return;
+        }
+        let run = self.core.allocate_run();
+        let rec = RecordBuf::Start {
+            run,
+            id: name(&id),
+            wtype: name(&wtype),
+            version: 0,
+            codec: CODEC_JSON,
+            started_ms: now_ms,
+            deadline_ms: 0,
+            parent: None,
+            policy: policy::ID_REJECT_DUPLICATE,
+            from: None,
+            copies: 0,
+            update: None,
+            input: Payload::from(input.as_slice()),
+            meta: None,
+        };
+        let started = RunRef {
+            id,
+            shard: self.shard,
+            run,
+            attached: false,
+        };
+        if let Some(lsn) = self.append(&rec) {
+            let token = self.token();
+            self.waiting.insert(token, Waiting::Started(reply, started));
+            self.core.add_output(lsn, Output::Ack(token));
+            self.metrics.started += 1;
+        }
+    }
+
+    /// The run `id` names, if it is running; otherwise why not. Checks a
+    /// payload of `len` bytes against the limit.
+    fn running(&self, id: &str, what: &'static str, len: usize) -> Result<u64, Error> {
+        if len > self.config.max_payload {
+            return Err(Error::TooLarge {
+                what,
+                len,
+                max: self.config.max_payload,
+            });
+        }
+        let Some(Found::Loaded(run)) = self.core.find(id) else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        match self.core.get(run).and_then(|l| l.done) {
+            None => Ok(run),
+            Some((status, _)) => Err(Error::Finished {
+                id: id.to_string(),
+                status: status_name(status),
+            }),
+        }
+    }
+
+    /// Appends `rec` and acknowledges `reply` once it is durable.
+    fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {
+        if let Some(lsn) = self.append(rec) {
+            let token = self.token();
+            self.waiting.insert(token, Waiting::Done(reply));
+            self.core.add_output(lsn, Output::Ack(token));
+        }
+    }
+
+    fn describe(&self, id: &str) -> crate::error::Result<Description> {
+        let Some(Found::Loaded(run)) = self.core.find(id) else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        let Some(l) = self.core.get(run) else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        let live = self.live.get(&run);
+        let stopped = live.and_then(|l| l.stopped.clone());
+        let status = match (l.done, &stopped) {
+            (Some((s, _)), _) => RunStatus::Finished(s),
+            (None, Some(_)) => RunStatus::Stopped,
+            (None, None) if self.no_code.contains(&run) => RunStatus::WaitingForCode,
+            (None, None) => RunStatus::Running,
+        };
+        let step = live.and_then(|live| {
+            let s = live.state.borrow();
+            s.steps
+                .iter()
+                .min_by_key(|(seq, _)| **seq)
+                .map(|(_, spec)| crate::engine::CurrentStep {
+                    name: spec.name.to_string(),
+                    attempt: spec.next.map_or(0, |(a, _)| a),
+                    running: spec.running,
+                })
+        });
+        Ok(Description {
+            id: id.to_string(),
+            workflow: l.wtype.to_string(),
+            shard: self.shard,
+            run,
+            status,
+            started_ms: l.started_ms,
+            finished_ms: l.done.map(|(_, ms)| ms),
+            step,
+            stopped_because: stopped,
+        })
+    }
+
+    /// A flush ticket came back: the batch is durable (or the log failed),
+    /// and outputs it covers leave.
+    fn flushed(&mut self, ticket: fusee_storage::FlushTicket, micros: u64) {
+        self.flushing = false;
+        match self.log.finish_flush(ticket) {
+            Ok(durable) => {
+                self.durable = durable;
+                self.metrics.flushes += 1;
+                self.metrics.flushed_records += self.flush_records;
+                self.metrics.flush_micros.record(micros);
+                tracing::trace!(shard = self.shard, durable, micros, "flushed");
+                self.release_outputs();
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Releases outputs at once when nothing is waiting to be flushed.
+    fn release_now_if_durable(&mut self) {
+        if self.log.last_lsn() == self.durable {
+            self.release_outputs();
+        }
+    }
+
+    /// Hands out every output whose record is durable.
+    pub(super) fn release_outputs(&mut self) {
+        let mut out = Vec::new();
+        self.core.release(self.durable, &mut out);
+        for o in out {
+            match o {
+                Output::Ack(token) => match self.waiting.remove(&token) {
+                    Some(Waiting::Started(r, run)) => {
+                        let _ = r.send(Ok(run));
+                    }
+                    Some(Waiting::Done(r)) => {
+                        let _ = r.send(Ok(()));
+                    }
+                    Some(Waiting::Refused(r, e)) => {
+                        let _ = r.send(Err(e));
+                    }
+                    None => {}
+                },
+                Output::Result {
+                    run,
+                    status,
+                    payload,
+                } => {
+                    self.metrics.finished += 1;
+                    for r in self.results.remove(&run).unwrap_or_default() {
+                        let _ = r.send(Ok(crate::engine::RunResult {
+                            status,
+                            payload: payload.to_vec(),
+                        }));
+                    }
+                }
+                // Messages to other workflows and children come with the
+                // rest of the workflow API.
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Answers a client input the shard will not act on with `err()`.
+pub(super) fn refuse(input: Input, err: impl Fn() -> Error) {
+    match input {
+        Input::Start { reply, .. } => {
+            let _ = reply.send(Err(err()));
+        }
+        Input::Signal { reply, .. } | Input::Cancel { reply, .. } | Input::Close { reply } => {
+            let _ = reply.send(Err(err()));
+        }
+        Input::Result { reply, .. } => {
+            let _ = reply.send(Err(err()));
+        }
+        Input::Describe { reply, .. } => {
+            let _ = reply.send(Err(err()));
+        }
+        _ => {}
+    }
+}

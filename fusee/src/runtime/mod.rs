@@ -1,0 +1,443 @@
+//! The shard runtime: one [`ShardLoop`] per shard, a state machine over its
+//! [`ShardCore`], its runs' [`RunMachine`](fusee_core::run::RunMachine)s
+//! and workflow code, and its storage parts.
+//!
+//! # One loop, two drivers
+//!
+//! The loop does no waiting of its own and reads no clock: a driver gives
+//! it inputs ([`ShardLoop::handle`]) and the time, runs it
+//! ([`ShardLoop::run`]) and carries out what it asks ([`Effects`]: a flush
+//! ticket to run, step functions to start), then waits until
+//! [`ShardLoop::next_wake`] or the next input. The production driver
+//! ([`driver`]) gives each shard a thread and a flusher thread and runs
+//! steps on the embedder's tokio runtime; a test driver can step every
+//! shard, flush and step single-threaded on a virtual clock.
+//!
+//! # One iteration ([`ShardLoop::run`])
+//!
+//! 1. Due timers fire ([`ShardCore::poll_timers`]).
+//! 2. Inputs become records: client requests (start, signal, cancel),
+//!    step results (`Step`, or `Attempt` by the step's retry policy).
+//!    Every record is encoded once; the same bytes go to the log and, by
+//!    [`ShardCore::apply_encoded`], to the run's journal, and the record to
+//!    the run's machine.
+//! 3. Core events: a started run gets its machine and its code; a fired
+//!    timer or a signal offered to a wait becomes a `Fired` or `Waited`
+//!    record.
+//! 4. Runs woken are polled to quiescence; the records their code asked
+//!    for are appended; then the machine's next delivery, one at a time.
+//! 5. Steps whose run is durable through its gate LSN start (the
+//!    output-commit rule: no effect before the records it follows are
+//!    durable).
+//! 6. With records waiting and no flush in flight, a flush begins (group
+//!    commit: what arrives meanwhile forms the next batch). When its ticket
+//!    comes back, outputs whose records are durable are released: replies,
+//!    results to waiters.
+//! 7. A checkpoint, when due, once the log is wholly durable.
+//!
+//! # Invariants
+//!
+//! - No reply, result or step start leaves before the records it depends
+//!   on are durable (replies and results through [`ShardCore::release`],
+//!   steps through the gate LSN).
+//! - A client request refused records nothing.
+//! - A storage failure stops the shard: every waiting caller gets
+//!   [`crate::Error::Storage`], and nothing more is appended.
+
+mod checkpoint;
+pub(crate) mod driver;
+mod inputs;
+mod recover;
+mod runs;
+mod steps;
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+
+use fusee_core::record::{Lsn, Name, RecordBuf, RunId, Status, encode_canonical};
+use fusee_core::shard::{Mode, ShardCore};
+use fusee_storage::{FlushTicket, LogStore};
+use rustc_hash::{FxHashMap, FxHashSet};
+use tokio::sync::oneshot;
+
+use crate::AnyCheckpoint;
+use crate::any_storage::{AnyLog, AnyRuns};
+use crate::ctx::{RunState, StepError};
+use crate::engine::{Description, IdPolicy, RunRef, RunResult};
+use crate::metrics::ShardMetrics;
+use crate::error::{Error, Result};
+use crate::registry::{Registry, RunFuture};
+
+pub(crate) use steps::StepJob;
+
+/// A reply to a client request.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
+
+/// What a driver hands a shard loop.
+pub(crate) enum Input {
+    /// Start a run (or attach to one, by `policy`).
+    Start {
+        wtype: String,
+        id: String,
+        input: Vec<u8>,
+        policy: IdPolicy,
+        reply: Reply<RunRef>,
+    },
+    /// Signal a workflow.
+    Signal {
+        id: String,
+        name: String,
+        payload: Vec<u8>,
+        reply: Reply<()>,
+    },
+    /// Ask a workflow to cancel.
+    Cancel {
+        id: String,
+        reason: String,
+        reply: Reply<()>,
+    },
+    /// Wait for a workflow's result.
+    Result { id: String, reply: Reply<RunResult> },
+    /// Describe a workflow.
+    Describe { id: String, reply: Reply<Description> },
+    /// The shard's figures.
+    Metrics { reply: oneshot::Sender<ShardMetrics> },
+    /// A workflow type was registered: runs waiting for code start.
+    Registered,
+    /// A step attempt ended.
+    StepDone {
+        run: RunId,
+        seq: u32,
+        attempt: u32,
+        result: std::result::Result<Vec<u8>, StepError>,
+    },
+    /// A flush ticket ran (on the flusher); with how long its I/O took.
+    Flushed { ticket: FlushTicket, micros: u64 },
+    /// The time moved (a virtual clock): look at the timers again.
+    Tick,
+    /// Close: finish the flush in flight, checkpoint, stop.
+    Close { reply: Reply<()> },
+    /// The engine was dropped without `close`: stop now, as a crash would
+    /// (the page cache keeps what was written).
+    Crash,
+}
+
+impl Input {
+    /// Whether the input came from a client (counted against the queue's
+    /// capacity).
+    pub(crate) fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Input::Start { .. }
+                | Input::Signal { .. }
+                | Input::Cancel { .. }
+                | Input::Result { .. }
+                | Input::Describe { .. }
+        )
+    }
+}
+
+/// What a run of the loop asks its driver to do.
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// Run this flush's I/O (on a flusher) and hand the ticket back as
+    /// [`Input::Flushed`].
+    pub(crate) flush: Option<FlushTicket>,
+    /// Start these step attempts; each ends as [`Input::StepDone`].
+    pub(crate) steps: Vec<StepJob>,
+    /// The loop has work left (its budget ran out): run it again without
+    /// waiting.
+    pub(crate) more: bool,
+}
+
+/// Settings of a shard loop.
+#[derive(Clone, Debug)]
+pub(crate) struct LoopConfig {
+    pub(crate) shards: u32,
+    pub(crate) max_payload: usize,
+    pub(crate) checkpoint_bytes: u64,
+    pub(crate) checkpoint_interval_ms: u64,
+    pub(crate) retention_ms: u64,
+}
+
+/// A client waiting for an output.
+enum Waiting {
+    Started(Reply<RunRef>, RunRef),
+    Done(Reply<()>),
+    Refused(Reply<RunRef>, Error),
+}
+
+/// A run whose code is running on this shard.
+struct LiveRun {
+    state: Rc<RefCell<RunState>>,
+    future: Option<RunFuture>,
+    waker: Waker,
+    /// Why its code stopped without finishing (a determinism error).
+    stopped: Option<String>,
+}
+
+/// Wakes a run: puts it on its shard's ready queue.
+struct RunWaker {
+    run: RunId,
+    ready: Arc<Mutex<VecDeque<RunId>>>,
+}
+
+impl std::task::Wake for RunWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(self.run);
+    }
+}
+
+/// Runs polled, records appended and deliveries made per call of
+/// [`ShardLoop::run`], so a busy shard still takes its inputs and flushes.
+const RUN_BUDGET: usize = 4096;
+
+/// One shard's state machine. See the [module docs](self).
+pub(crate) struct ShardLoop {
+    shard: u32,
+    config: LoopConfig,
+    core: ShardCore,
+    log: AnyLog,
+    store: AnyRuns,
+    checkpoint: AnyCheckpoint,
+    registry: Registry,
+    live: FxHashMap<RunId, LiveRun>,
+    /// Runs whose type has no code registered yet.
+    no_code: FxHashSet<RunId>,
+    /// Runs with a step waiting to start.
+    stepping: FxHashSet<RunId>,
+    ready: Arc<Mutex<VecDeque<RunId>>>,
+    inbox: VecDeque<Input>,
+    next_token: u64,
+    waiting: FxHashMap<u64, Waiting>,
+    results: FxHashMap<RunId, Vec<Reply<RunResult>>>,
+    jobs: Vec<StepJob>,
+    flushing: bool,
+    durable: Lsn,
+    closing: Option<Reply<()>>,
+    closed: bool,
+    /// The storage failed: the shard takes no more work.
+    failed: Option<String>,
+    /// Log bytes since the last checkpoint, and when it was.
+    since_checkpoint: u64,
+    checkpoint_ms: u64,
+    metrics: ShardMetrics,
+    encode: Vec<u8>,
+    flush_records: Lsn,
+}
+
+impl ShardLoop {
+    /// Takes an input; [`run`](Self::run) acts on it.
+    pub(crate) fn handle(&mut self, input: Input) {
+        self.inbox.push_back(input);
+    }
+
+    /// Whether the loop has stopped (closed, crashed or failed) and its
+    /// driver may end.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// When the loop wants to run again without an input (a timer), in
+    /// ms; `None`: only on an input.
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        if self.closed || self.failed.is_some() {
+            return None;
+        }
+        let checkpoint = (self.since_checkpoint > 0)
+            .then(|| self.checkpoint_ms + self.config.checkpoint_interval_ms);
+        let retry = self
+            .stepping
+            .iter()
+            .filter_map(|run| self.live.get(run))
+            .flat_map(|l| {
+                l.state
+                    .borrow()
+                    .steps
+                    .values()
+                    .filter_map(|s| match s.next {
+                        Some((_, fusee_core::run::RetryAt::At { retry_at_ms })) => {
+                            Some(retry_at_ms)
+                        }
+                        _ => None,
+                    })
+                    .min()
+            })
+            .min();
+        [self.core.next_timer(), checkpoint, retry]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs the loop at time `now_ms`: see the [module docs](self).
+    pub(crate) fn run(&mut self, now_ms: u64) -> Effects {
+        if self.closed {
+            return Effects::default();
+        }
+        if self.failed.is_some() {
+            self.refuse_all();
+            return Effects::default();
+        }
+        self.core.poll_timers(now_ms);
+        let mut budget = RUN_BUDGET;
+        while budget > 0 && let Some(input) = self.inbox.pop_front() {
+            self.take(input, now_ms);
+            budget -= 1;
+            if self.closed {
+                return Effects::default();
+            }
+        }
+        let more = !self.drive(now_ms, &mut budget) || !self.inbox.is_empty();
+        self.start_steps(now_ms);
+        let mut effects = Effects {
+            more,
+            ..Effects::default()
+        };
+        if !self.flushing && self.failed.is_none() && self.log.last_lsn() > self.durable {
+            match self.log.begin_flush() {
+                Ok(ticket) => {
+                    self.flushing = true;
+                    self.flush_records = self.log.last_lsn() - self.durable;
+                    effects.flush = Some(ticket);
+                }
+                Err(e) => self.fail(e),
+            }
+        }
+        if !self.flushing && self.log.last_lsn() == self.durable {
+            self.maybe_checkpoint(now_ms);
+        }
+        effects.steps = std::mem::take(&mut self.jobs);
+        if self.failed.is_some() {
+            self.refuse_all();
+        }
+        effects
+    }
+
+    /// A new client token.
+    fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    /// Appends `rec` to the log, applies it to the core (the same bytes
+    /// going to the run's journal) and hands it to the run's machine, then
+    /// wakes the run: a record from outside its code (a step's result, a
+    /// timer, a signal) may be its next delivery.
+    fn append(&mut self, rec: &RecordBuf) -> Option<Lsn> {
+        let lsn = self.append_quiet(rec)?;
+        if self.live.contains_key(&rec.run()) {
+            self.wake(rec.run());
+        }
+        Some(lsn)
+    }
+
+    /// [`append`](Self::append) without the wake-up: for the records a
+    /// run's code asked for, after which the loop looks for its next
+    /// delivery anyway.
+    fn append_quiet(&mut self, rec: &RecordBuf) -> Option<Lsn> {
+        if self.failed.is_some() {
+            return None;
+        }
+        let lsn = self.log.last_lsn() + 1;
+        self.encode.clear();
+        encode_canonical(rec, &mut self.encode);
+        if let Err(e) = self.log.append(lsn, &self.encode) {
+            self.fail(e);
+            return None;
+        }
+        self.since_checkpoint += self.encode.len() as u64;
+        self.core
+            .apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
+        let run = rec.run();
+        if let Some(live) = self.live.get_mut(&run) {
+            let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
+            if let Err(e) = refused {
+                stop(live, run, e.to_string());
+            }
+        }
+        Some(lsn)
+    }
+
+    /// The storage failed: stop taking work (see the module docs).
+    fn fail(&mut self, e: fusee_storage::StorageError) {
+        tracing::error!(shard = self.shard, error = %e, "storage failed; the shard stops");
+        if self.failed.is_none() {
+            self.failed = Some(e.to_string());
+        }
+        self.refuse_all();
+    }
+
+    /// Answers everyone waiting with the storage failure.
+    fn refuse_all(&mut self) {
+        let Some(msg) = self.failed.clone() else {
+            return;
+        };
+        let err = |shard| Error::Storage {
+            shard,
+            error: fusee_storage::StorageError::Backend(msg.clone().into()),
+        };
+        for (_, w) in self.waiting.drain() {
+            match w {
+                Waiting::Started(r, _) | Waiting::Refused(r, _) => {
+                    let _ = r.send(Err(err(self.shard)));
+                }
+                Waiting::Done(r) => {
+                    let _ = r.send(Err(err(self.shard)));
+                }
+            }
+        }
+        for (_, rs) in self.results.drain() {
+            for r in rs {
+                let _ = r.send(Err(err(self.shard)));
+            }
+        }
+        while let Some(input) = self.inbox.pop_front() {
+            inputs::refuse(input, || err(self.shard));
+        }
+        if let Some(r) = self.closing.take() {
+            let _ = r.send(Err(err(self.shard)));
+            self.closed = true;
+        }
+    }
+
+    /// A finished run's result, once its `Done` is durable.
+    fn result_of(&self, run: RunId) -> Option<RunResult> {
+        let l = self.core.get(run)?;
+        let (status, _) = l.done?;
+        (l.last_lsn <= self.durable).then(|| RunResult {
+            status,
+            payload: l.result.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
+        })
+    }
+}
+
+/// Stops a run's code for good (a determinism error or a refused record):
+/// it stays where it is, and `describe` says why.
+fn stop(live: &mut LiveRun, run: RunId, why: String) {
+    if live.stopped.is_none() {
+        tracing::error!(run, reason = %why, "workflow code stopped");
+        live.stopped = Some(why);
+    }
+    live.future = None;
+}
+
+/// Names for statuses in errors.
+pub(crate) fn status_name(status: Status) -> &'static str {
+    status.as_str()
+}
+
+/// A workflow ID as the core keeps it.
+pub(crate) fn name(s: &str) -> Name {
+    Name::from(s)
+}

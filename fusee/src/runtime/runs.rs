@@ -1,0 +1,338 @@
+//! Runs and their code: starting a run's code (fresh, or replaying its
+//! journal), polling it to quiescence, appending the records it asks for,
+//! handing it its deliveries one at a time, and finishing it.
+
+use std::cell::RefCell;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical};
+use fusee_core::run::{Answer, Delivery, RunMachine};
+use fusee_core::shard::{Event, TimerKind};
+
+use super::{LiveRun, RunWaker, ShardLoop, stop};
+use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped};
+use crate::workflow::{Failure, encode};
+
+impl ShardLoop {
+    /// Acts on every event the core has for the host.
+    pub(super) fn process_events(&mut self, now_ms: u64) {
+        while let Some(ev) = self.core.take_event() {
+            match ev {
+                Event::Started { run } => self.start_code(run),
+                Event::Timer { run, seq, kind } => match kind {
+                    TimerKind::Sleep => {
+                        self.append(&RecordBuf::Fired { run, seq });
+                    }
+                    TimerKind::WaitTimeout => {
+                        self.append(&RecordBuf::Waited {
+                            run,
+                            seq,
+                            outcome: WaitOutcome::TimedOut,
+                        });
+                    }
+                    TimerKind::Retry => {
+                        // The attempt's time came: `start_steps` runs it.
+                        self.stepping.insert(run);
+                    }
+                    TimerKind::Deadline => {
+                        self.append(&RecordBuf::Done {
+                            run,
+                            status: Status::TimedOut,
+                            finished_ms: now_ms,
+                            payload: Payload::from(&[][..]),
+                            by: Some(Payload::from(&b"deadline"[..])),
+                        });
+                    }
+                },
+                Event::SignalReady {
+                    run, seq, ordinal, ..
+                } => {
+                    self.append(&RecordBuf::Waited {
+                        run,
+                        seq,
+                        outcome: WaitOutcome::Signal(ordinal),
+                    });
+                }
+                Event::Finished { run } => {
+                    self.live.remove(&run);
+                    self.stepping.remove(&run);
+                    self.no_code.remove(&run);
+                }
+                // Parked runs come with parking.
+                Event::NeedLoad { .. } => {}
+            }
+        }
+    }
+
+    /// Starts the code of loaded run `run`: a machine built from its
+    /// journal, and its workflow's future, replaying what the journal
+    /// holds. A run whose type has no code yet waits for its registration.
+    pub(super) fn start_code(&mut self, run: RunId) {
+        if self.live.contains_key(&run) {
+            return;
+        }
+        let Some(l) = self.core.get(run) else {
+            return;
+        };
+        if l.is_done() {
+            return;
+        }
+        let Some(handler) = self.registry.get(&l.wtype) else {
+            self.no_code.insert(run);
+            return;
+        };
+        self.no_code.remove(&run);
+        let id = l.id.clone();
+        let built = RunMachine::build(run, &l.journal, l.last_lsn);
+        let input = match iter_canonical(&l.journal).next() {
+            Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
+            _ => Vec::new(),
+        };
+        let waker = Waker::from(Arc::new(RunWaker {
+            run,
+            ready: Arc::clone(&self.ready),
+        }));
+        let machine = match built {
+            Ok(m) => m,
+            Err(e) => {
+                let state = RunState::new(RunMachine::new(), run, id);
+                let mut live = LiveRun {
+                    state: Rc::new(RefCell::new(state)),
+                    future: None,
+                    waker,
+                    stopped: None,
+                };
+                stop(&mut live, run, format!("its journal does not replay: {e}"));
+                self.live.insert(run, live);
+                return;
+            }
+        };
+        let state = Rc::new(RefCell::new(RunState::new(machine, run, id)));
+        let future = handler(Ctx::new(Rc::clone(&state)), &input);
+        self.live.insert(
+            run,
+            LiveRun {
+                state,
+                future: Some(future),
+                waker,
+                stopped: None,
+            },
+        );
+        self.wake(run);
+    }
+
+    /// Starts the code of runs that waited for their type's registration.
+    pub(super) fn start_waiting_code(&mut self) {
+        let waiting: Vec<RunId> = self.no_code.iter().copied().collect();
+        for run in waiting {
+            self.start_code(run);
+        }
+    }
+
+    /// Puts `run` on the ready queue.
+    pub(super) fn wake(&self, run: RunId) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(run);
+    }
+
+    /// Polls ready runs to quiescence, appending what they ask for and
+    /// handing out deliveries, within `budget`. False if the budget ran
+    /// out with work left.
+    pub(super) fn drive(&mut self, now_ms: u64, budget: &mut usize) -> bool {
+        loop {
+            self.process_events(now_ms);
+            let next = self
+                .ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            let Some(run) = next else {
+                return true;
+            };
+            if *budget == 0 {
+                self.wake(run);
+                return false;
+            }
+            *budget -= 1;
+            self.step_run(run, now_ms);
+            if self.failed.is_some() {
+                return true;
+            }
+        }
+    }
+
+    /// Polls `run`'s code once, appends the records it asked for, and hands
+    /// it its next delivery if it is quiescent.
+    fn step_run(&mut self, run: RunId, now_ms: u64) {
+        let Some(live) = self.live.get_mut(&run) else {
+            return;
+        };
+        let Some(future) = live.future.as_mut() else {
+            return;
+        };
+        live.state.borrow_mut().now_ms = now_ms;
+        let mut cx = Context::from_waker(&live.waker);
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
+        let finished = match polled {
+            Ok(Poll::Pending) => None,
+            Ok(Poll::Ready(result)) => Some(result),
+            Err(panic) if panic.is::<Stopped>() => None,
+            Err(panic) => Some(Err(Failure::with_kind(
+                "panic",
+                format!("workflow code panicked: {}", panic_message(&*panic)),
+            ))),
+        };
+        let fault = live.state.borrow_mut().fault.take();
+        let asked = std::mem::take(&mut live.state.borrow_mut().appends);
+        if live.state.borrow().steps.values().any(|s| !s.running && s.next.is_some()) {
+            self.stepping.insert(run);
+        }
+        for rec in &asked {
+            self.append_quiet(rec);
+        }
+        if let Some(Fault::Determinism(why)) = fault {
+            if let Some(live) = self.live.get_mut(&run) {
+                stop(live, run, why);
+            }
+            return;
+        }
+        if let Some(result) = finished {
+            self.finish(run, result, now_ms);
+            return;
+        }
+        self.deliver_next(run);
+    }
+
+    /// Hands `run`'s code its next delivery, if one waits, and wakes it.
+    fn deliver_next(&mut self, run: RunId) {
+        let Some(live) = self.live.get_mut(&run) else {
+            return;
+        };
+        if live.future.is_none() {
+            return;
+        }
+        let mut cancel = None;
+        let stopped = {
+            let mut guard = live.state.borrow_mut();
+            let state = &mut *guard;
+            let outcome = match state.machine.poll_delivery() {
+                Ok(None) => return,
+                Ok(Some(d)) => match d {
+                    Delivery::Step {
+                        seq,
+                        status,
+                        payload,
+                        ..
+                    } => Some((
+                        seq,
+                        Outcome::Step {
+                            status,
+                            payload: payload.to_vec(),
+                        },
+                    )),
+                    Delivery::Fired { seq } => Some((seq, Outcome::Fired)),
+                    Delivery::Waited {
+                        seq,
+                        outcome: WaitOutcome::Signal(_),
+                        payload,
+                    } => Some((seq, Outcome::Signal(payload.to_vec()))),
+                    Delivery::Waited { seq, .. } => Some((seq, Outcome::TimedOut)),
+                    Delivery::Cancel { reason } => {
+                        cancel = Some(String::from_utf8_lossy(reason).into_owned());
+                        None
+                    }
+                    // Children and updates come with the rest of the API.
+                    Delivery::Child { .. } | Delivery::Update { .. } => None,
+                },
+                Err(e) => {
+                    drop(guard);
+                    stop(live, run, e.to_string());
+                    return;
+                }
+            };
+            if let Some((seq, outcome)) = outcome {
+                state.deliver(seq, outcome);
+            }
+            false
+        };
+        if stopped {
+            return;
+        }
+        if let Some(reason) = cancel {
+            // Cancellation ends the run where its code stands.
+            let failure = Failure::with_kind("cancelled", reason);
+            self.finish_with(run, Status::Cancelled, failure_payload(&failure));
+            return;
+        }
+        // The code runs to quiescence before the next delivery.
+        self.wake(run);
+    }
+
+    /// The run's code returned `result`: its `Done`.
+    fn finish(&mut self, run: RunId, result: Result<Vec<u8>, Failure>, now_ms: u64) {
+        let _ = now_ms;
+        let (status, payload) = match result {
+            Ok(bytes) if bytes.len() <= self.config.max_payload => (Status::Ok, bytes),
+            Ok(bytes) => (
+                Status::Failed,
+                failure_payload(&Failure::with_kind(
+                    "too-large",
+                    format!(
+                        "result of {} bytes exceeds the limit of {}",
+                        bytes.len(),
+                        self.config.max_payload
+                    ),
+                )),
+            ),
+            Err(f) => (Status::Failed, failure_payload(&f)),
+        };
+        self.finish_with(run, status, payload);
+    }
+
+    /// Records the run's end with `status` and `payload`, as its code
+    /// asked (checked against its journal).
+    fn finish_with(&mut self, run: RunId, status: Status, payload: Vec<u8>) {
+        let Some(live) = self.live.get_mut(&run) else {
+            return;
+        };
+        live.future = None;
+        let (answer, now_ms) = {
+            let mut s = live.state.borrow_mut();
+            (s.machine.finish(status), s.now_ms)
+        };
+        match answer {
+            Ok(Answer::Append) => {
+                self.append(&RecordBuf::Done {
+                    run,
+                    status,
+                    finished_ms: now_ms,
+                    payload: Payload::from(payload.as_slice()),
+                    by: None,
+                });
+            }
+            Ok(Answer::Recorded) => {}
+            Err(e) => stop(live, run, e.to_string()),
+        }
+    }
+}
+
+/// A failure as a `Done` payload.
+fn failure_payload(f: &Failure) -> Vec<u8> {
+    encode(f).unwrap_or_else(|_| f.message.clone().into_bytes())
+}
+
+/// A panic's message.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}

@@ -1,0 +1,174 @@
+//! Step attempts: started once their run is durable through its gate LSN
+//! (and their retry time has come), run by the driver, and recorded when
+//! they end: the result (`Step`), or a failure the retry policy retries
+//! (`Attempt` with the next attempt's time, or paused) or gives up on.
+
+use std::sync::Arc;
+
+use fusee_core::record::{PAUSED, Payload, RecordBuf, RunId, Seq, Status};
+use fusee_core::run::RetryAt;
+
+use super::ShardLoop;
+use crate::ctx::{StepContext, StepError, StepFuture};
+use crate::retry::Decision;
+use crate::workflow::encode;
+
+/// A step attempt for the driver to run: its future, and where its result
+/// goes.
+pub(crate) struct StepJob {
+    /// The run.
+    pub(crate) run: RunId,
+    /// The step.
+    pub(crate) seq: Seq,
+    /// The attempt, from 1.
+    pub(crate) attempt: u32,
+    /// The step function's future for this attempt.
+    pub(crate) future: StepFuture,
+}
+
+impl ShardLoop {
+    /// Starts every step attempt that may start: its run durable through
+    /// its gate LSN, its time come, not running already.
+    pub(super) fn start_steps(&mut self, now_ms: u64) {
+        if self.stepping.is_empty() || self.failed.is_some() {
+            return;
+        }
+        let runs: Vec<RunId> = self.stepping.iter().copied().collect();
+        for run in runs {
+            let Some(live) = self.live.get(&run) else {
+                self.stepping.remove(&run);
+                continue;
+            };
+            let mut s = live.state.borrow_mut();
+            // The output-commit rule: nothing with effects before the
+            // records the run wrote so far are durable.
+            let Some(gate) = s.machine.gate_lsn() else {
+                continue;
+            };
+            if gate > self.durable {
+                continue;
+            }
+            let id = s.id.clone();
+            let mut waiting = false;
+            for (&seq, spec) in s.steps.iter_mut() {
+                let Some((attempt, at)) = spec.next else {
+                    continue;
+                };
+                if spec.running {
+                    continue;
+                }
+                match at {
+                    RetryAt::Now => {}
+                    RetryAt::At { retry_at_ms } if retry_at_ms <= now_ms => {}
+                    RetryAt::At { .. } => {
+                        waiting = true;
+                        continue;
+                    }
+                    RetryAt::Paused => continue,
+                }
+                spec.running = true;
+                spec.first_ms.get_or_insert(now_ms);
+                let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
+                let future = (spec.f)(StepContext::new(key, attempt));
+                self.jobs.push(StepJob {
+                    run,
+                    seq,
+                    attempt,
+                    future,
+                });
+            }
+            drop(s);
+            if !waiting {
+                self.stepping.remove(&run);
+            }
+        }
+    }
+
+    /// A step attempt ended: record its result, or what its retry policy
+    /// decides about its failure.
+    pub(super) fn step_done(
+        &mut self,
+        run: RunId,
+        seq: Seq,
+        attempt: u32,
+        result: Result<Vec<u8>, StepError>,
+        now_ms: u64,
+    ) {
+        let Some(live) = self.live.get(&run) else {
+            // The run finished (or the engine is closing): nobody waits.
+            return;
+        };
+        let rec = {
+            let mut s = live.state.borrow_mut();
+            let Some(spec) = s.steps.get_mut(&seq) else {
+                return;
+            };
+            spec.running = false;
+            let name = spec.name.clone();
+            let result = match result {
+                Ok(bytes) if bytes.len() > self.config.max_payload => Err(StepError::fatal(
+                    format!(
+                        "step result of {} bytes exceeds the limit of {}",
+                        bytes.len(),
+                        self.config.max_payload
+                    ),
+                )
+                .kind("too-large")),
+                other => other,
+            };
+            let step = |status, payload: &[u8]| RecordBuf::Step {
+                run,
+                seq,
+                name: name.clone(),
+                attempt,
+                status,
+                payload: Payload::from(payload),
+            };
+            match result {
+                Ok(bytes) => {
+                    s.steps.remove(&seq);
+                    step(Status::Ok, &bytes)
+                }
+                Err(e) => {
+                    let decision = if e.retryable {
+                        spec.policy.decide(
+                            attempt,
+                            e.kind.as_deref(),
+                            spec.first_ms.unwrap_or(now_ms),
+                            now_ms,
+                        )
+                    } else {
+                        Decision::Fail
+                    };
+                    let error = encode(&e).unwrap_or_else(|_| e.message.clone().into_bytes());
+                    let attempt_rec = |retry_at_ms| RecordBuf::Attempt {
+                        run,
+                        seq,
+                        name: name.clone(),
+                        attempt,
+                        retry_at_ms,
+                        error: Payload::from(error.as_slice()),
+                    };
+                    match decision {
+                        Decision::Fail => {
+                            s.steps.remove(&seq);
+                            step(Status::Failed, &error)
+                        }
+                        Decision::RetryAt(retry_at_ms) => {
+                            spec.next = Some((attempt + 1, RetryAt::At { retry_at_ms }));
+                            attempt_rec(retry_at_ms)
+                        }
+                        Decision::Pause => {
+                            spec.next = Some((attempt + 1, RetryAt::Paused));
+                            attempt_rec(PAUSED)
+                        }
+                    }
+                }
+            }
+        };
+        if matches!(rec, RecordBuf::Attempt { .. }) {
+            self.stepping.insert(run);
+        }
+        self.append(&rec);
+    }
+}

@@ -1,0 +1,268 @@
+//! The engine end to end: workflows with steps, sleeps and signals; bad
+//! input; retries and panics; recovery after close and after a crash.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use fusee::{
+    Clock, Config, Ctx, Engine, Error, Failure, IdPolicy, RetryPolicy, RunStatus, Signal,
+    StepError, VirtualClock, Workflow,
+};
+
+const ADD: Workflow<(u64, u64), u64> = Workflow::new("add");
+const WAITER: Workflow<String, String> = Workflow::new("waiter");
+const FLAKY: Workflow<u32, u32> = Workflow::new("flaky");
+const PANICS: Workflow<(), ()> = Workflow::new("panics");
+const SLEEPER: Workflow<u64, u64> = Workflow::new("sleeper");
+const NAME: Signal<String> = Signal::new("name");
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "fusee-engine-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn register_add(engine: &Engine) {
+    engine.register(ADD, |ctx: Ctx, (a, b): (u64, u64)| async move {
+        let x = ctx.step("double-a", move |_| async move { Ok(a * 2) }).await?;
+        let y = ctx.step("add-b", move |_| async move { Ok(x + b) }).await?;
+        Ok::<_, Failure>(y)
+    });
+}
+
+fn register_waiter(engine: &Engine) {
+    engine.register(WAITER, |ctx: Ctx, greeting: String| async move {
+        let who = ctx
+            .wait_for(&NAME)
+            .await?
+            .ok_or_else(|| Failure::new("no name"))?;
+        Ok::<_, Failure>(format!("{greeting}, {who}"))
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_of_steps_returns_its_result() {
+    let engine = Engine::open(Config::memory()).await.unwrap();
+    register_add(&engine);
+    assert_eq!(engine.execute(ADD, "add-1", &(20, 2)).await.unwrap(), 42);
+    let d = engine.describe("add-1").await.unwrap();
+    assert!(matches!(d.status, RunStatus::Finished(s) if s == fusee::core::Status::Ok));
+    let m = engine.metrics().await;
+    assert!(m.flushes > 0 && m.flushed_records >= 4, "{m:?}");
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_named_errors() {
+    let engine = Engine::open(Config::memory().max_payload(1000)).await.unwrap();
+    register_add(&engine);
+    match engine.execute(WAITER, "w", &"hi".to_string()).await {
+        Err(Error::UnknownWorkflow { wtype, registered }) => {
+            assert_eq!(wtype, "waiter");
+            assert_eq!(registered, vec!["add".to_string()]);
+        }
+        other => panic!("expected UnknownWorkflow, found {other:?}"),
+    }
+    engine.execute(ADD, "taken", &(1, 1)).await.unwrap();
+    match engine.start(ADD, "taken", &(1, 1)).await {
+        Err(Error::AlreadyExists { id, .. }) => assert_eq!(id, "taken"),
+        other => panic!("expected AlreadyExists, found {other:?}"),
+    }
+    let attached = engine
+        .start_with(ADD, "taken", &(1, 1), IdPolicy::Attach)
+        .await
+        .unwrap();
+    assert!(attached.run().attached);
+    assert_eq!(attached.result().await.unwrap(), 3);
+    assert!(matches!(
+        engine.signal("nobody", NAME, &"x".into()).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        engine.describe("nobody").await,
+        Err(Error::NotFound { .. })
+    ));
+    let big = "x".repeat(2000);
+    register_waiter(&engine);
+    assert!(matches!(
+        engine.start(WAITER, "big", &big).await,
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        engine.describe("big").await,
+        Err(Error::NotFound { .. })
+    ), "a refused start records nothing");
+    engine.close().await.unwrap();
+    assert!(matches!(
+        engine.execute(ADD, "after", &(1, 1)).await,
+        Err(Error::Closed)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_reach_a_waiting_workflow() {
+    let engine = Engine::open(Config::memory()).await.unwrap();
+    register_waiter(&engine);
+    let run = engine.start(WAITER, "w-1", &"hello".to_string()).await.unwrap();
+    engine.signal("w-1", NAME, &"ada".to_string()).await.unwrap();
+    assert_eq!(run.result().await.unwrap(), "hello, ada");
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_are_retried_and_panics_are_failures() {
+    let engine = Engine::open(Config::memory()).await.unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&calls);
+    engine.register(FLAKY, move |ctx: Ctx, fail_times: u32| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let n = ctx
+                .step("flaky", move |step| {
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        if step.attempt() <= fail_times {
+                            if step.attempt() == 1 {
+                                panic!("boom on the first attempt");
+                            }
+                            return Err(StepError::retryable("not yet"));
+                        }
+                        Ok(step.attempt())
+                    }
+                })
+                .retry(
+                    RetryPolicy::default()
+                        .attempts(4)
+                        .backoff(Duration::from_millis(1), 1.0, Duration::from_millis(1)),
+                )
+                .await?;
+            Ok::<_, Failure>(n)
+        }
+    });
+    assert_eq!(engine.execute(FLAKY, "f-1", &2).await.unwrap(), 3);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    match engine.execute(FLAKY, "f-2", &10).await {
+        Err(Error::Failed { status, failure, .. }) => {
+            assert_eq!(status, "failed");
+            assert_eq!(failure.message, "not yet");
+        }
+        other => panic!("expected the step to fail after 4 attempts, found {other:?}"),
+    }
+    engine.register(PANICS, |_ctx: Ctx, ()| async move {
+        if true {
+            panic!("workflow bug");
+        }
+        Ok::<_, Failure>(())
+    });
+    match engine.execute(PANICS, "p-1", &()).await {
+        Err(Error::Failed { failure, .. }) => {
+            assert!(failure.message.contains("workflow bug"), "{failure}")
+        }
+        other => panic!("expected a failed run, found {other:?}"),
+    }
+    // The engine goes on.
+    engine.register(ADD, |ctx: Ctx, (a, b): (u64, u64)| async move {
+        Ok::<_, Failure>(ctx.step("sum", move |_| async move { Ok(a + b) }).await?)
+    });
+    assert_eq!(engine.execute(ADD, "after-panic", &(2, 3)).await.unwrap(), 5);
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_sleep_completes_when_the_virtual_clock_moves() {
+    let clock = VirtualClock::new(1_000_000);
+    let engine = Engine::open(Config::memory().clock(Clock::Virtual(clock.clone())))
+        .await
+        .unwrap();
+    engine.register(SLEEPER, |ctx: Ctx, secs: u64| async move {
+        ctx.sleep("nap", Duration::from_secs(secs)).await;
+        Ok::<_, Failure>(secs)
+    });
+    let run = engine.start(SLEEPER, "s-1", &86_400).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(matches!(
+        engine.describe("s-1").await.unwrap().status,
+        RunStatus::Running
+    ));
+    clock.advance(86_400 * 1000);
+    assert_eq!(run.result().await.unwrap(), 86_400);
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_survive_close_and_a_clean_close_replays_nothing() {
+    let dir = temp_dir("close");
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_waiter(&engine);
+    register_add(&engine);
+    engine.start(WAITER, "w-1", &"hi".to_string()).await.unwrap();
+    assert_eq!(engine.execute(ADD, "a-1", &(5, 1)).await.unwrap(), 11);
+    engine.close().await.unwrap();
+    drop(engine);
+
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    let m = engine.metrics().await;
+    assert_eq!(m.recovered_records, 0, "a clean close leaves nothing to replay");
+    register_waiter(&engine);
+    register_add(&engine);
+    engine.signal("w-1", NAME, &"bob".to_string()).await.unwrap();
+    assert_eq!(engine.result(WAITER, "w-1").await.unwrap(), "hi, bob");
+    assert_eq!(engine.result(ADD, "a-1").await.unwrap(), 11);
+    engine.close().await.unwrap();
+    drop(engine);
+    match Engine::open(Config::file(&dir).shards(3)).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("shards"), "{msg}"),
+        other => panic!("another shard count must be refused, found {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_survive_a_crash_and_steps_do_not_run_twice() {
+    let dir = temp_dir("crash");
+    let calls = Arc::new(AtomicU32::new(0));
+    let register = |engine: &Engine, calls: Arc<AtomicU32>| {
+        engine.register(WAITER, move |ctx: Ctx, greeting: String| {
+            let calls = Arc::clone(&calls);
+            async move {
+                let n = ctx
+                    .step("count", move |_| {
+                        let calls = Arc::clone(&calls);
+                        async move { Ok(calls.fetch_add(1, Ordering::SeqCst) + 1) }
+                    })
+                    .await?;
+                let who = ctx.wait_for(&NAME).await?.unwrap_or_default();
+                Ok::<_, Failure>(format!("{greeting}, {who} ({n})"))
+            }
+        });
+    };
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register(&engine, Arc::clone(&calls));
+    engine.start(WAITER, "w-1", &"hi".to_string()).await.unwrap();
+    // Wait until the step's result is recorded (and so durable once the
+    // next flush runs).
+    for _ in 0..200 {
+        if calls.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(engine); // a crash: no close
+
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    assert!(engine.metrics().await.recovered_records > 0);
+    register(&engine, Arc::clone(&calls));
+    engine.signal("w-1", NAME, &"eve".to_string()).await.unwrap();
+    assert_eq!(engine.result(WAITER, "w-1").await.unwrap(), "hi, eve (1)");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the step's durable result was replayed");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

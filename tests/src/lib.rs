@@ -194,3 +194,240 @@ impl<S: Storage> AnyBackend for S {
         check_log(self)
     }
 }
+
+/// A count from the environment variable `name`, or `default` when it is
+/// unset or not a number (stress counts and seeds of the harnesses).
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The engine SIGKILL harness (`tests/engine_sigkill.rs`) and its child
+/// (`engine-child`): what the child reports on stdout, one line each, and
+/// the result its workflow computes.
+///
+/// The child keeps up to [`IN_FLIGHT`](engine_kill::IN_FLIGHT) workflows
+/// running (IDs [`workflow_id`](engine_kill::workflow_id) of increasing
+/// numbers), reports each start the engine acknowledged and each result it
+/// got; the parent kills it, starts it again on the same directory, and
+/// checks every report of the new child against what the earlier ones said.
+pub mod engine_kill {
+    use std::fmt;
+
+    /// Workflows a child keeps running at once.
+    pub const IN_FLIGHT: usize = 1000;
+
+    /// The workflow ID of run number `n`.
+    pub fn workflow_id(n: u64) -> String {
+        format!("wf-{n}")
+    }
+
+    /// One line of the child's stdout.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Report {
+        /// The engine opened; its shards replayed this many log records.
+        Opened {
+            /// Log records recovery replayed, summed over the shards.
+            recovered: u64,
+        },
+        /// The child is about to ask for the start of run `n` (so a run
+        /// numbered `n` may exist from now on, acknowledged or not).
+        Starting(u64),
+        /// The engine acknowledged the start of run `n`: a new run, or one
+        /// that existed (`attached`).
+        Started {
+            /// The run's number.
+            n: u64,
+            /// Whether the start attached to an existing run.
+            attached: bool,
+        },
+        /// Run `n`'s result, as [`RunValue`] formats it.
+        Result {
+            /// The run's number.
+            n: u64,
+            /// The result.
+            value: String,
+        },
+        /// A call about run `n` failed: never expected.
+        Error {
+            /// The run's number.
+            n: u64,
+            /// The error.
+            message: String,
+        },
+    }
+
+    impl fmt::Display for Report {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Report::Opened { recovered } => write!(f, "opened {recovered}"),
+                Report::Starting(n) => write!(f, "starting {n}"),
+                Report::Started { n, attached } => {
+                    write!(
+                        f,
+                        "started {n} {}",
+                        if *attached { "attached" } else { "new" }
+                    )
+                }
+                Report::Result { n, value } => write!(f, "result {n} {value}"),
+                // One line, whatever the error says.
+                Report::Error { n, message } => {
+                    write!(f, "error {n} {}", message.replace('\n', " "))
+                }
+            }
+        }
+    }
+
+    impl Report {
+        /// Parses a line [`Display`](fmt::Display) wrote; `None` for
+        /// anything else.
+        pub fn parse(line: &str) -> Option<Report> {
+            let (word, rest) = line.trim_end().split_once(' ')?;
+            let (n, tail) = match rest.split_once(' ') {
+                Some((n, tail)) => (n.parse::<u64>().ok()?, Some(tail)),
+                None => (rest.parse::<u64>().ok()?, None),
+            };
+            Some(match (word, tail) {
+                ("opened", None) => Report::Opened { recovered: n },
+                ("starting", None) => Report::Starting(n),
+                ("started", Some("new")) => Report::Started { n, attached: false },
+                ("started", Some("attached")) => Report::Started { n, attached: true },
+                ("result", Some(value)) => Report::Result {
+                    n,
+                    value: value.to_string(),
+                },
+                ("error", Some(message)) => Report::Error {
+                    n,
+                    message: message.to_string(),
+                },
+                _ => return None,
+            })
+        }
+    }
+
+    /// What the harness's workflow returns: its number, the incarnations
+    /// of the child (numbered from 0 by the parent) whose attempts of
+    /// steps `a`, `b` and `c` were recorded, the incarnation that sent the
+    /// signal it consumed, and a recorded random number. Everything but
+    /// `n` depends on which process got there first, so a result that
+    /// changes after a kill shows a step run again after its result was
+    /// durable, or a replay that saw another journal.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct RunValue {
+        /// The run's number.
+        pub n: u64,
+        /// Incarnation whose attempt of step `a` was recorded.
+        pub a: u64,
+        /// The same for step `b`.
+        pub b: u64,
+        /// Incarnation whose `go` signal the run consumed.
+        pub go: u64,
+        /// The same for step `c`.
+        pub c: u64,
+        /// `ctx.random()`, recorded.
+        pub random: u64,
+    }
+
+    impl fmt::Display for RunValue {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            let RunValue {
+                n,
+                a,
+                b,
+                go,
+                c,
+                random,
+            } = self;
+            write!(f, "n={n},a={a},b={b},go={go},c={c},random={random:x}")
+        }
+    }
+
+    impl RunValue {
+        /// Parses what [`Display`](fmt::Display) wrote.
+        pub fn parse(s: &str) -> Option<RunValue> {
+            let mut fields = s.split(',').map(|kv| kv.split_once('='));
+            let mut next = |key: &str, radix: u32| -> Option<u64> {
+                let (k, v) = fields.next()??;
+                (k == key).then(|| u64::from_str_radix(v, radix).ok())?
+            };
+            let value = RunValue {
+                n: next("n", 10)?,
+                a: next("a", 10)?,
+                b: next("b", 10)?,
+                go: next("go", 10)?,
+                c: next("c", 10)?,
+                random: next("random", 16)?,
+            };
+            fields.next().is_none().then_some(value)
+        }
+
+        /// Why this value cannot be run `n`'s as seen by incarnation
+        /// `incarnation`, if it cannot: another number, steps recorded out
+        /// of order, or an incarnation that has not run yet.
+        pub fn implausible(&self, n: u64, incarnation: u64) -> Option<String> {
+            if self.n != n {
+                return Some(format!("it is run {}'s", self.n));
+            }
+            if !(self.a <= self.b && self.b <= self.c && self.go <= self.c) {
+                return Some("its steps were recorded out of order".into());
+            }
+            if self.c > incarnation {
+                return Some(format!(
+                    "it names incarnation {}, after this one ({incarnation})",
+                    self.c
+                ));
+            }
+            None
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn reports_and_values_read_back() {
+            let value = RunValue {
+                n: 7,
+                a: 1,
+                b: 2,
+                go: 2,
+                c: 3,
+                random: u64::MAX,
+            };
+            let reports = [
+                Report::Opened { recovered: 12 },
+                Report::Starting(3),
+                Report::Started {
+                    n: 3,
+                    attached: true,
+                },
+                Report::Started {
+                    n: 4,
+                    attached: false,
+                },
+                Report::Result {
+                    n: 7,
+                    value: value.to_string(),
+                },
+                Report::Error {
+                    n: 9,
+                    message: "shard 1: busy".into(),
+                },
+            ];
+            for r in reports {
+                assert_eq!(Report::parse(&r.to_string()), Some(r));
+            }
+            assert_eq!(RunValue::parse(&value.to_string()), Some(value));
+            assert_eq!(value.implausible(7, 3), None);
+            assert!(value.implausible(8, 3).is_some());
+            assert!(value.implausible(7, 2).is_some());
+            for bad in ["", "started 3", "started x new", "result 3", "opened"] {
+                assert_eq!(Report::parse(bad), None, "{bad:?}");
+            }
+            assert_eq!(RunValue::parse("n=1,a=1"), None);
+        }
+    }
+}

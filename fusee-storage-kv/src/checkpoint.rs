@@ -189,7 +189,7 @@ impl<E: IndexEngine> CheckpointStore for KvCheckpoint<E> {
         let mut chunk = Vec::with_capacity(cap * INDEX_RECORD);
         let mut at = 0u64;
         self.engine.scan(generation, &mut |key, value| {
-            let record = index_record_of(value, names.index_record, at)?;
+            let record = index_record_of(key, value, names.index_record, at)?;
             if key != index_key(shard, generation, index_record_run(&record)) {
                 return Err(StorageError::Corrupt {
                     what: names.index_key,

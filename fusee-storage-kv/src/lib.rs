@@ -16,31 +16,51 @@
 //! - what a storage shares with its parts whatever the engine: the database
 //!   until closed, one owner per shard and the fault switches ([`Shared`],
 //!   [`ShardHandle`], [`OpenShards`], [`FaultSwitches`]);
-//! - with feature `testing`, test bodies both backends run and their
-//!   conformance harness (`testing`, `testing::KvHarness`).
+//! - the storage's directory ([`store_dir`]): the identity marker checked
+//!   before anything is written, the exclusive `LOCK` taken before the
+//!   engine opens and held ([`store_dir::Held`]) as long as the database,
+//!   which is as long as the storage or any part it gave out lives, and
+//!   the engine's database created under a staging name and renamed into
+//!   place whole, so that a missing database under a marker is damage, not
+//!   a new store;
+//! - with feature `testing`, test bodies both backends run, the damage
+//!   matrix (`testing::damage`) and their conformance harness (`testing`,
+//!   `testing::KvHarness`).
 //!
 //! A backend implements [`ShardEngine`], [`LogEngine`], [`FrameEngine`] and
 //! [`IndexEngine`] for its shard handle, and its parts are then
 //! `KvLog<Handle>`, `KvRuns<Handle>` and `KvCheckpoint<Handle>`.
 //!
-//! **Deliberately does not know** any engine: how a read, a write batch or
-//! transaction, durability, locking or opening work, what an engine's
-//! errors are, how its tables are named or created, or how it fails on a
-//! damaged file. Those stay in the backend crates, which implement the three
-//! engine traits and map the five tables of [`layout`] onto their own
-//! namespaces.
+//! **Invariants.** A flush or a commit is one atomic durable engine write;
+//! spills, streamed bases and discards are writes that need not be
+//! durable, and the log row counts flushed records only, so the open-time
+//! cleanup leaves exactly the last commit and the flushed log. Every stored
+//! value carries a CRC-32 over its key and its bytes. One storage holds the
+//! directory's lock from before its engine opens until the engine has
+//! closed, however long its parts outlive it.
 //!
-//! **Damage.** A stored value carries a CRC over the value only, so a
-//! damaged key is checked where it matters: a shard's meta rows at open
-//! ([`ShardState::check_keys`]: a stray tag, or a missing log row beside
-//! other rows, is `Corrupt`), index rows against their full key, log
-//! records by their LSN sequence. Known gaps: a commit row whose shard bytes
-//! are damaged leaves its shard looking never committed; a frame whose key
-//! is damaged may, in an engine without page checksums (redb), be found
-//! under another frame's number; and RocksDB's point-in-time WAL recovery
-//! stops silently at a damaged record (it must, to cut a torn tail of
-//! unsynced writes). Covering keys with the CRC would close the first two;
-//! it is a layout change.
+//! **Deliberately does not know** any engine: how a read, a write batch or
+//! transaction, durability or opening work, what an engine's errors are,
+//! how its tables are named or created, what it keeps inside its database
+//! file or directory, or how it fails on a damaged file. Those stay in the
+//! backend crates, which implement the three engine traits and map the
+//! five tables of [`layout`] onto their own namespaces.
+//!
+//! **Damage.** Every stored value's CRC covers its key, so a value read
+//! under another key than it was written under (a damaged key, a row moved
+//! by damage) fails like a changed byte: a frame can no longer be read
+//! under another number, nor a record under another LSN. Every meta row is
+//! checked when the storage opens ([`check_meta_row`]), so a commit or log
+//! row whose key was damaged fails the open rather than leave its shard
+//! looking never committed or new; a shard's log row missing beside its
+//! other rows is `Corrupt` at the shard's open ([`ShardState::check_keys`]);
+//! a record missing inside the log is `Corrupt` at the read; an index of
+//! another size than its commit row says is `Corrupt`. What this layer
+//! cannot see: a run-store frame whose row is gone entirely (an engine
+//! dropping rows it holds) reads as [`fusee_storage::StorageError::UnknownBlob`],
+//! like a released frame, since the layout keeps no list of live frames;
+//! and a shard whose every row is gone looks never opened. What each engine
+//! detects below this layer is in its crate's documentation.
 //!
 //! **Cost.** The traits are static (generic parameters, no `dyn` on the
 //! write path); a record or frame is framed once by [`layout::with_crc`] and
@@ -54,6 +74,7 @@ pub mod layout;
 pub mod log;
 mod open;
 pub mod runs;
+pub mod store_dir;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -62,8 +83,8 @@ pub use handle::{ShardHandle, Shared};
 pub use layout::{CommitRow, LogRow};
 pub use log::{KvLog, LogEngine};
 pub use open::{
-    COMMIT_CRASH_POINTS, Cleanup, FaultSwitches, OpenShards, ShardState, injected, lock,
-    shard_parts,
+    COMMIT_CRASH_POINTS, Cleanup, FaultSwitches, OpenShards, ShardState, check_meta_row, injected,
+    lock, shard_parts,
 };
 pub use runs::{FrameEngine, KvRuns};
 
@@ -95,6 +116,8 @@ pub struct Names {
     /// A meta row of a shard under a tag that is neither the log row's nor
     /// the commit row's: a damaged key (`at` is the shard).
     pub meta_row: &'static str,
+    /// A meta row whose key is not a meta key (`at` is the key's length).
+    pub meta_key: &'static str,
     /// A log record (`at` is its LSN).
     pub log_record: &'static str,
     /// A log record missing from the table (`at` is its LSN).
@@ -124,6 +147,10 @@ macro_rules! names {
             log_row: concat!($backend, " log row of shard"),
             commit_row: concat!($backend, " commit row of shard"),
             meta_row: concat!($backend, " meta row under an unknown tag, shard"),
+            meta_key: concat!(
+                $backend,
+                " meta row under a key of the wrong length, length"
+            ),
             log_record: concat!($backend, " log record at LSN"),
             missing_record: concat!($backend, " log: missing record at LSN"),
             frame: concat!($backend, " run-store frame number"),

@@ -19,7 +19,7 @@ use fusee_core::record::Lsn;
 use fusee_storage::{LogStore, Result, StorageError, check_log_append};
 
 use crate::Names;
-use crate::layout::{CRC, LogRow, check_crc, with_crc};
+use crate::layout::{CRC, LogRow, check_crc, seq_key, with_crc};
 
 /// Bytes of unflushed records held in memory before they are written out
 /// (not durably).
@@ -135,7 +135,7 @@ impl<E: LogEngine> KvLog<E> {
         from: Lsn,
         visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let names = self.names;
+        let (names, shard) = (self.names, self.engine.shard());
         let mut next = from;
         self.engine.scan(from, self.written, &mut |lsn, stored| {
             if lsn != next {
@@ -144,7 +144,10 @@ impl<E: LogEngine> KvLog<E> {
                     at: next,
                 });
             }
-            visit(lsn, check_crc(stored, names.log_record, lsn)?)?;
+            visit(
+                lsn,
+                check_crc(&seq_key(shard, lsn), stored, names.log_record, lsn)?,
+            )?;
             next += 1;
             Ok(())
         })?;
@@ -171,7 +174,7 @@ impl<E: LogEngine> LogStore for KvLog<E> {
     fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
         self.writable()?;
         check_log_append(self.last_lsn(), lsn, record)?;
-        let stored = with_crc(record);
+        let stored = with_crc(&seq_key(self.engine.shard(), lsn), record);
         self.pending_bytes += stored.len();
         self.pending.push(stored);
         if self.pending_bytes >= LOG_SPILL_BYTES

@@ -135,6 +135,33 @@ impl ShardState {
     }
 }
 
+/// Checks one row of the meta table, read when the storage opens. Every
+/// row's CRC covers its key ([`crate::layout`]), so a row whose key was
+/// damaged (moved to another shard or tag) fails here, where a shard's own
+/// lookups would simply not find it (its shard then looking new or never
+/// committed). Returns the shard of a log row (so the caller can list
+/// shards), `None` for a commit row; `Corrupt` for a damaged row, a key of
+/// the wrong length or an unknown tag. The caller skips its own format
+/// row.
+pub fn check_meta_row(key: &[u8], value: &[u8], names: &Names) -> Result<Option<u32>> {
+    let Some((shard, tag)) = crate::layout::meta_of(key) else {
+        return Err(StorageError::Corrupt {
+            what: names.meta_key,
+            at: key.len() as u64,
+        });
+    };
+    match tag {
+        crate::layout::TAG_LOG => LogRow::decode(value, shard, names.log_row).map(|_| Some(shard)),
+        crate::layout::TAG_COMMIT => {
+            CommitRow::decode(value, shard, names.commit_row).map(|_| None)
+        }
+        _ => Err(StorageError::Corrupt {
+            what: names.meta_row,
+            at: u64::from(shard),
+        }),
+    }
+}
+
 /// The parts of a shard opened on `engine` (one open of one shard, cloned
 /// into each part) whose rows, after the open-time cleanup, are `state`.
 pub fn shard_parts<S, E>(engine: E, state: &ShardState, names: &'static Names) -> ShardParts<S>
@@ -269,14 +296,14 @@ mod tests {
                 log_from: Some(1)
             }
         );
-        let log = LogRow { base: 3, last: 9 }.encode();
+        let log = LogRow { base: 3, last: 9 }.encode(0);
         let commit = CommitRow {
             position: 5,
             generation: 2,
             records: 7,
             checkpoint: b"ck".to_vec(),
         }
-        .encode();
+        .encode(0);
         let s = ShardState::decode(Some(&log), Some(&commit), 0, &names)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(!s.new_log);
@@ -296,7 +323,7 @@ mod tests {
             base: 0,
             last: u64::MAX,
         }
-        .encode();
+        .encode(0);
         let s = ShardState::decode(Some(&max), None, 0, &names).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.cleanup().log_from, None);
         assert!(ShardState::decode(Some(b"bad"), None, 0, &names).is_err());
@@ -334,7 +361,7 @@ mod tests {
         };
         corrupt(fresh.check_keys(false, rows, 7, &names), names.log_row);
         corrupt(fresh.check_keys(true, nothing, 7, &names), names.meta_row);
-        let log = LogRow { base: 0, last: 3 }.encode();
+        let log = LogRow { base: 0, last: 3 }.encode(7);
         let known =
             ShardState::decode(Some(&log), None, 7, &names).unwrap_or_else(|e| panic!("{e}"));
         // With its log row the shard may hold rows and no commit.

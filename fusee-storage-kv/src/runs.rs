@@ -25,7 +25,7 @@ use fusee_core::shard::BlobRef;
 use fusee_storage::{MAX_OFFSET, Result, RunStore, StorageError, check_frame_len};
 
 use crate::Names;
-use crate::layout::{CRC, check_crc, with_crc};
+use crate::layout::{CRC, check_crc, seq_key, with_crc};
 
 /// Buffered frame bytes that make the store write them out (not durably).
 pub const SPILL_BYTES: usize = 4 << 20;
@@ -149,10 +149,13 @@ impl<E: FrameEngine> KvRuns<E> {
             let Some(stored) = stored else {
                 return Ok(false);
             };
-            if stored.len() != CRC + blob.len as usize {
+            // Damage first: a value cut short is `Corrupt`, not a caller's
+            // wrong length.
+            let key = seq_key(self.engine.shard(), blob.offset);
+            let bytes = check_crc(&key, stored, what, blob.offset)?;
+            if bytes.len() != blob.len as usize {
                 return Ok(false);
             }
-            let bytes = check_crc(stored, what, blob.offset)?;
             if let Some(out) = out {
                 out.clear();
                 out.extend_from_slice(bytes);
@@ -191,7 +194,8 @@ impl<E: FrameEngine> RunStore for KvRuns<E> {
             offset: self.next,
             len,
         };
-        self.buffer.insert(self.next, with_crc(frame));
+        let key = seq_key(self.engine.shard(), self.next);
+        self.buffer.insert(self.next, with_crc(&key, frame));
         self.buffer_bytes += CRC + frame.len();
         self.next += 1;
         if self.buffer_bytes >= SPILL_BYTES

@@ -1,7 +1,10 @@
 //! Test bodies both key-value backends run against their own engine
 //! (feature `testing`): what reaches stable storage outside a commit or
-//! flush is cut at open, damaged values are `Corrupt`, format markers and
-//! locks are refused, and bit flips give errors or exact bytes.
+//! flush is cut at open, damaged and moved values are `Corrupt`, foreign,
+//! damaged and other-format directories and format rows are the named
+//! errors, and bit flips give errors or exact bytes; the damage matrix
+//! ([`damage`]); and [`KvHarness`], the conformance harness (whose
+//! ownership clauses check the lock in this process and a child one).
 //!
 //! A backend implements [`Backend`] (how to open, crash, and read or write
 //! its tables behind the storage's back) in its tests and calls each body
@@ -16,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fusee_core::shard::BlobRef;
-use fusee_storage::conformance::{Capabilities, Harness};
+use fusee_storage::conformance::{Capabilities, Harness, LockChecks};
 use fusee_storage::{
     CheckpointStore, INDEX_RECORD, IndexChange, LogStore, RunStore, ShardParts, Storage,
     StorageError,
@@ -38,20 +41,6 @@ pub enum Table {
     Index,
     /// Meta rows.
     Meta,
-}
-
-/// What an open error of a backend says, as the shared bodies check it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenError {
-    /// The database is held open by another process or storage.
-    Locked,
-    /// A database of the engine that is not Fusee's.
-    Foreign,
-    /// A Fusee database of a newer layout: the version found and the newest
-    /// supported.
-    NewerFormat(u32, u32),
-    /// Anything else.
-    Other,
 }
 
 /// Rows of one shard in the log, store and index tables.
@@ -88,17 +77,28 @@ pub trait Backend {
     /// blob files are flipped too).
     const FLIP_FRAME_LEN: usize;
 
-    /// Opens the storage in `dir` as the application would.
+    /// Opens the storage in `dir` as the application would (creating it if
+    /// missing).
     fn open(dir: &Path) -> fusee_storage::Result<Self::S>;
+
+    /// Opens the storage in `dir` only if it exists
+    /// ([`fusee_storage::identity::Create::Never`]).
+    fn open_existing(dir: &Path) -> fusee_storage::Result<Self::S>;
+
+    /// The engine's database inside a storage directory (redb: the file;
+    /// RocksDB: the directory).
+    fn database(dir: &Path) -> PathBuf;
+
+    /// Empties the engine's database of the (closed) storage in `dir` as a
+    /// copy gone wrong would (redb: the file cut to 0 bytes; RocksDB: every
+    /// file of the directory deleted).
+    fn empty_database(dir: &Path);
 
     /// Opens the storage in `dir` so that [`Backend::crash`] can crash it.
     fn open_crashable(&mut self, dir: &Path) -> Self::S;
 
     /// Ends `s` as a process crash would: nothing more reaches the files.
     fn crash(&mut self, s: Self::S);
-
-    /// Classifies an open error.
-    fn open_error(e: &StorageError) -> OpenError;
 
     /// The format marker value of this version.
     fn format_value() -> [u8; 12];
@@ -138,7 +138,9 @@ pub trait Backend {
 /// (removed on drop): every [`Harness::open`] uses a fresh subdirectory, a
 /// crash is [`Backend::crash`] (a process crash, not a power cut: unsynced
 /// writes are not torn), faults are the backend's own switches, which fail
-/// a flush or commit before anything is written.
+/// a flush or commit before anything is written. The ownership clauses
+/// open the storage again at its directory with [`Backend::open_existing`],
+/// in this process and in a child one.
 #[derive(Debug)]
 pub struct KvHarness<B> {
     backend: B,
@@ -157,7 +159,7 @@ impl<B: Backend> KvHarness<B> {
     }
 
     fn open_dir(&mut self) -> B::S {
-        let dir = self.root.0.join(self.opened.to_string());
+        let dir = self.location();
         self.backend.open_crashable(&dir)
     }
 }
@@ -199,6 +201,22 @@ impl<B: Backend> Harness for KvHarness<B> {
 
     fn crash_in_commit(&mut self, s: &B::S, shard: u32, step: u32) {
         B::crash_in_commit(s, shard, step);
+    }
+
+    fn lock_checks(&self) -> LockChecks {
+        LockChecks {
+            same_process: true,
+            child_process: true,
+        }
+    }
+
+    fn location(&self) -> PathBuf {
+        self.root.0.join(self.opened.to_string())
+    }
+
+    fn open_at(&mut self, path: &Path) -> fusee_storage::Result<B::S> {
+        // Open only: the store exists wherever the suite asks.
+        B::open_existing(path)
     }
 }
 
@@ -440,11 +458,11 @@ pub fn log_spill_is_cut_at_open<B: Backend>(backend: &mut B, other_flushes: bool
     assert_eq!(p.log.flush().ok(), Some(2));
 }
 
-/// The error of opening `dir`, classified; panics if the open succeeds.
-pub fn open_err<B: Backend>(dir: &Path) -> (OpenError, String) {
+/// The error of opening `dir`; panics if the open succeeds.
+pub fn open_err<B: Backend>(dir: &Path) -> StorageError {
     match B::open(dir) {
         Ok(_) => panic!("opening {dir:?} succeeded"),
-        Err(e) => (B::open_error(&e), e.to_string()),
+        Err(e) => e,
     }
 }
 
@@ -464,75 +482,229 @@ pub fn populate<B: Backend>(dir: &Path) {
     must(s.close(), "close");
 }
 
-/// A marker of a newer layout is `NewerFormat`, a foreign one `Foreign`;
-/// the right one opens again.
-pub fn newer_and_foreign_markers_are_refused<B: Backend>() {
-    let dir = TempDir::new(B::NAME, "newer");
+/// Checks that the storage [`populate`] wrote in `dir` opens with all of
+/// it: the record, the frame and the checkpoint.
+pub fn check_populated<B: Backend>(dir: &Path) {
+    let s = must(B::open(dir), "open a populated storage");
+    let mut p = must(s.open_shard(0), "open_shard");
+    assert_eq!(p.recovered.checkpoint.as_deref(), Some(&b"ck"[..]));
+    let mut records = Vec::new();
+    must(
+        p.log.read(0, &mut |lsn, r| {
+            records.push((lsn, r.to_vec()));
+            Ok(())
+        }),
+        "read the log",
+    );
+    assert_eq!(records, [(1, b"one".to_vec())]);
+    let mut out = Vec::new();
+    must(
+        p.runs.read(BlobRef { offset: 0, len: 5 }, &mut out),
+        "read the frame",
+    );
+    assert_eq!(out, b"frame");
+}
+
+/// The error `r` holds, or a panic saying what `case` expected.
+fn expect_err<T>(r: fusee_storage::Result<T>, case: &str, expected: &str) -> StorageError {
+    match r {
+        Ok(_) => panic!("{case}: expected {expected}, but the open succeeded"),
+        Err(e) => e,
+    }
+}
+
+/// Panics unless `e` is the variant `matches` accepts, saying what `case`
+/// expected and what it found.
+fn expect(e: &StorageError, case: &str, expected: &str, matches: bool) {
+    assert!(matches, "{case}: expected {expected}, found {e:?} ({e})");
+}
+
+/// A layout version in the format row other than this build's is
+/// `UnsupportedFormat` (older or newer); a format row of another program
+/// is `CorruptFile`; the right one opens again with everything.
+pub fn other_format_rows_are_refused<B: Backend>() {
+    let dir = TempDir::new(B::NAME, "format");
     populate::<B>(&dir.0);
-    let mut newer = B::format_value();
-    newer[8..].copy_from_slice(&(B::FORMAT_VERSION + 1).to_le_bytes());
-    B::set_marker(&dir.0, &newer);
-    assert_eq!(
-        open_err::<B>(&dir.0).0,
-        OpenError::NewerFormat(B::FORMAT_VERSION + 1, B::FORMAT_VERSION)
-    );
+    for version in [B::FORMAT_VERSION - 1, B::FORMAT_VERSION + 1] {
+        let mut other = B::format_value();
+        other[8..].copy_from_slice(&version.to_le_bytes());
+        B::set_marker(&dir.0, &other);
+        let e = open_err::<B>(&dir.0);
+        let case = format!("format row of version {version}");
+        expect(
+            &e,
+            &case,
+            "UnsupportedFormat",
+            matches!(&e, StorageError::UnsupportedFormat { found, supported, .. }
+                if *found == version && *supported == B::FORMAT_VERSION),
+        );
+    }
     B::set_marker(&dir.0, b"SOMEONE-ELSE");
-    assert_eq!(open_err::<B>(&dir.0).0, OpenError::Foreign);
-    B::set_marker(&dir.0, &B::format_value());
-    let s = must(B::open(&dir.0), "the right marker opens");
-    assert_eq!(s.shards().ok(), Some(vec![0]));
-}
-
-/// A second open in the same process is `Locked` until the first closes.
-pub fn a_second_open_is_locked<B: Backend>() {
-    let dir = TempDir::new(B::NAME, "locked");
-    let first = must(B::open(&dir.0), "open");
-    let (kind, message) = open_err::<B>(&dir.0);
-    assert_eq!(kind, OpenError::Locked, "{message}");
-    assert!(message.contains("already open"), "{message}");
-    must(first.close(), "close");
-    drop(first);
-    must(B::open(&dir.0), "after the first closed");
-}
-
-/// The environment variable that makes [`lock_child`] act:
-/// `FUSEE_{ENV}_LOCK_CHILD_DIR`, the directory a parent test holds open.
-fn child_env<B: Backend>() -> String {
-    format!("FUSEE_{}_LOCK_CHILD_DIR", B::ENV)
-}
-
-/// Another process opening a storage this one holds gets `Locked`: runs
-/// the calling test binary again, as the child test `child_test` (its full
-/// name), with `FUSEE_{ENV}_LOCK_CHILD_DIR` naming the directory; the child
-/// calls [`lock_child`].
-pub fn a_second_process_is_locked_out<B: Backend>(child_test: &str) {
-    let child_env = child_env::<B>();
-    let dir = TempDir::new(B::NAME, "process");
-    let held = must(B::open(&dir.0), "open");
-    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(exe)
-        .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
-        .env(&child_env, &dir.0)
-        .output()
-        .unwrap_or_else(|e| panic!("spawning the child: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("child saw: Locked"),
-        "child failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let e = open_err::<B>(&dir.0);
+    expect(
+        &e,
+        "a foreign format row",
+        "CorruptFile",
+        matches!(e, StorageError::CorruptFile { .. }),
     );
-    drop(held);
+    B::set_marker(&dir.0, &B::format_value());
+    check_populated::<B>(&dir.0);
 }
 
-/// The child half of [`a_second_process_is_locked_out`]: does nothing
-/// unless `FUSEE_{ENV}_LOCK_CHILD_DIR` is set.
-pub fn lock_child<B: Backend>() {
-    let Some(dir) = std::env::var_os(child_env::<B>()) else {
-        return;
+/// Every directory that is not this backend's store, and every store whose
+/// database is gone or emptied, is the named error of the vocabulary, and
+/// nothing is written into a directory that is not a store of this
+/// backend.
+pub fn foreign_and_damaged_directories_are_refused<B: Backend>() {
+    use fusee_storage::identity::{Create, MARKER, claim_dir};
+    let root = TempDir::new(B::NAME, "identity");
+    let names = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| {
+                e.unwrap_or_else(|e| panic!("{e}"))
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        v.sort();
+        v
     };
-    let (kind, message) = open_err::<B>(Path::new(&dir));
-    assert_eq!(kind, OpenError::Locked, "{message}");
-    println!("child saw: Locked ({message})");
+    // An empty path would mean the current directory.
+    let e = expect_err(B::open(Path::new("")), "the empty path", "NotAStore");
+    expect(
+        &e,
+        "the empty path",
+        "NotAStore",
+        matches!(e, StorageError::NotAStore { .. }),
+    );
+    // Another backend's store.
+    let other = root.0.join("other");
+    must(
+        claim_dir(&other, "file", 1, Create::IfMissing, &[]),
+        "a file-backend marker",
+    );
+    let e = open_err::<B>(&other);
+    expect(
+        &e,
+        "another backend's store",
+        "WrongBackend",
+        matches!(&e, StorageError::WrongBackend { found, expected, .. }
+            if found == "file" && *expected == B::NAME),
+    );
+    assert_eq!(names(&other), [MARKER], "nothing written beside the marker");
+    // Another program's files.
+    let foreign = root.0.join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(foreign.join("notes.txt"), b"mine").unwrap_or_else(|e| panic!("{e}"));
+    let e = open_err::<B>(&foreign);
+    expect(
+        &e,
+        "a directory of other files",
+        "NotAStore",
+        matches!(e, StorageError::NotAStore { .. }),
+    );
+    assert_eq!(names(&foreign), ["notes.txt"], "nothing written");
+    // A file where the directory belongs.
+    let e = open_err::<B>(&foreign.join("notes.txt"));
+    expect(
+        &e,
+        "a file",
+        "NotAStore",
+        matches!(e, StorageError::NotAStore { .. }),
+    );
+    // Open-only: a missing and an empty directory are NotFound, and stay so.
+    let missing = root.0.join("missing");
+    let e = expect_err(B::open_existing(&missing), "open-only, missing", "NotFound");
+    expect(
+        &e,
+        "open-only, missing",
+        "NotFound",
+        matches!(e, StorageError::NotFound { .. }),
+    );
+    assert!(!missing.exists(), "open-only created the directory");
+    let empty = root.0.join("empty");
+    std::fs::create_dir_all(&empty).unwrap_or_else(|e| panic!("{e}"));
+    let e = expect_err(B::open_existing(&empty), "open-only, empty", "NotFound");
+    expect(
+        &e,
+        "open-only, empty",
+        "NotFound",
+        matches!(e, StorageError::NotFound { .. }),
+    );
+    assert!(
+        names(&empty).is_empty(),
+        "open-only wrote into an empty directory"
+    );
+    // A store: open-only opens it.
+    let store = root.0.join("store");
+    populate::<B>(&store);
+    drop(must(B::open_existing(&store), "open-only, a store"));
+    // A damaged marker.
+    let marker = store.join(MARKER);
+    let good = std::fs::read(&marker).unwrap_or_else(|e| panic!("{e}"));
+    let mut bad = good.clone();
+    bad[10] ^= 0x10;
+    std::fs::write(&marker, &bad).unwrap_or_else(|e| panic!("{e}"));
+    let e = open_err::<B>(&store);
+    expect(
+        &e,
+        "a damaged marker",
+        "CorruptFile",
+        matches!(&e, StorageError::CorruptFile { file, .. } if file.ends_with(MARKER)),
+    );
+    // A marker of another layout version.
+    std::fs::remove_file(&marker).unwrap_or_else(|e| panic!("{e}"));
+    let older = B::FORMAT_VERSION - 1;
+    let db_name = B::database(&store);
+    let db_name = db_name
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    let own = [
+        crate::store_dir::LOCK,
+        db_name.as_deref().unwrap_or_default(),
+    ];
+    must(
+        claim_dir(&store, B::NAME, older, Create::IfMissing, &own),
+        "an older marker",
+    );
+    let e = open_err::<B>(&store);
+    expect(
+        &e,
+        "a marker of an older version",
+        "UnsupportedFormat",
+        matches!(e, StorageError::UnsupportedFormat { found, .. } if found == older),
+    );
+    std::fs::write(&marker, &good).unwrap_or_else(|e| panic!("{e}"));
+    check_populated::<B>(&store);
+    // The database emptied, then deleted, under a valid marker.
+    B::empty_database(&store);
+    let e = open_err::<B>(&store);
+    expect(
+        &e,
+        "the database emptied",
+        "CorruptFile or Corrupt",
+        matches!(
+            e,
+            StorageError::CorruptFile { .. } | StorageError::Corrupt { .. }
+        ),
+    );
+    let db = B::database(&store);
+    if db.is_dir() {
+        std::fs::remove_dir_all(&db)
+    } else {
+        std::fs::remove_file(&db)
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    let e = open_err::<B>(&store);
+    expect(
+        &e,
+        "the database deleted",
+        "CorruptFile",
+        matches!(&e, StorageError::CorruptFile { file, .. } if Path::new(file) == db),
+    );
+    assert!(!db.exists(), "the open created a new database");
 }
 
 /// Damaged records, frames and rows are `Corrupt` errors naming what and
@@ -565,10 +737,102 @@ pub fn damaged_values_are_corrupt<B: Backend>() {
     must(s.close(), "close");
     drop(s);
     B::raw_put(&dir.0, Table::Meta, &meta_key(0, TAG_COMMIT), b"short");
-    let s = must(B::open(&dir.0), "open");
-    assert!(matches!(s.open_shard(0), Err(StorageError::Corrupt { .. })));
-    // The failed open released the shard: it fails the same way again.
-    assert!(matches!(s.open_shard(0), Err(StorageError::Corrupt { .. })));
+    // The storage checks every meta row when it opens.
+    let e = open_err::<B>(&dir.0);
+    expect(
+        &e,
+        "a damaged commit row",
+        "Corrupt",
+        matches!(e, StorageError::Corrupt { at: 0, .. }),
+    );
+}
+
+/// The error of opening `dir` and then its shard 0 (whichever fails);
+/// panics, saying what it found, if both succeed.
+fn open_shard_err<B: Backend>(dir: &Path, case: &str) -> StorageError {
+    let s = match B::open(dir) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    match s.open_shard(0) {
+        Err(e) => {
+            // A failed open released the shard: it fails the same way again.
+            let again = s.open_shard(0).err().map(|e| e.to_string());
+            assert_eq!(again, Some(e.to_string()), "{case}: a second open_shard");
+            e
+        }
+        Ok(p) => panic!(
+            "{case}: opened with checkpoint {:?} and last LSN {}",
+            p.recovered.checkpoint,
+            p.log.last_lsn()
+        ),
+    }
+}
+
+/// Values read under another key than the one they were written under
+/// (what a damaged key does) are `Corrupt`: two frames of the same length
+/// swapped, two log records swapped, a commit row moved to another shard.
+/// Before keys were under the CRC, the first two read back each other's
+/// bytes and the third opened the shard as never committed.
+pub fn moved_values_are_corrupt<B: Backend>() {
+    let dir = TempDir::new(B::NAME, "moved");
+    {
+        let s = must(B::open(&dir.0), "open");
+        let mut p = must(s.open_shard(0), "open_shard");
+        must(p.log.append(1, b"rec-1"), "append");
+        must(p.log.append(2, b"rec-2"), "append");
+        must(p.log.flush(), "flush");
+        must(p.runs.append(b"frame-a"), "frame");
+        must(p.runs.append(b"frame-b"), "frame");
+        must(
+            p.checkpoint
+                .commit(&mut p.runs, IndexChange::Delta(&[]), b"ck"),
+            "commit",
+        );
+        drop(p);
+        must(s.close(), "close");
+    }
+    let swap = |table: Table, a: &[u8], b: &[u8]| {
+        let va = B::raw_get(&dir.0, table, a).unwrap_or_else(|| panic!("no {a:?}"));
+        let vb = B::raw_get(&dir.0, table, b).unwrap_or_else(|| panic!("no {b:?}"));
+        B::raw_put(&dir.0, table, a, &vb);
+        B::raw_put(&dir.0, table, b, &va);
+    };
+    swap(Table::Store, &seq_key(0, 0), &seq_key(0, 1));
+    swap(Table::Log, &seq_key(0, 1), &seq_key(0, 2));
+    {
+        let s = must(B::open(&dir.0), "open");
+        let mut p = must(s.open_shard(0), "open_shard");
+        let mut out = Vec::new();
+        let r = p.runs.read(BlobRef { offset: 0, len: 7 }, &mut out);
+        assert!(
+            matches!(r, Err(StorageError::Corrupt { at: 0, .. })),
+            "frame 0 holding frame 1's value: expected Corrupt, found {r:?} ({:?})",
+            String::from_utf8_lossy(&out)
+        );
+        let mut seen = Vec::new();
+        let r = p.log.read(0, &mut |lsn, bytes| {
+            seen.push((lsn, bytes.to_vec()));
+            Ok(())
+        });
+        assert!(
+            matches!(r, Err(StorageError::Corrupt { at: 1, .. })),
+            "record 1 holding record 2's value: expected Corrupt, found {r:?} after {seen:?}"
+        );
+        drop(p);
+        must(s.close(), "close");
+    }
+    let row = B::raw_get(&dir.0, Table::Meta, &meta_key(0, TAG_COMMIT))
+        .unwrap_or_else(|| panic!("no commit row"));
+    B::raw_delete_meta(&dir.0, &meta_key(0, TAG_COMMIT));
+    B::raw_put(&dir.0, Table::Meta, &meta_key(1, TAG_COMMIT), &row);
+    let e = open_shard_err::<B>(&dir.0, "the commit row moved to shard 1");
+    expect(
+        &e,
+        "the commit row moved to shard 1",
+        "Corrupt",
+        matches!(e, StorageError::Corrupt { .. }),
+    );
 }
 
 /// A meta row whose key was damaged (moved under another tag, or gone
@@ -590,16 +854,13 @@ pub fn moved_meta_rows_are_corrupt<B: Backend>() {
         if let Some(to) = moved_to {
             B::raw_put(&dir.0, Table::Meta, &meta_key(0, to), &row);
         }
-        let s = must(B::open(&dir.0), "open");
-        match s.open_shard(0) {
-            Err(StorageError::Corrupt { at: 0, .. }) => {}
-            Err(e) => panic!("{case}: {e}"),
-            Ok(p) => panic!(
-                "{case}: opened with checkpoint {:?} and last LSN {}",
-                p.recovered.checkpoint,
-                p.log.last_lsn()
-            ),
-        }
+        let e = open_shard_err::<B>(&dir.0, case);
+        expect(
+            &e,
+            case,
+            "Corrupt at shard 0",
+            matches!(e, StorageError::Corrupt { at: 0, .. }),
+        );
     }
 }
 
@@ -756,30 +1017,23 @@ macro_rules! kv_suite {
             }
 
             #[test]
-            fn newer_and_foreign_markers_are_refused() {
-                testing::newer_and_foreign_markers_are_refused::<$backend>();
+            fn other_format_rows_are_refused() {
+                testing::other_format_rows_are_refused::<$backend>();
             }
 
             #[test]
-            fn a_second_open_is_locked() {
-                testing::a_second_open_is_locked::<$backend>();
-            }
-
-            #[test]
-            fn a_second_process_is_locked_out() {
-                let child = concat!(stringify!($name), "::lock_child");
-                testing::a_second_process_is_locked_out::<$backend>(child);
-            }
-
-            /// The child half of `a_second_process_is_locked_out`.
-            #[test]
-            fn lock_child() {
-                testing::lock_child::<$backend>();
+            fn foreign_and_damaged_directories_are_refused() {
+                testing::foreign_and_damaged_directories_are_refused::<$backend>();
             }
 
             #[test]
             fn damaged_values_are_corrupt() {
                 testing::damaged_values_are_corrupt::<$backend>();
+            }
+
+            #[test]
+            fn moved_values_are_corrupt() {
+                testing::moved_values_are_corrupt::<$backend>();
             }
 
             #[test]

@@ -52,7 +52,7 @@ fn apply<'a>(
                 count = count.checked_sub(1).ok_or_else(miscount)?;
             }
         } else if index
-            .insert(key, index_value(r))
+            .insert(key, index_value(&key, r))
             .map_err(h.err(doing))?
             .is_none()
         {
@@ -177,7 +177,7 @@ impl IndexEngine for RedbShard {
             };
             {
                 let mut meta = tx.open_table(META).map_err(h.err(doing))?;
-                meta.insert(meta_key(h.id(), TAG_COMMIT), row.encode().as_slice())
+                meta.insert(meta_key(h.id(), TAG_COMMIT), row.encode(h.id()).as_slice())
                     .map_err(h.err(doing))?;
             }
             if h.crash_point(1) {

@@ -1,62 +1,23 @@
-//! This backend's own failures, carried inside
-//! [`fusee_storage::StorageError::Backend`] so callers can tell them apart
-//! by downcasting.
-
-use std::path::PathBuf;
+//! This backend's own failures: what redb reports that the contract's
+//! vocabulary has no variant for, carried inside
+//! [`fusee_storage::StorageError::Backend`] (downcast to tell them apart).
+//! Everything the vocabulary names is reported as its variant instead: a
+//! locked directory is [`fusee_storage::StorageError::Locked`], a damaged
+//! file [`fusee_storage::StorageError::CorruptFile`], another format
+//! [`fusee_storage::StorageError::UnsupportedFormat`], an I/O error
+//! [`fusee_storage::StorageError::Io`].
 
 use fusee_storage::StorageError;
 
-/// Why a redb storage could not be opened, or what redb reported.
+/// What redb reported, and what the backend was doing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedbError {
-    /// Another process (or another storage in this process) holds the
-    /// database file open.
-    #[error("{path}: the database is already open in another process or storage")]
-    Locked {
-        /// The database file.
-        path: PathBuf,
-    },
-    /// The file is not a redb database, or is damaged beyond redb's repair.
-    #[error("{path}: not a readable redb database: {detail}")]
-    NotRedb {
-        /// The database file.
-        path: PathBuf,
-        /// What redb reported.
-        detail: String,
-    },
-    /// The file is a redb database of an older redb file format that this
-    /// build cannot read without an upgrade.
-    #[error("{path}: redb file format {version} needs an upgrade before this build can open it")]
-    OldRedbFormat {
-        /// The database file.
-        path: PathBuf,
-        /// The file format version found.
-        version: u8,
-    },
-    /// The file is a redb database written by something other than Fusee.
-    #[error("{path}: a redb database that is not a Fusee storage (no or foreign format marker)")]
-    Foreign {
-        /// The database file.
-        path: PathBuf,
-    },
-    /// The file was written by a newer Fusee with a layout this build does
-    /// not know.
-    #[error(
-        "{path}: Fusee redb layout version {found} is newer than {supported}, the newest this build reads"
-    )]
-    NewerFormat {
-        /// The database file.
-        path: PathBuf,
-        /// The version in the file.
-        found: u32,
-        /// The newest version this build reads.
-        supported: u32,
-    },
-    /// redb failed while the backend was doing `context`.
+    /// redb failed while the backend was doing `context` (redb's message
+    /// follows it, once: the error is not also a `source`).
     #[error("redb failed while {context}: {error}")]
     Engine {
-        /// What the backend was doing (with the shard involved).
+        /// What the backend was doing, with the shard or file involved.
         context: String,
         /// redb's error.
         error: redb::Error,

@@ -25,9 +25,11 @@ pub use fusee_storage_kv::layout::{
 
 /// Marks a database file as Fusee's.
 pub const FORMAT_MAGIC: [u8; 8] = *b"FUSEE-RD";
-/// The layout version this crate writes and reads. A file with a larger one
-/// was written by a newer Fusee and is refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// The layout version this crate writes and reads
+/// ([`fusee_storage_kv::layout::FORMAT_VERSION`]), in the directory's
+/// identity marker and in the format table: a store of any other version
+/// is refused with [`fusee_storage::StorageError::UnsupportedFormat`].
+pub const FORMAT_VERSION: u32 = fusee_storage_kv::layout::FORMAT_VERSION;
 /// The single key of the format table.
 pub const FORMAT_KEY: &str = "fusee.format";
 

@@ -28,14 +28,27 @@
 //!
 //! # What this crate owns, and what it does not
 //!
-//! It owns the redb side only: opening and locking the file, the format marker, redb's errors, the panic shield (`catch_unwind`) around every redb call, and write transactions with their `Durability`. The parts are the shared ones of
-//! [`fusee_storage_kv`] on this engine ([`RedbShard`] implements its engine
-//! traits): the byte layout of keys and values, the log and commit rows,
-//! frame and record buffering and spills, bases under generations, the
-//! open-time cleanup plan and the checks on everything read back live there
-//! once, for both key-value backends. It deliberately does not know those
-//! bytes or state machines beyond handing them to redb, nor what records,
+//! It owns the redb side only: the database file under redb
+//! ([`file::DurableFile`], whose growth is durable before a header names
+//! it, and the open-time repair of a file a power cut left shorter than
+//! its header), redb's format table, redb's errors, the panic shield
+//! (`catch_unwind`) around every redb call, and write transactions with
+//! their `Durability`. The directory around the file (identity marker,
+//! `LOCK`, creation whole or not at all) is
+//! [`fusee_storage_kv::store_dir`]'s, as are the parts
+//! ([`RedbShard`] implements the engine traits of [`fusee_storage_kv`]):
+//! the byte layout of keys and values, the log and commit rows, frame and
+//! record buffering and spills, bases under generations, the open-time
+//! cleanup plan and the checks on everything read back live there once,
+//! for both key-value backends. It deliberately does not know those bytes
+//! or state machines beyond handing them to redb, nor what records,
 //! frames, index records or checkpoints mean.
+//!
+//! **Invariants.** Every call into redb runs under the shield, and a
+//! caller's visitor never runs under it. A flush and a commit are each one
+//! durable (by default two-phase) transaction. The file never grows without
+//! the new length being durable first. The directory's lock is held from
+//! before the file is opened until redb has closed it.
 //!
 //! # Choices, and why
 //!
@@ -60,9 +73,17 @@
 //!   transactions ([`checkpoint::BASE_SPILL`] records each) and switched in
 //!   by the commit, so a million-record base needs neither one huge
 //!   transaction nor a copy.
-//! - **Quick repair is off**: a durable commit costs one `fsync`, not two;
-//!   the price is that opening after a crash lets redb walk the file to
-//!   rebuild its allocator state.
+//! - **Two-phase commit** by default ([`RedbOptions::two_phase_commit`]):
+//!   a durable transaction syncs its pages, then writes and syncs its
+//!   commit slot, so no crash leaves a slot naming pages that are not on
+//!   disk, and redb reports damage to the newest commit as an error rather
+//!   than falling back to the commit before (which it must do for a commit
+//!   a crash may have torn, under one-phase commit). It costs a second
+//!   sync per flush and commit (here 470 µs per flush instead of 270 µs);
+//!   one-phase is an option, with the loss it allows stated below.
+//! - **Quick repair is off**: redb's allocator state is saved at a clean
+//!   close only, so a commit writes nothing more; the price is that opening
+//!   after a crash lets redb walk the file to rebuild it.
 //! - **Own CRC-32 on records, frames and meta rows**: redb checksums pages
 //!   for crash recovery, but a read does not verify them; the CRC makes a
 //!   changed byte an error instead of wrong bytes.
@@ -87,38 +108,80 @@
 //! were never committed. Opening a shard therefore, in one durable
 //! transaction: deletes store frames at or past the committed position,
 //! index rows of every generation but the committed one, and log records
-//! past the last flushed LSN (spilled ones). What remains is exactly the last commit (index,
-//! checkpoint and store position together: they share one transaction) and
-//! a log holding every flushed record. A discard may come back after a
-//! crash (the contract allows keeping records). A torn redb commit is rolled
-//! back by redb to the previous commit slot.
+//! past the last flushed LSN (spilled ones). What remains is exactly the
+//! last commit (index, checkpoint and store position together: they share
+//! one transaction) and a log holding every flushed record. A discard may
+//! come back after a crash (the contract allows keeping records). A commit
+//! a crash interrupted is rolled back by redb to the commit before.
+//!
+//! **A power cut while a commit grows the file** (issue 19): redb grows the
+//! file (`set_len`) and later writes a header naming the new length; the
+//! kernel may write that header back before the size change is durable,
+//! and redb 3.1 then refuses the file at open. [`file::DurableFile`] syncs
+//! every growth before returning, so a header never names a length that is
+//! not on disk; and a file already in that state (written by an earlier
+//! build, or on a file system that lost the size anyway) is extended with
+//! zeros to its header's length at open, which is what redb's recovery
+//! needs ([`file`](mod@crate::file) documents the header's bytes and the bounds of that
+//! repair).
 //!
 //! # Locking and failures
 //!
-//! redb locks the file: a second [`RedbStorage::open`] of the same directory,
-//! from another process or this one, fails with [`RedbError::Locked`]. Within
-//! a storage a shard is opened by one owner at a time
-//! ([`fusee_storage::StorageError::AlreadyOpen`]). A failed flush latches the
-//! log part; a failed commit latches the checkpoint and run-store parts;
-//! after [`fusee_storage::Storage::close`] every call is `Closed`. A real I/O
-//! error inside redb goes further: redb refuses every later write
-//! transaction of the database, so all shards' flushes and commits fail
-//! until the storage is reopened (never a silent success). A file that
-//! is not redb, a foreign redb database and a newer Fusee layout are refused
-//! at open with [`RedbError::NotRedb`], [`RedbError::Foreign`] and
-//! [`RedbError::NewerFormat`].
+//! [`RedbStorage::open`] claims its directory first
+//! ([`fusee_storage_kv::store_dir`]), then takes the directory's `LOCK`
+//! (an exclusive lock on the open file, so a second open in this process
+//! is refused like one from another process), and holds it until redb has
+//! closed the file: for as long as the storage or any part it gave out
+//! lives. A second open meanwhile is
+//! [`fusee_storage::StorageError::Locked`]. Within a storage a shard is
+//! opened by one owner at a time
+//! ([`fusee_storage::StorageError::AlreadyOpen`]). A failed flush latches
+//! the log part; a failed commit latches the checkpoint and run-store
+//! parts; after [`fusee_storage::Storage::close`] every call is `Closed`.
+//! A real I/O error inside redb goes further: redb refuses every later
+//! write transaction of the database, so all shards' flushes and commits
+//! fail until the storage is reopened (never a silent success).
 //!
-//! **Damaged files.** redb does not verify page checksums on reads and has
-//! assertions and slice indexing that a damaged page can trip. Every call
-//! into redb therefore runs under a panic shield that turns such a panic into
+//! Opening refuses, with the contract's named errors and before writing
+//! anything in a directory that is not its store: an empty path, a file or
+//! a directory of other files (`NotAStore`), another backend's store
+//! (`WrongBackend`), another layout version in the marker or the format
+//! table (`UnsupportedFormat`), no store with [`Create::Never`]
+//! (`NotFound`), a damaged marker (`CorruptFile`). The database file
+//! missing, emptied, cut short, not redb, of another program or damaged
+//! beyond redb's repair is `CorruptFile` naming it: never a new, empty
+//! database where the marker says a store was created.
+//!
+//! # Damage
+//!
+//! redb does not verify page checksums on reads, and has assertions and
+//! slice indexing that a damaged page can trip. Every call into redb
+//! therefore runs under a panic shield that turns such a panic into
 //! [`fusee_storage::StorageError::Corrupt`] naming the shard (reads copy
-//! their batches out under the shield and call the caller's visitor outside
-//! it, so a visitor's own panic is never swallowed); the database is also
-//! closed under the shield. Together with the CRCs, a damaged file gives
-//! errors or exact bytes, never a panic (tested with random bit flips).
-
+//! their batches out under the shield and call the caller's visitor
+//! outside it, so a visitor's own panic is never swallowed); the database
+//! is also closed under the shield. With the layout's CRCs over keys and
+//! values, every region of the file damaged (a byte flipped in the header,
+//! either commit slot and every page in turn, pages zeroed, the file cut
+//! short or deleted, the marker damaged) gives the exact data back or a
+//! named error (`tests/damage.rs`, for a store closed cleanly and for one
+//! whose process died).
+//!
+//! What redb cannot tell from a crash, and so opens as the commit before
+//! without an error, after an unclean shutdown only (a clean close saves
+//! redb's state and needs no recovery):
+//!
+//! - with two-phase commit (the default): a flipped *god byte* (header byte
+//!   9, outside every checksum), whose bit 0 names the newest commit slot;
+//!   a crash between a commit's two syncs leaves the same bytes.
+//! - with one-phase commit ([`RedbOptions::two_phase_commit`] `false`):
+//!   damage to any page the newest commit wrote, or to its commit slot:
+//!   redb sees a commit whose checksums fail, which is what a crash during
+//!   that commit leaves.
+//!
 pub mod checkpoint;
 mod error;
+pub mod file;
 pub mod layout;
 pub mod log;
 pub mod runs;
@@ -126,9 +189,11 @@ mod storage;
 
 pub use checkpoint::RedbCheckpoint;
 pub use error::RedbError;
+pub use file::DurableFile;
+pub use fusee_storage::identity::Create;
 pub use log::RedbLog;
 pub use runs::RedbRuns;
-pub use storage::{COMMIT_CRASH_POINTS, FILE_NAME, RedbShard, RedbStorage};
+pub use storage::{BACKEND, COMMIT_CRASH_POINTS, FILE_NAME, RedbOptions, RedbShard, RedbStorage};
 
 /// This backend's names for its parts and values in errors.
 static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("redb");

@@ -52,7 +52,7 @@ impl LogEngine for RedbShard {
                     .map_err(h.err(doing))?;
             }
             let mut meta = tx.open_table(META).map_err(h.err(doing))?;
-            meta.insert(meta_key(h.id(), TAG_LOG), &row.encode()[..])
+            meta.insert(meta_key(h.id(), TAG_LOG), &row.encode(h.id())[..])
                 .map_err(h.err(doing))?;
             Ok(())
         })
@@ -91,7 +91,7 @@ impl LogEngine for RedbShard {
                 })
                 .map_err(h.err(doing))?;
             let mut meta = tx.open_table(META).map_err(h.err(doing))?;
-            meta.insert(meta_key(h.id(), TAG_LOG), &row.encode()[..])
+            meta.insert(meta_key(h.id(), TAG_LOG), &row.encode(h.id())[..])
                 .map_err(h.err(doing))?;
             Ok(())
         })

@@ -1,63 +1,52 @@
 //! Opening files that are not (or no longer) a healthy Fusee redb storage:
-//! every case is a clear error, never a panic and never silent data.
+//! every case is a named error of the vocabulary, never a panic and never
+//! silent data.
 //!
-//! The open-error tests both key-value backends share (newer and foreign
-//! markers, locks in this and another process, damaged values, bit flips)
-//! run from `conformance.rs` (`kv_suite!`); these are redb's own.
-
-use std::path::Path;
+//! The open-error tests both key-value backends share (identity markers,
+//! format rows, locks in this and another process, damaged values, bit
+//! flips) run from `conformance.rs` (`kv_suite!`); these are redb's own.
 
 mod common;
 use common::{Redb, TempDir};
 
 use fusee_storage::{Storage, StorageError};
 use fusee_storage_kv::testing;
-use fusee_storage_redb::{FILE_NAME, RedbError, RedbStorage};
+use fusee_storage_redb::{FILE_NAME, RedbStorage};
 
-/// The `RedbError` inside an open error, or a panic naming what came back.
-fn open_err(dir: &Path) -> RedbError {
-    match RedbStorage::open(dir) {
-        Ok(_) => panic!("opening {dir:?} succeeded"),
-        Err(StorageError::Backend(e)) => match e.downcast::<RedbError>() {
-            Ok(e) => *e,
-            Err(e) => panic!("backend error of another type: {e}"),
-        },
-        Err(e) => panic!("expected a RedbError, got {e}"),
-    }
-}
-
-/// Random bytes and text as the database file: `NotRedb`, naming the file.
-/// Seed: `FUSEE_REDB_SEED`.
+/// Random bytes and text in place of a store's database file:
+/// `CorruptFile` naming the file. Seed: `FUSEE_REDB_SEED`.
 #[test]
-fn garbage_files_are_not_redb() {
-    let seed = std::env::var("FUSEE_REDB_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5EED_u64);
+fn garbage_database_files_are_corrupt() {
+    let seed = testing::env_or("REDB", "SEED", 0x5EED);
     let mut rng = fastrand::Rng::with_seed(seed);
-    for len in [1usize, 9, 100, 4096, 70_000] {
+    let text = "just some text\n".repeat(1000).into_bytes();
+    for len in [1usize, 9, 100, 4096, 70_000, 0] {
         let dir = TempDir::new("garbage");
+        testing::populate::<Redb>(dir.path());
         let mut bytes = vec![0u8; len];
         rng.fill(&mut bytes);
+        let bytes = if len == 0 { text.clone() } else { bytes };
         std::fs::write(dir.file(), &bytes).unwrap_or_else(|e| panic!("write: {e}"));
-        let e = open_err(dir.path());
-        assert!(
-            matches!(e, RedbError::NotRedb { .. }),
-            "seed {seed}, {len} random bytes: {e}"
-        );
-        assert!(
-            e.to_string().contains(FILE_NAME),
-            "the error names the file: {e}"
-        );
+        match RedbStorage::open(dir.path()) {
+            Err(StorageError::CorruptFile { file, .. }) => {
+                assert!(
+                    file.ends_with(FILE_NAME),
+                    "the error names the file: {file}"
+                );
+            }
+            Err(e) => panic!("seed {seed}, {len} random bytes: expected CorruptFile, found {e:?}"),
+            Ok(_) => panic!("seed {seed}, {len} random bytes: opened"),
+        }
     }
-    let dir = TempDir::new("text");
-    std::fs::write(dir.file(), "just some text\n".repeat(1000)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(open_err(dir.path()), RedbError::NotRedb { .. }));
 }
 
+/// A redb database of another program in place of a store's database:
+/// `CorruptFile` (no Fusee format table), and refusing it changes nothing.
 #[test]
-fn a_foreign_redb_database_is_refused() {
+fn a_foreign_redb_database_is_corrupt() {
     let dir = TempDir::new("foreign");
+    testing::populate::<Redb>(dir.path());
+    std::fs::remove_file(dir.file()).unwrap_or_else(|e| panic!("{e}"));
     {
         let db = redb::Database::create(dir.file()).unwrap_or_else(|e| panic!("{e}"));
         let tx = db.begin_write().unwrap_or_else(|e| panic!("{e}"));
@@ -68,9 +57,8 @@ fn a_foreign_redb_database_is_refused() {
         }
         tx.commit().unwrap_or_else(|e| panic!("{e}"));
     }
-    let e = open_err(dir.path());
-    assert!(matches!(e, RedbError::Foreign { .. }), "{e}");
-    // Refusing it changed nothing: the foreign table is still there alone.
+    let e = testing::open_err::<Redb>(dir.path());
+    assert!(matches!(e, StorageError::CorruptFile { .. }), "{e:?}");
     let db = redb::Database::create(dir.file()).unwrap_or_else(|e| panic!("{e}"));
     let tx = redb::ReadableDatabase::begin_read(&db).unwrap_or_else(|e| panic!("{e}"));
     let names: Vec<String> = tx
@@ -81,19 +69,22 @@ fn a_foreign_redb_database_is_refused() {
     assert_eq!(names, ["accounts"]);
 }
 
-/// A file cut short (a copy gone wrong) opens as an error or as a
-/// database redb repaired, never with a panic.
+/// A file cut short opens as an error or as exactly what was committed,
+/// never with a panic; cut below redb's header, or with the store closed
+/// cleanly, it is `CorruptFile`.
 #[test]
-fn truncated_files_do_not_panic() {
+fn truncated_files_are_corrupt() {
     let dir = TempDir::new("truncated");
     testing::populate::<Redb>(dir.path());
     let full = std::fs::read(dir.file()).unwrap_or_else(|e| panic!("{e}"));
     for cut in [full.len() / 2, full.len() / 4, 600, 100, 0] {
         let d = TempDir::new("cut");
+        testing::populate::<Redb>(d.path());
         std::fs::write(d.file(), &full[..cut]).unwrap_or_else(|e| panic!("{e}"));
-        if let Ok(s) = RedbStorage::open(d.path()) {
-            // Whatever survived, the shard opens or reports an error.
-            let _ = s.open_shard(0).map(drop);
+        match RedbStorage::open(d.path()) {
+            Err(StorageError::CorruptFile { .. }) => {}
+            Err(e) => panic!("cut at {cut}: expected CorruptFile, found {e:?}"),
+            Ok(s) => panic!("cut at {cut}: opened with shards {:?}", s.shards()),
         }
     }
 }

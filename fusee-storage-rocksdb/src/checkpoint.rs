@@ -82,7 +82,7 @@ fn apply<'a>(
             }
             now.insert(run, false);
         } else {
-            batch.put_cf(index, key, index_value(r));
+            batch.put_cf(index, key, index_value(&key, r));
             if !stored {
                 count += 1;
             }
@@ -200,7 +200,7 @@ impl IndexEngine for RocksShard {
         batch.put_cf(
             family(&db, META)?,
             meta_key(h.id(), TAG_COMMIT),
-            row.encode(),
+            row.encode(h.id()),
         );
         if h.crash_point(1) {
             drop(batch);

@@ -1,55 +1,19 @@
-//! This backend's own failures, carried inside
-//! [`fusee_storage::StorageError::Backend`] so callers can tell them apart
-//! by downcasting.
-
-use std::path::PathBuf;
+//! This backend's own failures: what RocksDB reports that the contract's
+//! vocabulary has no variant for, carried inside
+//! [`fusee_storage::StorageError::Backend`] (downcast to tell them apart).
+//! Everything the vocabulary names is reported as its variant instead: a
+//! locked directory is [`fusee_storage::StorageError::Locked`], damage
+//! RocksDB detects [`fusee_storage::StorageError::CorruptFile`] (naming the
+//! file RocksDB names), another format
+//! [`fusee_storage::StorageError::UnsupportedFormat`], an I/O error
+//! [`fusee_storage::StorageError::Io`].
 
 use fusee_storage::StorageError;
 
-/// Why a RocksDB storage could not be opened, or what RocksDB reported.
+/// What RocksDB reported, and what the backend was doing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RocksError {
-    /// Another process (or another storage in this process) holds the
-    /// database open: RocksDB's `LOCK` file is taken.
-    #[error("{path}: the database is already open in another process or storage ({detail})")]
-    Locked {
-        /// The database directory.
-        path: PathBuf,
-        /// What RocksDB reported.
-        detail: String,
-    },
-    /// The directory does not hold a readable RocksDB database (garbage
-    /// files, a damaged manifest, or a format this RocksDB cannot read).
-    #[error("{path}: not a readable RocksDB database: {detail}")]
-    NotRocksDb {
-        /// The database directory.
-        path: PathBuf,
-        /// What RocksDB reported.
-        detail: String,
-    },
-    /// The directory holds a RocksDB database written by something other
-    /// than Fusee (other column families, or data without our marker).
-    #[error("{path}: a RocksDB database that is not a Fusee storage ({why})")]
-    Foreign {
-        /// The database directory.
-        path: PathBuf,
-        /// What gave it away.
-        why: String,
-    },
-    /// The database was written by a newer Fusee with a layout this build
-    /// does not know.
-    #[error(
-        "{path}: Fusee RocksDB layout version {found} is newer than {supported}, the newest this build reads"
-    )]
-    NewerFormat {
-        /// The database directory.
-        path: PathBuf,
-        /// The version in the database.
-        found: u32,
-        /// The newest version this build reads.
-        supported: u32,
-    },
     /// RocksDB failed while the backend was doing `context`.
     #[error("RocksDB failed while {context}: {detail}")]
     Engine {
@@ -67,18 +31,73 @@ impl From<RocksError> for StorageError {
 }
 
 /// Maps a RocksDB failure during `context` onto the contract's error: I/O
-/// errors become [`StorageError::Io`], anything else a
-/// [`RocksError::Engine`].
+/// errors become [`StorageError::Io`], damage RocksDB detected (a block,
+/// blob or WAL checksum) [`StorageError::CorruptFile`] naming the file it
+/// names, anything else a [`RocksError::Engine`].
 pub(crate) fn engine(context: impl Into<String>, e: rocksdb::Error) -> StorageError {
-    match e.kind() {
+    let kind = e.kind();
+    let detail = e.into_string();
+    match kind {
+        // A file the manifest names is gone: damage, not the system's
+        // failure.
+        rocksdb::ErrorKind::IOError if detail.contains("No such file") => corruption(
+            "the RocksDB database",
+            &detail,
+            "a file RocksDB's manifest names is missing",
+        ),
         rocksdb::ErrorKind::IOError => StorageError::Io {
             context: context.into(),
-            error: std::io::Error::other(e.into_string()),
+            error: std::io::Error::other(detail),
         },
+        rocksdb::ErrorKind::Corruption => corruption(
+            "the RocksDB database",
+            &detail,
+            "RocksDB found damaged data in it (a checksum or format check failed)",
+        ),
         _ => RocksError::Engine {
             context: context.into(),
-            detail: e.into_string(),
+            detail,
         }
         .into(),
+    }
+}
+
+/// A [`StorageError::CorruptFile`] saying `what`, naming the file RocksDB's
+/// message `detail` names (the first absolute path in it), else
+/// `fallback`.
+pub(crate) fn corruption(fallback: &str, detail: &str, what: &'static str) -> StorageError {
+    let named = detail
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .find(|word| word.starts_with('/'))
+        .map(|word| word.trim_end_matches([':', '.', ')']));
+    StorageError::CorruptFile {
+        file: named.unwrap_or(fallback).to_string(),
+        what,
+        at: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corruption_names_the_file_rocksdb_names() {
+        let e = corruption(
+            "db",
+            "Corruption: block checksum mismatch: stored = 1, computed = 2 in /tmp/x/000009.sst offset 0 size 9",
+            "damaged",
+        );
+        assert!(matches!(e, StorageError::CorruptFile { file, .. } if file == "/tmp/x/000009.sst"));
+        let e = corruption("db", "Corruption: CURRENT file corrupted", "damaged");
+        assert!(matches!(e, StorageError::CorruptFile { file, .. } if file == "db"));
+        let e = corruption(
+            "db",
+            "IO error: While opening /tmp/x/MANIFEST-000005: gone",
+            "w",
+        );
+        assert!(
+            matches!(e, StorageError::CorruptFile { file, .. } if file == "/tmp/x/MANIFEST-000005")
+        );
     }
 }

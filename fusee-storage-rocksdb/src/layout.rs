@@ -26,9 +26,11 @@ pub use fusee_storage_kv::layout::{
 
 /// Marks a database as Fusee's.
 pub const FORMAT_MAGIC: [u8; 8] = *b"FUSEE-RK";
-/// The layout version this crate writes and reads. A file with a larger one
-/// was written by a newer Fusee and is refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// The layout version this crate writes and reads
+/// ([`fusee_storage_kv::layout::FORMAT_VERSION`]), in the directory's
+/// identity marker and in the format row: a store of any other version is
+/// refused with [`fusee_storage::StorageError::UnsupportedFormat`].
+pub const FORMAT_VERSION: u32 = fusee_storage_kv::layout::FORMAT_VERSION;
 /// The key of the format marker in [`META`].
 pub const FORMAT_KEY: &[u8; 12] = b"fusee.format";
 

@@ -30,14 +30,26 @@
 //!
 //! # What this crate owns, and what it does not
 //!
-//! It owns the RocksDB side only: opening and locking the database, column families and their [`options`], the format marker, RocksDB's errors, and write batches with or without `sync`. The parts are the shared ones of
-//! [`fusee_storage_kv`] on this engine ([`RocksShard`] implements its engine
-//! traits): the byte layout of keys and values, the log and commit rows,
-//! frame and record buffering and spills, bases under generations, the
-//! open-time cleanup plan and the checks on everything read back live there
-//! once, for both key-value backends. It deliberately does not know those
-//! bytes or state machines beyond handing them to RocksDB, nor what records,
-//! frames, index records or checkpoints mean.
+//! It owns the RocksDB side only: opening the database, column families and
+//! their [`options`], the format row, RocksDB's errors (mapped onto the
+//! contract's vocabulary), write batches with or without `sync`, and the
+//! memtable flush of a clean close. The directory around the database
+//! (identity marker, `LOCK`, creation whole or not at all) is
+//! [`fusee_storage_kv::store_dir`]'s, as are the parts ([`RocksShard`]
+//! implements the engine traits of [`fusee_storage_kv`]): the byte layout
+//! of keys and values, the log and commit rows, frame and record buffering
+//! and spills, bases under generations, the open-time cleanup plan and the
+//! checks on everything read back live there once, for both key-value
+//! backends. It deliberately does not know those bytes or state machines
+//! beyond handing them to RocksDB, nor what records, frames, index records
+//! or checkpoints mean.
+//!
+//! **Invariants.** A log flush and a commit are each one write batch
+//! written with `sync`; everything else (spilled records, frames and base
+//! records, discards) is written without `sync` and is either cut by the
+//! next shard open or harmless to lose. The directory's lock is held from
+//! before RocksDB opens until it has closed. A clean close leaves every
+//! write in table files.
 //!
 //! # Choices, and why
 //!
@@ -91,20 +103,59 @@
 //! the last commit (index, checkpoint and store position together: they
 //! share one batch) and a log holding every flushed record.
 //!
+//! A clean [`fusee_storage::Storage::close`] flushes every column family's
+//! memtables into table files, so the WAL of a closed store holds nothing
+//! that is not also in them.
+//!
 //! # Locking and failures
 //!
-//! RocksDB locks its `LOCK` file: a second [`RocksStorage::open`] of the
-//! same directory, from another process or this one, fails with
-//! [`RocksError::Locked`]. Within a storage a shard is opened by one owner
-//! at a time ([`fusee_storage::StorageError::AlreadyOpen`]). A failed flush
-//! latches the log part; a failed commit latches the checkpoint and
-//! run-store parts; after [`fusee_storage::Storage::close`] every call is
-//! `Closed`. A failed WAL write or sync puts RocksDB itself in a background
-//! error state in which it refuses later writes of every shard until the
-//! storage is reopened (never a silent success). A directory that holds no
-//! readable RocksDB database, a foreign RocksDB database and a newer Fusee
-//! layout are refused at open with [`RocksError::NotRocksDb`],
-//! [`RocksError::Foreign`] and [`RocksError::NewerFormat`].
+//! [`RocksStorage::open`] claims its directory first
+//! ([`fusee_storage_kv::store_dir`]), then takes the directory's `LOCK`
+//! (an exclusive lock on the open file, so a second open in this process
+//! is refused like one from another process), and holds it until RocksDB
+//! has closed: for as long as the storage or any part it gave out lives. A
+//! second open meanwhile is [`fusee_storage::StorageError::Locked`]
+//! (RocksDB's own `LOCK` inside `fusee.rocksdb` stays too; another program
+//! holding it is `Locked` as well). Within a storage a shard is opened by
+//! one owner at a time ([`fusee_storage::StorageError::AlreadyOpen`]). A
+//! failed flush latches the log part; a failed commit latches the
+//! checkpoint and run-store parts; after [`fusee_storage::Storage::close`]
+//! every call is `Closed`. A failed WAL write or sync puts RocksDB itself
+//! in a background error state in which it refuses later writes of every
+//! shard until the storage is reopened (never a silent success).
+//!
+//! Opening refuses, with the contract's named errors and before writing
+//! anything in a directory that is not its store: an empty path, a file or
+//! a directory of other files (`NotAStore`), another backend's store
+//! (`WrongBackend`), another layout version in the marker or the format
+//! row (`UnsupportedFormat`), no store with [`Create::Never`] (`NotFound`),
+//! a damaged marker (`CorruptFile`). The database directory missing or
+//! emptied, `CURRENT` missing, files RocksDB finds damaged or missing, or
+//! column families that are not Fusee's are `CorruptFile` naming the file
+//! RocksDB names (or the directory): never a new, empty database where the
+//! marker says a store was created. [`RocksError`] is left for RocksDB's
+//! failures the vocabulary has no name for.
+//!
+//! # Damage
+//!
+//! RocksDB checksums its table blocks, blob records, manifest and WAL
+//! records and verifies them on reads (`paranoid_checks` on); the
+//! layout's CRCs over keys and values catch what was damaged before
+//! RocksDB checksummed it. Every file of a store (`CURRENT`, `MANIFEST-*`,
+//! `OPTIONS-*`, `IDENTITY`, the WAL, table and blob files, the marker)
+//! flipped at spread offsets, cut short, deleted or zeroed gives the exact
+//! data back or a named error (`tests/damage.rs`: `OPTIONS-*` and
+//! `IDENTITY` are not read back, so their damage is harmless).
+//!
+//! What RocksDB cannot tell from a crash: **the WAL a crashed store must
+//! replay.** Point-in-time recovery (which a crash's torn tail of unsynced
+//! writes needs) replays the WAL up to its first damaged or missing record
+//! and drops the rest; a changed byte in a WAL record, a WAL cut short, or
+//! the WAL deleted therefore loses the synced batches after the damage
+//! without an error, since they look exactly like a tail a power cut tore.
+//! This concerns only what was written since the last memtable flush of a
+//! store that was not closed cleanly (a clean close flushes; RocksDB also
+//! flushes as memtables fill and past [`options::MAX_TOTAL_WAL`]).
 
 pub mod checkpoint;
 mod error;
@@ -116,9 +167,10 @@ mod storage;
 
 pub use checkpoint::RocksCheckpoint;
 pub use error::RocksError;
+pub use fusee_storage::identity::Create;
 pub use log::RocksLog;
 pub use runs::RocksRuns;
-pub use storage::{COMMIT_CRASH_POINTS, DIR_NAME, RocksShard, RocksStorage};
+pub use storage::{BACKEND, COMMIT_CRASH_POINTS, DIR_NAME, RocksOptions, RocksShard, RocksStorage};
 
 /// This backend's names for its parts and values in errors.
 static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("rocksdb");

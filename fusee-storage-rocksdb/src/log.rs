@@ -43,7 +43,11 @@ impl LogEngine for RocksShard {
         for (lsn, record) in (first..).zip(records) {
             batch.put_cf(log, seq_key(h.id(), lsn), record);
         }
-        batch.put_cf(family(&db, META)?, meta_key(h.id(), TAG_LOG), row.encode());
+        batch.put_cf(
+            family(&db, META)?,
+            meta_key(h.id(), TAG_LOG),
+            row.encode(h.id()),
+        );
         h.write(&db, batch, durable, doing)
     }
 
@@ -72,7 +76,11 @@ impl LogEngine for RocksShard {
         let mut batch = WriteBatch::default();
         let end = self.seq_through(through);
         batch.delete_range_cf(family(&db, LOG)?, &seq_key(h.id(), from)[..], &end[..]);
-        batch.put_cf(family(&db, META)?, meta_key(h.id(), TAG_LOG), row.encode());
+        batch.put_cf(
+            family(&db, META)?,
+            meta_key(h.id(), TAG_LOG),
+            row.encode(h.id()),
+        );
         h.write(&db, batch, false, "discarding log records")
     }
 }

@@ -5,6 +5,7 @@
 
 use rocksdb::{DBCompressionType, DBRecoveryMode, LogLevel, Options};
 
+use crate::RocksOptions;
 use crate::layout::{LOG, STORE};
 
 /// Memtable size of each column family.
@@ -38,17 +39,19 @@ pub const MIN_BLOB: u64 = 4 << 10;
 ///   diagnostic `LOG` otherwise grows without bound next to the data.
 /// - **Paranoid checks** (default, explicit): a damaged file is reported at
 ///   open rather than discovered later.
-pub fn db_options() -> Options {
+///
+/// The sizes and the job count are `options`' ([`RocksOptions`]).
+pub fn db_options(options: &RocksOptions) -> Options {
     let mut o = Options::default();
     o.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
-    o.set_max_total_wal_size(MAX_TOTAL_WAL);
-    o.set_db_write_buffer_size(DB_WRITE_BUFFER);
-    o.set_max_background_jobs(2);
+    o.set_max_total_wal_size(options.max_total_wal);
+    o.set_db_write_buffer_size(options.db_write_buffer);
+    o.set_max_background_jobs(options.background_jobs);
     o.set_log_level(LogLevel::Warn);
     o.set_keep_log_file_num(2);
     o.set_max_log_file_size(1 << 20);
     o.set_paranoid_checks(true);
-    family_defaults(&mut o);
+    family_defaults(&mut o, options);
     o
 }
 
@@ -68,9 +71,11 @@ pub fn db_options() -> Options {
 /// 256 MiB, and are written once, read rarely and deleted whole; kept in
 /// the LSM tree they would be rewritten at every compaction level. Keys and
 /// small values stay in the tree, so iteration in LSN order stays cheap.
-pub fn family_options(name: &str) -> Options {
+///
+/// The memtable size is `options`' ([`RocksOptions::write_buffer`]).
+pub fn family_options(name: &str, options: &RocksOptions) -> Options {
     let mut o = Options::default();
-    family_defaults(&mut o);
+    family_defaults(&mut o, options);
     if name == LOG || name == STORE {
         o.set_enable_blob_files(true);
         o.set_min_blob_size(MIN_BLOB);
@@ -80,9 +85,9 @@ pub fn family_options(name: &str) -> Options {
     o
 }
 
-fn family_defaults(o: &mut Options) {
+fn family_defaults(o: &mut Options, options: &RocksOptions) {
     o.set_compression_type(DBCompressionType::None);
-    o.set_write_buffer_size(WRITE_BUFFER);
+    o.set_write_buffer_size(options.write_buffer);
     o.set_max_write_buffer_number(2);
     o.set_level_compaction_dynamic_level_bytes(true);
 }

@@ -5,14 +5,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use fusee_storage::identity::Create;
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
-use fusee_storage_kv::{ShardEngine, ShardState, Shared, shard_parts};
+use fusee_storage_kv::store_dir::{self, Database as Found, Held};
+use fusee_storage_kv::{ShardEngine, ShardState, Shared, check_meta_row, shard_parts};
 use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
 
-use crate::error::{RocksError, engine};
+use crate::error::{RocksError, corruption, engine};
 use crate::layout::{
-    self, DEFAULT, FAMILIES, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT,
-    TAG_LOG, index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
+    self, FAMILIES, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT, TAG_LOG,
+    index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
 };
 use crate::{NAMES, RocksCheckpoint, RocksLog, RocksRuns, options};
 
@@ -28,7 +30,53 @@ pub const COMMIT_CRASH_POINTS: u32 = fusee_storage_kv::COMMIT_CRASH_POINTS;
 /// `fusee.rocksdb` in the storage's directory. See the crate documentation
 /// for the layout, the options and what a crash can do.
 pub struct RocksStorage {
-    shared: Arc<Shared<DB>>,
+    shared: Arc<Shared<Held<DB>>>,
+}
+
+/// The backend's name in the directory's identity marker.
+pub const BACKEND: &str = "rocksdb";
+
+/// How [`RocksStorage::open_with`] opens a storage.
+/// `RocksOptions::default()` is what [`RocksStorage::open`] uses; the
+/// RocksDB options themselves, each with its reason, are in
+/// [`crate::options`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RocksOptions {
+    /// Whether a missing store is created ([`Create::IfMissing`], the
+    /// default: what a service opening its own data directory wants) or
+    /// refused with [`StorageError::NotFound`] ([`Create::Never`]: a tool
+    /// that must only ever open an existing store, so a mistyped path is an
+    /// error rather than a new, empty store).
+    pub create: Create,
+    /// Memtable bytes of each column family (default
+    /// [`options::WRITE_BUFFER`], 32 MiB): a record of up to 64 MiB passes
+    /// through memtables of this size; larger ones mean fewer, larger
+    /// flushes.
+    pub write_buffer: usize,
+    /// Memtable bytes of all column families together (default
+    /// [`options::DB_WRITE_BUFFER`], 128 MiB): the memory all shards'
+    /// writes may take before RocksDB flushes.
+    pub db_write_buffer: usize,
+    /// WAL bytes kept before RocksDB flushes the column families pinning
+    /// the oldest WAL file (default [`options::MAX_TOTAL_WAL`], 256 MiB):
+    /// bounds the WAL on disk and the replay after a crash.
+    pub max_total_wal: u64,
+    /// Background flush and compaction jobs (default 2): an embedded
+    /// storage shares its machine with the engine's own threads.
+    pub background_jobs: i32,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        Self {
+            create: Create::IfMissing,
+            write_buffer: options::WRITE_BUFFER,
+            db_write_buffer: options::DB_WRITE_BUFFER,
+            max_total_wal: options::MAX_TOTAL_WAL,
+            background_jobs: 2,
+        }
+    }
 }
 
 impl std::fmt::Debug for RocksStorage {
@@ -40,7 +88,7 @@ impl std::fmt::Debug for RocksStorage {
 }
 
 /// One open of one shard on RocksDB.
-pub(crate) type ShardHandle = fusee_storage_kv::ShardHandle<DB>;
+pub(crate) type ShardHandle = fusee_storage_kv::ShardHandle<Held<DB>>;
 
 /// One open of one shard on RocksDB: the engine under [`RocksLog`],
 /// [`RocksRuns`] and [`RocksCheckpoint`] (each holds a clone). Opaque: made
@@ -134,21 +182,43 @@ impl RocksOps for ShardHandle {
 }
 
 impl RocksStorage {
-    /// Opens the storage in directory `dir` (created if missing), creating
-    /// the database `dir/fusee.rocksdb` if it does not exist.
-    ///
-    /// Errors (as [`StorageError::Backend`] holding a [`RocksError`]):
-    /// [`RocksError::Locked`] if another process or storage has the
-    /// database open; [`RocksError::NotRocksDb`] for a directory that does
-    /// not hold a readable RocksDB database; [`RocksError::Foreign`] for a
-    /// RocksDB database that is not a Fusee storage; [`RocksError::NewerFormat`]
-    /// for one written by a newer Fusee. Never panics on a bad database.
+    /// Opens the storage in directory `dir`, creating it (directory, marker
+    /// and database) if there is none: [`RocksStorage::open_with`] with the
+    /// default [`RocksOptions`].
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        fusee_storage::dirs::open_in_dir(dir.as_ref(), DIR_NAME, |path| {
-            let db = open_database(path)?;
-            Ok(Self {
-                shared: Arc::new(Shared::new(path.to_path_buf(), db)),
-            })
+        Self::open_with(dir, &RocksOptions::default())
+    }
+
+    /// Opens the storage in directory `dir` as `options` say.
+    ///
+    /// The directory is claimed first ([`fusee_storage_kv::store_dir`]):
+    /// [`StorageError::NotAStore`] for an empty path, a file, or a
+    /// directory of other files (a store from before identity markers
+    /// included); [`StorageError::WrongBackend`] for another backend's
+    /// store; [`StorageError::UnsupportedFormat`] for another layout
+    /// version (in the marker or the database); [`StorageError::NotFound`]
+    /// for no store with [`Create::Never`]; [`StorageError::Locked`] while
+    /// another storage on it (or a part one gave out) lives, in this
+    /// process or another. Then the database: a missing or emptied
+    /// database directory, a missing `CURRENT`, damaged files RocksDB
+    /// refuses, or column families that are not Fusee's are
+    /// [`StorageError::CorruptFile`] naming the directory or the file,
+    /// never a new, empty database. Never panics on a bad database.
+    pub fn open_with(dir: impl AsRef<Path>, options: &RocksOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        let (lock, found) =
+            store_dir::claim(dir, BACKEND, FORMAT_VERSION, options.create, DIR_NAME)?;
+        let path = match found {
+            Found::Existing(path) => path,
+            Found::New(staged) => {
+                create_database(staged.path(), options)?;
+                staged.publish()?
+            }
+        };
+        let db = open_database(&path, options)?;
+        check_format(&db, &path)?;
+        Ok(Self {
+            shared: Arc::new(Shared::new(path, Held::new(db, lock))),
         })
     }
 
@@ -191,131 +261,130 @@ impl RocksStorage {
     }
 }
 
-/// Whether a RocksDB open error says the `LOCK` file is held.
+/// Whether a RocksDB open error says its own `LOCK` file is held (by a
+/// program that is not a Fusee storage: those are kept away by the
+/// directory's lock).
 fn is_lock_error(message: &str) -> bool {
     message.contains("/LOCK") || message.contains("lock hold") || message.contains("While lock")
 }
 
-/// The error for a failed open of the database at `path`.
+/// The error for a failed open of the database at `path`: locked, damaged
+/// (RocksDB found a checksum or format check failing, or a file it needs
+/// missing), or an I/O error.
 fn open_error(path: &Path, e: rocksdb::Error) -> StorageError {
+    let kind = e.kind();
     let detail = e.into_string();
-    let path = path.to_path_buf();
     if is_lock_error(&detail) {
-        RocksError::Locked { path, detail }.into()
-    } else {
-        RocksError::NotRocksDb { path, detail }.into()
+        return StorageError::Locked {
+            path: path.display().to_string(),
+        };
+    }
+    match kind {
+        rocksdb::ErrorKind::IOError if !detail.contains("No such file") => StorageError::Io {
+            context: format!("opening {}", path.display()),
+            error: std::io::Error::other(detail),
+        },
+        rocksdb::ErrorKind::Corruption => corruption(
+            &path.display().to_string(),
+            &detail,
+            "RocksDB found it damaged",
+        ),
+        _ => corruption(
+            &path.display().to_string(),
+            &detail,
+            "RocksDB refused to open it (files missing, damaged or not RocksDB's)",
+        ),
     }
 }
 
-/// Opens or creates the database at `path`, checking (or, in a new or empty
-/// database, writing) the format marker; creates missing column families of
-/// an empty database.
-fn open_database(path: &Path) -> Result<DB> {
+/// Builds a new database at `path`: every column family and the format
+/// row, synced, then closed.
+fn create_database(path: &Path, options: &RocksOptions) -> Result<()> {
+    let mut opts = options::db_options(options);
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    let descriptors = FAMILIES
+        .iter()
+        .map(|f| ColumnFamilyDescriptor::new(*f, options::family_options(f, options)));
+    let db = DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| open_error(path, e))?;
+    let mut batch = WriteBatch::default();
+    batch.put_cf(family(&db, META)?, FORMAT_KEY, layout::format_value());
+    write(&db, batch, true, format!("creating {}", path.display()))
+}
+
+/// Opens the existing database at `path` with exactly Fusee's column
+/// families. A directory without `CURRENT` (emptied, or never a RocksDB
+/// database) is refused before RocksDB is asked, since RocksDB would start
+/// a new database in it.
+fn open_database(path: &Path, options: &RocksOptions) -> Result<DB> {
     let current = path.join("CURRENT");
     let exists = current
         .try_exists()
         .map_err(|e| StorageError::io(format!("looking for {}", current.display()), e))?;
-    let families: Vec<String> = if exists {
-        DB::list_cf(&options::db_options(), path).map_err(|e| open_error(path, e))?
-    } else {
-        // RocksDB would create a database next to whatever is there (and
-        // replay stray WAL files): a non-empty directory without `CURRENT`
-        // is not ours to take.
-        if let Ok(mut entries) = std::fs::read_dir(path)
-            && entries.next().is_some()
-        {
-            return Err(RocksError::NotRocksDb {
-                path: path.to_path_buf(),
-                detail: "the directory is not empty and has no CURRENT file".into(),
-            }
-            .into());
-        }
-        FAMILIES.iter().map(|f| f.to_string()).collect()
-    };
-    let foreign: Vec<&String> = families
-        .iter()
-        .filter(|f| !FAMILIES.contains(&f.as_str()))
-        .collect();
-    if !foreign.is_empty() {
-        return Err(RocksError::Foreign {
-            path: path.to_path_buf(),
-            why: format!("column families {foreign:?}"),
-        }
-        .into());
+    if !exists {
+        return Err(StorageError::CorruptFile {
+            file: current.display().to_string(),
+            what: "RocksDB's CURRENT file is missing (the database was emptied or damaged)",
+            at: 0,
+        });
     }
-    let mut opts = options::db_options();
-    opts.create_if_missing(!exists);
-    opts.create_missing_column_families(!exists);
-    let descriptors = families
+    let opts = options::db_options(options);
+    let families = DB::list_cf(&opts, path).map_err(|e| open_error(path, e))?;
+    let mut sorted: Vec<&str> = families.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let mut ours = FAMILIES;
+    ours.sort_unstable();
+    if sorted != ours {
+        return Err(StorageError::CorruptFile {
+            file: path.display().to_string(),
+            what: "its column families are not Fusee's",
+            at: 0,
+        });
+    }
+    let descriptors = FAMILIES
         .iter()
-        .map(|f| ColumnFamilyDescriptor::new(f.as_str(), options::family_options(f)));
-    let mut db =
-        DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| open_error(path, e))?;
-    check_format(&mut db, path, &families)?;
-    Ok(db)
+        .map(|f| ColumnFamilyDescriptor::new(*f, options::family_options(f, options)));
+    DB::open_cf_descriptors(&opts, path, descriptors).map_err(|e| open_error(path, e))
 }
 
-/// Checks the format marker; gives an empty database (new, or created by a
-/// run that died before writing the marker) our column families and the
-/// marker; refuses foreign and newer-format databases.
-fn check_format(db: &mut DB, path: &Path, families: &[String]) -> Result<()> {
+/// Checks the format row (this layout version,
+/// [`StorageError::UnsupportedFormat`] otherwise; missing or foreign:
+/// [`StorageError::CorruptFile`]) and every meta row
+/// ([`fusee_storage_kv::check_meta_row`]: a row whose key was damaged
+/// fails here, for every shard, rather than leave its shard looking new).
+fn check_format(db: &DB, path: &Path) -> Result<()> {
     let doing = || format!("checking the format of {}", path.display());
-    let foreign = |why: &str| -> StorageError {
-        RocksError::Foreign {
-            path: path.to_path_buf(),
-            why: why.into(),
-        }
-        .into()
+    let corrupt = |what| StorageError::CorruptFile {
+        file: path.display().to_string(),
+        what,
+        at: 0,
     };
-    let found = match db.cf_handle(META) {
-        Some(meta) => db
-            .get_pinned_cf(meta, FORMAT_KEY)
-            .map_err(|e| engine(doing(), e))?
-            .map(|v| layout::format_version(&v)),
-        None => None,
-    };
+    let meta = family(db, META)?;
+    let found = db
+        .get_pinned_cf(meta, FORMAT_KEY)
+        .map_err(|e| engine(doing(), e))?
+        .map(|v| layout::format_version(&v));
     match found {
-        Some(Some(version)) if version <= FORMAT_VERSION => {
-            if families.len() != FAMILIES.len() {
-                return Err(foreign("a Fusee marker but column families missing"));
-            }
-            return Ok(());
-        }
+        Some(Some(FORMAT_VERSION)) => {}
         Some(Some(found)) => {
-            return Err(RocksError::NewerFormat {
-                path: path.to_path_buf(),
+            return Err(StorageError::UnsupportedFormat {
+                file: path.display().to_string(),
                 found,
                 supported: FORMAT_VERSION,
-            }
-            .into());
+            });
         }
-        Some(None) => return Err(foreign("a foreign format marker")),
-        None => {}
+        Some(None) => return Err(corrupt("the Fusee format row is not Fusee's")),
+        None => return Err(corrupt("no Fusee format row in the database")),
     }
-    // No marker: only an empty database may become ours.
-    for name in families {
-        let Some(cf) = db.cf_handle(name) else {
-            continue;
-        };
-        let mut it = db.raw_iterator_cf(cf);
-        it.seek_to_first();
-        let any = it.valid();
-        it.status().map_err(|e| engine(doing(), e))?;
-        if any {
-            return Err(foreign(&format!(
-                "data in column family {name} without a Fusee marker"
-            )));
+    let mut it = db.raw_iterator_cf(meta);
+    it.seek_to_first();
+    while let (Some(key), Some(value)) = (it.key(), it.value()) {
+        if key != FORMAT_KEY {
+            check_meta_row(key, value, &NAMES)?;
         }
+        it.next();
     }
-    for name in FAMILIES {
-        if name != DEFAULT && db.cf_handle(name).is_none() {
-            db.create_cf(name, &options::family_options(name))
-                .map_err(|e| engine(doing(), e))?;
-        }
-    }
-    let mut batch = WriteBatch::default();
-    batch.put_cf(family(db, META)?, FORMAT_KEY, layout::format_value());
-    write(db, batch, true, doing())
+    it.status().map_err(|e| engine(doing(), e))
 }
 
 impl Storage for RocksStorage {
@@ -338,11 +407,33 @@ impl Storage for RocksStorage {
     }
 
     fn close(&self) -> Result<()> {
+        // Everything a flush or commit reported is already synced (in the
+        // WAL). A clean close also moves it into table files, whose blocks
+        // RocksDB checksums on every read and whose loss its manifest
+        // notices: the WAL of a closed store then holds nothing, and
+        // damage to it loses nothing (damage to a WAL RocksDB must replay
+        // is indistinguishable from a torn tail; see the crate docs).
+        let flushed = match self.shared.db("rocksdb storage") {
+            Ok(db) => flush_all(&db, self.path()),
+            Err(_) => Ok(()),
+        };
         // Dropping our reference closes the database once in-flight calls
-        // end. Everything a flush or commit reported is already synced.
+        // end, whether or not the flush succeeded.
         self.shared.close();
-        Ok(())
+        flushed
     }
+}
+
+/// Flushes every column family's memtables into table files and waits.
+fn flush_all(db: &DB, path: &Path) -> Result<()> {
+    let families = FAMILIES
+        .iter()
+        .map(|name| family(db, name))
+        .collect::<Result<Vec<_>>>()?;
+    let mut options = rocksdb::FlushOptions::default();
+    options.set_wait(true);
+    db.flush_cfs_opt(&families, &options)
+        .map_err(|e| engine(format!("flushing {} at close", path.display()), e))
 }
 
 /// Every shard with a log row, ascending.
@@ -404,7 +495,7 @@ fn recover_shard(h: &ShardHandle, db: &DB) -> Result<ShardState> {
     state.check_keys(stray_meta, holds_rows, shard, &NAMES)?;
     let mut batch = WriteBatch::default();
     if state.new_log {
-        batch.put_cf(meta, meta_key(shard, TAG_LOG), state.log.encode());
+        batch.put_cf(meta, meta_key(shard, TAG_LOG), state.log.encode(shard));
     }
     let cleanup = state.cleanup();
     let generation = cleanup.keep_generation;

@@ -8,19 +8,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use fusee_storage::StorageError;
-use fusee_storage_kv::testing::{Backend, OpenError, Rows, Table};
+use fusee_storage_kv::testing::{Backend, Rows, Table};
 use fusee_storage_redb::layout::{
     self, FORMAT, FORMAT_KEY, INDEX, INDEX_VALUE, LOG, META, STORE, index_key, seq_key,
 };
-use fusee_storage_redb::{FILE_NAME, RedbError, RedbStorage};
-use redb::backends::FileBackend;
+use fusee_storage_redb::{Create, DurableFile, FILE_NAME, RedbOptions, RedbStorage};
 use redb::{ReadableDatabase, StorageBackend};
 
 /// A file backend that refuses every write once its process "crashed".
 #[derive(Debug)]
-struct Crashable {
-    file: FileBackend,
+pub(crate) struct Crashable {
+    file: DurableFile,
     dead: Arc<AtomicBool>,
 }
 
@@ -62,26 +60,22 @@ impl StorageBackend for Crashable {
     }
 }
 
-/// Opens the storage in `dir` on a [`Crashable`] file backend; returns it
-/// with its kill switch.
+/// Opens the storage in `dir` (created if missing) on a [`Crashable`]
+/// file backend; returns it with its kill switch.
 pub(crate) fn open_crashable(dir: &Path) -> (RedbStorage, Arc<AtomicBool>) {
-    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
-    let path = dir.join(FILE_NAME);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("open {path:?}: {e}"));
-    let file = FileBackend::new(file).unwrap_or_else(|e| panic!("lock {path:?}: {e}"));
+    open_crashable_with(dir, &RedbOptions::default())
+}
+
+/// [`open_crashable`] with `options`.
+pub(crate) fn open_crashable_with(
+    dir: &Path,
+    options: &RedbOptions,
+) -> (RedbStorage, Arc<AtomicBool>) {
     let dead = Arc::<AtomicBool>::default();
-    let backend = Crashable {
-        file,
-        dead: Arc::clone(&dead),
-    };
-    let storage = RedbStorage::open_with_backend(path, backend)
-        .unwrap_or_else(|e| panic!("open {dir:?}: {e}"));
+    let switch = Arc::clone(&dead);
+    let storage =
+        RedbStorage::open_wrapped(dir, options, move |file| Crashable { file, dead: switch })
+            .unwrap_or_else(|e| panic!("open {dir:?}: {e}"));
     (storage, dead)
 }
 
@@ -135,6 +129,24 @@ impl Backend for Redb {
         RedbStorage::open(dir)
     }
 
+    fn open_existing(dir: &Path) -> fusee_storage::Result<RedbStorage> {
+        let mut options = RedbOptions::default();
+        options.create = Create::Never;
+        RedbStorage::open_with(dir, &options)
+    }
+
+    fn database(dir: &Path) -> PathBuf {
+        dir.join(FILE_NAME)
+    }
+
+    fn empty_database(dir: &Path) {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(FILE_NAME))
+            .unwrap_or_else(|e| panic!("{e}"));
+        file.set_len(0).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     fn open_crashable(&mut self, dir: &Path) -> RedbStorage {
         let (s, dead) = open_crashable(dir);
         self.dead = dead;
@@ -144,20 +156,6 @@ impl Backend for Redb {
     fn crash(&mut self, s: RedbStorage) {
         self.dead.store(true, Ordering::SeqCst);
         drop(s);
-    }
-
-    fn open_error(e: &StorageError) -> OpenError {
-        let StorageError::Backend(e) = e else {
-            return OpenError::Other;
-        };
-        match e.downcast_ref::<RedbError>() {
-            Some(RedbError::Locked { .. }) => OpenError::Locked,
-            Some(RedbError::Foreign { .. }) => OpenError::Foreign,
-            Some(RedbError::NewerFormat {
-                found, supported, ..
-            }) => OpenError::NewerFormat(*found, *supported),
-            _ => OpenError::Other,
-        }
     }
 
     fn format_value() -> [u8; 12] {

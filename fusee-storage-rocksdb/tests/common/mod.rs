@@ -6,13 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use fusee_storage::StorageError;
-use fusee_storage_kv::testing::{Backend, OpenError, Rows, Table};
+use fusee_storage_kv::testing::{Backend, Rows, Table};
 use fusee_storage_rocksdb::layout::{
     self, FAMILIES, FORMAT_KEY, INDEX, LOG, META, STORE, index_key, index_shard_end, seq_end,
     seq_key,
 };
-use fusee_storage_rocksdb::{DIR_NAME, RocksError, RocksStorage};
+use fusee_storage_rocksdb::{Create, DIR_NAME, RocksOptions, RocksStorage};
 
 /// A temporary directory, removed on drop.
 pub(crate) struct TempDir(fusee_storage_kv::testing::TempDir);
@@ -36,9 +35,13 @@ impl TempDir {
 
 /// Opens the database in `db` directly (the storage must be dropped).
 pub(crate) fn raw_open(db: &Path) -> rocksdb::DB {
-    let opts = fusee_storage_rocksdb::options::db_options();
+    let options = RocksOptions::default();
+    let opts = fusee_storage_rocksdb::options::db_options(&options);
     let families = FAMILIES.iter().map(|f| {
-        rocksdb::ColumnFamilyDescriptor::new(*f, fusee_storage_rocksdb::options::family_options(f))
+        rocksdb::ColumnFamilyDescriptor::new(
+            *f,
+            fusee_storage_rocksdb::options::family_options(f, &options),
+        )
     });
     rocksdb::DB::open_cf_descriptors(&opts, db, families)
         .unwrap_or_else(|e| panic!("raw open {db:?}: {e}"))
@@ -92,26 +95,30 @@ impl Backend for Rocks {
         RocksStorage::open(dir)
     }
 
+    fn open_existing(dir: &Path) -> fusee_storage::Result<RocksStorage> {
+        let mut options = RocksOptions::default();
+        options.create = Create::Never;
+        RocksStorage::open_with(dir, &options)
+    }
+
+    fn database(dir: &Path) -> PathBuf {
+        dir.join(DIR_NAME)
+    }
+
+    fn empty_database(dir: &Path) {
+        let db = dir.join(DIR_NAME);
+        for entry in std::fs::read_dir(&db).unwrap_or_else(|e| panic!("{e}")) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        }
+    }
+
     fn open_crashable(&mut self, dir: &Path) -> RocksStorage {
         RocksStorage::open(dir).unwrap_or_else(|e| panic!("open {dir:?}: {e}"))
     }
 
     fn crash(&mut self, s: RocksStorage) {
         drop(s);
-    }
-
-    fn open_error(e: &StorageError) -> OpenError {
-        let StorageError::Backend(e) = e else {
-            return OpenError::Other;
-        };
-        match e.downcast_ref::<RocksError>() {
-            Some(RocksError::Locked { .. }) => OpenError::Locked,
-            Some(RocksError::Foreign { .. }) => OpenError::Foreign,
-            Some(RocksError::NewerFormat {
-                found, supported, ..
-            }) => OpenError::NewerFormat(*found, *supported),
-            _ => OpenError::Other,
-        }
     }
 
     fn format_value() -> [u8; 12] {

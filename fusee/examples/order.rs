@@ -234,33 +234,21 @@ async fn forward(
 /// Undoes `done` in a step of its own, and says what it did. A
 /// compensation must happen: its policy retries many times.
 async fn compensate(ctx: &Ctx, shop: &Arc<Shop>, done: Done) -> Result<String, StepError> {
-    let patient = quick_retries().attempts(50);
-    match done {
-        Done::Charged(charge) => {
-            ctx.step(
-                "refund",
-                service(shop, move |shop, _| {
-                    shop.refund(&charge);
-                    Ok(())
-                }),
-            )
-            .retry(patient)
-            .await?;
-            Ok("refunded the charge".into())
+    let (name, said) = match &done {
+        Done::Charged(_) => ("refund", "refunded the charge"),
+        Done::Reserved(_) => ("release", "released the reservation"),
+    };
+    let undo = move |shop: &Shop, _: &StepContext| {
+        match &done {
+            Done::Charged(charge) => shop.refund(charge),
+            Done::Reserved(reservation) => shop.release(reservation),
         }
-        Done::Reserved(reservation) => {
-            ctx.step(
-                "release",
-                service(shop, move |shop, _| {
-                    shop.release(&reservation);
-                    Ok(())
-                }),
-            )
-            .retry(patient)
-            .await?;
-            Ok("released the reservation".into())
-        }
-    }
+        Ok(())
+    };
+    ctx.step(name, service(shop, undo))
+        .retry(quick_retries().attempts(50))
+        .await?;
+    Ok(said.to_string())
 }
 
 /// Retries a few milliseconds apart, so the example runs in a moment.

@@ -30,6 +30,8 @@ use crate::layout::{TAG_COMMIT, TAG_LOG, meta_key, seq_key};
 use crate::log::LOG_SPILL_BYTES;
 use crate::runs::SPILL_BYTES;
 
+pub mod damage;
+
 /// A table of the shared layout, for raw access behind the storage's back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Table {

@@ -243,6 +243,9 @@ pub mod engine_kill {
             /// Whether the start attached to an existing run.
             attached: bool,
         },
+        /// The engine acknowledged the `go` signal this child sent run `n`
+        /// (not sent when the run had finished).
+        Signalled(u64),
         /// Run `n`'s result, as [`RunValue`] formats it.
         Result {
             /// The run's number.
@@ -271,6 +274,7 @@ pub mod engine_kill {
                         if *attached { "attached" } else { "new" }
                     )
                 }
+                Report::Signalled(n) => write!(f, "signalled {n}"),
                 Report::Result { n, value } => write!(f, "result {n} {value}"),
                 // One line, whatever the error says.
                 Report::Error { n, message } => {
@@ -292,6 +296,7 @@ pub mod engine_kill {
             Some(match (word, tail) {
                 ("opened", None) => Report::Opened { recovered: n },
                 ("starting", None) => Report::Starting(n),
+                ("signalled", None) => Report::Signalled(n),
                 ("started", Some("new")) => Report::Started { n, attached: false },
                 ("started", Some("attached")) => Report::Started { n, attached: true },
                 ("result", Some(value)) => Report::Result {
@@ -408,6 +413,7 @@ pub mod engine_kill {
                     n: 4,
                     attached: false,
                 },
+                Report::Signalled(3),
                 Report::Result {
                     n: 7,
                     value: value.to_string(),

@@ -7,6 +7,8 @@
 //!
 //! - an acknowledged start exists: a later child attaches to it, never
 //!   starts it anew (and attaches to nothing no child asked for);
+//! - an acknowledged signal exists: the run goes on with it, or with one
+//!   an earlier child sent (signals are consumed in the order they came);
 //! - a reported result is a result of that run and never changes when a
 //!   later child reports it again (steps record the child that ran them, so
 //!   a step run again after its result was durable changes the result);
@@ -103,6 +105,8 @@ struct Books {
     attempted: BTreeSet<u64>,
     /// Runs whose start was acknowledged.
     acked: HashSet<u64>,
+    /// The first child whose `go` signal to a run was acknowledged.
+    signalled: HashMap<u64, u64>,
     /// Every result reported, by run.
     results: HashMap<u64, String>,
     /// The smallest run without a reported result.
@@ -141,6 +145,7 @@ impl Books {
             incarnation: 0,
             attempted: BTreeSet::new(),
             acked: HashSet::new(),
+            signalled: HashMap::new(),
             results: HashMap::new(),
             first_unreported: 0,
             now: Incarnation::default(),
@@ -181,14 +186,23 @@ impl Books {
                 self.acked.insert(n);
                 self.now.started.insert(n);
             }
+            Report::Signalled(n) => {
+                self.signalled.entry(n).or_insert(self.incarnation);
+            }
             Report::Result { n, value } => {
-                match RunValue::parse(&value) {
-                    None => self.fail(format!("run {n}'s result {value:?} does not parse")),
-                    Some(v) => {
-                        if let Some(why) = v.implausible(n, self.incarnation) {
-                            self.fail(format!("run {n}'s result {value} is wrong: {why}"));
-                        }
-                    }
+                let Some(v) = RunValue::parse(&value) else {
+                    self.fail(format!("run {n}'s result {value:?} does not parse"))
+                };
+                if let Some(why) = v.implausible(n, self.incarnation) {
+                    self.fail(format!("run {n}'s result {value} is wrong: {why}"));
+                }
+                if let Some(&k) = self.signalled.get(&n)
+                    && v.go > k
+                {
+                    self.fail(format!(
+                        "run {n} went on with child {}'s signal, yet child {k}'s was acknowledged before: it is gone",
+                        v.go
+                    ));
                 }
                 if let Some(before) = self.results.get(&n)
                     && *before != value

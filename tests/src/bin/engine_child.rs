@@ -7,7 +7,7 @@
 //! an earlier child started is attached to rather than started again. It
 //! reports on stdout ([`Report`], a line each, flushed at once) the open,
 //! each start it asks for and each the engine acknowledges (new or
-//! attached), and each result. INCARNATION (this child's number, from 0)
+//! attached), each signal acknowledged, and each result. INCARNATION (this child's number, from 0)
 //! goes into what the steps return, so a result that changes across kills
 //! shows. With END reached and every result in, it closes the engine and
 //! exits 0; the parent kills it long before that in the kill phase (END is
@@ -154,8 +154,12 @@ async fn drive(engine: &Engine, n: u64, incarnation: u64) -> Result<(), String> 
     });
     loop {
         match engine.signal(&id, GO, &incarnation).await {
+            Ok(()) => {
+                say(Report::Signalled(n));
+                break;
+            }
             // Finished: an earlier child's signal let it through.
-            Ok(()) | Err(Error::Finished { .. }) => break,
+            Err(Error::Finished { .. }) => break,
             Err(Error::Busy { .. }) => tokio::time::sleep(Duration::from_millis(1)).await,
             Err(e) => return Err(format!("signal: {e}")),
         }

@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -99,6 +99,7 @@ impl Child {
 /// What the children said, and what was checked.
 struct Books {
     backend: &'static str,
+    dir: PathBuf,
     seed: u64,
     incarnation: u64,
     /// Runs some earlier child asked to start.
@@ -138,9 +139,10 @@ struct Stats {
 }
 
 impl Books {
-    fn new(backend: &'static str, seed: u64) -> Self {
+    fn new(backend: &'static str, dir: PathBuf, seed: u64) -> Self {
         Books {
             backend,
+            dir,
             seed,
             incarnation: 0,
             attempted: BTreeSet::new(),
@@ -153,11 +155,28 @@ impl Books {
         }
     }
 
+    /// Starts the next child on runs `first` to `end` (exclusive).
+    fn spawn(&self, first: u64, end: u64) -> Child {
+        Child::spawn(
+            self.backend,
+            &self.dir,
+            self.seed,
+            self.incarnation,
+            first,
+            end,
+        )
+    }
+
     /// Fails the test, saying where and how to replay.
     fn fail(&self, what: impl std::fmt::Display) -> ! {
         panic!(
-            "{} backend, seed {} (FUSEE_SEED={} replays the settings), child {}: {what}",
-            self.backend, self.seed, self.seed, self.incarnation
+            "{} backend, seed {} (FUSEE_SEED={} replays the settings), child {}: {what} \
+             (the store is left in {})",
+            self.backend,
+            self.seed,
+            self.seed,
+            self.incarnation,
+            self.dir.display()
         )
     }
 
@@ -264,15 +283,18 @@ impl Books {
 
     /// Runs a child over every run ever asked for, to its end, and checks
     /// that it reported every one (and started none anew if `all_exist`).
-    fn finish_all(&mut self, dir: &Path, all_exist: bool) {
+    fn finish_all(&mut self, all_exist: bool) {
         let end = self.end();
-        let mut child = Child::spawn(self.backend, dir, self.seed, self.incarnation, 0, end);
+        let mut child = self.spawn(0, end);
         self.read(&child, Instant::now() + PATIENCE);
         if let Some(n) = (0..end).find(|n| !self.now.results.contains(n)) {
-            child.kill();
+            let missing = (0..end).filter(|n| !self.now.results.contains(n)).count();
+            let when = match child.kill() {
+                Some(status) => format!("before the child ended ({status})"),
+                None => format!("within {PATIENCE:?} of the kills stopping"),
+            };
             self.fail(format!(
-                "{} of {end} runs reported no result within {PATIENCE:?} of the kills stopping (run {n} among them)",
-                (0..end).filter(|n| !self.now.results.contains(n)).count()
+                "{missing} of {end} runs reported no result {when} (run {n} among them)"
             ));
         }
         // Its stdout ended: it exited, or is about to.
@@ -308,10 +330,10 @@ fn kill_and_check(backend: &'static str) {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut books = Books::new(backend, seed);
+    let mut books = Books::new(backend, dir.clone(), seed);
     for _ in 0..kills {
         let first = books.first_unreported;
-        let mut child = Child::spawn(backend, &dir, seed, books.incarnation, first, u64::MAX);
+        let mut child = books.spawn(first, u64::MAX);
         // Most kills land while runs are in flight; one in five may land
         // while the engine opens (recovery, a checkpoint's first writes).
         let until = if rng.u32(0..5) == 0 {
@@ -335,8 +357,8 @@ fn kill_and_check(backend: &'static str) {
     }
     let killed = began.elapsed();
     let (attempted, finished_under_kills) = (books.end(), books.results.len());
-    books.finish_all(&dir, false);
-    books.finish_all(&dir, true);
+    books.finish_all(false);
+    books.finish_all(true);
     if books.stats.kills > 0 && books.stats.in_flight == 0 {
         books.fail(format!(
             "no kill landed with runs in flight: {:?}",

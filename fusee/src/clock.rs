@@ -68,7 +68,13 @@ impl VirtualClock {
     /// Moves the clock forward by `ms` and wakes every shard.
     pub fn advance(&self, ms: u64) {
         self.inner.now_ms.fetch_add(ms, Ordering::AcqRel);
-        for w in self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for w in self
+            .inner
+            .watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             w();
         }
     }

@@ -24,9 +24,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::{Name, Payload, RecordBuf, RunId, Seq, Status, WaitOutcome, value_kind};
-use fusee_core::run::{
-    Abandon, Issued, OpError, RetryAt, RunMachine, StepRun, ValueAnswer,
-};
+use fusee_core::run::{Abandon, Issued, OpError, RetryAt, RunMachine, StepRun, ValueAnswer};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -323,7 +321,9 @@ impl Ctx {
 
     /// A random number, recorded: a replay sees the same.
     pub fn random(&self) -> u64 {
-        let bytes = self.value(value_kind::RANDOM, |_| fastrand::u64(..).to_le_bytes().to_vec());
+        let bytes = self.value(value_kind::RANDOM, |_| {
+            fastrand::u64(..).to_le_bytes().to_vec()
+        });
         bytes
             .get(..8)
             .and_then(|b| b.try_into().ok())
@@ -335,7 +335,10 @@ impl Ctx {
         let bytes = self.value(value_kind::UUID, |_| {
             let mut b = [0u8; 16];
             fastrand::fill(&mut b);
-            uuid::Builder::from_random_bytes(b).into_uuid().as_bytes().to_vec()
+            uuid::Builder::from_random_bytes(b)
+                .into_uuid()
+                .as_bytes()
+                .to_vec()
         });
         bytes
             .get(..16)
@@ -470,9 +473,8 @@ fn step_result<T: DeserializeOwned>(status: Status, payload: &[u8]) -> Result<T,
     match status {
         Status::Ok => decode(payload)
             .map_err(|e| StepError::fatal(format!("recorded step result does not decode: {e}"))),
-        _ => Err(decode::<StepError>(payload).unwrap_or_else(|_| {
-            StepError::fatal(String::from_utf8_lossy(payload).into_owned())
-        })),
+        _ => Err(decode::<StepError>(payload)
+            .unwrap_or_else(|_| StepError::fatal(String::from_utf8_lossy(payload).into_owned()))),
     }
 }
 

@@ -48,9 +48,6 @@ use crate::runtime::{Input, LoopConfig};
 use crate::workflow::{Failure, Signal, Workflow, decode, encode};
 use crate::{AnyStorage, Metrics};
 
-
-
-
 /// The engine's settings. Defaults serve a laptop; each builder method says
 /// what it changes.
 #[derive(Clone, Debug)]
@@ -330,12 +327,32 @@ impl Engine {
             .map_err(|e| Error::Config(format!("the opening task failed: {e}")))?
     }
 
+    /// Opens the engine on `storage`, a storage opened beforehand (with
+    /// options [`Config::storage`] cannot express, or a
+    /// [`MemoryStorage`](crate::storage::MemoryStorage) a test keeps a
+    /// handle on to crash it); `config.storage` is not used.
+    pub async fn open_on(config: Config, storage: AnyStorage) -> Result<Engine> {
+        config.check()?;
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || Self::start_shards(config, storage, runtime))
+            .await
+            .map_err(|e| Error::Config(format!("the opening task failed: {e}")))?
+    }
+
     fn open_blocking(config: Config, runtime: tokio::runtime::Handle) -> Result<Engine> {
-        let storage = Arc::new(open_storage(&config.storage)?);
-        let existing = storage.shards().map_err(|error| Error::Storage {
-            shard: 0,
-            error,
-        })?;
+        let storage = open_storage(&config.storage)?;
+        Self::start_shards(config, storage, runtime)
+    }
+
+    fn start_shards(
+        config: Config,
+        storage: AnyStorage,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Engine> {
+        let storage = Arc::new(storage);
+        let existing = storage
+            .shards()
+            .map_err(|error| Error::Storage { shard: 0, error })?;
         if !existing.is_empty() {
             let n = existing.len() as u32;
             let contiguous = existing.iter().enumerate().all(|(i, &s)| i as u32 == s);
@@ -556,7 +573,11 @@ impl Engine {
         let inner = Arc::clone(&self.inner);
         let joined = tokio::task::spawn_blocking(move || {
             for shard in &inner.shards {
-                let thread = shard.lock().unwrap_or_else(|e| e.into_inner()).thread.take();
+                let thread = shard
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .thread
+                    .take();
                 if let Some(t) = thread {
                     let _ = t.join();
                 }

@@ -89,7 +89,11 @@ impl RetryPolicy {
     /// `max`.
     pub fn backoff(mut self, initial: Duration, factor: f64, max: Duration) -> Self {
         self.initial_delay = initial;
-        self.backoff = if factor.is_finite() { factor.max(1.0) } else { 1.0 };
+        self.backoff = if factor.is_finite() {
+            factor.max(1.0)
+        } else {
+            1.0
+        };
         self.max_delay = max;
         self
     }
@@ -167,7 +171,10 @@ mod tests {
         );
         let fatal = p.clone().non_retryable("invalid-card");
         assert_eq!(fatal.decide(1, Some("invalid-card"), 0, 0), Decision::Fail);
-        assert_eq!(fatal.decide(1, Some("timeout"), 0, 0), Decision::RetryAt(100));
+        assert_eq!(
+            fatal.decide(1, Some("timeout"), 0, 0),
+            Decision::RetryAt(100)
+        );
         let short = RetryPolicy::default().max_duration(Duration::from_millis(150));
         assert_eq!(short.decide(1, None, 0, 0), Decision::RetryAt(100));
         assert_eq!(short.decide(2, None, 0, 100), Decision::Fail);

@@ -30,7 +30,9 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 
 fn register_add(engine: &Engine) {
     engine.register(ADD, |ctx: Ctx, (a, b): (u64, u64)| async move {
-        let x = ctx.step("double-a", move |_| async move { Ok(a * 2) }).await?;
+        let x = ctx
+            .step("double-a", move |_| async move { Ok(a * 2) })
+            .await?;
         let y = ctx.step("add-b", move |_| async move { Ok(x + b) }).await?;
         Ok::<_, Failure>(y)
     });
@@ -60,7 +62,9 @@ async fn a_workflow_of_steps_returns_its_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_named_errors() {
-    let engine = Engine::open(Config::memory().max_payload(1000)).await.unwrap();
+    let engine = Engine::open(Config::memory().max_payload(1000))
+        .await
+        .unwrap();
     register_add(&engine);
     match engine.execute(WAITER, "w", &"hi".to_string()).await {
         Err(Error::UnknownWorkflow { wtype, registered }) => {
@@ -94,10 +98,10 @@ async fn bad_requests_get_named_errors() {
         engine.start(WAITER, "big", &big).await,
         Err(Error::TooLarge { .. })
     ));
-    assert!(matches!(
-        engine.describe("big").await,
-        Err(Error::NotFound { .. })
-    ), "a refused start records nothing");
+    assert!(
+        matches!(engine.describe("big").await, Err(Error::NotFound { .. })),
+        "a refused start records nothing"
+    );
     engine.close().await.unwrap();
     assert!(matches!(
         engine.execute(ADD, "after", &(1, 1)).await,
@@ -109,8 +113,14 @@ async fn bad_requests_get_named_errors() {
 async fn signals_reach_a_waiting_workflow() {
     let engine = Engine::open(Config::memory()).await.unwrap();
     register_waiter(&engine);
-    let run = engine.start(WAITER, "w-1", &"hello".to_string()).await.unwrap();
-    engine.signal("w-1", NAME, &"ada".to_string()).await.unwrap();
+    let run = engine
+        .start(WAITER, "w-1", &"hello".to_string())
+        .await
+        .unwrap();
+    engine
+        .signal("w-1", NAME, &"ada".to_string())
+        .await
+        .unwrap();
     assert_eq!(run.result().await.unwrap(), "hello, ada");
     engine.close().await.unwrap();
 }
@@ -137,11 +147,11 @@ async fn failed_attempts_are_retried_and_panics_are_failures() {
                         Ok(step.attempt())
                     }
                 })
-                .retry(
-                    RetryPolicy::default()
-                        .attempts(4)
-                        .backoff(Duration::from_millis(1), 1.0, Duration::from_millis(1)),
-                )
+                .retry(RetryPolicy::default().attempts(4).backoff(
+                    Duration::from_millis(1),
+                    1.0,
+                    Duration::from_millis(1),
+                ))
                 .await?;
             Ok::<_, Failure>(n)
         }
@@ -149,7 +159,9 @@ async fn failed_attempts_are_retried_and_panics_are_failures() {
     assert_eq!(engine.execute(FLAKY, "f-1", &2).await.unwrap(), 3);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     match engine.execute(FLAKY, "f-2", &10).await {
-        Err(Error::Failed { status, failure, .. }) => {
+        Err(Error::Failed {
+            status, failure, ..
+        }) => {
             assert_eq!(status, "failed");
             assert_eq!(failure.message, "not yet");
         }
@@ -171,7 +183,10 @@ async fn failed_attempts_are_retried_and_panics_are_failures() {
     engine.register(ADD, |ctx: Ctx, (a, b): (u64, u64)| async move {
         Ok::<_, Failure>(ctx.step("sum", move |_| async move { Ok(a + b) }).await?)
     });
-    assert_eq!(engine.execute(ADD, "after-panic", &(2, 3)).await.unwrap(), 5);
+    assert_eq!(
+        engine.execute(ADD, "after-panic", &(2, 3)).await.unwrap(),
+        5
+    );
     engine.close().await.unwrap();
 }
 
@@ -202,17 +217,26 @@ async fn runs_survive_close_and_a_clean_close_replays_nothing() {
     let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
     register_waiter(&engine);
     register_add(&engine);
-    engine.start(WAITER, "w-1", &"hi".to_string()).await.unwrap();
+    engine
+        .start(WAITER, "w-1", &"hi".to_string())
+        .await
+        .unwrap();
     assert_eq!(engine.execute(ADD, "a-1", &(5, 1)).await.unwrap(), 11);
     engine.close().await.unwrap();
     drop(engine);
 
     let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
     let m = engine.metrics().await;
-    assert_eq!(m.recovered_records, 0, "a clean close leaves nothing to replay");
+    assert_eq!(
+        m.recovered_records, 0,
+        "a clean close leaves nothing to replay"
+    );
     register_waiter(&engine);
     register_add(&engine);
-    engine.signal("w-1", NAME, &"bob".to_string()).await.unwrap();
+    engine
+        .signal("w-1", NAME, &"bob".to_string())
+        .await
+        .unwrap();
     assert_eq!(engine.result(WAITER, "w-1").await.unwrap(), "hi, bob");
     assert_eq!(engine.result(ADD, "a-1").await.unwrap(), 11);
     engine.close().await.unwrap();
@@ -245,7 +269,10 @@ async fn runs_survive_a_crash_and_steps_do_not_run_twice() {
     };
     let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
     register(&engine, Arc::clone(&calls));
-    engine.start(WAITER, "w-1", &"hi".to_string()).await.unwrap();
+    engine
+        .start(WAITER, "w-1", &"hi".to_string())
+        .await
+        .unwrap();
     // Wait until the step's result is recorded (and so durable once the
     // next flush runs).
     for _ in 0..200 {
@@ -260,9 +287,16 @@ async fn runs_survive_a_crash_and_steps_do_not_run_twice() {
     let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
     assert!(engine.metrics().await.recovered_records > 0);
     register(&engine, Arc::clone(&calls));
-    engine.signal("w-1", NAME, &"eve".to_string()).await.unwrap();
+    engine
+        .signal("w-1", NAME, &"eve".to_string())
+        .await
+        .unwrap();
     assert_eq!(engine.result(WAITER, "w-1").await.unwrap(), "hi, eve (1)");
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "the step's durable result was replayed");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the step's durable result was replayed"
+    );
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

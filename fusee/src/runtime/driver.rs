@@ -3,19 +3,19 @@
 //! its steps as tasks of the embedder's tokio runtime, and the time from
 //! the engine's [`Clock`].
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 
 use super::{Effects, Input, LoopConfig, ShardLoop, StepJob};
+use crate::AnyStorage;
 use crate::clock::Clock;
 use crate::ctx::StepError;
 use crate::registry::Registry;
-use crate::AnyStorage;
 
 /// The client's side of a running shard.
 pub(crate) struct ShardHandle {

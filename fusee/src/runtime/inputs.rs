@@ -131,9 +131,7 @@ impl ShardLoop {
             // are durable, like any other.
             let token = self.token();
             let waiting = match id_policy {
-                IdPolicy::NewOnly => {
-                    Waiting::Refused(reply, Error::AlreadyExists { id, run })
-                }
+                IdPolicy::NewOnly => Waiting::Refused(reply, Error::AlreadyExists { id, run }),
                 IdPolicy::Attach => Waiting::Started(reply, existing),
             };
             self.waiting.insert(token, waiting);

@@ -67,8 +67,8 @@ use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
 use crate::ctx::{RunState, StepError};
 use crate::engine::{Description, IdPolicy, RunRef, RunResult};
-use crate::metrics::ShardMetrics;
 use crate::error::{Error, Result};
+use crate::metrics::ShardMetrics;
 use crate::registry::{Registry, RunFuture};
 
 pub(crate) use steps::StepJob;
@@ -102,9 +102,14 @@ pub(crate) enum Input {
     /// Wait for a workflow's result.
     Result { id: String, reply: Reply<RunResult> },
     /// Describe a workflow.
-    Describe { id: String, reply: Reply<Description> },
+    Describe {
+        id: String,
+        reply: Reply<Description>,
+    },
     /// The shard's figures.
-    Metrics { reply: oneshot::Sender<ShardMetrics> },
+    Metrics {
+        reply: oneshot::Sender<ShardMetrics>,
+    },
     /// A workflow type was registered: runs waiting for code start.
     Registered,
     /// A step attempt ended.
@@ -291,7 +296,9 @@ impl ShardLoop {
         }
         self.core.poll_timers(now_ms);
         let mut budget = RUN_BUDGET;
-        while budget > 0 && let Some(input) = self.inbox.pop_front() {
+        while budget > 0
+            && let Some(input) = self.inbox.pop_front()
+        {
             self.take(input, now_ms);
             budget -= 1;
             if self.closed {
@@ -357,8 +364,7 @@ impl ShardLoop {
             return None;
         }
         self.since_checkpoint += self.encode.len() as u64;
-        self.core
-            .apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
+        self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         let run = rec.run();
         if let Some(live) = self.live.get_mut(&run) {
             let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);

@@ -37,8 +37,8 @@ impl ShardLoop {
             }
             core.set_next_run_id(cp.next_run);
             for run in &cp.runs {
-                let records =
-                    decode_canonical_all(&run.journal).map_err(|_| corrupt("checkpoint journal"))?;
+                let records = decode_canonical_all(&run.journal)
+                    .map_err(|_| corrupt("checkpoint journal"))?;
                 for rec in &records {
                     core.apply(run.last_lsn, rec, Mode::SUFFIX);
                 }
@@ -118,6 +118,8 @@ impl ShardLoop {
             .map(|(run, _)| run)
             .collect();
         for run in unfinished {
+            // Offers made during replay emitted no events: make them again.
+            this.core.reoffer(run);
             this.start_code(run);
         }
         Ok(this)

@@ -189,7 +189,13 @@ impl ShardLoop {
         };
         let fault = live.state.borrow_mut().fault.take();
         let asked = std::mem::take(&mut live.state.borrow_mut().appends);
-        if live.state.borrow().steps.values().any(|s| !s.running && s.next.is_some()) {
+        if live
+            .state
+            .borrow()
+            .steps
+            .values()
+            .any(|s| !s.running && s.next.is_some())
+        {
             self.stepping.insert(run);
         }
         for rec in &asked {

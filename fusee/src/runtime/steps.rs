@@ -106,14 +106,14 @@ impl ShardLoop {
             spec.running = false;
             let name = spec.name.clone();
             let result = match result {
-                Ok(bytes) if bytes.len() > self.config.max_payload => Err(StepError::fatal(
-                    format!(
+                Ok(bytes) if bytes.len() > self.config.max_payload => {
+                    Err(StepError::fatal(format!(
                         "step result of {} bytes exceeds the limit of {}",
                         bytes.len(),
                         self.config.max_payload
-                    ),
-                )
-                .kind("too-large")),
+                    ))
+                    .kind("too-large"))
+                }
                 other => other,
             };
             let step = |status, payload: &[u8]| RecordBuf::Step {

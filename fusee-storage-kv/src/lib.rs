@@ -83,8 +83,8 @@ pub use handle::{ShardHandle, Shared};
 pub use layout::{CommitRow, LogRow};
 pub use log::{KvLog, LogEngine};
 pub use open::{
-    COMMIT_CRASH_POINTS, Cleanup, FaultSwitches, OpenShards, ShardState, check_meta_row, injected,
-    lock, shard_parts,
+    COMMIT_CRASH_POINTS, Cleanup, FaultSwitches, OpenShards, ShardState, check_format_row,
+    check_meta_row, injected, lock, shard_parts,
 };
 pub use runs::{FrameEngine, KvRuns};
 

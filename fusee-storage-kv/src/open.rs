@@ -162,6 +162,34 @@ pub fn check_meta_row(key: &[u8], value: &[u8], names: &Names) -> Result<Option<
     }
 }
 
+/// Judges the format row of the database `file` (`None`: there is none)
+/// against this build's `magic` and [`crate::layout::FORMAT_VERSION`]: `Ok`
+/// for this version, [`StorageError::UnsupportedFormat`] for another,
+/// [`StorageError::CorruptFile`] for a missing row or another program's.
+/// (A store's database is built with its format row, so a missing one is
+/// damage.)
+pub fn check_format_row(
+    value: Option<&[u8]>,
+    magic: [u8; 8],
+    file: &std::path::Path,
+) -> Result<()> {
+    let corrupt = |what| StorageError::CorruptFile {
+        file: file.display().to_string(),
+        what,
+        at: 0,
+    };
+    match value.map(|v| crate::layout::format_version(magic, v)) {
+        Some(Some(crate::layout::FORMAT_VERSION)) => Ok(()),
+        Some(Some(found)) => Err(StorageError::UnsupportedFormat {
+            file: file.display().to_string(),
+            found,
+            supported: crate::layout::FORMAT_VERSION,
+        }),
+        Some(None) => Err(corrupt("the Fusee format row is not Fusee's")),
+        None => Err(corrupt("no Fusee format row in the database")),
+    }
+}
+
 /// The parts of a shard opened on `engine` (one open of one shard, cloned
 /// into each part) whose rows, after the open-time cleanup, are `state`.
 pub fn shard_parts<S, E>(engine: E, state: &ShardState, names: &'static Names) -> ShardParts<S>

@@ -127,6 +127,11 @@ pub enum Database {
 /// takes the lock, and says where the database is. The lock is returned
 /// first and must be held as long as the database is open.
 ///
+/// `create`: [`Create::IfMissing`] is what a service opening its own data
+/// directory wants; [`Create::Never`] suits a tool that must only ever
+/// open an existing store, so that a mistyped path is an error rather than
+/// a new, empty store.
+///
 /// Errors, each before anything is written in a directory that is not a
 /// store of this backend: [`StorageError::NotAStore`] (empty path, a file,
 /// a directory of other files), [`StorageError::WrongBackend`],

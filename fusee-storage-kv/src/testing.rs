@@ -294,6 +294,32 @@ fn spill<S: Storage>(s: &S, other_flushes: bool) -> BlobRef {
     kept
 }
 
+/// Every record shard part `p`'s log reads back from its start.
+fn log_records<S: Storage>(p: &mut ShardParts<S>) -> Vec<(u64, Vec<u8>)> {
+    let mut all = Vec::new();
+    must(
+        p.log.read(p.log.first_lsn() - 1, &mut |lsn, bytes| {
+            all.push((lsn, bytes.to_vec()));
+            Ok(())
+        }),
+        "read the log",
+    );
+    all
+}
+
+/// The names in directory `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("listing {dir:?}: {e}"));
+    let mut names: Vec<String> = entries
+        .map(|e| {
+            let e = e.unwrap_or_else(|e| panic!("listing {dir:?}: {e}"));
+            e.file_name().to_string_lossy().into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// How many records shard part `p`'s index reads back.
 fn index_count<S: Storage>(p: &mut ShardParts<S>) -> usize {
     let mut n = 0;
@@ -446,15 +472,7 @@ pub fn log_spill_is_cut_at_open<B: Backend>(backend: &mut B, other_flushes: bool
         1,
         "unflushed records survived (other flush: {other_flushes})"
     );
-    let mut all = Vec::new();
-    must(
-        p.log.read(0, &mut |lsn, bytes| {
-            all.push((lsn, bytes.to_vec()));
-            Ok(())
-        }),
-        "read",
-    );
-    assert_eq!(all, [(1, b"flushed".to_vec())]);
+    assert_eq!(log_records(&mut p), [(1, b"flushed".to_vec())]);
     // Appends continue after the flushed record.
     must(p.log.append(2, b"again"), "append");
     assert_eq!(p.log.flush().ok(), Some(2));
@@ -470,11 +488,22 @@ pub fn open_err<B: Backend>(dir: &Path) -> StorageError {
 
 /// Writes a storage with one flushed record, one frame and one commit.
 pub fn populate<B: Backend>(dir: &Path) {
+    populate_with::<B>(dir, &[b"one"], &[b"frame"]);
+}
+
+/// Writes a storage whose shard 0 holds `records` (LSNs 1, 2, ...;
+/// flushed) and `frames` (numbers 0, 1, ...), committed with checkpoint
+/// `ck`, and closes it.
+fn populate_with<B: Backend>(dir: &Path, records: &[&[u8]], frames: &[&[u8]]) {
     let s = must(B::open(dir), "open");
     let mut p = must(s.open_shard(0), "open_shard");
-    must(p.log.append(1, b"one"), "append");
+    for (lsn, record) in (1..).zip(records) {
+        must(p.log.append(lsn, record), "append");
+    }
     must(p.log.flush(), "flush");
-    must(p.runs.append(b"frame"), "frame");
+    for frame in frames {
+        must(p.runs.append(frame), "frame");
+    }
     must(
         p.checkpoint
             .commit(&mut p.runs, IndexChange::Delta(&[]), b"ck"),
@@ -490,15 +519,7 @@ pub fn check_populated<B: Backend>(dir: &Path) {
     let s = must(B::open(dir), "open a populated storage");
     let mut p = must(s.open_shard(0), "open_shard");
     assert_eq!(p.recovered.checkpoint.as_deref(), Some(&b"ck"[..]));
-    let mut records = Vec::new();
-    must(
-        p.log.read(0, &mut |lsn, r| {
-            records.push((lsn, r.to_vec()));
-            Ok(())
-        }),
-        "read the log",
-    );
-    assert_eq!(records, [(1, b"one".to_vec())]);
+    assert_eq!(log_records(&mut p), [(1, b"one".to_vec())]);
     let mut out = Vec::new();
     must(
         p.runs.read(BlobRef { offset: 0, len: 5 }, &mut out),
@@ -507,18 +528,16 @@ pub fn check_populated<B: Backend>(dir: &Path) {
     assert_eq!(out, b"frame");
 }
 
-/// The error `r` holds, or a panic saying what `case` expected.
-fn expect_err<T>(r: fusee_storage::Result<T>, case: &str, expected: &str) -> StorageError {
-    match r {
-        Ok(_) => panic!("{case}: expected {expected}, but the open succeeded"),
-        Err(e) => e,
-    }
-}
-
-/// Panics unless `e` is the variant `matches` accepts, saying what `case`
-/// expected and what it found.
-fn expect(e: &StorageError, case: &str, expected: &str, matches: bool) {
-    assert!(matches, "{case}: expected {expected}, found {e:?} ({e})");
+/// Panics, saying what `$case` expected and what it found, unless
+/// `$result` is an error matching `$pattern` (and `$guard`).
+macro_rules! refused {
+    ($result:expr, $case:expr, $pattern:pat $(if $guard:expr)?) => {
+        match $result {
+            Err($pattern) $(if $guard)? => {}
+            Err(e) => panic!("{}: expected {}, found {e:?} ({e})", $case, stringify!($pattern)),
+            Ok(_) => panic!("{}: expected {}, but it succeeded", $case, stringify!($pattern)),
+        }
+    };
 }
 
 /// A layout version in the format row other than this build's is
@@ -531,23 +550,18 @@ pub fn other_format_rows_are_refused<B: Backend>() {
         let mut other = B::format_value();
         other[8..].copy_from_slice(&version.to_le_bytes());
         B::set_marker(&dir.0, &other);
-        let e = open_err::<B>(&dir.0);
-        let case = format!("format row of version {version}");
-        expect(
-            &e,
-            &case,
-            "UnsupportedFormat",
-            matches!(&e, StorageError::UnsupportedFormat { found, supported, .. }
-                if *found == version && *supported == B::FORMAT_VERSION),
+        refused!(
+            B::open(&dir.0).map(drop),
+            format!("format row of version {version}"),
+            StorageError::UnsupportedFormat { found, supported, .. }
+                if found == version && supported == B::FORMAT_VERSION
         );
     }
     B::set_marker(&dir.0, b"SOMEONE-ELSE");
-    let e = open_err::<B>(&dir.0);
-    expect(
-        &e,
+    refused!(
+        B::open(&dir.0).map(drop),
         "a foreign format row",
-        "CorruptFile",
-        matches!(e, StorageError::CorruptFile { .. }),
+        StorageError::CorruptFile { .. }
     );
     B::set_marker(&dir.0, &B::format_value());
     check_populated::<B>(&dir.0);
@@ -560,26 +574,12 @@ pub fn other_format_rows_are_refused<B: Backend>() {
 pub fn foreign_and_damaged_directories_are_refused<B: Backend>() {
     use fusee_storage::identity::{Create, MARKER, claim_dir};
     let root = TempDir::new(B::NAME, "identity");
-    let names = |dir: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .map(|e| {
-                e.unwrap_or_else(|e| panic!("{e}"))
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        v.sort();
-        v
-    };
+
     // An empty path would mean the current directory.
-    let e = expect_err(B::open(Path::new("")), "the empty path", "NotAStore");
-    expect(
-        &e,
+    refused!(
+        B::open(Path::new("")).map(drop),
         "the empty path",
-        "NotAStore",
-        matches!(e, StorageError::NotAStore { .. }),
+        StorageError::NotAStore { .. }
     );
     // Another backend's store.
     let other = root.0.join("other");
@@ -587,56 +587,50 @@ pub fn foreign_and_damaged_directories_are_refused<B: Backend>() {
         claim_dir(&other, "file", 1, Create::IfMissing, &[]),
         "a file-backend marker",
     );
-    let e = open_err::<B>(&other);
-    expect(
-        &e,
+    refused!(
+        B::open(&other).map(drop),
         "another backend's store",
-        "WrongBackend",
-        matches!(&e, StorageError::WrongBackend { found, expected, .. }
-            if found == "file" && *expected == B::NAME),
+        StorageError::WrongBackend { found, expected, .. }
+            if found == "file" && expected == B::NAME
     );
-    assert_eq!(names(&other), [MARKER], "nothing written beside the marker");
+    assert_eq!(
+        file_names(&other),
+        [MARKER],
+        "nothing written beside the marker"
+    );
     // Another program's files.
     let foreign = root.0.join("foreign");
     std::fs::create_dir_all(&foreign).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(foreign.join("notes.txt"), b"mine").unwrap_or_else(|e| panic!("{e}"));
-    let e = open_err::<B>(&foreign);
-    expect(
-        &e,
+    refused!(
+        B::open(&foreign).map(drop),
         "a directory of other files",
-        "NotAStore",
-        matches!(e, StorageError::NotAStore { .. }),
+        StorageError::NotAStore { .. }
     );
-    assert_eq!(names(&foreign), ["notes.txt"], "nothing written");
+    assert_eq!(file_names(&foreign), ["notes.txt"], "nothing written");
     // A file where the directory belongs.
-    let e = open_err::<B>(&foreign.join("notes.txt"));
-    expect(
-        &e,
+    refused!(
+        B::open(&foreign.join("notes.txt")).map(drop),
         "a file",
-        "NotAStore",
-        matches!(e, StorageError::NotAStore { .. }),
+        StorageError::NotAStore { .. }
     );
     // Open-only: a missing and an empty directory are NotFound, and stay so.
     let missing = root.0.join("missing");
-    let e = expect_err(B::open_existing(&missing), "open-only, missing", "NotFound");
-    expect(
-        &e,
+    refused!(
+        B::open_existing(&missing).map(drop),
         "open-only, missing",
-        "NotFound",
-        matches!(e, StorageError::NotFound { .. }),
+        StorageError::NotFound { .. }
     );
     assert!(!missing.exists(), "open-only created the directory");
     let empty = root.0.join("empty");
     std::fs::create_dir_all(&empty).unwrap_or_else(|e| panic!("{e}"));
-    let e = expect_err(B::open_existing(&empty), "open-only, empty", "NotFound");
-    expect(
-        &e,
+    refused!(
+        B::open_existing(&empty).map(drop),
         "open-only, empty",
-        "NotFound",
-        matches!(e, StorageError::NotFound { .. }),
+        StorageError::NotFound { .. }
     );
     assert!(
-        names(&empty).is_empty(),
+        file_names(&empty).is_empty(),
         "open-only wrote into an empty directory"
     );
     // A store: open-only opens it.
@@ -649,12 +643,10 @@ pub fn foreign_and_damaged_directories_are_refused<B: Backend>() {
     let mut bad = good.clone();
     bad[10] ^= 0x10;
     std::fs::write(&marker, &bad).unwrap_or_else(|e| panic!("{e}"));
-    let e = open_err::<B>(&store);
-    expect(
-        &e,
+    refused!(
+        B::open(&store).map(drop),
         "a damaged marker",
-        "CorruptFile",
-        matches!(&e, StorageError::CorruptFile { file, .. } if file.ends_with(MARKER)),
+        StorageError::CorruptFile { file, .. } if file.ends_with(MARKER)
     );
     // A marker of another layout version.
     std::fs::remove_file(&marker).unwrap_or_else(|e| panic!("{e}"));
@@ -671,26 +663,19 @@ pub fn foreign_and_damaged_directories_are_refused<B: Backend>() {
         claim_dir(&store, B::NAME, older, Create::IfMissing, &own),
         "an older marker",
     );
-    let e = open_err::<B>(&store);
-    expect(
-        &e,
+    refused!(
+        B::open(&store).map(drop),
         "a marker of an older version",
-        "UnsupportedFormat",
-        matches!(e, StorageError::UnsupportedFormat { found, .. } if found == older),
+        StorageError::UnsupportedFormat { found, .. } if found == older
     );
     std::fs::write(&marker, &good).unwrap_or_else(|e| panic!("{e}"));
     check_populated::<B>(&store);
     // The database emptied, then deleted, under a valid marker.
     B::empty_database(&store);
-    let e = open_err::<B>(&store);
-    expect(
-        &e,
+    refused!(
+        B::open(&store).map(drop),
         "the database emptied",
-        "CorruptFile or Corrupt",
-        matches!(
-            e,
-            StorageError::CorruptFile { .. } | StorageError::Corrupt { .. }
-        ),
+        StorageError::CorruptFile { .. } | StorageError::Corrupt { .. }
     );
     let db = B::database(&store);
     if db.is_dir() {
@@ -699,12 +684,10 @@ pub fn foreign_and_damaged_directories_are_refused<B: Backend>() {
         std::fs::remove_file(&db)
     }
     .unwrap_or_else(|e| panic!("{e}"));
-    let e = open_err::<B>(&store);
-    expect(
-        &e,
+    refused!(
+        B::open(&store).map(drop),
         "the database deleted",
-        "CorruptFile",
-        matches!(&e, StorageError::CorruptFile { file, .. } if Path::new(file) == db),
+        StorageError::CorruptFile { file, .. } if Path::new(&file) == db
     );
     assert!(!db.exists(), "the open created a new database");
 }
@@ -740,35 +723,29 @@ pub fn damaged_values_are_corrupt<B: Backend>() {
     drop(s);
     B::raw_put(&dir.0, Table::Meta, &meta_key(0, TAG_COMMIT), b"short");
     // The storage checks every meta row when it opens.
-    let e = open_err::<B>(&dir.0);
-    expect(
-        &e,
+    refused!(
+        B::open(&dir.0).map(drop),
         "a damaged commit row",
-        "Corrupt",
-        matches!(e, StorageError::Corrupt { at: 0, .. }),
+        StorageError::Corrupt { at: 0, .. }
     );
 }
 
-/// The error of opening `dir` and then its shard 0 (whichever fails);
-/// panics, saying what it found, if both succeed.
-fn open_shard_err<B: Backend>(dir: &Path, case: &str) -> StorageError {
-    let s = match B::open(dir) {
-        Ok(s) => s,
-        Err(e) => return e,
-    };
-    match s.open_shard(0) {
-        Err(e) => {
-            // A failed open released the shard: it fails the same way again.
-            let again = s.open_shard(0).err().map(|e| e.to_string());
-            assert_eq!(again, Some(e.to_string()), "{case}: a second open_shard");
-            e
+/// Opens the storage in `dir` and then its shard 0: the first error, or
+/// `Ok` (with what the shard recovered in the panic a caller's `refused!`
+/// raises) if both open. A failed shard open must release the shard: a
+/// second one fails the same way (`case` names it in that check).
+fn open_shard_0<B: Backend>(dir: &Path, case: &str) -> fusee_storage::Result<()> {
+    let s = B::open(dir)?;
+    let e = match s.open_shard(0) {
+        Err(e) => e,
+        Ok(p) => {
+            let (checkpoint, last) = (p.recovered.checkpoint.clone(), p.log.last_lsn());
+            panic!("{case}: opened with checkpoint {checkpoint:?} and last LSN {last}");
         }
-        Ok(p) => panic!(
-            "{case}: opened with checkpoint {:?} and last LSN {}",
-            p.recovered.checkpoint,
-            p.log.last_lsn()
-        ),
-    }
+    };
+    let again = s.open_shard(0).err().map(|e| e.to_string());
+    assert_eq!(again, Some(e.to_string()), "{case}: a second open_shard");
+    Err(e)
 }
 
 /// Values read under another key than the one they were written under
@@ -778,22 +755,7 @@ fn open_shard_err<B: Backend>(dir: &Path, case: &str) -> StorageError {
 /// bytes and the third opened the shard as never committed.
 pub fn moved_values_are_corrupt<B: Backend>() {
     let dir = TempDir::new(B::NAME, "moved");
-    {
-        let s = must(B::open(&dir.0), "open");
-        let mut p = must(s.open_shard(0), "open_shard");
-        must(p.log.append(1, b"rec-1"), "append");
-        must(p.log.append(2, b"rec-2"), "append");
-        must(p.log.flush(), "flush");
-        must(p.runs.append(b"frame-a"), "frame");
-        must(p.runs.append(b"frame-b"), "frame");
-        must(
-            p.checkpoint
-                .commit(&mut p.runs, IndexChange::Delta(&[]), b"ck"),
-            "commit",
-        );
-        drop(p);
-        must(s.close(), "close");
-    }
+    populate_with::<B>(&dir.0, &[b"rec-1", b"rec-2"], &[b"frame-a", b"frame-b"]);
     let swap = |table: Table, a: &[u8], b: &[u8]| {
         let va = B::raw_get(&dir.0, table, a).unwrap_or_else(|| panic!("no {a:?}"));
         let vb = B::raw_get(&dir.0, table, b).unwrap_or_else(|| panic!("no {b:?}"));
@@ -828,12 +790,11 @@ pub fn moved_values_are_corrupt<B: Backend>() {
         .unwrap_or_else(|| panic!("no commit row"));
     B::raw_delete_meta(&dir.0, &meta_key(0, TAG_COMMIT));
     B::raw_put(&dir.0, Table::Meta, &meta_key(1, TAG_COMMIT), &row);
-    let e = open_shard_err::<B>(&dir.0, "the commit row moved to shard 1");
-    expect(
-        &e,
-        "the commit row moved to shard 1",
-        "Corrupt",
-        matches!(e, StorageError::Corrupt { .. }),
+    let case = "the commit row moved to shard 1";
+    refused!(
+        open_shard_0::<B>(&dir.0, case),
+        case,
+        StorageError::Corrupt { .. }
     );
 }
 
@@ -856,12 +817,10 @@ pub fn moved_meta_rows_are_corrupt<B: Backend>() {
         if let Some(to) = moved_to {
             B::raw_put(&dir.0, Table::Meta, &meta_key(0, to), &row);
         }
-        let e = open_shard_err::<B>(&dir.0, case);
-        expect(
-            &e,
+        refused!(
+            open_shard_0::<B>(&dir.0, case),
             case,
-            "Corrupt at shard 0",
-            matches!(e, StorageError::Corrupt { at: 0, .. }),
+            StorageError::Corrupt { at: 0, .. }
         );
     }
 }

@@ -8,14 +8,16 @@ use std::sync::Arc;
 use fusee_storage::identity::Create;
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
 use fusee_storage_kv::store_dir::{self, Database as Found, Held};
-use fusee_storage_kv::{ShardEngine, ShardState, Shared, check_meta_row, shard_parts};
+use fusee_storage_kv::{
+    ShardEngine, ShardState, Shared, check_format_row, check_meta_row, shard_parts,
+};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use crate::error::{RedbError, engine};
 use crate::file::{DurableFile, repair_length};
 use crate::layout::{
-    self, FORMAT, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT, TAG_LOG,
-    index_key, meta_key, seq_key,
+    self, FORMAT, FORMAT_KEY, FORMAT_MAGIC, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT,
+    TAG_LOG, index_key, meta_key, seq_key,
 };
 use crate::{NAMES, RedbCheckpoint, RedbLog, RedbRuns};
 
@@ -42,11 +44,9 @@ pub const BACKEND: &str = "redb";
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedbOptions {
-    /// Whether a missing store is created ([`Create::IfMissing`], the
-    /// default: what a service opening its own data directory wants) or
-    /// refused with [`StorageError::NotFound`] ([`Create::Never`]: a tool
-    /// that must only ever open an existing store, so a mistyped path is an
-    /// error rather than a new, empty store).
+    /// Whether a missing store is created (default [`Create::IfMissing`])
+    /// or refused ([`Create::Never`]), and why one would choose either:
+    /// [`fusee_storage_kv::store_dir::claim`].
     pub create: Create,
     /// Bytes of memory redb caches pages in (default 1 GiB, redb's own
     /// default): reads of recent records, frames and index pages are served
@@ -249,19 +249,16 @@ impl RedbStorage {
 
     /// Opens the storage in directory `dir` as `options` say.
     ///
-    /// The directory is claimed first ([`fusee_storage_kv::store_dir`]):
-    /// [`StorageError::NotAStore`] for an empty path, a file, or a
-    /// directory of other files (a store from before identity markers
-    /// included); [`StorageError::WrongBackend`] for another backend's
-    /// store; [`StorageError::UnsupportedFormat`] for another layout
-    /// version (in the marker or the database); [`StorageError::NotFound`]
-    /// for no store with [`Create::Never`]; [`StorageError::Locked`] while
-    /// another storage on it (or a part one gave out) lives, in this
-    /// process or another. Then the database file: missing, empty, cut
-    /// short, not redb, or damaged beyond redb's repair is
-    /// [`StorageError::CorruptFile`] naming it, never a new, empty
-    /// database; one a power cut left shorter than its header says is
-    /// extended and opened ([`crate::file`]). Never panics on a bad file.
+    /// The directory is claimed first, with the errors of
+    /// [`fusee_storage_kv::store_dir::claim`] (`NotAStore`,
+    /// `WrongBackend`, `UnsupportedFormat`, `NotFound`, `Locked` while
+    /// another storage on it or a part one gave out lives). Then the
+    /// database file: missing, empty, cut short, not redb, or damaged
+    /// beyond redb's repair is [`StorageError::CorruptFile`] naming it,
+    /// never a new, empty database; another layout version in its format
+    /// table is [`StorageError::UnsupportedFormat`]; one a power cut left
+    /// shorter than its header says is extended and opened
+    /// ([`crate::file`]). Never panics on a bad file.
     pub fn open_with(dir: impl AsRef<Path>, options: &RedbOptions) -> Result<Self> {
         Self::open_wrapped(dir, options, |file| file)
     }
@@ -460,35 +457,16 @@ fn write_format(db: &Database, path: &Path) -> Result<()> {
 /// fails here, for every shard, rather than leave its shard looking new).
 fn check_format(db: &Database, path: &Path) -> Result<()> {
     let doing = || format!("checking the format of {}", path.display());
-    let corrupt = |what| StorageError::CorruptFile {
-        file: path.display().to_string(),
-        what,
-        at: 0,
-    };
     let tx = db.begin_read().map_err(|e| engine(doing(), e))?;
     let format = match tx.open_table(FORMAT) {
         Ok(table) => table,
         Err(redb::TableError::TableDoesNotExist(_)) => {
-            return Err(corrupt("no Fusee format table in the redb database"));
+            return check_format_row(None, FORMAT_MAGIC, path);
         }
         Err(e) => return Err(engine(doing(), e)),
     };
-    let found = format
-        .get(FORMAT_KEY)
-        .map_err(|e| engine(doing(), e))?
-        .map(|v| layout::format_version(v.value()));
-    match found {
-        Some(Some(FORMAT_VERSION)) => {}
-        Some(Some(found)) => {
-            return Err(StorageError::UnsupportedFormat {
-                file: path.display().to_string(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
-        Some(None) => return Err(corrupt("the Fusee format row is not Fusee's")),
-        None => return Err(corrupt("no Fusee format row in the redb database")),
-    }
+    let row = format.get(FORMAT_KEY).map_err(|e| engine(doing(), e))?;
+    check_format_row(row.as_ref().map(|v| v.value()), FORMAT_MAGIC, path)?;
     let meta = tx.open_table(META).map_err(|e| engine(doing(), e))?;
     for row in meta.iter().map_err(|e| engine(doing(), e))? {
         let (key, value) = row.map_err(|e| engine(doing(), e))?;

@@ -10,7 +10,6 @@
 mod common;
 
 use common::{Redb, TempDir};
-use fusee_storage::identity::MARKER;
 use fusee_storage_kv::testing::damage::{self, Case, Damage};
 use std::sync::atomic::Ordering;
 
@@ -72,15 +71,7 @@ fn redb_cases(len: u64, header_pages: u64, pages: u64, seed: u64) -> Vec<Case> {
     }
     add("whole file", Damage::Delete);
     add("file end", Damage::Zero(len - PAGE, len));
-    for (region, damage) in [
-        ("identity marker", Damage::Flip(0)),
-        ("identity marker", Damage::Flip(12)),
-        ("identity marker", Damage::Truncate(10)),
-        ("identity marker", Damage::Zero(0, 64)),
-        ("identity marker", Damage::Delete),
-    ] {
-        cases.push(Case::new(region, MARKER, damage));
-    }
+    cases.extend(damage::marker_cases());
     cases
 }
 

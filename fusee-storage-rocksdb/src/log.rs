@@ -9,7 +9,7 @@
 use fusee_core::record::Lsn;
 use fusee_storage::Result;
 use fusee_storage_kv::{KvLog, LogEngine, LogRow, injected};
-use rocksdb::WriteBatch;
+use rocksdb::{DB, WriteBatch};
 
 pub use fusee_storage_kv::log::LOG_SPILL_BYTES;
 
@@ -21,6 +21,13 @@ use crate::storage::{RocksOps, RocksShard, family, range};
 pub type RocksLog = KvLog<RocksShard>;
 
 impl RocksShard {
+    /// Adds this shard's log row `row` to `batch`.
+    fn put_row(&self, db: &DB, batch: &mut WriteBatch, row: &LogRow) -> Result<()> {
+        let id = self.0.id();
+        batch.put_cf(family(db, META)?, meta_key(id, TAG_LOG), row.encode(id));
+        Ok(())
+    }
+
     /// The exclusive end of this shard's log or store keys through `n`.
     fn seq_through(&self, n: u64) -> Vec<u8> {
         match n.checked_add(1) {
@@ -43,11 +50,7 @@ impl LogEngine for RocksShard {
         for (lsn, record) in (first..).zip(records) {
             batch.put_cf(log, seq_key(h.id(), lsn), record);
         }
-        batch.put_cf(
-            family(&db, META)?,
-            meta_key(h.id(), TAG_LOG),
-            row.encode(h.id()),
-        );
+        self.put_row(&db, &mut batch, row)?;
         h.write(&db, batch, durable, doing)
     }
 
@@ -76,11 +79,7 @@ impl LogEngine for RocksShard {
         let mut batch = WriteBatch::default();
         let end = self.seq_through(through);
         batch.delete_range_cf(family(&db, LOG)?, &seq_key(h.id(), from)[..], &end[..]);
-        batch.put_cf(
-            family(&db, META)?,
-            meta_key(h.id(), TAG_LOG),
-            row.encode(h.id()),
-        );
+        self.put_row(&db, &mut batch, row)?;
         h.write(&db, batch, false, "discarding log records")
     }
 }

@@ -8,13 +8,15 @@ use std::sync::Arc;
 use fusee_storage::identity::Create;
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
 use fusee_storage_kv::store_dir::{self, Database as Found, Held};
-use fusee_storage_kv::{ShardEngine, ShardState, Shared, check_meta_row, shard_parts};
+use fusee_storage_kv::{
+    ShardEngine, ShardState, Shared, check_format_row, check_meta_row, shard_parts,
+};
 use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DB, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::error::{RocksError, corruption, engine};
 use crate::layout::{
-    self, FAMILIES, FORMAT_KEY, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT, TAG_LOG,
-    index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
+    self, FAMILIES, FORMAT_KEY, FORMAT_MAGIC, FORMAT_VERSION, INDEX, LOG, META, STORE, TAG_COMMIT,
+    TAG_LOG, index_end, index_key, index_shard_end, meta_key, seq_end, seq_key,
 };
 use crate::{NAMES, RocksCheckpoint, RocksLog, RocksRuns, options};
 
@@ -43,11 +45,9 @@ pub const BACKEND: &str = "rocksdb";
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RocksOptions {
-    /// Whether a missing store is created ([`Create::IfMissing`], the
-    /// default: what a service opening its own data directory wants) or
-    /// refused with [`StorageError::NotFound`] ([`Create::Never`]: a tool
-    /// that must only ever open an existing store, so a mistyped path is an
-    /// error rather than a new, empty store).
+    /// Whether a missing store is created (default [`Create::IfMissing`])
+    /// or refused ([`Create::Never`]), and why one would choose either:
+    /// [`fusee_storage_kv::store_dir::claim`].
     pub create: Create,
     /// Memtable bytes of each column family (default
     /// [`options::WRITE_BUFFER`], 32 MiB): a record of up to 64 MiB passes
@@ -191,19 +191,16 @@ impl RocksStorage {
 
     /// Opens the storage in directory `dir` as `options` say.
     ///
-    /// The directory is claimed first ([`fusee_storage_kv::store_dir`]):
-    /// [`StorageError::NotAStore`] for an empty path, a file, or a
-    /// directory of other files (a store from before identity markers
-    /// included); [`StorageError::WrongBackend`] for another backend's
-    /// store; [`StorageError::UnsupportedFormat`] for another layout
-    /// version (in the marker or the database); [`StorageError::NotFound`]
-    /// for no store with [`Create::Never`]; [`StorageError::Locked`] while
-    /// another storage on it (or a part one gave out) lives, in this
-    /// process or another. Then the database: a missing or emptied
-    /// database directory, a missing `CURRENT`, damaged files RocksDB
-    /// refuses, or column families that are not Fusee's are
-    /// [`StorageError::CorruptFile`] naming the directory or the file,
-    /// never a new, empty database. Never panics on a bad database.
+    /// The directory is claimed first, with the errors of
+    /// [`fusee_storage_kv::store_dir::claim`] (`NotAStore`,
+    /// `WrongBackend`, `UnsupportedFormat`, `NotFound`, `Locked` while
+    /// another storage on it or a part one gave out lives). Then the
+    /// database: a missing or emptied database directory, a missing
+    /// `CURRENT`, damaged files RocksDB refuses, or column families that
+    /// are not Fusee's are [`StorageError::CorruptFile`] naming the
+    /// directory or the file, never a new, empty database; another layout
+    /// version in its format row is [`StorageError::UnsupportedFormat`].
+    /// Never panics on a bad database.
     pub fn open_with(dir: impl AsRef<Path>, options: &RocksOptions) -> Result<Self> {
         let dir = dir.as_ref();
         let (lock, found) =
@@ -354,28 +351,11 @@ fn open_database(path: &Path, options: &RocksOptions) -> Result<DB> {
 /// fails here, for every shard, rather than leave its shard looking new).
 fn check_format(db: &DB, path: &Path) -> Result<()> {
     let doing = || format!("checking the format of {}", path.display());
-    let corrupt = |what| StorageError::CorruptFile {
-        file: path.display().to_string(),
-        what,
-        at: 0,
-    };
     let meta = family(db, META)?;
-    let found = db
+    let row = db
         .get_pinned_cf(meta, FORMAT_KEY)
-        .map_err(|e| engine(doing(), e))?
-        .map(|v| layout::format_version(&v));
-    match found {
-        Some(Some(FORMAT_VERSION)) => {}
-        Some(Some(found)) => {
-            return Err(StorageError::UnsupportedFormat {
-                file: path.display().to_string(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
-        Some(None) => return Err(corrupt("the Fusee format row is not Fusee's")),
-        None => return Err(corrupt("no Fusee format row in the database")),
-    }
+        .map_err(|e| engine(doing(), e))?;
+    check_format_row(row.as_deref(), FORMAT_MAGIC, path)?;
     let mut it = db.raw_iterator_cf(meta);
     it.seek_to_first();
     while let (Some(key), Some(value)) = (it.key(), it.value()) {

@@ -12,9 +12,8 @@ mod common;
 use std::path::Path;
 
 use common::{Rocks, TempDir};
-use fusee_storage::identity::MARKER;
 use fusee_storage_kv::testing::damage::{self, Case, Damage};
-use fusee_storage_kv::testing::{Backend, env_or};
+use fusee_storage_kv::testing::{Backend, env_or, file_names};
 use fusee_storage_rocksdb::DIR_NAME;
 
 const PHASES: u64 = 3;
@@ -45,23 +44,16 @@ const BLOB: &str = "blob *.blob";
 /// RocksDB's diagnostic `LOG*`).
 fn rocks_cases(db: &Path, flips: u64) -> Vec<Case> {
     let mut cases = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(db)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .map(|e| {
-            e.unwrap_or_else(|e| panic!("{e}"))
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|n| n != "LOCK" && !n.starts_with("LOG"))
-        .collect();
-    names.sort();
-    for name in names {
-        let len = std::fs::metadata(db.join(&name))
+    let names = file_names(db);
+    for name in names
+        .iter()
+        .filter(|n| *n != "LOCK" && !n.starts_with("LOG"))
+    {
+        let len = std::fs::metadata(db.join(name))
             .map(|m| m.len())
             .unwrap_or_else(|e| panic!("{e}"));
-        let file = Path::new(DIR_NAME).join(&name);
-        let region = region(&name);
+        let file = Path::new(DIR_NAME).join(name);
+        let region = region(name);
         for at in damage::spread(len, flips, 0) {
             cases.push(Case::new(region, &file, Damage::Flip(at)));
         }
@@ -72,15 +64,7 @@ fn rocks_cases(db: &Path, flips: u64) -> Vec<Case> {
         cases.push(Case::new(region, &file, Damage::Zero(0, len)));
         cases.push(Case::new(region, &file, Damage::Zero(len / 2, len)));
     }
-    for damage in [
-        Damage::Flip(0),
-        Damage::Flip(12),
-        Damage::Truncate(10),
-        Damage::Zero(0, 64),
-        Damage::Delete,
-    ] {
-        cases.push(Case::new("identity marker", MARKER, damage));
-    }
+    cases.extend(damage::marker_cases());
     cases
 }
 

@@ -98,6 +98,21 @@ impl Case {
     }
 }
 
+/// The cases of the store's identity marker (`FUSEE`): flipped in its
+/// magic and its version, cut short, zeroed, deleted.
+pub fn marker_cases() -> Vec<Case> {
+    [
+        Damage::Flip(0),
+        Damage::Flip(12),
+        Damage::Truncate(10),
+        Damage::Zero(0, 64),
+        Damage::Delete,
+    ]
+    .into_iter()
+    .map(|damage| Case::new("identity marker", fusee_storage::identity::MARKER, damage))
+    .collect()
+}
+
 /// Records of phase `phase` (LSNs `100 * phase + 1 ..= 100 * phase + 100`).
 fn record(lsn: Lsn) -> Vec<u8> {
     let mut r = vec![(lsn % 251) as u8; 150 + (lsn % 100) as usize];

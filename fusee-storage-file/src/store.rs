@@ -461,47 +461,75 @@ impl<I: Io> FileRuns<I> {
         Ok(())
     }
 
-    /// Reads the frame at `blob` from generation `generation`, checking its
-    /// header and crc.
-    /// Checks that `blob` names a frame of `generation` (in bounds, its
-    /// header's length the reference's) and returns the frame's crc.
-    fn frame_at(generation: &Generation<I::File>, offset: u64, blob: BlobRef) -> Result<u32> {
-        let unknown = StorageError::UnknownBlob { blob };
+    /// `UnknownBlob` unless a frame of `blob.len` payload bytes at file
+    /// offset `offset` lies within `generation`.
+    fn check_bounds(generation: &Generation<I::File>, offset: u64, blob: BlobRef) -> Result<()> {
         let end = offset
             .checked_add(FRAME_HEADER + u64::from(blob.len))
             .ok_or(StorageError::UnknownBlob { blob })?;
         if offset < GEN_HEADER || end > generation.len {
-            return Err(unknown);
+            return Err(StorageError::UnknownBlob { blob });
         }
-        let mut header = [0u8; FRAME_HEADER as usize];
-        generation.read_exact_at(offset, &mut header)?;
+        Ok(())
+    }
+
+    /// The frame's crc from its `header`, after checking that the header's
+    /// length is the reference's (`UnknownBlob` otherwise).
+    fn header_crc(header: &[u8], blob: BlobRef) -> Result<u32> {
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         if len != blob.len {
-            return Err(unknown);
+            return Err(StorageError::UnknownBlob { blob });
         }
         Ok(u32::from_le_bytes([
             header[4], header[5], header[6], header[7],
         ]))
     }
 
+    /// Checks that `blob` names a frame of `generation` (in bounds, its
+    /// header's length the reference's).
+    fn frame_at(generation: &Generation<I::File>, offset: u64, blob: BlobRef) -> Result<()> {
+        Self::check_bounds(generation, offset, blob)?;
+        let mut header = [0u8; FRAME_HEADER as usize];
+        generation.read_exact_at(offset, &mut header)?;
+        Self::header_crc(&header, blob).map(|_| ())
+    }
+
+    /// Reads the frame at `blob` from generation `generation`, checking its
+    /// header and crc. Header and payload come in one positioned read (a
+    /// read is a system call, which costs more than the frame's crc), and
+    /// `out` is not zeroed first: the read overwrites it whole.
     fn read_from(
         generation: &Generation<I::File>,
         offset: u64,
         blob: BlobRef,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let crc = Self::frame_at(generation, offset, blob)?;
-        out.clear();
-        out.resize(blob.len as usize, 0);
-        generation.read_exact_at(offset + FRAME_HEADER, out)?;
-        if frame_crc(blob.len, out) != crc {
-            out.clear();
-            return Err(StorageError::Corrupt {
-                what: "run-store frame (crc; offset is the frame address)",
-                at: blob.offset,
+        Self::check_bounds(generation, offset, blob)?;
+        let header = FRAME_HEADER as usize;
+        out.resize(header + blob.len as usize, 0);
+        let checked = generation
+            .read_exact_at(offset, out)
+            .and_then(|()| Self::header_crc(&out[..header], blob))
+            .and_then(|crc| {
+                if frame_crc(blob.len, &out[header..]) == crc {
+                    return Ok(());
+                }
+                Err(StorageError::Corrupt {
+                    what: "run-store frame (crc; offset is the frame address)",
+                    at: blob.offset,
+                })
             });
+        match checked {
+            Ok(()) => {
+                out.drain(..header);
+                Ok(())
+            }
+            Err(e) => {
+                // Never leave other bytes in `out`.
+                out.clear();
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// The generation `blob` points into: the current one or the one

@@ -290,7 +290,7 @@ impl Factory for File {
     }
 
     fn open(&self, dir: &Path) -> fusee_storage::Result<Self::S> {
-        fusee_storage_file::FileStorage::open(dir, Default::default()).map_err(Into::into)
+        fusee_storage_file::FileStorage::open(dir, Default::default())
     }
 
     fn reopen(&self, storage: Self::S, dir: &Path) -> fusee_storage::Result<Self::S> {

@@ -1,27 +1,36 @@
 //! The measurements, written once against [`Target`] and run on every
-//! subject, each on fresh files. Subjects take turns ([`measure_all`]): the
-//! latency and throughput measurements are split into [`ROUNDS`] rounds,
-//! and every subject runs round `r` before any runs round `r + 1`, so a
-//! disk that slows down for a minute (another process, the device's own
-//! housekeeping) weighs on every subject alike instead of on whichever ran
-//! then. The measurements, in order:
+//! subject, each on fresh files. Subjects take turns operation by operation
+//! ([`measure_all`]): every subject makes one durable append, or one flush
+//! of a batch, or writes and commits one group of frames, or reads one
+//! block of frames, before any makes the next, and the subject that goes
+//! first rotates. A disk or CPU that slows down for a while (another
+//! process, the device's own housekeeping) then weighs on every subject
+//! alike. Turns of whole rounds (hundreds of flushes each) were too coarse
+//! on a shared machine: two identical floors taking turns in blocks of 200
+//! flushes of 256 records differed by up to 0.66x to 1.31x in one run, and
+//! by 0.96x to 1.05x taking turns flush by flush. The measurements, in
+//! order:
 //!
 //! 1. **Durable append latency**: `plan.latency_samples` times, append one
 //!    record and flush; each append + flush timed alone; p50 and p99.
 //! 2. **Group-commit throughput**: for each batch size `b` of
 //!    [`BATCH_SIZES`], `plan.batch_flushes` flushes of `b` records each;
-//!    records per second over the whole loop. Same log as 1.
+//!    records per second over the time spent in the appends and the
+//!    flushes. Same log as 1. Each batch's appends and its flush are timed
+//!    apart, so [`BatchBreakdown`] can say where the time went.
 //! 3. **Run-store write**: `plan.frames` frames (whole journals, about
 //!    1.6 KB) written, committed every [`FRAMES_PER_COMMIT`] and at the
-//!    end; MB/s (10^6 bytes) over the whole loop including the commits.
+//!    end; MB/s (10^6 bytes) over the writes and the commits.
 //! 4. **Run-store read**: every frame read back once in a seeded random
-//!    order and compared with what was written; MB/s. The page cache is not
-//!    dropped (that needs root and disturbs other processes): reads are warm
-//!    for every subject alike.
+//!    order (the same for every subject) and compared with what was
+//!    written; MB/s. Subjects take turns by blocks of [`READ_BLOCK`]
+//!    frames. The page cache is not dropped (that needs root and disturbs
+//!    other processes): reads are warm for every subject alike.
 //! 5. **Recovery**: `plan.recovery_records` records appended to a second
 //!    log in flushes of [`RECOVERY_BATCH`] (untimed), a restart, then the
 //!    timed part: open the log and visit every record in order; the count
-//!    and total bytes visited must match what was written.
+//!    and total bytes visited must match what was written. One subject
+//!    after the other (a restart cannot be split into turns).
 //!
 //! The table memory per parked run ([`table_bytes_per_run`]) is the core's
 //! alone (every backend parks runs in the same `ShardCore`), so it is
@@ -38,9 +47,15 @@ use crate::progress::Progress;
 use crate::stats::Latencies;
 use crate::target::{LogId, Subject, Target};
 
-/// Rounds the latency and each throughput measurement are split into.
-pub const ROUNDS: u64 = 10;
 use crate::workload::{Frames, LogRecords, parked_sleepers};
+
+/// Rounds each measurement's progress is reported in (the subjects take
+/// turns much more often: see the module documentation).
+pub const ROUNDS: u64 = 10;
+
+/// Frames each subject reads in one turn of the run-store read: enough
+/// that a turn takes about a millisecond, so timing it costs nothing.
+pub const READ_BLOCK: u64 = 1000;
 
 /// One figure a comparison reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -137,12 +152,41 @@ impl Metric {
 pub struct Figures {
     /// Each metric measured, with its value in [`Metric::unit`].
     pub values: Vec<(Metric, f64)>,
+    /// Where the group-commit time went, per batch size measured.
+    pub batches: Vec<BatchBreakdown>,
+}
+
+/// Where one batch size's group-commit time went on one subject: the
+/// appends (the caller's CPU), the flushes at their median, and what the
+/// slower flushes added above the median (a segment roll, a checkpoint of
+/// the engine, background work of the subject's own competing for the
+/// disk, or the machine's noise, which the floor shows).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchBreakdown {
+    /// Records per flush.
+    pub batch: u64,
+    /// Flushes timed.
+    pub flushes: u64,
+    /// Mean time of one batch's appends, µs.
+    pub append_us: f64,
+    /// Median flush, µs.
+    pub flush_p50_us: f64,
+    /// 99th-percentile flush, µs.
+    pub flush_p99_us: f64,
+    /// Time the flushes spent above the median flush, as a share of the
+    /// whole (appends and flushes): the tail's part of the figure.
+    pub tail_share: f64,
 }
 
 impl Figures {
     /// The value of `m`, if measured.
     pub fn get(&self, m: Metric) -> Option<f64> {
         self.values.iter().find(|(k, _)| *k == m).map(|&(_, v)| v)
+    }
+
+    /// The breakdown of batch size `batch`, if measured.
+    pub fn batch(&self, batch: u64) -> Option<&BatchBreakdown> {
+        self.batches.iter().find(|b| b.batch == batch)
     }
 }
 
@@ -176,6 +220,51 @@ fn share(n: u64, r: u64) -> u64 {
     n * (r + 1) / ROUNDS - n * r / ROUNDS
 }
 
+/// One batch size's timings on one subject.
+#[derive(Default)]
+struct BatchTimes {
+    records: u64,
+    /// Time in `append` calls.
+    appending: Duration,
+    /// Each flush, timed alone.
+    flushes: Latencies,
+}
+
+impl BatchTimes {
+    /// Records per second and the breakdown of batch size `batch`; `None`
+    /// if nothing was measured.
+    fn summary(&mut self, batch: u64) -> Option<(f64, BatchBreakdown)> {
+        let p50 = self.flushes.percentile(50.0)?;
+        let p99 = self.flushes.percentile(99.0)?;
+        let total = self.appending + self.flushes.total();
+        let flushes = self.flushes.len() as u64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        Some((
+            rate(self.records as f64, total),
+            BatchBreakdown {
+                batch,
+                flushes,
+                append_us: us(self.appending) / flushes.max(1) as f64,
+                flush_p50_us: us(p50),
+                flush_p99_us: us(p99),
+                tail_share: self.flushes.excess_over(p50).as_secs_f64()
+                    / total.as_secs_f64().max(1e-9),
+            },
+        ))
+    }
+}
+
+/// The run-store measurement's state on one subject.
+#[derive(Default)]
+struct StoreTimes {
+    /// Each frame written, by number, with its address.
+    refs: Vec<(u64, BlobRef)>,
+    written: Duration,
+    read: Duration,
+    /// The read buffer, reused as a host would.
+    out: Vec<u8>,
+}
+
 /// One subject being measured: its open target and what it measured so
 /// far.
 struct Session<'a> {
@@ -184,8 +273,8 @@ struct Session<'a> {
     /// The next record of the appends log.
     next: u64,
     latencies: Latencies,
-    /// Per batch size: records flushed and time taken.
-    batches: [(u64, Duration); 3],
+    batches: [BatchTimes; BATCH_SIZES.len()],
+    store: StoreTimes,
     figures: Figures,
 }
 
@@ -203,85 +292,94 @@ impl<'a> Session<'a> {
             target,
             next: 0,
             latencies: Latencies::with_capacity(plan.latency_samples as usize),
-            batches: [(0, Duration::ZERO); 3],
+            batches: Default::default(),
+            store: StoreTimes::default(),
             figures: Figures::default(),
         })
     }
 
-    fn latency(&mut self, samples: u64, log: &LogRecords) -> Result<()> {
+    /// One durable append of one record, timed.
+    fn latency(&mut self, log: &LogRecords) -> Result<()> {
         let phase = "append latency";
         let t = self.target.as_mut();
-        for _ in 0..samples {
-            let start = Instant::now();
+        let start = Instant::now();
+        at(
+            self.subject,
+            phase,
+            t.append(LogId::Appends, log.get(self.next)),
+        )?;
+        at(self.subject, phase, t.flush(LogId::Appends))?;
+        self.latencies.push(start.elapsed());
+        self.next += 1;
+        Ok(())
+    }
+
+    /// One batch of `BATCH_SIZES[which]` records: the appends and the flush
+    /// timed apart.
+    fn batch(&mut self, which: usize, log: &LogRecords) -> Result<()> {
+        let phase = "batch throughput";
+        let b = BATCH_SIZES[which];
+        let t = self.target.as_mut();
+        let start = Instant::now();
+        for _ in 0..b {
             at(
                 self.subject,
                 phase,
                 t.append(LogId::Appends, log.get(self.next)),
             )?;
-            at(self.subject, phase, t.flush(LogId::Appends))?;
-            self.latencies.push(start.elapsed());
             self.next += 1;
         }
+        let appended = Instant::now();
+        at(self.subject, phase, t.flush(LogId::Appends))?;
+        let times = &mut self.batches[which];
+        times.flushes.push(appended.elapsed());
+        times.appending += appended - start;
+        times.records += b;
         Ok(())
     }
 
-    fn batches(&mut self, which: usize, flushes: u64, log: &LogRecords) -> Result<()> {
-        let phase = "batch throughput";
-        let b = BATCH_SIZES[which];
-        let t = self.target.as_mut();
-        let start = Instant::now();
-        for _ in 0..flushes {
-            for _ in 0..b {
-                at(
-                    self.subject,
-                    phase,
-                    t.append(LogId::Appends, log.get(self.next)),
-                )?;
-                self.next += 1;
-            }
-            at(self.subject, phase, t.flush(LogId::Appends))?;
-        }
-        self.batches[which].0 += b * flushes;
-        self.batches[which].1 += start.elapsed();
-        Ok(())
-    }
-
-    fn store(&mut self, plan: &Plan, progress: &Progress) -> Result<()> {
-        let (subject, name) = (self.subject, self.subject.name());
-        let t = self.target.as_mut();
-        let frames = Frames::new();
+    /// Untimed: makes the target ready for `plan.frames` frames.
+    fn prepare_store(&mut self, plan: &Plan, frames: &Frames) -> Result<()> {
         let n = plan.frames;
-        let bytes = frames.bytes(n);
+        self.store.refs = Vec::with_capacity(n as usize);
+        at(
+            self.subject,
+            "run-store write",
+            self.target.prepare_frames(n, frames.bytes(n)),
+        )
+    }
+
+    /// Writes frames `range` and commits them, timed.
+    fn write_group(&mut self, range: std::ops::Range<u64>, frames: &Frames) -> Result<()> {
         let phase = "run-store write";
-        progress.line(format_args!(
-            "{name}: run store: writing {n} frames ({:.1} MB)",
-            bytes as f64 / 1e6
-        ));
-        at(subject, phase, t.prepare_frames(n, bytes))?;
-        let mut refs: Vec<(u64, BlobRef)> = Vec::with_capacity(n as usize);
+        let (subject, t) = (self.subject, self.target.as_mut());
         let start = Instant::now();
-        for k in 0..n {
-            refs.push((k, at(subject, phase, t.put_frame(frames.get(k)))?));
-            if (k + 1) % FRAMES_PER_COMMIT == 0 {
-                at(subject, phase, t.commit_frames())?;
-            }
+        for k in range {
+            let blob = at(subject, phase, t.put_frame(frames.get(k)))?;
+            self.store.refs.push((k, blob));
         }
         at(subject, phase, t.commit_frames())?;
-        let took = start.elapsed();
-        self.figures
-            .values
-            .push((Metric::StoreWrite, rate(bytes as f64 / 1e6, took)));
+        self.store.written += start.elapsed();
+        Ok(())
+    }
 
+    /// Reads back the frames at positions `range` of the shuffled
+    /// references, timed, and checks each against what was written.
+    fn read_block(&mut self, range: std::ops::Range<usize>, frames: &Frames) -> Result<()> {
         let phase = "run-store read";
-        progress.line(format_args!(
-            "{name}: run store: reading {n} frames in random order"
-        ));
-        fastrand::Rng::with_seed(plan.seed).shuffle(&mut refs);
-        let mut out = Vec::new();
+        let (subject, t) = (self.subject, self.target.as_mut());
+        let store = &mut self.store;
+        let refs = store.refs.get(range.clone()).ok_or_else(|| {
+            mismatch(
+                subject,
+                phase,
+                format!("frames {range:?} of {} written", store.refs.len()),
+            )
+        })?;
         let start = Instant::now();
-        for &(k, blob) in &refs {
-            at(subject, phase, t.get_frame(blob, &mut out))?;
-            if out.as_slice() != frames.get(k) {
+        for &(k, blob) in refs {
+            at(subject, phase, t.get_frame(blob, &mut store.out))?;
+            if store.out.as_slice() != frames.get(k) {
                 return Err(mismatch(
                     subject,
                     phase,
@@ -289,9 +387,7 @@ impl<'a> Session<'a> {
                 ));
             }
         }
-        self.figures
-            .values
-            .push((Metric::StoreRead, rate(bytes as f64 / 1e6, start.elapsed())));
+        store.read += start.elapsed();
         Ok(())
     }
 
@@ -335,21 +431,44 @@ impl<'a> Session<'a> {
     }
 
     /// The figures, in [`Metric::per_subject`] order.
-    fn finish(mut self) -> Figures {
+    fn finish(mut self, frame_bytes: u64) -> Figures {
         let mut values = Vec::new();
+        let mut batches = Vec::new();
         for (m, p) in [(Metric::AppendP50, 50.0), (Metric::AppendP99, 99.0)] {
             if let Some(d) = self.latencies.percentile(p) {
                 values.push((m, d.as_secs_f64() * 1e6));
             }
         }
-        for (&b, &(n, d)) in BATCH_SIZES.iter().zip(&self.batches) {
-            if n > 0 {
-                values.push((Metric::Batch(b), rate(n as f64, d)));
+        for (&b, times) in BATCH_SIZES.iter().zip(&mut self.batches) {
+            if let Some((per_s, breakdown)) = times.summary(b) {
+                values.push((Metric::Batch(b), per_s));
+                batches.push(breakdown);
             }
         }
+        if !self.store.refs.is_empty() {
+            let mb = frame_bytes as f64 / 1e6;
+            values.push((Metric::StoreWrite, rate(mb, self.store.written)));
+            values.push((Metric::StoreRead, rate(mb, self.store.read)));
+        }
         values.append(&mut self.figures.values);
-        Figures { values }
+        Figures { values, batches }
     }
+}
+
+/// Runs `op` once on every session, beginning with session `turn` (modulo
+/// their count): the one that goes first changes from turn to turn, so
+/// none always follows the same neighbour.
+fn in_turn(
+    sessions: &mut [Session<'_>],
+    turn: u64,
+    mut op: impl FnMut(&mut Session<'_>) -> Result<()>,
+) -> Result<()> {
+    let n = sessions.len();
+    let first = (turn % n.max(1) as u64) as usize;
+    for j in 0..n {
+        op(&mut sessions[(first + j) % n])?;
+    }
+    Ok(())
 }
 
 /// Runs every measurement of the module documentation on each subject,
@@ -367,36 +486,90 @@ pub fn measure_all(
     for (&s, dir) in subjects.iter().zip(dirs) {
         sessions.push(Session::open(s, plan, dir, &log)?);
     }
+    let mut turn = 0u64;
     for r in 0..ROUNDS {
+        let samples = share(plan.latency_samples, r);
         progress.line(format_args!(
-            "durable append latency, round {}/{ROUNDS}: {} samples each",
+            "durable append latency, round {}/{ROUNDS}: {samples} samples each",
             r + 1,
-            share(plan.latency_samples, r)
         ));
-        for s in &mut sessions {
-            s.latency(share(plan.latency_samples, r), &log)?;
+        for _ in 0..samples {
+            in_turn(&mut sessions, turn, |s| s.latency(&log))?;
+            turn += 1;
         }
     }
     for (which, (&b, &flushes)) in BATCH_SIZES.iter().zip(&plan.batch_flushes).enumerate() {
         for r in 0..ROUNDS {
+            let n = share(flushes, r);
             progress.line(format_args!(
-                "throughput, batch {b}, round {}/{ROUNDS}: {} flushes each",
+                "throughput, batch {b}, round {}/{ROUNDS}: {n} flushes each",
                 r + 1,
-                share(flushes, r)
             ));
-            for s in &mut sessions {
-                s.batches(which, share(flushes, r), &log)?;
+            for _ in 0..n {
+                in_turn(&mut sessions, turn, |s| s.batch(which, &log))?;
+                turn += 1;
             }
         }
     }
     debug_assert!(sessions.iter().all(|s| s.next == plan.log_records()));
-    for s in &mut sessions {
-        s.store(plan, progress)?;
-    }
+    store(&mut sessions, plan, progress)?;
     for s in &mut sessions {
         s.recovery(plan, &log, progress)?;
     }
-    Ok(sessions.into_iter().map(Session::finish).collect())
+    let frame_bytes = Frames::new().bytes(plan.frames);
+    Ok(sessions
+        .into_iter()
+        .map(|s| s.finish(frame_bytes))
+        .collect())
+}
+
+/// The run-store write and read, subjects taking turns by commit group and
+/// by block of reads.
+fn store(sessions: &mut [Session<'_>], plan: &Plan, progress: &Progress) -> Result<()> {
+    let frames = Frames::new();
+    let n = plan.frames;
+    for s in sessions.iter_mut() {
+        s.prepare_store(plan, &frames)?;
+    }
+    let groups = n.div_ceil(FRAMES_PER_COMMIT);
+    let mut turn = 0u64;
+    for r in 0..ROUNDS {
+        let share = share(groups, r);
+        progress.line(format_args!(
+            "run store: writing, round {}/{ROUNDS}: {share} commits of up to {FRAMES_PER_COMMIT} \
+             frames each ({:.1} MB in all per subject)",
+            r + 1,
+            frames.bytes(n) as f64 / 1e6
+        ));
+        for _ in 0..share {
+            let first = turn * FRAMES_PER_COMMIT;
+            let range = first..(first + FRAMES_PER_COMMIT).min(n);
+            in_turn(sessions, turn, |s| s.write_group(range.clone(), &frames))?;
+            turn += 1;
+        }
+    }
+    for s in sessions.iter_mut() {
+        // The same seed and count: every subject reads the frames in the
+        // same order.
+        fastrand::Rng::with_seed(plan.seed).shuffle(&mut s.store.refs);
+    }
+    let blocks = n.div_ceil(READ_BLOCK);
+    let mut turn = 0u64;
+    for r in 0..ROUNDS {
+        let share = share(blocks, r);
+        progress.line(format_args!(
+            "run store: reading in random order, round {}/{ROUNDS}: {share} blocks of up to \
+             {READ_BLOCK} frames each",
+            r + 1,
+        ));
+        for _ in 0..share {
+            let first = (turn * READ_BLOCK) as usize;
+            let range = first..((turn + 1) * READ_BLOCK).min(n) as usize;
+            in_turn(sessions, turn, |s| s.read_block(range.clone(), &frames))?;
+            turn += 1;
+        }
+    }
+    Ok(())
 }
 
 /// [`measure_all`] for one subject.

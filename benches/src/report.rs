@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{BenchError, Result};
 use crate::machine::Machine;
 use crate::measure::{Figures, Metric};
-use crate::plan::Plan;
+use crate::plan::{BATCH_SIZES, Plan};
 use crate::target::Role;
 
 /// The file names [`Report::write`] creates in the output directory.
@@ -217,6 +217,20 @@ impl Report {
         }
         let _ = writeln!(
             out,
+            "\nwhere the group-commit time goes (µs per batch; × = to the floor's):"
+        );
+        for (batch, rows) in self.breakdown_rows() {
+            for r in rows {
+                let _ = writeln!(
+                    out,
+                    "  batch {batch:>4}, {}: appends {}, flush p50 {}, p99 {}, \
+                     time above the median flush {}",
+                    r[0], r[1], r[2], r[3], r[4]
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
             "\n(×N = N times worse than the floor; below 1 = better)\n{}\n\
              table memory per parked run: {} bytes ({} parked runs in ShardCore; ×{} the 32-byte index record)\n\
              run took {:.1} s",
@@ -348,7 +362,58 @@ impl Report {
             sig3(self.table_ratio()),
             self.verdict()
         );
+        let _ = writeln!(
+            out,
+            "\n## Where the group-commit time goes\n\n\
+             Each flush is timed apart from its batch's appends. Per batch size and subject: the \
+             appends' mean time per batch (the caller's CPU), the median and 99th-percentile \
+             flush (×: to the floor's), and the share of all the time that flushes spent above \
+             their median flush: the tail, where rare slow flushes (a roll to a new file, the \
+             subject's own background work competing for the disk, the machine's noise, which \
+             the floor's share shows) weigh in the records/s figure.\n\n\
+             | batch | subject | appends µs/batch | flush p50 µs | flush p99 µs | time above the median flush |\n\
+             |---:|---|---:|---:|---:|---:|"
+        );
+        for (batch, rows) in self.breakdown_rows() {
+            for row in rows {
+                let _ = writeln!(out, "| {batch} | {} |", row.join(" | "));
+            }
+        }
         out
+    }
+
+    /// Per batch size, one row of five cells per subject that has its
+    /// breakdown: subject, appends µs per batch, flush p50 and p99 (with
+    /// their ratios to the floor's), and the tail's share of the time.
+    fn breakdown_rows(&self) -> Vec<(u64, Vec<[String; 5]>)> {
+        let floor = self.subjects.iter().find(|s| s.role == Role::Floor);
+        BATCH_SIZES
+            .iter()
+            .map(|&b| {
+                let reference = floor.and_then(|f| f.figures.batch(b));
+                let rows = self
+                    .subjects
+                    .iter()
+                    .filter_map(|s| {
+                        let d = s.figures.batch(b)?;
+                        let vs = |v: f64, r: Option<f64>| match r.filter(|r| *r > 0.0) {
+                            Some(r) if s.role != Role::Floor => {
+                                format!("{} (×{})", sig3(v), sig3(v / r))
+                            }
+                            _ => sig3(v),
+                        };
+                        Some([
+                            s.name.clone(),
+                            sig3(d.append_us),
+                            vs(d.flush_p50_us, reference.map(|r| r.flush_p50_us)),
+                            vs(d.flush_p99_us, reference.map(|r| r.flush_p99_us)),
+                            format!("{:.0}%", d.tail_share * 100.0),
+                        ])
+                    })
+                    .collect();
+                (b, rows)
+            })
+            .collect()
     }
 
     /// A horizontal bar chart of every subject's ratio to the floor, per
@@ -520,6 +585,7 @@ fn md_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::BatchBreakdown;
 
     #[test]
     fn three_significant_digits() {
@@ -551,12 +617,24 @@ mod tests {
                 )
             })
             .collect();
+        // Appends, median flush and p99 all `scale` times the floor's.
+        let batches = BATCH_SIZES
+            .iter()
+            .map(|&batch| BatchBreakdown {
+                batch,
+                flushes: 10,
+                append_us: 2.0 * scale,
+                flush_p50_us: 100.0 * scale,
+                flush_p99_us: 300.0 * scale,
+                tail_share: 0.25,
+            })
+            .collect();
         SubjectResult {
             name: name.into(),
             role,
             durable,
             flush_method: "test".into(),
-            figures: Figures { values },
+            figures: Figures { values, batches },
         }
     }
 
@@ -606,10 +684,32 @@ mod tests {
         );
         let md = r.markdown();
         assert!(md.contains("| 400 (×4.00 floor, ×2.00 best) |"), "{md}");
+        // The breakdown: the floor's flushes plain, the others' with their
+        // ratio to the floor's.
+        assert!(
+            md.contains("| 256 | floor | 2.00 | 100 | 300 | 25% |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 256 | slow | 8.00 | 400 (×4.00) | 1200 (×4.00) | 25% |"),
+            "{md}"
+        );
+        let text = r.text();
+        assert!(
+            text.contains("batch   16, fast: appends 4.00, flush p50 200 (×2.00), p99 600 (×2.00)"),
+            "{text}"
+        );
         assert!(
             md.contains("| 100 |"),
             "the floor's own cells carry no ratio:\n{md}"
         );
+    }
+
+    #[test]
+    fn a_breakdown_without_a_floor_has_no_ratios() {
+        let r = report(vec![subject("fast", Role::Backend, true, 2.0)]);
+        let md = r.markdown();
+        assert!(md.contains("| 1 | fast | 4.00 | 200 | 600 | 25% |"), "{md}");
     }
 
     #[test]

@@ -37,6 +37,18 @@ impl Latencies {
         self.nanos.is_empty()
     }
 
+    /// The sum of every latency added.
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.nanos.iter().sum())
+    }
+
+    /// The sum of what each latency added beyond `threshold` (nothing for
+    /// those at or below it): the time the slow ones cost over it.
+    pub fn excess_over(&self, threshold: Duration) -> Duration {
+        let t = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.nanos.iter().map(|&ns| ns.saturating_sub(t)).sum())
+    }
+
     /// The nearest-rank `p`-th percentile (`p` in `0.0..=100.0`, clamped):
     /// the smallest latency at least `p`% of the sample is at or below.
     /// `None` for an empty sample.
@@ -73,5 +85,12 @@ mod tests {
         assert_eq!(l.percentile(100.0), Some(Duration::from_nanos(100)));
         assert_eq!(l.percentile(0.0), Some(Duration::from_nanos(1)));
         assert_eq!(Latencies::default().percentile(50.0), None);
+        assert_eq!(l.total(), Duration::from_nanos(5050));
+        // 99 and 100 exceed 98 by 1 and 2.
+        assert_eq!(
+            l.excess_over(Duration::from_nanos(98)),
+            Duration::from_nanos(3)
+        );
+        assert_eq!(l.excess_over(Duration::from_nanos(100)), Duration::ZERO);
     }
 }

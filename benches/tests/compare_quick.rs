@@ -113,7 +113,8 @@ fn quick_run_on_memory_writes_parsable_outputs() {
     );
 
     // Markdown: names the command, the machine and the workload, and has
-    // one results row per metric.
+    // one results row per metric and a breakdown row per batch size and
+    // subject.
     let md = std::fs::read_to_string(out.join("compare.md")).expect("compare.md");
     for needle in [
         "- command: `fusee-compare --quick",
@@ -122,6 +123,9 @@ fn quick_run_on_memory_writes_parsable_outputs() {
         &format!("recovery of {n} records"),
         "| durable append p50 | µs |",
         "| recovery | s |",
+        "## Where the group-commit time goes",
+        "| 256 | memory |",
+        "| 256 | sqlite |",
     ] {
         assert!(
             md.contains(needle),

@@ -69,6 +69,10 @@ pub struct Config {
     /// Client requests a shard queues before [`Error::Busy`] (default
     /// 4,096).
     pub queue_capacity: usize,
+    /// How long a run is idle (waiting for a timer or a signal, or
+    /// finished) before it leaves memory for the run store (default
+    /// 10 s). A parked run costs a 32-byte table entry.
+    pub park_after: Duration,
     /// Largest input, signal, step result or workflow result, in bytes
     /// (default 4 MiB; at most 64 MiB, the record limit).
     pub max_payload: usize,
@@ -86,6 +90,7 @@ impl Config {
             checkpoint_interval: Duration::from_secs(60),
             retention: Duration::from_secs(7 * 24 * 3600),
             queue_capacity: 4096,
+            park_after: Duration::from_secs(10),
             max_payload: 4 << 20,
             clock: Clock::System,
         }
@@ -138,6 +143,12 @@ impl Config {
     /// Sets how long finished runs are kept.
     pub fn retention(mut self, d: Duration) -> Self {
         self.retention = d;
+        self
+    }
+
+    /// Sets how long a run is idle before it parks.
+    pub fn park_after(mut self, d: Duration) -> Self {
+        self.park_after = d;
         self
     }
 
@@ -272,6 +283,8 @@ pub struct Description {
     pub step: Option<CurrentStep>,
     /// Why its code stopped, for [`RunStatus::Stopped`].
     pub stopped_because: Option<String>,
+    /// Whether it is parked in the run store (idle, out of memory).
+    pub parked: bool,
 }
 
 /// The engine: shards over one storage, and the client API. Cheap to clone;
@@ -370,6 +383,7 @@ impl Engine {
             checkpoint_bytes: config.checkpoint_bytes,
             checkpoint_interval_ms: config.checkpoint_interval.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
+            park_after_ms: config.park_after.as_millis() as u64,
         };
         let mut shards = Vec::with_capacity(config.shards as usize);
         for shard in 0..config.shards {

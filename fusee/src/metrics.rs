@@ -123,6 +123,10 @@ pub struct ShardMetrics {
     pub recovered_records: u64,
     /// Checkpoints committed.
     pub checkpoints: u64,
+    /// Runs parked (written to the run store and dropped from memory).
+    pub parks: u64,
+    /// Parked runs loaded back.
+    pub loads: u64,
 }
 
 impl ShardMetrics {
@@ -138,6 +142,8 @@ impl ShardMetrics {
         self.queued += other.queued;
         self.recovered_records += other.recovered_records;
         self.checkpoints += other.checkpoints;
+        self.parks += other.parks;
+        self.loads += other.loads;
     }
 
     /// Mean records per flush (0 before the first flush).

@@ -30,7 +30,7 @@ impl ShardLoop {
                 name: signal,
                 payload,
                 reply,
-            } => match self.running(&id, "signal", payload.len()) {
+            } => match self.running(&id, "signal", payload.len(), now_ms) {
                 Ok(run) => {
                     let rec = RecordBuf::Signal {
                         run,
@@ -41,12 +41,10 @@ impl ShardLoop {
                     };
                     self.ack_after(&rec, reply);
                 }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
+                Err(e) => self.refuse_after_durable(reply, e),
             },
             Input::Cancel { id, reason, reply } => {
-                match self.running(&id, "cancel reason", reason.len()) {
+                match self.running(&id, "cancel reason", reason.len(), now_ms) {
                     Ok(run) => {
                         let rec = RecordBuf::Cancel {
                             run,
@@ -55,24 +53,41 @@ impl ShardLoop {
                         };
                         self.ack_after(&rec, reply);
                     }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
+                    Err(e) => self.refuse_after_durable(reply, e),
                 }
             }
-            Input::Result { id, reply } => match self.core.find(&id) {
-                Some(Found::Loaded(run)) => match self.result_of(run) {
+            Input::Result { id, reply } => match self.lookup(&id) {
+                Ok(Some((run, false))) => match self.result_of(run) {
                     Some(r) => {
                         let _ = reply.send(Ok(r));
                     }
                     None => self.results.entry(run).or_default().push(reply),
                 },
-                _ => {
+                Ok(Some((run, true))) => match self.parked_done(run) {
+                    Ok(Some(RecordBuf::Done {
+                        status, payload, ..
+                    })) => {
+                        let _ = reply.send(Ok(crate::engine::RunResult {
+                            status,
+                            payload: payload.to_vec(),
+                        }));
+                    }
+                    Ok(_) => self.results.entry(run).or_default().push(reply),
+                    Err(e) => {
+                        let shard = self.shard;
+                        let _ = reply.send(Err(Error::Storage { shard, error: e }));
+                    }
+                },
+                Ok(None) => {
                     let _ = reply.send(Err(Error::NotFound { id }));
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
                 }
             },
             Input::Describe { id, reply } => {
-                let _ = reply.send(self.describe(&id));
+                let answer = self.describe(&id);
+                let _ = reply.send(answer);
             }
             Input::Metrics { reply } => {
                 let mut m = self.metrics.clone();
@@ -120,7 +135,14 @@ impl ShardLoop {
             }));
             return;
         }
-        if let Some(Found::Loaded(run)) = self.core.find(&id) {
+        let found = match self.lookup(&id) {
+            Ok(found) => found,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        if let Some((run, _)) = found {
             let existing = RunRef {
                 id: id.clone(),
                 shard: self.shard,
@@ -171,9 +193,36 @@ impl ShardLoop {
         }
     }
 
-    /// The run `id` names, if it is running; otherwise why not. Checks a
-    /// payload of `len` bytes against the limit.
-    fn running(&self, id: &str, what: &'static str, len: usize) -> Result<u64, Error> {
+    /// The latest run of `id` and whether it is parked; a parked run's ID
+    /// is confirmed from its frame (the core matches parked runs on the
+    /// ID's hash only).
+    fn lookup(&mut self, id: &str) -> Result<Option<(u64, bool)>, Error> {
+        match self.core.find(id) {
+            Some(Found::Loaded(run)) => Ok(Some((run, false))),
+            Some(Found::Parked(run)) => match self.parked_start(run) {
+                Ok(Some(RecordBuf::Start { id: found, .. })) if &*found == id => {
+                    Ok(Some((run, true)))
+                }
+                Ok(_) => Ok(None),
+                Err(error) => Err(Error::Storage {
+                    shard: self.shard,
+                    error,
+                }),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// The run `id` names, if it is running (loaded back if it was
+    /// parked); otherwise why not. Checks a payload of `len` bytes against
+    /// the limit.
+    fn running(
+        &mut self,
+        id: &str,
+        what: &'static str,
+        len: usize,
+        now_ms: u64,
+    ) -> Result<u64, Error> {
         if len > self.config.max_payload {
             return Err(Error::TooLarge {
                 what,
@@ -181,16 +230,40 @@ impl ShardLoop {
                 max: self.config.max_payload,
             });
         }
-        let Some(Found::Loaded(run)) = self.core.find(id) else {
+        let Some((run, parked)) = self.lookup(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
+        let finished = |status| Error::Finished {
+            id: id.to_string(),
+            status: status_name(status),
+        };
+        if parked {
+            if let Some(status) = self.core.parked(run).and_then(|p| p.done()) {
+                return Err(finished(status));
+            }
+            self.load(run, now_ms).map_err(|error| Error::Storage {
+                shard: self.shard,
+                error,
+            })?;
+        }
         match self.core.get(run).and_then(|l| l.done) {
             None => Ok(run),
-            Some((status, _)) => Err(Error::Finished {
-                id: id.to_string(),
-                status: status_name(status),
-            }),
+            Some((status, _)) => Err(finished(status)),
         }
+    }
+
+    /// Refuses a signal or cancel with `e`: at once when `e` rests on
+    /// nothing a crash could take back, else once the log is durable
+    /// through its last record (a run's `Done` not yet durable).
+    fn refuse_after_durable(&mut self, reply: super::Reply<()>, e: Error) {
+        if !matches!(e, Error::Finished { .. }) || self.log.last_lsn() == self.durable {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let token = self.token();
+        self.waiting.insert(token, Waiting::RefusedDone(reply, e));
+        let lsn = self.log.last_lsn();
+        self.core.add_output(lsn, Output::Ack(token));
     }
 
     /// Appends `rec` and acknowledges `reply` once it is durable.
@@ -202,16 +275,54 @@ impl ShardLoop {
         }
     }
 
-    fn describe(&self, id: &str) -> crate::error::Result<Description> {
-        let Some(Found::Loaded(run)) = self.core.find(id) else {
+    fn describe(&mut self, id: &str) -> crate::error::Result<Description> {
+        let Some((run, parked)) = self.lookup(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
+        if parked {
+            let shard = self.shard;
+            let storage = |error| Error::Storage { shard, error };
+            let start = self.parked_start(run).map_err(storage)?;
+            let done = self
+                .core
+                .parked(run)
+                .and_then(|p| p.done())
+                .map(|status| (status, self.parked_done(run)));
+            let (workflow, started_ms) = match start {
+                Some(RecordBuf::Start {
+                    wtype, started_ms, ..
+                }) => (wtype.to_string(), started_ms),
+                _ => (String::new(), 0),
+            };
+            let (status, finished_ms) = match done {
+                Some((status, Ok(Some(RecordBuf::Done { finished_ms, .. })))) => {
+                    (RunStatus::Finished(status), Some(finished_ms))
+                }
+                Some((status, _)) => (RunStatus::Finished(status), None),
+                None => (RunStatus::Running, None),
+            };
+            return Ok(Description {
+                id: id.to_string(),
+                workflow,
+                shard: self.shard,
+                run,
+                status,
+                started_ms,
+                finished_ms,
+                step: None,
+                stopped_because: None,
+                parked: true,
+            });
+        }
         let Some(l) = self.core.get(run) else {
             return Err(Error::NotFound { id: id.to_string() });
         };
         let live = self.live.get(&run);
         let stopped = live.and_then(|l| l.stopped.clone());
-        let status = match (l.done, &stopped) {
+        // Only durable state is shown: a `Done` not yet durable may still
+        // be taken back by a crash.
+        let done = l.done.filter(|_| l.last_lsn <= self.durable);
+        let status = match (done, &stopped) {
             (Some((s, _)), _) => RunStatus::Finished(s),
             (None, Some(_)) => RunStatus::Stopped,
             (None, None) if self.no_code.contains(&run) => RunStatus::WaitingForCode,
@@ -235,9 +346,10 @@ impl ShardLoop {
             run,
             status,
             started_ms: l.started_ms,
-            finished_ms: l.done.map(|(_, ms)| ms),
+            finished_ms: done.map(|(_, ms)| ms),
             step,
             stopped_because: stopped,
+            parked: false,
         })
     }
 
@@ -279,6 +391,9 @@ impl ShardLoop {
                         let _ = r.send(Ok(()));
                     }
                     Some(Waiting::Refused(r, e)) => {
+                        let _ = r.send(Err(e));
+                    }
+                    Some(Waiting::RefusedDone(r, e)) => {
                         let _ = r.send(Err(e));
                     }
                     None => {}

@@ -47,6 +47,7 @@
 mod checkpoint;
 pub(crate) mod driver;
 mod inputs;
+mod parking;
 mod recover;
 mod runs;
 mod steps;
@@ -166,13 +167,18 @@ pub(crate) struct LoopConfig {
     pub(crate) checkpoint_bytes: u64,
     pub(crate) checkpoint_interval_ms: u64,
     pub(crate) retention_ms: u64,
+    pub(crate) park_after_ms: u64,
 }
 
 /// A client waiting for an output.
 enum Waiting {
     Started(Reply<RunRef>, RunRef),
     Done(Reply<()>),
+    /// A start refused on the strength of records not yet durable.
     Refused(Reply<RunRef>, Error),
+    /// A signal or cancel refused on the strength of records not yet
+    /// durable (the run's `Done`).
+    RefusedDone(Reply<()>, Error),
 }
 
 /// A run whose code is running on this shard.
@@ -182,6 +188,8 @@ struct LiveRun {
     waker: Waker,
     /// Why its code stopped without finishing (a determinism error).
     stopped: Option<String>,
+    /// When its code last ran or a record was appended for it.
+    active_ms: u64,
 }
 
 /// Wakes a run: puts it on its shard's ready queue.
@@ -206,6 +214,10 @@ impl std::task::Wake for RunWaker {
 /// Runs polled, records appended and deliveries made per call of
 /// [`ShardLoop::run`], so a busy shard still takes its inputs and flushes.
 const RUN_BUDGET: usize = 4096;
+
+/// How often idle runs are looked for (to park them) and finished runs
+/// past their retention removed.
+const HOUSEKEEPING_MS: u64 = 100;
 
 /// One shard's state machine. See the [module docs](self).
 pub(crate) struct ShardLoop {
@@ -236,6 +248,8 @@ pub(crate) struct ShardLoop {
     /// Log bytes since the last checkpoint, and when it was.
     since_checkpoint: u64,
     checkpoint_ms: u64,
+    /// When housekeeping (parking, retention) runs next.
+    housekeeping_ms: u64,
     metrics: ShardMetrics,
     encode: Vec<u8>,
     flush_records: Lsn,
@@ -279,7 +293,9 @@ impl ShardLoop {
                     .min()
             })
             .min();
-        [self.core.next_timer(), checkpoint, retry]
+        let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
+            .then_some(self.housekeeping_ms);
+        [self.core.next_timer(), checkpoint, retry, housekeeping]
             .into_iter()
             .flatten()
             .min()
@@ -307,6 +323,15 @@ impl ShardLoop {
         }
         let more = !self.drive(now_ms, &mut budget) || !self.inbox.is_empty();
         self.start_steps(now_ms);
+        // With `park_after` 0 (tests, a virtual clock that stands still)
+        // runs park as soon as they are quiescent.
+        // Only with every woken run polled (`!more`): a run still on the
+        // ready queue has a delivery its code has not seen.
+        if !more && (now_ms >= self.housekeeping_ms || self.config.park_after_ms == 0) {
+            self.housekeeping_ms = now_ms + HOUSEKEEPING_MS;
+            self.park_idle(now_ms);
+            self.expire(now_ms);
+        }
         let mut effects = Effects {
             more,
             ..Effects::default()
@@ -367,6 +392,7 @@ impl ShardLoop {
         self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         let run = rec.run();
         if let Some(live) = self.live.get_mut(&run) {
+            live.active_ms = live.state.borrow().now_ms.max(live.active_ms);
             let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
             if let Err(e) = refused {
                 stop(live, run, e.to_string());
@@ -398,7 +424,7 @@ impl ShardLoop {
                 Waiting::Started(r, _) | Waiting::Refused(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
-                Waiting::Done(r) => {
+                Waiting::Done(r) | Waiting::RefusedDone(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
             }

@@ -12,6 +12,7 @@ use fusee_core::store::Checkpoint;
 use fusee_storage::{CheckpointStore, LogStore, Storage, StorageError};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::parking::read_chain;
 use super::{LoopConfig, ShardLoop};
 use crate::AnyStorage;
 use crate::metrics::ShardMetrics;
@@ -29,22 +30,8 @@ impl ShardLoop {
         let mut parts = storage.open_shard(shard)?;
         let mut core = ShardCore::new(shard, config.shards, config.retention_ms, now_ms);
         let corrupt = |what: &'static str| StorageError::Corrupt { what, at: 0 };
-        let mut after: Lsn = 0;
-        if let Some(bytes) = &parts.recovered.checkpoint {
-            let cp = Checkpoint::decode(bytes).map_err(|_| corrupt("checkpoint (decode)"))?;
-            if cp.shard != shard {
-                return Err(corrupt("checkpoint of another shard"));
-            }
-            core.set_next_run_id(cp.next_run);
-            for run in &cp.runs {
-                let records = decode_canonical_all(&run.journal)
-                    .map_err(|_| corrupt("checkpoint journal"))?;
-                for rec in &records {
-                    core.apply(run.last_lsn, rec, Mode::SUFFIX);
-                }
-            }
-            after = cp.lsn;
-        }
+        // The index first: a run parked in it and loaded at the checkpoint
+        // becomes loaded when the checkpoint's records are applied.
         let mut index_err = None;
         parts.checkpoint.read_index(&mut |chunk| {
             if let Err(e) = core.load_index(chunk) {
@@ -56,23 +43,64 @@ impl ShardLoop {
             return Err(corrupt("index records"));
         }
         core.index_loaded();
-        // The log after the checkpoint, through the same transition.
-        let mut replayed = 0u64;
-        let mut bad = false;
-        if parts.log.last_lsn() > after {
-            parts.log.read(after, &mut |lsn, bytes| {
-                match iter_canonical(bytes).next() {
-                    Some(Ok((rec, _))) => {
-                        core.apply(lsn, &rec, Mode::RECOVER);
-                        replayed += 1;
+        let mut after: Lsn = 0;
+        if let Some(bytes) = &parts.recovered.checkpoint {
+            let cp = Checkpoint::decode(bytes).map_err(|_| corrupt("checkpoint (decode)"))?;
+            if cp.shard != shard {
+                return Err(corrupt("checkpoint of another shard"));
+            }
+            core.set_next_run_id(cp.next_run);
+            for run in &cp.runs {
+                // A run loaded from the store keeps its prefix there.
+                if let Some(blob) = run.blob {
+                    let prefix = read_chain(&mut parts.runs, blob)?;
+                    let records = decode_canonical_all(&prefix.journal)
+                        .map_err(|_| corrupt("run frame journal"))?;
+                    for rec in &records {
+                        core.apply(run.last_lsn, rec, Mode::BLOB);
                     }
-                    _ => bad = true,
+                    core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
                 }
+                let records = decode_canonical_all(&run.journal)
+                    .map_err(|_| corrupt("checkpoint journal"))?;
+                for rec in &records {
+                    core.apply(run.last_lsn, rec, Mode::SUFFIX);
+                }
+            }
+            after = cp.lsn;
+        }
+        // The log after the checkpoint, through the same transition. A
+        // record for a run parked at the checkpoint loads the run first, as
+        // the live shard did before appending it.
+        let mut replayed = 0u64;
+        let mut bad: Option<StorageError> = None;
+        if parts.log.last_lsn() > after {
+            let runs = &mut parts.runs;
+            parts.log.read(after, &mut |lsn, bytes| {
+                let Some(Ok((rec, _))) = iter_canonical(bytes).next() else {
+                    bad.get_or_insert(corrupt("log record (decode)"));
+                    return Ok(());
+                };
+                let run = rec.run();
+                if let Some(parked) = core.parked(run).filter(|p| p.done().is_none()) {
+                    let loaded = read_chain(runs, parked.blob()).and_then(|frame| {
+                        let records = decode_canonical_all(&frame.journal)
+                            .map_err(|_| corrupt("run frame journal"))?;
+                        core.unpark(run, frame.last_lsn, &records, now_ms);
+                        Ok(())
+                    });
+                    if let Err(e) = loaded {
+                        bad.get_or_insert(e);
+                        return Ok(());
+                    }
+                }
+                core.apply(lsn, &rec, Mode::RECOVER);
+                replayed += 1;
                 Ok(())
             })?;
         }
-        if bad {
-            return Err(corrupt("log record (decode)"));
+        if let Some(e) = bad {
+            return Err(e);
         }
         let durable = parts.log.last_lsn();
         // Outputs of records already durable: their callers are gone.
@@ -104,6 +132,7 @@ impl ShardLoop {
             failed: None,
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
+            housekeeping_ms: now_ms,
             metrics: ShardMetrics {
                 recovered_records: replayed,
                 ..ShardMetrics::default()

@@ -61,8 +61,12 @@ impl ShardLoop {
                     self.stepping.remove(&run);
                     self.no_code.remove(&run);
                 }
-                // Parked runs come with parking.
-                Event::NeedLoad { .. } => {}
+                Event::NeedLoad { run } => {
+                    if let Err(e) = self.load(run, now_ms) {
+                        self.fail(e);
+                        return;
+                    }
+                }
             }
         }
     }
@@ -86,8 +90,16 @@ impl ShardLoop {
         };
         self.no_code.remove(&run);
         let id = l.id.clone();
-        let built = RunMachine::build(run, &l.journal, l.last_lsn);
-        let input = match iter_canonical(&l.journal).next() {
+        let last_lsn = l.last_lsn;
+        let journal = match self.run_journal(run) {
+            Ok(j) => j,
+            Err(e) => {
+                self.fail(e);
+                return;
+            }
+        };
+        let built = RunMachine::build(run, &journal, last_lsn);
+        let input = match iter_canonical(&journal).next() {
             Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
             _ => Vec::new(),
         };
@@ -104,6 +116,7 @@ impl ShardLoop {
                     future: None,
                     waker,
                     stopped: None,
+                    active_ms: 0,
                 };
                 stop(&mut live, run, format!("its journal does not replay: {e}"));
                 self.live.insert(run, live);
@@ -119,6 +132,7 @@ impl ShardLoop {
                 future: Some(future),
                 waker,
                 stopped: None,
+                active_ms: 0,
             },
         );
         self.wake(run);
@@ -176,6 +190,7 @@ impl ShardLoop {
             return;
         };
         live.state.borrow_mut().now_ms = now_ms;
+        live.active_ms = now_ms;
         let mut cx = Context::from_waker(&live.waker);
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
         let finished = match polled {

@@ -1,0 +1,322 @@
+//! Parking: runs idle longer than `park_after` leave memory for the run
+//! store, and come back when a timer, a signal or a caller needs them.
+//!
+//! A suspended run parks as a `Park` frame (its whole journal and armed
+//! timers) or, when it was loaded from the store before, as a `Delta` frame
+//! of the records since, chained to the frame before (at most
+//! [`MAX_DEPTH`] deep, then written whole again). A finished run parks as a
+//! `Done` frame holding its `Start` and `Done` records: enough to answer
+//! for its result until its retention ends. The core keeps only the run's
+//! 32-byte table entry; the persisted index records it at the next
+//! checkpoint, which also makes the frame durable (until then a crash
+//! rebuilds the run from the checkpoint and the log, as if it never left).
+//!
+//! A run parks only when nothing about it is in flight: its records are
+//! durable, its code is quiescent (no delivery waiting, no record asked
+//! for, no step attempt running or due), and no event for it is queued.
+
+use fusee_core::record::{Lsn, Record, RecordBuf, RunId, iter_canonical};
+use fusee_core::shard::BlobRef;
+use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
+use fusee_core::wire::hash_id;
+use fusee_storage::{RunStore, StorageError};
+
+use super::ShardLoop;
+use crate::AnyRuns;
+
+/// Frames a `Delta` chain may have before the run is written whole.
+pub(super) const MAX_DEPTH: u8 = 8;
+
+/// Runs parked per call of [`ShardLoop::park_idle`].
+const PARK_BUDGET: usize = 1024;
+
+/// A frame read back: what it says about its run.
+pub(super) struct Frame {
+    /// The run's canonical records, oldest first (the whole chain's).
+    pub(super) journal: Vec<u8>,
+    /// The LSN of the run's last record.
+    pub(super) last_lsn: Lsn,
+}
+
+fn corrupt(what: &'static str, at: u64) -> StorageError {
+    StorageError::Corrupt { what, at }
+}
+
+impl ShardLoop {
+    /// Parks every run idle since `now_ms - park_after`, within a budget.
+    pub(super) fn park_idle(&mut self, now_ms: u64) {
+        if self.failed.is_some() || self.closing.is_some() {
+            return;
+        }
+        let Some(idle_since) = now_ms.checked_sub(self.config.park_after_ms) else {
+            return;
+        };
+        let candidates: Vec<RunId> = self
+            .core
+            .loaded_runs()
+            .filter(|(run, l)| {
+                l.last_lsn <= self.durable
+                    && !l.has_queued_events()
+                    // A timer due now fires at the next poll: the run is
+                    // about to go on (it may have just been loaded for it).
+                    && l.armed_timers().all(|(_, _, at)| at > now_ms)
+                    && self.quiescent(*run, idle_since)
+            })
+            .map(|(run, _)| run)
+            .take(PARK_BUDGET)
+            .collect();
+        for run in candidates {
+            if let Err(e) = self.park(run) {
+                self.fail(e);
+                return;
+            }
+        }
+    }
+
+    /// Whether `run` may park: its code (if any) is quiescent and has been
+    /// since `idle_since`.
+    fn quiescent(&self, run: RunId, idle_since: u64) -> bool {
+        let Some(live) = self.live.get(&run) else {
+            // Finished, or waiting for its code: nothing runs.
+            return true;
+        };
+        if live.stopped.is_some() || live.active_ms > idle_since {
+            return false;
+        }
+        let s = live.state.borrow();
+        s.machine.pending_deliveries() == 0
+            && s.machine.unappended() == 0
+            && s.appends.is_empty()
+            && s.steps.values().all(|spec| {
+                !spec.running && !matches!(spec.next, Some((_, fusee_core::run::RetryAt::Now)))
+            })
+    }
+
+    /// Writes `run`'s frame and parks it.
+    fn park(&mut self, run: RunId) -> Result<(), StorageError> {
+        let Some(l) = self.core.get(run) else {
+            return Ok(());
+        };
+        let id_hash = hash_id(&l.id);
+        let timers: Vec<_> = l.armed_timers().collect();
+        let (last_lsn, done) = (l.last_lsn, l.done);
+        let delta = l
+            .blob
+            .filter(|_| l.blob_depth < MAX_DEPTH && done.is_none())
+            .map(|prev| (prev, l.blob_depth + 1, l.blob_chain, l.journal.clone()));
+        let mut frame = Vec::new();
+        let mut released = Vec::new();
+        let encoded = if let Some((status, finished_ms)) = done {
+            let whole = self.run_journal(run)?;
+            let mut kept = Vec::new();
+            let mut walk = iter_canonical(&whole);
+            if let Some(Ok((_, start))) = walk.next() {
+                kept.extend_from_slice(start);
+            }
+            if let Some((_, done)) = walk
+                .filter_map(Result::ok)
+                .find(|(r, _)| matches!(r, Record::Done { .. }))
+            {
+                kept.extend_from_slice(done);
+            }
+            released.extend(self.chain_of(run)?);
+            let entry = EntryRef::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                journal: &kept,
+            };
+            encode_entry_into(&entry, &mut frame)
+        } else if let Some((prev, depth, chain, journal)) = &delta {
+            let entry = EntryRef::Delta {
+                run,
+                last_lsn,
+                id_hash,
+                timers: timers.as_slice().into(),
+                prev: *prev,
+                depth: *depth,
+                chain: *chain,
+                journal,
+            };
+            encode_entry_into(&entry, &mut frame)
+        } else {
+            let whole = self.run_journal(run)?;
+            released.extend(self.chain_of(run)?);
+            let entry = EntryRef::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers: timers.as_slice().into(),
+                journal: &whole,
+            };
+            encode_entry_into(&entry, &mut frame)
+        };
+        encoded.map_err(|_| corrupt("run frame (encode)", run))?;
+        let blob = self.store.append(&frame)?;
+        for old in released {
+            self.store.release(old)?;
+        }
+        self.core.park(run, blob, delta.is_some());
+        self.live.remove(&run);
+        self.stepping.remove(&run);
+        self.no_code.remove(&run);
+        self.metrics.parks += 1;
+        Ok(())
+    }
+
+    /// The frames of `run`'s stored prefix, newest first (empty without
+    /// one): released when the run is written whole.
+    fn chain_of(&mut self, run: RunId) -> Result<Vec<BlobRef>, StorageError> {
+        let Some(mut next) = self.core.get(run).and_then(|l| l.blob) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for _ in 0..=MAX_DEPTH {
+            out.push(next);
+            self.store.read(next, &mut buf)?;
+            match decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))? {
+                EntryRef::Delta { prev, .. } => next = prev,
+                _ => return Ok(out),
+            }
+        }
+        Err(corrupt(
+            "run frame chain deeper than its limit",
+            next.offset,
+        ))
+    }
+
+    /// Reads the frame at `blob` and the chain before it.
+    pub(super) fn read_frame(&mut self, blob: BlobRef) -> Result<Frame, StorageError> {
+        read_chain(&mut self.store, blob)
+    }
+
+    /// `run`'s whole journal: its stored prefix (if any) and the records
+    /// in memory after it.
+    pub(super) fn run_journal(&mut self, run: RunId) -> Result<Vec<u8>, StorageError> {
+        let Some(blob) = self.core.get(run).and_then(|l| l.blob) else {
+            return Ok(self
+                .core
+                .get(run)
+                .map(|l| l.journal.clone())
+                .unwrap_or_default());
+        };
+        let mut whole = self.read_frame(blob)?.journal;
+        if let Some(l) = self.core.get(run) {
+            whole.extend_from_slice(&l.journal);
+        }
+        Ok(whole)
+    }
+
+    /// Loads parked run `run` back into memory (not a finished one, which
+    /// stays parked): its frames read, the core's state rebuilt, its
+    /// signals offered again, its code started. False if it is not parked
+    /// or finished.
+    pub(super) fn load(&mut self, run: RunId, now_ms: u64) -> Result<bool, StorageError> {
+        let Some(parked) = self.core.parked(run) else {
+            return Ok(false);
+        };
+        if parked.done().is_some() {
+            return Ok(false);
+        }
+        let frame = self.read_frame(parked.blob())?;
+        let records = fusee_core::record::decode_canonical_all(&frame.journal)
+            .map_err(|_| corrupt("run frame journal", parked.blob().offset))?;
+        if !self.core.unpark(run, frame.last_lsn, &records, now_ms) {
+            return Err(corrupt(
+                "run frame that does not load",
+                parked.blob().offset,
+            ));
+        }
+        self.metrics.loads += 1;
+        self.core.reoffer(run);
+        self.start_code(run);
+        Ok(true)
+    }
+
+    /// The `Start` record of parked run `run`, read from its frame (for
+    /// its ID, type and start time without loading it).
+    pub(super) fn parked_start(&mut self, run: RunId) -> Result<Option<RecordBuf>, StorageError> {
+        let Some(parked) = self.core.parked(run) else {
+            return Ok(None);
+        };
+        let frame = self.read_frame(parked.blob())?;
+        Ok(iter_canonical(&frame.journal)
+            .next()
+            .and_then(Result::ok)
+            .map(|(r, _)| r.to_buf()))
+    }
+
+    /// The `Done` record of parked finished run `run`.
+    pub(super) fn parked_done(&mut self, run: RunId) -> Result<Option<RecordBuf>, StorageError> {
+        let Some(parked) = self.core.parked(run) else {
+            return Ok(None);
+        };
+        let frame = self.read_frame(parked.blob())?;
+        Ok(iter_canonical(&frame.journal)
+            .filter_map(Result::ok)
+            .find(|(r, _)| matches!(r, Record::Done { .. }))
+            .map(|(r, _)| r.to_buf()))
+    }
+
+    /// Removes finished runs whose retention ended. Their frames stay in
+    /// the run store until a compaction (not yet done by the engine); the
+    /// index forgets them at the next checkpoint.
+    pub(super) fn expire(&mut self, now_ms: u64) {
+        if self.core.next_expiry().is_none_or(|at| at > now_ms) {
+            return;
+        }
+        let mut gone = Vec::new();
+        self.core.expire(now_ms, &mut gone);
+        for run in gone {
+            self.live.remove(&run);
+            self.results.remove(&run);
+        }
+    }
+}
+
+/// Reads the frame at `blob` from `store` and the chain before it: the
+/// run's stored journal, oldest record first, and its last LSN.
+pub(super) fn read_chain(store: &mut AnyRuns, blob: BlobRef) -> Result<Frame, StorageError> {
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let mut last_lsn = None;
+    let mut next = blob;
+    let mut buf = Vec::new();
+    for _ in 0..=MAX_DEPTH {
+        store.read(next, &mut buf)?;
+        let entry = decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))?;
+        let (lsn, journal, prev) = match entry {
+            EntryRef::Park {
+                last_lsn, journal, ..
+            }
+            | EntryRef::Done {
+                last_lsn, journal, ..
+            } => (last_lsn, journal, None),
+            EntryRef::Delta {
+                last_lsn,
+                journal,
+                prev,
+                ..
+            } => (last_lsn, journal, Some(prev)),
+            _ => return Err(corrupt("run frame of another kind", next.offset)),
+        };
+        last_lsn.get_or_insert(lsn);
+        parts.push(journal.to_vec());
+        match prev {
+            Some(p) => next = p,
+            None => {
+                parts.reverse();
+                return Ok(Frame {
+                    journal: parts.concat(),
+                    last_lsn: last_lsn.unwrap_or(lsn),
+                });
+            }
+        }
+    }
+    Err(corrupt(
+        "run frame chain deeper than its limit",
+        blob.offset,
+    ))
+}

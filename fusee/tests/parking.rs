@@ -1,0 +1,181 @@
+//! Parking: idle runs leave memory for the run store, come back when a
+//! timer, a signal or a caller needs them, and survive restarts.
+//!
+//! `FUSEE_PARKED_RUNS` sets the sleepers of the big test (default 100,000).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fusee::{Clock, Config, Ctx, Engine, Failure, RunStatus, Signal, VirtualClock, Workflow};
+
+const NAP: Workflow<u64, u64> = Workflow::new("nap");
+const GATE: Workflow<(), String> = Workflow::new("gate");
+const OPEN: Signal<String> = Signal::new("open");
+const START_MS: u64 = 1_700_000_000_000;
+
+fn runs() -> u64 {
+    std::env::var("FUSEE_PARKED_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("fusee-parking-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Each sleeper's wake-ups, by workflow ID.
+type Fired = Arc<Mutex<HashMap<String, u32>>>;
+
+fn register(engine: &Engine, fired: Fired) {
+    engine.register(NAP, move |ctx: Ctx, secs: u64| {
+        let fired = Arc::clone(&fired);
+        async move {
+            ctx.sleep("nap", Duration::from_secs(secs)).await;
+            let id = ctx.workflow_id();
+            ctx.step("wake", move |_| {
+                let fired = Arc::clone(&fired);
+                let id = id.clone();
+                async move {
+                    *fired.lock().unwrap().entry(id).or_default() += 1;
+                    Ok(())
+                }
+            })
+            .await?;
+            Ok::<_, Failure>(secs)
+        }
+    });
+    engine.register(GATE, |ctx: Ctx, ()| async move {
+        let word = ctx.wait_for(&OPEN).await?.unwrap_or_default();
+        Ok::<_, Failure>(word)
+    });
+}
+
+fn config(dir: &std::path::Path, clock: &VirtualClock) -> Config {
+    Config::file(dir)
+        .shards(2)
+        .park_after(Duration::ZERO)
+        .clock(Clock::Virtual(clock.clone()))
+}
+
+/// Waits (in real time) until `cond` holds of the engine's metrics.
+async fn until(engine: &Engine, what: &str, cond: impl Fn(&fusee::Metrics) -> bool) {
+    for _ in 0..6000 {
+        let m = engine.metrics().await;
+        if cond(&m) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not reached in 60 s: {:?}", engine.metrics().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleepers_park_wake_on_time_after_a_restart_and_fire_once() {
+    let n = runs();
+    let dir = temp_dir("sleepers");
+    let clock = VirtualClock::new(START_MS);
+    let fired: Fired = Arc::default();
+    let engine = Engine::open(config(&dir, &clock)).await.unwrap();
+    register(&engine, Arc::clone(&fired));
+    // Sleepers of one to four hours, started 1,000 at a time.
+    let ids: Vec<u64> = (0..n).collect();
+    for chunk in ids.chunks(1000) {
+        let starts = chunk.iter().map(|&i| {
+            let engine = engine.clone();
+            async move {
+                let secs = 3600 + (i % 4) * 3600;
+                engine.start(NAP, &format!("nap-{i}"), &secs).await.unwrap();
+            }
+        });
+        futures_join_all(starts).await;
+    }
+    until(&engine, "every sleeper parked", |m| m.parked_runs == n).await;
+    assert_eq!(engine.metrics().await.loaded_runs, 0);
+    let d = engine.describe("nap-7").await.unwrap();
+    assert!(d.parked && d.status == RunStatus::Running, "{d:?}");
+    engine.close().await.unwrap();
+    drop(engine);
+    assert!(
+        fired.lock().unwrap().is_empty(),
+        "no sleeper woke before its time"
+    );
+
+    let engine = Engine::open(config(&dir, &clock)).await.unwrap();
+    register(&engine, Arc::clone(&fired));
+    let m = engine.metrics().await;
+    assert_eq!((m.parked_runs, m.loaded_runs), (n, 0), "{m:?}");
+    // Two hours on: the one- and two-hour sleepers wake, the others not.
+    clock.advance(2 * 3600 * 1000);
+    let early = (0..n).filter(|i| i % 4 <= 1).count() as u64;
+    until(&engine, "the first half woke", |m| m.finished >= early).await;
+    {
+        let f = fired.lock().unwrap();
+        assert_eq!(f.len() as u64, early, "exactly the sleepers due woke");
+        assert!(f.values().all(|&c| c == 1), "each woke once");
+    }
+    clock.advance(2 * 3600 * 1000);
+    until(&engine, "every sleeper woke", |m| m.finished >= n).await;
+    for i in [0u64, 1, 2, 3, n - 1] {
+        let secs = engine.result(NAP, &format!("nap-{i}")).await.unwrap();
+        assert_eq!(secs, 3600 + (i % 4) * 3600);
+    }
+    {
+        let f = fired.lock().unwrap();
+        assert_eq!(f.len() as u64, n);
+        assert!(f.values().all(|&c| c == 1), "each sleeper fired once");
+    }
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_loads_a_parked_run_and_a_parked_result_is_read_back() {
+    let dir = temp_dir("signal");
+    let clock = VirtualClock::new(START_MS);
+    let fired: Fired = Arc::default();
+    let engine = Engine::open(config(&dir, &clock)).await.unwrap();
+    register(&engine, Arc::clone(&fired));
+    engine.start(GATE, "gate-1", &()).await.unwrap();
+    until(&engine, "the gate parked", |m| m.parked_runs == 1).await;
+    engine
+        .signal("gate-1", OPEN, &"sesame".to_string())
+        .await
+        .unwrap();
+    assert_eq!(engine.result(GATE, "gate-1").await.unwrap(), "sesame");
+    // Finished, it parks as a Done frame; its result is read from there.
+    until(&engine, "the finished gate parked", |m| {
+        m.parked_runs == 1 && m.loaded_runs == 0
+    })
+    .await;
+    assert_eq!(engine.result(GATE, "gate-1").await.unwrap(), "sesame");
+    let d = engine.describe("gate-1").await.unwrap();
+    assert!(
+        d.parked && matches!(d.status, RunStatus::Finished(_)),
+        "{d:?}"
+    );
+    assert!(matches!(
+        engine.signal("gate-1", OPEN, &"again".into()).await,
+        Err(fusee::Error::Finished { .. })
+    ));
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(config(&dir, &clock)).await.unwrap();
+    register(&engine, fired);
+    assert_eq!(engine.result(GATE, "gate-1").await.unwrap(), "sesame");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Awaits every future (a tiny join_all: the test needs no futures crate).
+async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) {
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+}

@@ -116,7 +116,9 @@ pub enum StorageError {
     /// The storage is held by another owner: another process, or another
     /// open storage (or parts of one that outlived it) in this process. A
     /// storage's lock lives as long as the storage or any part it gave out.
-    #[error("{path} is locked by another open storage (in this process or another); close it first")]
+    #[error(
+        "{path} is locked by another open storage (in this process or another); close it first"
+    )]
     Locked {
         /// The directory or database file that is locked.
         path: String,

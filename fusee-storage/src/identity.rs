@@ -315,11 +315,17 @@ mod tests {
     #[test]
     fn markers_round_trip_and_every_flip_and_cut_is_refused() {
         let bytes = id("rocksdb", 3).encode();
-        assert_eq!(Identity::decode(&bytes, "m").expect("decodes"), id("rocksdb", 3));
+        assert_eq!(
+            Identity::decode(&bytes, "m").expect("decodes"),
+            id("rocksdb", 3)
+        );
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0x04;
-            assert!(Identity::decode(&b, "m").is_err(), "flip at byte {i} accepted");
+            assert!(
+                Identity::decode(&b, "m").is_err(),
+                "flip at byte {i} accepted"
+            );
         }
         for cut in 0..bytes.len() {
             assert!(
@@ -329,15 +335,24 @@ mod tests {
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(Identity::decode(&longer, "m").is_err(), "trailing byte accepted");
+        assert!(
+            Identity::decode(&longer, "m").is_err(),
+            "trailing byte accepted"
+        );
     }
 
     #[test]
     fn judge_names_each_case() {
         let p = Path::new("/data");
         let ok = |found, create| judge(p, found, "file", 2, create);
-        assert_eq!(ok(Found::Missing, Create::IfMissing).ok(), Some(Verdict::Create));
-        assert_eq!(ok(Found::Empty, Create::IfMissing).ok(), Some(Verdict::Create));
+        assert_eq!(
+            ok(Found::Missing, Create::IfMissing).ok(),
+            Some(Verdict::Create)
+        );
+        assert_eq!(
+            ok(Found::Empty, Create::IfMissing).ok(),
+            Some(Verdict::Create)
+        );
         assert!(matches!(
             ok(Found::Empty, Create::Never),
             Err(StorageError::NotFound { .. })
@@ -351,7 +366,10 @@ mod tests {
             Err(StorageError::NotAStore { .. })
         ));
         let marker = |b: &str, f| Found::Marker(id(b, f).encode());
-        assert_eq!(ok(marker("file", 2), Create::Never).ok(), Some(Verdict::Open));
+        assert_eq!(
+            ok(marker("file", 2), Create::Never).ok(),
+            Some(Verdict::Open)
+        );
         match ok(marker("redb", 1), Create::IfMissing) {
             Err(StorageError::WrongBackend {
                 found, expected, ..
@@ -395,9 +413,7 @@ mod tests {
         std::fs::create_dir_all(&other).expect("mkdir");
         std::fs::write(other.join("LOCK"), b"").expect("lock file");
         std::fs::write(other.join(MARKER_TMP), b"torn").expect("leftover");
-        assert!(
-            claim_dir(&other, "file", 2, Create::IfMissing, &["LOCK"]).expect("empty but own")
-        );
+        assert!(claim_dir(&other, "file", 2, Create::IfMissing, &["LOCK"]).expect("empty but own"));
         std::fs::write(root.join("plain"), b"x").expect("file");
         assert!(matches!(
             claim_dir(&root.join("plain"), "file", 2, Create::IfMissing, &[]),

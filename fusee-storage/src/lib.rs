@@ -251,8 +251,8 @@
 
 mod contract;
 pub mod dirs;
-pub mod identity;
 mod error;
+pub mod identity;
 mod limits;
 pub mod memory;
 

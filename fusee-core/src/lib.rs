@@ -22,6 +22,8 @@
 //! | [`segment`] | the log segment format, `LogWriter` and the recovery scanner |
 //! | [`store`] | run-store entries and the checkpoint format |
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #![forbid(unsafe_code)]
 
 pub mod record;

@@ -23,6 +23,8 @@
 //! or checkpoints mean. It stores the core's bytes and the contract's
 //! promises, nothing more.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod checkpoint;
 pub mod chunks;
 pub mod error;

@@ -68,6 +68,8 @@
 //! writes it. Reads pass each stored value to a visitor closure that checks
 //! it (one indirect call per value).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod checkpoint;
 mod handle;
 pub mod layout;

@@ -179,6 +179,8 @@
 //!   redb sees a commit whose checksums fail, which is what a crash during
 //!   that commit leaves.
 //!
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 pub mod checkpoint;
 mod error;
 pub mod file;

@@ -157,6 +157,8 @@
 //! store that was not closed cleanly (a clean close flushes; RocksDB also
 //! flushes as memtables fill and past [`options::MAX_TOTAL_WAL`]).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod checkpoint;
 mod error;
 pub mod layout;

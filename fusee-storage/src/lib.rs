@@ -249,6 +249,8 @@
 //! # Ok::<(), fusee_storage::StorageError>(())
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod contract;
 pub mod dirs;
 mod error;
@@ -264,6 +266,8 @@ pub use contract::{
     ShardParts, Storage,
 };
 pub use error::{Result, StorageError};
+/// Where a run-store frame is: the address every [`RunStore`] call takes.
+pub use fusee_core::shard::BlobRef;
 pub use limits::{
     DELETED, INDEX_RECORD, MAX_FRAME, MAX_OFFSET, MAX_RECORD, NO_LSN, check_frame_len,
     check_log_append, index_record_run, index_record_state, index_records,

@@ -196,18 +196,184 @@ impl FromStr for Backend {
 pub struct StorageConfig {
     /// The backend.
     pub backend: Backend,
-    /// The directory holding the storage (created if missing; unused by
-    /// [`Backend::Memory`]).
+    /// The directory holding the storage (unused by [`Backend::Memory`]).
     pub dir: PathBuf,
+    /// Whether a missing or empty directory becomes a new store (the
+    /// default) or is [`StorageError::NotFound`]: an embedder that must
+    /// never start over on a mistyped or unmounted path says
+    /// [`Create::Never`].
+    pub create: Create,
+    /// The file backend's settings.
+    pub file: FileSettings,
+    /// The redb backend's settings.
+    pub redb: RedbSettings,
+    /// The RocksDB backend's settings.
+    pub rocksdb: RocksSettings,
+}
+
+pub use fusee_storage::identity::Create;
+
+/// How the file backend makes flushes durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Flush {
+    /// `fdatasync` (the default): data, and the metadata needed to read
+    /// it; segments are preallocated, so no other metadata.
+    #[default]
+    DataSync,
+    /// `fsync`: data and all metadata, for file systems where
+    /// `fdatasync` is not enough.
+    FullSync,
+    /// No sync at all: nothing is durable before the OS writes it back.
+    /// For tests and benchmarks only.
+    None,
+}
+
+/// Settings of the file backend; `None` leaves the backend's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileSettings {
+    /// Bytes of a log segment (default 64 MiB). Larger segments roll and
+    /// zero-fill less often; each costs its size on disk until a checkpoint
+    /// lets it go.
+    pub segment_bytes: Option<u64>,
+    /// How flushes reach the disk (default [`Flush::DataSync`]).
+    pub flush: Flush,
+}
+
+/// Settings of the redb backend; `None` leaves the backend's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RedbSettings {
+    /// Bytes of page cache (default 1 GiB, filled only as pages are used).
+    pub cache_bytes: Option<usize>,
+    /// Whether flushes and commits use redb's two-phase commit (default
+    /// yes: damage to the newest commit after a crash is an error rather
+    /// than a silent step back, for two syncs per flush instead of one).
+    pub two_phase_commit: Option<bool>,
+}
+
+/// Settings of the RocksDB backend; `None` leaves the backend's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RocksSettings {
+    /// Memtable bytes of each column family (default 32 MiB).
+    pub write_buffer: Option<usize>,
+    /// Memtable bytes of all column families (default 128 MiB).
+    pub db_write_buffer: Option<usize>,
+    /// WAL bytes kept before flushing memtables (default 256 MiB).
+    pub max_total_wal: Option<u64>,
+    /// Background flush and compaction jobs (default 2).
+    pub background_jobs: Option<i32>,
 }
 
 impl StorageConfig {
-    /// A config for `backend` in `dir`.
+    /// A config for `backend` in `dir`, every setting by default.
     pub fn new(backend: Backend, dir: impl Into<PathBuf>) -> Self {
         Self {
             backend,
             dir: dir.into(),
+            create: Create::IfMissing,
+            file: FileSettings::default(),
+            redb: RedbSettings::default(),
+            rocksdb: RocksSettings::default(),
         }
+    }
+
+    /// Opens an existing store only: a missing or empty directory is an
+    /// error instead of a new store.
+    pub fn existing_only(mut self) -> Self {
+        self.create = Create::Never;
+        self
+    }
+
+    /// The file backend's segment size.
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.file.segment_bytes = Some(bytes);
+        self
+    }
+
+    /// How the file backend's flushes reach the disk.
+    pub fn flush(mut self, flush: Flush) -> Self {
+        self.file.flush = flush;
+        self
+    }
+
+    /// redb's page cache size.
+    pub fn redb_cache_bytes(mut self, bytes: usize) -> Self {
+        self.redb.cache_bytes = Some(bytes);
+        self
+    }
+
+    /// Whether redb commits in two phases.
+    pub fn redb_two_phase_commit(mut self, on: bool) -> Self {
+        self.redb.two_phase_commit = Some(on);
+        self
+    }
+
+    /// RocksDB's memtable sizes: per column family, and all together.
+    pub fn rocksdb_write_buffers(mut self, per_family: usize, total: usize) -> Self {
+        self.rocksdb.write_buffer = Some(per_family);
+        self.rocksdb.db_write_buffer = Some(total);
+        self
+    }
+
+    /// RocksDB's WAL bound.
+    pub fn rocksdb_max_total_wal(mut self, bytes: u64) -> Self {
+        self.rocksdb.max_total_wal = Some(bytes);
+        self
+    }
+
+    /// RocksDB's background jobs.
+    pub fn rocksdb_background_jobs(mut self, jobs: i32) -> Self {
+        self.rocksdb.background_jobs = Some(jobs);
+        self
+    }
+
+    #[cfg(feature = "file")]
+    fn file_options(&self) -> fusee_storage_file::FileOptions {
+        let mut o = fusee_storage_file::FileOptions {
+            create: self.create,
+            ..Default::default()
+        };
+        if let Some(b) = self.file.segment_bytes {
+            o.segment_bytes = b;
+        }
+        o.flush = match self.file.flush {
+            Flush::DataSync => fusee_storage_file::FlushMethod::DataSync,
+            Flush::FullSync => fusee_storage_file::FlushMethod::FullSync,
+            Flush::None => fusee_storage_file::FlushMethod::None,
+        };
+        o
+    }
+
+    #[cfg(feature = "redb")]
+    fn redb_options(&self) -> fusee_storage_redb::RedbOptions {
+        let mut o = fusee_storage_redb::RedbOptions::default();
+        o.create = self.create;
+        if let Some(b) = self.redb.cache_bytes {
+            o.cache_size = b;
+        }
+        if let Some(on) = self.redb.two_phase_commit {
+            o.two_phase_commit = on;
+        }
+        o
+    }
+
+    #[cfg(feature = "rocksdb")]
+    fn rocksdb_options(&self) -> fusee_storage_rocksdb::RocksOptions {
+        let mut o = fusee_storage_rocksdb::RocksOptions::default();
+        o.create = self.create;
+        let r = &self.rocksdb;
+        if let Some(v) = r.write_buffer {
+            o.write_buffer = v;
+        }
+        if let Some(v) = r.db_write_buffer {
+            o.db_write_buffer = v;
+        }
+        if let Some(v) = r.max_total_wal {
+            o.max_total_wal = v;
+        }
+        if let Some(v) = r.background_jobs {
+            o.background_jobs = v;
+        }
+        o
     }
 }
 
@@ -226,15 +392,14 @@ pub enum OpenError {
         feature: &'static str,
     },
     /// The backend failed to open the storage.
-    #[error("opening the {backend} storage in {}: {source}", dir.display())]
+    #[error("opening the {backend} storage in {}: {error}", dir.display())]
     Storage {
         /// The backend.
         backend: Backend,
         /// The directory given.
         dir: PathBuf,
         /// The backend's error.
-        #[source]
-        source: StorageError,
+        error: StorageError,
     },
 }
 
@@ -251,25 +416,31 @@ pub fn open_storage(config: &StorageConfig) -> Result<AnyStorage, OpenError> {
         });
     }
     #[allow(unused_variables)] // used only by backends compiled in
-    let wrap = |source: StorageError| OpenError::Storage {
+    let wrap = |error: StorageError| OpenError::Storage {
         backend,
         dir: config.dir.clone(),
-        source,
+        error,
     };
     match backend {
         Backend::Memory => Ok(AnyStorage::Memory(MemoryStorage::new())),
         #[cfg(feature = "file")]
-        Backend::File => fusee_storage_file::FileStorage::open(&config.dir, Default::default())
+        Backend::File => fusee_storage_file::FileStorage::open(&config.dir, config.file_options())
             .map(AnyStorage::File)
             .map_err(wrap),
         #[cfg(feature = "rocksdb")]
-        Backend::Rocksdb => fusee_storage_rocksdb::RocksStorage::open(&config.dir)
-            .map(AnyStorage::Rocksdb)
-            .map_err(wrap),
+        Backend::Rocksdb => {
+            let options = config.rocksdb_options();
+            fusee_storage_rocksdb::RocksStorage::open_with(&config.dir, &options)
+                .map(AnyStorage::Rocksdb)
+                .map_err(wrap)
+        }
         #[cfg(feature = "redb")]
-        Backend::Redb => fusee_storage_redb::RedbStorage::open(&config.dir)
-            .map(AnyStorage::Redb)
-            .map_err(wrap),
+        Backend::Redb => {
+            let options = config.redb_options();
+            fusee_storage_redb::RedbStorage::open_with(&config.dir, &options)
+                .map(AnyStorage::Redb)
+                .map_err(wrap)
+        }
         // Backends not compiled in were refused above.
         #[allow(unreachable_patterns)] // every backend compiled in
         _ => Err(OpenError::FeatureDisabled {

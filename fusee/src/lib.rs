@@ -80,6 +80,8 @@
 //! result, a step's effects) waits for the records it depends on. See
 //! `ARCHITECTURE.md` for the invariants.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use fusee_core as core;
 pub use fusee_storage as storage;
 
@@ -97,12 +99,16 @@ mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
 pub use clock::{Clock, VirtualClock};
-pub use config::{Backend, OpenError, StorageConfig, open_storage};
+pub use config::{
+    Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
+    open_storage,
+};
 pub use ctx::{Ctx, Sleep, Step, StepCall, StepContext, StepError, WaitFor};
 pub use engine::{
     Config, CurrentStep, Description, Engine, IdPolicy, RunHandle, RunRef, RunStatus,
 };
 pub use error::{Error, Result};
+pub use fusee_storage::StorageError;
 pub use metrics::{Histogram, Metrics, ShardMetrics};
 pub use retry::{OnExhausted, RetryPolicy};
 pub use workflow::{Failure, Signal, Workflow};

@@ -72,3 +72,60 @@ fn mixed_backends_are_misuse() {
     drop((pm, pr, m, r));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A directory of one backend opened as another is a named error, with
+/// nothing written; so are a missing store when only existing ones may
+/// open, and the empty path (issue 19 item 4).
+#[cfg(all(feature = "file", feature = "redb"))]
+#[test]
+fn another_backends_store_a_missing_one_and_the_empty_path_are_refused() {
+    use fusee::storage::StorageError;
+    use fusee::{OpenError, StorageConfig};
+    let root = std::env::temp_dir().join(format!("fusee-any-identity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let refused = |config: StorageConfig| match open_storage(&config) {
+        Err(OpenError::Storage { error, .. }) => error,
+        Ok(_) => panic!("{config:?} opened"),
+        Err(e) => panic!("{config:?}: {e}"),
+    };
+    for (made, other) in [
+        (Backend::Redb, Backend::File),
+        (Backend::File, Backend::Redb),
+    ] {
+        let dir = root.join(made.name());
+        let s = open_storage(&StorageConfig::new(made, &dir)).expect("create");
+        s.close().expect("close");
+        drop(s);
+        let before: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        match refused(StorageConfig::new(other, &dir)) {
+            StorageError::WrongBackend {
+                found, expected, ..
+            } => assert_eq!((found.as_str(), expected), (made.name(), other.name())),
+            e => panic!("{other} on a {made} store: expected WrongBackend, found {e}"),
+        }
+        let after: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(before, after, "{other} wrote into a {made} store");
+    }
+    for backend in [Backend::File, Backend::Redb] {
+        let missing = root.join("missing").join(backend.name());
+        assert!(matches!(
+            refused(StorageConfig::new(backend, &missing).existing_only()),
+            StorageError::NotFound { .. }
+        ));
+        assert!(
+            !missing.exists(),
+            "{backend} created what it was told only to open"
+        );
+        assert!(matches!(
+            refused(StorageConfig::new(backend, "")),
+            StorageError::NotAStore { .. }
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

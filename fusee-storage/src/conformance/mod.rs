@@ -12,9 +12,19 @@
 //! # fn main() {}
 //! ```
 //!
-//! The backend crate enables the feature for its tests only:
-//! `[dev-dependencies] fusee-storage = { workspace = true, features =
-//! ["conformance"] }`.
+//! The backend crate depends on the contract, and enables the suite for its
+//! tests only:
+//!
+//! ```toml
+//! [dependencies]
+//! fusee-storage = "0.1"
+//!
+//! [dev-dependencies]
+//! fusee-storage = { version = "0.1", features = ["conformance"] }
+//! ```
+//!
+//! (Inside this workspace the crates write `workspace = true` instead of
+//! the version.)
 //!
 //! Each clause is also a public function generic over the harness, for
 //! backends that want to call them some other way.

@@ -15,6 +15,10 @@
 #   FUSEE_CONFORMANCE_SCALE   percent of the suite's heavy counts   (100)
 #   FUSEE_POWER_LOSS_SEEDS    file-backend power-loss seeds         (10,000)
 #   FUSEE_SIGKILL_RUNS        SIGKILLs per backend                  (50)
+#   FUSEE_RUN_PROGRAMS        RunMachine property-test programs     (2,000)
+#   FUSEE_DAMAGE_PAGES        redb pages / RocksDB offsets damaged  (per file, bounded)
+#   FUSEE_ENGINE_SIGKILL_RUNS engine SIGKILLs per backend           (20)
+#   FUSEE_PARKED_RUNS         sleepers of the engine parking test   (100,000)
 # FUSEE_SEED (and FUSEE_CONFORMANCE_SEED) replay the seed a failure printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

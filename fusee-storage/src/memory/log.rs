@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use fusee_core::record::Lsn;
 
-use super::{Part, READ_BATCH};
-use crate::contract::LogStore;
+use super::{FlushGate, Part, READ_BATCH};
+use crate::contract::{FlushTicket, FlushWork, LogStore};
 use crate::limits::check_log_append;
 use crate::{Result, StorageError};
 
@@ -18,6 +18,35 @@ pub struct MemoryLog {
     pub(super) first: Lsn,
     pub(super) last: Lsn,
     pub(super) durable: Lsn,
+    pub(super) gate: Arc<FlushGate>,
+}
+
+/// A flush held back by the storage's gate: its I/O is the wait.
+struct HeldFlush(Arc<FlushGate>);
+
+impl FlushWork for HeldFlush {
+    fn run(&mut self) -> Result<()> {
+        self.0.wait();
+        Ok(())
+    }
+}
+
+/// The name held tickets carry (any nonzero value: a memory log checks
+/// only that a ticket is one of its held ones).
+const HELD_TICKET: u64 = u64::MAX;
+
+impl MemoryLog {
+    /// Makes the records through `last` durable (those appended since stay
+    /// pending), as a flush that covered them.
+    fn make_durable(&mut self, last: Lsn) -> Result<Lsn> {
+        let mut s = self.part.lock(LOG)?;
+        if s.log_latched {
+            return Err(StorageError::Latched { what: LOG });
+        }
+        s.durable = s.durable.max(last.min(s.last_lsn()));
+        self.durable = s.durable;
+        Ok(self.durable)
+    }
 }
 
 const LOG: &str = "memory log";
@@ -34,7 +63,32 @@ impl LogStore for MemoryLog {
         Ok(())
     }
 
+    fn begin_flush(&mut self) -> Result<FlushTicket> {
+        if !self.gate.is_held() {
+            return self.flush().map(FlushTicket::done);
+        }
+        let s = self.part.lock(LOG)?;
+        if s.log_latched {
+            return Err(StorageError::Latched { what: LOG });
+        }
+        drop(s);
+        Ok(FlushTicket::new(
+            HELD_TICKET,
+            self.last,
+            Box::new(HeldFlush(Arc::clone(&self.gate))),
+        ))
+    }
+
+    fn finish_flush(&mut self, ticket: FlushTicket) -> Result<Lsn> {
+        if ticket.log() != HELD_TICKET {
+            return ticket.finish();
+        }
+        let last = ticket.finish()?;
+        self.make_durable(last)
+    }
+
     fn flush(&mut self) -> Result<Lsn> {
+        self.gate.wait();
         let mut s = self.part.lock(LOG)?;
         if s.log_latched {
             return Err(StorageError::Latched { what: LOG });

@@ -70,6 +70,34 @@ struct Shared {
     epoch: AtomicU64,
     next_token: AtomicU64,
     shards: Mutex<BTreeMap<u32, Arc<Mutex<Shard>>>>,
+    gate: Arc<FlushGate>,
+}
+
+/// Holds flushes back ([`MemoryStorage::hold_flushes`]): a slow disk, on
+/// demand.
+#[derive(Default, Debug)]
+pub(super) struct FlushGate {
+    held: Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl FlushGate {
+    pub(super) fn is_held(&self) -> bool {
+        *lock(&self.held)
+    }
+
+    /// Blocks while the gate is held.
+    pub(super) fn wait(&self) {
+        let mut held = lock(&self.held);
+        while *held {
+            held = self.opened.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn set(&self, on: bool) {
+        *lock(&self.held) = on;
+        self.opened.notify_all();
+    }
 }
 
 struct Frame {
@@ -193,6 +221,16 @@ impl MemoryStorage {
         self.crash()
     }
 
+    /// Holds every log flush of every shard back while `on` (a slow disk):
+    /// a flush split with [`crate::LogStore::begin_flush`] waits in its
+    /// ticket's [`crate::FlushTicket::run`] until the hold is lifted, while
+    /// the log takes more appends; a plain flush waits in place. Nothing is
+    /// reported durable meanwhile. For tests of what a host lets out before
+    /// its records are durable.
+    pub fn hold_flushes(&self, on: bool) {
+        self.shared.gate.set(on);
+    }
+
     /// The next [`crate::LogStore::flush`] of `shard` fails with an I/O error:
     /// the records it would have made durable are lost and the log part is
     /// latched.
@@ -261,6 +299,7 @@ impl Storage for MemoryStorage {
                 first: s.log_base + 1,
                 last: s.last_lsn(),
                 durable: s.durable,
+                gate: Arc::clone(&self.shared.gate),
             },
             runs: MemoryRuns {
                 part: part(),

@@ -300,3 +300,78 @@ async fn runs_survive_a_crash_and_steps_do_not_run_twice() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const BLOCKER: Workflow<(), ()> = Workflow::new("blocker");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_queue_is_busy_and_records_nothing() {
+    let engine = Engine::open(Config::memory().shards(1).queue_capacity(2))
+        .await
+        .unwrap();
+    // Workflow code that blocks its shard's thread (what workflow code must
+    // never do) keeps the queue from draining for a while.
+    engine.register(BLOCKER, |_ctx: Ctx, ()| async move {
+        std::thread::sleep(Duration::from_millis(600));
+        Ok::<_, Failure>(())
+    });
+    register_add(&engine);
+    let blocked = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.execute(BLOCKER, "b", &()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let queued: Vec<_> = (0..2)
+        .map(|i| {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.execute(ADD, &format!("q-{i}"), &(1, 1)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    match engine.start(ADD, "one-too-many", &(1, 1)).await {
+        Err(Error::Busy { shard, capacity }) => assert_eq!((shard, capacity), (0, 2)),
+        other => panic!("expected Busy, found {other:?}"),
+    }
+    blocked.await.unwrap().unwrap();
+    for q in queued {
+        assert_eq!(q.await.unwrap().unwrap(), 3);
+    }
+    assert!(
+        matches!(
+            engine.describe("one-too-many").await,
+            Err(Error::NotFound { .. })
+        ),
+        "a refused start records nothing"
+    );
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_are_taken_under_load_and_keep_every_run() {
+    let dir = temp_dir("load");
+    // A checkpoint every few KiB of log: many are taken while runs go on.
+    let config = || Config::file(&dir).shards(1).checkpoint_bytes(4096);
+    let engine = Engine::open(config()).await.unwrap();
+    register_add(&engine);
+    let runs: Vec<_> = (0..200u64)
+        .map(|i| {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.execute(ADD, &format!("l-{i}"), &(i, 1)).await })
+        })
+        .collect();
+    for (i, r) in runs.into_iter().enumerate() {
+        assert_eq!(r.await.unwrap().unwrap(), i as u64 * 2 + 1);
+    }
+    let m = engine.metrics().await;
+    assert!(m.checkpoints >= 2, "checkpoints while runs went on: {m:?}");
+    drop(engine); // a crash: the last checkpoint and the log after it
+    let engine = Engine::open(config()).await.unwrap();
+    register_add(&engine);
+    for i in (0..200u64).step_by(17) {
+        assert_eq!(
+            engine.result(ADD, &format!("l-{i}")).await.unwrap(),
+            i * 2 + 1
+        );
+    }
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -179,3 +179,44 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
         h.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_are_forgotten_when_their_retention_ends() {
+    let dir = temp_dir("retention");
+    let clock = VirtualClock::new(START_MS);
+    let config = || config(&dir, &clock).retention(Duration::from_secs(3600));
+    let engine = Engine::open(config()).await.unwrap();
+    register(&engine, Arc::default());
+    engine.start(GATE, "gate-1", &()).await.unwrap();
+    engine
+        .signal("gate-1", OPEN, &"x".to_string())
+        .await
+        .unwrap();
+    assert_eq!(engine.result(GATE, "gate-1").await.unwrap(), "x");
+    clock.advance(1800 * 1000);
+    assert!(
+        engine.describe("gate-1").await.is_ok(),
+        "kept within retention"
+    );
+    clock.advance(3600 * 1000);
+    for _ in 0..500 {
+        if engine.describe("gate-1").await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(matches!(
+        engine.describe("gate-1").await,
+        Err(fusee::Error::NotFound { .. })
+    ));
+    engine.close().await.unwrap();
+    drop(engine);
+    // Forgotten for good: the index committed at close no longer lists it.
+    let engine = Engine::open(config()).await.unwrap();
+    assert!(matches!(
+        engine.describe("gate-1").await,
+        Err(fusee::Error::NotFound { .. })
+    ));
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

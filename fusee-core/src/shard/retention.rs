@@ -4,7 +4,7 @@ use std::cmp::Reverse;
 
 use rustc_hash::FxHashMap;
 
-use super::ShardCore;
+use super::{BlobRef, ShardCore};
 use crate::record::RunId;
 
 impl ShardCore {
@@ -19,6 +19,17 @@ impl ShardCore {
     /// `out`), and returns the store bytes their frames occupied, for the
     /// host to release.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<RunId>) -> u64 {
+        let mut expired = Vec::new();
+        let released = self.expire_frames(now_ms, &mut expired);
+        out.extend(expired.into_iter().map(|(run, _)| run));
+        released
+    }
+
+    /// [`expire`](Self::expire), listing with each run removed the newest
+    /// frame that held it (a parked run's frame, or a loaded run's stored
+    /// prefix), for the host to release: a `Done` frame stands alone, and
+    /// a loaded run's prefix is released with its chain by the host.
+    pub fn expire_frames(&mut self, now_ms: u64, out: &mut Vec<(RunId, Option<BlobRef>)>) -> u64 {
         let mut released = 0u64;
         while let Some(&Reverse((finished, run))) = self.retention.peek() {
             if finished.saturating_add(self.retention_ms) > now_ms {
@@ -29,20 +40,26 @@ impl ShardCore {
                 continue;
             };
             let e = *self.runs.get(slot);
+            let blob;
             if e.is_parked() {
                 if e.done().is_none() {
                     continue;
                 }
                 released += u64::from(e.len());
+                blob = Some(BlobRef {
+                    offset: e.offset(),
+                    len: e.len(),
+                });
             } else {
                 let Some(l) = self.loaded.get(&run).filter(|l| l.done.is_some()) else {
                     continue;
                 };
                 released += l.blob.map_or(0, |_| l.blob_chain);
+                blob = l.blob;
                 self.forget_loaded(run);
             }
             self.table_remove(slot);
-            out.push(run);
+            out.push((run, blob));
         }
         released
     }

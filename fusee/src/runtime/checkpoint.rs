@@ -14,9 +14,7 @@ impl ShardLoop {
     /// Takes a checkpoint if one is due (or the shard is closing), and
     /// finishes a close once it is taken.
     pub(super) fn maybe_checkpoint(&mut self, now_ms: u64) {
-        let due = self.since_checkpoint >= self.config.checkpoint_bytes
-            || (self.since_checkpoint > 0
-                && now_ms >= self.checkpoint_ms + self.config.checkpoint_interval_ms);
+        let due = self.checkpoint_due(now_ms);
         let closing = self.closing.is_some();
         if !(due || closing) || self.failed.is_some() {
             return;
@@ -37,6 +35,17 @@ impl ShardLoop {
             self.live.clear();
             let _ = reply.send(Ok(()));
         }
+    }
+
+    /// Whether the log since the last checkpoint passed
+    /// `checkpoint_bytes`, or `checkpoint_interval` passed with anything
+    /// logged: the loop then holds new records back until the log is
+    /// durable and the checkpoint taken.
+    pub(super) fn checkpoint_due(&self, now_ms: u64) -> bool {
+        self.failed.is_none()
+            && (self.since_checkpoint >= self.config.checkpoint_bytes
+                || (self.since_checkpoint > 0
+                    && now_ms >= self.checkpoint_ms + self.config.checkpoint_interval_ms))
     }
 
     /// Whether some run can make progress without the disk.

@@ -311,23 +311,39 @@ impl ShardLoop {
             return Effects::default();
         }
         self.core.poll_timers(now_ms);
+        // A checkpoint due holds new records back until the log is wholly
+        // durable (a checkpoint must hold no record a crash could take
+        // back): only flush completions are taken meanwhile.
+        let holding = self.checkpoint_due(now_ms);
         let mut budget = RUN_BUDGET;
+        let mut deferred = VecDeque::new();
         while budget > 0
             && let Some(input) = self.inbox.pop_front()
         {
+            if holding && !matches!(input, Input::Flushed { .. } | Input::Crash) {
+                deferred.push_back(input);
+                continue;
+            }
             self.take(input, now_ms);
             budget -= 1;
             if self.closed {
                 return Effects::default();
             }
         }
-        let more = !self.drive(now_ms, &mut budget) || !self.inbox.is_empty();
-        self.start_steps(now_ms);
+        deferred.append(&mut self.inbox);
+        self.inbox = deferred;
+        let more = if holding {
+            false
+        } else {
+            let more = !self.drive(now_ms, &mut budget) || !self.inbox.is_empty();
+            self.start_steps(now_ms);
+            more
+        };
         // With `park_after` 0 (tests, a virtual clock that stands still)
         // runs park as soon as they are quiescent.
         // Only with every woken run polled (`!more`): a run still on the
         // ready queue has a delivery its code has not seen.
-        if !more && (now_ms >= self.housekeeping_ms || self.config.park_after_ms == 0) {
+        if !more && !holding && (now_ms >= self.housekeeping_ms || self.config.park_after_ms == 0) {
             self.housekeeping_ms = now_ms + HOUSEKEEPING_MS;
             self.park_idle(now_ms);
             self.expire(now_ms);
@@ -348,6 +364,8 @@ impl ShardLoop {
         }
         if !self.flushing && self.log.last_lsn() == self.durable {
             self.maybe_checkpoint(now_ms);
+            // Held inputs go on at once.
+            effects.more |= holding && !self.inbox.is_empty();
         }
         effects.steps = std::mem::take(&mut self.jobs);
         if self.failed.is_some() {

@@ -169,10 +169,16 @@ impl ShardLoop {
     /// The frames of `run`'s stored prefix, newest first (empty without
     /// one): released when the run is written whole.
     fn chain_of(&mut self, run: RunId) -> Result<Vec<BlobRef>, StorageError> {
-        let Some(mut next) = self.core.get(run).and_then(|l| l.blob) else {
-            return Ok(Vec::new());
-        };
+        match self.core.get(run).and_then(|l| l.blob) {
+            Some(blob) => self.chain(blob),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The frame at `blob` and the frames it chains to, newest first.
+    fn chain(&mut self, blob: BlobRef) -> Result<Vec<BlobRef>, StorageError> {
         let mut out = Vec::new();
+        let mut next = blob;
         let mut buf = Vec::new();
         for _ in 0..=MAX_DEPTH {
             out.push(next);
@@ -184,7 +190,7 @@ impl ShardLoop {
         }
         Err(corrupt(
             "run frame chain deeper than its limit",
-            next.offset,
+            blob.offset,
         ))
     }
 
@@ -261,19 +267,33 @@ impl ShardLoop {
             .map(|(r, _)| r.to_buf()))
     }
 
-    /// Removes finished runs whose retention ended. Their frames stay in
-    /// the run store until a compaction (not yet done by the engine); the
-    /// index forgets them at the next checkpoint.
+    /// Removes finished runs whose retention ended and releases their
+    /// frames (the release is durable with the next checkpoint, which also
+    /// makes the index forget them).
     pub(super) fn expire(&mut self, now_ms: u64) {
         if self.core.next_expiry().is_none_or(|at| at > now_ms) {
             return;
         }
         let mut gone = Vec::new();
-        self.core.expire(now_ms, &mut gone);
-        for run in gone {
+        self.core.expire_frames(now_ms, &mut gone);
+        for (run, blob) in gone {
             self.live.remove(&run);
             self.results.remove(&run);
+            if let Some(blob) = blob
+                && let Err(e) = self.release_chain(blob)
+            {
+                self.fail(e);
+                return;
+            }
         }
+    }
+
+    /// Releases the frame at `blob` and the chain before it.
+    fn release_chain(&mut self, blob: BlobRef) -> Result<(), StorageError> {
+        for frame in self.chain(blob)? {
+            self.store.release(frame)?;
+        }
+        Ok(())
     }
 }
 

@@ -23,7 +23,6 @@
 //! | [`store`] | run-store entries and the checkpoint format |
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
-
 #![forbid(unsafe_code)]
 
 pub mod record;

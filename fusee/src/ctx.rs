@@ -208,6 +208,33 @@ impl RunState {
         }
     }
 
+    /// Issues a command operation once (`seq` remembers it): `call` asks
+    /// the machine, and a live answer appends `record(run, seq)`. `None`
+    /// when the run cannot go on (the fault is recorded).
+    fn command(
+        &mut self,
+        seq: &mut Option<Seq>,
+        call: impl FnOnce(&mut RunMachine) -> Result<Issued, OpError>,
+        record: impl FnOnce(RunId, Seq) -> RecordBuf,
+    ) -> Option<Seq> {
+        if let Some(seq) = *seq {
+            return Some(seq);
+        }
+        let issued = match call(&mut self.machine) {
+            Ok(issued) => issued,
+            Err(e) => {
+                self.fail(e);
+                return None;
+            }
+        };
+        if let Issued::Append(n) = issued {
+            let rec = record(self.run, n);
+            self.appends.push(rec);
+        }
+        *seq = Some(issued.seq());
+        *seq
+    }
+
     fn fail(&mut self, e: OpError) {
         if self.fault.is_none() {
             self.fault = Some(Fault::Determinism(e.to_string()));
@@ -493,32 +520,19 @@ impl Future for Sleep {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let mut s = this.ctx.state.borrow_mut();
-        let seq = match this.seq {
-            Some(seq) => seq,
-            None => {
-                let run = s.run;
-                let fire_at_ms = s
-                    .now_ms
-                    .saturating_add(this.duration.as_millis().min(u128::from(u64::MAX)) as u64);
-                let seq = match s.machine.sleep(&this.name) {
-                    Ok(Issued::Append(seq)) => {
-                        s.appends.push(RecordBuf::Timer {
-                            run,
-                            seq,
-                            name: this.name.clone(),
-                            fire_at_ms,
-                        });
-                        seq
-                    }
-                    Ok(Issued::Recorded(seq)) => seq,
-                    Err(e) => {
-                        s.fail(e);
-                        return Poll::Pending;
-                    }
-                };
-                this.seq = Some(seq);
-                seq
-            }
+        let at_ms = at_ms(s.now_ms, this.duration);
+        let name = &this.name;
+        let Some(seq) = s.command(
+            &mut this.seq,
+            |m| m.sleep(name),
+            |run, seq| RecordBuf::Timer {
+                run,
+                seq,
+                name: name.clone(),
+                fire_at_ms: at_ms,
+            },
+        ) else {
+            return Poll::Pending;
         };
         match s.outcomes.remove(&seq) {
             Some(_) => Poll::Ready(()),
@@ -556,34 +570,20 @@ impl<T: DeserializeOwned> Future for WaitFor<T> {
         // `WaitFor` holds nothing pinned (PhantomData of a fn pointer).
         let this = unpin(self);
         let mut s = this.ctx.state.borrow_mut();
-        let seq = match this.seq {
-            Some(seq) => seq,
-            None => {
-                let run = s.run;
-                let deadline_ms = this.timeout.map_or(0, |d| {
-                    s.now_ms
-                        .saturating_add(d.as_millis().min(u128::from(u64::MAX)) as u64)
-                        .max(1)
-                });
-                let seq = match s.machine.wait(&this.name) {
-                    Ok(Issued::Append(seq)) => {
-                        s.appends.push(RecordBuf::Wait {
-                            run,
-                            seq,
-                            name: this.name.clone(),
-                            deadline_ms,
-                        });
-                        seq
-                    }
-                    Ok(Issued::Recorded(seq)) => seq,
-                    Err(e) => {
-                        s.fail(e);
-                        return Poll::Pending;
-                    }
-                };
-                this.seq = Some(seq);
-                seq
-            }
+        // 0 means no deadline, so a deadline is at least 1.
+        let deadline_ms = this.timeout.map_or(0, |d| at_ms(s.now_ms, d).max(1));
+        let name = &this.name;
+        let Some(seq) = s.command(
+            &mut this.seq,
+            |m| m.wait(name),
+            |run, seq| RecordBuf::Wait {
+                run,
+                seq,
+                name: name.clone(),
+                deadline_ms,
+            },
+        ) else {
+            return Poll::Pending;
         };
         match s.outcomes.remove(&seq) {
             Some(Outcome::Signal(payload)) => {
@@ -627,6 +627,11 @@ impl<T> Drop for WaitFor<T> {
             });
         }
     }
+}
+
+/// `now_ms + d`, saturating.
+fn at_ms(now_ms: u64, d: Duration) -> u64 {
+    now_ms.saturating_add(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }
 
 /// `Pin<&mut WaitFor<T>>` to `&mut`: nothing in it is pinned structurally.

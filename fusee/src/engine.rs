@@ -73,6 +73,12 @@ pub struct Config {
     /// finished) before it leaves memory for the run store (default
     /// 10 s). A parked run costs a 32-byte table entry.
     pub park_after: Duration,
+    /// Run-store bytes released (by runs loaded back, finished or
+    /// expired) after which the store is compacted at the next checkpoint,
+    /// if they are most of what was written since the last compaction
+    /// (default 8 MiB: copying the live frames costs about what they
+    /// weigh, so a small gain is not worth it).
+    pub compact_after_bytes: u64,
     /// Largest input, signal, step result or workflow result, in bytes
     /// (default 4 MiB; at most 64 MiB, the record limit).
     pub max_payload: usize,
@@ -91,6 +97,7 @@ impl Config {
             retention: Duration::from_secs(7 * 24 * 3600),
             queue_capacity: 4096,
             park_after: Duration::from_secs(10),
+            compact_after_bytes: 8 << 20,
             max_payload: 4 << 20,
             clock: Clock::System,
         }
@@ -149,6 +156,12 @@ impl Config {
     /// Sets how long a run is idle before it parks.
     pub fn park_after(mut self, d: Duration) -> Self {
         self.park_after = d;
+        self
+    }
+
+    /// Sets the released run-store bytes that trigger a compaction.
+    pub fn compact_after_bytes(mut self, bytes: u64) -> Self {
+        self.compact_after_bytes = bytes;
         self
     }
 
@@ -384,6 +397,7 @@ impl Engine {
             checkpoint_interval_ms: config.checkpoint_interval.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
             park_after_ms: config.park_after.as_millis() as u64,
+            compact_after_bytes: config.compact_after_bytes,
         };
         let mut shards = Vec::with_capacity(config.shards as usize);
         for shard in 0..config.shards {

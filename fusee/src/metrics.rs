@@ -127,6 +127,10 @@ pub struct ShardMetrics {
     pub parks: u64,
     /// Parked runs loaded back.
     pub loads: u64,
+    /// Run-store compactions.
+    pub compactions: u64,
+    /// Frames compactions moved.
+    pub frames_moved: u64,
 }
 
 impl ShardMetrics {
@@ -144,6 +148,8 @@ impl ShardMetrics {
         self.checkpoints += other.checkpoints;
         self.parks += other.parks;
         self.loads += other.loads;
+        self.compactions += other.compactions;
+        self.frames_moved += other.frames_moved;
     }
 
     /// Mean records per flush (0 before the first flush).

@@ -220,3 +220,50 @@ async fn finished_runs_are_forgotten_when_their_retention_ends() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_store_is_compacted_and_moved_frames_still_load() {
+    let dir = temp_dir("compact");
+    let clock = VirtualClock::new(START_MS);
+    let config = || {
+        config(&dir, &clock)
+            .retention(Duration::from_secs(60))
+            .compact_after_bytes(1024)
+            .checkpoint_bytes(1024)
+    };
+    let engine = Engine::open(config()).await.unwrap();
+    register(&engine, Arc::default());
+    for i in 0..300 {
+        engine.start(GATE, &format!("g-{i}"), &()).await.unwrap();
+    }
+    until(&engine, "every gate parked", |m| m.parked_runs == 300).await;
+    // Two thirds finish (their Park frames released), then expire (their
+    // Done frames released): most of the store is obsolete.
+    for i in 100..300 {
+        engine
+            .signal(&format!("g-{i}"), OPEN, &format!("w{i}"))
+            .await
+            .unwrap();
+    }
+    until(&engine, "two thirds finished", |m| m.finished == 200).await;
+    clock.advance(120 * 1000);
+    until(&engine, "a compaction", |m| m.compactions > 0).await;
+    let m = engine.metrics().await;
+    assert!(
+        m.frames_moved >= 100,
+        "the waiting runs' frames were moved: {m:?}"
+    );
+    engine.close().await.unwrap();
+    drop(engine);
+    // The third left waiting was moved by the compaction: it loads from its
+    // new address, after a restart.
+    let engine = Engine::open(config()).await.unwrap();
+    register(&engine, Arc::default());
+    for i in 0..100 {
+        let id = format!("g-{i}");
+        engine.signal(&id, OPEN, &format!("w{i}")).await.unwrap();
+        assert_eq!(engine.result(GATE, &id).await.unwrap(), format!("w{i}"));
+    }
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -24,9 +24,17 @@ impl ShardLoop {
             // first; its records are flushed before the checkpoint.
             return;
         }
-        if (self.since_checkpoint > 0 || self.core.index_pending() > 0)
-            && let Err(e) = self.checkpoint_now(now_ms)
+        let taken = if self.since_checkpoint > 0
+            || self.core.index_pending() > 0
+            || self.compaction_wanted()
         {
+            // Frames moved by a compaction are committed by this checkpoint.
+            self.maybe_compact()
+                .and_then(|()| self.checkpoint_now(now_ms))
+        } else {
+            Ok(())
+        };
+        if let Err(e) = taken {
             self.fail(e);
             return;
         }
@@ -41,11 +49,14 @@ impl ShardLoop {
     /// `checkpoint_bytes`, or `checkpoint_interval` passed with anything
     /// logged: the loop then holds new records back until the log is
     /// durable and the checkpoint taken.
+    /// A compaction wanted makes one due too, since a checkpoint commits
+    /// the frames' new addresses.
     pub(super) fn checkpoint_due(&self, now_ms: u64) -> bool {
         self.failed.is_none()
             && (self.since_checkpoint >= self.config.checkpoint_bytes
                 || (self.since_checkpoint > 0
-                    && now_ms >= self.checkpoint_ms + self.config.checkpoint_interval_ms))
+                    && now_ms >= self.checkpoint_ms + self.config.checkpoint_interval_ms)
+                || self.compaction_wanted())
     }
 
     /// Whether some run can make progress without the disk.

@@ -45,6 +45,7 @@
 //!   [`crate::Error::Storage`], and nothing more is appended.
 
 mod checkpoint;
+mod compaction;
 pub(crate) mod driver;
 mod inputs;
 mod parking;
@@ -168,6 +169,7 @@ pub(crate) struct LoopConfig {
     pub(crate) checkpoint_interval_ms: u64,
     pub(crate) retention_ms: u64,
     pub(crate) park_after_ms: u64,
+    pub(crate) compact_after_bytes: u64,
 }
 
 /// A client waiting for an output.
@@ -250,6 +252,9 @@ pub(crate) struct ShardLoop {
     checkpoint_ms: u64,
     /// When housekeeping (parking, retention) runs next.
     housekeeping_ms: u64,
+    /// Run-store bytes written and released since the last compaction.
+    store_written: u64,
+    store_released: u64,
     metrics: ShardMetrics,
     encode: Vec<u8>,
     flush_records: Lsn,

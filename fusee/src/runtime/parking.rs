@@ -154,9 +154,9 @@ impl ShardLoop {
             encode_entry_into(&entry, &mut frame)
         };
         encoded.map_err(|_| corrupt("run frame (encode)", run))?;
-        let blob = self.store.append(&frame)?;
+        let blob = self.store_frame(&frame)?;
         for old in released {
-            self.store.release(old)?;
+            self.release_frame(old)?;
         }
         self.core.park(run, blob, delta.is_some());
         self.live.remove(&run);
@@ -289,10 +289,24 @@ impl ShardLoop {
     }
 
     /// Releases the frame at `blob` and the chain before it.
-    fn release_chain(&mut self, blob: BlobRef) -> Result<(), StorageError> {
+    pub(super) fn release_chain(&mut self, blob: BlobRef) -> Result<(), StorageError> {
         for frame in self.chain(blob)? {
-            self.store.release(frame)?;
+            self.release_frame(frame)?;
         }
+        Ok(())
+    }
+
+    /// Appends a frame to the run store, counted for compaction.
+    pub(super) fn store_frame(&mut self, frame: &[u8]) -> Result<BlobRef, StorageError> {
+        let blob = self.store.append(frame)?;
+        self.store_written += u64::from(blob.len);
+        Ok(blob)
+    }
+
+    /// Releases one frame, counted for compaction.
+    fn release_frame(&mut self, blob: BlobRef) -> Result<(), StorageError> {
+        self.store.release(blob)?;
+        self.store_released += u64::from(blob.len);
         Ok(())
     }
 }

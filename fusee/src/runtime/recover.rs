@@ -133,6 +133,8 @@ impl ShardLoop {
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
             housekeeping_ms: now_ms,
+            store_written: 0,
+            store_released: 0,
             metrics: ShardMetrics {
                 recovered_records: replayed,
                 ..ShardMetrics::default()

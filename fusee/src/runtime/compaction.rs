@@ -1,0 +1,124 @@
+//! Run-store compaction: when most of the bytes written to the run store
+//! since the last compaction were released (runs loaded back, rewritten
+//! whole, finished, expired), the store is asked to reclaim them, just
+//! before a checkpoint, which then commits the frames' new addresses.
+//!
+//! A backend that reclaims by moving frames (the file backend) reports each
+//! move; a run's frame is found by its address and the core told where it
+//! went. A `Delta` frame points at the frame before it by address, so
+//! before compacting, every run whose stored journal is a chain is written
+//! whole (one `Park` frame), and no frame points at another.
+
+use fusee_core::record::RunId;
+use fusee_core::shard::BlobRef;
+use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
+use fusee_storage::{RunStore, StorageError};
+use rustc_hash::FxHashMap;
+
+use super::ShardLoop;
+use super::parking::read_chain;
+
+fn corrupt(what: &'static str, at: u64) -> StorageError {
+    StorageError::Corrupt { what, at }
+}
+
+impl ShardLoop {
+    /// Compacts the run store if most of what was written since the last
+    /// compaction was released. Called right before a checkpoint, which
+    /// commits the new addresses.
+    pub(super) fn maybe_compact(&mut self) -> Result<(), StorageError> {
+        if !self.compaction_wanted() {
+            return Ok(());
+        }
+        let released = self.store_released;
+        self.unchain_all()?;
+        let mut owners: FxHashMap<u64, RunId> = FxHashMap::default();
+        for (run, parked) in self.core.parked_runs() {
+            owners.insert(parked.blob().offset, run);
+        }
+        for (run, l) in self.core.loaded_runs() {
+            if let Some(blob) = l.blob {
+                owners.insert(blob.offset, run);
+            }
+        }
+        let mut moves = Vec::new();
+        let moved = self.store.compact(&mut |old, new| moves.push((old, new)))?;
+        for (old, new) in moves {
+            if let Some(&run) = owners.get(&old.offset) {
+                self.core.relocate_blob(run, new.offset);
+            }
+        }
+        tracing::debug!(shard = self.shard, moved, released, "run store compacted");
+        self.metrics.compactions += 1;
+        self.metrics.frames_moved += moved;
+        self.store_written -= released.min(self.store_written);
+        self.store_released = 0;
+        Ok(())
+    }
+
+    /// Whether most of the run store written since the last compaction
+    /// was released, and at least `compact_after_bytes`.
+    pub(super) fn compaction_wanted(&self) -> bool {
+        let (written, released) = (self.store_written, self.store_released);
+        released >= self.config.compact_after_bytes && released * 2 >= written
+    }
+
+    /// Writes every stored chain whole: parked runs whose frame is a
+    /// `Delta`, and loaded runs whose stored prefix is a chain.
+    fn unchain_all(&mut self) -> Result<(), StorageError> {
+        let parked: Vec<(RunId, BlobRef)> = self.core.chained_runs().collect();
+        for (run, blob) in parked {
+            let new = self.rewrite_whole(run, blob)?;
+            self.core.reparked(run, new);
+        }
+        let loaded: Vec<(RunId, BlobRef, u8)> = self
+            .core
+            .loaded_runs()
+            .filter_map(|(run, l)| l.blob.map(|b| (run, b, l.blob_depth)))
+            .filter(|(_, _, depth)| *depth > 0)
+            .collect();
+        for (run, blob, _) in loaded {
+            let new = self.rewrite_whole(run, blob)?;
+            self.core.set_blob(run, new, u64::from(new.len), 0);
+        }
+        Ok(())
+    }
+
+    /// Writes the chain ending at `blob` as one `Park` frame (the newest
+    /// frame's timers and identity, the whole journal), releases the chain
+    /// and returns the new frame.
+    fn rewrite_whole(&mut self, run: RunId, blob: BlobRef) -> Result<BlobRef, StorageError> {
+        let whole = read_chain(&mut self.store, blob)?;
+        let mut newest = Vec::new();
+        self.store.read(blob, &mut newest)?;
+        let mut frame = Vec::new();
+        let encoded = match decode_entry(&newest).map_err(|_| corrupt("run frame", blob.offset))? {
+            EntryRef::Delta {
+                last_lsn,
+                id_hash,
+                timers,
+                ..
+            }
+            | EntryRef::Park {
+                last_lsn,
+                id_hash,
+                timers,
+                ..
+            } => encode_entry_into(
+                &EntryRef::Park {
+                    run,
+                    last_lsn,
+                    id_hash,
+                    timers,
+                    journal: &whole.journal,
+                },
+                &mut frame,
+            ),
+            _ => return Err(corrupt("run frame of another kind", blob.offset)),
+        };
+        encoded.map_err(|_| corrupt("run frame (encode)", run))?;
+        let new = self.store_frame(&frame)?;
+        self.release_chain(blob)?;
+        Ok(new)
+    }
+}

@@ -159,6 +159,13 @@ impl ShardLoop {
             self.release_frame(old)?;
         }
         self.core.park(run, blob, delta.is_some());
+        tracing::trace!(
+            shard = self.shard,
+            run,
+            frame = blob.len,
+            finished = done.is_some(),
+            "parked"
+        );
         self.live.remove(&run);
         self.stepping.remove(&run);
         self.no_code.remove(&run);
@@ -237,6 +244,7 @@ impl ShardLoop {
             ));
         }
         self.metrics.loads += 1;
+        tracing::trace!(shard = self.shard, run, "loaded");
         self.core.reoffer(run);
         self.start_code(run);
         Ok(true)

@@ -46,7 +46,7 @@ fn register(engine: &Engine) {
         Ok::<_, Failure>(10)
     });
     engine.register(SLEEPER, |ctx: Ctx, ()| async move {
-        ctx.sleep("day", Duration::from_secs(86_400)).await;
+        ctx.sleep("day", Duration::from_secs(86_400)).await?;
         Ok::<_, Failure>(())
     });
 }

@@ -24,13 +24,16 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::{Name, Payload, RecordBuf, RunId, Seq, Status, WaitOutcome, value_kind};
-use fusee_core::run::{Abandon, Issued, OpError, RetryAt, RunMachine, StepRun, ValueAnswer};
+use fusee_core::run::{
+    Abandon, Issued, OpError, Patched, RetryAt, RunMachine, StepRun, ValueAnswer,
+};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::registry::Registry;
 use crate::retry::RetryPolicy;
-use crate::workflow::{Failure, Signal, decode};
+use crate::workflow::{Failure, Signal, Workflow, decode, encode};
 
 /// How a step attempt failed: a message, an optional kind that retry
 /// policies match on ([`RetryPolicy::non_retryable`]), and whether it may
@@ -156,6 +159,7 @@ pub(crate) enum Outcome {
     Fired,
     Signal(Vec<u8>),
     TimedOut,
+    Child { status: Status, payload: Vec<u8> },
 }
 
 /// Why a run's code cannot go on.
@@ -183,10 +187,20 @@ pub(crate) struct RunState {
     /// Live steps, by operation.
     pub(crate) steps: FxHashMap<Seq, StepSpec>,
     pub(crate) fault: Option<Fault>,
+    /// Cancellations delivered to the code: an operation pending when one
+    /// arrived ends with a `cancelled` error.
+    pub(crate) cancels: u32,
+    /// The latest cancellation's reason.
+    pub(crate) cancel_reason: String,
+    /// The code asked to continue as new with this input.
+    pub(crate) continue_with: Option<Vec<u8>>,
+    /// The workflow types registered (to refuse a child of an unknown type
+    /// before anything is recorded).
+    pub(crate) registry: Registry,
 }
 
 impl RunState {
-    pub(crate) fn new(machine: RunMachine, run: RunId, id: Name) -> Self {
+    pub(crate) fn new(machine: RunMachine, run: RunId, id: Name, registry: Registry) -> Self {
         Self {
             machine,
             run,
@@ -197,7 +211,26 @@ impl RunState {
             wakers: FxHashMap::default(),
             steps: FxHashMap::default(),
             fault: None,
+            cancels: 0,
+            cancel_reason: String::new(),
+            continue_with: None,
+            registry,
         }
+    }
+
+    /// A cancellation reached the code: every pending operation wakes, to
+    /// end with a `cancelled` error.
+    pub(crate) fn cancel(&mut self, reason: String) {
+        self.cancels += 1;
+        self.cancel_reason = reason;
+        for (_, w) in self.wakers.drain() {
+            w.wake();
+        }
+    }
+
+    /// The error of an operation cancelled while pending.
+    fn cancelled(&self) -> Failure {
+        Failure::with_kind("cancelled", self.cancel_reason.clone())
     }
 
     /// Hands a delivered completion to its operation and wakes it.
@@ -312,9 +345,11 @@ impl Ctx {
     }
 
     /// A durable sleep: returns once `duration` has passed, across
-    /// restarts. A year-long sleep costs a table entry.
+    /// restarts. A year-long sleep costs a table entry. `Err` (kind
+    /// `cancelled`) if the run is cancelled meanwhile.
     pub fn sleep(&self, name: &str, duration: Duration) -> Sleep {
         Sleep {
+            cancels: self.state.borrow().cancels,
             ctx: self.clone(),
             name: Name::from(name),
             duration,
@@ -327,6 +362,7 @@ impl Ctx {
     /// with [`WaitFor::timeout`], when it passes first.
     pub fn wait_for<T: DeserializeOwned>(&self, signal: &Signal<T>) -> WaitFor<T> {
         WaitFor {
+            cancels: self.state.borrow().cancels,
             ctx: self.clone(),
             name: Name::from(signal.name()),
             timeout: None,
@@ -371,6 +407,125 @@ impl Ctx {
             .get(..16)
             .and_then(|b| uuid::Uuid::from_slice(b).ok())
             .unwrap_or_default()
+    }
+
+    /// Sends `signal` with `value` to workflow `id` (on any shard): it
+    /// leaves once this call's record is durable and lands in the target's
+    /// journal exactly once, even across crashes of either side. A target
+    /// that does not exist or has finished drops it.
+    pub fn signal<T: Serialize>(
+        &self,
+        id: &str,
+        signal: Signal<T>,
+        value: &T,
+    ) -> Result<(), Failure> {
+        let payload = encode(value).map_err(|e| {
+            Failure::with_kind(
+                "codec",
+                format!("signal {:?} does not encode: {e}", signal.name()),
+            )
+        })?;
+        self.send(id, signal.name(), payload);
+        Ok(())
+    }
+
+    /// Asks workflow `id` (on any shard) to cancel, with `reason`: its
+    /// pending operations end with a `cancelled` error its code may catch
+    /// to clean up.
+    pub fn cancel(&self, id: &str, reason: &str) {
+        self.send(
+            id,
+            fusee_core::shard::CANCEL_SIGNAL,
+            reason.as_bytes().to_vec(),
+        );
+    }
+
+    fn send(&self, target: &str, name: &str, payload: Vec<u8>) {
+        let mut s = self.state.borrow_mut();
+        let run = s.run;
+        match s.machine.send(target, name) {
+            Ok(Issued::Append(seq)) => s.appends.push(RecordBuf::Send {
+                run,
+                seq,
+                target: Name::from(target),
+                name: Name::from(name),
+                payload: Payload::from(payload.as_slice()),
+            }),
+            Ok(Issued::Recorded(_)) => {}
+            Err(e) => {
+                s.fail(e);
+                drop(s);
+                std::panic::resume_unwind(Box::new(Stopped));
+            }
+        }
+    }
+
+    /// Starts `workflow` as child `id` with `input` (on any shard) and
+    /// returns its result; a child that fails returns its failure. When
+    /// this run finishes first, the child is terminated (the default; see
+    /// [`ChildCall::on_parent_close`]). A type no engine registered is an
+    /// error at once, and nothing is recorded.
+    pub fn child<I: Serialize, O: DeserializeOwned>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+    ) -> ChildCall<O> {
+        ChildCall {
+            ctx: self.clone(),
+            wtype: workflow.name(),
+            id: Name::from(id),
+            input: encode(input).map_err(|e| e.to_string()),
+            close: ParentClose::Terminate,
+            seq: None,
+            cancels: self.state.borrow().cancels,
+            _type: PhantomData,
+        }
+    }
+
+    /// Whether this run takes patch `id`'s new branch: true for runs that
+    /// reach this point with code that has the patch (a marker is
+    /// recorded), false for runs whose journal shows older code here. Lets
+    /// new code change a running workflow's calls without breaking its
+    /// replay.
+    pub fn patched(&self, id: &str) -> bool {
+        let mut s = self.state.borrow_mut();
+        let run = s.run;
+        match s.machine.patched(id) {
+            Ok(Patched::Append(seq)) => {
+                s.appends.push(RecordBuf::Patch {
+                    run,
+                    seq,
+                    id: Name::from(id),
+                });
+                true
+            }
+            Ok(p) => p.is_patched(),
+            Err(e) => {
+                s.fail(e);
+                drop(s);
+                std::panic::resume_unwind(Box::new(Stopped));
+            }
+        }
+    }
+
+    /// Ends this run and starts a new run of the same workflow and ID with
+    /// `input`, so a long-lived workflow keeps a short journal. The future
+    /// never completes: return it (`return ctx.continue_as_new(&next).await`).
+    pub fn continue_as_new<I: Serialize, O>(&self, input: &I) -> ContinueAsNew<O> {
+        let encoded = encode(input);
+        if let Ok(bytes) = &encoded {
+            self.state.borrow_mut().continue_with = Some(bytes.clone());
+        }
+        ContinueAsNew {
+            error: encoded.err().map(|e| {
+                Failure::with_kind(
+                    "codec",
+                    format!("the next run's input does not encode: {e}"),
+                )
+            }),
+            _type: PhantomData,
+        }
     }
 
     /// A recorded value of `kind`: the journal's, or `make(now_ms)`'s,
@@ -438,7 +593,9 @@ impl<T: DeserializeOwned> IntoFuture for Step<T> {
 #[must_use = "a step does nothing until awaited"]
 pub struct StepCall<T> {
     step: Option<Step<T>>,
-    seq: Option<(Ctx, Seq)>,
+    /// The step's context, number, and the cancellations delivered when it
+    /// was called.
+    seq: Option<(Ctx, Seq, u32)>,
 }
 
 impl<T: DeserializeOwned> Future for StepCall<T> {
@@ -472,15 +629,24 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
                     },
                 );
             }
+            let cancels = s.cancels;
             drop(s);
-            this.seq = Some((step.ctx, start.seq));
+            this.seq = Some((step.ctx, start.seq, cancels));
         }
-        let Some((ctx, seq)) = &this.seq else {
+        let Some((ctx, seq, cancels)) = &this.seq else {
             return Poll::Pending;
         };
         let mut s = ctx.state.borrow_mut();
         match s.outcomes.remove(seq) {
             Some(Outcome::Step { status, payload }) => Poll::Ready(step_result(status, &payload)),
+            None if s.cancels > *cancels => {
+                let f = s.cancelled();
+                Poll::Ready(Err(StepError {
+                    message: f.message,
+                    kind: f.kind,
+                    retryable: false,
+                }))
+            }
             Some(other) => {
                 s.fault = Some(Fault::Determinism(format!(
                     "operation {seq} is a step but completed as {other:?}"
@@ -512,12 +678,14 @@ pub struct Sleep {
     name: Name,
     duration: Duration,
     seq: Option<Seq>,
+    cancels: u32,
 }
 
 impl Future for Sleep {
-    type Output = ();
+    /// `Err` (kind `cancelled`) if the run is cancelled while it sleeps.
+    type Output = Result<(), Failure>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let mut s = this.ctx.state.borrow_mut();
         let at_ms = at_ms(s.now_ms, this.duration);
@@ -535,7 +703,8 @@ impl Future for Sleep {
             return Poll::Pending;
         };
         match s.outcomes.remove(&seq) {
-            Some(_) => Poll::Ready(()),
+            Some(_) => Poll::Ready(Ok(())),
+            None if s.cancels > this.cancels => Poll::Ready(Err(s.cancelled())),
             None => {
                 s.wakers.insert(seq, cx.waker().clone());
                 Poll::Pending
@@ -552,6 +721,7 @@ pub struct WaitFor<T> {
     timeout: Option<Duration>,
     seq: Option<Seq>,
     done: bool,
+    cancels: u32,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -599,6 +769,7 @@ impl<T: DeserializeOwned> Future for WaitFor<T> {
                 this.done = true;
                 Poll::Ready(Ok(None))
             }
+            None if s.cancels > this.cancels => Poll::Ready(Err(s.cancelled())),
             None => {
                 s.wakers.insert(seq, cx.waker().clone());
                 Poll::Pending
@@ -638,4 +809,130 @@ fn at_ms(now_ms: u64, d: Duration) -> u64 {
 fn unpin<T>(p: Pin<&mut WaitFor<T>>) -> &mut WaitFor<T> {
     // SAFETY-free: WaitFor is Unpin (all fields are), so this is safe.
     Pin::into_inner(p)
+}
+
+/// What happens to a child when its parent finishes first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ParentClose {
+    /// The child is terminated (the default).
+    #[default]
+    Terminate,
+    /// The child is asked to cancel.
+    Cancel,
+    /// The child runs on.
+    Abandon,
+}
+
+/// A child workflow being started and awaited.
+#[must_use = "a child does nothing until awaited"]
+pub struct ChildCall<O> {
+    ctx: Ctx,
+    wtype: &'static str,
+    id: Name,
+    input: Result<Vec<u8>, String>,
+    close: ParentClose,
+    seq: Option<Seq>,
+    cancels: u32,
+    _type: PhantomData<fn() -> O>,
+}
+
+impl<O> ChildCall<O> {
+    /// What happens to the child when this run finishes first.
+    pub fn on_parent_close(mut self, close: ParentClose) -> Self {
+        self.close = close;
+        self
+    }
+}
+
+impl<O: DeserializeOwned> Future for ChildCall<O> {
+    /// The child's result, or its failure (kind `child-failed` unless the
+    /// child gave one; `cancelled` if this run is cancelled meanwhile).
+    type Output = Result<O, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Nothing in it is pinned structurally.
+        let this = self.get_mut();
+        let mut s = this.ctx.state.borrow_mut();
+        if this.seq.is_none() {
+            if !s.registry.contains(this.wtype) {
+                return Poll::Ready(Err(Failure::with_kind(
+                    "unknown-workflow",
+                    format!("no workflow type {:?} is registered", this.wtype),
+                )));
+            }
+            let input = match &this.input {
+                Ok(bytes) => Payload::from(bytes.as_slice()),
+                Err(e) => {
+                    return Poll::Ready(Err(Failure::with_kind(
+                        "codec",
+                        format!("the child's input does not encode: {e}"),
+                    )));
+                }
+            };
+            let flags = match this.close {
+                ParentClose::Terminate => fusee_core::record::policy::CLOSE_TERMINATE,
+                ParentClose::Cancel => fusee_core::record::policy::CLOSE_CANCEL,
+                ParentClose::Abandon => fusee_core::record::policy::CLOSE_ABANDON,
+            } | fusee_core::record::policy::ID_REJECT_DUPLICATE;
+            let (wtype, id) = (this.wtype, this.id.clone());
+            let Some(_) = s.command(
+                &mut this.seq,
+                |m| m.child(wtype, &id),
+                |run, seq| RecordBuf::Child {
+                    run,
+                    seq,
+                    wtype: Name::from(wtype),
+                    id: id.clone(),
+                    flags,
+                    deadline_ms: 0,
+                    input,
+                },
+            ) else {
+                return Poll::Pending;
+            };
+        }
+        let Some(seq) = this.seq else {
+            return Poll::Pending;
+        };
+        match s.outcomes.remove(&seq) {
+            Some(Outcome::Child { status, payload }) => Poll::Ready(match status {
+                Status::Ok => decode(&payload).map_err(|e| {
+                    Failure::with_kind("codec", format!("the child's result does not decode: {e}"))
+                }),
+                status => Err(decode::<Failure>(&payload).unwrap_or_else(|_| {
+                    Failure::with_kind(
+                        "child-failed",
+                        format!("child {:?} ended {}", this.id, status.as_str()),
+                    )
+                })),
+            }),
+            Some(_) => Poll::Pending,
+            None if s.cancels > this.cancels => Poll::Ready(Err(s.cancelled())),
+            None => {
+                s.wakers.insert(seq, cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The end of a run that continues as new: never completes (the shard ends
+/// the run when its code reaches it), unless the next input does not
+/// encode.
+#[must_use = "continue_as_new does nothing until awaited and returned"]
+pub struct ContinueAsNew<O> {
+    error: Option<Failure>,
+    _type: PhantomData<fn() -> O>,
+}
+
+impl<O> Future for ContinueAsNew<O> {
+    type Output = Result<O, Failure>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match this.error.take() {
+            Some(e) => Poll::Ready(Err(e)),
+            None => Poll::Pending,
+        }
+    }
 }

@@ -400,6 +400,7 @@ impl Engine {
             compact_after_bytes: config.compact_after_bytes,
         };
         let mut shards = Vec::with_capacity(config.shards as usize);
+        let peers: driver::Peers = Arc::default();
         for shard in 0..config.shards {
             let handle = driver::spawn(
                 Arc::clone(&storage),
@@ -408,9 +409,19 @@ impl Engine {
                 registry.clone(),
                 config.clock.clone(),
                 runtime.clone(),
+                Arc::clone(&peers),
             )
             .map_err(|error| Error::Storage { shard, error })?;
             shards.push(Mutex::new(handle));
+        }
+        let senders: Vec<_> = shards
+            .iter()
+            .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()).tx.clone())
+            .collect();
+        let _ = peers.set(senders.clone());
+        // Shards that produced messages while recovering send them now.
+        for tx in &senders {
+            let _ = tx.send(Input::Tick);
         }
         Ok(Engine {
             inner: Arc::new(Inner {
@@ -507,6 +518,18 @@ impl Engine {
     /// Asks workflow `id` to cancel; its run ends as cancelled.
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<()> {
         self.request(id, |reply| Input::Cancel {
+            id: id.to_string(),
+            reason: reason.to_string(),
+            reply,
+        })
+        .await
+    }
+
+    /// Ends workflow `id`'s run at once, as terminated with `reason`: its
+    /// code runs no further, its children follow their parent close
+    /// policy.
+    pub async fn terminate(&self, id: &str, reason: &str) -> Result<()> {
+        self.request(id, |reply| Input::Terminate {
             id: id.to_string(),
             reason: reason.to_string(),
             reply,

@@ -32,7 +32,7 @@
 //!     if approved != Some(true) {
 //!         return Err(Failure::new("not approved"));
 //!     }
-//!     ctx.sleep("cool-down", Duration::from_millis(10)).await;
+//!     ctx.sleep("cool-down", Duration::from_millis(10)).await?;
 //!     Ok(charge)
 //! }
 //!
@@ -91,6 +91,7 @@ pub mod config;
 mod ctx;
 mod engine;
 mod error;
+pub mod inspect;
 mod metrics;
 mod registry;
 mod retry;
@@ -103,7 +104,10 @@ pub use config::{
     Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
     open_storage,
 };
-pub use ctx::{Ctx, Sleep, Step, StepCall, StepContext, StepError, WaitFor};
+pub use ctx::{
+    ChildCall, ContinueAsNew, Ctx, ParentClose, Sleep, Step, StepCall, StepContext, StepError,
+    WaitFor,
+};
 pub use engine::{
     Config, CurrentStep, Description, Engine, IdPolicy, RunHandle, RunRef, RunStatus,
 };

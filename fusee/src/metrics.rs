@@ -131,6 +131,9 @@ pub struct ShardMetrics {
     pub compactions: u64,
     /// Frames compactions moved.
     pub frames_moved: u64,
+    /// Messages to other workflows sent and not yet recorded by their
+    /// target.
+    pub unacknowledged_messages: u64,
 }
 
 impl ShardMetrics {
@@ -150,6 +153,7 @@ impl ShardMetrics {
         self.loads += other.loads;
         self.compactions += other.compactions;
         self.frames_moved += other.frames_moved;
+        self.unacknowledged_messages += other.unacknowledged_messages;
     }
 
     /// Mean records per flush (0 before the first flush).

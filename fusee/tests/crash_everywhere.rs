@@ -28,7 +28,7 @@ fn register(engine: &Engine, effects: Effects) {
             let mut sum = base;
             for i in 0..10u64 {
                 if i == 5 {
-                    ctx.sleep("pause", Duration::from_secs(10)).await;
+                    ctx.sleep("pause", Duration::from_secs(10)).await?;
                     let go = ctx.wait_for(&GO).await?.unwrap_or(0);
                     sum += go;
                 }

@@ -197,7 +197,7 @@ async fn a_long_sleep_completes_when_the_virtual_clock_moves() {
         .await
         .unwrap();
     engine.register(SLEEPER, |ctx: Ctx, secs: u64| async move {
-        ctx.sleep("nap", Duration::from_secs(secs)).await;
+        ctx.sleep("nap", Duration::from_secs(secs)).await?;
         Ok::<_, Failure>(secs)
     });
     let run = engine.start(SLEEPER, "s-1", &86_400).await.unwrap();

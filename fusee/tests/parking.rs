@@ -34,7 +34,7 @@ fn register(engine: &Engine, fired: Fired) {
     engine.register(NAP, move |ctx: Ctx, secs: u64| {
         let fired = Arc::clone(&fired);
         async move {
-            ctx.sleep("nap", Duration::from_secs(secs)).await;
+            ctx.sleep("nap", Duration::from_secs(secs)).await?;
             let id = ctx.workflow_id();
             ctx.step("wake", move |_| {
                 let fired = Arc::clone(&fired);

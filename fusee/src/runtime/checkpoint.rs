@@ -95,7 +95,7 @@ impl ShardLoop {
             store_len: self.store.position(),
             created_ms: now_ms,
             runs,
-            outbox: Vec::new(),
+            outbox: self.outbox.encode(),
             index: Vec::new(),
             obsolete: 0,
             index_runs: self.core.parked_len() as u64,

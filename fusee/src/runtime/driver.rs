@@ -3,9 +3,9 @@
 //! its steps as tasks of the embedder's tokio runtime, and the time from
 //! the engine's [`Clock`].
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,10 @@ pub(crate) struct ShardHandle {
 /// that jumps (a suspended laptop) is noticed.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
+/// Every shard's input channel, by shard, set once all shards are running:
+/// how messages between shards are carried.
+pub(crate) type Peers = Arc<OnceLock<Vec<Sender<Input>>>>;
+
 /// Starts shard `shard`: its thread recovers it, then runs it. Returns once
 /// recovery finished, with the handle or the storage's error.
 pub(crate) fn spawn(
@@ -40,6 +44,7 @@ pub(crate) fn spawn(
     registry: Registry,
     clock: Clock,
     runtime: Handle,
+    peers: Peers,
 ) -> Result<ShardHandle, fusee_storage::StorageError> {
     let (tx, rx) = mpsc::channel::<Input>();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -66,7 +71,15 @@ pub(crate) fn spawn(
                     return;
                 }
             };
-            drive(shard_loop, rx, thread_tx, thread_queued, clock, runtime);
+            drive(
+                shard_loop,
+                rx,
+                thread_tx,
+                thread_queued,
+                clock,
+                runtime,
+                peers,
+            );
         })
         .map_err(|e| fusee_storage::StorageError::io("spawning a shard thread", e))?;
     match ready_rx.recv() {
@@ -98,16 +111,33 @@ fn drive(
     queued: Arc<AtomicUsize>,
     clock: Clock,
     runtime: Handle,
+    peers: Peers,
 ) {
     let flusher = Flusher::start(shard.shard, tx.clone());
+    // Messages produced before every shard was running (at recovery).
+    let mut unsent: Vec<(u32, Input)> = Vec::new();
     loop {
         let now = clock.now_ms();
-        let Effects { flush, steps, more } = shard.run(now);
+        let Effects {
+            flush,
+            steps,
+            more,
+            messages,
+        } = shard.run(now);
         if let Some(ticket) = flush {
             flusher.send(ticket);
         }
         for job in steps {
             spawn_step(&runtime, job, tx.clone());
+        }
+        unsent.extend(messages);
+        if let Some(peers) = peers.get() {
+            for (target, input) in unsent.drain(..) {
+                // A stopped shard's messages go out again after a restart.
+                if let Some(peer) = peers.get(target as usize) {
+                    let _ = peer.send(input);
+                }
+            }
         }
         if shard.is_closed() {
             break;

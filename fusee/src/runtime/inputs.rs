@@ -94,6 +94,7 @@ impl ShardLoop {
                 m.loaded_runs = self.core.loaded_len() as u64;
                 m.parked_runs = self.core.parked_len() as u64;
                 m.queued = self.inbox.len() as u64;
+                m.unacknowledged_messages = self.outbox.len() as u64;
                 let _ = reply.send(m);
             }
             Input::Registered => self.start_waiting_code(),
@@ -105,6 +106,28 @@ impl ShardLoop {
             } => self.step_done(run, seq, attempt, result, now_ms),
             Input::Flushed { ticket, micros } => self.flushed(ticket, micros),
             Input::Tick => {}
+            Input::Message { from, id, message } => self.receive(from, id, message, now_ms),
+            Input::Delivered { id } => self.delivered(id),
+            Input::Terminate { id, reason, reply } => {
+                match self.running(&id, "terminate reason", reason.len(), now_ms) {
+                    Ok(run) => {
+                        let failure = crate::Failure::with_kind("terminated", reason);
+                        let rec = RecordBuf::Done {
+                            run,
+                            status: fusee_core::record::Status::Terminated,
+                            finished_ms: now_ms,
+                            payload: Payload::from(
+                                crate::workflow::encode(&failure)
+                                    .unwrap_or_default()
+                                    .as_slice(),
+                            ),
+                            by: Some(Payload::from(&b"client"[..])),
+                        };
+                        self.ack_after(&rec, reply);
+                    }
+                    Err(e) => self.refuse_after_durable(reply, e),
+                }
+            }
             Input::Close { reply } => self.closing = Some(reply),
             Input::Crash => {
                 self.closed = true;
@@ -196,7 +219,7 @@ impl ShardLoop {
     /// The latest run of `id` and whether it is parked; a parked run's ID
     /// is confirmed from its frame (the core matches parked runs on the
     /// ID's hash only).
-    fn lookup(&mut self, id: &str) -> Result<Option<(u64, bool)>, Error> {
+    pub(super) fn lookup(&mut self, id: &str) -> Result<Option<(u64, bool)>, Error> {
         match self.core.find(id) {
             Some(Found::Loaded(run)) => Ok(Some((run, false))),
             Some(Found::Parked(run)) => match self.parked_start(run) {
@@ -216,7 +239,7 @@ impl ShardLoop {
     /// The run `id` names, if it is running (loaded back if it was
     /// parked); otherwise why not. Checks a payload of `len` bytes against
     /// the limit.
-    fn running(
+    pub(super) fn running(
         &mut self,
         id: &str,
         what: &'static str,
@@ -371,7 +394,7 @@ impl ShardLoop {
     }
 
     /// Releases outputs at once when nothing is waiting to be flushed.
-    fn release_now_if_durable(&mut self) {
+    pub(super) fn release_now_if_durable(&mut self) {
         if self.log.last_lsn() == self.durable {
             self.release_outputs();
         }
@@ -396,6 +419,9 @@ impl ShardLoop {
                     Some(Waiting::RefusedDone(r, e)) => {
                         let _ = r.send(Err(e));
                     }
+                    Some(Waiting::Message { from, id }) => {
+                        self.outgoing.push((from, Input::Delivered { id }));
+                    }
                     None => {}
                 },
                 Output::Result {
@@ -404,16 +430,34 @@ impl ShardLoop {
                     payload,
                 } => {
                     self.metrics.finished += 1;
-                    for r in self.results.remove(&run).unwrap_or_default() {
-                        let _ = r.send(Ok(crate::engine::RunResult {
-                            status,
-                            payload: payload.to_vec(),
-                        }));
+                    let waiting = self.results.remove(&run).unwrap_or_default();
+                    // A handover (continue-as-new) hands its callers to the
+                    // ID's next run.
+                    let next = status
+                        .is_handover()
+                        .then(|| self.core.get(run).map(|l| l.id.clone()))
+                        .flatten()
+                        .and_then(|id| match self.core.find(&id) {
+                            Some(Found::Loaded(next)) if next != run => Some(next),
+                            _ => None,
+                        });
+                    match next {
+                        Some(next) => self.results.entry(next).or_default().extend(waiting),
+                        None => {
+                            for r in waiting {
+                                let _ = r.send(Ok(crate::engine::RunResult {
+                                    status,
+                                    payload: payload.to_vec(),
+                                }));
+                            }
+                        }
                     }
                 }
-                // Messages to other workflows and children come with the
-                // rest of the workflow API.
-                _ => {}
+                other => {
+                    if let Some(message) = super::messages::Message::of(other) {
+                        self.send(message);
+                    }
+                }
             }
         }
     }

@@ -48,7 +48,9 @@ mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
 mod inputs;
+pub(crate) mod messages;
 mod parking;
+mod receive;
 mod recover;
 mod runs;
 mod steps;
@@ -130,6 +132,20 @@ pub(crate) enum Input {
     /// The engine was dropped without `close`: stop now, as a crash would
     /// (the page cache keeps what was written).
     Crash,
+    /// A message from shard `from` (its id there) to record here.
+    Message {
+        from: u32,
+        id: u64,
+        message: messages::Message,
+    },
+    /// The target of this shard's message `id` recorded it durably.
+    Delivered { id: u64 },
+    /// Terminate a workflow.
+    Terminate {
+        id: String,
+        reason: String,
+        reply: Reply<()>,
+    },
 }
 
 impl Input {
@@ -141,6 +157,7 @@ impl Input {
             Input::Start { .. }
                 | Input::Signal { .. }
                 | Input::Cancel { .. }
+                | Input::Terminate { .. }
                 | Input::Result { .. }
                 | Input::Describe { .. }
         )
@@ -158,6 +175,9 @@ pub(crate) struct Effects {
     /// The loop has work left (its budget ran out): run it again without
     /// waiting.
     pub(crate) more: bool,
+    /// Inputs for shards (this one included): messages and their
+    /// acknowledgements, by target shard.
+    pub(crate) messages: Vec<(u32, Input)>,
 }
 
 /// Settings of a shard loop.
@@ -181,6 +201,12 @@ enum Waiting {
     /// A signal or cancel refused on the strength of records not yet
     /// durable (the run's `Done`).
     RefusedDone(Reply<()>, Error),
+    /// A message from another shard, recorded (or found a duplicate):
+    /// acknowledged once durable.
+    Message {
+        from: u32,
+        id: u64,
+    },
 }
 
 /// A run whose code is running on this shard.
@@ -255,6 +281,14 @@ pub(crate) struct ShardLoop {
     /// Run-store bytes written and released since the last compaction.
     store_written: u64,
     store_released: u64,
+    /// Messages sent and not acknowledged.
+    outbox: messages::Outbox,
+    /// Inputs for shards produced since the last run.
+    outgoing: Vec<(u32, Input)>,
+    /// Messages received whose acknowledgement waits for the
+    /// acknowledgement of a message this shard sent in reply (a child start
+    /// refused with a result to the parent): sent id -> (from, id).
+    relayed: FxHashMap<u64, (u32, u64)>,
     metrics: ShardMetrics,
     encode: Vec<u8>,
     flush_records: Lsn,
@@ -373,6 +407,7 @@ impl ShardLoop {
             effects.more |= holding && !self.inbox.is_empty();
         }
         effects.steps = std::mem::take(&mut self.jobs);
+        effects.messages = std::mem::take(&mut self.outgoing);
         if self.failed.is_some() {
             self.refuse_all();
         }
@@ -450,6 +485,8 @@ impl ShardLoop {
                 Waiting::Done(r) | Waiting::RefusedDone(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
+                // Unacknowledged, the sender sends it again after a restart.
+                Waiting::Message { .. } => {}
             }
         }
         for (_, rs) in self.results.drain() {

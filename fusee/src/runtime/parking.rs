@@ -77,8 +77,11 @@ impl ShardLoop {
     /// since `idle_since`.
     fn quiescent(&self, run: RunId, idle_since: u64) -> bool {
         let Some(live) = self.live.get(&run) else {
-            // Finished, or waiting for its code: nothing runs.
-            return true;
+            // Finished: nothing runs. A run waiting for its code to be
+            // registered stays: its code must replay before it may park (a
+            // step it had in flight would wait for a timer or a signal that
+            // may never come).
+            return !self.no_code.contains(&run) && self.core.get(run).is_some_and(|l| l.is_done());
         };
         if live.stopped.is_some() || live.active_ms > idle_since {
             return false;

@@ -12,6 +12,7 @@ use fusee_core::store::Checkpoint;
 use fusee_storage::{CheckpointStore, LogStore, Storage, StorageError};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::messages::{Message, Outbox};
 use super::parking::read_chain;
 use super::{LoopConfig, ShardLoop};
 use crate::AnyStorage;
@@ -44,6 +45,7 @@ impl ShardLoop {
         }
         core.index_loaded();
         let mut after: Lsn = 0;
+        let mut outbox = Outbox::default();
         if let Some(bytes) = &parts.recovered.checkpoint {
             let cp = Checkpoint::decode(bytes).map_err(|_| corrupt("checkpoint (decode)"))?;
             if cp.shard != shard {
@@ -68,6 +70,7 @@ impl ShardLoop {
                 }
             }
             after = cp.lsn;
+            outbox = Outbox::decode(&cp.outbox).map_err(|_| corrupt("checkpoint outbox"))?;
         }
         // The log after the checkpoint, through the same transition. A
         // record for a run parked at the checkpoint loads the run first, as
@@ -103,9 +106,13 @@ impl ShardLoop {
             return Err(e);
         }
         let durable = parts.log.last_lsn();
-        // Outputs of records already durable: their callers are gone.
-        let mut dropped = Vec::new();
-        core.release(durable, &mut dropped);
+        // Outputs of records already durable: replies and results have no
+        // caller any more; messages go out again (targets deduplicate).
+        let mut released = Vec::new();
+        core.release(durable, &mut released);
+        for message in released.into_iter().filter_map(Message::of) {
+            outbox.add(message);
+        }
         while core.take_event().is_some() {}
         tracing::info!(shard, replayed, checkpoint_lsn = after, "shard recovered");
         let mut this = Self {
@@ -135,6 +142,9 @@ impl ShardLoop {
             housekeeping_ms: now_ms,
             store_written: 0,
             store_released: 0,
+            outbox,
+            outgoing: Vec::new(),
+            relayed: FxHashMap::default(),
             metrics: ShardMetrics {
                 recovered_records: replayed,
                 ..ShardMetrics::default()
@@ -152,6 +162,15 @@ impl ShardLoop {
             // Offers made during replay emitted no events: make them again.
             this.core.reoffer(run);
             this.start_code(run);
+        }
+        // Every message not acknowledged before the crash goes out again.
+        let pending: Vec<(u64, Message)> = this
+            .outbox
+            .pending()
+            .map(|(id, m)| (id, m.clone()))
+            .collect();
+        for (id, message) in pending {
+            this.route(id, message);
         }
         Ok(this)
     }

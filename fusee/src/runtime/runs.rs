@@ -110,7 +110,7 @@ impl ShardLoop {
         let machine = match built {
             Ok(m) => m,
             Err(e) => {
-                let state = RunState::new(RunMachine::new(), run, id);
+                let state = RunState::new(RunMachine::new(), run, id, self.registry.clone());
                 let mut live = LiveRun {
                     state: Rc::new(RefCell::new(state)),
                     future: None,
@@ -123,7 +123,12 @@ impl ShardLoop {
                 return;
             }
         };
-        let state = Rc::new(RefCell::new(RunState::new(machine, run, id)));
+        let state = Rc::new(RefCell::new(RunState::new(
+            machine,
+            run,
+            id,
+            self.registry.clone(),
+        )));
         let future = handler(Ctx::new(Rc::clone(&state)), &input);
         self.live.insert(
             run,
@@ -226,6 +231,14 @@ impl ShardLoop {
             self.finish(run, result, now_ms);
             return;
         }
+        let next = self
+            .live
+            .get(&run)
+            .and_then(|l| l.state.borrow_mut().continue_with.take());
+        if let Some(input) = next {
+            self.continue_as_new(run, input, now_ms);
+            return;
+        }
         self.deliver_next(run);
     }
 
@@ -267,8 +280,19 @@ impl ShardLoop {
                         cancel = Some(String::from_utf8_lossy(reason).into_owned());
                         None
                     }
-                    // Children and updates come with the rest of the API.
-                    Delivery::Child { .. } | Delivery::Update { .. } => None,
+                    Delivery::Child {
+                        seq,
+                        status,
+                        payload,
+                    } => Some((
+                        seq,
+                        Outcome::Child {
+                            status,
+                            payload: payload.to_vec(),
+                        },
+                    )),
+                    // Updates come with their handlers.
+                    Delivery::Update { .. } => None,
                 },
                 Err(e) => {
                     drop(guard);
@@ -279,15 +303,14 @@ impl ShardLoop {
             if let Some((seq, outcome)) = outcome {
                 state.deliver(seq, outcome);
             }
+            // Cancellation reaches the code as an error at its pending
+            // operations, which it may catch to clean up.
+            if let Some(reason) = cancel.take() {
+                state.cancel(reason);
+            }
             false
         };
         if stopped {
-            return;
-        }
-        if let Some(reason) = cancel {
-            // Cancellation ends the run where its code stands.
-            let failure = Failure::with_kind("cancelled", reason);
-            self.finish_with(run, Status::Cancelled, failure_payload(&failure));
             return;
         }
         // The code runs to quiescence before the next delivery.
@@ -310,9 +333,54 @@ impl ShardLoop {
                     ),
                 )),
             ),
+            // A cancelled run whose code gives up with the cancellation
+            // ends as cancelled.
+            Err(f) if f.kind.as_deref() == Some("cancelled") && self.was_cancelled(run) => {
+                (Status::Cancelled, failure_payload(&f))
+            }
             Err(f) => (Status::Failed, failure_payload(&f)),
         };
         self.finish_with(run, status, payload);
+    }
+
+    fn was_cancelled(&self, run: RunId) -> bool {
+        self.live
+            .get(&run)
+            .is_some_and(|l| l.state.borrow().cancels > 0)
+    }
+
+    /// The run's code continues as new with `input`: its `Done` carries
+    /// the next run's `Start` (same ID and type, a new run number), which
+    /// the core starts as it applies the `Done`.
+    fn continue_as_new(&mut self, run: RunId, input: Vec<u8>, now_ms: u64) {
+        let Some(l) = self.core.get(run) else {
+            return;
+        };
+        let (id, wtype, version, parent, policy) =
+            (l.id.clone(), l.wtype.clone(), l.version, l.parent, l.policy);
+        let next = self.core.allocate_run();
+        let start = RecordBuf::Start {
+            run: next,
+            id,
+            wtype,
+            version,
+            codec: crate::workflow::CODEC_JSON,
+            started_ms: now_ms,
+            deadline_ms: 0,
+            parent,
+            policy,
+            from: Some(fusee_core::record::Origin {
+                run,
+                cause: fusee_core::record::origin::CONTINUED,
+            }),
+            copies: 0,
+            update: None,
+            input: Payload::from(input.as_slice()),
+            meta: None,
+        };
+        let mut bytes = Vec::new();
+        fusee_core::record::encode_canonical(&start, &mut bytes);
+        self.finish_with(run, Status::ContinuedAsNew, bytes);
     }
 
     /// Records the run's end with `status` and `payload`, as its code

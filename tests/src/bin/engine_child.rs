@@ -191,7 +191,7 @@ fn register(engine: &Engine, incarnation: u64) {
             })
             .retry(quick)
             .await?;
-        ctx.sleep("nap", Duration::from_millis(1 + n % 5)).await;
+        ctx.sleep("nap", Duration::from_millis(1 + n % 5)).await?;
         let random = ctx.random();
         let b = ctx
             .step("b", move |_| async move { Ok(incarnation) })

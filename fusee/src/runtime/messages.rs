@@ -1,0 +1,403 @@
+//! Messages between shards: the outputs of one shard's core that a run on
+//! another shard (or the same one) must record: a child to start, a
+//! child's result for its parent, a signal, a close (cancel or
+//! terminate).
+//!
+//! # Exactly once into the target's journal
+//!
+//! A message leaves only once the record that produced it is durable (it
+//! is a core output, released by `ShardCore::release`). The sender keeps
+//! it in its **outbox** until the target acknowledges it, and the target
+//! acknowledges only once what it recorded (or the state on which it
+//! decided to record nothing) is durable. The outbox goes into every
+//! checkpoint; at recovery the sender sends its outbox again, and the log
+//! replayed after the checkpoint regenerates the messages of its records.
+//! So a message may arrive twice, never zero times, and the target
+//! deduplicates: a signal by its dedup key
+//! ([`send_dedup`](fusee_core::shard::send_dedup)), a child start by the
+//! child's ID and parent, a child's result by the parent's pending
+//! children.
+//!
+//! # Outbox encoding (inside the checkpoint's `outbox` bytes)
+//!
+//! A varint count, then per message its varint id and a tag byte:
+//!
+//! | tag | message | fields after the tag |
+//! |---|---|---|
+//! | 1 | child start | parent shard u32, parent run varint, parent seq u32, wtype str, id str, flags u8, deadline_ms varint, input bytes |
+//! | 2 | child result | parent shard u32, parent run varint, parent seq u32, status u8, payload bytes |
+//! | 3 | signal | target str, name str, payload bytes, dedup u64 |
+//! | 4 | close | target str, wtype str, has parent u8 (then shard u32, run varint, seq u32), terminate u8, reason bytes |
+//!
+//! (`str` and `bytes` are varint-length-prefixed; integers little-endian.)
+
+use std::collections::BTreeMap;
+
+use fusee_core::record::{Name, ParentRef, Payload, Status};
+use fusee_core::shard::{Output, shard_of};
+use fusee_core::wire::{
+    DecodeResult, Reader, put_bytes, put_str, put_u8, put_u32, put_u64, put_varint,
+};
+
+/// A message between shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Message {
+    /// Start a child run.
+    ChildStart {
+        parent: ParentRef,
+        wtype: Name,
+        id: Name,
+        flags: u8,
+        deadline_ms: u64,
+        input: Payload,
+    },
+    /// A child's result for its parent.
+    ChildResult {
+        parent: ParentRef,
+        status: Status,
+        payload: Payload,
+    },
+    /// A signal to a workflow.
+    Signal {
+        target: Name,
+        name: Name,
+        payload: Payload,
+        dedup: u64,
+    },
+    /// Cancel or terminate a workflow.
+    Close {
+        target: Name,
+        wtype: Name,
+        parent: Option<ParentRef>,
+        terminate: bool,
+        reason: Payload,
+    },
+}
+
+impl Message {
+    /// The message an output is, if it is one.
+    pub(crate) fn of(output: Output) -> Option<Message> {
+        Some(match output {
+            Output::ChildStart {
+                parent,
+                wtype,
+                id,
+                flags,
+                deadline_ms,
+                input,
+            } => Message::ChildStart {
+                parent,
+                wtype,
+                id,
+                flags,
+                deadline_ms,
+                input,
+            },
+            Output::ChildResult {
+                parent,
+                status,
+                payload,
+            } => Message::ChildResult {
+                parent,
+                status,
+                payload,
+            },
+            Output::Signal {
+                target,
+                name,
+                payload,
+                dedup,
+            } => Message::Signal {
+                target,
+                name,
+                payload,
+                dedup,
+            },
+            Output::Close {
+                target,
+                wtype,
+                parent,
+                terminate,
+                reason,
+            } => Message::Close {
+                target,
+                wtype,
+                parent,
+                terminate,
+                reason,
+            },
+            _ => return None,
+        })
+    }
+
+    /// The shard it goes to, of `shards`.
+    pub(crate) fn target_shard(&self, shards: u32) -> u32 {
+        match self {
+            Message::ChildResult { parent, .. } => parent.shard,
+            Message::ChildStart { id: target, .. }
+            | Message::Signal { target, .. }
+            | Message::Close { target, .. } => shard_of(target, shards),
+        }
+    }
+}
+
+/// Messages sent and not acknowledged, by id.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    next_id: u64,
+    pending: BTreeMap<u64, Message>,
+}
+
+impl Outbox {
+    /// Keeps `message` until acknowledged; returns its id.
+    pub(crate) fn add(&mut self, message: Message) -> u64 {
+        self.next_id += 1;
+        self.pending.insert(self.next_id, message);
+        self.next_id
+    }
+
+    /// The target recorded message `id`.
+    pub(crate) fn acknowledged(&mut self, id: u64) {
+        self.pending.remove(&id);
+    }
+
+    /// Every message not acknowledged, with its id.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = (u64, &Message)> {
+        self.pending.iter().map(|(id, m)| (*id, m))
+    }
+
+    /// How many messages wait for an acknowledgement.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The outbox's bytes (see the [module docs](self)).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_varint(&mut out, self.pending.len() as u64);
+        for (id, m) in &self.pending {
+            put_varint(&mut out, *id);
+            encode_message(m, &mut out);
+        }
+        out
+    }
+
+    /// An outbox from its bytes; ids continue after the largest.
+    pub(crate) fn decode(bytes: &[u8]) -> DecodeResult<Outbox> {
+        let mut outbox = Outbox::default();
+        if bytes.is_empty() {
+            return Ok(outbox);
+        }
+        let mut r = Reader::new(bytes);
+        let n = r.varint()?;
+        // Each message takes several bytes: a count beyond the input is
+        // garbage, not a reason to loop.
+        if n > bytes.len() as u64 {
+            return Err(fusee_core::wire::DecodeError::new(
+                "outbox count past its bytes",
+            ));
+        }
+        for _ in 0..n {
+            let id = r.varint()?;
+            let m = decode_message(&mut r)?;
+            outbox.next_id = outbox.next_id.max(id);
+            outbox.pending.insert(id, m);
+        }
+        r.finish()?;
+        Ok(outbox)
+    }
+}
+
+fn put_parent(out: &mut Vec<u8>, p: &ParentRef) {
+    put_u32(out, p.shard);
+    put_varint(out, p.run);
+    put_u32(out, p.seq);
+}
+
+fn parent(r: &mut Reader<'_>) -> DecodeResult<ParentRef> {
+    Ok(ParentRef {
+        shard: r.u32()?,
+        run: r.varint()?,
+        seq: r.u32()?,
+    })
+}
+
+fn encode_message(m: &Message, out: &mut Vec<u8>) {
+    match m {
+        Message::ChildStart {
+            parent,
+            wtype,
+            id,
+            flags,
+            deadline_ms,
+            input,
+        } => {
+            put_u8(out, 1);
+            put_parent(out, parent);
+            put_str(out, wtype);
+            put_str(out, id);
+            put_u8(out, *flags);
+            put_varint(out, *deadline_ms);
+            put_bytes(out, input);
+        }
+        Message::ChildResult {
+            parent,
+            status,
+            payload,
+        } => {
+            put_u8(out, 2);
+            put_parent(out, parent);
+            put_u8(out, *status as u8);
+            put_bytes(out, payload);
+        }
+        Message::Signal {
+            target,
+            name,
+            payload,
+            dedup,
+        } => {
+            put_u8(out, 3);
+            put_str(out, target);
+            put_str(out, name);
+            put_bytes(out, payload);
+            put_u64(out, *dedup);
+        }
+        Message::Close {
+            target,
+            wtype,
+            parent,
+            terminate,
+            reason,
+        } => {
+            put_u8(out, 4);
+            put_str(out, target);
+            put_str(out, wtype);
+            match parent {
+                Some(p) => {
+                    put_u8(out, 1);
+                    put_parent(out, p);
+                }
+                None => put_u8(out, 0),
+            }
+            put_u8(out, u8::from(*terminate));
+            put_bytes(out, reason);
+        }
+    }
+}
+
+fn decode_message(r: &mut Reader<'_>) -> DecodeResult<Message> {
+    let name = |s: &str| Name::from(s);
+    let payload = |b: &[u8]| Payload::from(b);
+    Ok(match r.u8()? {
+        1 => Message::ChildStart {
+            parent: parent(r)?,
+            wtype: name(r.str()?),
+            id: name(r.str()?),
+            flags: r.u8()?,
+            deadline_ms: r.varint()?,
+            input: payload(r.bytes()?),
+        },
+        2 => Message::ChildResult {
+            parent: parent(r)?,
+            status: Status::from_u8(r.u8()?)?,
+            payload: payload(r.bytes()?),
+        },
+        3 => Message::Signal {
+            target: name(r.str()?),
+            name: name(r.str()?),
+            payload: payload(r.bytes()?),
+            dedup: r.u64()?,
+        },
+        4 => Message::Close {
+            target: name(r.str()?),
+            wtype: name(r.str()?),
+            parent: match r.u8()? {
+                0 => None,
+                1 => Some(parent(r)?),
+                _ => return Err(fusee_core::wire::DecodeError::new("bad parent flag")),
+            },
+            terminate: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(fusee_core::wire::DecodeError::new("bad terminate flag")),
+            },
+            reason: payload(r.bytes()?),
+        },
+        _ => return Err(fusee_core::wire::DecodeError::new("unknown message tag")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Message> {
+        let p = ParentRef {
+            shard: 3,
+            run: 77,
+            seq: 5,
+        };
+        vec![
+            Message::ChildStart {
+                parent: p,
+                wtype: "child".into(),
+                id: "kid-1".into(),
+                flags: 9,
+                deadline_ms: 12345,
+                input: Payload::from(&b"{}"[..]),
+            },
+            Message::ChildResult {
+                parent: p,
+                status: Status::Failed,
+                payload: Payload::from(&b"oops"[..]),
+            },
+            Message::Signal {
+                target: "t".into(),
+                name: "go".into(),
+                payload: Payload::from(&b"1"[..]),
+                dedup: 0xdead_beef,
+            },
+            Message::Close {
+                target: "t".into(),
+                wtype: "".into(),
+                parent: Some(p),
+                terminate: true,
+                reason: Payload::from(&b"bye"[..]),
+            },
+            Message::Close {
+                target: "u".into(),
+                wtype: "w".into(),
+                parent: None,
+                terminate: false,
+                reason: Payload::from(&[][..]),
+            },
+        ]
+    }
+
+    #[test]
+    fn outboxes_round_trip_and_garbage_is_refused_without_panicking() {
+        let mut outbox = Outbox::default();
+        for m in sample() {
+            outbox.add(m);
+        }
+        outbox.acknowledged(2);
+        let bytes = outbox.encode();
+        let back = Outbox::decode(&bytes).expect("decodes");
+        assert_eq!(back.pending, outbox.pending);
+        assert_eq!(back.next_id, 5);
+        assert_eq!(Outbox::decode(&[]).expect("empty").len(), 0);
+        for cut in 0..bytes.len() {
+            assert!(
+                Outbox::decode(&bytes[..cut]).is_err() || cut == 0,
+                "cut at {cut}"
+            );
+        }
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..2000 {
+            let mut b = bytes.clone();
+            let i = rng.usize(..b.len());
+            b[i] = rng.u8(..);
+            let _ = Outbox::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Sending messages to other shards, and recording the messages they send
+//! here, exactly once (see [`super::messages`]).
+
+use fusee_core::record::{Payload, RecordBuf, Status, policy};
+use fusee_core::shard::Output;
+
+use super::messages::Message;
+use super::{Input, ShardLoop, Waiting};
+use crate::workflow::{CODEC_JSON, Failure, encode};
+
+impl ShardLoop {
+    /// Sends `message` (kept in the outbox until acknowledged).
+    pub(super) fn send(&mut self, message: Message) {
+        let id = self.outbox.add(message.clone());
+        self.route(id, message);
+    }
+
+    /// Hands message `id` to the driver for its target shard.
+    pub(super) fn route(&mut self, id: u64, message: Message) {
+        let target = message.target_shard(self.config.shards);
+        self.outgoing.push((
+            target,
+            Input::Message {
+                from: self.shard,
+                id,
+                message,
+            },
+        ));
+    }
+
+    /// The target of message `id` recorded it.
+    pub(super) fn delivered(&mut self, id: u64) {
+        self.outbox.acknowledged(id);
+        // A message received here waited for this one (its reply).
+        if let Some((from, their_id)) = self.relayed.remove(&id) {
+            self.outgoing
+                .push((from, Input::Delivered { id: their_id }));
+        }
+    }
+
+    /// Records message `id` from shard `from`, unless it is a duplicate,
+    /// and acknowledges it once what it rests on is durable.
+    pub(super) fn receive(&mut self, from: u32, id: u64, message: Message, now_ms: u64) {
+        match message {
+            Message::Signal {
+                target,
+                name: signal,
+                payload,
+                dedup,
+            } => {
+                if let Ok(run) = self.running(&target, "signal", 0, now_ms)
+                    && !self.core.seen_signal(run, dedup)
+                {
+                    self.append(&RecordBuf::Signal {
+                        run,
+                        name: signal,
+                        dedup,
+                        payload,
+                        by: None,
+                    });
+                }
+            }
+            Message::Close {
+                target,
+                terminate,
+                reason,
+                ..
+            } => {
+                // A child whose start has not arrived is not closed here:
+                // its start, when it comes, starts it (rare; the parent
+                // close policy acts on children it knows started).
+                if let Ok(run) = self.running(&target, "close", 0, now_ms) {
+                    let rec = if terminate {
+                        let failure = Failure::with_kind(
+                            "terminated",
+                            String::from_utf8_lossy(&reason).into_owned(),
+                        );
+                        RecordBuf::Done {
+                            run,
+                            status: Status::Terminated,
+                            finished_ms: now_ms,
+                            payload: Payload::from(encode(&failure).unwrap_or_default().as_slice()),
+                            by: Some(Payload::from(&b"parent"[..])),
+                        }
+                    } else {
+                        RecordBuf::Cancel {
+                            run,
+                            reason,
+                            by: None,
+                        }
+                    };
+                    self.append(&rec);
+                }
+            }
+            Message::ChildStart {
+                parent,
+                wtype,
+                id: child,
+                flags,
+                deadline_ms,
+                input,
+            } => {
+                let refusal = match self.lookup(&child) {
+                    Ok(Some((run, _))) => {
+                        let same = self.start_of(run).is_some_and(|p| p == Some(parent));
+                        (!same).then(|| "a workflow with this ID already exists".to_string())
+                    }
+                    Ok(None) if !self.registry.contains(&wtype) => {
+                        Some(format!("unknown workflow type {wtype:?}"))
+                    }
+                    Ok(None) => {
+                        let run = self.core.allocate_run();
+                        self.append(&RecordBuf::Start {
+                            run,
+                            id: child,
+                            wtype,
+                            version: 0,
+                            codec: CODEC_JSON,
+                            started_ms: now_ms,
+                            deadline_ms,
+                            parent: Some(parent),
+                            policy: (flags & !policy::ID_MASK) | policy::ID_REJECT_DUPLICATE,
+                            from: None,
+                            copies: 0,
+                            update: None,
+                            input,
+                            meta: None,
+                        });
+                        None
+                    }
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = refusal {
+                    // The parent learns it through a result; this start is
+                    // acknowledged only once that result is, so a crash
+                    // meanwhile makes the parent send the start again.
+                    let failure = Failure::with_kind("child-start-failed", why);
+                    let result = Message::ChildResult {
+                        parent,
+                        status: Status::Failed,
+                        payload: Payload::from(encode(&failure).unwrap_or_default().as_slice()),
+                    };
+                    let sent = self.outbox.add(result.clone());
+                    self.relayed.insert(sent, (from, id));
+                    self.route(sent, result);
+                    return;
+                }
+            }
+            Message::ChildResult {
+                parent,
+                status,
+                payload,
+            } => {
+                let waiting = match self.core.parked(parent.run) {
+                    Some(p) if p.done().is_none() => {
+                        matches!(self.load(parent.run, now_ms), Ok(true))
+                    }
+                    _ => true,
+                } && self
+                    .core
+                    .get(parent.run)
+                    .is_some_and(|l| l.pending_children().contains(&parent.seq));
+                if waiting {
+                    self.append(&RecordBuf::ChildDone {
+                        run: parent.run,
+                        seq: parent.seq,
+                        status,
+                        payload,
+                    });
+                }
+            }
+        }
+        // Acknowledged once everything so far is durable: the record just
+        // appended, or the state a duplicate was recognised by.
+        let token = self.token();
+        self.waiting.insert(token, Waiting::Message { from, id });
+        let lsn = fusee_storage::LogStore::last_lsn(&self.log);
+        self.core.add_output(lsn, Output::Ack(token));
+        self.release_now_if_durable();
+    }
+
+    /// The parent named by the `Start` of run `run` (loaded or parked),
+    /// `None` if the run is unknown.
+    fn start_of(&mut self, run: u64) -> Option<Option<fusee_core::record::ParentRef>> {
+        if let Some(l) = self.core.get(run) {
+            return Some(l.parent);
+        }
+        match self.parked_start(run) {
+            Ok(Some(RecordBuf::Start { parent, .. })) => Some(parent),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The rest of the workflow API (issue 15): children across shards,
+//! signals and cancels between workflows, catchable cancellation,
+//! continue-as-new, versioning with `patched`, terminate, and determinism
+//! errors that name the operation.
+//!
+//! `FUSEE_CHILD_PARENTS` sets the parents of the cross-shard test (default
+//! 1,000, each with two children, over four shards).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use fusee::{
+    Config, Ctx, Engine, Error, Failure, ParentClose, RunStatus, Signal, StepError, Workflow,
+};
+
+const PARENT: Workflow<u64, u64> = Workflow::new("parent");
+const CHILD: Workflow<u64, u64> = Workflow::new("child");
+const PINGER: Workflow<String, ()> = Workflow::new("pinger");
+const WAITER: Workflow<(), u64> = Workflow::new("waiter");
+const CLEANER: Workflow<(), String> = Workflow::new("cleaner");
+const CANCELLER: Workflow<String, ()> = Workflow::new("canceller");
+const COUNTER: Workflow<(u64, u64), u64> = Workflow::new("counter");
+const LONG_CHILD: Workflow<(), ()> = Workflow::new("long-child");
+const SHORT_PARENT: Workflow<(), ()> = Workflow::new("short-parent");
+const PING: Signal<u64> = Signal::new("ping");
+
+fn parents() -> u64 {
+    std::env::var("FUSEE_CHILD_PARENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("fusee-wf-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn register_family(engine: &Engine) {
+    engine.register(CHILD, |ctx: Ctx, n: u64| async move {
+        Ok::<_, Failure>(
+            ctx.step("square", move |_| async move { Ok(n * n) })
+                .await?,
+        )
+    });
+    engine.register(PARENT, |ctx: Ctx, n: u64| async move {
+        let id = ctx.workflow_id();
+        let a = ctx.child(CHILD, &format!("{id}/a"), &n);
+        let b = ctx.child(CHILD, &format!("{id}/b"), &(n + 1));
+        let (a, b) = tokio::join!(a, b);
+        Ok::<_, Failure>(a? + b?)
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parents_get_their_childrens_results_across_shards_and_a_restart() {
+    let dir = temp_dir("family");
+    let n = parents();
+    let engine = Engine::open(Config::file(&dir).shards(4)).await.unwrap();
+    register_family(&engine);
+    let runs: Vec<_> = (0..n)
+        .map(|i| {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.start(PARENT, &format!("p-{i}"), &i).await })
+        })
+        .collect();
+    for r in runs {
+        r.await.unwrap().unwrap();
+    }
+    // Half of them, then a crash, then the rest after the restart.
+    for i in 0..n / 2 {
+        let got = engine.result(PARENT, &format!("p-{i}")).await.unwrap();
+        assert_eq!(got, i * i + (i + 1) * (i + 1));
+    }
+    drop(engine);
+    let engine = Engine::open(Config::file(&dir).shards(4)).await.unwrap();
+    register_family(&engine);
+    for i in 0..n {
+        let got = engine.result(PARENT, &format!("p-{i}")).await.unwrap();
+        assert_eq!(got, i * i + (i + 1) * (i + 1), "parent {i}");
+        let kid = engine.result(CHILD, &format!("p-{i}/b")).await.unwrap();
+        assert_eq!(kid, (i + 1) * (i + 1));
+    }
+    let m = engine.metrics().await;
+    assert_eq!(m.unacknowledged_messages, 0, "{m:?}");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_signal_each_other_exactly_once() {
+    let engine = Engine::open(Config::memory().shards(4)).await.unwrap();
+    engine.register(WAITER, |ctx: Ctx, ()| async move {
+        let mut sum = 0;
+        for _ in 0..3 {
+            sum += ctx.wait_for(&PING).await?.unwrap_or(0);
+        }
+        // Nothing more arrives: three signals, each once.
+        let extra = ctx
+            .wait_for(&PING)
+            .timeout(Duration::from_millis(200))
+            .await?;
+        Ok::<_, Failure>(sum + extra.unwrap_or(0) * 1000)
+    });
+    engine.register(PINGER, |ctx: Ctx, target: String| async move {
+        for i in 1..=3 {
+            ctx.signal(&target, PING, &i)?;
+        }
+        Ok::<_, Failure>(())
+    });
+    for w in 0..8 {
+        engine.start(WAITER, &format!("w-{w}"), &()).await.unwrap();
+        engine
+            .execute(PINGER, &format!("ping-{w}"), &format!("w-{w}"))
+            .await
+            .unwrap();
+    }
+    for w in 0..8 {
+        assert_eq!(engine.result(WAITER, &format!("w-{w}")).await.unwrap(), 6);
+    }
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_workflow_catches_it_and_cleans_up() {
+    let engine = Engine::open(Config::memory().shards(2)).await.unwrap();
+    let cleaned = Arc::new(AtomicU32::new(0));
+    let seen = Arc::clone(&cleaned);
+    engine.register(CLEANER, move |ctx: Ctx, ()| {
+        let seen = Arc::clone(&seen);
+        async move {
+            match ctx.sleep("forever", Duration::from_secs(86_400)).await {
+                Ok(()) => Ok("slept".to_string()),
+                Err(f) => {
+                    assert_eq!(f.kind.as_deref(), Some("cancelled"));
+                    ctx.step("clean-up", move |_| {
+                        let seen = Arc::clone(&seen);
+                        async move {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                            Ok::<_, StepError>(())
+                        }
+                    })
+                    .await?;
+                    Err(f)
+                }
+            }
+        }
+    });
+    engine.register(CANCELLER, |ctx: Ctx, target: String| async move {
+        ctx.cancel(&target, "no longer needed");
+        Ok::<_, Failure>(())
+    });
+    engine.start(CLEANER, "c-1", &()).await.unwrap();
+    engine
+        .execute(CANCELLER, "k-1", &"c-1".to_string())
+        .await
+        .unwrap();
+    match engine.result(CLEANER, "c-1").await {
+        Err(Error::Failed {
+            status, failure, ..
+        }) => {
+            assert_eq!(status, "cancelled");
+            assert_eq!(failure.message, "no longer needed");
+        }
+        other => panic!("expected a cancelled run, found {other:?}"),
+    }
+    assert_eq!(
+        cleaned.load(Ordering::SeqCst),
+        1,
+        "the clean-up step ran once"
+    );
+    // From a client too.
+    engine.start(CLEANER, "c-2", &()).await.unwrap();
+    engine.cancel("c-2", "by hand").await.unwrap();
+    assert!(matches!(
+        engine.result(CLEANER, "c-2").await,
+        Err(Error::Failed {
+            status: "cancelled",
+            ..
+        })
+    ));
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_as_new_keeps_the_id_and_hands_the_result_on() {
+    let dir = temp_dir("continue");
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    engine.register(COUNTER, |ctx: Ctx, (n, total): (u64, u64)| async move {
+        let total = ctx
+            .step("add", move |_| async move { Ok(total + n) })
+            .await?;
+        if n == 0 {
+            return Ok::<_, Failure>(total);
+        }
+        ctx.continue_as_new(&(n - 1, total)).await
+    });
+    let run = engine.start(COUNTER, "count", &(10, 0)).await.unwrap();
+    let first = run.run().run;
+    assert_eq!(run.result().await.unwrap(), 55);
+    let d = engine.describe("count").await.unwrap();
+    assert!(d.run > first, "a later run holds the ID: {d:?}");
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    assert_eq!(engine.result(COUNTER, "count").await.unwrap(), 55);
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_is_terminated_when_its_parent_finishes_first() {
+    let engine = Engine::open(Config::memory().shards(2)).await.unwrap();
+    engine.register(LONG_CHILD, |ctx: Ctx, ()| async move {
+        ctx.sleep("long", Duration::from_secs(86_400)).await?;
+        Ok::<_, Failure>(())
+    });
+    engine.register(SHORT_PARENT, |ctx: Ctx, ()| async move {
+        let child = ctx
+            .child(LONG_CHILD, "kid", &())
+            .on_parent_close(ParentClose::Terminate);
+        // Give up on the child after a short wait.
+        tokio::select! {
+            r = child => r?,
+            _ = ctx.sleep("patience", Duration::from_millis(50)) => {}
+        }
+        Ok::<_, Failure>(())
+    });
+    engine.execute(SHORT_PARENT, "sp", &()).await.unwrap();
+    match engine.result(LONG_CHILD, "kid").await {
+        Err(Error::Failed { status, .. }) => assert_eq!(status, "terminated"),
+        other => panic!("expected the child terminated, found {other:?}"),
+    }
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_children_and_terminate() {
+    const GHOST: Workflow<(), ()> = Workflow::new("ghost");
+    const ORPHAN: Workflow<(), String> = Workflow::new("orphan");
+    let engine = Engine::open(Config::memory().shards(2)).await.unwrap();
+    engine.register(ORPHAN, |ctx: Ctx, ()| async move {
+        match ctx.child(GHOST, "g", &()).await {
+            Err(f) => Ok::<_, Failure>(f.kind.unwrap_or_default()),
+            Ok(()) => Ok("started".into()),
+        }
+    });
+    assert_eq!(
+        engine.execute(ORPHAN, "o", &()).await.unwrap(),
+        "unknown-workflow"
+    );
+    assert!(matches!(
+        engine.describe("g").await,
+        Err(Error::NotFound { .. })
+    ));
+    engine.register(WAITER, |ctx: Ctx, ()| async move {
+        Ok::<_, Failure>(ctx.wait_for(&PING).await?.unwrap_or(0))
+    });
+    engine.start(WAITER, "t", &()).await.unwrap();
+    engine.terminate("t", "operator").await.unwrap();
+    match engine.result(WAITER, "t").await {
+        Err(Error::Failed {
+            status, failure, ..
+        }) => assert_eq!(
+            (status, failure.message.as_str()),
+            ("terminated", "operator")
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        engine.terminate("t", "again").await,
+        Err(Error::Finished { .. })
+    ));
+    engine.close().await.unwrap();
+}
+
+const VERSIONED: Workflow<(), String> = Workflow::new("versioned");
+
+/// Old code: step "old", then a wait. New code puts a patch where "old"
+/// was, and renames nothing else.
+fn register_versioned(engine: &Engine, new_code: bool, renamed: bool) {
+    engine.register(VERSIONED, move |ctx: Ctx, ()| async move {
+        let first = if new_code && ctx.patched("use-new") {
+            ctx.step("new", |_| async { Ok("new".to_string()) }).await?
+        } else {
+            let name = if renamed { "renamed" } else { "old" };
+            ctx.step(name, |_| async { Ok("old".to_string()) }).await?
+        };
+        let n = ctx.wait_for(&PING).await?.unwrap_or(0);
+        Ok::<_, Failure>(format!("{first}:{n}"))
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patched_keeps_old_runs_on_the_old_branch_and_renames_are_determinism_errors() {
+    let dir = temp_dir("versions");
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned(&engine, false, false);
+    engine.start(VERSIONED, "old-run", &()).await.unwrap();
+    engine.start(VERSIONED, "renamed-run", &()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // New code with a patch: the old run replays its old branch, a new run
+    // takes the new one.
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned(&engine, true, false);
+    engine.start(VERSIONED, "new-run", &()).await.unwrap();
+    engine.signal("old-run", PING, &1).await.unwrap();
+    engine.signal("new-run", PING, &2).await.unwrap();
+    assert_eq!(engine.result(VERSIONED, "old-run").await.unwrap(), "old:1");
+    assert_eq!(engine.result(VERSIONED, "new-run").await.unwrap(), "new:2");
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // A rename without a patch breaks replay: the run stops and says where.
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned(&engine, false, true);
+    let mut d = engine.describe("renamed-run").await.unwrap();
+    for _ in 0..100 {
+        if d.status == RunStatus::Stopped {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        d = engine.describe("renamed-run").await.unwrap();
+    }
+    assert_eq!(d.status, RunStatus::Stopped, "{d:?}");
+    let why = d.stopped_because.unwrap_or_default();
+    assert!(
+        why.contains("operation 1") && why.contains("\"old\"") && why.contains("\"renamed\""),
+        "the message names the operation and both names: {why}"
+    );
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

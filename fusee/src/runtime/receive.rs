@@ -105,9 +105,9 @@ impl ShardLoop {
                         let same = self.start_of(run).is_some_and(|p| p == Some(parent));
                         (!same).then(|| "a workflow with this ID already exists".to_string())
                     }
-                    Ok(None) if !self.registry.contains(&wtype) => {
-                        Some(format!("unknown workflow type {wtype:?}"))
-                    }
+                    // The parent's code checked the type when it called
+                    // the child; a type not registered here yet (a restart,
+                    // before `register`) starts and waits for its code.
                     Ok(None) => {
                         let run = self.core.allocate_run();
                         self.append(&RecordBuf::Start {

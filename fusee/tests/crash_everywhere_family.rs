@@ -157,10 +157,9 @@ async fn carry_on(memory: &MemoryStorage, effects: Effects) -> Ends {
             victim,
         }
     };
-    let ends = tokio::time::timeout(Duration::from_secs(20), ends)
+    tokio::time::timeout(Duration::from_secs(20), ends)
         .await
-        .expect("every workflow ends within 20 s");
-    ends
+        .expect("every workflow ends within 20 s")
 }
 
 fn log_records(memory: &MemoryStorage) -> Vec<Vec<u8>> {

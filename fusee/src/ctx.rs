@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 
 use crate::registry::Registry;
 use crate::retry::RetryPolicy;
-use crate::workflow::{Failure, Signal, Workflow, decode, encode};
+use crate::workflow::{Failure, Query, Signal, Update, Workflow, decode, encode};
 
 /// How a step attempt failed: a message, an optional kind that retry
 /// policies match on ([`RetryPolicy::non_retryable`]), and whether it may
@@ -197,7 +197,28 @@ pub(crate) struct RunState {
     /// The workflow types registered (to refuse a child of an unknown type
     /// before anything is recorded).
     pub(crate) registry: Registry,
+    /// Update handlers the code registered, by name.
+    pub(crate) updates: FxHashMap<String, UpdateHandler>,
+    /// Query handlers the code registered, by name.
+    pub(crate) queries: FxHashMap<String, QueryHandler>,
 }
+
+/// An update handler, type-erased: its validator, and its code started
+/// from the argument's bytes.
+pub(crate) struct UpdateHandler {
+    pub(crate) validate: Option<Validator>,
+    pub(crate) start: HandlerStart,
+}
+
+/// An update's validator over the argument's bytes: `Err` is the reason the
+/// caller is told.
+pub(crate) type Validator = Box<dyn Fn(&[u8]) -> Result<(), String>>;
+
+/// Starts an update handler's code from the argument's bytes.
+pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> crate::registry::RunFuture>;
+
+/// A query handler, type-erased: argument bytes to result bytes.
+pub(crate) type QueryHandler = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, Failure>>;
 
 impl RunState {
     pub(crate) fn new(machine: RunMachine, run: RunId, id: Name, registry: Registry) -> Self {
@@ -215,6 +236,8 @@ impl RunState {
             cancel_reason: String::new(),
             continue_with: None,
             registry,
+            updates: FxHashMap::default(),
+            queries: FxHashMap::default(),
         }
     }
 
@@ -526,6 +549,107 @@ impl Ctx {
             }),
             _type: PhantomData,
         }
+    }
+
+    /// Registers `handler` for `update`: callers' updates
+    /// ([`crate::Engine::update`]) are recorded and run it at their place in
+    /// the journal, as part of this run's code (its operations replay like
+    /// the rest). Register handlers when the run starts, before anything
+    /// that waits: an update accepted before its handler exists fails.
+    pub fn on_update<I, O, F, Fut>(&self, update: Update<I, O>, handler: F)
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(I) -> Fut + 'static,
+        Fut: Future<Output = Result<O, Failure>> + 'static,
+    {
+        self.register_update(update, None, handler);
+    }
+
+    /// [`Ctx::on_update`] with a validator: an update it refuses (with a
+    /// reason) is answered with that reason and records nothing. It sees
+    /// the argument only, before anything is recorded.
+    pub fn on_update_validated<I, O, V, F, Fut>(
+        &self,
+        update: Update<I, O>,
+        validate: V,
+        handler: F,
+    ) where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        V: Fn(&I) -> Result<(), String> + 'static,
+        F: Fn(I) -> Fut + 'static,
+        Fut: Future<Output = Result<O, Failure>> + 'static,
+    {
+        let check = Box::new(move |bytes: &[u8]| match decode::<I>(bytes) {
+            Ok(input) => validate(&input),
+            Err(e) => Err(format!("the update's argument does not decode: {e}")),
+        });
+        self.register_update(update, Some(check), handler);
+    }
+
+    fn register_update<I, O, F, Fut>(
+        &self,
+        update: Update<I, O>,
+        validate: Option<Validator>,
+        handler: F,
+    ) where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(I) -> Fut + 'static,
+        Fut: Future<Output = Result<O, Failure>> + 'static,
+    {
+        let start = Box::new(move |bytes: &[u8]| -> crate::registry::RunFuture {
+            match decode::<I>(bytes) {
+                Ok(input) => {
+                    let fut = handler(input);
+                    Box::pin(async move {
+                        let out = fut.await?;
+                        encode(&out).map_err(|e| {
+                            Failure::with_kind(
+                                "codec",
+                                format!("update result does not encode: {e}"),
+                            )
+                        })
+                    })
+                }
+                Err(e) => {
+                    let f = Failure::with_kind(
+                        "codec",
+                        format!("update argument does not decode: {e}"),
+                    );
+                    Box::pin(async move { Err(f) })
+                }
+            }
+        });
+        self.state
+            .borrow_mut()
+            .updates
+            .insert(update.name().to_string(), UpdateHandler { validate, start });
+    }
+
+    /// Registers `handler` for `query`: callers' queries
+    /// ([`crate::Engine::query`]) call it with the argument and return its
+    /// answer, recording nothing. It must only read the run's state.
+    pub fn on_query<I, O, F>(&self, query: Query<I, O>, handler: F)
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(I) -> Result<O, Failure> + 'static,
+    {
+        let call: QueryHandler = Box::new(move |bytes: &[u8]| {
+            let input = decode::<I>(bytes).map_err(|e| {
+                Failure::with_kind("codec", format!("query argument does not decode: {e}"))
+            })?;
+            let out = handler(input)?;
+            encode(&out).map_err(|e| {
+                Failure::with_kind("codec", format!("query answer does not encode: {e}"))
+            })
+        });
+        self.state
+            .borrow_mut()
+            .queries
+            .insert(query.name().to_string(), call);
     }
 
     /// A recorded value of `kind`: the journal's, or `make(now_ms)`'s,

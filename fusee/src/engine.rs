@@ -525,6 +525,63 @@ impl Engine {
         .await
     }
 
+    /// Runs `update` with `input` on workflow `id` and returns its
+    /// handler's result once the result is durable. The handler runs as
+    /// part of the run's code, recorded (an `Update`, then an `UpdateDone`):
+    /// after a crash it replays like the rest. An unknown handler is
+    /// [`Error::UnknownUpdate`]; a validator's refusal is
+    /// [`Error::Rejected`]; both record nothing.
+    pub async fn update<I: Serialize, O: DeserializeOwned>(
+        &self,
+        id: &str,
+        update: crate::Update<I, O>,
+        input: &I,
+    ) -> Result<O> {
+        let payload = encode(input).map_err(|e| Error::codec("update argument", e))?;
+        let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
+            .into_uuid()
+            .to_string();
+        let r = self
+            .request(id, |reply| Input::Update {
+                id: id.to_string(),
+                name: update.name().to_string(),
+                update_id,
+                payload,
+                reply,
+            })
+            .await?;
+        match r.status {
+            Status::Ok => decode(&r.payload).map_err(|e| Error::codec("update result", e)),
+            status => Err(Error::Failed {
+                id: id.to_string(),
+                status: status.as_str(),
+                failure: decode::<Failure>(&r.payload)
+                    .unwrap_or_else(|_| Failure::new(String::from_utf8_lossy(&r.payload))),
+            }),
+        }
+    }
+
+    /// Asks workflow `id` `query` with `input`: its handler's answer over
+    /// the run's current state, recording nothing (a parked run is loaded
+    /// to answer). An unknown handler is [`Error::UnknownQuery`].
+    pub async fn query<I: Serialize, O: DeserializeOwned>(
+        &self,
+        id: &str,
+        query: crate::Query<I, O>,
+        input: &I,
+    ) -> Result<O> {
+        let payload = encode(input).map_err(|e| Error::codec("query argument", e))?;
+        let answer = self
+            .request(id, |reply| Input::Query {
+                id: id.to_string(),
+                name: query.name().to_string(),
+                payload,
+                reply,
+            })
+            .await?;
+        decode(&answer).map_err(|e| Error::codec("query answer", e))
+    }
+
     /// Ends workflow `id`'s run at once, as terminated with `reason`: its
     /// code runs no further, its children follow their parent close
     /// policy.

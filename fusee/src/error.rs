@@ -33,6 +33,34 @@ pub enum Error {
         /// The workflow ID.
         id: String,
     },
+    /// The run's code registers no update handler of this name.
+    #[error("workflow {id:?} has no update handler {name:?}; registered: {}", registered.join(", "))]
+    UnknownUpdate {
+        /// The workflow ID.
+        id: String,
+        /// The handler asked for.
+        name: String,
+        /// The handlers its code registered, sorted.
+        registered: Vec<String>,
+    },
+    /// The run's code registers no query handler of this name.
+    #[error("workflow {id:?} has no query handler {name:?}; registered: {}", registered.join(", "))]
+    UnknownQuery {
+        /// The workflow ID.
+        id: String,
+        /// The handler asked for.
+        name: String,
+        /// The handlers its code registered, sorted.
+        registered: Vec<String>,
+    },
+    /// An update's validator refused it; nothing was recorded.
+    #[error("workflow {id:?} refused the update: {reason}")]
+    Rejected {
+        /// The workflow ID.
+        id: String,
+        /// The validator's reason.
+        reason: String,
+    },
     /// The workflow has finished: it takes no more signals or cancels.
     #[error("workflow {id:?} has already finished ({status})")]
     Finished {

@@ -54,10 +54,10 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`Engine`] | open, register, start, execute, signal, cancel, result, describe, metrics, close |
+//! | [`Engine`] | open, register, start, execute, signal, update, query, cancel, terminate, result, describe, metrics, close |
 //! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock |
-//! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
-//! | [`Workflow`], [`Signal`] | typed names shared by workflow code and callers |
+//! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
+//! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
 //! | [`RetryPolicy`] | how failed step attempts are retried |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
 //!
@@ -91,7 +91,6 @@ pub mod config;
 mod ctx;
 mod engine;
 mod error;
-pub mod inspect;
 mod metrics;
 mod registry;
 mod retry;
@@ -115,4 +114,4 @@ pub use error::{Error, Result};
 pub use fusee_storage::StorageError;
 pub use metrics::{Histogram, Metrics, ShardMetrics};
 pub use retry::{OnExhausted, RetryPolicy};
-pub use workflow::{Failure, Signal, Workflow};
+pub use workflow::{Failure, Query, Signal, Update, Workflow};

@@ -95,6 +95,80 @@ impl<T> fmt::Debug for Signal<T> {
     }
 }
 
+/// An update: a named handler a workflow registers ([`crate::Ctx::on_update`]),
+/// its argument and result types. An update is recorded, and its handler
+/// runs as part of the run's code at the update's place in the journal.
+pub struct Update<I, O> {
+    name: &'static str,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O> Update<I, O> {
+    /// An update named `name`.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            _types: PhantomData,
+        }
+    }
+
+    /// Its name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<I, O> Clone for Update<I, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<I, O> Copy for Update<I, O> {}
+
+impl<I, O> fmt::Debug for Update<I, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Update({:?})", self.name)
+    }
+}
+
+/// A query: a named read-only handler a workflow registers
+/// ([`crate::Ctx::on_query`]) over its current state, answered without
+/// recording anything.
+pub struct Query<I, O> {
+    name: &'static str,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O> Query<I, O> {
+    /// A query named `name`.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            _types: PhantomData,
+        }
+    }
+
+    /// Its name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<I, O> Clone for Query<I, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<I, O> Copy for Query<I, O> {}
+
+impl<I, O> fmt::Debug for Query<I, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Query({:?})", self.name)
+    }
+}
+
 /// Why a workflow run (or a step, as seen by its workflow) failed: a
 /// message for people, and an optional kind for code to match on. Any
 /// error converts into it with `?`, so workflow code reads like ordinary

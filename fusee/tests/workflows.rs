@@ -336,3 +336,119 @@ async fn patched_keeps_old_runs_on_the_old_branch_and_renames_are_determinism_er
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
+const ADD_ITEM: fusee::Update<String, usize> = fusee::Update::new("add-item");
+const ITEMS: fusee::Query<(), Vec<String>> = fusee::Query::new("items");
+const CLOSE_CART: Signal<()> = Signal::new("close");
+
+fn register_cart(engine: &Engine, priced: Arc<AtomicU32>) {
+    engine.register(CART, move |ctx: Ctx, ()| {
+        let priced = Arc::clone(&priced);
+        async move {
+            let items = std::rc::Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
+            let seen = std::rc::Rc::clone(&items);
+            ctx.on_query(ITEMS, move |()| Ok(seen.borrow().clone()));
+            let held = std::rc::Rc::clone(&items);
+            let c = ctx.clone();
+            ctx.on_update_validated(
+                ADD_ITEM,
+                |item: &String| {
+                    if item.is_empty() {
+                        Err("an item needs a name".to_string())
+                    } else {
+                        Ok(())
+                    }
+                },
+                move |item: String| {
+                    let (held, c, priced) =
+                        (std::rc::Rc::clone(&held), c.clone(), Arc::clone(&priced));
+                    async move {
+                        // A step inside the handler: recorded, replayed.
+                        c.step("price", move |_| {
+                            let priced = Arc::clone(&priced);
+                            async move {
+                                priced.fetch_add(1, Ordering::SeqCst);
+                                Ok(())
+                            }
+                        })
+                        .await?;
+                        held.borrow_mut().push(item);
+                        Ok(held.borrow().len())
+                    }
+                },
+            );
+            ctx.wait_for(&CLOSE_CART).await?;
+            let done = items.borrow().clone();
+            Ok::<_, Failure>(done)
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_run_their_handlers_durably_and_queries_read_the_state() {
+    let dir = temp_dir("cart");
+    let priced = Arc::new(AtomicU32::new(0));
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_cart(&engine, Arc::clone(&priced));
+    engine.start(CART, "cart-1", &()).await.unwrap();
+    assert_eq!(
+        engine
+            .update("cart-1", ADD_ITEM, &"tea".to_string())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        engine
+            .update("cart-1", ADD_ITEM, &"milk".to_string())
+            .await
+            .unwrap(),
+        2
+    );
+    match engine.update("cart-1", ADD_ITEM, &String::new()).await {
+        Err(Error::Rejected { reason, .. }) => assert_eq!(reason, "an item needs a name"),
+        other => panic!("expected the validator's refusal, found {other:?}"),
+    }
+    const NOPE: fusee::Update<(), ()> = fusee::Update::new("nope");
+    match engine.update("cart-1", NOPE, &()).await {
+        Err(Error::UnknownUpdate { registered, .. }) => {
+            assert_eq!(registered, vec!["add-item".to_string()])
+        }
+        other => panic!("expected UnknownUpdate, found {other:?}"),
+    }
+    const WHAT: fusee::Query<(), ()> = fusee::Query::new("what");
+    assert!(matches!(
+        engine.query("cart-1", WHAT, &()).await,
+        Err(Error::UnknownQuery { .. })
+    ));
+    assert_eq!(
+        engine.query("cart-1", ITEMS, &()).await.unwrap(),
+        vec!["tea".to_string(), "milk".to_string()]
+    );
+    drop(engine); // a crash
+
+    // The updates replay (their steps not run again), the query sees them.
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_cart(&engine, Arc::clone(&priced));
+    assert_eq!(
+        engine.query("cart-1", ITEMS, &()).await.unwrap(),
+        vec!["tea".to_string(), "milk".to_string()]
+    );
+    assert_eq!(
+        priced.load(Ordering::SeqCst),
+        2,
+        "each update's step ran once"
+    );
+    engine.signal("cart-1", CLOSE_CART, &()).await.unwrap();
+    assert_eq!(
+        engine.result(CART, "cart-1").await.unwrap(),
+        vec!["tea".to_string(), "milk".to_string()]
+    );
+    assert!(matches!(
+        engine.update("cart-1", ADD_ITEM, &"late".to_string()).await,
+        Err(Error::Finished { .. })
+    ));
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,7 +5,7 @@ use fusee_core::record::{Payload, RecordBuf, policy};
 use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
-use super::{Input, ShardLoop, Waiting, name, status_name};
+use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
 use crate::engine::{Description, IdPolicy, RunRef, RunStatus};
 use crate::error::Error;
 use crate::workflow::CODEC_JSON;
@@ -107,6 +107,37 @@ impl ShardLoop {
             Input::Flushed { ticket, micros } => self.flushed(ticket, micros),
             Input::Tick => {}
             Input::Message { from, id, message } => self.receive(from, id, message, now_ms),
+            Input::Update {
+                id,
+                name,
+                update_id,
+                payload,
+                reply,
+            } => match self.accept_update(&id, &name, &update_id, &payload, now_ms) {
+                Ok(run) => {
+                    self.update_waiters
+                        .insert((run, super::name(&update_id)), reply);
+                }
+                Err(e) => self.refuse_after_durable_any(reply, e),
+            },
+            Input::Query {
+                id,
+                name,
+                payload,
+                reply,
+            } => match self.answer_query(&id, &name, &payload, now_ms) {
+                Ok(answer) => {
+                    // The answer read state that may not be durable yet.
+                    let token = self.token();
+                    self.waiting.insert(token, Waiting::Answer(reply, answer));
+                    let lsn = self.log.last_lsn();
+                    self.core.add_output(lsn, Output::Ack(token));
+                    self.release_now_if_durable();
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             Input::Delivered { id } => self.delivered(id),
             Input::Terminate { id, reason, reply } => {
                 match self.running(&id, "terminate reason", reason.len(), now_ms) {
@@ -289,6 +320,110 @@ impl ShardLoop {
         self.core.add_output(lsn, Output::Ack(token));
     }
 
+    /// [`refuse_after_durable`](Self::refuse_after_durable) for a reply of
+    /// any type.
+    fn refuse_after_durable_any<T>(&mut self, reply: super::Reply<T>, e: Error) {
+        // Only a finished run's refusal rests on records a crash could take
+        // back; answered at once otherwise, and for other reply types the
+        // run's Done was made durable before `running` saw it (results
+        // wait for durability), so at once is safe.
+        let _ = reply.send(Err(e));
+    }
+
+    /// Accepts update `update_id` (handler `name`) for workflow `id`: the
+    /// run's code must have registered the handler, and its validator must
+    /// let the argument through; then the `Update` is recorded. Returns
+    /// the run. Refusals record nothing.
+    fn accept_update(
+        &mut self,
+        id: &str,
+        name: &str,
+        update_id: &str,
+        payload: &[u8],
+        now_ms: u64,
+    ) -> Result<u64, Error> {
+        let run = self.running(id, "update argument", payload.len(), now_ms)?;
+        let Some(live) = self.live.get(&run) else {
+            return Err(Error::UnknownUpdate {
+                id: id.to_string(),
+                name: name.to_string(),
+                registered: Vec::new(),
+            });
+        };
+        let verdict = {
+            let state = live.state.borrow();
+            match state.updates.get(name) {
+                None => {
+                    let mut registered: Vec<String> = state.updates.keys().cloned().collect();
+                    registered.sort();
+                    Err(Error::UnknownUpdate {
+                        id: id.to_string(),
+                        name: name.to_string(),
+                        registered,
+                    })
+                }
+                Some(h) => match &h.validate {
+                    Some(validate) => validate(payload).map_err(|reason| Error::Rejected {
+                        id: id.to_string(),
+                        reason,
+                    }),
+                    None => Ok(()),
+                },
+            }
+        };
+        verdict?;
+        self.append(&RecordBuf::Update {
+            run,
+            id: name_of(update_id),
+            name: name_of(name),
+            payload: Payload::from(payload),
+            caller: None,
+        });
+        Ok(run)
+    }
+
+    /// Answers query `name` of workflow `id` with its handler (loading a
+    /// parked run first), recording nothing.
+    fn answer_query(
+        &mut self,
+        id: &str,
+        name: &str,
+        payload: &[u8],
+        now_ms: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let Some((run, parked)) = self.lookup(id)? else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        if parked {
+            self.load(run, now_ms).map_err(|error| Error::Storage {
+                shard: self.shard,
+                error,
+            })?;
+        }
+        // Handlers register when the code runs: a run not polled since
+        // recovery or the load above has none yet.
+        self.settle(run, now_ms);
+        let unknown = |registered| Error::UnknownQuery {
+            id: id.to_string(),
+            name: name.to_string(),
+            registered,
+        };
+        let Some(live) = self.live.get(&run) else {
+            return Err(unknown(Vec::new()));
+        };
+        let state = live.state.borrow();
+        let Some(handler) = state.queries.get(name) else {
+            let mut registered: Vec<String> = state.queries.keys().cloned().collect();
+            registered.sort();
+            return Err(unknown(registered));
+        };
+        handler(payload).map_err(|failure| Error::Failed {
+            id: id.to_string(),
+            status: "query failed",
+            failure,
+        })
+    }
+
     /// Appends `rec` and acknowledges `reply` once it is durable.
     fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {
         if let Some(lsn) = self.append(rec) {
@@ -422,6 +557,9 @@ impl ShardLoop {
                     Some(Waiting::Message { from, id }) => {
                         self.outgoing.push((from, Input::Delivered { id }));
                     }
+                    Some(Waiting::Answer(r, answer)) => {
+                        let _ = r.send(Ok(answer));
+                    }
                     None => {}
                 },
                 Output::Result {
@@ -451,6 +589,20 @@ impl ShardLoop {
                                 }));
                             }
                         }
+                    }
+                }
+                Output::UpdateResult {
+                    run,
+                    id,
+                    status,
+                    payload,
+                    ..
+                } => {
+                    if let Some(r) = self.update_waiters.remove(&(run, id)) {
+                        let _ = r.send(Ok(crate::engine::RunResult {
+                            status,
+                            payload: payload.to_vec(),
+                        }));
                     }
                 }
                 other => {

@@ -146,6 +146,21 @@ pub(crate) enum Input {
         reason: String,
         reply: Reply<()>,
     },
+    /// Run an update on a workflow.
+    Update {
+        id: String,
+        name: String,
+        update_id: String,
+        payload: Vec<u8>,
+        reply: Reply<RunResult>,
+    },
+    /// Ask a workflow a query.
+    Query {
+        id: String,
+        name: String,
+        payload: Vec<u8>,
+        reply: Reply<Vec<u8>>,
+    },
 }
 
 impl Input {
@@ -158,6 +173,8 @@ impl Input {
                 | Input::Signal { .. }
                 | Input::Cancel { .. }
                 | Input::Terminate { .. }
+                | Input::Update { .. }
+                | Input::Query { .. }
                 | Input::Result { .. }
                 | Input::Describe { .. }
         )
@@ -207,6 +224,8 @@ enum Waiting {
         from: u32,
         id: u64,
     },
+    /// A query's answer, given once the state it read is durable.
+    Answer(Reply<Vec<u8>>, Vec<u8>),
 }
 
 /// A run whose code is running on this shard.
@@ -214,6 +233,8 @@ struct LiveRun {
     state: Rc<RefCell<RunState>>,
     future: Option<RunFuture>,
     waker: Waker,
+    /// Update handlers running, by the update's ordinal.
+    handlers: Vec<(u64, RunFuture)>,
     /// Why its code stopped without finishing (a determinism error).
     stopped: Option<String>,
     /// When its code last ran or a record was appended for it.
@@ -266,6 +287,8 @@ pub(crate) struct ShardLoop {
     next_token: u64,
     waiting: FxHashMap<u64, Waiting>,
     results: FxHashMap<RunId, Vec<Reply<RunResult>>>,
+    /// Callers of updates not answered yet, by run and update ID.
+    update_waiters: FxHashMap<(RunId, Name), Reply<RunResult>>,
     jobs: Vec<StepJob>,
     flushing: bool,
     durable: Lsn,
@@ -487,12 +510,18 @@ impl ShardLoop {
                 }
                 // Unacknowledged, the sender sends it again after a restart.
                 Waiting::Message { .. } => {}
+                Waiting::Answer(r, _) => {
+                    let _ = r.send(Err(err(self.shard)));
+                }
             }
         }
         for (_, rs) in self.results.drain() {
             for r in rs {
                 let _ = r.send(Err(err(self.shard)));
             }
+        }
+        for (_, r) in self.update_waiters.drain() {
+            let _ = r.send(Err(err(self.shard)));
         }
         while let Some(input) = self.inbox.pop_front() {
             inputs::refuse(input, || err(self.shard));

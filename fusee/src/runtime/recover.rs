@@ -131,6 +131,7 @@ impl ShardLoop {
             next_token: 0,
             waiting: FxHashMap::default(),
             results: FxHashMap::default(),
+            update_waiters: FxHashMap::default(),
             jobs: Vec::new(),
             flushing: false,
             durable,

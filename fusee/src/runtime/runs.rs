@@ -16,6 +16,9 @@ use super::{LiveRun, RunWaker, ShardLoop, stop};
 use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped};
 use crate::workflow::{Failure, encode};
 
+/// How many polls [`ShardLoop::settle`] gives one run before a query reads it.
+const SETTLE_POLLS_MAX: usize = 64;
+
 impl ShardLoop {
     /// Acts on every event the core has for the host.
     pub(super) fn process_events(&mut self, now_ms: u64) {
@@ -115,6 +118,7 @@ impl ShardLoop {
                     state: Rc::new(RefCell::new(state)),
                     future: None,
                     waker,
+                    handlers: Vec::new(),
                     stopped: None,
                     active_ms: 0,
                 };
@@ -136,6 +140,7 @@ impl ShardLoop {
                 state,
                 future: Some(future),
                 waker,
+                handlers: Vec::new(),
                 stopped: None,
                 active_ms: 0,
             },
@@ -185,6 +190,26 @@ impl ShardLoop {
         }
     }
 
+    /// Polls `run` while it waits on the ready queue, so a query reads the
+    /// state its journal implies even when the run has not been polled since
+    /// recovery or a load. Bounded by [`SETTLE_POLLS_MAX`]: a run that keeps
+    /// waking itself is answered from where it stands.
+    pub(super) fn settle(&mut self, run: RunId, now_ms: u64) {
+        for _ in 0..SETTLE_POLLS_MAX {
+            let queued = {
+                let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+                match ready.iter().position(|r| *r == run) {
+                    Some(at) => ready.remove(at).is_some(),
+                    None => false,
+                }
+            };
+            if !queued || self.failed.is_some() {
+                return;
+            }
+            self.step_run(run, now_ms);
+        }
+    }
+
     /// Polls `run`'s code once, appends the records it asked for, and hands
     /// it its next delivery if it is quiescent.
     fn step_run(&mut self, run: RunId, now_ms: u64) {
@@ -197,16 +222,17 @@ impl ShardLoop {
         live.state.borrow_mut().now_ms = now_ms;
         live.active_ms = now_ms;
         let mut cx = Context::from_waker(&live.waker);
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
-        let finished = match polled {
-            Ok(Poll::Pending) => None,
-            Ok(Poll::Ready(result)) => Some(result),
-            Err(panic) if panic.is::<Stopped>() => None,
-            Err(panic) => Some(Err(Failure::with_kind(
-                "panic",
-                format!("workflow code panicked: {}", panic_message(&*panic)),
-            ))),
-        };
+        let finished = poll_code(future, &mut cx);
+        // Update handlers run beside the main code, polled with it.
+        let mut returned = Vec::new();
+        live.handlers
+            .retain_mut(|(ordinal, handler)| match poll_code(handler, &mut cx) {
+                Some(result) => {
+                    returned.push((*ordinal, result));
+                    false
+                }
+                None => true,
+            });
         let fault = live.state.borrow_mut().fault.take();
         let asked = std::mem::take(&mut live.state.borrow_mut().appends);
         if live
@@ -226,6 +252,9 @@ impl ShardLoop {
                 stop(live, run, why);
             }
             return;
+        }
+        for (ordinal, result) in returned {
+            self.update_returned(run, ordinal, result);
         }
         if let Some(result) = finished {
             self.finish(run, result, now_ms);
@@ -251,6 +280,7 @@ impl ShardLoop {
             return;
         }
         let mut cancel = None;
+        let mut update = None;
         let stopped = {
             let mut guard = live.state.borrow_mut();
             let state = &mut *guard;
@@ -291,8 +321,15 @@ impl ShardLoop {
                             payload: payload.to_vec(),
                         },
                     )),
-                    // Updates come with their handlers.
-                    Delivery::Update { .. } => None,
+                    Delivery::Update {
+                        ordinal,
+                        name,
+                        payload,
+                        ..
+                    } => {
+                        update = Some((ordinal, name.to_string(), payload.to_vec()));
+                        None
+                    }
                 },
                 Err(e) => {
                     drop(guard);
@@ -312,6 +349,9 @@ impl ShardLoop {
         };
         if stopped {
             return;
+        }
+        if let Some((ordinal, name, payload)) = update {
+            self.start_handler(run, ordinal, &name, &payload);
         }
         // The code runs to quiescence before the next delivery.
         self.wake(run);
@@ -407,6 +447,75 @@ impl ShardLoop {
             Ok(Answer::Recorded) => {}
             Err(e) => stop(live, run, e.to_string()),
         }
+    }
+}
+
+impl ShardLoop {
+    /// Starts the handler of update `ordinal` (named `name`): it runs with
+    /// the run's code from this point of the journal on. A run whose code
+    /// registered no such handler fails the update.
+    fn start_handler(&mut self, run: RunId, ordinal: u64, name: &str, payload: &[u8]) {
+        let Some(live) = self.live.get_mut(&run) else {
+            return;
+        };
+        let started = live
+            .state
+            .borrow()
+            .updates
+            .get(name)
+            .map(|h| (h.start)(payload));
+        match started {
+            Some(handler) => live.handlers.push((ordinal, handler)),
+            None => {
+                let failure = Failure::with_kind(
+                    "unknown-update",
+                    format!("the run's code registers no update handler {name:?}"),
+                );
+                self.update_returned(run, ordinal, Err(failure));
+            }
+        }
+    }
+
+    /// Update `ordinal`'s handler returned `result`: its `UpdateDone`.
+    fn update_returned(&mut self, run: RunId, ordinal: u64, result: Result<Vec<u8>, Failure>) {
+        let Some(live) = self.live.get_mut(&run) else {
+            return;
+        };
+        let answer = live.state.borrow_mut().machine.update_done(ordinal);
+        match answer {
+            Ok(Answer::Append) => {
+                let (status, payload) = match result {
+                    Ok(bytes) => (Status::Ok, bytes),
+                    Err(f) => (Status::Failed, failure_payload(&f)),
+                };
+                self.append_quiet(&RecordBuf::UpdateDone {
+                    run,
+                    ordinal,
+                    status,
+                    payload: Payload::from(payload.as_slice()),
+                });
+            }
+            Ok(Answer::Recorded) => {}
+            Err(e) => stop(live, run, e.to_string()),
+        }
+    }
+}
+
+/// Polls workflow code (a run's main future or an update handler) once:
+/// its result if it finished; a panic is a failure with its message; the
+/// unwinding of an operation that found the run cannot go on is not.
+fn poll_code(
+    future: &mut crate::registry::RunFuture,
+    cx: &mut Context<'_>,
+) -> Option<Result<Vec<u8>, Failure>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+        Ok(Poll::Pending) => None,
+        Ok(Poll::Ready(result)) => Some(result),
+        Err(panic) if panic.is::<Stopped>() => None,
+        Err(panic) => Some(Err(Failure::with_kind(
+            "panic",
+            format!("workflow code panicked: {}", panic_message(&*panic)),
+        ))),
     }
 }
 

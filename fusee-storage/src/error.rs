@@ -113,6 +113,22 @@ pub enum StorageError {
         /// The shard.
         shard: u32,
     },
+    /// Another owner took the shard over: for a backend whose shards are
+    /// shared by many processes under leases (PostgreSQL), this owner's
+    /// lease lapsed and a newer epoch holds the shard. The write was
+    /// refused whole (nothing of it was written), the part is latched, and
+    /// every later call on the shard's parts is `Fenced` too: the shard
+    /// belongs to the new owner, and this process must let it go (and may
+    /// open it again, taking it back, only once that owner's lease lapses).
+    #[error(
+        "shard {shard} was taken over by another owner: this owner's lease (epoch {epoch}) is no longer current, and nothing was written"
+    )]
+    Fenced {
+        /// The shard.
+        shard: u32,
+        /// The epoch of the lease this owner held.
+        epoch: u64,
+    },
     /// The storage is held by another owner: another process, or another
     /// open storage (or parts of one that outlived it) in this process. A
     /// storage's lock lives as long as the storage or any part it gave out.

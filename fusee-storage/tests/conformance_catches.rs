@@ -567,6 +567,16 @@ impl Harness for Bare {
     }
 }
 
+/// The optional clauses of shards shared under leases, which only a
+/// backend like PostgreSQL declares.
+const LEASE_CLAUSES: [&str; 5] = [
+    "lease_second_owner_refused",
+    "lease_takeover_fences",
+    "lease_takeover_after_death",
+    "lease_connection_killed_mid_flush",
+    "failover_keeps_acknowledged",
+];
+
 /// Skips are counted from the harness's declarations: a harness with none
 /// skips the five clauses that need one and two clauses in part; the
 /// memory harness only the ownership clauses; the clean wrapper none. A
@@ -589,26 +599,41 @@ fn skips_are_counted() {
             "flush_failure_latches",
             "commit_failure_latches",
             "lock_outlives_storage",
+            LEASE_CLAUSES[0],
+            LEASE_CLAUSES[1],
+            LEASE_CLAUSES[2],
+            LEASE_CLAUSES[3],
+            LEASE_CLAUSES[4],
             "lock_outlives_storage_child"
         ],
         "clauses skipped whole on a harness declaring nothing"
     );
     assert_eq!(
         conformance::skip_summary(&bare, "bare"),
-        "conformance: 5 of 28 clauses skipped for bare: log_power_loss, \
+        "conformance: 10 of 33 clauses skipped for bare: log_power_loss, \
          flush_failure_latches, commit_failure_latches, lock_outlives_storage, \
+         lease_second_owner_refused, lease_takeover_fences, lease_takeover_after_death, \
+         lease_connection_killed_mid_flush, failover_keeps_acknowledged, \
          lock_outlives_storage_child; 2 in part: log_pipelined_flush (a failed split flush), \
          commit_atomic (crashes inside a commit)"
     );
     assert_eq!(
         whole(conformance::skipped(&MemoryHarness::new())),
-        ["lock_outlives_storage", "lock_outlives_storage_child"],
+        [
+            "lock_outlives_storage",
+            LEASE_CLAUSES[0],
+            LEASE_CLAUSES[1],
+            LEASE_CLAUSES[2],
+            LEASE_CLAUSES[3],
+            LEASE_CLAUSES[4],
+            "lock_outlives_storage_child"
+        ],
         "clauses skipped on the memory harness"
     );
     assert_eq!(
-        conformance::skipped(&BuggyHarness::new(Bug::None)),
-        [],
-        "clauses skipped on the clean wrapper"
+        whole(conformance::skipped(&BuggyHarness::new(Bug::None))),
+        LEASE_CLAUSES,
+        "clauses skipped on the clean wrapper (only the lease clauses, which need shared ownership)"
     );
     conformance::flush_failure_latches(&mut bare);
     conformance::commit_failure_latches(&mut bare);

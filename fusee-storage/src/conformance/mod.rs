@@ -114,6 +114,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use fusee_core::record::Lsn;
 
@@ -122,6 +123,7 @@ use crate::{CheckpointStore, LogStore, MemoryStorage, Result, ShardParts, Storag
 
 mod check;
 mod index;
+mod lease;
 mod lock;
 mod log;
 mod model;
@@ -130,6 +132,10 @@ mod store;
 
 use check::{Index, check, check_eq, fail, must};
 
+pub use lease::{
+    LeaseChecks, failover_keeps_acknowledged, lease_connection_killed_mid_flush,
+    lease_second_owner_refused, lease_takeover_after_death, lease_takeover_fences,
+};
 pub use lock::{lock_outlives_storage, lock_outlives_storage_child};
 
 pub use index::{commit_atomic, index_bad_input, index_base_streamed, index_delta};
@@ -274,6 +280,76 @@ pub trait Harness {
         let _ = path;
         panic!("open_at called on a harness that declares no LockChecks")
     }
+
+    // ---- shared ownership (the `lease` clauses) ----
+
+    /// Which lease clauses the harness supports. Default: none, so the
+    /// `lease_*` and `failover_*` clauses are skipped (and counted as
+    /// skipped).
+    fn lease_checks(&self) -> LeaseChecks {
+        LeaseChecks::default()
+    }
+
+    /// Opens the store that the last [`Harness::open`], [`Harness::reopen`]
+    /// or [`Harness::crash`] returned as another owner (another process's
+    /// storage on the same store), with the backend's ordinary open. Only
+    /// called when [`LeaseChecks::leases`] is declared.
+    fn open_other_owner(&mut self) -> Result<Self::S> {
+        panic!("open_other_owner called on a harness that declares no LeaseChecks::leases")
+    }
+
+    /// How long a lease of the storages this harness opens lives without
+    /// renewal. Only called when [`LeaseChecks::leases`] is declared.
+    fn lease_time(&self) -> Duration {
+        panic!("lease_time called on a harness that declares no LeaseChecks::leases")
+    }
+
+    /// Makes `s` stop renewing its leases, as a process that hangs would,
+    /// while its parts stay usable (and so stale once another owner takes
+    /// their shards). Only called when [`LeaseChecks::leases`] is declared.
+    fn pause_renewal(&mut self, s: &Self::S) {
+        let _ = s;
+        panic!("pause_renewal called on a harness that declares no LeaseChecks::leases")
+    }
+
+    /// Ends `s` as its process dying would: nothing released, nothing
+    /// renewed. Only called when [`LeaseChecks::leases`] is declared.
+    fn die(&mut self, s: Self::S) {
+        let _ = s;
+        panic!("die called on a harness that declares no LeaseChecks::leases")
+    }
+
+    /// Runs `flush` (a flush's I/O on `shard` of `s`) while the connection
+    /// it writes on is killed in the middle of its statement, and returns
+    /// what `flush` returned. Only called when
+    /// [`LeaseChecks::connection_kill`] is declared.
+    fn kill_connection_during(
+        &mut self,
+        s: &Self::S,
+        shard: u32,
+        flush: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        let _ = (s, shard, flush);
+        panic!(
+            "kill_connection_during called on a harness that declares no LeaseChecks::connection_kill"
+        )
+    }
+
+    /// A fresh, empty storage on a server with a synchronous standby that
+    /// [`Harness::failover`] can promote. Only called when
+    /// [`LeaseChecks::failover`] is declared.
+    fn open_replicated(&mut self) -> Self::S {
+        panic!("open_replicated called on a harness that declares no LeaseChecks::failover")
+    }
+
+    /// Stops the server under `s` hard (no shutdown checkpoint), promotes
+    /// its most advanced synchronous standby, and opens the storage on it.
+    /// The suite drops every part first. Only called when
+    /// [`LeaseChecks::failover`] is declared.
+    fn failover(&mut self, s: Self::S) -> Self::S {
+        let _ = s;
+        panic!("failover called on a harness that declares no LeaseChecks::failover")
+    }
 }
 
 /// The harness of the memory backend, which supports every capability but
@@ -351,7 +427,9 @@ macro_rules! conformance_suite {
                 index_delta, index_base_streamed, index_bad_input, commit_atomic,
                 flush_failure_latches, commit_failure_latches, shards_sixteen,
                 shard_open_twice, reopen_hundred, calls_after_close,
-                lock_outlives_storage, model_random;
+                lock_outlives_storage, model_random,
+                lease_second_owner_refused, lease_takeover_fences, lease_takeover_after_death,
+                lease_connection_killed_mid_flush, failover_keeps_acknowledged;
                 lock_outlives_storage_child);
         }
     };
@@ -414,6 +492,11 @@ pub const CLAUSES: &[&str] = &[
     "calls_after_close",
     "lock_outlives_storage",
     "model_random",
+    "lease_second_owner_refused",
+    "lease_takeover_fences",
+    "lease_takeover_after_death",
+    "lease_connection_killed_mid_flush",
+    "failover_keeps_acknowledged",
     "lock_outlives_storage_child",
 ];
 
@@ -502,10 +585,18 @@ pub fn needs(clause: &str, caps: Capabilities, locks: LockChecks) -> Option<Skip
 /// order: decided from its declarations alone, so the answer does not
 /// depend on which clauses ran.
 pub fn skipped<H: Harness>(h: &H) -> Vec<Skip> {
-    let (caps, locks) = (h.capabilities(), h.lock_checks());
+    let (caps, locks, leases) = (h.capabilities(), h.lock_checks(), h.lease_checks());
     CLAUSES
         .iter()
-        .filter_map(|clause| needs(clause, caps, locks))
+        .filter_map(|&clause| {
+            needs(clause, caps, locks).or_else(|| {
+                lease::lease_needs(clause, leases).map(|reason| Skip {
+                    clause,
+                    part: None,
+                    reason,
+                })
+            })
+        })
         .collect()
 }
 

@@ -1,0 +1,94 @@
+//! Fusee storage backend on PostgreSQL: shards shared by many processes
+//! and machines, each held under a lease with an epoch that every write
+//! checks, so a stale owner writes nothing
+//! ([`fusee_storage::StorageError::Fenced`]); a synchronous standby takes
+//! over on failover.
+//!
+//! ```no_run
+//! use fusee_storage::{LogStore, Storage};
+//! use fusee_storage_postgres::{PgOptions, PgStorage};
+//!
+//! let storage = PgStorage::open(&PgOptions::new("postgresql://fusee@db.internal/app"))?;
+//! let mut p = storage.open_shard(0)?; // takes shard 0's lease
+//! p.log.append(1, b"record")?;
+//! assert_eq!(p.log.flush()?, 1); // one statement, checked against the lease's epoch
+//! # Ok::<(), fusee_storage::StorageError>(())
+//! ```
+//!
+//! # Shape
+//!
+//! - **The run store and the checkpoint are `fusee-storage-kv`'s**
+//!   ([`fusee_storage_kv::KvRuns`], [`fusee_storage_kv::KvCheckpoint`]) over
+//!   this crate's [`fusee_storage_kv::FrameEngine`] and
+//!   [`fusee_storage_kv::IndexEngine`]: frames and index records are rows
+//!   keyed as the layout keys them, a spill or a streamed base is a fenced
+//!   transaction, and a checkpoint commit is one fenced transaction (frames,
+//!   releases, the index change, the commit row).
+//! - **The log is this crate's own** ([`PgLog`]), not
+//!   [`fusee_storage_kv::KvLog`] over a `LogEngine`: the kv log has no split
+//!   flush (its flush is the whole write, on the caller's thread), and here
+//!   the flush is the cost that matters (a round trip to a server, a WAL
+//!   flush and a standby's acknowledgement: hundreds of microseconds) so it
+//!   must overlap the next batch's appends. [`PgLog::begin_flush`] hands the
+//!   batch to a ticket that writes it on the shard's flusher connection, in
+//!   one statement, while the log takes appends. The kv log's spill (writing
+//!   unflushed records early, cut at the next open) is left out: here a
+//!   spill would cost a round trip, and the host flushes every batch.
+//! - **Ownership is a lease per shard** in the `shards` table: an epoch, the
+//!   holder's name and an end judged by the server's clock. Opening a shard
+//!   takes the lease (when it lapsed, or its holder is this storage's own
+//!   owner name) and moves the epoch; a thread renews the leases of open
+//!   shards every third of the lease; dropping a shard's parts releases it.
+//!   Every write names the epoch: the flush's `UPDATE ... WHERE epoch = $e`
+//!   in the same statement as its `INSERT`, other writes' `SELECT ... FOR
+//!   KEY SHARE` first in their transaction, which a takeover's `FOR UPDATE`
+//!   waits for. A write that finds another epoch writes nothing and returns
+//!   `Fenced`; so does every later call on that shard's parts.
+//! - **A lost connection latches the part**: a flush or commit whose
+//!   connection fails may or may not have happened, so the part refuses
+//!   writes (`Latched`) until the shard is reopened, and the reopened log
+//!   is what the server holds: a prefix containing every acknowledged
+//!   record.
+//!
+//! Options ([`PgOptions`]): the URL, the schema, the pool size, the lease,
+//! the synchronous-commit level ([`SyncCommit`], what each promises), the
+//! owner name. Deployment (synchronous standbys, failover with Patroni or
+//! pg_auto_failover, moving shards, what a lease costs in recovery time):
+//! `DEPLOYMENT.md` in this crate.
+//!
+//! # Errors
+//!
+//! The storage vocabulary's: `Fenced` (another owner took the shard over),
+//! `Locked` (another owner's lease is live: open the shard again once it
+//! lapses), `AlreadyOpen` (this storage holds the shard), `NotFound` (no
+//! such database, or no store in the schema with
+//! [`fusee_storage::identity::Create::Never`]), `UnsupportedFormat`
+//! (another schema version), `WrongBackend`, `NotAStore` (a schema with
+//! other tables), `Io` (the connection refused, lost or timed out: the
+//! statement may or may not have run), `Latched`, `Closed`, `Corrupt` (a
+//! value failed its CRC); and [`PgError`] inside `Backend` for a URL that
+//! does not parse, a bad option, a missing right, or another server error.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+mod log;
+mod options;
+mod schema;
+mod shard;
+mod storage;
+
+pub use error::PgError;
+pub use log::{PgLog, STATEMENT_BYTES};
+pub use options::{DEFAULT_URL, PgOptions, SyncCommit};
+pub use schema::{BACKEND, SCHEMA_VERSION};
+pub use shard::PgShard;
+pub use storage::{PgStorage, ServerPids};
+
+/// The backend's run-store part.
+pub type PgRuns = fusee_storage_kv::KvRuns<PgShard>;
+/// The backend's checkpoint part.
+pub type PgCheckpoint = fusee_storage_kv::KvCheckpoint<PgShard>;
+
+/// The names the backend gives its parts and values in errors.
+pub(crate) static NAMES: fusee_storage_kv::Names = fusee_storage_kv::names!("postgres");

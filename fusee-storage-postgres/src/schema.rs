@@ -1,0 +1,283 @@
+//! The schema: its tables, its version, and creating or judging it when a
+//! storage opens.
+//!
+//! # Tables (schema version [`SCHEMA_VERSION`])
+//!
+//! | table | key | columns | holds |
+//! |---|---|---|---|
+//! | `format` | `one` (always true) | `backend text`, `version int4` | which backend and schema version made the store |
+//! | `shards` | `shard` | `epoch int8`, `owner text`, `expires timestamptz`, `log_base int8`, `log_last int8` | the shard's lease (epoch, holder, end by the server's clock) and its log bounds: the LSN before the first record kept, the last flushed LSN |
+//! | `commits` | `shard` | `value bytea` | the last commit: `fusee-storage-kv`'s commit row (store position, index generation and size, checkpoint, CRC) |
+//! | `log` | `shard, lsn` | `value bytea` | log records: CRC-32 of the key `seq_key(shard, lsn)` and the record, then the record ([`fusee_storage_kv::layout`]) |
+//! | `store` | `shard, n` | `value bytea` | run-store frames, framed the same way under `seq_key(shard, n)` |
+//! | `idx` | `shard, generation, run` | `value bytea` | index records with their CRC under `index_key(shard, generation, run)` |
+//!
+//! The values are the bytes `fusee-storage-kv`'s layout defines, and their
+//! CRCs cover the key the columns spell, so a value read under another
+//! shard, LSN, frame or run fails like a changed byte. The log bounds are
+//! two columns rather than the layout's log row: a flush moves `log_last`
+//! and a discard `log_base`, each with its own `UPDATE`, so a flush in
+//! flight on the flusher's connection and a discard on the shard's other
+//! connection never overwrite each other's half.
+//!
+//! # Versions
+//!
+//! | version | change |
+//! |---|---|
+//! | 1 | the tables above |
+//!
+//! A schema of another version is refused at open with
+//! [`fusee_storage::StorageError::UnsupportedFormat`]; a schema holding
+//! tables but no `format` row with [`fusee_storage::StorageError::NotAStore`];
+//! another backend's with [`fusee_storage::StorageError::WrongBackend`].
+
+use fusee_storage::identity::Create;
+use fusee_storage::{Result, StorageError};
+use postgres::Client;
+
+use crate::error::{PgError, map};
+
+/// The schema version this build creates and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The backend's name in the `format` row.
+pub const BACKEND: &str = "postgres";
+
+/// Whether `schema` is a name the storage accepts: lowercase letters,
+/// digits and `_`, not starting with a digit, at most 63 bytes (so it
+/// needs no quoting rules beyond double quotes, and PostgreSQL does not
+/// truncate it).
+pub(crate) fn check_name(schema: &str) -> Result<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && !schema.starts_with(|c: char| c.is_ascii_digit())
+        && schema
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        return Ok(());
+    }
+    Err(PgError::BadOption {
+        option: "schema",
+        why: format!(
+            "{schema:?} is not 1 to 63 lowercase ASCII letters, digits and _, starting with a letter or _"
+        ),
+    }
+    .into())
+}
+
+/// Every statement the storage runs, with the schema's name in place.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) create: String,
+    pub(crate) format: String,
+    pub(crate) tables: String,
+    pub(crate) insert_shard: String,
+    pub(crate) lock_shard: String,
+    pub(crate) take_shard: String,
+    pub(crate) commit_row: String,
+    pub(crate) cleanup: [String; 3],
+    pub(crate) epoch: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) shards: String,
+    pub(crate) flush: String,
+    pub(crate) flush_insert: String,
+    pub(crate) flush_last: String,
+    pub(crate) discard_base: String,
+    pub(crate) discard_log: String,
+    pub(crate) log_scan: String,
+    pub(crate) frames_insert: String,
+    pub(crate) frames_delete: String,
+    pub(crate) frame_get: String,
+    pub(crate) index_upsert: String,
+    pub(crate) index_delete: String,
+    pub(crate) index_clear: String,
+    pub(crate) index_scan: String,
+    pub(crate) commit_put: String,
+}
+
+impl Sql {
+    /// The statements for the store in `schema` (a name [`check_name`]
+    /// accepted).
+    pub(crate) fn new(schema: &str) -> Self {
+        let s = format!("\"{schema}\"");
+        Self {
+            create: format!(
+                "CREATE SCHEMA IF NOT EXISTS {s};
+                 CREATE TABLE {s}.format (one boolean PRIMARY KEY DEFAULT true CHECK (one),
+                     backend text NOT NULL, version int4 NOT NULL);
+                 CREATE TABLE {s}.shards (shard int8 PRIMARY KEY, epoch int8 NOT NULL,
+                     owner text NOT NULL, expires timestamptz NOT NULL,
+                     log_base int8 NOT NULL, log_last int8 NOT NULL);
+                 CREATE TABLE {s}.commits (shard int8 PRIMARY KEY, value bytea NOT NULL);
+                 CREATE TABLE {s}.log (shard int8, lsn int8, value bytea NOT NULL,
+                     PRIMARY KEY (shard, lsn));
+                 CREATE TABLE {s}.store (shard int8, n int8, value bytea NOT NULL,
+                     PRIMARY KEY (shard, n));
+                 CREATE TABLE {s}.idx (shard int8, generation int8, run int8,
+                     value bytea NOT NULL, PRIMARY KEY (shard, generation, run));
+                 INSERT INTO {s}.format (backend, version) VALUES ('{BACKEND}', {SCHEMA_VERSION});"
+            ),
+            format: format!("SELECT backend, version FROM {s}.format"),
+            tables: "SELECT count(*) FROM pg_tables WHERE schemaname = $1".to_owned(),
+            insert_shard: format!(
+                "INSERT INTO {s}.shards (shard, epoch, owner, expires, log_base, log_last)
+                 VALUES ($1, 0, '', '-infinity', 0, 0) ON CONFLICT (shard) DO NOTHING"
+            ),
+            // FOR UPDATE conflicts with the FOR KEY SHARE every fenced
+            // write of the previous owner holds: the takeover waits for
+            // those in flight, and any later one sees the new epoch.
+            lock_shard: format!(
+                "SELECT epoch, owner, expires > now(), log_base, log_last, expires::text
+                 FROM {s}.shards WHERE shard = $1 FOR UPDATE"
+            ),
+            take_shard: format!(
+                "UPDATE {s}.shards SET epoch = epoch + 1, owner = $2,
+                 expires = now() + make_interval(secs => $3) WHERE shard = $1 RETURNING epoch"
+            ),
+            commit_row: format!("SELECT value FROM {s}.commits WHERE shard = $1"),
+            cleanup: [
+                format!("DELETE FROM {s}.store WHERE shard = $1 AND n >= $2"),
+                format!("DELETE FROM {s}.idx WHERE shard = $1 AND generation <> $2"),
+                format!("DELETE FROM {s}.log WHERE shard = $1 AND lsn > $2"),
+            ],
+            epoch: format!("SELECT epoch FROM {s}.shards WHERE shard = $1 FOR KEY SHARE"),
+            renew: format!(
+                "UPDATE {s}.shards AS s SET expires = now() + make_interval(secs => $3)
+                 FROM unnest($1::int8[], $2::int8[]) AS o(shard, epoch)
+                 WHERE s.shard = o.shard AND s.epoch = o.epoch RETURNING s.shard"
+            ),
+            release: format!(
+                "UPDATE {s}.shards SET expires = '-infinity' WHERE shard = $1 AND epoch = $2"
+            ),
+            shards: format!("SELECT shard FROM {s}.shards ORDER BY shard"),
+            // The flush: one statement, so one round trip and its own
+            // transaction. The UPDATE finds the row only under this
+            // owner's epoch (re-checked after any lock wait, so a takeover
+            // that committed first leaves it nothing), and the INSERT
+            // joins its result: a stale owner writes no record and moves
+            // no bound, and learns it from the row count.
+            flush: format!(
+                "WITH s AS (UPDATE {s}.shards SET log_last = $3
+                            WHERE shard = $1 AND epoch = $2 RETURNING shard)
+                 INSERT INTO {s}.log (shard, lsn, value)
+                 SELECT s.shard, x.lsn, x.value
+                 FROM s, unnest($4::int8[], $5::bytea[]) AS x(lsn, value)"
+            ),
+            flush_insert: format!(
+                "INSERT INTO {s}.log (shard, lsn, value)
+                 SELECT $1, x.lsn, x.value FROM unnest($2::int8[], $3::bytea[]) AS x(lsn, value)"
+            ),
+            flush_last: format!("UPDATE {s}.shards SET log_last = $2 WHERE shard = $1"),
+            discard_base: format!(
+                "UPDATE {s}.shards SET log_base = greatest(log_base, $2) WHERE shard = $1"
+            ),
+            discard_log: format!("DELETE FROM {s}.log WHERE shard = $1 AND lsn <= $2"),
+            log_scan: format!(
+                "SELECT lsn, value FROM {s}.log WHERE shard = $1 AND lsn >= $2 AND lsn <= $3
+                 ORDER BY lsn"
+            ),
+            frames_insert: format!(
+                "INSERT INTO {s}.store (shard, n, value)
+                 SELECT $1, x.n, x.value FROM unnest($2::int8[], $3::bytea[]) AS x(n, value)
+                 ON CONFLICT (shard, n) DO UPDATE SET value = EXCLUDED.value"
+            ),
+            frames_delete: format!("DELETE FROM {s}.store WHERE shard = $1 AND n = ANY($2)"),
+            frame_get: format!("SELECT value FROM {s}.store WHERE shard = $1 AND n = $2"),
+            // `xmax = 0` on a returned row: it was inserted, not updated,
+            // which keeps the index's record count exact without a lookup
+            // per record.
+            index_upsert: format!(
+                "INSERT INTO {s}.idx (shard, generation, run, value)
+                 SELECT $1, $2, x.run, x.value FROM unnest($3::int8[], $4::bytea[]) AS x(run, value)
+                 ON CONFLICT (shard, generation, run) DO UPDATE SET value = EXCLUDED.value
+                 RETURNING xmax = 0"
+            ),
+            index_delete: format!(
+                "DELETE FROM {s}.idx WHERE shard = $1 AND generation = $2 AND run = ANY($3)"
+            ),
+            index_clear: format!("DELETE FROM {s}.idx WHERE shard = $1 AND generation = $2"),
+            index_scan: format!(
+                "SELECT run, value FROM {s}.idx WHERE shard = $1 AND generation = $2 AND run >= $3
+                 ORDER BY run LIMIT $4"
+            ),
+            commit_put: format!(
+                "INSERT INTO {s}.commits (shard, value) VALUES ($1, $2)
+                 ON CONFLICT (shard) DO UPDATE SET value = EXCLUDED.value"
+            ),
+        }
+    }
+}
+
+/// Creates the store's schema when it is missing (and `create` allows),
+/// or judges the one there: this version's is `Ok`, another version's
+/// `UnsupportedFormat`, another backend's `WrongBackend`, a schema with
+/// other tables `NotAStore`. Serialised with any other process opening the
+/// same schema by an advisory lock, so two first opens create it once.
+pub(crate) fn prepare(
+    client: &mut Client,
+    schema: &str,
+    sql: &Sql,
+    create: Create,
+    place: &str,
+) -> Result<()> {
+    let doing = "preparing the schema";
+    let err = |e: postgres::Error| map(&e, doing, place);
+    let mut tx = client.transaction().map_err(err)?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('fusee-storage-postgres'), hashtext($1))",
+        &[&schema],
+    )
+    .map_err(err)?;
+    let format = tx
+        .query_one(
+            "SELECT to_regclass(quote_ident($1) || '.format') IS NOT NULL",
+            &[&schema],
+        )
+        .map_err(err)?;
+    if format.try_get::<_, bool>(0).map_err(err)? {
+        let rows = tx.query(sql.format.as_str(), &[]).map_err(err)?;
+        let Some(row) = rows.first() else {
+            return Err(StorageError::NotAStore {
+                path: place.to_owned(),
+                why: "the schema's format table is empty",
+            });
+        };
+        let backend: String = row.try_get(0).map_err(err)?;
+        let version: i32 = row.try_get(1).map_err(err)?;
+        if backend != BACKEND {
+            return Err(StorageError::WrongBackend {
+                path: place.to_owned(),
+                found: backend,
+                expected: BACKEND,
+            });
+        }
+        let found = u32::try_from(version).unwrap_or(u32::MAX);
+        if found != SCHEMA_VERSION {
+            return Err(StorageError::UnsupportedFormat {
+                file: place.to_owned(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        return Ok(());
+    }
+    let tables: i64 = tx
+        .query_one(sql.tables.as_str(), &[&schema])
+        .and_then(|r| r.try_get(0))
+        .map_err(err)?;
+    if tables > 0 {
+        return Err(StorageError::NotAStore {
+            path: place.to_owned(),
+            why: "the schema holds tables but no Fusee format table",
+        });
+    }
+    if create == Create::Never {
+        return Err(StorageError::NotFound {
+            path: place.to_owned(),
+        });
+    }
+    tx.batch_execute(&sql.create).map_err(err)?;
+    tx.commit().map_err(err)
+}

@@ -37,6 +37,7 @@ pub mod sim;
 pub mod slot;
 pub mod storage;
 pub mod store;
+pub mod verify;
 
 pub use error::FileError;
 pub use shared::{Create, DEFAULT_SEGMENT_BYTES, FileOptions, FlushMethod, OPEN_SEGMENT_BYTES};

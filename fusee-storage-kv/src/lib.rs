@@ -79,6 +79,7 @@ pub mod runs;
 pub mod store_dir;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod verify;
 
 pub use checkpoint::{Base, IndexEngine, IndexWrite, KvCheckpoint};
 pub use handle::{ShardHandle, Shared};

@@ -188,6 +188,7 @@ pub mod layout;
 pub mod log;
 pub mod runs;
 mod storage;
+pub mod verify;
 
 pub use checkpoint::RedbCheckpoint;
 pub use error::RedbError;

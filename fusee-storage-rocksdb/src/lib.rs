@@ -166,6 +166,7 @@ pub mod log;
 pub mod options;
 pub mod runs;
 mod storage;
+pub mod verify;
 
 pub use checkpoint::RocksCheckpoint;
 pub use error::RocksError;

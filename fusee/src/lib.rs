@@ -91,6 +91,7 @@ pub mod config;
 mod ctx;
 mod engine;
 mod error;
+pub mod inspect;
 mod metrics;
 mod registry;
 mod retry;

@@ -1,0 +1,884 @@
+//! A run's journal as JSON: the documented, versioned format of
+//! `fusee show --json`, which round-trips every record exactly (what the
+//! test kit's replay tests read).
+//!
+//! # Format `fusee-journal`, version 1
+//!
+//! ```json
+//! {
+//!   "format": "fusee-journal",
+//!   "version": 1,
+//!   "shard": 0, "run": 3, "id": "order-42", "workflow": "checkout",
+//!   "state": "ok", "complete": true,
+//!   "records": [
+//!     {"kind": "Start", "run": 3, "id": "order-42", ...},
+//!     {"kind": "Step", "run": 3, "seq": 1, "name": "charge", "attempt": 1,
+//!      "status": "ok", "payload": {"json": "charged"}}
+//!   ]
+//! }
+//! ```
+//!
+//! `state` is the run's state as `fusee runs` names it; `complete` is false
+//! for a finished run whose stored frame keeps only its `Start` and `Done`.
+//! A reader takes `records` and may ignore every other top-level field.
+//!
+//! Each record is an object with `kind` (the variant name of
+//! `fusee_core::record::Record`: `Start`, `Step`, ... `Done`) and the
+//! variant's fields under their Rust names, in any order. Values:
+//!
+//! | field type | JSON |
+//! |---|---|
+//! | integers (`run`, `seq`, `attempt`, times, `dedup`, `ordinal`, `version`, `codec`, `policy`, `flags`, `kind` of a `Value`, `copies`) | a number (exact: up to 2^64 - 1) |
+//! | strings (names, IDs, types) | a string |
+//! | bytes (payloads, inputs, errors, `by`, `reason`) | `{"json": v}` when the bytes are exactly the compact JSON text of `v` (as `serde_json` writes it), else `{"hex": "..."}` (lower-case, two digits a byte) |
+//! | `status` | `ok`, `failed`, `cancelled`, `timed-out`, `terminated`, `continued-as-new`, `reset` |
+//! | options (`parent`, `from`, `update`, `meta`, `by`, `caller`) | `null`, or the value |
+//! | `parent`, `caller` | `{"shard", "run", "seq"}` |
+//! | `from` | `{"run", "cause"}` |
+//! | `update` | `{"id", "name", "payload"}` |
+//! | `meta` | `{"attributes", "memo"}` (bytes) |
+//! | `outcome` (of `Waited`) | `{"signal": ordinal}`, `"timed-out"` or `"abandoned"` |
+//!
+//! [`from_json`] of [`to_json`]'s output is the same records, so the same
+//! canonical bytes. A later version may add fields; it changes `version`
+//! when a reader of this one would misread it.
+
+use std::fmt::Write as _;
+
+use fusee_core::record::{
+    Name, Origin, ParentRef, Payload, Record, RecordBuf, StartMeta, StartUpdate, Status,
+    WaitOutcome,
+};
+use serde_json::{Map, Value, json};
+
+use super::{RunJournal, status_name, status_of};
+
+/// The `format` field's value.
+pub const FORMAT: &str = "fusee-journal";
+/// The version this module writes and reads.
+pub const VERSION: u64 = 1;
+
+/// Why [`from_json`] refused a document.
+#[derive(Debug, thiserror::Error)]
+#[error("journal JSON{}: {why}", record.map(|i| format!(", record {i}")).unwrap_or_default())]
+pub struct JournalError {
+    /// The record (index in `records`) at fault, if one is.
+    pub record: Option<usize>,
+    /// What is wrong.
+    pub why: String,
+}
+
+fn err(record: Option<usize>, why: impl Into<String>) -> JournalError {
+    JournalError {
+        record,
+        why: why.into(),
+    }
+}
+
+/// The journal document of `journal` (see the [module docs](self)).
+pub fn to_json(journal: &RunJournal) -> Value {
+    let s = &journal.summary;
+    json!({
+        "format": FORMAT,
+        "version": VERSION,
+        "shard": s.shard,
+        "run": s.run,
+        "id": s.id,
+        "workflow": s.workflow,
+        "state": s.state.name(),
+        "complete": journal.complete,
+        "records": journal.records.iter().map(record_to_json).collect::<Vec<_>>(),
+    })
+}
+
+/// The records of a journal document (any document with `format`
+/// `fusee-journal` and `version` 1).
+pub fn from_json(doc: &Value) -> Result<Vec<RecordBuf>, JournalError> {
+    if doc.get("format").and_then(Value::as_str) != Some(FORMAT) {
+        return Err(err(None, format!("`format` is not {FORMAT:?}")));
+    }
+    match doc.get("version").and_then(Value::as_u64) {
+        Some(VERSION) => {}
+        other => {
+            return Err(err(
+                None,
+                format!("version {other:?}; this build reads version {VERSION}"),
+            ));
+        }
+    }
+    let records = doc
+        .get("records")
+        .and_then(Value::as_array)
+        .ok_or_else(|| err(None, "`records` is not an array"))?;
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| record_from_json(r).map_err(|why| err(Some(i), why)))
+        .collect()
+}
+
+/// Bytes as the format writes them: `{"json": v}` when they are exactly
+/// `v`'s compact JSON text, else `{"hex": ...}`.
+pub fn bytes_to_json(b: &[u8]) -> Value {
+    if let Ok(v) = serde_json::from_slice::<Value>(b)
+        && serde_json::to_vec(&v).is_ok_and(|again| again == b)
+    {
+        return json!({ "json": v });
+    }
+    json!({ "hex": hex(b) })
+}
+
+/// Lower-case hex, two digits a byte.
+pub fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for byte in b {
+        let _ = write!(s, "{byte:02x}");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) {
+        return Err("hex of an odd length".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| format!("not hex: {s:?}"))
+        })
+        .collect()
+}
+
+fn bytes_from_json(v: &Value) -> Result<Payload, String> {
+    if let Some(j) = v.get("json") {
+        return serde_json::to_vec(j)
+            .map(Payload::from)
+            .map_err(|e| e.to_string());
+    }
+    match v.get("hex").and_then(Value::as_str) {
+        Some(h) => unhex(h).map(Payload::from),
+        None => Err(format!(
+            "bytes are neither {{\"json\"}} nor {{\"hex\"}}: {v}"
+        )),
+    }
+}
+
+fn parent_json(p: &ParentRef) -> Value {
+    json!({"shard": p.shard, "run": p.run, "seq": p.seq})
+}
+
+fn opt<T>(v: Option<&T>, f: impl Fn(&T) -> Value) -> Value {
+    v.map_or(Value::Null, f)
+}
+
+/// One record as the format writes it.
+pub fn record_to_json(rec: &RecordBuf) -> Value {
+    let b = |x: &Payload| bytes_to_json(x);
+    let st = |s: &Status| Value::from(status_name(*s));
+    let mut v = match rec {
+        Record::Start {
+            run,
+            id,
+            wtype,
+            version,
+            codec,
+            started_ms,
+            deadline_ms,
+            parent,
+            policy,
+            from,
+            copies,
+            update,
+            input,
+            meta,
+        } => json!({
+            "run": run, "id": &**id, "wtype": &**wtype, "version": version, "codec": codec,
+            "started_ms": started_ms, "deadline_ms": deadline_ms,
+            "parent": opt(parent.as_ref(), parent_json), "policy": policy,
+            "from": opt(from.as_ref(), |o: &Origin| json!({"run": o.run, "cause": o.cause})),
+            "copies": copies,
+            "update": opt(update.as_deref(), |u: &StartUpdate<Name, Payload>|
+                json!({"id": &*u.id, "name": &*u.name, "payload": b(&u.payload)})),
+            "input": b(input),
+            "meta": opt(meta.as_deref(), |m: &StartMeta<Payload>|
+                json!({"attributes": b(&m.attributes), "memo": b(&m.memo)})),
+        }),
+        Record::Step {
+            run,
+            seq,
+            name,
+            attempt,
+            status,
+            payload,
+        } => json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
+            "status": st(status), "payload": b(payload)}),
+        Record::Attempt {
+            run,
+            seq,
+            name,
+            attempt,
+            retry_at_ms,
+            error,
+        } => json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
+            "retry_at_ms": retry_at_ms, "error": b(error)}),
+        Record::Resume { run, seq }
+        | Record::Fired { run, seq }
+        | Record::StreamEnd { run, seq } => json!({"run": run, "seq": seq}),
+        Record::Timer {
+            run,
+            seq,
+            name,
+            fire_at_ms,
+        } => json!({"run": run, "seq": seq, "name": &**name, "fire_at_ms": fire_at_ms}),
+        Record::Signal {
+            run,
+            name,
+            dedup,
+            payload,
+            by,
+        } => json!({"run": run, "name": &**name, "dedup": dedup, "payload": b(payload),
+            "by": opt(by.as_ref(), b)}),
+        Record::Wait {
+            run,
+            seq,
+            name,
+            deadline_ms,
+        } => json!({"run": run, "seq": seq, "name": &**name, "deadline_ms": deadline_ms}),
+        Record::Waited { run, seq, outcome } => {
+            let outcome = match outcome {
+                WaitOutcome::Signal(o) => json!({ "signal": o }),
+                WaitOutcome::TimedOut => json!("timed-out"),
+                WaitOutcome::Abandoned => json!("abandoned"),
+            };
+            json!({"run": run, "seq": seq, "outcome": outcome})
+        }
+        Record::Value {
+            run,
+            seq,
+            kind,
+            value,
+        } => json!({"run": run, "seq": seq, "kind": kind, "value": b(value)}),
+        Record::Child {
+            run,
+            seq,
+            wtype,
+            id,
+            flags,
+            deadline_ms,
+            input,
+        } => json!({"run": run, "seq": seq, "wtype": &**wtype, "id": &**id, "flags": flags,
+            "deadline_ms": deadline_ms, "input": b(input)}),
+        Record::ChildDone {
+            run,
+            seq,
+            status,
+            payload,
+        } => json!({"run": run, "seq": seq, "status": st(status), "payload": b(payload)}),
+        Record::Send {
+            run,
+            seq,
+            target,
+            name,
+            payload,
+        } => json!({"run": run, "seq": seq, "target": &**target, "name": &**name,
+            "payload": b(payload)}),
+        Record::Cancel { run, reason, by } => {
+            json!({"run": run, "reason": b(reason), "by": opt(by.as_ref(), b)})
+        }
+        Record::Update {
+            run,
+            id,
+            name,
+            payload,
+            caller,
+        } => json!({"run": run, "id": &**id, "name": &**name, "payload": b(payload),
+            "caller": opt(caller.as_ref(), parent_json)}),
+        Record::UpdateDone {
+            run,
+            ordinal,
+            status,
+            payload,
+        } => json!({"run": run, "ordinal": ordinal, "status": st(status), "payload": b(payload)}),
+        Record::Heartbeat {
+            run,
+            seq,
+            attempt,
+            payload,
+        } => json!({"run": run, "seq": seq, "attempt": attempt, "payload": b(payload)}),
+        Record::Patch { run, seq, id } => json!({"run": run, "seq": seq, "id": &**id}),
+        Record::Awaiting {
+            run,
+            seq,
+            name,
+            attempt,
+        } => json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt}),
+        Record::Completed {
+            run,
+            seq,
+            attempt,
+            status,
+            payload,
+        } => json!({"run": run, "seq": seq, "attempt": attempt, "status": st(status),
+            "payload": b(payload)}),
+        Record::Attributes { run, payload } => json!({"run": run, "payload": b(payload)}),
+        Record::Chunk { run, seq, payload } => {
+            json!({"run": run, "seq": seq, "payload": b(payload)})
+        }
+        Record::Done {
+            run,
+            status,
+            finished_ms,
+            payload,
+            by,
+        } => json!({"run": run, "status": st(status), "finished_ms": finished_ms,
+            "payload": b(payload), "by": opt(by.as_ref(), b)}),
+    };
+    if let Value::Object(map) = &mut v {
+        // `kind` first, for people reading the file.
+        let mut with_kind = Map::new();
+        with_kind.insert("kind".into(), Value::from(rec.kind_name()));
+        with_kind.append(map);
+        return Value::Object(with_kind);
+    }
+    v
+}
+
+/// Reads a record's fields, each error naming the field.
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl Fields<'_> {
+    fn get(&self, f: &str) -> Result<&Value, String> {
+        self.0.get(f).ok_or_else(|| format!("field `{f}` missing"))
+    }
+
+    fn u64(&self, f: &str) -> Result<u64, String> {
+        self.get(f)?
+            .as_u64()
+            .ok_or_else(|| format!("field `{f}` is not an unsigned integer"))
+    }
+
+    fn u32(&self, f: &str) -> Result<u32, String> {
+        u32::try_from(self.u64(f)?).map_err(|_| format!("field `{f}` does not fit 32 bits"))
+    }
+
+    fn u8(&self, f: &str) -> Result<u8, String> {
+        u8::try_from(self.u64(f)?).map_err(|_| format!("field `{f}` does not fit a byte"))
+    }
+
+    fn name(&self, f: &str) -> Result<Name, String> {
+        self.get(f)?
+            .as_str()
+            .map(Name::from)
+            .ok_or_else(|| format!("field `{f}` is not a string"))
+    }
+
+    fn bytes(&self, f: &str) -> Result<Payload, String> {
+        bytes_from_json(self.get(f)?).map_err(|e| format!("field `{f}`: {e}"))
+    }
+
+    fn status(&self, f: &str) -> Result<Status, String> {
+        let v = self.get(f)?;
+        v.as_str()
+            .and_then(status_of)
+            .ok_or_else(|| format!("field `{f}` is not a status: {v}"))
+    }
+
+    /// An optional field: `null` (or absent) is `None`.
+    fn opt<T>(
+        &self,
+        f: &str,
+        read: impl FnOnce(Fields<'_>) -> Result<T, String>,
+    ) -> Result<Option<T>, String> {
+        match self.0.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => read(Fields(m))
+                .map(Some)
+                .map_err(|e| format!("field `{f}`: {e}")),
+            Some(other) => Err(format!("field `{f}` is not an object: {other}")),
+        }
+    }
+
+    fn opt_bytes(&self, f: &str) -> Result<Option<Payload>, String> {
+        match self.0.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => bytes_from_json(v)
+                .map(Some)
+                .map_err(|e| format!("field `{f}`: {e}")),
+        }
+    }
+
+    fn parent(&self, f: &str) -> Result<Option<ParentRef>, String> {
+        self.opt(f, |p| {
+            Ok(ParentRef {
+                shard: p.u32("shard")?,
+                run: p.u64("run")?,
+                seq: p.u32("seq")?,
+            })
+        })
+    }
+}
+
+/// One record from the format (the inverse of [`record_to_json`]).
+pub fn record_from_json(v: &Value) -> Result<RecordBuf, String> {
+    let map = v.as_object().ok_or("a record is not an object")?;
+    let f = Fields(map);
+    let kind = map
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("field `kind` missing")?;
+    let run = f.u64("run")?;
+    Ok(match kind {
+        "Start" => Record::Start {
+            run,
+            id: f.name("id")?,
+            wtype: f.name("wtype")?,
+            version: f.u32("version")?,
+            codec: f.u8("codec")?,
+            started_ms: f.u64("started_ms")?,
+            deadline_ms: f.u64("deadline_ms")?,
+            parent: f.parent("parent")?,
+            policy: f.u8("policy")?,
+            from: f.opt("from", |o| {
+                Ok(Origin {
+                    run: o.u64("run")?,
+                    cause: o.u8("cause")?,
+                })
+            })?,
+            copies: f.u32("copies")?,
+            update: f
+                .opt("update", |u| {
+                    Ok(StartUpdate {
+                        id: u.name("id")?,
+                        name: u.name("name")?,
+                        payload: u.bytes("payload")?,
+                    })
+                })?
+                .map(Box::new),
+            input: f.bytes("input")?,
+            meta: f
+                .opt("meta", |m| {
+                    Ok(StartMeta {
+                        attributes: m.bytes("attributes")?,
+                        memo: m.bytes("memo")?,
+                    })
+                })?
+                .map(Box::new),
+        },
+        "Step" => Record::Step {
+            run,
+            seq: f.u32("seq")?,
+            name: f.name("name")?,
+            attempt: f.u32("attempt")?,
+            status: f.status("status")?,
+            payload: f.bytes("payload")?,
+        },
+        "Attempt" => Record::Attempt {
+            run,
+            seq: f.u32("seq")?,
+            name: f.name("name")?,
+            attempt: f.u32("attempt")?,
+            retry_at_ms: f.u64("retry_at_ms")?,
+            error: f.bytes("error")?,
+        },
+        "Resume" => Record::Resume {
+            run,
+            seq: f.u32("seq")?,
+        },
+        "Timer" => Record::Timer {
+            run,
+            seq: f.u32("seq")?,
+            name: f.name("name")?,
+            fire_at_ms: f.u64("fire_at_ms")?,
+        },
+        "Fired" => Record::Fired {
+            run,
+            seq: f.u32("seq")?,
+        },
+        "Signal" => Record::Signal {
+            run,
+            name: f.name("name")?,
+            dedup: f.u64("dedup")?,
+            payload: f.bytes("payload")?,
+            by: f.opt_bytes("by")?,
+        },
+        "Wait" => Record::Wait {
+            run,
+            seq: f.u32("seq")?,
+            name: f.name("name")?,
+            deadline_ms: f.u64("deadline_ms")?,
+        },
+        "Waited" => Record::Waited {
+            run,
+            seq: f.u32("seq")?,
+            outcome: match f.get("outcome")? {
+                Value::String(s) if s == "timed-out" => WaitOutcome::TimedOut,
+                Value::String(s) if s == "abandoned" => WaitOutcome::Abandoned,
+                Value::Object(m) => WaitOutcome::Signal(Fields(m).u64("signal")?),
+                other => return Err(format!("field `outcome` is not an outcome: {other}")),
+            },
+        },
+        "Value" => Record::Value {
+            run,
+            seq: f.u32("seq")?,
+            kind: f.u8("kind")?,
+            value: f.bytes("value")?,
+        },
+        "Child" => Record::Child {
+            run,
+            seq: f.u32("seq")?,
+            wtype: f.name("wtype")?,
+            id: f.name("id")?,
+            flags: f.u8("flags")?,
+            deadline_ms: f.u64("deadline_ms")?,
+            input: f.bytes("input")?,
+        },
+        "ChildDone" => Record::ChildDone {
+            run,
+            seq: f.u32("seq")?,
+            status: f.status("status")?,
+            payload: f.bytes("payload")?,
+        },
+        "Send" => Record::Send {
+            run,
+            seq: f.u32("seq")?,
+            target: f.name("target")?,
+            name: f.name("name")?,
+            payload: f.bytes("payload")?,
+        },
+        "Cancel" => Record::Cancel {
+            run,
+            reason: f.bytes("reason")?,
+            by: f.opt_bytes("by")?,
+        },
+        "Update" => Record::Update {
+            run,
+            id: f.name("id")?,
+            name: f.name("name")?,
+            payload: f.bytes("payload")?,
+            caller: f.parent("caller")?,
+        },
+        "UpdateDone" => Record::UpdateDone {
+            run,
+            ordinal: f.u64("ordinal")?,
+            status: f.status("status")?,
+            payload: f.bytes("payload")?,
+        },
+        "Heartbeat" => Record::Heartbeat {
+            run,
+            seq: f.u32("seq")?,
+            attempt: f.u32("attempt")?,
+            payload: f.bytes("payload")?,
+        },
+        "Patch" => Record::Patch {
+            run,
+            seq: f.u32("seq")?,
+            id: f.name("id")?,
+        },
+        "Awaiting" => Record::Awaiting {
+            run,
+            seq: f.u32("seq")?,
+            name: f.name("name")?,
+            attempt: f.u32("attempt")?,
+        },
+        "Completed" => Record::Completed {
+            run,
+            seq: f.u32("seq")?,
+            attempt: f.u32("attempt")?,
+            status: f.status("status")?,
+            payload: f.bytes("payload")?,
+        },
+        "Attributes" => Record::Attributes {
+            run,
+            payload: f.bytes("payload")?,
+        },
+        "Chunk" => Record::Chunk {
+            run,
+            seq: f.u32("seq")?,
+            payload: f.bytes("payload")?,
+        },
+        "StreamEnd" => Record::StreamEnd {
+            run,
+            seq: f.u32("seq")?,
+        },
+        "Done" => Record::Done {
+            run,
+            status: f.status("status")?,
+            finished_ms: f.u64("finished_ms")?,
+            payload: f.bytes("payload")?,
+            by: f.opt_bytes("by")?,
+        },
+        other => return Err(format!("unknown record kind {other:?}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use fusee_core::record::{PAUSED, encode_canonical};
+
+    use super::*;
+
+    fn p(b: &[u8]) -> Payload {
+        Payload::from(b)
+    }
+
+    fn n(s: &str) -> Name {
+        Name::from(s)
+    }
+
+    /// One record of every kind, with every option both ways and payloads
+    /// that are JSON, not quite JSON (spaces) and not UTF-8.
+    fn every_kind() -> Vec<RecordBuf> {
+        let parent = Some(ParentRef {
+            shard: 3,
+            run: 9,
+            seq: 2,
+        });
+        vec![
+            Record::Start {
+                run: 1,
+                id: n("id"),
+                wtype: n("w"),
+                version: 7,
+                codec: 1,
+                started_ms: 1_700_000_000_000,
+                deadline_ms: 0,
+                parent,
+                policy: 0b1_0110,
+                from: Some(Origin { run: 4, cause: 1 }),
+                copies: 2,
+                update: Some(Box::new(StartUpdate {
+                    id: n("u"),
+                    name: n("h"),
+                    payload: p(b"{\"a\":1}"),
+                })),
+                input: p(b"{\"id\":42,\"cents\":1999}"),
+                meta: Some(Box::new(StartMeta {
+                    attributes: p(b"[1,2]"),
+                    memo: p(&[0xff, 0]),
+                })),
+            },
+            Record::Start {
+                run: 2,
+                id: n(""),
+                wtype: n("w"),
+                version: 0,
+                codec: 0,
+                started_ms: 0,
+                deadline_ms: u64::MAX,
+                parent: None,
+                policy: 0,
+                from: None,
+                copies: 0,
+                update: None,
+                input: p(b""),
+                meta: None,
+            },
+            Record::Step {
+                run: 1,
+                seq: 1,
+                name: n("charge"),
+                attempt: 1,
+                status: Status::Ok,
+                payload: p(b"\"charged\""),
+            },
+            Record::Attempt {
+                run: 1,
+                seq: 2,
+                name: n("s"),
+                attempt: 3,
+                retry_at_ms: PAUSED,
+                error: p(b"{ \"spaced\": true }"),
+            },
+            Record::Resume { run: 1, seq: 2 },
+            Record::Timer {
+                run: 1,
+                seq: 3,
+                name: n("t"),
+                fire_at_ms: 5,
+            },
+            Record::Fired { run: 1, seq: 3 },
+            Record::Signal {
+                run: 1,
+                name: n("approved"),
+                dedup: u64::MAX,
+                payload: p(b"true"),
+                by: Some(p(b"ops")),
+            },
+            Record::Signal {
+                run: 1,
+                name: n("x"),
+                dedup: 0,
+                payload: p(b"1.5"),
+                by: None,
+            },
+            Record::Wait {
+                run: 1,
+                seq: 4,
+                name: n("approved"),
+                deadline_ms: 9,
+            },
+            Record::Waited {
+                run: 1,
+                seq: 4,
+                outcome: WaitOutcome::Signal(0),
+            },
+            Record::Waited {
+                run: 1,
+                seq: 5,
+                outcome: WaitOutcome::TimedOut,
+            },
+            Record::Waited {
+                run: 1,
+                seq: 6,
+                outcome: WaitOutcome::Abandoned,
+            },
+            Record::Value {
+                run: 1,
+                seq: 7,
+                kind: 2,
+                value: p(&[1, 2, 3]),
+            },
+            Record::Child {
+                run: 1,
+                seq: 8,
+                wtype: n("c"),
+                id: n("cid"),
+                flags: 12,
+                deadline_ms: 3,
+                input: p(b"null"),
+            },
+            Record::ChildDone {
+                run: 1,
+                seq: 8,
+                status: Status::Terminated,
+                payload: p(b""),
+            },
+            Record::Send {
+                run: 1,
+                seq: 9,
+                target: n("other"),
+                name: n("fusee.cancel"),
+                payload: p(b"{}"),
+            },
+            Record::Cancel {
+                run: 1,
+                reason: p(b"why"),
+                by: Some(p(b"")),
+            },
+            Record::Update {
+                run: 1,
+                id: n("u1"),
+                name: n("h"),
+                payload: p(b"[]"),
+                caller: parent,
+            },
+            Record::UpdateDone {
+                run: 1,
+                ordinal: 0,
+                status: Status::Reset,
+                payload: p(b"0"),
+            },
+            Record::Heartbeat {
+                run: 1,
+                seq: 10,
+                attempt: 1,
+                payload: p(b"-0"),
+            },
+            Record::Patch {
+                run: 1,
+                seq: 11,
+                id: n("v2"),
+            },
+            Record::Awaiting {
+                run: 1,
+                seq: 12,
+                name: n("a"),
+                attempt: 2,
+            },
+            Record::Completed {
+                run: 1,
+                seq: 12,
+                attempt: 2,
+                status: Status::ContinuedAsNew,
+                payload: p(b"1e5"),
+            },
+            Record::Attributes {
+                run: 1,
+                payload: p(b"{\"b\":1,\"a\":2}"),
+            },
+            Record::Chunk {
+                run: 1,
+                seq: 13,
+                payload: p("é".as_bytes()),
+            },
+            Record::StreamEnd { run: 1, seq: 13 },
+            Record::Done {
+                run: 1,
+                status: Status::TimedOut,
+                finished_ms: 11,
+                payload: p(b"\"done\""),
+                by: Some(p(b"deadline")),
+            },
+            Record::Done {
+                run: (1 << 48) - 1,
+                status: Status::Cancelled,
+                finished_ms: 0,
+                payload: p(b""),
+                by: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips_to_the_same_canonical_bytes() {
+        let records = every_kind();
+        let kinds: std::collections::BTreeSet<u8> = records.iter().map(|r| r.kind()).collect();
+        assert_eq!(kinds.len(), 24, "every record kind is covered");
+        for rec in &records {
+            let v = record_to_json(rec);
+            // Through text, as a file would carry it.
+            let text = serde_json::to_string_pretty(&v).expect("serialises");
+            let back: Value = serde_json::from_str(&text).expect("parses");
+            let again = record_from_json(&back).unwrap_or_else(|e| panic!("{rec:?}: {e}"));
+            assert_eq!(&again, rec);
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            encode_canonical(rec, &mut a);
+            encode_canonical(&again, &mut b);
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn payloads_are_json_only_when_exact() {
+        assert_eq!(bytes_to_json(b"{\"a\":1}"), json!({"json": {"a": 1}}));
+        assert_eq!(
+            bytes_to_json(b"{ \"a\": 1 }"),
+            json!({"hex": hex(b"{ \"a\": 1 }")})
+        );
+        // Keys out of order would come back sorted: not exact.
+        assert!(bytes_to_json(b"{\"b\":1,\"a\":2}").get("hex").is_some());
+        assert_eq!(bytes_to_json(&[0xff]), json!({"hex": "ff"}));
+        assert_eq!(bytes_to_json(b""), json!({"hex": ""}));
+    }
+
+    #[test]
+    fn bad_documents_are_named_errors() {
+        assert!(from_json(&json!({"format": "x", "version": 1, "records": []})).is_err());
+        assert!(from_json(&json!({"format": FORMAT, "version": 2, "records": []})).is_err());
+        let e = from_json(&json!({"format": FORMAT, "version": 1,
+            "records": [{"kind": "Fired", "run": 1}]}))
+        .expect_err("seq missing");
+        assert_eq!(e.record, Some(0));
+        assert!(e.why.contains("seq"), "{e}");
+        assert!(record_from_json(&json!({"kind": "Nope", "run": 1})).is_err());
+        assert!(
+            record_from_json(&json!({"kind": "Step", "run": 1, "seq": 1, "name": "a",
+            "attempt": 1, "status": "fine", "payload": {"hex": ""}}))
+            .is_err()
+        );
+        assert!(record_from_json(&json!({"kind": "Fired", "run": 1, "seq": 1u64 << 33})).is_err());
+        assert!(bytes_from_json(&json!({"hex": "abc"})).is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! `fusee inspect` and `fusee runs`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use fusee::Backend;
+use fusee::inspect::{RunState, RunSummary, status_of};
+use serde_json::{Value, json};
+
+use crate::store::{Request, count_states, gather};
+use crate::{CliError, fmt, print_json};
+
+/// Bytes of the files under `path` (0 for a missing path).
+fn disk_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| disk_bytes(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A file-backend shard's log and run-store bytes on disk; `None` for the
+/// key-value backends, whose shards share one database.
+fn shard_bytes(dir: &Path, backend: Backend, shard: u32) -> Option<(u64, u64)> {
+    if backend != Backend::File {
+        return None;
+    }
+    let shard_dir = dir.join(format!("shard-{shard:010}"));
+    let store: u64 = std::fs::read_dir(&shard_dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("store-"))
+                .map(|e| disk_bytes(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0);
+    Some((disk_bytes(&shard_dir.join("log")), store))
+}
+
+fn states_json(runs: &[RunSummary]) -> Value {
+    Value::Object(
+        count_states(runs)
+            .into_iter()
+            .map(|(s, n)| (s.to_string(), Value::from(n)))
+            .collect(),
+    )
+}
+
+/// `fusee inspect DIR`.
+pub(crate) fn inspect(
+    dir: &Path,
+    expected: Option<Backend>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let (backend, g) = gather(dir, expected, Request::Overview)?;
+    let total = disk_bytes(dir);
+    if json {
+        let shards: Vec<Value> = g
+            .shards
+            .iter()
+            .map(|s| {
+                let runs: Vec<RunSummary> = g
+                    .runs
+                    .iter()
+                    .filter(|r| r.shard == s.shard)
+                    .cloned()
+                    .collect();
+                let sizes = shard_bytes(dir, backend, s.shard);
+                json!({
+                    "shard": s.shard,
+                    "first_lsn": s.first_lsn,
+                    "last_lsn": s.last_lsn,
+                    "log_records": (s.last_lsn + 1).saturating_sub(s.first_lsn),
+                    "replayed": s.replayed,
+                    "index_records": s.index_records,
+                    "store_position": s.store_position,
+                    "log_bytes": sizes.map(|b| b.0),
+                    "store_bytes": sizes.map(|b| b.1),
+                    "checkpoint": s.checkpoint.as_ref().map(|c| json!({
+                        "lsn": c.lsn,
+                        "created_ms": c.created_ms,
+                        "next_run": c.next_run,
+                        "loaded_runs": c.loaded_runs,
+                        "index_runs": c.index_runs,
+                        "bytes": c.bytes,
+                    })),
+                    "runs": states_json(&runs),
+                })
+            })
+            .collect();
+        print_json(&json!({
+            "dir": dir.display().to_string(),
+            "backend": backend.name(),
+            "disk_bytes": total,
+            "runs": states_json(&g.runs),
+            "shards": shards,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let counts = count_states(&g.runs)
+        .into_iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("store    {}", dir.display());
+    println!("backend  {backend}");
+    println!("size     {}", fmt::bytes(total));
+    println!("shards   {}", g.shards.len());
+    println!(
+        "runs     {}{}",
+        g.runs.len(),
+        if counts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({counts})")
+        }
+    );
+    let mut t = fmt::table(&[
+        "shard",
+        "log LSNs",
+        "replayed",
+        "log size",
+        "store size",
+        "checkpoint LSN",
+        "checkpoint taken",
+        "runs",
+    ]);
+    for s in &g.shards {
+        let sizes = shard_bytes(dir, backend, s.shard);
+        let runs: Vec<RunSummary> = g
+            .runs
+            .iter()
+            .filter(|r| r.shard == s.shard)
+            .cloned()
+            .collect();
+        let per_state = count_states(&runs)
+            .into_iter()
+            .map(|(st, n)| format!("{st} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        t.add_row(vec![
+            s.shard.to_string(),
+            if s.last_lsn >= s.first_lsn {
+                format!("{}..={}", s.first_lsn, s.last_lsn)
+            } else {
+                format!("none (last {})", s.last_lsn)
+            },
+            s.replayed.to_string(),
+            sizes.map_or("(shared)".into(), |b| fmt::bytes(b.0)),
+            sizes.map_or("(shared)".into(), |b| fmt::bytes(b.1)),
+            s.checkpoint
+                .as_ref()
+                .map_or("none".into(), |c| c.lsn.to_string()),
+            s.checkpoint
+                .as_ref()
+                .map_or("-".into(), |c| fmt::time(c.created_ms)),
+            format!("{} ({per_state})", runs.len()),
+        ]);
+    }
+    println!("\n{t}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `fusee runs` keeps.
+pub(crate) struct Filter {
+    pub(crate) status: Option<String>,
+    pub(crate) wtype: Option<String>,
+    pub(crate) limit: Option<usize>,
+}
+
+/// Whether `state` passes a `--status` filter.
+fn status_matches(filter: &str, state: RunState) -> bool {
+    match filter {
+        "finished" => state.is_finished(),
+        other => state.name() == other,
+    }
+}
+
+/// The names `--status` accepts.
+fn check_status(s: &str) -> Result<(), CliError> {
+    let known = ["running", "waiting", "parked", "finished"];
+    if known.contains(&s) || status_of(s).is_some() {
+        return Ok(());
+    }
+    Err(CliError::Other(format!(
+        "unknown --status {s:?}: expected running, waiting, parked, finished, ok, failed, \
+         cancelled, timed-out, terminated, continued-as-new or reset"
+    )))
+}
+
+/// A run as `runs --json` writes it.
+pub(crate) fn run_json(r: &RunSummary) -> Value {
+    json!({
+        "shard": r.shard,
+        "run": r.run,
+        "id": r.id,
+        "workflow": r.workflow,
+        "status": r.state.name(),
+        "started_ms": r.started_ms,
+        "finished_ms": r.finished_ms,
+        "last_lsn": r.last_lsn,
+        "waiting_for": r.waiting_for,
+    })
+}
+
+/// `fusee runs DIR`.
+pub(crate) fn runs(
+    dir: &Path,
+    expected: Option<Backend>,
+    json: bool,
+    filter: &Filter,
+) -> Result<ExitCode, CliError> {
+    if let Some(s) = &filter.status {
+        check_status(s)?;
+    }
+    let (_, g) = gather(dir, expected, Request::Overview)?;
+    let runs: Vec<&RunSummary> = g
+        .runs
+        .iter()
+        .filter(|r| {
+            filter
+                .status
+                .as_deref()
+                .is_none_or(|s| status_matches(s, r.state))
+        })
+        .filter(|r| filter.wtype.as_deref().is_none_or(|t| r.workflow == t))
+        .take(filter.limit.unwrap_or(usize::MAX))
+        .collect();
+    if json {
+        print_json(&Value::Array(runs.iter().map(|r| run_json(r)).collect()));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = fmt::table(&[
+        "shard",
+        "run",
+        "id",
+        "workflow",
+        "status",
+        "started",
+        "finished",
+        "waiting for",
+    ]);
+    for r in &runs {
+        t.add_row(vec![
+            r.shard.to_string(),
+            r.run.to_string(),
+            r.id.clone(),
+            r.workflow.clone(),
+            r.state.name().to_string(),
+            fmt::time(r.started_ms),
+            r.finished_ms.map_or("-".into(), fmt::time),
+            r.waiting_for.join(", "),
+        ]);
+    }
+    println!("{t}");
+    println!("{} run(s)", runs.len());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,221 @@
+//! `fusee verify DIR`: the backend's own check of every file and checksum
+//! (its `verify` module), then the core's (every shard rebuilt, every
+//! stored frame decoded), all read-only.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use fusee::Backend;
+use fusee::inspect::{InspectError, backend_of};
+use serde_json::json;
+
+use crate::progress::Bar;
+use crate::store::{Request, gather};
+use crate::{CliError, fmt, print_json};
+
+/// One problem, whichever layer found it.
+struct Found {
+    /// `storage` (the backend's files and rows) or `core` (decoding).
+    layer: &'static str,
+    kind: String,
+    file: Option<PathBuf>,
+    offset: Option<u64>,
+    lsn: Option<u64>,
+    shard: Option<u32>,
+    run: Option<u64>,
+    what: String,
+}
+
+fn from_kv(p: fusee_storage_kv::verify::Problem) -> Found {
+    Found {
+        layer: "storage",
+        kind: p.kind.into(),
+        file: Some(p.file),
+        offset: p.offset,
+        lsn: p.lsn,
+        shard: p.shard,
+        run: None,
+        what: p.what,
+    }
+}
+
+/// The backend's check of the store in `dir`.
+fn storage_problems(dir: &Path, backend: Backend) -> Result<Vec<Found>, CliError> {
+    let refused = |error| InspectError::Storage { shard: None, error };
+    let bar = Bar::new(0, "rows");
+    let mut tick = || bar.inc();
+    let found = match backend {
+        Backend::File => fusee_storage_file::verify::verify_dir(dir)
+            .map_err(refused)?
+            .into_iter()
+            .map(|p| Found {
+                layer: "storage",
+                kind: p.kind.into(),
+                file: Some(p.file),
+                offset: p.offset,
+                lsn: p.lsn,
+                shard: p.shard,
+                run: None,
+                what: p.what,
+            })
+            .collect(),
+        Backend::Redb => fusee_storage_redb::verify::verify_dir(dir, &mut tick)
+            .map_err(refused)?
+            .into_iter()
+            .map(from_kv)
+            .collect(),
+        Backend::Rocksdb => fusee_storage_rocksdb::verify::verify_dir(dir, &mut tick)
+            .map_err(refused)?
+            .into_iter()
+            .map(from_kv)
+            .collect(),
+        Backend::Memory => Vec::new(),
+    };
+    bar.finish();
+    Ok(found)
+}
+
+/// Where an inspect error points.
+fn locate(e: &InspectError) -> (Option<PathBuf>, Option<u64>, Option<u64>, String) {
+    match e {
+        InspectError::Storage {
+            error: fusee::StorageError::CorruptFile { file, what, at },
+            ..
+        } => (
+            Some(PathBuf::from(file)),
+            Some(*at),
+            None,
+            (*what).to_string(),
+        ),
+        InspectError::Damaged { lsn, .. } => (None, None, *lsn, e.to_string()),
+        other => (None, None, None, other.to_string()),
+    }
+}
+
+/// `fusee verify DIR`.
+pub(crate) fn verify(
+    dir: &Path,
+    expected: Option<Backend>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let backend = backend_of(dir)?;
+    if let Some(want) = expected
+        && want != backend
+    {
+        return Err(CliError::Other(format!(
+            "{}: it holds a store of the {backend} backend, not {want}",
+            dir.display()
+        )));
+    }
+    let mut found = storage_problems(dir, backend)?;
+    // The core's checks need a store the backend can open at all.
+    let openable = !found
+        .iter()
+        .any(|f| f.kind == "engine" || f.kind == "marker");
+    let mut checked = 0;
+    if openable {
+        match gather(dir, expected, Request::Verify) {
+            Ok((_, g)) => {
+                checked = g.checked;
+                for p in g.problems {
+                    let (file, offset, lsn, what) = locate(&p.error);
+                    // The backend's check named this file and offset already.
+                    let known = file.is_some()
+                        && found.iter().any(|f| f.file == file && f.offset == offset);
+                    if !known {
+                        found.push(Found {
+                            layer: "core",
+                            kind: "decode".into(),
+                            file,
+                            offset,
+                            lsn,
+                            shard: Some(p.shard),
+                            run: p.run,
+                            what,
+                        });
+                    }
+                }
+            }
+            // Opening the store at all failed where the backend's own check
+            // found nothing: a problem of its own.
+            Err(e) if found.is_empty() => {
+                let (file, offset, lsn, what) = locate(&e);
+                found.push(Found {
+                    layer: "core",
+                    kind: "open".into(),
+                    file,
+                    offset,
+                    lsn,
+                    shard: None,
+                    run: None,
+                    what,
+                });
+            }
+            Err(_) => {}
+        }
+    }
+    let code = if found.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
+    if json {
+        let problems: Vec<_> = found
+            .iter()
+            .map(|f| {
+                json!({
+                    "layer": f.layer,
+                    "kind": f.kind,
+                    "file": f.file.as_ref().map(|p| p.display().to_string()),
+                    "offset": f.offset,
+                    "lsn": f.lsn,
+                    "shard": f.shard,
+                    "run": f.run,
+                    "what": f.what,
+                })
+            })
+            .collect();
+        print_json(&json!({
+            "dir": dir.display().to_string(),
+            "backend": backend.name(),
+            "ok": found.is_empty(),
+            "records_and_frames_checked": checked,
+            "problems": problems,
+        }));
+        return Ok(code);
+    }
+    if found.is_empty() {
+        println!(
+            "ok: {} store {}: no problem ({checked} records and frames decoded)",
+            backend,
+            dir.display()
+        );
+        return Ok(code);
+    }
+    let mut t = fmt::table(&["layer", "kind", "file", "offset", "LSN", "shard", "what"]);
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    for f in &found {
+        t.add_row(vec![
+            f.layer.to_string(),
+            f.kind.clone(),
+            f.file
+                .as_ref()
+                .map_or("-".into(), |p| p.display().to_string()),
+            opt(f.offset),
+            opt(f.lsn),
+            opt(f.shard.map(u64::from)),
+            match f.run {
+                Some(run) => format!("run {run}: {}", f.what),
+                None => f.what.clone(),
+            },
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "{} problem(s) in {} store {}",
+        found.len(),
+        backend,
+        dir.display()
+    );
+    Ok(code)
+}

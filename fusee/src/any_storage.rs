@@ -31,6 +31,8 @@ macro_rules! each {
             $enum::Rocksdb($x) => $body,
             #[cfg(feature = "redb")]
             $enum::Redb($x) => $body,
+            #[cfg(feature = "postgres")]
+            $enum::Postgres($x) => $body,
         }
     };
 }
@@ -50,6 +52,9 @@ pub enum AnyStorage {
     /// The redb backend.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbStorage),
+    /// The PostgreSQL backend.
+    #[cfg(feature = "postgres")]
+    Postgres(fusee_storage_postgres::PgStorage),
 }
 
 /// A log part of any backend compiled in.
@@ -71,6 +76,9 @@ pub enum AnyLog {
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbLog),
+    /// The PostgreSQL backend's.
+    #[cfg(feature = "postgres")]
+    Postgres(fusee_storage_postgres::PgLog),
 }
 
 /// A run-store part of any backend compiled in.
@@ -90,6 +98,9 @@ pub enum AnyRuns {
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbRuns),
+    /// The PostgreSQL backend's.
+    #[cfg(feature = "postgres")]
+    Postgres(fusee_storage_postgres::PgRuns),
 }
 
 /// A checkpoint part of any backend compiled in.
@@ -107,6 +118,9 @@ pub enum AnyCheckpoint {
     /// The redb backend's.
     #[cfg(feature = "redb")]
     Redb(fusee_storage_redb::RedbCheckpoint),
+    /// The PostgreSQL backend's.
+    #[cfg(feature = "postgres")]
+    Postgres(fusee_storage_postgres::PgCheckpoint),
 }
 
 impl AnyStorage {
@@ -120,6 +134,8 @@ impl AnyStorage {
             AnyStorage::Rocksdb(_) => Backend::Rocksdb,
             #[cfg(feature = "redb")]
             AnyStorage::Redb(_) => Backend::Redb,
+            #[cfg(feature = "postgres")]
+            AnyStorage::Postgres(_) => Backend::Postgres,
         }
     }
 }
@@ -151,6 +167,8 @@ impl Storage for AnyStorage {
             AnyStorage::Rocksdb(s) => wrap_parts!(Rocksdb, s.open_shard(shard)?),
             #[cfg(feature = "redb")]
             AnyStorage::Redb(s) => wrap_parts!(Redb, s.open_shard(shard)?),
+            #[cfg(feature = "postgres")]
+            AnyStorage::Postgres(s) => wrap_parts!(Postgres, s.open_shard(shard)?),
         })
     }
 
@@ -253,6 +271,8 @@ impl CheckpointStore for AnyCheckpoint {
             (AnyCheckpoint::Rocksdb(c), AnyRuns::Rocksdb(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "redb")]
             (AnyCheckpoint::Redb(c), AnyRuns::Redb(r)) => c.commit(r, change, checkpoint),
+            #[cfg(feature = "postgres")]
+            (AnyCheckpoint::Postgres(c), AnyRuns::Postgres(r)) => c.commit(r, change, checkpoint),
             _ => Err(StorageError::Misuse {
                 call: "CheckpointStore::commit",
                 why: "the run store belongs to another backend",

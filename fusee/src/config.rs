@@ -135,15 +135,20 @@ pub enum Backend {
     Rocksdb,
     /// redb (feature `redb`).
     Redb,
+    /// PostgreSQL (feature `postgres`): shards shared by many processes
+    /// under leases; [`StorageConfig::dir`] is unused, the server comes
+    /// from [`PostgresSettings::url`].
+    Postgres,
 }
 
 impl Backend {
     /// Every backend, compiled in or not.
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 5] = [
         Backend::Memory,
         Backend::File,
         Backend::Rocksdb,
         Backend::Redb,
+        Backend::Postgres,
     ];
 
     /// The backend's name, as [`FromStr`] accepts it and as its Cargo
@@ -154,6 +159,7 @@ impl Backend {
             Backend::File => "file",
             Backend::Rocksdb => "rocksdb",
             Backend::Redb => "redb",
+            Backend::Postgres => "postgres",
         }
     }
 
@@ -164,6 +170,7 @@ impl Backend {
             Backend::File => cfg!(feature = "file"),
             Backend::Rocksdb => cfg!(feature = "rocksdb"),
             Backend::Redb => cfg!(feature = "redb"),
+            Backend::Postgres => cfg!(feature = "postgres"),
         }
     }
 }
@@ -176,7 +183,7 @@ impl fmt::Display for Backend {
 
 /// A backend name that is none of [`Backend::ALL`].
 #[derive(Debug, thiserror::Error)]
-#[error("unknown storage backend {0:?}: expected memory, file, rocksdb or redb")]
+#[error("unknown storage backend {0:?}: expected memory, file, rocksdb, redb or postgres")]
 pub struct UnknownBackend(pub String);
 
 impl FromStr for Backend {
@@ -196,7 +203,9 @@ impl FromStr for Backend {
 pub struct StorageConfig {
     /// The backend.
     pub backend: Backend,
-    /// The directory holding the storage (unused by [`Backend::Memory`]).
+    /// The directory holding the storage (unused by [`Backend::Memory`]
+    /// and [`Backend::Postgres`], whose server is
+    /// [`PostgresSettings::url`]).
     pub dir: PathBuf,
     /// Whether a missing or empty directory becomes a new store (the
     /// default) or is [`StorageError::NotFound`]: an embedder that must
@@ -209,6 +218,8 @@ pub struct StorageConfig {
     pub redb: RedbSettings,
     /// The RocksDB backend's settings.
     pub rocksdb: RocksSettings,
+    /// The PostgreSQL backend's settings.
+    pub postgres: PostgresSettings,
 }
 
 pub use fusee_storage::identity::Create;
@@ -263,6 +274,55 @@ pub struct RocksSettings {
     pub background_jobs: Option<i32>,
 }
 
+/// How far a PostgreSQL commit travels before it is acknowledged (the
+/// server's `synchronous_commit`): what a flush or commit reported durable
+/// survives. See `fusee-storage-postgres`'s `SyncCommit` and DEPLOYMENT.md.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SynchronousCommit {
+    /// `off`: not even the primary's WAL is flushed; a server crash loses
+    /// acknowledged records. Tests and benchmarks only.
+    Off,
+    /// `local`: the primary's WAL is flushed; a failover can lose the last
+    /// acknowledged commits.
+    Local,
+    /// `remote_write`: a synchronous standby received the WAL (not yet
+    /// flushed).
+    RemoteWrite,
+    /// `on` (the default): a synchronous standby flushed it too; a
+    /// promoted synchronous standby holds every acknowledged commit.
+    #[default]
+    On,
+    /// `remote_apply`: as `on`, and applied on the standby.
+    RemoteApply,
+}
+
+/// Settings of the PostgreSQL backend; `None` leaves the backend's
+/// default. The server is [`PostgresSettings::url`]: for this backend
+/// [`StorageConfig::dir`] is not used.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostgresSettings {
+    /// The connection URL, `postgresql://user:password@host:port/database`
+    /// (default `postgresql://postgres@localhost/postgres`). No TLS: reach
+    /// the server over loopback or a private network.
+    pub url: Option<String>,
+    /// The schema holding the store (default `fusee`): one schema, one
+    /// store.
+    pub schema: Option<String>,
+    /// Connections kept open for reuse between shard opens (default 8;
+    /// each open shard holds two more, the storage one for its leases).
+    pub pool_size: Option<usize>,
+    /// How long a shard's lease lives unrenewed (default 10 s): after a
+    /// process dies, its shards wait this long for another owner.
+    pub lease: Option<std::time::Duration>,
+    /// How far a commit travels before it is acknowledged (default
+    /// [`SynchronousCommit::On`]).
+    pub synchronous_commit: SynchronousCommit,
+    /// This process's name as a lease holder (default: host, process id
+    /// and a random suffix); a restarted process given its predecessor's
+    /// name takes that one's shards back at once.
+    pub owner: Option<String>,
+}
+
 impl StorageConfig {
     /// A config for `backend` in `dir`, every setting by default.
     pub fn new(backend: Backend, dir: impl Into<PathBuf>) -> Self {
@@ -273,7 +333,34 @@ impl StorageConfig {
             file: FileSettings::default(),
             redb: RedbSettings::default(),
             rocksdb: RocksSettings::default(),
+            postgres: PostgresSettings::default(),
         }
+    }
+
+    /// A config for the PostgreSQL store at `url` (`dir` unused), every
+    /// other setting by default.
+    pub fn postgres(url: impl Into<String>) -> Self {
+        let mut c = Self::new(Backend::Postgres, PathBuf::new());
+        c.postgres.url = Some(url.into());
+        c
+    }
+
+    /// The PostgreSQL schema holding the store.
+    pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
+        self.postgres.schema = Some(schema.into());
+        self
+    }
+
+    /// The PostgreSQL lease duration.
+    pub fn postgres_lease(mut self, lease: std::time::Duration) -> Self {
+        self.postgres.lease = Some(lease);
+        self
+    }
+
+    /// How far a PostgreSQL commit travels before it is acknowledged.
+    pub fn postgres_synchronous_commit(mut self, level: SynchronousCommit) -> Self {
+        self.postgres.synchronous_commit = level;
+        self
     }
 
     /// Opens an existing store only: a missing or empty directory is an
@@ -353,6 +440,36 @@ impl StorageConfig {
         if let Some(on) = self.redb.two_phase_commit {
             o.two_phase_commit = on;
         }
+        o
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres_options(&self) -> fusee_storage_postgres::PgOptions {
+        use fusee_storage_postgres::{PgOptions, SyncCommit};
+        let p = &self.postgres;
+        let mut o = PgOptions::new(
+            p.url
+                .clone()
+                .unwrap_or_else(|| fusee_storage_postgres::DEFAULT_URL.to_owned()),
+        );
+        o.create = self.create;
+        if let Some(s) = &p.schema {
+            o.schema = s.clone();
+        }
+        if let Some(n) = p.pool_size {
+            o.pool_size = n;
+        }
+        if let Some(l) = p.lease {
+            o.lease = l;
+        }
+        o.synchronous_commit = match p.synchronous_commit {
+            SynchronousCommit::Off => SyncCommit::Off,
+            SynchronousCommit::Local => SyncCommit::Local,
+            SynchronousCommit::RemoteWrite => SyncCommit::RemoteWrite,
+            SynchronousCommit::On => SyncCommit::On,
+            SynchronousCommit::RemoteApply => SyncCommit::RemoteApply,
+        };
+        o.owner.clone_from(&p.owner);
         o
     }
 
@@ -441,6 +558,10 @@ pub fn open_storage(config: &StorageConfig) -> Result<AnyStorage, OpenError> {
                 .map(AnyStorage::Redb)
                 .map_err(wrap)
         }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => fusee_storage_postgres::PgStorage::open(&config.postgres_options())
+            .map(AnyStorage::Postgres)
+            .map_err(wrap),
         // Backends not compiled in were refused above.
         #[allow(unreachable_patterns)] // every backend compiled in
         _ => Err(OpenError::FeatureDisabled {
@@ -483,9 +604,50 @@ mod tests {
                     let msg = OpenError::FeatureDisabled { backend, feature }.to_string();
                     assert!(msg.contains(&format!("enable the \"{feature}\" feature of fusee")));
                 }
+                // No server at the default URL in this test: opening it is
+                // an error of the backend's, not a panic.
+                Err(OpenError::Storage {
+                    backend: Backend::Postgres,
+                    ..
+                }) => assert!(b == Backend::Postgres && b.compiled_in()),
                 Err(e) => panic!("{b}: {e}"),
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The PostgreSQL backend opens from its settings (`dir` unused) on the
+    /// server `FUSEE_PG_URL` names; without one (outside CI) it is skipped.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_opens_from_its_settings() {
+        use fusee_storage::{LogStore, Storage};
+        let Some(url) = std::env::var("FUSEE_PG_URL").ok().filter(|u| !u.is_empty()) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "FUSEE_PG_URL unset under CI"
+            );
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED postgres_opens_from_its_settings: FUSEE_PG_URL unset"
+            );
+            return;
+        };
+        let config = StorageConfig::postgres(url)
+            .postgres_schema("fusee_config_test")
+            .postgres_lease(std::time::Duration::from_secs(2))
+            .postgres_synchronous_commit(SynchronousCommit::Local);
+        let s = open_storage(&config).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.backend(), Backend::Postgres);
+        let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+        // The schema is kept between runs: the log goes on where it was.
+        let next = p.log.last_lsn() + 1;
+        p.log
+            .append(next, b"record")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.log.flush().ok(), Some(next));
+        drop(p);
+        s.close().unwrap_or_else(|e| panic!("{e}"));
     }
 }

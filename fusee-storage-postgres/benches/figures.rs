@@ -1,0 +1,166 @@
+//! Issue 22's figures, measured in one run against the floor: durable
+//! append p50 (one 128-byte record per flush) on one node
+//! (`synchronous_commit = local`) and with a synchronous standby (`on`,
+//! `ANY 1` of two), as ratios to the floor; and group commit at 256
+//! records per flush, in records/s, against the file backend's.
+//!
+//! The floor is what the comparison in `benches/` calls it: one `pwrite` of
+//! the batch at the next offset of a preallocated file, then `fdatasync`.
+//! Subjects take turns flush by flush, so the machine's noise weighs on all
+//! alike. Run on the servers `scripts/postgres.sh` starts, in the test
+//! profile (no release build):
+//!
+//! ```text
+//! source scripts/postgres.sh
+//! cargo test -p fusee-storage-postgres --bench figures
+//! ```
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use fusee_storage::{LogStore, Storage};
+use fusee_storage_file::{FileOptions, FileStorage};
+use fusee_storage_postgres::{PgOptions, PgStorage, SyncCommit};
+
+const RECORD: usize = 128;
+const SINGLE_ROUNDS: usize = 400;
+const GROUP: u64 = 256;
+const GROUP_ROUNDS: usize = 40;
+
+struct Floor {
+    file: File,
+    at: u64,
+}
+
+impl Floor {
+    fn new(path: &std::path::Path) -> Self {
+        let file = File::options()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Preallocated and synced untimed, so fdatasync writes no metadata.
+        file.write_all_at(&vec![0u8; 64 << 20], 0)
+            .and_then(|()| file.sync_all())
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self { file, at: 0 }
+    }
+
+    fn flush(&mut self, bytes: &[u8]) {
+        if self.at + bytes.len() as u64 > 64 << 20 {
+            self.at = 0;
+        }
+        self.file
+            .write_all_at(bytes, self.at)
+            .and_then(|()| self.file.sync_data())
+            .unwrap_or_else(|e| panic!("{e}"));
+        self.at += bytes.len() as u64;
+    }
+}
+
+fn timed(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn pg(url: &str, schema: &str, level: SyncCommit) -> PgStorage {
+    let mut o = PgOptions::new(url).schema(schema);
+    o.synchronous_commit = level;
+    PgStorage::open(&o).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Appends `n` records to `log` and flushes them (one batch).
+fn batch<L: LogStore>(log: &mut L, n: u64, record: &[u8]) {
+    let first = log.last_lsn() + 1;
+    for lsn in first..first + n {
+        log.append(lsn, record).unwrap_or_else(|e| panic!("{e}"));
+    }
+    log.flush().unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn main() {
+    let Some(url) = std::env::var("FUSEE_PG_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("SKIPPED figures: FUSEE_PG_URL unset (source scripts/postgres.sh)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("fusee-pg-figures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let schema = format!("figures_{}", std::process::id());
+    let record = [0x5Au8; RECORD];
+
+    let mut floor = Floor::new(&dir.join("floor"));
+    let local = pg(&url, &schema, SyncCommit::Local);
+    let on = pg(&url, &schema, SyncCommit::On);
+    let file = FileStorage::open(dir.join("file"), FileOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut pl = local.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+    let mut po = on.open_shard(1).unwrap_or_else(|e| panic!("{e}"));
+    let mut pf = file.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+
+    let (mut tf, mut tl, mut to) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..SINGLE_ROUNDS {
+        tf.push(timed(|| floor.flush(&record)));
+        tl.push(timed(|| batch(&mut pl.log, 1, &record)));
+        to.push(timed(|| batch(&mut po.log, 1, &record)));
+    }
+    let (f, l, o) = (p50(tf), p50(tl), p50(to));
+    let ratio = |d: Duration| d.as_secs_f64() / f.as_secs_f64();
+    println!(
+        "durable append p50, {RECORD} B records, one per flush, {SINGLE_ROUNDS} flushes each:"
+    );
+    println!(
+        "  floor (pwrite + fdatasync)                 {:>8.1} us",
+        f.as_secs_f64() * 1e6
+    );
+    println!(
+        "  postgres, one node (synchronous_commit local) {:>8.1} us  {:.1}x floor (goal <= 6x)",
+        l.as_secs_f64() * 1e6,
+        ratio(l)
+    );
+    println!(
+        "  postgres, synchronous standby (on, ANY 1)  {:>8.1} us  {:.1}x floor (goal <= 9x)",
+        o.as_secs_f64() * 1e6,
+        ratio(o)
+    );
+
+    let group = vec![0x5Au8; RECORD * GROUP as usize];
+    let (mut gf, mut gp, mut gfl) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for _ in 0..GROUP_ROUNDS {
+        gfl += timed(|| floor.flush(&group));
+        gf += timed(|| batch(&mut pf.log, GROUP, &record));
+        gp += timed(|| batch(&mut po.log, GROUP, &record));
+    }
+    let rate = |d: Duration| (GROUP as usize * GROUP_ROUNDS) as f64 / d.as_secs_f64();
+    println!("group commit, {GROUP} records per flush, {GROUP_ROUNDS} flushes each:");
+    println!(
+        "  floor                           {:>10.0} records/s",
+        rate(gfl)
+    );
+    println!(
+        "  file backend                    {:>10.0} records/s",
+        rate(gf)
+    );
+    println!(
+        "  postgres (on, ANY 1)            {:>10.0} records/s  {:.2} of the file backend's (goal >= 0.5)",
+        rate(gp),
+        rate(gp) / rate(gf)
+    );
+
+    drop((pl, po, pf));
+    let _ = local.close();
+    let _ = on.close();
+    let _ = file.close();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
+        let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+    }
+}

@@ -69,7 +69,14 @@ fn storage_problems(dir: &Path, backend: Backend) -> Result<Vec<Found>, CliError
             .into_iter()
             .map(from_kv)
             .collect(),
-        Backend::Memory => Vec::new(),
+        // Memory stores have no directory; a backend added later needs its
+        // own check here before verify can vouch for it.
+        other => {
+            return Err(CliError::Other(format!(
+                "{}: verify cannot check a {other} store",
+                dir.display()
+            )));
+        }
     };
     bar.finish();
     Ok(found)
@@ -98,7 +105,27 @@ pub(crate) fn verify(
     expected: Option<Backend>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    let backend = backend_of(dir)?;
+    let backend = match backend_of(dir) {
+        Ok(b) => b,
+        // A damaged marker is damage like any other: a problem, exit 1.
+        Err(InspectError::Storage {
+            error: fusee::StorageError::CorruptFile { file, what, at },
+            ..
+        }) => {
+            let found = vec![Found {
+                layer: "storage",
+                kind: "marker".into(),
+                file: Some(PathBuf::from(file)),
+                offset: Some(at),
+                lsn: None,
+                shard: None,
+                run: None,
+                what: what.to_string(),
+            }];
+            return Ok(report(dir, None, &found, 0, json));
+        }
+        Err(e) => return Err(e.into()),
+    };
     if let Some(want) = expected
         && want != backend
     {
@@ -154,6 +181,18 @@ pub(crate) fn verify(
             Err(_) => {}
         }
     }
+    Ok(report(dir, Some(backend), &found, checked, json))
+}
+
+/// Prints what `verify` found and returns its exit status.
+fn report(
+    dir: &Path,
+    backend: Option<Backend>,
+    found: &[Found],
+    checked: u64,
+    json: bool,
+) -> ExitCode {
+    let name = backend.map_or("unknown", Backend::name);
     let code = if found.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -177,24 +216,23 @@ pub(crate) fn verify(
             .collect();
         print_json(&json!({
             "dir": dir.display().to_string(),
-            "backend": backend.name(),
+            "backend": name,
             "ok": found.is_empty(),
             "records_and_frames_checked": checked,
             "problems": problems,
         }));
-        return Ok(code);
+        return code;
     }
     if found.is_empty() {
         println!(
-            "ok: {} store {}: no problem ({checked} records and frames decoded)",
-            backend,
+            "ok: {name} store {}: no problem ({checked} records and frames decoded)",
             dir.display()
         );
-        return Ok(code);
+        return code;
     }
     let mut t = fmt::table(&["layer", "kind", "file", "offset", "LSN", "shard", "what"]);
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-    for f in &found {
+    for f in found {
         t.add_row(vec![
             f.layer.to_string(),
             f.kind.clone(),
@@ -212,10 +250,9 @@ pub(crate) fn verify(
     }
     println!("{t}");
     println!(
-        "{} problem(s) in {} store {}",
+        "{} problem(s) in {name} store {}",
         found.len(),
-        backend,
         dir.display()
     );
-    Ok(code)
+    code
 }

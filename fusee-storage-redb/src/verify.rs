@@ -73,7 +73,7 @@ pub fn verify_dir(dir: &Path, progress: &mut dyn FnMut()) -> Result<Vec<Problem>
     let checked = {
         let mut guard = lock_db(&db.db);
         shield_file(&path, || {
-            guard
+            database(&mut guard)?
                 .check_integrity()
                 .map_err(|e| engine(format!("checking {}", path.display()), e))
         })
@@ -150,7 +150,7 @@ fn open_db(dir: &Path) -> Result<(SharedLock, ReadOnlyRedb)> {
             })
     })?;
     let db = ReadOnlyRedb {
-        db: Mutex::new(opened),
+        db: Mutex::new(Some(opened)),
         path,
     };
     db.check_format()?;
@@ -161,13 +161,31 @@ fn open_db(dir: &Path) -> Result<(SharedLock, ReadOnlyRedb)> {
 /// transactions, each under the panic shield.
 #[derive(Debug)]
 pub struct ReadOnlyRedb {
-    // A mutex: the integrity check needs the database mutably.
-    db: Mutex<Database>,
+    // A mutex: the integrity check needs the database mutably. `None` only
+    // once dropped.
+    db: Mutex<Option<Database>>,
     path: std::path::PathBuf,
 }
 
-fn lock_db(db: &Mutex<Database>) -> MutexGuard<'_, Database> {
+impl Drop for ReadOnlyRedb {
+    fn drop(&mut self) {
+        // redb's shutdown commit can trip over a damaged file (after a
+        // failed integrity check it asserts): under the shield, like every
+        // other call into redb. Its writes go to memory only.
+        let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+    }
+}
+
+fn lock_db(db: &Mutex<Option<Database>>) -> MutexGuard<'_, Option<Database>> {
     db.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The database in `guard`, or `Closed` once dropped (never, while borrowed).
+fn database(guard: &mut Option<Database>) -> Result<&mut Database> {
+    guard.as_mut().ok_or(StorageError::Closed {
+        what: "redb database",
+    })
 }
 
 impl ReadOnlyRedb {
@@ -176,8 +194,10 @@ impl ReadOnlyRedb {
         let path = &self.path;
         shield_file(path, || {
             let doing = || format!("checking the format of {}", path.display());
-            let db = lock_db(&self.db);
-            let tx = db.begin_read().map_err(|e| engine(doing(), e))?;
+            let mut guard = lock_db(&self.db);
+            let tx = database(&mut guard)?
+                .begin_read()
+                .map_err(|e| engine(doing(), e))?;
             let row = match tx.open_table(FORMAT) {
                 Ok(t) => t
                     .get(FORMAT_KEY)
@@ -202,8 +222,10 @@ impl ReadOnlyRedb {
     {
         shield_file(&self.path, || {
             let doing = || format!("reading {}", self.path.display());
-            let db = lock_db(&self.db);
-            let tx = db.begin_read().map_err(|e| engine(doing(), e))?;
+            let mut guard = lock_db(&self.db);
+            let tx = database(&mut guard)?
+                .begin_read()
+                .map_err(|e| engine(doing(), e))?;
             let table = tx.open_table(def).map_err(|e| engine(doing(), e))?;
             f(&table)
         })
@@ -249,13 +271,7 @@ impl ReadOnlyDb for ReadOnlyRedb {
         }
     }
 
-    fn scan(
-        &self,
-        table: Table,
-        from: &[u8],
-        to: &[u8],
-        visit: &mut RowVisitor<'_>,
-    ) -> Result<()> {
+    fn scan(&self, table: Table, from: &[u8], to: &[u8], visit: &mut RowVisitor<'_>) -> Result<()> {
         let err = |e: redb::StorageError| engine(format!("reading {}", self.path.display()), e);
         // Rows are copied out in batches of this many, then visited.
         const BATCH: usize = 4096;

@@ -191,3 +191,63 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, u64> {
     walk(dir, &mut out);
     out
 }
+
+/// [`build`], then the engine opened again, three more runs finished, and
+/// the engine dropped without closing (a crash): the log then holds
+/// records after the last checkpoint. Returns once the store's lock is
+/// free.
+pub async fn build_crashed(backend: &str, tag: &str) -> PathBuf {
+    let dir = build(backend, tag).await;
+    let clock = VirtualClock::new(START_MS + 20_000);
+    let engine = Engine::open(config(backend, &dir, &clock))
+        .await
+        .expect("engine opens again");
+    register(&engine);
+    for i in 0..3 {
+        let run = engine
+            .start(GREET, &format!("late-{i}"), &format!("late {i}"))
+            .await
+            .expect("start");
+        run.result().await.expect("late result");
+    }
+    drop(engine);
+    // The shard threads let go of the store as they stop.
+    let d = dir.to_str().expect("utf-8").to_string();
+    for _ in 0..500 {
+        let out = fusee(&["runs", &d, "--json"]);
+        if out.status.success() {
+            return dir;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the crashed store stays locked");
+}
+
+/// A copy of directory `from` at `to` (files only, recursively).
+pub fn copy_dir(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let e = e.expect("entry");
+        let target = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// Flips bits of the byte at `offset` of `file`.
+pub fn flip(file: &Path, offset: u64) {
+    let mut bytes = std::fs::read(file).expect("read");
+    let i = usize::try_from(offset).expect("offset");
+    assert!(
+        i < bytes.len(),
+        "{} has {} bytes, not {offset}",
+        file.display(),
+        bytes.len()
+    );
+    bytes[i] ^= 0x5a;
+    std::fs::write(file, bytes).expect("write");
+}

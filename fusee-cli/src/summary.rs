@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use fusee::Backend;
-use fusee::inspect::{RunState, RunSummary, status_of};
+use fusee::inspect::{RunState, RunSummary, Waiting, status_of};
 use serde_json::{Value, json};
 
 use crate::store::{Request, count_states, gather};
@@ -209,8 +209,19 @@ pub(crate) fn run_json(r: &RunSummary) -> Value {
         "started_ms": r.started_ms,
         "finished_ms": r.finished_ms,
         "last_lsn": r.last_lsn,
-        "waiting_for": r.waiting_for,
+        "waiting_for": r.waiting_for.iter().map(|w| match w {
+            Waiting::Signal(name) => json!({"signal": name}),
+            Waiting::Sleep(at) => json!({"sleep_until_ms": at}),
+        }).collect::<Vec<_>>(),
     })
+}
+
+/// What a run waits for, in words.
+fn waiting_text(w: &Waiting) -> String {
+    match w {
+        Waiting::Signal(name) => format!("signal {name}"),
+        Waiting::Sleep(at) => format!("sleep until {}", fmt::time(*at)),
+    }
 }
 
 /// `fusee runs DIR`.
@@ -259,7 +270,11 @@ pub(crate) fn runs(
             r.state.name().to_string(),
             fmt::time(r.started_ms),
             r.finished_ms.map_or("-".into(), fmt::time),
-            r.waiting_for.join(", "),
+            r.waiting_for
+                .iter()
+                .map(waiting_text)
+                .collect::<Vec<_>>()
+                .join(", "),
         ]);
     }
     println!("{t}");

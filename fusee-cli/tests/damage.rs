@@ -82,10 +82,9 @@ async fn file_store_each_region() {
     // (an acknowledged record, later batches after it: a lost record).
     let segment = files(&clean, &|n| n.ends_with(".seg"))
         .into_iter()
-        .filter(|p| {
+        .rfind(|p| {
             std::fs::read(p).is_ok_and(|b| b.len() > 4200 && b[4096..4120].iter().any(|&x| x != 0))
         })
-        .next_back()
         .expect("a segment with frames");
     cases.push(("segment header", rel(&segment), 30, Some(0)));
     cases.push(("segment frame", rel(&segment), 4096 + 22, Some(4096)));

@@ -515,8 +515,17 @@ pub struct RunSummary {
     pub finished_ms: Option<u64>,
     /// The LSN of its last record.
     pub last_lsn: Lsn,
-    /// What it waits for (signal names, a sleep's time), if anything.
-    pub waiting_for: Vec<String>,
+    /// What it waits for, if anything.
+    pub waiting_for: Vec<Waiting>,
+}
+
+/// What a waiting run waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// A signal of this name.
+    Signal(String),
+    /// A durable sleep, until this time (ms since the Unix epoch).
+    Sleep(u64),
 }
 
 /// A run's journal as [`ShardView::journal`] reads it.
@@ -555,16 +564,15 @@ impl<R: RunStore> ShardView<R> {
     pub fn summary(&mut self, run: RunId) -> Result<Option<RunSummary>, InspectError> {
         let shard = self.shard;
         if let Some(l) = self.core.get(run) {
-            let mut waiting_for: Vec<String> = l
+            let mut waiting_for: Vec<Waiting> = l
                 .waiting_on()
-                .map(|(_, name)| format!("signal {name}"))
+                .map(|(_, name)| Waiting::Signal(name.to_string()))
                 .collect();
-            let sleeps: Vec<u64> = l
-                .armed_timers()
-                .filter(|(_, kind, _)| *kind == TimerKind::Sleep)
-                .map(|(_, _, at)| at)
-                .collect();
-            waiting_for.extend(sleeps.iter().map(|at| format!("sleep until {at}")));
+            waiting_for.extend(
+                l.armed_timers()
+                    .filter(|(_, kind, _)| *kind == TimerKind::Sleep)
+                    .map(|(_, _, at)| Waiting::Sleep(at)),
+            );
             let state = match l.done {
                 Some((status, _)) => RunState::Finished(status),
                 None if !waiting_for.is_empty() => RunState::Waiting,

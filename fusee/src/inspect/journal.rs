@@ -24,11 +24,12 @@
 //!
 //! Each record is an object with `kind` (the variant name of
 //! `fusee_core::record::Record`: `Start`, `Step`, ... `Done`) and the
-//! variant's fields under their Rust names, in any order. Values:
+//! variant's fields under their Rust names, in any order, but one: a
+//! `Value` record's own `kind` field is `value_kind`. Values:
 //!
 //! | field type | JSON |
 //! |---|---|
-//! | integers (`run`, `seq`, `attempt`, times, `dedup`, `ordinal`, `version`, `codec`, `policy`, `flags`, `kind` of a `Value`, `copies`) | a number (exact: up to 2^64 - 1) |
+//! | integers (`run`, `seq`, `attempt`, times, `dedup`, `ordinal`, `version`, `codec`, `policy`, `flags`, `value_kind`, `copies`) | a number (exact: up to 2^64 - 1) |
 //! | strings (names, IDs, types) | a string |
 //! | bytes (payloads, inputs, errors, `by`, `reason`) | `{"json": v}` when the bytes are exactly the compact JSON text of `v` (as `serde_json` writes it), else `{"hex": "..."}` (lower-case, two digits a byte) |
 //! | `status` | `ok`, `failed`, `cancelled`, `timed-out`, `terminated`, `continued-as-new`, `reset` |
@@ -259,7 +260,7 @@ pub fn record_to_json(rec: &RecordBuf) -> Value {
             seq,
             kind,
             value,
-        } => json!({"run": run, "seq": seq, "kind": kind, "value": b(value)}),
+        } => json!({"run": run, "seq": seq, "value_kind": kind, "value": b(value)}),
         Record::Child {
             run,
             seq,
@@ -522,7 +523,7 @@ pub fn record_from_json(v: &Value) -> Result<RecordBuf, String> {
         "Value" => Record::Value {
             run,
             seq: f.u32("seq")?,
-            kind: f.u8("kind")?,
+            kind: f.u8("value_kind")?,
             value: f.bytes("value")?,
         },
         "Child" => Record::Child {

@@ -216,3 +216,41 @@ fn disk_check_measures_every_method_and_size() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `fusee compare` runs the comparison as `fusee-compare` does (a tiny
+/// one here), writes its files and reports JSON rows.
+#[test]
+fn compare_runs_the_comparison() {
+    let dir = common::temp_dir("compare");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let out = dir.join("out");
+    let (d, o) = (dir.to_str().expect("utf-8"), out.to_str().expect("utf-8"));
+    let v = fusee_json(
+        &[
+            "compare",
+            "--json",
+            "--quick",
+            "--quiet",
+            "--backends",
+            "memory,file",
+            "--samples",
+            "4",
+            "--records",
+            "200",
+            "--frames",
+            "50",
+            "--parked",
+            "100",
+            "--dir",
+            d,
+            "--out",
+            o,
+        ],
+        0,
+    );
+    let rows = v["rows"].as_array().expect("rows");
+    assert!(rows.iter().any(|r| r["subject"] == "file"), "{v:#}");
+    assert!(out.join("compare.csv").exists());
+    assert_eq!(fusee(&["compare", "--no-such-flag"]).status.code(), Some(3));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -212,15 +212,7 @@ impl FlushWork for FlushJob {
         // A batch too large for one message: one transaction, fenced like
         // every multi-statement write, on the flusher connection.
         let mut tx = conn.client.transaction().map_err(|e| h.err(&doing, &e))?;
-        let found: Option<i64> = tx
-            .query_opt(h.shared.sql.epoch.as_str(), &[&id])
-            .map_err(|e| h.err(&doing, &e))?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(|e| h.err(&doing, &e))?;
-        if found != Some(epoch) {
-            return Err(h.fence());
-        }
+        h.check_epoch(&mut tx, &doing)?;
         let mut chunk_lsns = Vec::new();
         let mut chunk: Vec<&[u8]> = Vec::new();
         let mut chunk_bytes = 0usize;

@@ -143,22 +143,29 @@ impl ShardInner {
         self.check(what)?;
         let mut slot = lock(&self.main);
         let conn = self.conn(&mut slot, doing)?;
-        let sql = &self.shared.sql;
-        let id = i64::from(self.id);
         let mut tx = conn.client.transaction().map_err(|e| self.err(doing, &e))?;
+        self.check_epoch(&mut tx, doing)?;
+        let value = f(self, &mut tx)?;
+        tx.commit().map_err(|e| self.err(doing, &e))?;
+        Ok(value)
+    }
+
+    /// Reads the shard's row `FOR KEY SHARE` in `tx` (held until `tx`
+    /// ends, so a takeover's `FOR UPDATE` waits for it) and checks the
+    /// epoch: another one is `Fenced` (the caller drops `tx`, rolling it
+    /// back, and nothing is written).
+    pub(crate) fn check_epoch(&self, tx: &mut Transaction<'_>, doing: &str) -> Result<()> {
+        let id = i64::from(self.id);
         let epoch: Option<i64> = tx
-            .query_opt(sql.epoch.as_str(), &[&id])
+            .query_opt(self.shared.sql.epoch.as_str(), &[&id])
             .map_err(|e| self.err(doing, &e))?
             .map(|r| r.try_get(0))
             .transpose()
             .map_err(|e| self.err(doing, &e))?;
         if epoch != Some(self.epoch) {
-            // Dropping the transaction rolls it back.
             return Err(self.fence());
         }
-        let value = f(self, &mut tx)?;
-        tx.commit().map_err(|e| self.err(doing, &e))?;
-        Ok(value)
+        Ok(())
     }
 
     /// Runs `f` on the main connection (reads: no epoch check).

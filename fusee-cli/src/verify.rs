@@ -26,17 +26,26 @@ struct Found {
     what: String,
 }
 
+/// A backend's problem (the file and key-value backends' `Problem`s have
+/// the same fields).
+macro_rules! found {
+    ($p:expr) => {{
+        let p = $p;
+        Found {
+            layer: "storage",
+            kind: p.kind.into(),
+            file: Some(p.file),
+            offset: p.offset,
+            lsn: p.lsn,
+            shard: p.shard,
+            run: None,
+            what: p.what,
+        }
+    }};
+}
+
 fn from_kv(p: fusee_storage_kv::verify::Problem) -> Found {
-    Found {
-        layer: "storage",
-        kind: p.kind.into(),
-        file: Some(p.file),
-        offset: p.offset,
-        lsn: p.lsn,
-        shard: p.shard,
-        run: None,
-        what: p.what,
-    }
+    found!(p)
 }
 
 /// The backend's check of the store in `dir`.
@@ -48,16 +57,7 @@ fn storage_problems(dir: &Path, backend: Backend) -> Result<Vec<Found>, CliError
         Backend::File => fusee_storage_file::verify::verify_dir(dir)
             .map_err(refused)?
             .into_iter()
-            .map(|p| Found {
-                layer: "storage",
-                kind: p.kind.into(),
-                file: Some(p.file),
-                offset: p.offset,
-                lsn: p.lsn,
-                shard: p.shard,
-                run: None,
-                what: p.what,
-            })
+            .map(|p| found!(p))
             .collect(),
         Backend::Redb => fusee_storage_redb::verify::verify_dir(dir, &mut tick)
             .map_err(refused)?

@@ -277,35 +277,23 @@ impl ReadOnlyDb for ReadOnlyRedb {
         const BATCH: usize = 4096;
         let mut start = from.to_vec();
         loop {
+            // The same read for each typed table: a batch of rows copied out.
+            macro_rules! batch {
+                ($def:expr, $n:literal) => {
+                    self.read($def, |t| {
+                        let r = t.range(key::<$n>(&start)?..=key::<$n>(to)?).map_err(err)?;
+                        r.take(BATCH)
+                            .map(|x| x.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                            .collect::<std::result::Result<_, _>>()
+                            .map_err(err)
+                    })?
+                };
+            }
             let rows: Rows = match table {
-                Table::Log => self.read(LOG, |t| {
-                    let r = t.range(key::<12>(&start)?..=key::<12>(to)?).map_err(err)?;
-                    r.take(BATCH)
-                        .map(|x| x.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(err)
-                })?,
-                Table::Store => self.read(STORE, |t| {
-                    let r = t.range(key::<12>(&start)?..=key::<12>(to)?).map_err(err)?;
-                    r.take(BATCH)
-                        .map(|x| x.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(err)
-                })?,
-                Table::Index => self.read(INDEX, |t| {
-                    let r = t.range(key::<16>(&start)?..=key::<16>(to)?).map_err(err)?;
-                    r.take(BATCH)
-                        .map(|x| x.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(err)
-                })?,
-                Table::Meta => self.read(META, |t| {
-                    let r = t.range(key::<5>(&start)?..=key::<5>(to)?).map_err(err)?;
-                    r.take(BATCH)
-                        .map(|x| x.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(err)
-                })?,
+                Table::Log => batch!(LOG, 12),
+                Table::Store => batch!(STORE, 12),
+                Table::Index => batch!(INDEX, 16),
+                Table::Meta => batch!(META, 5),
             };
             let full = rows.len() == BATCH;
             for (k, v) in &rows {

@@ -737,3 +737,40 @@ impl Engine {
         rx.await.map_err(|_| Error::Closed)?
     }
 }
+
+/// Test kit hooks (feature `testing`): what `crate::testing` needs from
+/// the engine, kept apart from the client API above.
+#[cfg(feature = "testing")]
+impl Engine {
+    /// Each shard's activity and its client requests not yet taken, by
+    /// shard.
+    pub(crate) fn activity(&self) -> Vec<(driver::ActivityState, usize)> {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| {
+                let h = shard.lock().unwrap_or_else(|e| e.into_inner());
+                (h.activity.snapshot(), h.queued.load(Ordering::Acquire))
+            })
+            .collect()
+    }
+
+    /// The registered workflow types (and step mocks).
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Stops every shard as a crash would (what `Drop` does for the last
+    /// clone), while clones may live on: they find the engine closed.
+    /// Blocks until the shard threads end.
+    pub(crate) fn crash_stop(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        for shard in &self.inner.shards {
+            let mut h = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = h.tx.send(Input::Crash);
+            if let Some(t) = h.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}

@@ -96,6 +96,8 @@ mod metrics;
 mod registry;
 mod retry;
 mod runtime;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};

@@ -19,10 +19,18 @@ pub(crate) type RunFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>
 /// replay, after each restart), on the run's shard thread.
 pub(crate) type Handler = Arc<dyn Fn(Ctx, &[u8]) -> RunFuture + Send + Sync>;
 
+/// A step mock (feature `testing`): given the step's real function,
+/// the function to run instead (which may call the real one).
+#[cfg(feature = "testing")]
+pub(crate) type StepWrap = Arc<dyn Fn(crate::ctx::StepFn) -> crate::ctx::StepFn + Send + Sync>;
+
 /// The registered workflow types, shared by the engine and its shards.
 #[derive(Clone, Default)]
 pub(crate) struct Registry {
     handlers: Arc<RwLock<BTreeMap<String, Handler>>>,
+    /// Step mocks by step name (the test kit's; `Ctx::step` asks).
+    #[cfg(feature = "testing")]
+    mocks: Arc<RwLock<BTreeMap<String, StepWrap>>>,
 }
 
 impl Registry {
@@ -86,5 +94,36 @@ impl Registry {
             .keys()
             .cloned()
             .collect()
+    }
+}
+
+/// Step mocks (feature `testing`): the test kit replaces a step's function
+/// by name; `Ctx::step` looks here when the code calls a step.
+#[cfg(feature = "testing")]
+impl Registry {
+    /// Steps named `name` run `wrap`'s function from now on (replacing an
+    /// earlier mock of that name).
+    pub(crate) fn set_step_mock(&self, name: &str, wrap: StepWrap) {
+        self.mocks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), wrap);
+    }
+
+    /// Steps named `name` run their own function again.
+    pub(crate) fn clear_step_mock(&self, name: &str) {
+        self.mocks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
+
+    /// The mock of steps named `name`, if any.
+    pub(crate) fn step_mock(&self, name: &str) -> Option<StepWrap> {
+        self.mocks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
     }
 }

@@ -25,6 +25,10 @@ pub(crate) struct ShardHandle {
     pub(crate) queued: Arc<AtomicUsize>,
     /// The shard's thread.
     pub(crate) thread: Option<JoinHandle<()>>,
+    /// What the shard is doing, for the test kit (empty and unread
+    /// without the `testing` feature).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) activity: Arc<Activity>,
 }
 
 /// The longest a shard thread sleeps without an input: a bound, so a clock
@@ -49,8 +53,10 @@ pub(crate) fn spawn(
     let (tx, rx) = mpsc::channel::<Input>();
     let (ready_tx, ready_rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
+    let activity = Arc::new(Activity::default());
     let thread_tx = tx.clone();
     let thread_queued = Arc::clone(&queued);
+    let thread_activity = Arc::clone(&activity);
     if let Clock::Virtual(v) = &clock {
         let poke = tx.clone();
         v.watch(Box::new(move || {
@@ -79,6 +85,7 @@ pub(crate) fn spawn(
                 clock,
                 runtime,
                 peers,
+                &thread_activity,
             );
         })
         .map_err(|e| fusee_storage::StorageError::io("spawning a shard thread", e))?;
@@ -87,6 +94,7 @@ pub(crate) fn spawn(
             tx,
             queued,
             thread: Some(thread),
+            activity,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();
@@ -104,6 +112,7 @@ pub(crate) fn spawn(
 
 /// The shard thread's loop: run, carry out the effects, wait for an input
 /// or the next wake-up.
+#[allow(clippy::too_many_arguments)]
 fn drive(
     mut shard: ShardLoop,
     rx: Receiver<Input>,
@@ -112,6 +121,7 @@ fn drive(
     clock: Clock,
     runtime: Handle,
     peers: Peers,
+    activity: &Activity,
 ) {
     let flusher = Flusher::start(shard.shard, tx.clone());
     // Messages produced before every shard was running (at recovery).
@@ -128,6 +138,7 @@ fn drive(
             flusher.send(ticket);
         }
         for job in steps {
+            activity.step_started();
             spawn_step(&runtime, job, tx.clone());
         }
         unsent.extend(messages);
@@ -135,7 +146,10 @@ fn drive(
             for (target, input) in unsent.drain(..) {
                 // A stopped shard's messages go out again after a restart.
                 if let Some(peer) = peers.get(target as usize) {
-                    let _ = peer.send(input);
+                    let message = Activity::is_message(&input);
+                    if peer.send(input).is_ok() && message {
+                        activity.message_sent();
+                    }
                 }
             }
         }
@@ -156,14 +170,17 @@ fn drive(
                 // tick: wait for inputs only.
                 (Clock::Virtual(_), _) => Duration::from_secs(3600),
             };
+            if !wait.is_zero() && !shard.flushing && shard.inbox.is_empty() && unsent.is_empty() {
+                activity.idle(shard.core.next_timer());
+            }
             rx.recv_timeout(wait)
         };
         match input {
             Ok(first) => {
-                take(&mut shard, first, &queued);
+                take(&mut shard, first, &queued, activity);
                 // Everything else already queued joins this iteration.
                 while let Ok(next) = rx.try_recv() {
-                    take(&mut shard, next, &queued);
+                    take(&mut shard, next, &queued, activity);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -173,10 +190,11 @@ fn drive(
 }
 
 /// Hands an input to the loop, counting a client request as taken.
-fn take(shard: &mut ShardLoop, input: Input, queued: &AtomicUsize) {
+fn take(shard: &mut ShardLoop, input: Input, queued: &AtomicUsize, activity: &Activity) {
     if input.is_client() {
         queued.fetch_sub(1, Ordering::AcqRel);
     }
+    activity.took(&input);
     shard.handle(input);
 }
 
@@ -262,5 +280,100 @@ fn run_ticket(mut ticket: fusee_storage::FlushTicket) -> Input {
     Input::Flushed {
         ticket,
         micros: started.elapsed().as_micros() as u64,
+    }
+}
+
+/// What a shard's driver is doing, published for the test kit
+/// (`crate::testing`, feature `testing`) to tell when the whole engine is
+/// idle: every shard waiting for an input with nothing queued, no flush in
+/// flight, no step attempt running, no message between shards in transit.
+///
+/// Why the driver and not the loop: only the driver knows that a step's
+/// task is still running (the loop forgets an attempt whose run ended) and
+/// that it is about to block. The kit reads two snapshots around its own
+/// checks; an unchanged `generation` in both means no shard moved between
+/// them. Without the feature this is empty and every call is a no-op, so
+/// the production driver pays nothing.
+#[derive(Default)]
+pub(crate) struct Activity {
+    #[cfg(feature = "testing")]
+    state: std::sync::Mutex<ActivityState>,
+}
+
+/// One shard's [`Activity`] at a moment.
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ActivityState {
+    /// The shard is blocked waiting for an input, with nothing queued and
+    /// no flush in flight.
+    pub(crate) idle: bool,
+    /// Moves at every input taken and every time the shard goes idle.
+    pub(crate) generation: u64,
+    /// Step tasks started whose end (`StepDone`) the loop has not taken.
+    pub(crate) steps: u64,
+    /// Messages (and acknowledgements) this shard sent to shards.
+    pub(crate) sent: u64,
+    /// Messages (and acknowledgements) this shard took from shards.
+    pub(crate) received: u64,
+    /// The shard's next timer (a sleep, a wait's timeout, a retry, a
+    /// deadline, or a sweep of far timers), when idle: the time only time
+    /// can bring. Housekeeping and checkpoints are left out: they change
+    /// nothing a run's code sees, and a clock that jumps runs them late.
+    pub(crate) next_due: Option<u64>,
+}
+
+impl Activity {
+    /// Whether `input` travels between shards (counted on both sides).
+    fn is_message(input: &Input) -> bool {
+        matches!(input, Input::Message { .. } | Input::Delivered { .. })
+    }
+
+    #[cfg(feature = "testing")]
+    fn with(&self, f: impl FnOnce(&mut ActivityState)) {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The driver took `input`: the shard is busy.
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    fn took(&self, input: &Input) {
+        #[cfg(feature = "testing")]
+        self.with(|s| {
+            s.idle = false;
+            s.generation += 1;
+            match input {
+                Input::StepDone { .. } => s.steps = s.steps.saturating_sub(1),
+                i if Self::is_message(i) => s.received += 1,
+                _ => {}
+            }
+        });
+    }
+
+    /// A step attempt's task was spawned.
+    fn step_started(&self) {
+        #[cfg(feature = "testing")]
+        self.with(|s| s.steps += 1);
+    }
+
+    /// A message went to a shard.
+    fn message_sent(&self) {
+        #[cfg(feature = "testing")]
+        self.with(|s| s.sent += 1);
+    }
+
+    /// The shard is about to block with nothing to do before `next_due`.
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    fn idle(&self, next_due: Option<u64>) {
+        #[cfg(feature = "testing")]
+        self.with(|s| {
+            s.idle = true;
+            s.generation += 1;
+            s.next_due = next_due;
+        });
+    }
+
+    /// What the shard is doing now.
+    #[cfg(feature = "testing")]
+    pub(crate) fn snapshot(&self) -> ActivityState {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -1,0 +1,533 @@
+//! The test kit (`fusee::testing`): time that moves only while the kit
+//! waits and jumps when everything waits, crashes that keep only what was
+//! durable, step mocks, and the idleness the kit's waits rest on.
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fusee::testing::{StepMock, TestEngine, TestError};
+use fusee::{Ctx, Engine, Error, Failure, RetryPolicy, RunStatus, Signal, StepError, Workflow};
+
+const DAY: Duration = Duration::from_secs(86_400);
+const HOUR: Duration = Duration::from_secs(3600);
+
+const NAP: Workflow<u32, u32> = Workflow::new("nap");
+const HOURLY: Workflow<u32, u32> = Workflow::new("hourly");
+const ASK: Workflow<(), Option<String>> = Workflow::new("ask");
+const STEPS: Workflow<(), String> = Workflow::new("steps");
+const FAN: Workflow<u32, u32> = Workflow::new("fan");
+const ANSWER: Signal<String> = Signal::new("answer");
+
+/// Every real step function's run: (step name, idempotency key).
+type Effects = Arc<Mutex<Vec<(String, String)>>>;
+
+async fn noted(ctx: &Ctx, effects: &Effects, name: &str) -> Result<String, Failure> {
+    let effects = Arc::clone(effects);
+    let step = name.to_string();
+    Ok(ctx
+        .step(name, move |sc| {
+            let effects = Arc::clone(&effects);
+            let step = step.clone();
+            async move {
+                effects
+                    .lock()
+                    .unwrap()
+                    .push((step.clone(), sc.key().to_string()));
+                Ok(format!("{step} done"))
+            }
+        })
+        .await?)
+}
+
+fn register(engine: &Engine, effects: &Effects) {
+    // `days` day-long sleeps.
+    engine.register(NAP, |ctx: Ctx, days: u32| async move {
+        for i in 0..days {
+            ctx.sleep(&format!("day-{i}"), DAY).await?;
+        }
+        Ok::<_, Failure>(days)
+    });
+    // Counts hourly ticks until `hours` passed.
+    engine.register(HOURLY, |ctx: Ctx, hours: u32| async move {
+        let mut ticks = 0;
+        while ticks < hours {
+            ctx.sleep("tick", HOUR).await?;
+            ticks += 1;
+        }
+        Ok::<_, Failure>(ticks)
+    });
+    // Waits a day for an answer.
+    engine.register(ASK, |ctx: Ctx, ()| async move {
+        ctx.wait_for(&ANSWER).timeout(DAY).await
+    });
+    // Two steps around an hour's sleep; the second retried up to 3 times.
+    let e = Arc::clone(effects);
+    engine.register(STEPS, move |ctx: Ctx, ()| {
+        let e = Arc::clone(&e);
+        async move {
+            let first = noted(&ctx, &e, "first").await?;
+            ctx.sleep("between", HOUR).await?;
+            let e2 = Arc::clone(&e);
+            let second = ctx
+                .step("second", move |sc| {
+                    let e2 = Arc::clone(&e2);
+                    async move {
+                        e2.lock()
+                            .unwrap()
+                            .push(("second".into(), sc.key().to_string()));
+                        Ok("second done".to_string())
+                    }
+                })
+                .retry(RetryPolicy::default().attempts(3))
+                .await?;
+            Ok::<_, Failure>(format!("{first}, {second}"))
+        }
+    });
+    // Children on every shard, each a day's nap.
+    engine.register(FAN, |ctx: Ctx, n: u32| async move {
+        let mut total = 0;
+        for i in 0..n {
+            total += ctx.child(NAP, &format!("child-{i}"), &1).await?;
+        }
+        Ok::<_, Failure>(total)
+    });
+}
+
+async fn kit(effects: &Effects) -> TestEngine {
+    let e = Arc::clone(effects);
+    TestEngine::open(move |engine: &Engine| register(engine, &e))
+        .await
+        .expect("open the test engine")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_day_long_sleeps_take_milliseconds() {
+    let kit = kit(&Effects::default()).await;
+    let (virtual_start, real_start) = (kit.now_ms(), Instant::now());
+    // Each day the run parks (idle past `park_after`) and is loaded back
+    // for its timer: the kit's jumps go through parking too.
+    assert_eq!(kit.execute(NAP, "nap-1", &5).await.expect("result"), 5);
+    let slept = kit.now_ms() - virtual_start;
+    assert!(
+        slept >= 5 * DAY.as_millis() as u64,
+        "the clock moved {slept} ms"
+    );
+    // Exactly to each timer: no more than a second of slack a day.
+    assert!(
+        slept < 5 * (DAY.as_millis() as u64 + 1000),
+        "the clock moved {slept} ms"
+    );
+    let real = real_start.elapsed();
+    assert!(
+        real < Duration::from_secs(5),
+        "five virtual days took {real:?}"
+    );
+    kit.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advance_stops_at_every_timer_on_the_way() {
+    let kit = kit(&Effects::default()).await;
+    kit.engine()
+        .start(HOURLY, "hourly-1", &6)
+        .await
+        .expect("start");
+    kit.advance(HOUR * 5).await.expect("advance");
+    let d = kit.engine().describe("hourly-1").await.expect("describe");
+    assert_eq!(d.status, RunStatus::Running, "5 hours in: {d:?}");
+    // A jump straight to the end would fire one tick, not the sixth.
+    kit.advance(HOUR).await.expect("advance");
+    let d = kit.engine().describe("hourly-1").await.expect("describe");
+    assert!(d.finished_ms.is_some(), "6 hours in: {d:?}");
+    assert_eq!(kit.result(HOURLY, "hourly-1").await.expect("result"), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_stands_still_while_the_test_acts() {
+    let kit = kit(&Effects::default()).await;
+    let start = kit.now_ms();
+    kit.engine().start(ASK, "ask-1", &()).await.expect("start");
+    // Settling lets the run reach its wait; the day-long timeout must not
+    // be skipped to before the answer.
+    kit.settle().await.expect("settle");
+    kit.engine()
+        .signal("ask-1", ANSWER, &"yes".to_string())
+        .await
+        .expect("signal");
+    let got = kit.result(ASK, "ask-1").await.expect("result");
+    assert_eq!(got.as_deref(), Some("yes"));
+    assert_eq!(kit.now_ms(), start, "nothing waited for time");
+    // With no answer, the kit moves to the timeout.
+    kit.engine().start(ASK, "ask-2", &()).await.expect("start");
+    assert_eq!(kit.result(ASK, "ask-2").await.expect("result"), None);
+    assert!(kit.now_ms() >= start + DAY.as_millis() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_cannot_end_is_stalled_not_a_hang() {
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(
+            ASK,
+            |ctx: Ctx, ()| async move { ctx.wait_for(&ANSWER).await },
+        );
+    })
+    .await
+    .expect("open");
+    kit.engine()
+        .start(ASK, "forever", &())
+        .await
+        .expect("start");
+    let started = Instant::now();
+    match kit.result(ASK, "forever").await {
+        Err(TestError::Stalled { what, run }) => {
+            assert!(what.contains("forever"), "{what}");
+            assert!(run.contains("Running"), "{run}");
+        }
+        other => panic!("expected Stalled, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_on_other_shards_are_waited_for() {
+    let effects = Effects::default();
+    let e = Arc::clone(&effects);
+    let kit = TestEngine::builder()
+        .shards(4)
+        .open(move |engine: &Engine| register(engine, &e))
+        .await
+        .expect("open");
+    let start = kit.now_ms();
+    assert_eq!(kit.execute(FAN, "fan-1", &6).await.expect("result"), 6);
+    // One day each, one after the other.
+    assert!(kit.now_ms() - start >= 6 * DAY.as_millis() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_keeps_what_was_durable_and_only_that() {
+    let effects = Effects::default();
+    let mut kit = kit(&effects).await;
+    kit.engine()
+        .start(STEPS, "steps-1", &())
+        .await
+        .expect("start");
+    // The first step's result is durable and the run sleeps.
+    kit.settle().await.expect("settle");
+    let old = kit.engine().clone();
+    kit.crash().await.expect("crash");
+    assert!(
+        matches!(old.describe("steps-1").await, Err(Error::Closed)),
+        "the old engine is closed"
+    );
+    let out = kit.result(STEPS, "steps-1").await.expect("result");
+    assert_eq!(out, "first done, second done");
+    let names: Vec<String> = effects
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert_eq!(names, ["first", "second"], "no step ran twice");
+
+    // A start whose record was never durable is gone after the crash.
+    kit.storage().hold_flushes(true);
+    let engine = kit.engine().clone();
+    let pending = tokio::spawn(async move { engine.start(STEPS, "steps-2", &()).await.map(drop) });
+    // The start is in the log, not durable: its acknowledgement waits.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !pending.is_finished(),
+        "a start was acknowledged before it was durable"
+    );
+    kit.crash().await.expect("crash");
+    assert!(
+        pending.await.expect("join").is_err(),
+        "the lost start failed"
+    );
+    assert!(matches!(
+        kit.engine().describe("steps-2").await,
+        Err(Error::NotFound { .. })
+    ));
+    // The engine after the crash writes as usual.
+    assert_eq!(kit.execute(NAP, "nap-after", &1).await.expect("result"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mock_returns_a_value_and_the_real_function_never_runs() {
+    let effects = Effects::default();
+    let kit = kit(&effects).await;
+    let first = kit.mock_step("first", StepMock::returning("mocked").expect("mock"));
+    let out = kit.execute(STEPS, "m-1", &()).await.expect("result");
+    assert_eq!(out, "mocked, second done");
+    let names: Vec<String> = effects
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert_eq!(names, ["second"], "the mocked step's function ran");
+    let calls = first.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].attempt, 1);
+    assert!(calls[0].key.starts_with("m-1/"), "{:?}", calls[0]);
+    // Unmocked, the function runs again.
+    kit.unmock_step("first");
+    assert_eq!(
+        kit.execute(STEPS, "m-2", &()).await.expect("result"),
+        "first done, second done"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mock_fails_the_first_attempts_then_runs_the_real_function() {
+    let effects = Effects::default();
+    let kit = kit(&effects).await;
+    let second = kit.mock_step("second", StepMock::real().fail_first(2));
+    let out = kit.execute(STEPS, "f-1", &()).await.expect("result");
+    assert_eq!(out, "first done, second done");
+    let attempts: Vec<u32> = second.calls().iter().map(|c| c.attempt).collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    let real = effects
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(n, _)| n == "second")
+        .count();
+    assert_eq!(real, 1, "the real function ran once, after two failures");
+
+    // Three failures exhaust the step's three attempts.
+    kit.mock_step("second", StepMock::real().fail_first(3));
+    match kit.execute(STEPS, "f-2", &()).await {
+        Err(TestError::Engine(Error::Failed { failure, .. })) => {
+            assert_eq!(failure.kind.as_deref(), Some("mock"), "{failure}");
+            assert!(failure.message.contains("attempt 3"), "{failure}");
+        }
+        other => panic!("expected the step to fail, got {other:?}"),
+    }
+    // A fatal error fails the step at once.
+    let fatal = kit.mock_step(
+        "second",
+        StepMock::failing(StepError::fatal("card declined").kind("declined")),
+    );
+    match kit.execute(STEPS, "f-3", &()).await {
+        Err(TestError::Engine(Error::Failed { failure, .. })) => {
+            assert_eq!(failure.kind.as_deref(), Some("declined"));
+        }
+        other => panic!("expected the step to fail, got {other:?}"),
+    }
+    assert_eq!(fatal.calls().len(), 1, "a fatal error is not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mock_delay_takes_virtual_time_and_holds_the_step_running() {
+    let kit = kit(&Effects::default()).await;
+    kit.mock_step("first", StepMock::real().delay(HOUR * 2));
+    let start = kit.now_ms();
+    kit.engine().start(STEPS, "d-1", &()).await.expect("start");
+    kit.settle().await.expect("settle");
+    let d = kit.engine().describe("d-1").await.expect("describe");
+    let step = d.step.expect("a step is pending");
+    assert_eq!((step.name.as_str(), step.running), ("first", true));
+    kit.advance(HOUR * 2 - Duration::from_millis(1))
+        .await
+        .expect("advance");
+    let d = kit.engine().describe("d-1").await.expect("describe");
+    assert_eq!(
+        d.step.map(|s| s.name),
+        Some("first".to_string()),
+        "1 ms early"
+    );
+    kit.advance(Duration::from_millis(1))
+        .await
+        .expect("advance");
+    let d = kit.engine().describe("d-1").await.expect("describe");
+    assert!(d.step.is_none(), "two hours in, the step ended: {d:?}");
+    // Then the hour's sleep and the second step: moved to by the kit.
+    let out = kit.result(STEPS, "d-1").await.expect("result");
+    assert_eq!(out, "first done, second done");
+    assert!(kit.now_ms() - start >= 3 * HOUR.as_millis() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mocks_stay_in_place_after_a_crash() {
+    let effects = Effects::default();
+    let mut kit = kit(&effects).await;
+    let first = kit.mock_step(
+        "first",
+        StepMock::returning("mocked").expect("mock").delay(HOUR),
+    );
+    kit.engine().start(STEPS, "c-1", &()).await.expect("start");
+    kit.settle().await.expect("settle");
+    // The step's attempt was running: after the crash it runs again, with
+    // the same key, through the mock.
+    kit.crash().await.expect("crash");
+    let out = kit.result(STEPS, "c-1").await.expect("result");
+    assert_eq!(out, "mocked, second done");
+    let calls = first.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0], calls[1], "same step, same attempt, same key");
+    assert!(effects.lock().unwrap().iter().all(|(n, _)| n != "first"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_does_not_jump_while_a_real_step_runs() {
+    const RACE: Workflow<(), String> = Workflow::new("race");
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(RACE, |ctx: Ctx, ()| async move {
+            // A real step of 300 ms of real time races a day's sleep: the
+            // clock must not jump to the sleep while the step runs.
+            let step = ctx
+                .step("slow", |_| async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(())
+                })
+                .into_future();
+            let sleep = ctx.sleep("race", DAY);
+            tokio::select! {
+                biased;
+                r = step => { r?; Ok::<_, Failure>("step".to_string()) }
+                r = sleep => { r?; Ok("sleep".to_string()) }
+            }
+        });
+    })
+    .await
+    .expect("open");
+    let start = kit.now_ms();
+    let out = kit.execute(RACE, "race-1", &()).await.expect("result");
+    assert_eq!(out, "step", "the clock jumped while a step ran");
+    assert_eq!(kit.now_ms(), start);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_a_busy_engine_times_out_naming_what_is_busy() {
+    const STUCK: Workflow<(), u64> = Workflow::new("stuck");
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = Arc::clone(&calls);
+    let kit = TestEngine::builder()
+        .wait_limit(Duration::from_millis(300))
+        .open(move |engine: &Engine| {
+            let c = Arc::clone(&c);
+            engine.register(STUCK, move |ctx: Ctx, ()| {
+                let c = Arc::clone(&c);
+                async move {
+                    Ok::<_, Failure>(
+                        ctx.step("stuck", move |_| {
+                            c.fetch_add(1, Ordering::SeqCst);
+                            async {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                                Ok(0u64)
+                            }
+                        })
+                        .await?,
+                    )
+                }
+            });
+        })
+        .await
+        .expect("open");
+    match kit.execute(STUCK, "stuck-1", &()).await {
+        Err(TestError::Timeout { busy, run, .. }) => {
+            assert!(busy.contains("1 step attempts running"), "{busy}");
+            assert!(run.contains("stuck"), "{run}");
+        }
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_everywhere_carries_on_from_every_prefix_of_the_log() {
+    let effects = Effects::default();
+    let kit = kit(&effects).await;
+    let mut seen = Vec::new();
+    let report = kit
+        .crash_everywhere(STEPS, &(), |point| {
+            let ran: Vec<String> = std::mem::take(&mut *effects.lock().unwrap())
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            assert_eq!(point.outcome, point.uncrashed);
+            if let Some(n) = point.crashed_after {
+                assert_eq!(point.kept.len(), n, "the crash kept the first {n} records");
+            }
+            seen.push((point.crashed_after, ran));
+        })
+        .await
+        .expect("crash everywhere");
+    // Start, Step, Timer, Fired, Step, Done.
+    assert_eq!(report.records, 6);
+    let both = vec!["first".to_string(), "second".to_string()];
+    assert_eq!(seen.len(), 8, "the uncrashed run and 7 crash points");
+    assert_eq!(seen[0], (None, both.clone()), "uncrashed");
+    assert_eq!(
+        seen[1],
+        (Some(0), both),
+        "nothing kept: everything runs again"
+    );
+    assert_eq!(
+        seen[2],
+        (Some(1), vec!["first".to_string(), "second".to_string()]),
+        "the Start kept: both steps run"
+    );
+    assert_eq!(
+        seen[3],
+        (Some(2), vec!["second".to_string()]),
+        "first's result kept"
+    );
+    assert_eq!(seen[7], (Some(6), vec![]), "everything kept: nothing runs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_everywhere_catches_code_that_changes_across_a_crash() {
+    const FICKLE: Workflow<(), String> = Workflow::new("fickle");
+    // Code that reads state outside its journal: its first start takes
+    // step "a", every later one (a replay after a crash included) "b".
+    let starts = Arc::new(AtomicU32::new(0));
+    let s = Arc::clone(&starts);
+    let kit = TestEngine::open(move |engine: &Engine| {
+        let s = Arc::clone(&s);
+        engine.register(FICKLE, move |ctx: Ctx, ()| {
+            let first = s.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                let name = if first { "a" } else { "b" };
+                let v = ctx.step(name, |_| async { Ok(1u32) }).await?;
+                Ok::<_, Failure>(format!("{name}{v}"))
+            }
+        });
+    })
+    .await
+    .expect("open");
+    let mut outcomes = Vec::new();
+    let err = kit
+        .crash_everywhere(FICKLE, &(), |point| {
+            outcomes.push((point.crashed_after, point.outcome.clone()));
+        })
+        .await
+        .expect_err("a run replayed with another step must not pass");
+    // Uncrashed "a"; after a crash that kept nothing or only the Start,
+    // "b" runs afresh; with step "a"'s result kept, the code calling "b"
+    // departs from its journal and stops.
+    assert_eq!(
+        outcomes,
+        [
+            (None, Ok("a1".to_string())),
+            (Some(0), Ok("b1".to_string())),
+            (Some(1), Ok("b1".to_string()))
+        ]
+    );
+    match &err {
+        TestError::CrashPoint {
+            crashed_after: Some(2),
+            source,
+            ..
+        } => {
+            let why = source.to_string();
+            assert!(why.contains("Stopped"), "{why}");
+            assert!(why.contains("operation 1"), "{why}");
+            assert!(why.contains("step \"a\""), "{why}");
+        }
+        other => panic!("expected the error of crash point 2, got {other}"),
+    }
+}

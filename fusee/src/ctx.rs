@@ -1067,3 +1067,39 @@ impl<O> Future for ContinueAsNew<O> {
         }
     }
 }
+
+/// What [`crate::promise`] and [`crate::saga`] need of a run beyond its
+/// public operations, so the run's state stays private to this module.
+impl Ctx {
+    /// A wait for the signal named `name`, made at run time (a promise's
+    /// own name), where [`Ctx::wait_for`] takes a static one.
+    pub(crate) fn wait_for_name<T: DeserializeOwned>(&self, name: &str) -> WaitFor<T> {
+        WaitFor {
+            cancels: self.state.borrow().cancels,
+            ctx: self.clone(),
+            name: Name::from(name),
+            timeout: None,
+            seq: None,
+            done: false,
+            _type: PhantomData,
+        }
+    }
+
+    /// Registers update handler `name` (made at run time) with its
+    /// validator, as [`Ctx::on_update_validated`] does for a static name.
+    pub(crate) fn on_update_name(&self, name: String, validate: Validator, start: HandlerStart) {
+        self.state.borrow_mut().updates.insert(
+            name,
+            UpdateHandler {
+                validate: Some(validate),
+                start,
+            },
+        );
+    }
+
+    /// Cancellations delivered to the code so far: each is a journal
+    /// delivery, so the count replays the same.
+    pub(crate) fn cancels(&self) -> u32 {
+        self.state.borrow().cancels
+    }
+}

@@ -738,6 +738,30 @@ impl Engine {
     }
 }
 
+/// What [`crate::promise`] needs of the engine beyond its public calls.
+impl Engine {
+    /// [`Engine::update`] for a handler named at run time (a promise's),
+    /// answering with the handler's raw result.
+    pub(crate) async fn update_name(
+        &self,
+        id: &str,
+        name: &str,
+        payload: Vec<u8>,
+    ) -> Result<RunResult> {
+        let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
+            .into_uuid()
+            .to_string();
+        self.request(id, |reply| Input::Update {
+            id: id.to_string(),
+            name: name.to_string(),
+            update_id,
+            payload,
+            reply,
+        })
+        .await
+    }
+}
+
 /// Test kit hooks (feature `testing`): what `crate::testing` needs from
 /// the engine, kept apart from the client API above.
 #[cfg(feature = "testing")]

@@ -127,6 +127,46 @@ pub enum Error {
     /// Another engine setting is wrong.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A string [`crate::Engine::complete`] was given that no
+    /// [`crate::Ctx::promise`] made; nothing was recorded.
+    #[error("{promise:?} is not a promise ID: {reason}")]
+    BadPromiseId {
+        /// The string given.
+        promise: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// No promise with this ID is waiting: its workflow does not exist, or
+    /// the workflow's current run did not make it (it never did, or the
+    /// run that did continued as new). Nothing was recorded.
+    #[error("no promise {promise:?}: {reason}")]
+    UnknownPromise {
+        /// The promise ID.
+        promise: String,
+        /// Why it is not known.
+        reason: String,
+    },
+    /// The promise was completed before: its first value stands and this
+    /// one was not recorded. A caller retrying a completion whose answer it
+    /// lost (a timeout, a crash) gets this when the first one took.
+    #[error("promise {promise:?} was already completed")]
+    PromiseCompleted {
+        /// The promise ID.
+        promise: String,
+    },
+    /// The run that made the promise has finished: nothing waits for it
+    /// any more, and nothing was recorded.
+    #[error(
+        "promise {promise:?} can no longer be completed: workflow {id:?} has finished ({status})"
+    )]
+    PromiseClosed {
+        /// The promise ID.
+        promise: String,
+        /// The workflow that made it.
+        id: String,
+        /// How the workflow ended.
+        status: &'static str,
+    },
 }
 
 impl Error {

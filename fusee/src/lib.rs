@@ -59,6 +59,8 @@
 //! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
 //! | [`RetryPolicy`] | how failed step attempts are retried |
+//! | [`Saga`] | steps that register compensations, run durably newest first when the workflow fails or is cancelled ([`saga`]) |
+//! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
 //!
 //! # Choosing a backend
@@ -93,9 +95,11 @@ mod engine;
 mod error;
 pub mod inspect;
 mod metrics;
+pub mod promise;
 mod registry;
 mod retry;
 mod runtime;
+pub mod saga;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod workflow;
@@ -116,5 +120,7 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use fusee_storage::StorageError;
 pub use metrics::{Histogram, Metrics, ShardMetrics};
+pub use promise::{Promise, PromiseWait};
 pub use retry::{OnExhausted, RetryPolicy};
+pub use saga::{Saga, SagaStep, SagaStepCall};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

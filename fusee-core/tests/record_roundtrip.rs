@@ -149,3 +149,54 @@ fn inline_decoder_shares_across_calls() {
     }
     assert!(inline.remembered() <= 1024);
 }
+
+/// `set_run` changes the run and nothing else, and `seq` is the field that
+/// follows the run in the body of exactly the kinds that have one.
+#[test]
+fn set_run_and_seq_match_the_encoding() {
+    let seed = seed(0x0053_4554_5255);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let with_seq = [
+        kind::STEP,
+        kind::ATTEMPT,
+        kind::RESUME,
+        kind::TIMER,
+        kind::FIRED,
+        kind::WAIT,
+        kind::WAITED,
+        kind::VALUE,
+        kind::CHILD,
+        kind::CHILD_DONE,
+        kind::SEND,
+        kind::HEARTBEAT,
+        kind::PATCH,
+        kind::AWAITING,
+        kind::COMPLETED,
+        kind::CHUNK,
+        kind::STREAM_END,
+    ];
+    for round in 0..50 {
+        for tag in kind::ALL {
+            let rec = record(&mut rng, tag, false);
+            let ctx = format!("seed {seed:#x}, round {round}, {}", rec.kind_name());
+            let to = rng.u64(..);
+            let mut moved = rec.clone();
+            moved.set_run(to);
+            assert_eq!(moved.run(), to, "{ctx}");
+            moved.set_run(rec.run());
+            assert_eq!(moved, rec, "{ctx}: only the run changed");
+
+            let mut body = Vec::new();
+            encode_body(&rec, &mut body);
+            let mut r = Reader::new(&body[1..]);
+            r.varint().expect("run");
+            match rec.seq() {
+                Some(seq) => {
+                    assert!(with_seq.contains(&tag), "{ctx}: has no seq field");
+                    assert_eq!(r.varint().ok(), Some(u64::from(seq)), "{ctx}");
+                }
+                None => assert!(!with_seq.contains(&tag), "{ctx}: seq missing"),
+            }
+        }
+    }
+}

@@ -201,6 +201,10 @@ pub(crate) struct RunState {
     pub(crate) updates: FxHashMap<String, UpdateHandler>,
     /// Query handlers the code registered, by name.
     pub(crate) queries: FxHashMap<String, QueryHandler>,
+    /// The engine's payload limit ([`crate::Config::max_payload`]): a
+    /// payload the code hands over beyond it is refused at the call, before
+    /// anything is recorded, rather than a record the log would refuse.
+    pub(crate) max_payload: usize,
 }
 
 /// An update handler, type-erased: its validator, and its code started
@@ -221,7 +225,13 @@ pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> crate::registry::RunFuture>;
 pub(crate) type QueryHandler = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, Failure>>;
 
 impl RunState {
-    pub(crate) fn new(machine: RunMachine, run: RunId, id: Name, registry: Registry) -> Self {
+    pub(crate) fn new(
+        machine: RunMachine,
+        run: RunId,
+        id: Name,
+        registry: Registry,
+        max_payload: usize,
+    ) -> Self {
         Self {
             machine,
             run,
@@ -238,7 +248,23 @@ impl RunState {
             registry,
             updates: FxHashMap::default(),
             queries: FxHashMap::default(),
+            max_payload,
         }
+    }
+
+    /// `Err` (kind `too-large`) when `len` bytes of `what` exceed the
+    /// payload limit.
+    pub(crate) fn check_payload(&self, what: &str, len: usize) -> Result<(), Failure> {
+        if len > self.max_payload {
+            return Err(Failure::with_kind(
+                "too-large",
+                format!(
+                    "{what} of {len} bytes exceeds the payload limit of {} bytes",
+                    self.max_payload
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A cancellation reached the code: every pending operation wakes, to
@@ -442,7 +468,9 @@ impl Ctx {
     /// Sends `signal` with `value` to workflow `id` (on any shard): it
     /// leaves once this call's record is durable and lands in the target's
     /// journal exactly once, even across crashes of either side. A target
-    /// that does not exist or has finished drops it.
+    /// that does not exist or has finished drops it. A value that does not
+    /// encode, or whose encoding exceeds [`crate::Config::max_payload`], is
+    /// an `Err` here and nothing is sent.
     pub fn signal<T: Serialize>(
         &self,
         id: &str,
@@ -455,6 +483,9 @@ impl Ctx {
                 format!("signal {:?} does not encode: {e}", signal.name()),
             )
         })?;
+        self.state
+            .borrow()
+            .check_payload(&format!("signal {:?}", signal.name()), payload.len())?;
         self.send(id, signal.name(), payload);
         Ok(())
     }
@@ -543,17 +574,27 @@ impl Ctx {
     /// `input`, so a long-lived workflow keeps a short journal. The future
     /// never completes: return it (`return ctx.continue_as_new(&next).await`).
     pub fn continue_as_new<I: Serialize, O>(&self, input: &I) -> ContinueAsNew<O> {
-        let encoded = encode(input);
-        if let Ok(bytes) = &encoded {
-            self.state.borrow_mut().continue_with = Some(bytes.clone());
-        }
-        ContinueAsNew {
-            error: encoded.err().map(|e| {
+        let checked = encode(input)
+            .map_err(|e| {
                 Failure::with_kind(
                     "codec",
                     format!("the next run's input does not encode: {e}"),
                 )
-            }),
+            })
+            .and_then(|bytes| {
+                let s = self.state.borrow();
+                s.check_payload("the next run's input", bytes.len())?;
+                Ok(bytes)
+            });
+        let error = match checked {
+            Ok(bytes) => {
+                self.state.borrow_mut().continue_with = Some(bytes);
+                None
+            }
+            Err(f) => Some(f),
+        };
+        ContinueAsNew {
+            error,
             _type: PhantomData,
         }
     }
@@ -992,7 +1033,12 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
                 )));
             }
             let input = match &this.input {
-                Ok(bytes) => Payload::from(bytes.as_slice()),
+                Ok(bytes) => {
+                    if let Err(f) = s.check_payload("the child's input", bytes.len()) {
+                        return Poll::Ready(Err(f));
+                    }
+                    Payload::from(bytes.as_slice())
+                }
                 Err(e) => {
                     return Poll::Ready(Err(Failure::with_kind(
                         "codec",

@@ -207,6 +207,10 @@ pub enum IdPolicy {
     NewOnly,
     /// Attach to the ID's latest run if there is one, else start it.
     Attach,
+    /// Start a new run unless the ID's latest run is still running
+    /// ([`Error::AlreadyExists`] then): an ID used once a day, say, by a
+    /// daily job.
+    ReuseAfterFinish,
 }
 
 /// A run a start created or attached to.
@@ -275,8 +279,10 @@ pub struct CurrentStep {
     pub running: bool,
 }
 
-/// What [`Engine::describe`] says about a run.
+/// What [`Engine::describe`] says about a run. More fields may come;
+/// match it with `..`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Description {
     /// The workflow ID.
     pub id: String,
@@ -298,6 +304,47 @@ pub struct Description {
     pub stopped_because: Option<String>,
     /// Whether it is parked in the run store (idle, out of memory).
     pub parked: bool,
+    /// Whether an operator paused it ([`Engine::pause`]): no step starts.
+    pub paused: bool,
+    /// Its journal's size in bytes (canonical records): what replaying it
+    /// costs, and how close a long-lived run is to wanting
+    /// continue-as-new.
+    pub journal_bytes: u64,
+    /// How many records its journal holds.
+    pub journal_records: u64,
+    /// Children it started that have not finished (as far as its journal
+    /// knows).
+    pub children: Vec<PendingChild>,
+    /// What its code waits for besides steps: timers and signals.
+    pub waits: Vec<PendingWait>,
+}
+
+/// A child a run started and has no result from yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingChild {
+    /// The child's workflow ID.
+    pub id: String,
+    /// The child's workflow type.
+    pub workflow: String,
+}
+
+/// A timer or a signal a run's code waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingWait {
+    /// A sleep, and when it fires (ms since the Unix epoch).
+    Timer {
+        /// The sleep's name.
+        name: String,
+        /// When it fires.
+        fire_at_ms: u64,
+    },
+    /// A wait for a signal, and its deadline if it has one.
+    Signal {
+        /// The signal's name.
+        name: String,
+        /// When the wait times out, if ever.
+        deadline_ms: Option<u64>,
+    },
 }
 
 /// The engine: shards over one storage, and the client API. Cheap to clone;
@@ -550,15 +597,53 @@ impl Engine {
                 reply,
             })
             .await?;
-        match r.status {
-            Status::Ok => decode(&r.payload).map_err(|e| Error::codec("update result", e)),
-            status => Err(Error::Failed {
+        update_result(id, r)
+    }
+
+    /// Runs `update` with `arg` on workflow `id`, first starting `workflow`
+    /// as `id` with `input` if it has no run, in one record: the update is
+    /// then the new run's first delivery (its validator does not run, as no
+    /// code has run to register it; an unknown handler fails the update).
+    /// A running workflow takes the update as [`update`](Self::update)
+    /// would; a finished one is [`Error::Finished`]. Lazily created entity
+    /// workflows (a cart, an account) use it for their first call.
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// use fusee::{Update, Workflow};
+    /// const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
+    /// const ADD: Update<String, usize> = Update::new("add");
+    /// // Starts cart-7 if needed and adds the item, durably, in one call.
+    /// let items = engine
+    ///     .update_with_start(CART, "cart-7", &(), ADD, &"tea".to_string())
+    ///     .await?;
+    /// # let _ = items; Ok(()) }
+    /// ```
+    pub async fn update_with_start<I: Serialize, O, UI: Serialize, UO: DeserializeOwned>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+        update: crate::Update<UI, UO>,
+        arg: &UI,
+    ) -> Result<UO> {
+        let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        let payload = encode(arg).map_err(|e| Error::codec("update argument", e))?;
+        let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
+            .into_uuid()
+            .to_string();
+        let r = self
+            .request(id, |reply| Input::UpdateWithStart {
+                wtype: workflow.name().to_string(),
                 id: id.to_string(),
-                status: status.as_str(),
-                failure: decode::<Failure>(&r.payload)
-                    .unwrap_or_else(|_| Failure::new(String::from_utf8_lossy(&r.payload))),
-            }),
-        }
+                input,
+                name: update.name().to_string(),
+                update_id,
+                payload,
+                reply,
+            })
+            .await?;
+        update_result(id, r)
     }
 
     /// Asks workflow `id` `query` with `input`: its handler's answer over
@@ -709,16 +794,29 @@ impl Engine {
     }
 
     /// Sends a request to `id`'s shard and waits for its answer.
-    async fn request<T>(
+    pub(crate) async fn request<T>(
         &self,
         id: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Input,
+    ) -> Result<T> {
+        let shard = shard_of(id, self.shard_count());
+        self.request_shard(shard, make).await
+    }
+
+    /// How many shards the engine runs.
+    pub(crate) fn shard_count(&self) -> u32 {
+        self.inner.shards.len() as u32
+    }
+
+    /// Sends a request to shard `shard` and waits for its answer.
+    pub(crate) async fn request_shard<T>(
+        &self,
+        shard: u32,
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> Input,
     ) -> Result<T> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let n = self.inner.shards.len() as u32;
-        let shard = shard_of(id, n);
         let (tx, rx) = oneshot::channel();
         {
             let h = self.inner.shards[shard as usize]
@@ -735,6 +833,20 @@ impl Engine {
             }
         }
         rx.await.map_err(|_| Error::Closed)?
+    }
+}
+
+/// An update's result as its caller sees it: the handler's value, or its
+/// failure as [`Error::Failed`].
+fn update_result<O: DeserializeOwned>(id: &str, r: RunResult) -> Result<O> {
+    match r.status {
+        Status::Ok => decode(&r.payload).map_err(|e| Error::codec("update result", e)),
+        status => Err(Error::Failed {
+            id: id.to_string(),
+            status: status.as_str(),
+            failure: decode::<Failure>(&r.payload)
+                .unwrap_or_else(|_| Failure::new(String::from_utf8_lossy(&r.payload))),
+        }),
     }
 }
 

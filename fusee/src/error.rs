@@ -167,6 +167,24 @@ pub enum Error {
         /// How the workflow ended.
         status: &'static str,
     },
+    /// A reset named a step the run never reached.
+    #[error("workflow {id:?} has no step {step:?} to reset to; its steps: {steps:?}")]
+    UnknownStep {
+        /// The workflow ID.
+        id: String,
+        /// The step asked for.
+        step: String,
+        /// The steps its journal has, in the order they first appear.
+        steps: Vec<String>,
+    },
+    /// A reset that cannot be done; nothing was recorded.
+    #[error("workflow {id:?} cannot be reset: {reason}")]
+    CannotReset {
+        /// The workflow ID.
+        id: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -54,7 +54,8 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`Engine`] | open, register, start, execute, signal, update, query, cancel, terminate, result, describe, metrics, close |
+//! | [`Engine`] | open, register, start, execute, signal, update, update_with_start, query, cancel, terminate, result, describe, metrics, close |
+//! | operator verbs on [`Engine`] | [`Engine::pause`], [`Engine::resume`], [`Engine::reset`], [`Engine::list`] ([`ListFilter`], [`Page`]), [`Engine::cancel_all`], [`Engine::terminate_all`] |
 //! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock |
 //! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
@@ -95,6 +96,7 @@ mod engine;
 mod error;
 pub mod inspect;
 mod metrics;
+mod operator;
 pub mod promise;
 mod registry;
 mod retry;
@@ -115,11 +117,13 @@ pub use ctx::{
     WaitFor,
 };
 pub use engine::{
-    Config, CurrentStep, Description, Engine, IdPolicy, RunHandle, RunRef, RunStatus,
+    Config, CurrentStep, Description, Engine, IdPolicy, PendingChild, PendingWait, RunHandle,
+    RunRef, RunStatus,
 };
 pub use error::{Error, Result};
 pub use fusee_storage::StorageError;
 pub use metrics::{Histogram, Metrics, ShardMetrics};
+pub use operator::{Cursor, ListFilter, Page, RunSummary, StatusFilter};
 pub use promise::{Promise, PromiseWait};
 pub use retry::{OnExhausted, RetryPolicy};
 pub use saga::{Saga, SagaStep, SagaStepCall};

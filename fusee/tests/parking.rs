@@ -267,3 +267,44 @@ async fn the_run_store_is_compacted_and_moved_frames_still_load() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const HOURLY: Workflow<u32, u32> = Workflow::new("hourly");
+
+/// A run that parks and loads again and again (each load extends its frame
+/// chain with a `Delta`): the chain is rewritten whole before it grows
+/// deeper than a load can follow, across a restart too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_and_loaded_many_times_keeps_loading() {
+    const NAPS: u32 = 30;
+    let dir = temp_dir("chain");
+    let clock = VirtualClock::new(START_MS);
+    let register = |engine: &Engine| {
+        engine.register(HOURLY, |ctx: Ctx, naps: u32| async move {
+            for i in 0..naps {
+                ctx.sleep(&format!("nap-{i}"), Duration::from_secs(3600))
+                    .await?;
+            }
+            Ok::<_, Failure>(naps)
+        });
+    };
+    let mut engine = Engine::open(config(&dir, &clock)).await.unwrap();
+    register(&engine);
+    engine.start(HOURLY, "h-1", &NAPS).await.unwrap();
+    // Each hour: the run parks, the clock moves, its timer loads it.
+    let mut session = 0; // loads this engine counted (a restart starts at 0)
+    for hour in 0..NAPS {
+        until(&engine, "the run to park", |m| m.parked_runs == 1).await;
+        clock.advance(3_600_000);
+        until(&engine, "the timer to load the run", |m| m.loads > session).await;
+        session += 1;
+        if hour == NAPS / 2 {
+            drop(engine); // a crash halfway
+            engine = Engine::open(config(&dir, &clock)).await.unwrap();
+            register(&engine);
+            session = 0;
+        }
+    }
+    assert_eq!(engine.result(HOURLY, "h-1").await.unwrap(), NAPS);
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -34,6 +34,69 @@ impl<S, B> Record<S, B> {
         }
     }
 
+    /// Makes this a record of run `to`, nothing else changed (a reset copies
+    /// a journal into a new run this way).
+    pub fn set_run(&mut self, to: RunId) {
+        match self {
+            Record::Start { run, .. }
+            | Record::Step { run, .. }
+            | Record::Attempt { run, .. }
+            | Record::Resume { run, .. }
+            | Record::Timer { run, .. }
+            | Record::Fired { run, .. }
+            | Record::Signal { run, .. }
+            | Record::Wait { run, .. }
+            | Record::Waited { run, .. }
+            | Record::Value { run, .. }
+            | Record::Child { run, .. }
+            | Record::ChildDone { run, .. }
+            | Record::Send { run, .. }
+            | Record::Cancel { run, .. }
+            | Record::Update { run, .. }
+            | Record::UpdateDone { run, .. }
+            | Record::Heartbeat { run, .. }
+            | Record::Patch { run, .. }
+            | Record::Awaiting { run, .. }
+            | Record::Completed { run, .. }
+            | Record::Attributes { run, .. }
+            | Record::Chunk { run, .. }
+            | Record::StreamEnd { run, .. }
+            | Record::Done { run, .. } => *run = to,
+        }
+    }
+
+    /// The operation (sequence number) this record belongs to, for the
+    /// kinds that belong to one; `None` for run-wide kinds (`Start`,
+    /// `Signal`, `Cancel`, `Update`, `UpdateDone`, `Attributes`, `Done`).
+    pub fn seq(&self) -> Option<super::Seq> {
+        match self {
+            Record::Step { seq, .. }
+            | Record::Attempt { seq, .. }
+            | Record::Resume { seq, .. }
+            | Record::Timer { seq, .. }
+            | Record::Fired { seq, .. }
+            | Record::Wait { seq, .. }
+            | Record::Waited { seq, .. }
+            | Record::Value { seq, .. }
+            | Record::Child { seq, .. }
+            | Record::ChildDone { seq, .. }
+            | Record::Send { seq, .. }
+            | Record::Heartbeat { seq, .. }
+            | Record::Patch { seq, .. }
+            | Record::Awaiting { seq, .. }
+            | Record::Completed { seq, .. }
+            | Record::Chunk { seq, .. }
+            | Record::StreamEnd { seq, .. } => Some(*seq),
+            Record::Start { .. }
+            | Record::Signal { .. }
+            | Record::Cancel { .. }
+            | Record::Update { .. }
+            | Record::UpdateDone { .. }
+            | Record::Attributes { .. }
+            | Record::Done { .. } => None,
+        }
+    }
+
     /// This record's kind tag: one of [`kind`]'s constants, never 0. It is
     /// the first byte of the record's canonical body.
     pub fn kind(&self) -> u8 {

@@ -275,6 +275,13 @@ impl ShardCore {
         NewestFirst::below(self.next_run)
     }
 
+    /// A cursor over the runs numbered below `below`, newest first: where
+    /// an earlier cursor's last batch ended, so a listing pages without
+    /// walking what it already returned.
+    pub fn newest_first_below(&self, below: RunId) -> NewestFirst {
+        NewestFirst::below(below.min(self.next_run))
+    }
+
     /// How many runs are loaded.
     pub fn loaded_len(&self) -> usize {
         self.loaded.len()

@@ -60,6 +60,11 @@ impl ShardCore {
     /// frame). If its timer came due while it was parked (it asked for this
     /// load), its due timers fire now. False, changing nothing, if the run
     /// is not parked or the journal does not begin with a `Start`.
+    ///
+    /// The run's stored prefix is taken to be its one newest frame (depth
+    /// 0): a host whose frame extends older ones says how deep the chain is
+    /// with [`set_blob`](Self::set_blob), or its next `Delta` would chain
+    /// past the depth it can read back.
     pub fn unpark(
         &mut self,
         run_id: RunId,

@@ -154,6 +154,13 @@ fn a_listing_walks_runs_newest_first_with_or_without_gaps() {
             (1..=260).rev().collect::<Vec<_>>(),
             "renumbered {renumbered}"
         );
+        // A cursor made where the first batch ended goes on from there.
+        let mut again = core.newest_first_below(261);
+        assert_eq!(
+            again.next_batch(&core, 5),
+            (256..=260).rev().collect::<Vec<_>>(),
+            "renumbered {renumbered}"
+        );
     }
 }
 

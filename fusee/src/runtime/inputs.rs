@@ -1,10 +1,11 @@
 //! Inputs becoming records: client requests, and what the flusher hands
 //! back.
 
-use fusee_core::record::{Payload, RecordBuf, policy};
+use fusee_core::record::{Payload, RecordBuf, RunId, policy};
 use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
+use super::operator::JournalView;
 use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
 use crate::engine::{Description, IdPolicy, RunRef, RunStatus};
 use crate::error::Error;
@@ -139,6 +140,41 @@ impl ShardLoop {
                 }
             },
             Input::Delivered { id } => self.delivered(id),
+            Input::UpdateWithStart {
+                wtype,
+                id,
+                input,
+                name,
+                update_id,
+                payload,
+                reply,
+            } => self.update_with_start(
+                UpdateStart {
+                    wtype,
+                    id,
+                    input,
+                    name,
+                    update_id,
+                },
+                payload,
+                reply,
+                now_ms,
+            ),
+            Input::Pause { id, paused, reply } => self.set_paused(&id, paused, reply, now_ms),
+            Input::Reset {
+                id,
+                step,
+                reason,
+                reply,
+            } => self.reset(&id, &step, &reason, reply, now_ms),
+            Input::List {
+                filter,
+                below,
+                reply,
+            } => {
+                let page = self.list_page(&filter, below);
+                let _ = reply.send(Ok(page));
+            }
             Input::Terminate { id, reason, reply } => {
                 match self.running(&id, "terminate reason", reason.len(), now_ms) {
                     Ok(run) => {
@@ -196,7 +232,20 @@ impl ShardLoop {
                 return;
             }
         };
-        if let Some((run, _)) = found {
+        let finished = |this: &Self, run: RunId, parked: bool| {
+            if parked {
+                this.core.parked(run).and_then(|p| p.done()).is_some()
+            } else {
+                this.core.get(run).and_then(|l| l.done).is_some()
+            }
+        };
+        let reuse = match found {
+            Some((run, parked)) => {
+                id_policy == IdPolicy::ReuseAfterFinish && finished(self, run, parked)
+            }
+            None => false,
+        };
+        if let Some((run, _)) = found.filter(|_| !reuse) {
             let existing = RunRef {
                 id: id.clone(),
                 shard: self.shard,
@@ -207,7 +256,9 @@ impl ShardLoop {
             // are durable, like any other.
             let token = self.token();
             let waiting = match id_policy {
-                IdPolicy::NewOnly => Waiting::Refused(reply, Error::AlreadyExists { id, run }),
+                IdPolicy::NewOnly | IdPolicy::ReuseAfterFinish => {
+                    Waiting::Refused(reply, Error::AlreadyExists { id, run })
+                }
                 IdPolicy::Attach => Waiting::Started(reply, existing),
             };
             self.waiting.insert(token, waiting);
@@ -226,7 +277,11 @@ impl ShardLoop {
             started_ms: now_ms,
             deadline_ms: 0,
             parent: None,
-            policy: policy::ID_REJECT_DUPLICATE,
+            policy: if reuse {
+                policy::ID_ALLOW_DUPLICATE
+            } else {
+                policy::ID_REJECT_DUPLICATE
+            },
             from: None,
             copies: 0,
             update: None,
@@ -309,7 +364,7 @@ impl ShardLoop {
     /// Refuses a signal or cancel with `e`: at once when `e` rests on
     /// nothing a crash could take back, else once the log is durable
     /// through its last record (a run's `Done` not yet durable).
-    fn refuse_after_durable(&mut self, reply: super::Reply<()>, e: Error) {
+    pub(super) fn refuse_after_durable(&mut self, reply: super::Reply<()>, e: Error) {
         if !matches!(e, Error::Finished { .. }) || self.log.last_lsn() == self.durable {
             let _ = reply.send(Err(e));
             return;
@@ -343,6 +398,8 @@ impl ShardLoop {
         now_ms: u64,
     ) -> Result<u64, Error> {
         let run = self.running(id, "update argument", payload.len(), now_ms)?;
+        // Handlers register when the code runs (see `answer_query`).
+        self.settle(run, now_ms);
         let Some(live) = self.live.get(&run) else {
             return Err(Error::UnknownUpdate {
                 id: id.to_string(),
@@ -380,6 +437,80 @@ impl ShardLoop {
             caller: None,
         });
         Ok(run)
+    }
+
+    /// Runs an update on workflow `start.id`, starting the workflow with the
+    /// update when it has no run: the update then rides in the `Start`
+    /// (the run's first delivery, so no validator runs: no code has run to
+    /// register one). A finished run refuses it, as a plain update would.
+    fn update_with_start(
+        &mut self,
+        start: UpdateStart,
+        payload: Vec<u8>,
+        reply: super::Reply<crate::engine::RunResult>,
+        now_ms: u64,
+    ) {
+        match self.lookup(&start.id) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+            Ok(Some(_)) => {
+                match self.accept_update(&start.id, &start.name, &start.update_id, &payload, now_ms)
+                {
+                    Ok(run) => {
+                        self.update_waiters
+                            .insert((run, name(&start.update_id)), reply);
+                    }
+                    Err(e) => self.refuse_after_durable_any(reply, e),
+                }
+            }
+            Ok(None) => {
+                if !self.registry.contains(&start.wtype) {
+                    let registered = self.registry.names();
+                    let _ = reply.send(Err(Error::UnknownWorkflow {
+                        wtype: start.wtype,
+                        registered,
+                    }));
+                    return;
+                }
+                let max = self.config.max_payload;
+                for (what, len) in [
+                    ("workflow input", start.input.len()),
+                    ("update argument", payload.len()),
+                ] {
+                    if len > max {
+                        let _ = reply.send(Err(Error::TooLarge { what, len, max }));
+                        return;
+                    }
+                }
+                let run = self.core.allocate_run();
+                let rec = RecordBuf::Start {
+                    run,
+                    id: name(&start.id),
+                    wtype: name(&start.wtype),
+                    version: 0,
+                    codec: CODEC_JSON,
+                    started_ms: now_ms,
+                    deadline_ms: 0,
+                    parent: None,
+                    policy: policy::ID_REJECT_DUPLICATE,
+                    from: None,
+                    copies: 0,
+                    update: Some(Box::new(fusee_core::record::StartUpdate {
+                        id: name(&start.update_id),
+                        name: name(&start.name),
+                        payload: Payload::from(payload.as_slice()),
+                    })),
+                    input: Payload::from(start.input.as_slice()),
+                    meta: None,
+                };
+                if self.append(&rec).is_some() {
+                    self.update_waiters
+                        .insert((run, name(&start.update_id)), reply);
+                    self.metrics.started += 1;
+                }
+            }
+        }
     }
 
     /// Answers query `name` of workflow `id` with its handler (loading a
@@ -425,7 +556,7 @@ impl ShardLoop {
     }
 
     /// Appends `rec` and acknowledges `reply` once it is durable.
-    fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {
+    pub(super) fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {
         if let Some(lsn) = self.append(rec) {
             let token = self.token();
             self.waiting.insert(token, Waiting::Done(reply));
@@ -459,6 +590,12 @@ impl ShardLoop {
                 Some((status, _)) => (RunStatus::Finished(status), None),
                 None => (RunStatus::Running, None),
             };
+            let blob = self.core.parked(run).map(|p| p.blob());
+            let journal = match blob {
+                Some(blob) => self.read_frame(blob).map_err(storage)?.journal,
+                None => Vec::new(),
+            };
+            let view = JournalView::of(&journal);
             return Ok(Description {
                 id: id.to_string(),
                 workflow,
@@ -470,8 +607,18 @@ impl ShardLoop {
                 step: None,
                 stopped_because: None,
                 parked: true,
+                paused: view.paused,
+                journal_bytes: view.bytes,
+                journal_records: view.records,
+                children: view.children,
+                waits: view.waits,
             });
         }
+        let journal = self.run_journal(run).map_err(|error| Error::Storage {
+            shard: self.shard,
+            error,
+        })?;
+        let view = JournalView::of(&journal);
         let Some(l) = self.core.get(run) else {
             return Err(Error::NotFound { id: id.to_string() });
         };
@@ -508,6 +655,11 @@ impl ShardLoop {
             step,
             stopped_because: stopped,
             parked: false,
+            paused: view.paused,
+            journal_bytes: view.bytes,
+            journal_records: view.records,
+            children: view.children,
+            waits: view.waits,
         })
     }
 
@@ -613,6 +765,15 @@ impl ShardLoop {
             }
         }
     }
+}
+
+/// What an update-with-start starts when the workflow has no run.
+pub(super) struct UpdateStart {
+    pub(super) wtype: String,
+    pub(super) id: String,
+    pub(super) input: Vec<u8>,
+    pub(super) name: String,
+    pub(super) update_id: String,
 }
 
 /// Answers a client input the shard will not act on with `err()`.

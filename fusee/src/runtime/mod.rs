@@ -49,6 +49,7 @@ mod compaction;
 pub(crate) mod driver;
 mod inputs;
 pub(crate) mod messages;
+pub(crate) mod operator;
 mod parking;
 mod receive;
 mod recover;
@@ -161,6 +162,36 @@ pub(crate) enum Input {
         payload: Vec<u8>,
         reply: Reply<Vec<u8>>,
     },
+    /// Run an update on a workflow, starting it with the update if it does
+    /// not exist.
+    UpdateWithStart {
+        wtype: String,
+        id: String,
+        input: Vec<u8>,
+        name: String,
+        update_id: String,
+        payload: Vec<u8>,
+        reply: Reply<RunResult>,
+    },
+    /// Pause (or resume) a workflow.
+    Pause {
+        id: String,
+        paused: bool,
+        reply: Reply<()>,
+    },
+    /// Reset a workflow to a step.
+    Reset {
+        id: String,
+        step: String,
+        reason: String,
+        reply: Reply<RunRef>,
+    },
+    /// A page of this shard's runs below a run number.
+    List {
+        filter: crate::operator::ListFilter,
+        below: RunId,
+        reply: Reply<crate::operator::ShardPage>,
+    },
 }
 
 impl Input {
@@ -177,6 +208,10 @@ impl Input {
                 | Input::Query { .. }
                 | Input::Result { .. }
                 | Input::Describe { .. }
+                | Input::UpdateWithStart { .. }
+                | Input::Pause { .. }
+                | Input::Reset { .. }
+                | Input::List { .. }
         )
     }
 }
@@ -426,8 +461,10 @@ impl ShardLoop {
         }
         if !self.flushing && self.log.last_lsn() == self.durable {
             self.maybe_checkpoint(now_ms);
-            // Held inputs go on at once.
-            effects.more |= holding && !self.inbox.is_empty();
+            // What the checkpoint held back (inputs, woken runs, steps to
+            // start) goes on at once: nothing else may come to wake the
+            // loop (a virtual clock standing still sends nothing).
+            effects.more |= holding && !self.checkpoint_due(now_ms);
         }
         effects.steps = std::mem::take(&mut self.jobs);
         effects.messages = std::mem::take(&mut self.outgoing);
@@ -524,7 +561,16 @@ impl ShardLoop {
             let _ = r.send(Err(err(self.shard)));
         }
         while let Some(input) = self.inbox.pop_front() {
-            inputs::refuse(input, || err(self.shard));
+            match input {
+                // A failed shard still stops when told: its driver (and
+                // whoever drops or closes the engine) waits for that.
+                Input::Crash => self.closed = true,
+                Input::Close { reply } => {
+                    let _ = reply.send(Err(err(self.shard)));
+                    self.closed = true;
+                }
+                other => inputs::refuse(other, || err(self.shard)),
+            }
         }
         if let Some(r) = self.closing.take() {
             let _ = r.send(Err(err(self.shard)));

@@ -36,6 +36,10 @@ pub(super) struct Frame {
     pub(super) journal: Vec<u8>,
     /// The LSN of the run's last record.
     pub(super) last_lsn: Lsn,
+    /// How many frames the newest one extends (0: it is whole).
+    pub(super) depth: u8,
+    /// The bytes of every frame of the chain.
+    pub(super) chain_bytes: u64,
 }
 
 fn corrupt(what: &'static str, at: u64) -> StorageError {
@@ -246,6 +250,11 @@ impl ShardLoop {
                 parked.blob().offset,
             ));
         }
+        // The chain the run came from, as long as it is: the next park
+        // extends it, and it must be written whole before it outgrows
+        // what `read_chain` follows.
+        self.core
+            .set_blob(run, parked.blob(), frame.chain_bytes, frame.depth);
         self.metrics.loads += 1;
         tracing::trace!(shard = self.shard, run, "loaded");
         self.core.reoffer(run);
@@ -329,8 +338,10 @@ pub(super) fn read_chain(store: &mut AnyRuns, blob: BlobRef) -> Result<Frame, St
     let mut last_lsn = None;
     let mut next = blob;
     let mut buf = Vec::new();
+    let mut chain_bytes = 0u64;
     for _ in 0..=MAX_DEPTH {
         store.read(next, &mut buf)?;
+        chain_bytes += buf.len() as u64;
         let entry = decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))?;
         let (lsn, journal, prev) = match entry {
             EntryRef::Park {
@@ -352,10 +363,14 @@ pub(super) fn read_chain(store: &mut AnyRuns, blob: BlobRef) -> Result<Frame, St
         match prev {
             Some(p) => next = p,
             None => {
+                // At most MAX_DEPTH + 1 frames were read.
+                let depth = u8::try_from(parts.len() - 1).unwrap_or(MAX_DEPTH);
                 parts.reverse();
                 return Ok(Frame {
                     journal: parts.concat(),
                     last_lsn: last_lsn.unwrap_or(lsn),
+                    depth,
+                    chain_bytes,
                 });
             }
         }

@@ -90,6 +90,7 @@ impl ShardLoop {
                         let records = decode_canonical_all(&frame.journal)
                             .map_err(|_| corrupt("run frame journal"))?;
                         core.unpark(run, frame.last_lsn, &records, now_ms);
+                        core.set_blob(run, parked.blob(), frame.chain_bytes, frame.depth);
                         Ok(())
                     });
                     if let Err(e) = loaded {

@@ -113,7 +113,13 @@ impl ShardLoop {
         let machine = match built {
             Ok(m) => m,
             Err(e) => {
-                let state = RunState::new(RunMachine::new(), run, id, self.registry.clone());
+                let state = RunState::new(
+                    RunMachine::new(),
+                    run,
+                    id,
+                    self.registry.clone(),
+                    self.config.max_payload,
+                );
                 let mut live = LiveRun {
                     state: Rc::new(RefCell::new(state)),
                     future: None,
@@ -132,6 +138,7 @@ impl ShardLoop {
             run,
             id,
             self.registry.clone(),
+            self.config.max_payload,
         )));
         let future = handler(Ctx::new(Rc::clone(&state)), &input);
         self.live.insert(
@@ -484,8 +491,19 @@ impl ShardLoop {
         let answer = live.state.borrow_mut().machine.update_done(ordinal);
         match answer {
             Ok(Answer::Append) => {
+                let max = self.config.max_payload;
                 let (status, payload) = match result {
-                    Ok(bytes) => (Status::Ok, bytes),
+                    Ok(bytes) if bytes.len() <= max => (Status::Ok, bytes),
+                    Ok(bytes) => (
+                        Status::Failed,
+                        failure_payload(&Failure::with_kind(
+                            "too-large",
+                            format!(
+                                "the update's result of {} bytes exceeds the payload limit of {max} bytes",
+                                bytes.len()
+                            ),
+                        )),
+                    ),
                     Err(f) => (Status::Failed, failure_payload(&f)),
                 };
                 self.append_quiet(&RecordBuf::UpdateDone {

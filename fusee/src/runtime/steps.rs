@@ -35,6 +35,11 @@ impl ShardLoop {
         }
         let runs: Vec<RunId> = self.stepping.iter().copied().collect();
         for run in runs {
+            // A paused run starts nothing; resuming puts it back.
+            if self.is_paused(run) {
+                self.stepping.remove(&run);
+                continue;
+            }
             let Some(live) = self.live.get(&run) else {
                 self.stepping.remove(&run);
                 continue;

@@ -265,6 +265,9 @@ pub(crate) fn replay(registry: &Registry, journal: &Journal) -> Result<Replayed,
         run,
         id.clone(),
         registry.clone(),
+        // No limit: replay checks the code against a journal a real engine
+        // (with its own limit) already accepted.
+        usize::MAX,
     )));
     // The code's clock reads the run's start; recorded values replay.
     state.borrow_mut().now_ms = *started_ms;

@@ -1,0 +1,398 @@
+//! Operator verbs: what the people running an engine do to runs whose code
+//! they did not write. Pause and resume a run, reset it to a step, list
+//! runs by status and type, and cancel or terminate many at once.
+//!
+//! Each verb that changes a run writes a record and answers once it is
+//! durable, like every client call; each refusal records nothing. How the
+//! records look is in the shard side's module (`runtime::operator`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use fusee_core::record::{RunId, Status};
+
+use crate::engine::{Engine, RunRef};
+use crate::error::{Error, Result};
+use crate::runtime::Input;
+
+/// Which runs [`Engine::list`] returns: a status, a workflow type, a page
+/// size, and where the previous page ended.
+///
+/// ```
+/// # use fusee::{ListFilter, StatusFilter};
+/// let first = ListFilter::new().status(StatusFilter::Running).workflow("checkout").limit(50);
+/// # let _ = first;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListFilter {
+    status: Option<StatusFilter>,
+    workflow: Option<String>,
+    limit: usize,
+    after: Option<Cursor>,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ListFilter {
+    /// The default page size.
+    pub const LIMIT_DEFAULT: usize = 100;
+    /// The largest page [`Engine::list`] returns (a longer `limit` is cut
+    /// to it), so one call holds each shard for a bounded time.
+    pub const LIMIT_MAX: usize = 10_000;
+
+    /// Every run, newest first, [`LIMIT_DEFAULT`](Self::LIMIT_DEFAULT) per
+    /// page.
+    pub fn new() -> Self {
+        Self {
+            status: None,
+            workflow: None,
+            limit: Self::LIMIT_DEFAULT,
+            after: None,
+        }
+    }
+
+    /// Only runs with this status.
+    pub fn status(mut self, status: StatusFilter) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only runs of this workflow type.
+    pub fn workflow(mut self, wtype: impl Into<String>) -> Self {
+        self.workflow = Some(wtype.into());
+        self
+    }
+
+    /// At most `n` runs per page (1 to [`LIMIT_MAX`](Self::LIMIT_MAX)).
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = n.clamp(1, Self::LIMIT_MAX);
+        self
+    }
+
+    /// The page after the one `cursor` ended ([`Page::next`]).
+    pub fn after(mut self, cursor: Cursor) -> Self {
+        self.after = Some(cursor);
+        self
+    }
+
+    /// The page size.
+    pub(crate) fn limit_value(&self) -> usize {
+        self.limit
+    }
+
+    /// Whether a run with this end (`None`: running) passes the status
+    /// part of the filter.
+    pub(crate) fn admits_status(&self, done: Option<Status>) -> bool {
+        match self.status {
+            None => true,
+            Some(StatusFilter::Running) => done.is_none(),
+            Some(StatusFilter::Finished) => done.is_some(),
+            Some(StatusFilter::Ended(s)) => done == Some(s),
+        }
+    }
+
+    /// Whether a run with this status and type passes the filter.
+    pub(crate) fn admits(&self, done: Option<Status>, wtype: Option<&str>) -> bool {
+        let status_ok = self.admits_status(done);
+        let type_ok = match (&self.workflow, wtype) {
+            (Some(want), Some(have)) => want == have,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        status_ok && type_ok
+    }
+}
+
+/// Which statuses [`ListFilter::status`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// Runs not finished (running, waiting, paused, stopped, waiting for
+    /// code).
+    Running,
+    /// Runs finished, however they ended.
+    Finished,
+    /// Runs that ended with this status.
+    Ended(Status),
+}
+
+/// One run as [`Engine::list`] shows it: what the shard knows without
+/// loading the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number in its shard.
+    pub run: RunId,
+    /// When it started (ms since the Unix epoch).
+    pub started_ms: u64,
+    /// How it ended, once it has (durably).
+    pub finished: Option<Status>,
+    /// Whether it is parked in the run store.
+    pub parked: bool,
+}
+
+/// A page of [`Engine::list`]: runs newest first, and where to go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The runs, newest start first.
+    pub runs: Vec<RunSummary>,
+    /// Pass to [`ListFilter::after`] for the next page; `None` on the last.
+    pub next: Option<Cursor>,
+}
+
+/// Where a listing stopped: for each shard, the run number below which it
+/// goes on. Opaque to callers; its text form ([`fmt::Display`],
+/// [`FromStr`]) survives a trip through a URL or a command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    below: Vec<RunId>,
+}
+
+impl fmt::Display for Cursor {
+    /// The per-shard run numbers joined by `.`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, b) in self.below.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            write!(f, "{b}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let below = s
+            .split('.')
+            .map(|part| part.parse::<RunId>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Config(format!("cursor {s:?} does not parse: {e}")))?;
+        Ok(Cursor { below })
+    }
+}
+
+/// What one shard answers for a page: its runs (newest first, at most the
+/// limit) and where it would go on (`None`: nothing below).
+#[derive(Debug, Default)]
+pub(crate) struct ShardPage {
+    pub(crate) runs: Vec<RunSummary>,
+    pub(crate) resume: Option<RunId>,
+}
+
+/// Listing runs past this many runs visited per shard and page returns what
+/// it found so far, with a cursor to go on: a filter that matches few runs
+/// must not hold a shard for a pass over millions.
+pub(crate) const LIST_VISITS_MAX: usize = 100_000;
+
+impl Engine {
+    /// Pauses workflow `id`: no new step attempt starts until
+    /// [`resume`](Self::resume) (timers still fire; signals, updates and
+    /// cancels are still recorded; its code runs up to its next step).
+    /// Recorded, so a restart keeps the run paused. Pausing a paused run
+    /// records nothing. A finished run is [`Error::Finished`].
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// engine.pause("order-42").await?;
+    /// assert!(engine.describe("order-42").await?.paused);
+    /// engine.resume("order-42").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self, id: &str) -> Result<()> {
+        self.set_paused(id, true).await
+    }
+
+    /// Lets a paused workflow `id` start steps again. Resuming a run that
+    /// is not paused records nothing.
+    pub async fn resume(&self, id: &str) -> Result<()> {
+        self.set_paused(id, false).await
+    }
+
+    async fn set_paused(&self, id: &str, paused: bool) -> Result<()> {
+        self.request(id, |reply| Input::Pause {
+            id: id.to_string(),
+            paused,
+            reply,
+        })
+        .await
+    }
+
+    /// Restarts workflow `id` from its step named `step`: a new run of the
+    /// same ID and input whose journal copies every record the old run
+    /// wrote before that step's first record, so the steps before it are
+    /// not run again and the step runs afresh (with the code registered
+    /// now). The old run, if it was still running, ends with status
+    /// `Reset`; the new run's `Start` names it. Result waiters follow to
+    /// the new run.
+    ///
+    /// Refused, recording nothing: a step name the run never reached
+    /// ([`Error::UnknownStep`], listing the steps it has); a run whose
+    /// journal is gone (finished and parked: only its start and end are
+    /// kept) or that has a child still running at that point (its result
+    /// would go to the old run) ([`Error::CannotReset`]).
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// let again = engine.reset("order-42", "charge-card", "card processor fixed").await?;
+    /// assert!(!again.attached);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset(&self, id: &str, step: &str, reason: &str) -> Result<RunRef> {
+        self.request(id, |reply| Input::Reset {
+            id: id.to_string(),
+            step: step.to_string(),
+            reason: reason.to_string(),
+            reply,
+        })
+        .await
+    }
+
+    /// A page of runs, newest start first, that pass `filter`; its
+    /// [`Page::next`] leads to the next page. Parked runs are not loaded:
+    /// the shard knows their status, and reads a parked run's `Start`
+    /// from its frame only to show its type (or filter by it). Runs started
+    /// after the first page was taken are not shown on later pages.
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// use fusee::{ListFilter, StatusFilter};
+    /// let mut filter = ListFilter::new().status(StatusFilter::Running);
+    /// loop {
+    ///     let page = engine.list(filter.clone()).await?;
+    ///     for run in &page.runs {
+    ///         println!("{} {} started {}", run.id, run.workflow, run.started_ms);
+    ///     }
+    ///     match page.next {
+    ///         Some(cursor) => filter = filter.after(cursor),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, filter: ListFilter) -> Result<Page> {
+        let shards = self.shard_count();
+        let below = match &filter.after {
+            Some(c) if c.below.len() == shards as usize => c.below.clone(),
+            Some(c) => {
+                return Err(Error::Config(format!(
+                    "cursor {c} is for {} shards; this engine has {shards}",
+                    c.below.len()
+                )));
+            }
+            None => vec![RunId::MAX; shards as usize],
+        };
+        let mut pages = Vec::with_capacity(shards as usize);
+        for shard in 0..shards {
+            // Zero: that shard was walked to its end on an earlier page.
+            if below[shard as usize] == 0 {
+                pages.push(ShardPage::default());
+                continue;
+            }
+            let page = self
+                .request_shard(shard, |reply| Input::List {
+                    filter: filter.clone(),
+                    below: below[shard as usize],
+                    reply,
+                })
+                .await?;
+            pages.push(page);
+        }
+        Ok(merge(pages, below, filter.limit))
+    }
+
+    /// Asks every running workflow that passes `filter` (its status part
+    /// is ignored) to cancel with `reason`; the count asked. Runs that
+    /// finish meanwhile are skipped.
+    pub async fn cancel_all(&self, filter: ListFilter, reason: &str) -> Result<u64> {
+        self.for_each_running(filter, |engine, id| {
+            let reason = reason.to_string();
+            async move { engine.cancel(&id, &reason).await }
+        })
+        .await
+    }
+
+    /// Terminates every running workflow that passes `filter` (its status
+    /// part is ignored) with `reason`; the count terminated.
+    pub async fn terminate_all(&self, filter: ListFilter, reason: &str) -> Result<u64> {
+        self.for_each_running(filter, |engine, id| {
+            let reason = reason.to_string();
+            async move { engine.terminate(&id, &reason).await }
+        })
+        .await
+    }
+
+    async fn for_each_running<F, Fut>(&self, filter: ListFilter, act: F) -> Result<u64>
+    where
+        F: Fn(Engine, String) -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        let mut filter = filter.status(StatusFilter::Running);
+        let mut count = 0;
+        loop {
+            let page = self.list(filter.clone()).await?;
+            for run in page.runs {
+                match act(self.clone(), run.id).await {
+                    Ok(()) => count += 1,
+                    // Finished since the page was read.
+                    Err(Error::Finished { .. } | Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match page.next {
+                Some(cursor) => filter = filter.after(cursor),
+                None => return Ok(count),
+            }
+        }
+    }
+}
+
+/// Merges the shards' pages newest start first, taking at most `limit`
+/// runs, and works out where each shard goes on. Runs are taken from the
+/// front of each shard's page only, so what a shard did not hand out stays
+/// below its cursor.
+fn merge(pages: Vec<ShardPage>, below: Vec<RunId>, limit: usize) -> Page {
+    let mut heads: Vec<std::iter::Peekable<std::vec::IntoIter<RunSummary>>> =
+        Vec::with_capacity(pages.len());
+    let mut resume = Vec::with_capacity(pages.len());
+    for page in pages {
+        resume.push(page.resume);
+        heads.push(page.runs.into_iter().peekable());
+    }
+    let mut runs = Vec::with_capacity(limit);
+    let mut next_below = below;
+    while runs.len() < limit {
+        let newest = heads
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, h)| h.peek().map(|r| (i, r.started_ms)))
+            .max_by_key(|&(i, started)| (started, std::cmp::Reverse(i)));
+        let Some((i, _)) = newest else { break };
+        if let Some(run) = heads[i].next() {
+            next_below[i] = run.run;
+            runs.push(run);
+        }
+    }
+    // A shard whose page was taken whole goes on where it stopped looking
+    // (0: it has nothing more).
+    for (i, head) in heads.iter_mut().enumerate() {
+        if head.peek().is_none() {
+            next_below[i] = resume[i].unwrap_or(0);
+        }
+    }
+    let more = next_below.iter().any(|&b| b != 0);
+    Page {
+        runs,
+        next: more.then_some(Cursor { below: next_below }),
+    }
+}

@@ -1,0 +1,464 @@
+//! Operator verbs on the shard: pausing and resuming a run, resetting it
+//! to a step, listing runs, and the view of a journal `describe` shows.
+//!
+//! # Pause and resume: `Attributes` records
+//!
+//! A run's `Attributes` records (tag 21) belong to the host. The engine
+//! writes their payload as a JSON object; the key `"fusee.paused"`, a
+//! boolean, pauses (`true`) or resumes (`false`) the run, and the latest
+//! record holding the key wins. Payloads that are not JSON objects, and
+//! other keys, are left alone (they are for search attributes). Being in
+//! the journal, the state survives a restart and a park, and replay never
+//! sees it: `RunMachine` passes `Attributes` to the host.
+//!
+//! While a run is paused no step attempt starts ([`ShardLoop::start_steps`]
+//! asks [`ShardLoop::is_paused`]); its timers fire, signals, updates and
+//! cancels are recorded, and its code runs up to its next step.
+//!
+//! # Reset: a `Done` that hands over, then copies
+//!
+//! Resetting run R of an ID to step `s` cuts R's journal before the first
+//! record of the operation that is `s`'s first step (every record before
+//! the cut, but R's `Start`, is copied) and appends, for a running R:
+//!
+//! 1. `Done { run: R, status: Reset, payload: <the new Start>, by: "operator: <reason>" }`:
+//!    one record ends R and, as for continue-as-new, carries the new run's
+//!    `Start` (`from: R` with cause `RESET`, `copies: n`), which the core
+//!    applies as the new run N's start;
+//! 2. the `n` copied records, each with `run: N`. The core counts them
+//!    off (`copies`): their messages were sent once, by R, and are not
+//!    sent again.
+//!
+//! For an R already finished there is no `Done` to write: the new `Start`
+//! is appended on its own, without R's parent (which has its answer).
+//! Any prefix of a journal is a journal a crash could have left, so N's
+//! code replays the copies and goes on live from the cut. A crash between
+//! these records loses a suffix of them with the log's tail, and the
+//! caller, answered only once all are durable, sees an error and may
+//! retry.
+//!
+//! A child started before the cut and not finished by it would report to
+//! R, not N: such a reset is refused.
+
+use fusee_core::record::{
+    Origin, Payload, Record, RecordBuf, RunId, Status, iter_canonical, origin,
+};
+use fusee_core::shard::Output;
+use fusee_storage::LogStore;
+
+use super::{ShardLoop, Waiting};
+use crate::engine::{PendingChild, PendingWait, RunRef};
+use crate::error::Error;
+use crate::operator::{LIST_VISITS_MAX, ListFilter, RunSummary, ShardPage};
+
+/// The attribute key that pauses a run.
+const PAUSED_KEY: &str = "fusee.paused";
+
+/// What a run's journal says, for `describe`.
+#[derive(Debug, Default)]
+pub(super) struct JournalView {
+    pub(super) paused: bool,
+    pub(super) bytes: u64,
+    pub(super) records: u64,
+    pub(super) children: Vec<PendingChild>,
+    pub(super) waits: Vec<PendingWait>,
+}
+
+impl JournalView {
+    /// Reads a run's canonical journal. Records that do not decode end the
+    /// view (the journal was checked when it was read).
+    pub(super) fn of(journal: &[u8]) -> Self {
+        let mut view = JournalView {
+            bytes: journal.len() as u64,
+            ..Self::default()
+        };
+        // Pending operations by sequence number, in the order they began.
+        let mut children: Vec<(u32, PendingChild)> = Vec::new();
+        let mut waits: Vec<(u32, PendingWait)> = Vec::new();
+        for item in iter_canonical(journal) {
+            let Ok((rec, _)) = item else { break };
+            view.records += 1;
+            match rec {
+                Record::Child { seq, wtype, id, .. } => children.push((
+                    seq,
+                    PendingChild {
+                        id: id.to_string(),
+                        workflow: wtype.to_string(),
+                    },
+                )),
+                Record::ChildDone { seq, .. } => children.retain(|(s, _)| *s != seq),
+                Record::Timer {
+                    seq,
+                    name,
+                    fire_at_ms,
+                    ..
+                } => waits.push((
+                    seq,
+                    PendingWait::Timer {
+                        name: name.to_string(),
+                        fire_at_ms,
+                    },
+                )),
+                Record::Wait {
+                    seq,
+                    name,
+                    deadline_ms,
+                    ..
+                } => waits.push((
+                    seq,
+                    PendingWait::Signal {
+                        name: name.to_string(),
+                        deadline_ms: (deadline_ms != 0).then_some(deadline_ms),
+                    },
+                )),
+                Record::Fired { seq, .. } | Record::Waited { seq, .. } => {
+                    waits.retain(|(s, _)| *s != seq)
+                }
+                Record::Attributes { payload, .. } => {
+                    if let Some(p) = paused_in(payload) {
+                        view.paused = p;
+                    }
+                }
+                _ => {}
+            }
+        }
+        view.children = children.into_iter().map(|(_, c)| c).collect();
+        view.waits = waits.into_iter().map(|(_, w)| w).collect();
+        view
+    }
+}
+
+/// The pause state an `Attributes` payload sets, if it sets one.
+fn paused_in(payload: &[u8]) -> Option<bool> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    value.get(PAUSED_KEY)?.as_bool()
+}
+
+/// The `Attributes` payload that pauses or resumes a run.
+fn paused_payload(paused: bool) -> Vec<u8> {
+    serde_json::json!({ PAUSED_KEY: paused })
+        .to_string()
+        .into_bytes()
+}
+
+impl ShardLoop {
+    /// Whether loaded run `run` is paused: its latest `Attributes` record
+    /// with the pause key says so.
+    pub(super) fn is_paused(&self, run: RunId) -> bool {
+        self.core.get(run).is_some_and(|l| {
+            l.attrs
+                .iter()
+                .rev()
+                .find_map(|a| paused_in(a))
+                .unwrap_or(false)
+        })
+    }
+
+    /// Pauses or resumes workflow `id` (see the module docs); answers once
+    /// the record is durable, or at once when there is nothing to record.
+    pub(super) fn set_paused(
+        &mut self,
+        id: &str,
+        paused: bool,
+        reply: super::Reply<()>,
+        now_ms: u64,
+    ) {
+        let run = match self.running(id, "pause", 0, now_ms) {
+            Ok(run) => run,
+            Err(e) => {
+                self.refuse_after_durable(reply, e);
+                return;
+            }
+        };
+        if self.is_paused(run) == paused {
+            // Nothing to record, but the state read may not be durable.
+            self.ack_after_last(reply);
+            return;
+        }
+        let rec = RecordBuf::Attributes {
+            run,
+            payload: Payload::from(paused_payload(paused).as_slice()),
+        };
+        self.ack_after(&rec, reply);
+        if !paused {
+            self.stepping.insert(run);
+        }
+        tracing::debug!(shard = self.shard, run, paused, "pause state set");
+    }
+
+    /// Answers `reply` once the log is durable through its last record.
+    fn ack_after_last(&mut self, reply: super::Reply<()>) {
+        let token = self.token();
+        self.waiting.insert(token, Waiting::Done(reply));
+        let lsn = self.log.last_lsn();
+        self.core.add_output(lsn, Output::Ack(token));
+        self.release_now_if_durable();
+    }
+
+    /// Resets workflow `id` to its step `step` (see the module docs).
+    pub(super) fn reset(
+        &mut self,
+        id: &str,
+        step: &str,
+        reason: &str,
+        reply: super::Reply<RunRef>,
+        now_ms: u64,
+    ) {
+        match self.plan_reset(id, step, reason, now_ms) {
+            Ok(records) => {
+                let mut last = None;
+                for rec in &records {
+                    last = self.append(rec);
+                }
+                let (Some(lsn), Some(next)) = (last, records.last().map(RecordBuf::run)) else {
+                    return;
+                };
+                let token = self.token();
+                let made = RunRef {
+                    id: id.to_string(),
+                    shard: self.shard,
+                    run: self.reset_target(&records).unwrap_or(next),
+                    attached: false,
+                };
+                self.waiting.insert(token, Waiting::Started(reply, made));
+                self.core.add_output(lsn, Output::Ack(token));
+                self.metrics.started += 1;
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// The new run a reset's records start.
+    fn reset_target(&self, records: &[RecordBuf]) -> Option<RunId> {
+        match records.first()? {
+            RecordBuf::Start { run, .. } => Some(*run),
+            RecordBuf::Done { payload, .. } => match iter_canonical(payload).next() {
+                Some(Ok((Record::Start { run, .. }, _))) => Some(run),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The records a reset appends, or why it may not happen. Records
+    /// nothing itself.
+    fn plan_reset(
+        &mut self,
+        id: &str,
+        step: &str,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<Vec<RecordBuf>, Error> {
+        let cannot = |why: String| Error::CannotReset {
+            id: id.to_string(),
+            reason: why,
+        };
+        let Some((old, parked)) = self.lookup(id)? else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        if parked {
+            if self.core.parked(old).and_then(|p| p.done()).is_some() {
+                return Err(cannot(
+                    "it finished and was parked: only its start and end are kept".into(),
+                ));
+            }
+            self.load(old, now_ms).map_err(|error| Error::Storage {
+                shard: self.shard,
+                error,
+            })?;
+        }
+        let finished = self.core.get(old).and_then(|l| l.done).is_some();
+        let journal = self.run_journal(old).map_err(|error| Error::Storage {
+            shard: self.shard,
+            error,
+        })?;
+        let mut records = Vec::new();
+        for item in iter_canonical(&journal) {
+            let (rec, _) = item.map_err(|e| cannot(format!("its journal does not decode: {e}")))?;
+            records.push(rec.to_buf());
+        }
+        let Some(RecordBuf::Start {
+            id: rid,
+            wtype,
+            version,
+            codec,
+            deadline_ms,
+            parent,
+            policy,
+            input,
+            meta,
+            ..
+        }) = records.first().cloned()
+        else {
+            return Err(cannot("its journal does not begin with its start".into()));
+        };
+        let step_seq = records.iter().find_map(|r| match r {
+            RecordBuf::Step { seq, name, .. }
+            | RecordBuf::Attempt { seq, name, .. }
+            | RecordBuf::Awaiting { seq, name, .. }
+                if &**name == step =>
+            {
+                Some(*seq)
+            }
+            _ => None,
+        });
+        let Some(step_seq) = step_seq else {
+            let mut steps: Vec<String> = Vec::new();
+            for r in &records {
+                if let RecordBuf::Step { name, .. } | RecordBuf::Attempt { name, .. } = r
+                    && !steps.iter().any(|s| s == &**name)
+                {
+                    steps.push(name.to_string());
+                }
+            }
+            return Err(Error::UnknownStep {
+                id: id.to_string(),
+                step: step.to_string(),
+                steps,
+            });
+        };
+        let cut = records
+            .iter()
+            .position(|r| r.seq() == Some(step_seq))
+            .unwrap_or(records.len());
+        let copied = &records[1..cut];
+        let mut open_children: Vec<(u32, String)> = Vec::new();
+        for r in copied {
+            match r {
+                RecordBuf::Child { seq, id, .. } => open_children.push((*seq, id.to_string())),
+                RecordBuf::ChildDone { seq, .. } => open_children.retain(|(s, _)| s != seq),
+                _ => {}
+            }
+        }
+        if let Some((_, child)) = open_children.first() {
+            return Err(cannot(format!(
+                "its child {child:?} is still running at step {step:?}: its result would go \
+                 to the old run; reset to a step before the child started"
+            )));
+        }
+        let copies = u32::try_from(copied.len())
+            .map_err(|_| cannot("its journal has too many records to copy".into()))?;
+        let new = self.core.allocate_run();
+        let start = RecordBuf::Start {
+            run: new,
+            id: rid,
+            wtype,
+            version,
+            codec,
+            started_ms: now_ms,
+            deadline_ms,
+            // A finished run's parent has had its answer.
+            parent: if finished { None } else { parent },
+            policy,
+            from: Some(Origin {
+                run: old,
+                cause: origin::RESET,
+            }),
+            copies,
+            update: None,
+            input,
+            meta,
+        };
+        let mut out = Vec::with_capacity(copied.len() + 1);
+        if finished {
+            out.push(start);
+        } else {
+            let mut bytes = Vec::new();
+            fusee_core::record::encode_canonical(&start, &mut bytes);
+            out.push(RecordBuf::Done {
+                run: old,
+                status: Status::Reset,
+                finished_ms: now_ms,
+                payload: Payload::from(bytes.as_slice()),
+                by: Some(Payload::from(format!("operator: {reason}").as_bytes())),
+            });
+        }
+        for r in copied {
+            let mut copy = r.clone();
+            copy.set_run(new);
+            out.push(copy);
+        }
+        tracing::info!(shard = self.shard, old, new, step, copies, "reset");
+        Ok(out)
+    }
+
+    /// One shard's page of runs below `below` passing `filter`: at most the
+    /// filter's limit, visiting at most [`LIST_VISITS_MAX`] runs.
+    pub(super) fn list_page(&mut self, filter: &ListFilter, below: RunId) -> ShardPage {
+        let limit = filter.limit_value();
+        let mut page = ShardPage::default();
+        let mut cursor = self.core.newest_first_below(below);
+        let mut visited = 0usize;
+        let mut last = below;
+        loop {
+            let batch = cursor.next_batch(&self.core, 256);
+            if batch.is_empty() {
+                return page;
+            }
+            for run in batch {
+                if page.runs.len() == limit || visited == LIST_VISITS_MAX {
+                    page.resume = Some(last);
+                    return page;
+                }
+                visited += 1;
+                last = run;
+                if let Some(summary) = self.summary(run, filter) {
+                    page.runs.push(summary);
+                }
+            }
+        }
+    }
+
+    /// `run` as a listing shows it, if it passes `filter`.
+    fn summary(&mut self, run: RunId, filter: &ListFilter) -> Option<RunSummary> {
+        if let Some(l) = self.core.get(run) {
+            // Only a durable end counts, as in `describe`.
+            let done = l
+                .done
+                .filter(|_| l.last_lsn <= self.durable)
+                .map(|(s, _)| s);
+            if !filter.admits(done, Some(&l.wtype)) {
+                return None;
+            }
+            return Some(RunSummary {
+                id: l.id.to_string(),
+                workflow: l.wtype.to_string(),
+                shard: self.shard,
+                run,
+                started_ms: l.started_ms,
+                finished: done,
+                parked: false,
+            });
+        }
+        let parked = self.core.parked(run)?;
+        let done = parked.done();
+        // Status first: it costs nothing, the type costs a read.
+        if !filter.admits_status(done) {
+            return None;
+        }
+        let start = self.parked_start(run).ok().flatten()?;
+        let RecordBuf::Start {
+            id,
+            wtype,
+            started_ms,
+            ..
+        } = start
+        else {
+            return None;
+        };
+        if !filter.admits(done, Some(&wtype)) {
+            return None;
+        }
+        Some(RunSummary {
+            id: id.to_string(),
+            workflow: wtype.to_string(),
+            shard: self.shard,
+            run,
+            started_ms,
+            finished: done,
+            parked: true,
+        })
+    }
+}

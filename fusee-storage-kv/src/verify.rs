@@ -87,13 +87,7 @@ pub trait ReadOnlyDb: Send + Sync + 'static {
     /// Calls `visit` with every row of `table` whose key lies in
     /// `from..=to` (keys of [`Table::key_len`] bytes), in key order,
     /// stopping at the first error `visit` returns.
-    fn scan(
-        &self,
-        table: Table,
-        from: &[u8],
-        to: &[u8],
-        visit: &mut RowVisitor<'_>,
-    ) -> Result<()>;
+    fn scan(&self, table: Table, from: &[u8], to: &[u8], visit: &mut RowVisitor<'_>) -> Result<()>;
 }
 
 /// The shared lock [`claim_read_only`] takes on a store's `LOCK`; `None`

@@ -187,13 +187,7 @@ impl ReadOnlyDb for ReadOnlyRocks {
             .map_err(|e| self.error("reading", e))
     }
 
-    fn scan(
-        &self,
-        table: Table,
-        from: &[u8],
-        to: &[u8],
-        visit: &mut RowVisitor<'_>,
-    ) -> Result<()> {
+    fn scan(&self, table: Table, from: &[u8], to: &[u8], visit: &mut RowVisitor<'_>) -> Result<()> {
         let mut ro = ReadOptions::default();
         ro.set_verify_checksums(true);
         // Inclusive `to`: the bound is the next key after it.

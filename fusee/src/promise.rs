@@ -95,7 +95,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use crate::ctx::{Ctx, HandlerStart, Validator, WaitFor};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::workflow::{Failure, Query, decode, encode};
+use crate::workflow::{Failure, decode, encode};
 
 /// What separates the workflow ID from the uuid in a promise ID.
 const ID_MARK: &str = "/promise/";
@@ -105,9 +105,6 @@ const NAME_PREFIX: &str = "fusee.promise/";
 
 /// The validator's refusal of a second completion.
 const ALREADY: &str = "fusee.promise: already completed";
-
-/// A query no workflow answers, asked to bring a run's code up to date.
-const SETTLE: Query<(), ()> = Query::new("fusee.promise.settle");
 
 /// The start of the validator's refusal of a value of another type.
 const WRONG_TYPE: &str = "fusee.promise: the value does not decode: ";
@@ -466,18 +463,10 @@ impl Engine {
             promise: promise.to_string(),
             reason,
         };
-        let mut answer = self.update_name(workflow, &name, payload.clone()).await;
-        if matches!(&answer, Err(Error::UnknownUpdate { registered, .. }) if registered.is_empty())
-        {
-            // The shard checks the handler against the run's code as it
-            // stands, and code that has not run since the run was loaded
-            // from the run store (or recovered, or registered just now) has
-            // registered none. A query brings the code up to date (the
-            // shard polls it before answering, and this one has no handler
-            // to answer with): ask once more.
-            let _ = self.query(workflow, SETTLE, &()).await;
-            answer = self.update_name(workflow, &name, payload).await;
-        }
+        // The shard polls the run's code before it looks for the handler,
+        // so a run loaded from the run store or recovered just now has
+        // registered it.
+        let answer = self.update_name(workflow, &name, payload).await;
         match answer {
             Ok(r) if r.status == Status::Ok => Ok(()),
             // The handler itself never fails; a run whose code lost it

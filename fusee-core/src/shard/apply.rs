@@ -198,6 +198,7 @@ impl ShardCore {
                             parent: None,
                             terminate: false,
                             reason: payload.to_payload(),
+                            dedup: send_dedup(self.shard, run_id, *seq),
                         }
                     } else {
                         Output::Signal {
@@ -533,6 +534,7 @@ impl ShardCore {
                     parent: Some(parent),
                     terminate,
                     reason: Arc::from(PARENT_CLOSED),
+                    dedup: send_dedup(self.shard, run, kid.seq),
                 },
             ));
         }

@@ -719,8 +719,9 @@ fn a_send_becomes_a_signal_with_a_stable_key_or_a_close() {
         Output::Close {
             terminate: false,
             parent: None,
+            dedup,
             ..
-        }
+        } if *dedup == send_dedup(3, 1, 1)
     ));
     assert_ne!(send_dedup(3, 1, 0), send_dedup(3, 1, 1));
     assert_ne!(send_dedup(3, 1, 0), send_dedup(4, 1, 0));

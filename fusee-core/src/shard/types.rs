@@ -199,6 +199,13 @@ pub enum Output {
         terminate: bool,
         /// Why.
         reason: Payload,
+        /// The close's key, stable across replays ([`send_dedup`] of the
+        /// `Send` or of the parent's child operation): a close sent again
+        /// after a crash carries the same key, so the target records it
+        /// once.
+        ///
+        /// [`send_dedup`]: super::send_dedup
+        dedup: u64,
     },
 }
 

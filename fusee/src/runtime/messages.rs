@@ -16,7 +16,7 @@
 //! deduplicates: a signal by its dedup key
 //! ([`send_dedup`](fusee_core::shard::send_dedup)), a child start by the
 //! child's ID and parent, a child's result by the parent's pending
-//! children.
+//! children, a cancel by its key (carried in its `Cancel` record's `by`).
 //!
 //! # Outbox encoding (inside the checkpoint's `outbox` bytes)
 //!
@@ -27,7 +27,8 @@
 //! | 1 | child start | parent shard u32, parent run varint, parent seq u32, wtype str, id str, flags u8, deadline_ms varint, input bytes |
 //! | 2 | child result | parent shard u32, parent run varint, parent seq u32, status u8, payload bytes |
 //! | 3 | signal | target str, name str, payload bytes, dedup u64 |
-//! | 4 | close | target str, wtype str, has parent u8 (then shard u32, run varint, seq u32), terminate u8, reason bytes |
+//! | 4 | close (older outboxes; read only, its key is 0) | target str, wtype str, has parent u8 (then shard u32, run varint, seq u32), terminate u8, reason bytes |
+//! | 5 | close | as tag 4, then dedup u64 |
 //!
 //! (`str` and `bytes` are varint-length-prefixed; integers little-endian.)
 
@@ -71,6 +72,8 @@ pub(crate) enum Message {
         parent: Option<ParentRef>,
         terminate: bool,
         reason: Payload,
+        /// The close's stable key (0: none, from an older outbox).
+        dedup: u64,
     },
 }
 
@@ -119,12 +122,14 @@ impl Message {
                 parent,
                 terminate,
                 reason,
+                dedup,
             } => Message::Close {
                 target,
                 wtype,
                 parent,
                 terminate,
                 reason,
+                dedup,
             },
             _ => return None,
         })
@@ -268,8 +273,9 @@ fn encode_message(m: &Message, out: &mut Vec<u8>) {
             parent,
             terminate,
             reason,
+            dedup,
         } => {
-            put_u8(out, 4);
+            put_u8(out, 5);
             put_str(out, target);
             put_str(out, wtype);
             match parent {
@@ -281,6 +287,7 @@ fn encode_message(m: &Message, out: &mut Vec<u8>) {
             }
             put_u8(out, u8::from(*terminate));
             put_bytes(out, reason);
+            put_u64(out, *dedup);
         }
     }
 }
@@ -308,7 +315,7 @@ fn decode_message(r: &mut Reader<'_>) -> DecodeResult<Message> {
             payload: payload(r.bytes()?),
             dedup: r.u64()?,
         },
-        4 => Message::Close {
+        tag @ (4 | 5) => Message::Close {
             target: name(r.str()?),
             wtype: name(r.str()?),
             parent: match r.u8()? {
@@ -322,6 +329,7 @@ fn decode_message(r: &mut Reader<'_>) -> DecodeResult<Message> {
                 _ => return Err(fusee_core::wire::DecodeError::new("bad terminate flag")),
             },
             reason: payload(r.bytes()?),
+            dedup: if tag == 5 { r.u64()? } else { 0 },
         },
         _ => return Err(fusee_core::wire::DecodeError::new("unknown message tag")),
     })
@@ -363,6 +371,7 @@ mod tests {
                 parent: Some(p),
                 terminate: true,
                 reason: Payload::from(&b"bye"[..]),
+                dedup: 0x0123_4567_89ab_cdef,
             },
             Message::Close {
                 target: "u".into(),
@@ -370,6 +379,7 @@ mod tests {
                 parent: None,
                 terminate: false,
                 reason: Payload::from(&[][..]),
+                dedup: 0,
             },
         ]
     }

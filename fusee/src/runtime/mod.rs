@@ -55,6 +55,8 @@ mod receive;
 mod recover;
 mod runs;
 mod steps;
+#[cfg(test)]
+mod tests;
 
 use std::cell::RefCell;
 use std::collections::VecDeque;

@@ -1,12 +1,27 @@
 //! Sending messages to other shards, and recording the messages they send
 //! here, exactly once (see [`super::messages`]).
 
-use fusee_core::record::{Payload, RecordBuf, Status, policy};
+use fusee_core::record::{Payload, Record, RecordBuf, Status, iter_canonical, policy};
 use fusee_core::shard::Output;
 
 use super::messages::Message;
 use super::{Input, ShardLoop, Waiting};
 use crate::workflow::{CODEC_JSON, Failure, encode};
+
+/// How long a cancel's key is in its `Cancel` record's `by`.
+const CANCEL_KEY_LEN: usize = 14;
+
+/// A cancel's key as its `Cancel` record's `by` holds it: `dedup:` and the
+/// close's 8-byte dedup key, little-endian. `None` for a close without one.
+fn cancel_key(dedup: u64) -> Option<[u8; CANCEL_KEY_LEN]> {
+    if dedup == 0 {
+        return None;
+    }
+    let mut key = [0u8; CANCEL_KEY_LEN];
+    key[..6].copy_from_slice(b"dedup:");
+    key[6..].copy_from_slice(&dedup.to_le_bytes());
+    Some(key)
+}
 
 impl ShardLoop {
     /// Sends `message` (kept in the outbox until acknowledged).
@@ -64,12 +79,21 @@ impl ShardLoop {
                 target,
                 terminate,
                 reason,
+                dedup,
                 ..
             } => {
                 // A child whose start has not arrived is not closed here:
                 // its start, when it comes, starts it (rare; the parent
                 // close policy acts on children it knows started).
+                let key = cancel_key(dedup);
                 if let Ok(run) = self.running(&target, "close", 0, now_ms) {
+                    match self.has_cancel(run, key.as_ref()) {
+                        Ok(false) => {}
+                        // Sent again after a crash: recorded already. The
+                        // acknowledgement below still goes.
+                        Ok(true) => return self.ack_message(from, id),
+                        Err(e) => return self.fail(e),
+                    }
                     let rec = if terminate {
                         let failure = Failure::with_kind(
                             "terminated",
@@ -86,7 +110,7 @@ impl ShardLoop {
                         RecordBuf::Cancel {
                             run,
                             reason,
-                            by: None,
+                            by: key.map(|k| Payload::from(k.as_slice())),
                         }
                     };
                     self.append(&rec);
@@ -170,13 +194,34 @@ impl ShardLoop {
                 }
             }
         }
-        // Acknowledged once everything so far is durable: the record just
-        // appended, or the state a duplicate was recognised by.
+        self.ack_message(from, id);
+    }
+
+    /// Acknowledges message `id` from shard `from` once everything so far
+    /// is durable: the record just appended, or the state a duplicate was
+    /// recognised by.
+    fn ack_message(&mut self, from: u32, id: u64) {
         let token = self.token();
         self.waiting.insert(token, Waiting::Message { from, id });
         let lsn = fusee_storage::LogStore::last_lsn(&self.log);
         self.core.add_output(lsn, Output::Ack(token));
         self.release_now_if_durable();
+    }
+
+    /// Whether run `run`'s journal holds a `Cancel` with key `key` (a close
+    /// sent again after a crash). Closes without a key are never
+    /// duplicates. Reads the run's stored frames: closes are rare.
+    fn has_cancel(
+        &mut self,
+        run: u64,
+        key: Option<&[u8; CANCEL_KEY_LEN]>,
+    ) -> Result<bool, fusee_storage::StorageError> {
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        let journal = self.run_journal(run)?;
+        Ok(iter_canonical(&journal)
+            .any(|r| matches!(r, Ok((Record::Cancel { by: Some(by), .. }, _)) if by == key)))
     }
 
     /// The parent named by the `Start` of run `run` (loaded or parked),

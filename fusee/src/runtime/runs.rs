@@ -23,6 +23,9 @@ impl ShardLoop {
     /// Acts on every event the core has for the host.
     pub(super) fn process_events(&mut self, now_ms: u64) {
         while let Some(ev) = self.core.take_event() {
+            if self.is_stale(&ev) {
+                continue;
+            }
             match ev {
                 Event::Started { run } => self.start_code(run),
                 Event::Timer { run, seq, kind } => match kind {
@@ -71,6 +74,32 @@ impl ShardLoop {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether `ev` was overtaken by a record appended since the core
+    /// queued it: a wait a signal ended before its timeout's event was
+    /// taken (or the reverse), a run that finished before its timer's
+    /// event. The core queues events as it applies records and does not
+    /// take them back; the first one acted on wins, and a second `Waited`
+    /// for one wait would stop the run.
+    fn is_stale(&self, ev: &Event) -> bool {
+        // Only a loaded run's state can show an event overtaken.
+        let ended_wait = |run: RunId, seq: u32| {
+            self.core
+                .get(run)
+                .is_some_and(|l| l.done.is_some() || !l.waiting_on().any(|(s, _)| s == seq))
+        };
+        let finished = |run: RunId| self.core.get(run).is_some_and(|l| l.done.is_some());
+        match ev {
+            Event::SignalReady { run, seq, .. } => ended_wait(*run, *seq),
+            Event::Timer {
+                run,
+                seq,
+                kind: TimerKind::WaitTimeout,
+            } => ended_wait(*run, *seq),
+            Event::Timer { run, .. } => finished(*run),
+            _ => false,
         }
     }
 

@@ -1,0 +1,173 @@
+//! The shard loop driven by hand, single-threaded: inputs are handed in
+//! batches the test chooses, so two things that race in production (a
+//! signal and a wait's timeout) can be made to land in one iteration.
+
+use std::time::Duration;
+
+use fusee_core::record::{Record, Status, iter_canonical};
+use fusee_storage::{LogStore, MemoryStorage};
+use tokio::sync::oneshot;
+
+use super::{Effects, Input, LoopConfig, ShardLoop};
+use crate::any_storage::AnyStorage;
+use crate::engine::IdPolicy;
+use crate::registry::Registry;
+use crate::{Ctx, Failure, Signal, Workflow};
+
+const WAITER: Workflow<(), String> = Workflow::new("waiter");
+const GO: Signal<String> = Signal::new("go");
+const START_MS: u64 = 1_000_000;
+
+fn config() -> LoopConfig {
+    LoopConfig {
+        shards: 1,
+        max_payload: 1 << 20,
+        checkpoint_bytes: u64::MAX,
+        checkpoint_interval_ms: u64::MAX / 2,
+        retention_ms: 60_000,
+        park_after_ms: u64::MAX / 2,
+        compact_after_bytes: u64::MAX,
+    }
+}
+
+/// Runs the loop at `now_ms` until it has nothing left to do, carrying out
+/// flushes at once (steps are not used here). Bounded: a loop that never
+/// settles fails the test.
+fn settle(shard: &mut ShardLoop, now_ms: u64) {
+    for _ in 0..1000 {
+        let Effects {
+            flush, steps, more, ..
+        } = shard.run(now_ms);
+        assert!(steps.is_empty(), "this harness runs no steps");
+        match flush {
+            Some(mut ticket) => {
+                ticket.run();
+                shard.handle(Input::Flushed { ticket, micros: 0 });
+            }
+            None if !more => return,
+            None => {}
+        }
+    }
+    panic!("the loop did not settle");
+}
+
+/// A signal and the wait's timeout handled in one iteration: the core
+/// queues both events, and only the first may end the wait. The run ends
+/// normally (with one outcome or the other), never stopped for a second
+/// `Waited`.
+#[test]
+fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
+    let storage = AnyStorage::Memory(MemoryStorage::new());
+    let registry = Registry::default();
+    registry.register(WAITER, |ctx: Ctx, ()| async move {
+        let got = ctx.wait_for(&GO).timeout(Duration::from_secs(10)).await?;
+        Ok::<_, Failure>(got.unwrap_or_else(|| "timed out".into()))
+    });
+    let mut shard = ShardLoop::open(&storage, 0, config(), registry, START_MS).unwrap();
+    let (reply, _started) = oneshot::channel();
+    shard.handle(Input::Start {
+        wtype: "waiter".into(),
+        id: "w".into(),
+        input: b"null".to_vec(),
+        policy: IdPolicy::NewOnly,
+        reply,
+    });
+    settle(&mut shard, START_MS);
+    let (reply, _signalled) = oneshot::channel();
+    shard.handle(Input::Signal {
+        id: "w".into(),
+        name: GO.name().into(),
+        payload: b"\"go\"".to_vec(),
+        reply,
+    });
+    // The clock passed the timeout too: one iteration sees both.
+    settle(&mut shard, START_MS + 20_000);
+
+    let mut waited = 0;
+    let mut done = None;
+    let run = shard.core.find("w").and_then(|f| match f {
+        fusee_core::shard::Found::Loaded(run) => Some(run),
+        fusee_core::shard::Found::Parked(_) => None,
+    });
+    let run = run.expect("the run is loaded");
+    assert_eq!(shard.live.get(&run).and_then(|l| l.stopped.clone()), None);
+    shard
+        .log
+        .read(0, &mut |_, bytes| {
+            if let Some(Ok((rec, _))) = iter_canonical(bytes).next() {
+                match rec {
+                    Record::Waited { .. } => waited += 1,
+                    Record::Done { status, .. } => done = Some(status),
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(waited, 1, "the wait ended once");
+    assert_eq!(done, Some(Status::Ok));
+}
+
+/// A close sent again (after the sender crashed before the target's
+/// acknowledgement) is recorded once: the target finds its key in the
+/// run's journal, even after the run parked in between.
+#[test]
+fn a_cancel_sent_twice_is_recorded_once() {
+    let storage = AnyStorage::Memory(MemoryStorage::new());
+    let registry = Registry::default();
+    registry.register(WAITER, |ctx: Ctx, ()| async move {
+        // Waits on, whatever happens: each cancellation is caught.
+        loop {
+            if let Ok(Some(v)) = ctx.wait_for(&GO).await {
+                return Ok::<_, Failure>(v);
+            }
+        }
+    });
+    let mut config = config();
+    config.park_after_ms = 0;
+    let mut shard = ShardLoop::open(&storage, 0, config, registry, START_MS).unwrap();
+    let (reply, _started) = oneshot::channel();
+    shard.handle(Input::Start {
+        wtype: "waiter".into(),
+        id: "w".into(),
+        input: b"null".to_vec(),
+        policy: IdPolicy::NewOnly,
+        reply,
+    });
+    settle(&mut shard, START_MS);
+    let close = |id: u64, dedup: u64| Input::Message {
+        from: 0,
+        id,
+        message: super::messages::Message::Close {
+            target: "w".into(),
+            wtype: "".into(),
+            parent: None,
+            terminate: false,
+            reason: fusee_core::record::Payload::from(&b"stop"[..]),
+            dedup,
+        },
+    };
+    shard.handle(close(1, 77));
+    settle(&mut shard, START_MS + 1);
+    // The same close again, under another message id (the sender's outbox
+    // after a restart), once the run has parked.
+    settle(&mut shard, START_MS + 2);
+    assert!(shard.core.parked_len() == 1, "the run parked");
+    shard.handle(close(9, 77));
+    settle(&mut shard, START_MS + 3);
+    // Another close is another cancellation.
+    shard.handle(close(10, 78));
+    settle(&mut shard, START_MS + 4);
+
+    let mut cancels = 0;
+    shard
+        .log
+        .read(0, &mut |_, bytes| {
+            if let Some(Ok((Record::Cancel { .. }, _))) = iter_canonical(bytes).next() {
+                cancels += 1;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(cancels, 2, "77 once, 78 once");
+}

@@ -27,6 +27,8 @@ macro_rules! each {
             $enum::Memory($x) => $body,
             #[cfg(feature = "file")]
             $enum::File($x) => $body,
+            #[cfg(all(feature = "file", feature = "testing"))]
+            $enum::SimFile($x) => $body,
             #[cfg(feature = "rocksdb")]
             $enum::Rocksdb($x) => $body,
             #[cfg(feature = "redb")]
@@ -46,6 +48,10 @@ pub enum AnyStorage {
     /// The file backend.
     #[cfg(feature = "file")]
     File(fusee_storage_file::FileStorage),
+    /// The file backend on the simulated disk (feature `testing`): the
+    /// simulator's, for power cuts that tear writes.
+    #[cfg(all(feature = "file", feature = "testing"))]
+    SimFile(fusee_storage_file::FileStorage<fusee_storage_file::sim::SimIo>),
     /// The RocksDB backend.
     #[cfg(feature = "rocksdb")]
     Rocksdb(fusee_storage_rocksdb::RocksStorage),
@@ -70,6 +76,10 @@ pub enum AnyLog {
     /// The file backend's.
     #[cfg(feature = "file")]
     File(fusee_storage_file::log::FileLog),
+    /// The file backend on the simulated disk (feature `testing`): the
+    /// simulator's, for power cuts that tear writes.
+    #[cfg(all(feature = "file", feature = "testing"))]
+    SimFile(fusee_storage_file::log::FileLog<fusee_storage_file::sim::SimIo>),
     /// The RocksDB backend's.
     #[cfg(feature = "rocksdb")]
     Rocksdb(fusee_storage_rocksdb::RocksLog),
@@ -92,6 +102,10 @@ pub enum AnyRuns {
     /// The file backend's.
     #[cfg(feature = "file")]
     File(fusee_storage_file::store::FileRuns),
+    /// The file backend on the simulated disk (feature `testing`): the
+    /// simulator's, for power cuts that tear writes.
+    #[cfg(all(feature = "file", feature = "testing"))]
+    SimFile(fusee_storage_file::store::FileRuns<fusee_storage_file::sim::SimIo>),
     /// The RocksDB backend's.
     #[cfg(feature = "rocksdb")]
     Rocksdb(fusee_storage_rocksdb::RocksRuns),
@@ -112,6 +126,10 @@ pub enum AnyCheckpoint {
     /// The file backend's.
     #[cfg(feature = "file")]
     File(fusee_storage_file::checkpoint::FileCheckpoint),
+    /// The file backend on the simulated disk (feature `testing`): the
+    /// simulator's, for power cuts that tear writes.
+    #[cfg(all(feature = "file", feature = "testing"))]
+    SimFile(fusee_storage_file::checkpoint::FileCheckpoint<fusee_storage_file::sim::SimIo>),
     /// The RocksDB backend's.
     #[cfg(feature = "rocksdb")]
     Rocksdb(fusee_storage_rocksdb::RocksCheckpoint),
@@ -130,6 +148,8 @@ impl AnyStorage {
             AnyStorage::Memory(_) => Backend::Memory,
             #[cfg(feature = "file")]
             AnyStorage::File(_) => Backend::File,
+            #[cfg(all(feature = "file", feature = "testing"))]
+            AnyStorage::SimFile(_) => Backend::File,
             #[cfg(feature = "rocksdb")]
             AnyStorage::Rocksdb(_) => Backend::Rocksdb,
             #[cfg(feature = "redb")]
@@ -163,6 +183,8 @@ impl Storage for AnyStorage {
             AnyStorage::Memory(s) => wrap_parts!(Memory, s.open_shard(shard)?),
             #[cfg(feature = "file")]
             AnyStorage::File(s) => wrap_parts!(File, s.open_shard(shard)?),
+            #[cfg(all(feature = "file", feature = "testing"))]
+            AnyStorage::SimFile(s) => wrap_parts!(SimFile, s.open_shard(shard)?),
             #[cfg(feature = "rocksdb")]
             AnyStorage::Rocksdb(s) => wrap_parts!(Rocksdb, s.open_shard(shard)?),
             #[cfg(feature = "redb")]
@@ -267,6 +289,8 @@ impl CheckpointStore for AnyCheckpoint {
             (AnyCheckpoint::Memory(c), AnyRuns::Memory(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "file")]
             (AnyCheckpoint::File(c), AnyRuns::File(r)) => c.commit(r, change, checkpoint),
+            #[cfg(all(feature = "file", feature = "testing"))]
+            (AnyCheckpoint::SimFile(c), AnyRuns::SimFile(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "rocksdb")]
             (AnyCheckpoint::Rocksdb(c), AnyRuns::Rocksdb(r)) => c.commit(r, change, checkpoint),
             #[cfg(feature = "redb")]

@@ -149,6 +149,9 @@ pub(crate) struct StepSpec {
     pub(crate) running: bool,
     /// The attempt to run next and when.
     pub(crate) next: Option<(u32, RetryAt)>,
+    /// Attempts made before the latest resume ([`crate::Engine::resume_step`]):
+    /// the policy counts only the attempts since.
+    pub(crate) resumed_after: u32,
 }
 
 /// A completion delivered to the code, kept until its operation's future
@@ -798,6 +801,7 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
                         first_ms: None,
                         running: false,
                         next: Some((a.attempt, a.at)),
+                        resumed_after: 0,
                     },
                 );
             }

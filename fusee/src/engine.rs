@@ -277,6 +277,9 @@ pub struct CurrentStep {
     pub attempt: u32,
     /// Whether an attempt is running now.
     pub running: bool,
+    /// Whether its retry policy ran out of attempts and it waits for
+    /// [`Engine::resume_step`].
+    pub paused: bool,
 }
 
 /// What [`Engine::describe`] says about a run. More fields may come;
@@ -445,6 +448,8 @@ impl Engine {
             retention_ms: config.retention.as_millis() as u64,
             park_after_ms: config.park_after.as_millis() as u64,
             compact_after_bytes: config.compact_after_bytes,
+            #[cfg(feature = "testing")]
+            sabotage: None,
         };
         let mut shards = Vec::with_capacity(config.shards as usize);
         let peers: driver::Peers = Arc::default();

@@ -177,6 +177,17 @@ pub enum Error {
         /// The steps its journal has, in the order they first appear.
         steps: Vec<String>,
     },
+    /// [`crate::Engine::resume_step`] named a step that is not paused;
+    /// nothing was recorded.
+    #[error("workflow {id:?} has no paused step {step:?}; its paused steps: {paused:?}")]
+    StepNotPaused {
+        /// The workflow ID.
+        id: String,
+        /// The step asked for.
+        step: String,
+        /// The steps of the run that are paused.
+        paused: Vec<String>,
+    },
     /// A reset that cannot be done; nothing was recorded.
     #[error("workflow {id:?} cannot be reset: {reason}")]
     CannotReset {

@@ -149,6 +149,11 @@ pub trait StoreVisitor {
 /// identity marker) and runs `visitor` on it. Nothing in `dir` changes.
 /// A store an engine holds is [`StorageError::Locked`] (in
 /// [`InspectError::Storage`]), never a wait.
+// With no directory backend compiled in, only the refusal is left.
+#[cfg_attr(
+    not(any(feature = "file", feature = "redb", feature = "rocksdb")),
+    allow(unused_variables)
+)]
 pub fn open_read_only<V: StoreVisitor>(dir: &Path, visitor: V) -> Result<V::Out, InspectError> {
     let backend = backend_of(dir)?;
     let refused = |error| InspectError::Storage { shard: None, error };

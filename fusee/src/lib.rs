@@ -63,6 +63,7 @@
 //! | [`Saga`] | steps that register compensations, run durably newest first when the workflow fails or is cancelled ([`saga`]) |
 //! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
+//! | `testing` (feature `testing`) | the test kit (`TestEngine`: virtual clock, crashes, step mocks, replay of exported journals) and `testing::sim`, the deterministic simulator |
 //!
 //! # Choosing a backend
 //!

@@ -228,6 +228,29 @@ impl Engine {
         .await
     }
 
+    /// Lets step `step` of workflow `id` run again after its retry policy
+    /// ran out of attempts and paused it ([`crate::RetryPolicy::pause_when_exhausted`]):
+    /// a `Resume` is recorded and the step gets a fresh allowance of
+    /// attempts (after a restart, the policy counts every attempt the
+    /// journal holds: the next failure pauses the step again). A step that
+    /// is not paused is [`Error::StepNotPaused`] (listing those that are),
+    /// and nothing is recorded.
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// // The payment service is back: let the paused charge try again.
+    /// engine.resume_step("order-42", "charge-card").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn resume_step(&self, id: &str, step: &str) -> Result<()> {
+        self.request(id, |reply| Input::ResumeStep {
+            id: id.to_string(),
+            step: step.to_string(),
+            reply,
+        })
+        .await
+    }
+
     /// Restarts workflow `id` from its step named `step`: a new run of the
     /// same ID and input whose journal copies every record the old run
     /// wrote before that step's first record, so the steps before it are

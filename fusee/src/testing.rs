@@ -17,6 +17,7 @@
 //! | every crash point of a workflow checked | [`TestEngine::crash_everywhere`], [`TestEngine::crash_everywhere_with`] |
 //! | a step's outside call replaced | [`TestEngine::mock_step`] with a [`StepMock`] |
 //! | new code checked against journals of old runs | [`TestEngine::replay`] with a [`Journal`] |
+//! | the engine itself judged under seeded faults | [`sim::run`] (the deterministic simulator) |
 //!
 //! # Time
 //!
@@ -211,6 +212,7 @@
 mod crash;
 mod mock;
 mod replay;
+pub mod sim;
 mod timers;
 
 use std::collections::BTreeMap;

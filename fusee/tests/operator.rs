@@ -628,3 +628,83 @@ async fn payloads_over_the_limit_fail_at_the_call_that_made_them() {
     assert!(target.waits.is_empty(), "s-2's signal ended the wait");
     engine.close().await.unwrap();
 }
+
+const FLAKY: Workflow<(), u32> = Workflow::new("flaky");
+
+fn register_flaky(engine: &Engine, broken: &Arc<AtomicBool>, tries: &Arc<AtomicU32>) {
+    let (broken, tries) = (Arc::clone(broken), Arc::clone(tries));
+    engine.register(FLAKY, move |ctx: Ctx, ()| {
+        let (broken, tries) = (Arc::clone(&broken), Arc::clone(&tries));
+        async move {
+            let v = ctx
+                .step("charge", move |_| {
+                    let (broken, tries) = (Arc::clone(&broken), Arc::clone(&tries));
+                    async move {
+                        tries.fetch_add(1, Ordering::SeqCst);
+                        if broken.load(Ordering::SeqCst) {
+                            return Err(StepError::retryable("the processor is down"));
+                        }
+                        Ok(7u32)
+                    }
+                })
+                .retry(
+                    fusee::RetryPolicy::default()
+                        .attempts(2)
+                        .backoff(Duration::from_millis(1), 1.0, Duration::from_millis(1))
+                        .pause_when_exhausted(),
+                )
+                .await?;
+            Ok::<_, Failure>(v)
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_paused_by_its_policy_runs_again_when_resumed() {
+    let dir = temp_dir("resume-step");
+    let broken = Arc::new(AtomicBool::new(true));
+    let tries = Arc::new(AtomicU32::new(0));
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_flaky(&engine, &broken, &tries);
+    engine.start(FLAKY, "f-1", &()).await.unwrap();
+    let paused = || async {
+        engine
+            .describe("f-1")
+            .await
+            .unwrap()
+            .step
+            .is_some_and(|s| s.paused && s.name == "charge")
+    };
+    until("the step to pause", paused).await;
+    assert_eq!(tries.load(Ordering::SeqCst), 2);
+    match engine.resume_step("f-1", "refund").await {
+        Err(Error::StepNotPaused { paused, .. }) => assert_eq!(paused, ["charge"]),
+        other => panic!("expected StepNotPaused, found {other:?}"),
+    }
+    // Still down: a fresh allowance of two attempts, then paused again.
+    engine.resume_step("f-1", "charge").await.unwrap();
+    until("two more attempts", || async {
+        tries.load(Ordering::SeqCst) == 4
+    })
+    .await;
+    until("the step to pause again", paused).await;
+    drop(engine); // a crash: the run comes back paused
+
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_flaky(&engine, &broken, &tries);
+    until("the recovered step to show paused", || async {
+        engine
+            .describe("f-1")
+            .await
+            .unwrap()
+            .step
+            .is_some_and(|s| s.paused)
+    })
+    .await;
+    broken.store(false, Ordering::SeqCst);
+    engine.resume_step("f-1", "charge").await.unwrap();
+    assert_eq!(engine.result(FLAKY, "f-1").await.unwrap(), 7);
+    assert_eq!(tries.load(Ordering::SeqCst), 5);
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -64,7 +64,7 @@ impl LogStore for MemoryLog {
     }
 
     fn begin_flush(&mut self) -> Result<FlushTicket> {
-        if !self.gate.is_held() {
+        if !self.gate.defers() {
             return self.flush().map(FlushTicket::done);
         }
         let s = self.part.lock(LOG)?;

@@ -79,11 +79,20 @@ struct Shared {
 pub(super) struct FlushGate {
     held: Mutex<bool>,
     opened: std::sync::Condvar,
+    /// [`MemoryStorage::split_flushes`]: tickets defer durability to
+    /// `finish_flush` without waiting.
+    split: AtomicBool,
 }
 
 impl FlushGate {
     pub(super) fn is_held(&self) -> bool {
         *lock(&self.held)
+    }
+
+    /// Whether a split flush's records wait for `finish_flush` (held, or
+    /// split on purpose) rather than being made durable by `begin_flush`.
+    pub(super) fn defers(&self) -> bool {
+        self.split.load(Ordering::SeqCst) || self.is_held()
     }
 
     /// Blocks while the gate is held.
@@ -229,6 +238,18 @@ impl MemoryStorage {
     /// its records are durable.
     pub fn hold_flushes(&self, on: bool) {
         self.shared.gate.set(on);
+    }
+
+    /// Splits every log flush begun with [`crate::LogStore::begin_flush`]
+    /// for real while `on`: its ticket's [`crate::FlushTicket::run`] does
+    /// nothing and returns at once, and the records become durable only in
+    /// [`crate::LogStore::finish_flush`]. A crash before that loses them.
+    /// For a host driven by a simulator, which completes the tickets in
+    /// flight in an order of its choosing on one thread (where
+    /// [`hold_flushes`](Self::hold_flushes) would block it). Off by default:
+    /// `begin_flush` then makes the records durable itself.
+    pub fn split_flushes(&self, on: bool) {
+        self.shared.gate.split.store(on, Ordering::SeqCst);
     }
 
     /// The next [`crate::LogStore::flush`] of `shard` fails with an I/O error:

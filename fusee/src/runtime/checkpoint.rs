@@ -102,9 +102,15 @@ impl ShardLoop {
         };
         let mut delta = Vec::new();
         self.core.index_delta(&mut delta);
+        let unsynced = self.sabotaged(super::sabotage::Sabotage::UnsyncedCheckpoint);
+        if unsynced {
+            self.log.discard_through(lsn)?;
+        }
         self.checkpoint
             .commit(&mut self.store, IndexChange::Delta(&delta), &cp.encode())?;
-        self.log.discard_through(lsn)?;
+        if !unsynced {
+            self.log.discard_through(lsn)?;
+        }
         self.since_checkpoint = 0;
         self.checkpoint_ms = now_ms;
         self.metrics.checkpoints += 1;

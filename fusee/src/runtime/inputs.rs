@@ -6,6 +6,7 @@ use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
 use super::operator::JournalView;
+use super::sabotage::Sabotage;
 use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
 use crate::engine::{Description, IdPolicy, RunRef, RunStatus};
 use crate::error::Error;
@@ -32,6 +33,9 @@ impl ShardLoop {
                 payload,
                 reply,
             } => match self.running(&id, "signal", payload.len(), now_ms) {
+                Ok(_) if self.sabotaged(Sabotage::DropSignal) => {
+                    let _ = reply.send(Ok(()));
+                }
                 Ok(run) => {
                     let rec = RecordBuf::Signal {
                         run,
@@ -167,6 +171,7 @@ impl ShardLoop {
                 reason,
                 reply,
             } => self.reset(&id, &step, &reason, reply, now_ms),
+            Input::ResumeStep { id, step, reply } => self.resume_step(&id, &step, reply, now_ms),
             Input::List {
                 filter,
                 below,
@@ -295,10 +300,14 @@ impl ShardLoop {
             attached: false,
         };
         if let Some(lsn) = self.append(&rec) {
+            self.metrics.started += 1;
+            if self.sabotaged(Sabotage::EarlyReply) {
+                let _ = reply.send(Ok(started));
+                return;
+            }
             let token = self.token();
             self.waiting.insert(token, Waiting::Started(reply, started));
             self.core.add_output(lsn, Output::Ack(token));
-            self.metrics.started += 1;
         }
     }
 
@@ -642,6 +651,7 @@ impl ShardLoop {
                     name: spec.name.to_string(),
                     attempt: spec.next.map_or(0, |(a, _)| a),
                     running: spec.running,
+                    paused: matches!(spec.next, Some((_, fusee_core::run::RetryAt::Paused))),
                 })
         });
         Ok(Description {

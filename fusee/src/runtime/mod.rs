@@ -54,6 +54,9 @@ mod parking;
 mod receive;
 mod recover;
 mod runs;
+pub(crate) mod sabotage;
+#[cfg(feature = "testing")]
+pub(crate) mod sim_access;
 mod steps;
 #[cfg(test)]
 mod tests;
@@ -181,6 +184,12 @@ pub(crate) enum Input {
         paused: bool,
         reply: Reply<()>,
     },
+    /// Let a step paused by its retry policy run again.
+    ResumeStep {
+        id: String,
+        step: String,
+        reply: Reply<()>,
+    },
     /// Reset a workflow to a step.
     Reset {
         id: String,
@@ -213,6 +222,7 @@ impl Input {
                 | Input::UpdateWithStart { .. }
                 | Input::Pause { .. }
                 | Input::Reset { .. }
+                | Input::ResumeStep { .. }
                 | Input::List { .. }
         )
     }
@@ -244,6 +254,9 @@ pub(crate) struct LoopConfig {
     pub(crate) retention_ms: u64,
     pub(crate) park_after_ms: u64,
     pub(crate) compact_after_bytes: u64,
+    /// A deliberate bug switched on, for the simulator to catch.
+    #[cfg(feature = "testing")]
+    pub(crate) sabotage: Option<sabotage::Sabotage>,
 }
 
 /// A client waiting for an output.
@@ -276,6 +289,10 @@ struct LiveRun {
     stopped: Option<String>,
     /// When its code last ran or a record was appended for it.
     active_ms: u64,
+    /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
+    /// and whether the one after it was handed out since.
+    #[cfg(feature = "testing")]
+    held: Option<(fusee_core::record::Seq, crate::ctx::Outcome, bool)>,
 }
 
 /// Wakes a run: puts it on its shard's ready queue.

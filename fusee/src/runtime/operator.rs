@@ -186,6 +186,60 @@ impl ShardLoop {
         tracing::debug!(shard = self.shard, run, paused, "pause state set");
     }
 
+    /// Lets step `step` of workflow `id`, paused because its retry policy
+    /// ran out of attempts, run again with a fresh allowance: a `Resume`
+    /// record, then the next attempt as soon as it is durable.
+    pub(super) fn resume_step(
+        &mut self,
+        id: &str,
+        step: &str,
+        reply: super::Reply<()>,
+        now_ms: u64,
+    ) {
+        let run = match self.running(id, "resume", 0, now_ms) {
+            Ok(run) => run,
+            Err(e) => {
+                self.refuse_after_durable(reply, e);
+                return;
+            }
+        };
+        self.settle(run, now_ms);
+        let paused = self.live.get(&run).map(|live| {
+            let s = live.state.borrow();
+            let mut paused: Vec<(u32, String, u32)> = s
+                .steps
+                .iter()
+                .filter_map(|(seq, spec)| match spec.next {
+                    Some((attempt, fusee_core::run::RetryAt::Paused)) => {
+                        Some((*seq, spec.name.to_string(), attempt))
+                    }
+                    _ => None,
+                })
+                .collect();
+            paused.sort();
+            paused
+        });
+        let paused = paused.unwrap_or_default();
+        let Some(&(seq, _, attempt)) = paused.iter().find(|(_, name, _)| name == step) else {
+            let _ = reply.send(Err(Error::StepNotPaused {
+                id: id.to_string(),
+                step: step.to_string(),
+                paused: paused.into_iter().map(|(_, name, _)| name).collect(),
+            }));
+            return;
+        };
+        self.ack_after(&RecordBuf::Resume { run, seq }, reply);
+        if let Some(live) = self.live.get(&run)
+            && let Some(spec) = live.state.borrow_mut().steps.get_mut(&seq)
+        {
+            spec.next = Some((attempt, fusee_core::run::RetryAt::Now));
+            spec.resumed_after = attempt - 1;
+            spec.first_ms = None;
+        }
+        self.stepping.insert(run);
+        tracing::info!(shard = self.shard, run, seq, step, "step resumed");
+    }
+
     /// Answers `reply` once the log is durable through its last record.
     fn ack_after_last(&mut self, reply: super::Reply<()>) {
         let token = self.token();

@@ -12,6 +12,7 @@ use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome,
 use fusee_core::run::{Answer, Delivery, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
+use super::sabotage::Sabotage;
 use super::{LiveRun, RunWaker, ShardLoop, stop};
 use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped};
 use crate::workflow::{Failure, encode};
@@ -156,6 +157,8 @@ impl ShardLoop {
                     handlers: Vec::new(),
                     stopped: None,
                     active_ms: 0,
+                    #[cfg(feature = "testing")]
+                    held: None,
                 };
                 stop(&mut live, run, format!("its journal does not replay: {e}"));
                 self.live.insert(run, live);
@@ -179,6 +182,8 @@ impl ShardLoop {
                 handlers: Vec::new(),
                 stopped: None,
                 active_ms: 0,
+                #[cfg(feature = "testing")]
+                held: None,
             },
         );
         self.wake(run);
@@ -280,8 +285,12 @@ impl ShardLoop {
         {
             self.stepping.insert(run);
         }
-        for rec in &asked {
-            self.append_quiet(rec);
+        let reuse_seq = self.sabotaged(Sabotage::ReuseSeq);
+        for mut rec in asked {
+            if reuse_seq && let RecordBuf::Timer { seq, .. } = &mut rec {
+                *seq = seq.saturating_sub(1);
+            }
+            self.append_quiet(&rec);
         }
         if let Some(Fault::Determinism(why)) = fault {
             if let Some(live) = self.live.get_mut(&run) {
@@ -309,10 +318,17 @@ impl ShardLoop {
 
     /// Hands `run`'s code its next delivery, if one waits, and wakes it.
     fn deliver_next(&mut self, run: RunId) {
+        let reorder = self.sabotaged(Sabotage::ReorderReplay);
         let Some(live) = self.live.get_mut(&run) else {
             return;
         };
         if live.future.is_none() {
+            return;
+        }
+        #[cfg(feature = "testing")]
+        if let Some((seq, outcome, true)) = live.held.take() {
+            live.state.borrow_mut().deliver(seq, outcome);
+            self.wake(run);
             return;
         }
         let mut cancel = None;
@@ -374,7 +390,29 @@ impl ShardLoop {
                 }
             };
             if let Some((seq, outcome)) = outcome {
-                state.deliver(seq, outcome);
+                #[cfg(feature = "testing")]
+                let outcome = if reorder
+                    && live.held.is_none()
+                    && state.machine.is_replaying()
+                    && state.machine.pending_deliveries() > 0
+                {
+                    // Held until the delivery after it has been handed out.
+                    live.held = Some((seq, outcome, false));
+                    None
+                } else {
+                    if let Some(held) = live.held.as_mut() {
+                        held.2 = true;
+                    }
+                    Some(outcome)
+                };
+                #[cfg(not(feature = "testing"))]
+                let outcome = {
+                    let _ = reorder;
+                    Some(outcome)
+                };
+                if let Some(outcome) = outcome {
+                    state.deliver(seq, outcome);
+                }
             }
             // Cancellation reaches the code as an error at its pending
             // operations, which it may catch to clean up.

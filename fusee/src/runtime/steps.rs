@@ -33,6 +33,7 @@ impl ShardLoop {
         if self.stepping.is_empty() || self.failed.is_some() {
             return;
         }
+        let early = self.sabotaged(super::sabotage::Sabotage::EarlyStep);
         let runs: Vec<RunId> = self.stepping.iter().copied().collect();
         for run in runs {
             // A paused run starts nothing; resuming puts it back.
@@ -50,7 +51,7 @@ impl ShardLoop {
             let Some(gate) = s.machine.gate_lsn() else {
                 continue;
             };
-            if gate > self.durable {
+            if gate > self.durable && !early {
                 continue;
             }
             let id = s.id.clone();
@@ -137,7 +138,7 @@ impl ShardLoop {
                 Err(e) => {
                     let decision = if e.retryable {
                         spec.policy.decide(
-                            attempt,
+                            attempt.saturating_sub(spec.resumed_after),
                             e.kind.as_deref(),
                             spec.first_ms.unwrap_or(now_ms),
                             now_ms,

@@ -27,6 +27,8 @@ fn config() -> LoopConfig {
         retention_ms: 60_000,
         park_after_ms: u64::MAX / 2,
         compact_after_bytes: u64::MAX,
+        #[cfg(feature = "testing")]
+        sabotage: None,
     }
 }
 

@@ -1,0 +1,690 @@
+//! The simulated world: every shard loop, the disk, the network between
+//! shards, the step tasks, the clients and the clock, stepped one action at
+//! a time in an order the seed chooses.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use fusee_core::record::{Record, RunId, Status};
+use fusee_core::shard::shard_of;
+use fusee_storage::{FlushTicket, MemoryStorage};
+use fusee_storage_file::sim::{CrashMode, SimIo};
+use fusee_storage_file::{FileOptions, FileStorage};
+use tokio::sync::oneshot;
+
+use super::workload::{self, Op, Program, SIGNALS, Service};
+use super::{SimConfig, SimDisk, SimFailure, SimReport};
+use crate::AnyStorage;
+use crate::engine::{IdPolicy, RunRef, RunResult};
+use crate::error::Result as EngineResult;
+use crate::registry::Registry;
+use crate::runtime::{Effects, Input, LoopConfig, ShardLoop, StepJob};
+
+/// The simulated disk under the shards.
+enum Disk {
+    /// The memory backend, flushes split (durable when the loop takes the
+    /// ticket back), commits crashing at chosen points.
+    Memory(MemoryStorage),
+    /// The file backend on the simulated file system: a power cut drops,
+    /// keeps or tears (at 512-byte sectors) every write not synced, and
+    /// syncs fail on demand.
+    File(SimIo),
+}
+
+/// Where the file backend lives on the simulated file system.
+const SIM_DIR: &str = "/fusee";
+
+impl Disk {
+    fn new(kind: SimDisk) -> Disk {
+        match kind {
+            SimDisk::Memory => {
+                let memory = MemoryStorage::new();
+                memory.split_flushes(true);
+                Disk::Memory(memory)
+            }
+            SimDisk::File => Disk::File(SimIo::new()),
+        }
+    }
+
+    /// The storage as it stands (after a power cut: as recovered).
+    fn open(&self) -> Result<AnyStorage, fusee_storage::StorageError> {
+        match self {
+            Disk::Memory(m) => Ok(AnyStorage::Memory(m.clone())),
+            Disk::File(io) => {
+                let options = FileOptions {
+                    // Small segments: rolls, preallocation and discards
+                    // happen often in a short simulation.
+                    segment_bytes: 64 << 10,
+                    ..FileOptions::default()
+                };
+                FileStorage::open_with(io.clone(), SIM_DIR, options).map(AnyStorage::SimFile)
+            }
+        }
+    }
+
+    /// A power cut: only what is durable survives (and on the file
+    /// system, what an unsynced write left, torn or whole).
+    fn power_cut(&mut self, rng: &mut fastrand::Rng) {
+        match self {
+            Disk::Memory(m) => *m = m.crash(),
+            Disk::File(io) => io.crash(CrashMode::Random(rng.u64(..))),
+        }
+    }
+
+    /// Arms a fault in the disk's next writes to `shard`: a commit that
+    /// crashes part way (memory), or a sync that fails after a few succeed
+    /// (file).
+    fn arm_fault(&self, rng: &mut fastrand::Rng, shard: u32) {
+        match self {
+            Disk::Memory(m) => m.crash_in_commit(shard, rng.u32(0..4)),
+            Disk::File(io) => io.fail_syncs_after(rng.u32(0..8), 1),
+        }
+    }
+}
+
+/// Actions the drain phase may take before every run must have finished.
+const DRAIN_ACTIONS_MAX: u32 = 200_000;
+/// The simulated time a run may take in the drain phase.
+const DRAIN_MS_MAX: u64 = 3_600_000;
+
+/// A client of one top-level workflow: when it starts it and which
+/// signals it sends when.
+struct Client {
+    id: String,
+    program: u32,
+    start_at: u32,
+    /// The start was acknowledged: the run it named.
+    started: Option<RunId>,
+    /// A start is in flight.
+    starting: bool,
+    /// (action, signal index, nonce), sent in order.
+    signals: Vec<(u32, usize, u64)>,
+}
+
+/// A signal a client was told is recorded.
+struct AckedSignal {
+    id: String,
+    run: RunId,
+    nonce: u64,
+}
+
+enum Pending {
+    Start(usize, oneshot::Receiver<EngineResult<RunRef>>),
+    Signal(usize, RunId, u64, oneshot::Receiver<EngineResult<()>>),
+    Result(usize, oneshot::Receiver<EngineResult<RunResult>>),
+}
+
+pub(super) struct World {
+    cfg: SimConfig,
+    rng: fastrand::Rng,
+    now_ms: u64,
+    disk: Disk,
+    /// The storage the shards are open on (dropped at a power cut).
+    storage: Option<AnyStorage>,
+    registry: Registry,
+    loop_config: LoopConfig,
+    service: Arc<Mutex<Service>>,
+    shards: Vec<ShardLoop>,
+    /// Shards that may have work: inputs handed in, or more to do.
+    busy: Vec<bool>,
+    flushes: Vec<(u32, FlushTicket)>,
+    steps: Vec<(u32, StepJob)>,
+    net: Vec<(u32, Input)>,
+    clients: Vec<Client>,
+    pending: Vec<Pending>,
+    acked_signals: Vec<AckedSignal>,
+    /// Results reported to clients, by workflow ID.
+    results: BTreeMap<String, (Status, Vec<u8>)>,
+    action: u32,
+    /// Power cuts the seed chose (a commit crash causes others).
+    random_cuts: u32,
+    report: SimReport,
+}
+
+impl World {
+    pub(super) fn new(cfg: &SimConfig) -> Result<World, SimFailure> {
+        let mut rng = fastrand::Rng::with_seed(cfg.seed);
+        let programs_count = cfg.workflows + 4;
+        let programs: Arc<Vec<Program>> = Arc::new(workload::programs(&mut rng, programs_count, 4));
+        let service = Arc::new(Mutex::new(Service::default()));
+        let registry = Registry::default();
+        workload::register(&registry, Arc::clone(&programs), Arc::clone(&service));
+        let clients = (0..cfg.workflows)
+            .map(|i| {
+                let program = 4 + i;
+                let waits: Vec<usize> = programs[program as usize]
+                    .ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        Op::Wait { k, .. } => Some(*k),
+                        _ => None,
+                    })
+                    .collect();
+                let start_at = rng.u32(0..cfg.actions.max(1) / 2 + 1);
+                let mut signals: Vec<(u32, usize, u64)> = waits
+                    .iter()
+                    .map(|&k| (start_at + rng.u32(0..cfg.actions.max(1)), k, rng.u64(1..)))
+                    .collect();
+                signals.sort();
+                Client {
+                    id: format!("wf-{i}"),
+                    program,
+                    start_at,
+                    started: None,
+                    starting: false,
+                    signals,
+                }
+            })
+            .collect();
+        let loop_config = LoopConfig {
+            shards: cfg.shards,
+            max_payload: 1 << 20,
+            checkpoint_bytes: 2048 + rng.u64(0..8192),
+            checkpoint_interval_ms: 1000,
+            retention_ms: 24 * 3_600_000,
+            park_after_ms: rng.u64(0..2000),
+            compact_after_bytes: 1 << 20,
+            sabotage: cfg.sabotage,
+        };
+        let mut world = World {
+            cfg: cfg.clone(),
+            rng,
+            now_ms: 1_700_000_000_000,
+            disk: Disk::new(cfg.disk),
+            storage: None,
+            registry,
+            loop_config,
+            service,
+            shards: Vec::new(),
+            busy: vec![true; cfg.shards as usize],
+            flushes: Vec::new(),
+            steps: Vec::new(),
+            net: Vec::new(),
+            clients,
+            pending: Vec::new(),
+            acked_signals: Vec::new(),
+            results: BTreeMap::new(),
+            action: 0,
+            random_cuts: 0,
+            report: SimReport {
+                seed: cfg.seed,
+                disk: cfg.disk,
+                actions: 0,
+                power_cuts: 0,
+                commit_crashes_armed: 0,
+                storage_failures: 0,
+                finished: 0,
+                service_calls: 0,
+                end_ms: 0,
+            },
+        };
+        world.open_shards()?;
+        Ok(world)
+    }
+
+    fn fail(&self, check: &'static str, detail: String) -> SimFailure {
+        SimFailure::new(
+            &self.cfg,
+            check,
+            format!("action {}: {detail}", self.action),
+        )
+    }
+
+    fn open_shards(&mut self) -> Result<(), SimFailure> {
+        self.shards.clear();
+        self.storage = None;
+        let storage = self
+            .disk
+            .open()
+            .map_err(|e| self.fail("recovery", format!("the storage does not open: {e}")))?;
+        for shard in 0..self.cfg.shards {
+            let opened = ShardLoop::open(
+                &storage,
+                shard,
+                self.loop_config.clone(),
+                self.registry.clone(),
+                self.now_ms,
+            )
+            .map_err(|e| self.fail("recovery", format!("shard {shard} does not open: {e}")))?;
+            self.shards.push(opened);
+        }
+        self.storage = Some(storage);
+        self.busy = vec![true; self.cfg.shards as usize];
+        Ok(())
+    }
+
+    /// Runs the whole simulation: a phase with faults, then one without
+    /// until every run has finished.
+    pub(super) fn run(mut self) -> Result<SimReport, SimFailure> {
+        for _ in 0..self.cfg.actions {
+            self.step(true)?;
+        }
+        let drain_from_ms = self.now_ms;
+        let mut drained = 0u32;
+        while !self.all_finished()? {
+            drained += 1;
+            if drained > DRAIN_ACTIONS_MAX || self.now_ms > drain_from_ms + DRAIN_MS_MAX {
+                let waiting = self.unfinished()?;
+                return Err(self.fail(
+                    "liveness",
+                    format!("with faults stopped, runs never finished: {waiting:?}"),
+                ));
+            }
+            self.step(false)?;
+        }
+        self.check_results_stable_and_final()?;
+        self.check_state()?;
+        self.report.actions = self.action;
+        self.report.finished = self.clients.len() as u32;
+        // The programs are built to succeed: steps fail fewer times than
+        // the retry policy allows, children have IDs of their own.
+        if let Some((id, (status, payload))) =
+            self.results.iter().find(|(_, (s, _))| *s != Status::Ok)
+        {
+            return Err(self.fail(
+                "unexpected failure",
+                format!(
+                    "{id} ended {status:?}: {}",
+                    String::from_utf8_lossy(payload)
+                ),
+            ));
+        }
+        self.report.service_calls = self
+            .service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .calls
+            .len() as u32;
+        self.report.end_ms = self.now_ms;
+        Ok(self.report)
+    }
+
+    /// One action.
+    fn step(&mut self, faults: bool) -> Result<(), SimFailure> {
+        self.action += 1;
+        self.client_actions(faults);
+        let shards = self.cfg.shards as usize;
+        let busy: Vec<usize> = (0..shards).filter(|&s| self.busy[s]).collect();
+        // Weights: the seed decides the interleaving; faults are rare.
+        let mut choices: Vec<(u32, u8)> = Vec::new();
+        if !busy.is_empty() {
+            choices.push((30, 0));
+        }
+        if !self.flushes.is_empty() {
+            choices.push((20, 1));
+        }
+        if !self.steps.is_empty() {
+            choices.push((20, 2));
+        }
+        if !self.net.is_empty() {
+            choices.push((15, 3));
+        }
+        if faults && self.random_cuts < self.cfg.power_cuts {
+            choices.push((2, 4));
+        }
+        if faults {
+            choices.push((1, 5));
+        }
+        choices.push((2, 6));
+        let total: u32 = choices.iter().map(|c| c.0).sum();
+        let mut pick = self.rng.u32(0..total);
+        let mut kind = 6;
+        for (w, k) in choices {
+            if pick < w {
+                kind = k;
+                break;
+            }
+            pick -= w;
+        }
+        match kind {
+            0 => {
+                let s = busy[self.rng.usize(0..busy.len())];
+                self.run_shard(s)?;
+            }
+            1 => {
+                let (shard, mut ticket) = self
+                    .flushes
+                    .swap_remove(self.rng.usize(0..self.flushes.len()));
+                ticket.run();
+                self.shards[shard as usize].handle(Input::Flushed { ticket, micros: 0 });
+                self.busy[shard as usize] = true;
+            }
+            2 => {
+                let (shard, mut job) = self.steps.swap_remove(self.rng.usize(0..self.steps.len()));
+                let mut cx = Context::from_waker(Waker::noop());
+                match job.future.as_mut().poll(&mut cx) {
+                    Poll::Ready(result) => {
+                        self.shards[shard as usize].handle(Input::StepDone {
+                            run: job.run,
+                            seq: job.seq,
+                            attempt: job.attempt,
+                            result,
+                        });
+                        self.busy[shard as usize] = true;
+                    }
+                    Poll::Pending => self.steps.push((shard, job)),
+                }
+            }
+            3 => {
+                let (shard, input) = self.net.swap_remove(self.rng.usize(0..self.net.len()));
+                self.shards[shard as usize].handle(input);
+                self.busy[shard as usize] = true;
+            }
+            4 => {
+                self.random_cuts += 1;
+                self.power_cut()?;
+            }
+            5 => {
+                // The next checkpoint of a shard crashes part way.
+                let shard = self.rng.u32(0..self.cfg.shards);
+                self.disk.arm_fault(&mut self.rng, shard);
+                self.report.commit_crashes_armed += 1;
+            }
+            _ => self.advance_time(),
+        }
+        self.take_replies()
+    }
+
+    fn run_shard(&mut self, s: usize) -> Result<(), SimFailure> {
+        let Effects {
+            flush,
+            steps,
+            more,
+            messages,
+        } = self.shards[s].run(self.now_ms);
+        if let Some(ticket) = flush {
+            self.flushes.push((s as u32, ticket));
+        }
+        for job in steps {
+            self.steps.push((s as u32, job));
+        }
+        for (target, input) in messages {
+            self.net.push((target, input));
+        }
+        self.busy[s] = more;
+        if self.shards[s].failure().is_some() {
+            // A commit crashed part way: the rest of the crash.
+            self.report.storage_failures += 1;
+            return self.power_cut();
+        }
+        self.check_runs()?;
+        // The records checks read journals back: every so often.
+        if self.action.is_multiple_of(64) {
+            self.check_records()?;
+        }
+        Ok(())
+    }
+
+    /// Time moves to the next thing any shard waits for, when nothing else
+    /// can happen first (or by the seed's choice).
+    fn advance_time(&mut self) {
+        let next = self.shards.iter().filter_map(ShardLoop::next_wake).min();
+        let to = match next {
+            Some(at) if at > self.now_ms => at,
+            Some(_) => self.now_ms + 1,
+            None => self.now_ms + self.rng.u64(1..1000),
+        };
+        self.now_ms = to;
+        for (s, shard) in self.shards.iter_mut().enumerate() {
+            shard.handle(Input::Tick);
+            self.busy[s] = true;
+        }
+    }
+
+    /// A power cut: everything not durable is lost, every in-flight thing
+    /// with it; the shards recover from the disk.
+    fn power_cut(&mut self) -> Result<(), SimFailure> {
+        self.report.power_cuts += 1;
+        // The process dies first (its handles and locks with it), then the
+        // disk loses what it had not made durable.
+        self.flushes.clear();
+        self.steps.clear();
+        self.net.clear();
+        // Replies in flight are lost with the process: clients see an error.
+        self.shards.clear();
+        self.storage = None;
+        self.disk.power_cut(&mut self.rng);
+        self.take_replies()?;
+        self.open_shards()?;
+        self.check_state()
+    }
+
+    /// Clients act when their time comes: starts (again, attaching, if an
+    /// earlier one's answer was lost), signals, and result requests.
+    fn client_actions(&mut self, faults: bool) {
+        let shards = self.cfg.shards;
+        for c in 0..self.clients.len() {
+            let client = &self.clients[c];
+            let due = !faults || client.start_at <= self.action;
+            if client.started.is_none() && !client.starting && due {
+                let (reply, rx) = oneshot::channel();
+                let id = client.id.clone();
+                let input = serde_json::to_vec(&(client.program, 0u32)).unwrap_or_default();
+                let shard = shard_of(&id, shards) as usize;
+                self.shards[shard].handle(Input::Start {
+                    wtype: workload::SIM.name().to_string(),
+                    id,
+                    input,
+                    policy: IdPolicy::Attach,
+                    reply,
+                });
+                self.busy[shard] = true;
+                self.clients[c].starting = true;
+                self.pending.push(Pending::Start(c, rx));
+                continue;
+            }
+            let Some(run) = client.started else { continue };
+            while let Some(&(at, k, nonce)) = self.clients[c].signals.first() {
+                if faults && at > self.action {
+                    break;
+                }
+                self.clients[c].signals.remove(0);
+                let (reply, rx) = oneshot::channel();
+                let id = self.clients[c].id.clone();
+                let shard = shard_of(&id, shards) as usize;
+                self.shards[shard].handle(Input::Signal {
+                    id,
+                    name: SIGNALS[k].name().to_string(),
+                    payload: serde_json::to_vec(&nonce).unwrap_or_default(),
+                    reply,
+                });
+                self.busy[shard] = true;
+                self.pending.push(Pending::Signal(c, run, nonce, rx));
+            }
+            // Now and then a client asks for the result.
+            if self.rng.u32(0..200) == 0 {
+                let (reply, rx) = oneshot::channel();
+                let id = self.clients[c].id.clone();
+                let shard = shard_of(&id, shards) as usize;
+                self.shards[shard].handle(Input::Result { id, reply });
+                self.busy[shard] = true;
+                self.pending.push(Pending::Result(c, rx));
+            }
+        }
+    }
+
+    /// Answers that arrived: acknowledged starts and signals are checked
+    /// and remembered, reported results compared with earlier ones.
+    fn take_replies(&mut self) -> Result<(), SimFailure> {
+        let mut still = Vec::new();
+        for p in std::mem::take(&mut self.pending) {
+            match p {
+                Pending::Start(c, mut rx) => match rx.try_recv() {
+                    Ok(Ok(r)) => {
+                        self.clients[c].started = Some(r.run);
+                        self.clients[c].starting = false;
+                    }
+                    Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {
+                        self.clients[c].starting = false;
+                    }
+                    Err(oneshot::error::TryRecvError::Empty) => still.push(Pending::Start(c, rx)),
+                },
+                Pending::Signal(c, run, nonce, mut rx) => match rx.try_recv() {
+                    Ok(Ok(())) => {
+                        self.acked_signals.push(AckedSignal {
+                            id: self.clients[c].id.clone(),
+                            run,
+                            nonce,
+                        });
+                    }
+                    Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
+                    Err(oneshot::error::TryRecvError::Empty) => {
+                        still.push(Pending::Signal(c, run, nonce, rx))
+                    }
+                },
+                Pending::Result(c, mut rx) => match rx.try_recv() {
+                    Ok(Ok(r)) => self.reported(c, r)?,
+                    Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
+                    Err(oneshot::error::TryRecvError::Empty) => still.push(Pending::Result(c, rx)),
+                },
+            }
+        }
+        self.pending = still;
+        Ok(())
+    }
+
+    /// A result reported to a client: the same every time it is asked.
+    fn reported(&mut self, c: usize, r: RunResult) -> Result<(), SimFailure> {
+        let id = self.clients[c].id.clone();
+        let now = (r.status, r.payload);
+        match self.results.get(&id) {
+            Some(before) if *before != now => Err(self.fail(
+                "result changed",
+                format!("{id}: reported {before:?}, later {now:?}"),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.results.insert(id, now);
+                Ok(())
+            }
+        }
+    }
+
+    /// Every check.
+    fn check_state(&mut self) -> Result<(), SimFailure> {
+        self.check_runs()?;
+        self.check_records()
+    }
+
+    /// No run stopped by a determinism error, no idempotency key with two
+    /// inputs.
+    fn check_runs(&mut self) -> Result<(), SimFailure> {
+        for (s, shard) in self.shards.iter().enumerate() {
+            if let Some((run, why)) = shard.stopped_runs().into_iter().next() {
+                return Err(self.fail("determinism", format!("shard {s} run {run}: {why}")));
+            }
+        }
+        let conflict = self
+            .service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conflicts
+            .first()
+            .cloned();
+        if let Some((key, first, later)) = conflict {
+            return Err(self.fail(
+                "idempotency",
+                format!("key {key:?} called with input {first}, then with {later}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every acknowledged start and signal on record.
+    fn check_records(&mut self) -> Result<(), SimFailure> {
+        let shards = self.cfg.shards;
+        for c in 0..self.clients.len() {
+            let Some(run) = self.clients[c].started else {
+                continue;
+            };
+            let id = self.clients[c].id.clone();
+            let shard = shard_of(&id, shards) as usize;
+            let view = self.shards[shard]
+                .view(&id)
+                .map_err(|e| self.fail("read back", format!("{id}: {e}")))?;
+            if view.is_none() {
+                return Err(self.fail(
+                    "acknowledged start lost",
+                    format!("{id} (run {run}) was acknowledged and is gone"),
+                ));
+            }
+        }
+        for i in 0..self.acked_signals.len() {
+            let (id, run, nonce) = {
+                let a = &self.acked_signals[i];
+                (a.id.clone(), a.run, a.nonce)
+            };
+            let shard = shard_of(&id, shards) as usize;
+            let view = self.shards[shard]
+                .view(&id)
+                .map_err(|e| self.fail("read back", format!("{id}: {e}")))?;
+            // Only the run it went to, while its journal is whole (a
+            // finished run parked keeps its start and end only).
+            let Some(view) = view.filter(|v| v.run == run && v.done.is_none()) else {
+                continue;
+            };
+            let payload = serde_json::to_vec(&nonce).unwrap_or_default();
+            let found = view.journal.iter().any(|r| {
+                matches!(r, Record::Signal { payload: p, .. } if p.as_ref() == payload.as_slice())
+            });
+            if !found {
+                return Err(self.fail(
+                    "acknowledged signal lost",
+                    format!(
+                        "{id} run {run}: signal {nonce} was acknowledged and is not in its journal"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn all_finished(&mut self) -> Result<bool, SimFailure> {
+        Ok(self.unfinished()?.is_empty())
+    }
+
+    /// Clients whose workflow has not finished (or not started).
+    fn unfinished(&mut self) -> Result<Vec<String>, SimFailure> {
+        let shards = self.cfg.shards;
+        let mut out = Vec::new();
+        for c in 0..self.clients.len() {
+            let id = self.clients[c].id.clone();
+            if self.clients[c].started.is_none() || !self.clients[c].signals.is_empty() {
+                out.push(id);
+                continue;
+            }
+            let shard = shard_of(&id, shards) as usize;
+            let view = self.shards[shard]
+                .view(&id)
+                .map_err(|e| self.fail("read back", format!("{id}: {e}")))?;
+            // A continued run hands over: its successor must finish.
+            match view.and_then(|v| v.done) {
+                Some(s) if s != Status::ContinuedAsNew => {}
+                _ => out.push(id),
+            }
+        }
+        Ok(out)
+    }
+
+    /// At the end: every client asks for its result once more, and gets
+    /// what it was told before (if it asked before).
+    fn check_results_stable_and_final(&mut self) -> Result<(), SimFailure> {
+        let shards = self.cfg.shards;
+        for c in 0..self.clients.len() {
+            let (reply, rx) = oneshot::channel();
+            let id = self.clients[c].id.clone();
+            let shard = shard_of(&id, shards) as usize;
+            self.shards[shard].handle(Input::Result { id, reply });
+            self.busy[shard] = true;
+            self.pending.push(Pending::Result(c, rx));
+        }
+        for _ in 0..10_000 {
+            if self.pending.is_empty() {
+                return Ok(());
+            }
+            self.step(false)?;
+        }
+        Err(self.fail("liveness", "result requests never answered".into()))
+    }
+}

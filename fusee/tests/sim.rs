@@ -1,0 +1,91 @@
+//! The engine under deterministic simulation (`fusee::testing::sim`).
+//!
+//! Environment:
+//! - `FUSEE_SIM_SEEDS`: seeds run by `seeds_pass` (default 300), from
+//!   `FUSEE_SIM_FIRST` (default 0).
+//! - `FUSEE_SIM_SABOTAGE_SEEDS`: seeds each sabotage may take to be caught
+//!   (default 2,000; the bound).
+//! - `FUSEE_SIM_SEED` (and `FUSEE_SIM_SABOTAGE`): the seed `replay` runs,
+//!   as a failure prints it.
+
+use std::time::Instant;
+
+use fusee::testing::sim::{Sabotage, SimConfig, SimDisk, SimFailure, run};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn seeds_pass() {
+    let first = env_u64("FUSEE_SIM_FIRST", 0);
+    let seeds = env_u64("FUSEE_SIM_SEEDS", 300);
+    let started = Instant::now();
+    let mut actions = 0u64;
+    let mut cuts = 0u64;
+    let mut on_file = 0u64;
+    let mut failures: Vec<SimFailure> = Vec::new();
+    for seed in first..first + seeds {
+        match run(&SimConfig::new(seed)) {
+            Ok(r) => {
+                actions += u64::from(r.actions);
+                cuts += u64::from(r.power_cuts);
+                on_file += u64::from(r.disk == SimDisk::File);
+            }
+            Err(f) => failures.push(f),
+        }
+    }
+    println!(
+        "{seeds} seeds from {first} ({on_file} on the file backend): {actions} actions, {cuts} power cuts, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(f) = failures.first() {
+        for f in &failures {
+            eprintln!("{f}");
+        }
+        panic!("{} of {seeds} seeds failed; the first: {f}", failures.len());
+    }
+}
+
+#[test]
+fn every_sabotage_is_caught() {
+    let budget = env_u64("FUSEE_SIM_SABOTAGE_SEEDS", 2000);
+    let mut missed = Vec::new();
+    for sabotage in Sabotage::ALL {
+        let caught =
+            (0..budget).find_map(|seed| run(&SimConfig::new(seed).sabotage(sabotage)).err());
+        match caught {
+            Some(f) => println!(
+                "{sabotage:?}: caught by seed {} ({}): {}",
+                f.seed, f.check, f.detail
+            ),
+            None => missed.push(sabotage),
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "not caught within {budget} seeds: {missed:?}"
+    );
+}
+
+/// Runs the seed a failure printed (`FUSEE_SIM_SEED`, with
+/// `FUSEE_SIM_SABOTAGE` if it named one); seed 0 without them.
+#[test]
+fn replay() {
+    let seed = env_u64("FUSEE_SIM_SEED", 0);
+    let mut config = SimConfig::new(seed);
+    if let Ok(name) = std::env::var("FUSEE_SIM_SABOTAGE") {
+        let s = Sabotage::ALL
+            .into_iter()
+            .find(|s| format!("{s:?}") == name)
+            .unwrap_or_else(|| panic!("no sabotage {name:?}; one of {:?}", Sabotage::ALL));
+        config = config.sabotage(s);
+    }
+    match run(&config) {
+        Ok(report) => println!("{report:?}"),
+        Err(f) => panic!("{f}"),
+    }
+}

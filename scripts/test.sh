@@ -19,6 +19,10 @@
 #   FUSEE_DAMAGE_PAGES        redb pages / RocksDB offsets damaged  (per file, bounded)
 #   FUSEE_ENGINE_SIGKILL_RUNS engine SIGKILLs per backend           (20)
 #   FUSEE_PARKED_RUNS         sleepers of the engine parking test   (100,000)
+#   FUSEE_SCHEDULE_DAYS       days of the every-minute schedule     (7)
+#   FUSEE_SCHEDULE_CRASHES    crashes during them                   (20)
+#   FUSEE_QUEUE_ITEMS         items through the limited queue       (10,000)
+#   FUSEE_QUEUE_CRASHES       crashes while they go through         (20)
 #   FUSEE_SIM_SEEDS           simulator seeds (from FUSEE_SIM_FIRST) (300)
 #   FUSEE_SIM_SABOTAGE_SEEDS  seeds each sabotage may take          (2,000)
 # FUSEE_SEED (and FUSEE_CONFORMANCE_SEED) replay the seed a failure printed;

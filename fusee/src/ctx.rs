@@ -1153,3 +1153,36 @@ impl Ctx {
         self.state.borrow().cancels
     }
 }
+
+/// What `crate::flow` (schedules, queues, step limits) needs of a run
+/// beyond its public operations.
+impl Ctx {
+    /// The identity of the registry the run's engine shares
+    /// ([`Registry::key`]): which engine the run belongs to.
+    pub(crate) fn registry_key(&self) -> usize {
+        self.state.borrow().registry.key()
+    }
+
+    /// [`Ctx::signal`] with a name made at run time and a payload already
+    /// encoded.
+    pub(crate) fn signal_named(
+        &self,
+        id: &str,
+        name: &str,
+        payload: Vec<u8>,
+    ) -> Result<(), Failure> {
+        self.state
+            .borrow()
+            .check_payload(&format!("signal {name:?}"), payload.len())?;
+        self.send(id, name, payload);
+        Ok(())
+    }
+}
+
+/// What `crate::limit` needs of a step before it is awaited.
+impl<T> Step<T> {
+    /// The run the step belongs to.
+    pub(crate) fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+}

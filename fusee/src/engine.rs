@@ -915,3 +915,40 @@ impl Engine {
         }
     }
 }
+
+/// What schedules, queues and step limits (`crate::flow`) need of the
+/// engine: a handle their workflows' code and steps can hold without
+/// keeping a dropped engine open, and the identity of its registry (which
+/// a run's context shares, so a step finds the engine it runs in).
+impl Engine {
+    /// A handle that does not keep the engine alive.
+    pub(crate) fn downgrade(&self) -> WeakEngine {
+        WeakEngine(Arc::downgrade(&self.inner))
+    }
+
+    /// The identity of the engine's registry ([`Registry::key`]).
+    pub(crate) fn registry_key(&self) -> usize {
+        self.inner.registry.key()
+    }
+
+    /// Whether workflow type `wtype` is registered.
+    pub(crate) fn is_registered(&self, wtype: &str) -> bool {
+        self.inner.registry.contains(wtype)
+    }
+
+    /// Every registered workflow type, sorted.
+    pub(crate) fn registered_names(&self) -> Vec<String> {
+        self.inner.registry.names()
+    }
+}
+
+/// An [`Engine`] that does not keep it alive ([`Engine::downgrade`]).
+#[derive(Clone)]
+pub(crate) struct WeakEngine(std::sync::Weak<Inner>);
+
+impl WeakEngine {
+    /// The engine, while it lives.
+    pub(crate) fn upgrade(&self) -> Option<Engine> {
+        self.0.upgrade().map(|inner| Engine { inner })
+    }
+}

@@ -196,6 +196,69 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A schedule that cannot be made as asked (a bad cron expression,
+    /// time zone, interval or limit); nothing was recorded.
+    #[error("schedule {id:?} is invalid: {reason}")]
+    InvalidSchedule {
+        /// The schedule's ID.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A schedule of this ID exists; nothing was recorded.
+    #[error("schedule {id:?} already exists (delete it first to change it)")]
+    ScheduleExists {
+        /// The schedule's ID.
+        id: String,
+    },
+    /// No schedule of this ID (never made, or deleted).
+    #[error("no schedule {id:?}")]
+    UnknownSchedule {
+        /// The schedule's ID.
+        id: String,
+    },
+    /// A queue that cannot be made as asked (a zero limit, a bad rate);
+    /// nothing was recorded.
+    #[error("queue {name:?} is invalid: {reason}")]
+    InvalidQueue {
+        /// The queue's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No queue of this name (never made, or deleted); nothing was
+    /// recorded.
+    #[error("no queue {name:?}")]
+    UnknownQueue {
+        /// The queue's name.
+        name: String,
+    },
+    /// The queue holds as many items waiting as it may; nothing was
+    /// recorded: try again later.
+    #[error("queue {name:?} is full: {pending} items wait (at most {max})")]
+    QueueFull {
+        /// The queue's name.
+        name: String,
+        /// Items waiting.
+        pending: u64,
+        /// The most it holds.
+        max: u64,
+    },
+    /// A step limit that cannot be made as asked (a zero limit, a bad
+    /// rate); nothing was recorded.
+    #[error("step limit {name:?} is invalid: {reason}")]
+    InvalidLimit {
+        /// The limit's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No step limit of this name (never made, or deleted).
+    #[error("no step limit {name:?}")]
+    UnknownLimit {
+        /// The limit's name.
+        name: String,
+    },
 }
 
 impl Error {

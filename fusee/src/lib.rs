@@ -61,6 +61,9 @@
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
 //! | [`RetryPolicy`] | how failed step attempts are retried |
 //! | [`Saga`] | steps that register compensations, run durably newest first when the workflow fails or is cancelled ([`saga`]) |
+//! | [`Engine::schedule`], [`Engine::schedules`] | a workflow started on a cron expression or an interval, each fire exactly once; time zone, [`Overlap`] and [`CatchUp`] policies; pause, resume, delete, describe ([`schedule`]) |
+//! | [`Engine::queue`], [`Engine::queues`] | a durable queue starting a workflow per item: concurrency and rate limits, priorities, fairness or serialisation by key, enqueue idempotent by a dedup key ([`queue`]) |
+//! | [`Engine::limit`], [`Step::limit`] | step limits: at most N steps under a limit at once and at most N per period, across all runs; waiting costs no thread and survives restarts ([`limit`]); [`Engine::register_flow_control`] registers the workflows behind these three |
 //! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
 //! | `testing` (feature `testing`) | the test kit (`TestEngine`: virtual clock, crashes, step mocks, replay of exported journals) and `testing::sim`, the deterministic simulator |
@@ -95,14 +98,18 @@ pub mod config;
 mod ctx;
 mod engine;
 mod error;
+mod flow;
 pub mod inspect;
+pub mod limit;
 mod metrics;
 mod operator;
 pub mod promise;
+pub mod queue;
 mod registry;
 mod retry;
 mod runtime;
 pub mod saga;
+pub mod schedule;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod workflow;
@@ -123,9 +130,15 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use fusee_storage::StorageError;
+pub use limit::{LimitBuilder, LimitDescription, LimitedStep, Limits};
 pub use metrics::{Histogram, Metrics, ShardMetrics};
 pub use operator::{Cursor, ListFilter, Page, RunSummary, StatusFilter};
 pub use promise::{Promise, PromiseWait};
+pub use queue::{Enqueued, ItemOptions, Queue, QueueBuilder, QueueDescription, Queues};
 pub use retry::{OnExhausted, RetryPolicy};
 pub use saga::{Saga, SagaStep, SagaStepCall};
+pub use schedule::{
+    CatchUp, FireOutcome, FireRecord, Overlap, ScheduleBuilder, ScheduleDescription, Schedules,
+    Spec,
+};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

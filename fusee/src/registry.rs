@@ -127,3 +127,13 @@ impl Registry {
             .cloned()
     }
 }
+
+/// What `crate::flow` needs: the registry's identity, shared by an engine
+/// and every run of it (its clones point at the same table).
+impl Registry {
+    /// The same for every clone of this registry, different from every
+    /// other registry alive.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.handlers) as *const () as usize
+    }
+}

@@ -31,8 +31,9 @@
 //! - After every shard iteration: no run stopped by a determinism error; the
 //!   service never saw one key with two different inputs.
 //! - After every recovery, every 64 actions and at the end: every
-//!   acknowledged start exists; every acknowledged signal is in the
-//!   journal of the run it was sent to (while that run's journal is whole).
+//!   acknowledged start exists; every acknowledged signal, and every update
+//!   a client got a result for, is in the journal of the run it was sent to
+//!   (while that run's journal is whole).
 //! - Every result reported to a client is the same each time it is asked,
 //!   across crashes.
 //! - Once faults stop, every workflow finishes, within a bounded number of

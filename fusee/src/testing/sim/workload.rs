@@ -7,7 +7,8 @@
 //! step sends the state so far as its input: a step that starts before the
 //! records it follows are durable (and so runs again, after a crash, behind
 //! a step that answered differently) shows up as one idempotency key with
-//! two inputs. A race's order goes into the name of the step after it: a
+//! two inputs. Every run also takes an update (`add`), a step of its own
+//! whose answer reaches the result. A race's order goes into the name of the step after it: a
 //! replay that hands the race's results over in another order calls a step
 //! the journal does not hold, a determinism error.
 
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use crate::ctx::StepError;
 use crate::registry::Registry;
-use crate::{Ctx, Failure, Signal, Workflow};
+use crate::{Ctx, Failure, Signal, Update, Workflow};
 
 /// The one workflow type: input (program, generation).
 pub(super) const SIM: Workflow<(u32, u32), u64> = Workflow::new("sim");
@@ -31,6 +32,10 @@ pub(super) const SIGNALS: [Signal<u64>; 4] = [
     Signal::new("sig-2"),
     Signal::new("sig-3"),
 ];
+
+/// The update every run takes: a step with the caller's number as its
+/// input, its answer mixed into the run's result.
+pub(super) const ADD: Update<u64, u64> = Update::new("add");
 
 /// One operation of a program.
 #[derive(Clone, Debug)]
@@ -172,6 +177,20 @@ pub(super) fn register(
                 return Err(Failure::new(format!("no program {p}")));
             };
             let id = ctx.workflow_id().to_string();
+            // Updates run beside the program, at their place in the
+            // journal; what they add reaches the result.
+            let added = Rc::new(std::cell::Cell::new(0u64));
+            {
+                let (added, c, service) = (Rc::clone(&added), ctx.clone(), Arc::clone(&service));
+                ctx.on_update(ADD, move |n: u64| {
+                    let (added, c, service) = (Rc::clone(&added), c.clone(), Arc::clone(&service));
+                    async move {
+                        let v = call_step(&c, "u".to_string(), n, 0, &service).await?;
+                        added.set(mix(added.get(), v));
+                        Ok(v)
+                    }
+                });
+            }
             let mut state = u64::from(p) << 32 | u64::from(generation);
             for (i, op) in program.ops.iter().enumerate() {
                 match op {
@@ -228,7 +247,7 @@ pub(super) fn register(
             if program.continue_once && generation == 0 {
                 return ctx.continue_as_new(&(p, 1)).await;
             }
-            Ok(state)
+            Ok(mix(state, added.get()))
         }
     });
 }

@@ -100,6 +100,15 @@ struct Client {
     starting: bool,
     /// (action, signal index, nonce), sent in order.
     signals: Vec<(u32, usize, u64)>,
+    /// (action, nonce) of the updates it sends, in order.
+    updates: Vec<(u32, u64)>,
+}
+
+/// An update a client got the result of: its `Update` is on record.
+struct AckedUpdate {
+    id: String,
+    run: RunId,
+    update_id: String,
 }
 
 /// A signal a client was told is recorded.
@@ -113,6 +122,12 @@ enum Pending {
     Start(usize, oneshot::Receiver<EngineResult<RunRef>>),
     Signal(usize, RunId, u64, oneshot::Receiver<EngineResult<()>>),
     Result(usize, oneshot::Receiver<EngineResult<RunResult>>),
+    Update(
+        usize,
+        RunId,
+        String,
+        oneshot::Receiver<EngineResult<RunResult>>,
+    ),
 }
 
 pub(super) struct World {
@@ -134,6 +149,7 @@ pub(super) struct World {
     clients: Vec<Client>,
     pending: Vec<Pending>,
     acked_signals: Vec<AckedSignal>,
+    acked_updates: Vec<AckedUpdate>,
     /// Results reported to clients, by workflow ID.
     results: BTreeMap<String, (Status, Vec<u8>)>,
     action: u32,
@@ -167,7 +183,12 @@ impl World {
                     .map(|&k| (start_at + rng.u32(0..cfg.actions.max(1)), k, rng.u64(1..)))
                     .collect();
                 signals.sort();
+                let mut updates: Vec<(u32, u64)> = (0..rng.usize(0..3))
+                    .map(|_| (start_at + rng.u32(0..cfg.actions.max(1)), rng.u64(1..)))
+                    .collect();
+                updates.sort();
                 Client {
+                    updates,
                     id: format!("wf-{i}"),
                     program,
                     start_at,
@@ -204,6 +225,7 @@ impl World {
             clients,
             pending: Vec::new(),
             acked_signals: Vec::new(),
+            acked_updates: Vec::new(),
             results: BTreeMap::new(),
             action: 0,
             random_cuts: 0,
@@ -492,6 +514,27 @@ impl World {
                 self.busy[shard] = true;
                 self.pending.push(Pending::Signal(c, run, nonce, rx));
             }
+            // Updates go while faults happen only (a run may have finished
+            // by the time one arrives: refused, and that is fine).
+            while let Some(&(at, nonce)) = self.clients[c].updates.first() {
+                if !faults || at > self.action {
+                    break;
+                }
+                self.clients[c].updates.remove(0);
+                let (reply, rx) = oneshot::channel();
+                let id = self.clients[c].id.clone();
+                let update_id = format!("up-{nonce}");
+                let shard = shard_of(&id, shards) as usize;
+                self.shards[shard].handle(Input::Update {
+                    id,
+                    name: workload::ADD.name().to_string(),
+                    update_id: update_id.clone(),
+                    payload: serde_json::to_vec(&nonce).unwrap_or_default(),
+                    reply,
+                });
+                self.busy[shard] = true;
+                self.pending.push(Pending::Update(c, run, update_id, rx));
+            }
             // Now and then a client asks for the result.
             if self.rng.u32(0..200) == 0 {
                 let (reply, rx) = oneshot::channel();
@@ -531,6 +574,19 @@ impl World {
                     Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
                     Err(oneshot::error::TryRecvError::Empty) => {
                         still.push(Pending::Signal(c, run, nonce, rx))
+                    }
+                },
+                Pending::Update(c, run, update_id, mut rx) => match rx.try_recv() {
+                    Ok(Ok(r)) if r.status == Status::Ok => {
+                        self.acked_updates.push(AckedUpdate {
+                            id: self.clients[c].id.clone(),
+                            run,
+                            update_id,
+                        });
+                    }
+                    Ok(_) | Err(oneshot::error::TryRecvError::Closed) => {}
+                    Err(oneshot::error::TryRecvError::Empty) => {
+                        still.push(Pending::Update(c, run, update_id, rx))
                     }
                 },
                 Pending::Result(c, mut rx) => match rx.try_recv() {
@@ -591,9 +647,14 @@ impl World {
         Ok(())
     }
 
-    /// Every acknowledged start and signal on record.
+    /// Every acknowledged start on record; every acknowledged signal, and
+    /// every update a client got a result for, in the journal of the run
+    /// it went to (while that run's journal is whole: a finished run
+    /// parked keeps its start and end only). Each workflow's latest run is
+    /// read back once per pass.
     fn check_records(&mut self) -> Result<(), SimFailure> {
         let shards = self.cfg.shards;
+        let mut views = BTreeMap::new();
         for c in 0..self.clients.len() {
             let Some(run) = self.clients[c].started else {
                 continue;
@@ -603,36 +664,52 @@ impl World {
             let view = self.shards[shard]
                 .view(&id)
                 .map_err(|e| self.fail("read back", format!("{id}: {e}")))?;
-            if view.is_none() {
+            let Some(view) = view else {
                 return Err(self.fail(
                     "acknowledged start lost",
                     format!("{id} (run {run}) was acknowledged and is gone"),
                 ));
-            }
-        }
-        for i in 0..self.acked_signals.len() {
-            let (id, run, nonce) = {
-                let a = &self.acked_signals[i];
-                (a.id.clone(), a.run, a.nonce)
             };
-            let shard = shard_of(&id, shards) as usize;
-            let view = self.shards[shard]
-                .view(&id)
-                .map_err(|e| self.fail("read back", format!("{id}: {e}")))?;
-            // Only the run it went to, while its journal is whole (a
-            // finished run parked keeps its start and end only).
-            let Some(view) = view.filter(|v| v.run == run && v.done.is_none()) else {
+            views.insert(id, view);
+        }
+        // The journal of `id`'s run `run`, if the pass has it whole.
+        let whole = |id: &str, run: RunId| {
+            views
+                .get(id)
+                .filter(|v| v.run == run && v.done.is_none())
+                .map(|v| &v.journal)
+        };
+        for a in &self.acked_signals {
+            let Some(journal) = whole(&a.id, a.run) else {
                 continue;
             };
-            let payload = serde_json::to_vec(&nonce).unwrap_or_default();
-            let found = view.journal.iter().any(|r| {
+            let payload = serde_json::to_vec(&a.nonce).unwrap_or_default();
+            let found = journal.iter().any(|r| {
                 matches!(r, Record::Signal { payload: p, .. } if p.as_ref() == payload.as_slice())
             });
             if !found {
                 return Err(self.fail(
                     "acknowledged signal lost",
                     format!(
-                        "{id} run {run}: signal {nonce} was acknowledged and is not in its journal"
+                        "{} run {}: signal {} was acknowledged and is not in its journal",
+                        a.id, a.run, a.nonce
+                    ),
+                ));
+            }
+        }
+        for a in &self.acked_updates {
+            let Some(journal) = whole(&a.id, a.run) else {
+                continue;
+            };
+            let found = journal
+                .iter()
+                .any(|r| matches!(r, Record::Update { id: u, .. } if **u == *a.update_id));
+            if !found {
+                return Err(self.fail(
+                    "acknowledged update lost",
+                    format!(
+                        "{} run {}: update {} answered and not in its journal",
+                        a.id, a.run, a.update_id
                     ),
                 ));
             }

@@ -227,6 +227,53 @@ pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> crate::registry::RunFuture>;
 /// A query handler, type-erased: argument bytes to result bytes.
 pub(crate) type QueryHandler = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, Failure>>;
 
+/// Calls `f` with update handler `name`, taken out of the run's state
+/// meanwhile: the handler's own code (its validator, the synchronous part
+/// of its start) may use the run's [`Ctx`], which borrows the state. Put
+/// back after, unless the code registered a new one under the name. `None`
+/// if there is no such handler.
+pub(crate) fn with_update_handler<R>(
+    state: &RefCell<RunState>,
+    name: &str,
+    f: impl FnOnce(&UpdateHandler) -> R,
+) -> Option<R> {
+    let handler = state.borrow_mut().updates.remove(name)?;
+    let out = f(&handler);
+    state
+        .borrow_mut()
+        .updates
+        .entry(name.to_string())
+        .or_insert(handler);
+    Some(out)
+}
+
+/// [`with_update_handler`] for query handlers.
+pub(crate) fn with_query_handler<R>(
+    state: &RefCell<RunState>,
+    name: &str,
+    f: impl FnOnce(&QueryHandler) -> R,
+) -> Option<R> {
+    let handler = state.borrow_mut().queries.remove(name)?;
+    let out = f(&handler);
+    state
+        .borrow_mut()
+        .queries
+        .entry(name.to_string())
+        .or_insert(handler);
+    Some(out)
+}
+
+/// Runs workflow code `f` outside the engine's own frames: a panic in it is
+/// `Err` with the panic's message, not an unwinding shard thread.
+pub(crate) fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        p.downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into())
+    })
+}
+
 impl RunState {
     pub(crate) fn new(
         machine: RunMachine,
@@ -576,6 +623,11 @@ impl Ctx {
     /// Ends this run and starts a new run of the same workflow and ID with
     /// `input`, so a long-lived workflow keeps a short journal. The future
     /// never completes: return it (`return ctx.continue_as_new(&next).await`).
+    ///
+    /// Signals this run received and did not consume are not carried over:
+    /// take them first (`wait_for` with a short timeout, in a loop) and pass
+    /// what matters in `input`, or use updates, which are answered before
+    /// the run ends.
     pub fn continue_as_new<I: Serialize, O>(&self, input: &I) -> ContinueAsNew<O> {
         let checked = encode(input)
             .map_err(|e| {
@@ -1030,7 +1082,9 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
         let this = self.get_mut();
         let mut s = this.ctx.state.borrow_mut();
         if this.seq.is_none() {
-            if !s.registry.contains(this.wtype) {
+            // Only a live call is refused: a replayed one is in the journal
+            // already (its type may be registered later, or elsewhere).
+            if !s.machine.is_replaying() && !s.registry.contains(this.wtype) {
                 return Poll::Ready(Err(Failure::with_kind(
                     "unknown-workflow",
                     format!("no workflow type {:?} is registered", this.wtype),

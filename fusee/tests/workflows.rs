@@ -452,3 +452,107 @@ async fn updates_run_their_handlers_durably_and_queries_read_the_state() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const EAGER: Workflow<(), u64> = Workflow::new("eager");
+const STAMP: fusee::Update<(), u64> = fusee::Update::new("stamp");
+const STRICT: fusee::Update<u64, u64> = fusee::Update::new("strict");
+const PEEK: fusee::Query<(), u64> = fusee::Query::new("peek");
+
+/// Handler code that uses the run's `Ctx` before its future (a common way
+/// to write one), a validator and a query handler that panic: the update
+/// works, the panics are errors for their caller, and the shard goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_may_use_the_ctx_at_once_and_their_panics_stay_theirs() {
+    let engine = Engine::open(Config::memory().shards(1)).await.unwrap();
+    engine.register(EAGER, |ctx: Ctx, ()| async move {
+        let c = ctx.clone();
+        ctx.on_update(STAMP, move |()| {
+            // Synchronous use of the run's state, before the future.
+            let id_len = c.workflow_id().len() as u64;
+            let now = c.now();
+            async move {
+                let secs = now
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                Ok((secs > 0) as u64 + id_len)
+            }
+        });
+        ctx.on_update_validated(
+            STRICT,
+            |n: &u64| {
+                if *n == 13 {
+                    panic!("unlucky");
+                }
+                Ok(())
+            },
+            |n: u64| async move { Ok(n) },
+        );
+        ctx.on_query(PEEK, |()| -> Result<u64, Failure> { panic!("peeking") });
+        ctx.wait_for(&CLOSE_CART).await?;
+        Ok::<_, Failure>(1)
+    });
+    engine.start(EAGER, "e-1", &()).await.unwrap();
+    assert_eq!(engine.update("e-1", STAMP, &()).await.unwrap(), 4);
+    match engine.update("e-1", STRICT, &13).await {
+        Err(Error::Rejected { reason, .. }) => assert!(reason.contains("unlucky"), "{reason}"),
+        other => panic!("expected the validator's panic as a refusal, found {other:?}"),
+    }
+    match engine.query("e-1", PEEK, &()).await {
+        Err(Error::Failed { failure, .. }) => assert_eq!(failure.kind.as_deref(), Some("panic")),
+        other => panic!("expected the query's panic as a failure, found {other:?}"),
+    }
+    // The shard still works.
+    assert_eq!(engine.update("e-1", STRICT, &7).await.unwrap(), 7);
+    engine.signal("e-1", CLOSE_CART, &()).await.unwrap();
+    assert_eq!(engine.result(EAGER, "e-1").await.unwrap(), 1);
+    engine.close().await.unwrap();
+}
+
+/// A parent whose journal holds a child of a type this engine has not
+/// registered (yet) replays without a determinism error and finishes once
+/// the type is registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_child_of_a_type_registered_later_is_not_a_determinism_error() {
+    let dir = temp_dir("late-child");
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    engine.register(LONG_CHILD, |ctx: Ctx, ()| async move {
+        ctx.wait_for(&CLOSE_CART).await?;
+        Ok::<_, Failure>(())
+    });
+    engine.register(SHORT_PARENT, |ctx: Ctx, ()| async move {
+        ctx.child(LONG_CHILD, "late-kid", &()).await?;
+        Ok::<_, Failure>(())
+    });
+    engine
+        .start(SHORT_PARENT, "late-parent", &())
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if engine.describe("late-kid").await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(engine); // a crash
+
+    // The parent's code comes first; the child's type only later.
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    engine.register(SHORT_PARENT, |ctx: Ctx, ()| async move {
+        ctx.child(LONG_CHILD, "late-kid", &()).await?;
+        Ok::<_, Failure>(())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_ne!(
+        engine.describe("late-parent").await.unwrap().status,
+        RunStatus::Stopped,
+        "the parent replayed its child call without the child's type"
+    );
+    engine.register(LONG_CHILD, |ctx: Ctx, ()| async move {
+        ctx.wait_for(&CLOSE_CART).await?;
+        Ok::<_, Failure>(())
+    });
+    engine.signal("late-kid", CLOSE_CART, &()).await.unwrap();
+    engine.result(SHORT_PARENT, "late-parent").await.unwrap();
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

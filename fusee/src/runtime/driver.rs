@@ -235,6 +235,20 @@ fn spawn_step(runtime: &Handle, job: StepJob, tx: Sender<Input>) {
 struct Flusher {
     tx: Option<Sender<fusee_storage::FlushTicket>>,
     back: Sender<Input>,
+    /// Joined when the flusher is dropped: a ticket in flight holds the
+    /// storage's files (and its directory lock) until its I/O ends, and a
+    /// dropped engine must have let go of them when its drop returns.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread after its current ticket.
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Flusher {
@@ -250,14 +264,14 @@ impl Flusher {
                     }
                 }
             });
-        let tx = match spawned {
-            Ok(_) => Some(tx),
+        let (tx, thread) = match spawned {
+            Ok(t) => (Some(tx), Some(t)),
             Err(e) => {
                 tracing::warn!(shard, error = %e, "no flusher thread: flushes run on the shard thread");
-                None
+                (None, None)
             }
         };
-        Self { tx, back }
+        Self { tx, back, thread }
     }
 
     /// Sends a ticket to the flusher (or runs it here without one).

@@ -8,9 +8,10 @@ use fusee_storage::LogStore;
 use super::operator::JournalView;
 use super::sabotage::Sabotage;
 use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
+use crate::ctx::{catch_panic, with_query_handler, with_update_handler};
 use crate::engine::{Description, IdPolicy, RunRef, RunStatus};
 use crate::error::Error;
-use crate::workflow::CODEC_JSON;
+use crate::workflow::{CODEC_JSON, Failure};
 
 impl ShardLoop {
     /// Acts on one input.
@@ -416,28 +417,27 @@ impl ShardLoop {
                 registered: Vec::new(),
             });
         };
-        let verdict = {
-            let state = live.state.borrow();
-            match state.updates.get(name) {
-                None => {
-                    let mut registered: Vec<String> = state.updates.keys().cloned().collect();
-                    registered.sort();
-                    Err(Error::UnknownUpdate {
-                        id: id.to_string(),
-                        name: name.to_string(),
-                        registered,
-                    })
-                }
-                Some(h) => match &h.validate {
-                    Some(validate) => validate(payload).map_err(|reason| Error::Rejected {
-                        id: id.to_string(),
-                        reason,
-                    }),
-                    None => Ok(()),
-                },
-            }
+        let state = std::rc::Rc::clone(&live.state);
+        let verdict = with_update_handler(&state, name, |h| match &h.validate {
+            Some(validate) => match catch_panic(|| validate(payload)) {
+                Ok(verdict) => verdict,
+                Err(panic) => Err(format!("the validator panicked: {panic}")),
+            },
+            None => Ok(()),
+        });
+        let Some(verdict) = verdict else {
+            let mut registered: Vec<String> = state.borrow().updates.keys().cloned().collect();
+            registered.sort();
+            return Err(Error::UnknownUpdate {
+                id: id.to_string(),
+                name: name.to_string(),
+                registered,
+            });
         };
-        verdict?;
+        verdict.map_err(|reason| Error::Rejected {
+            id: id.to_string(),
+            reason,
+        })?;
         self.append(&RecordBuf::Update {
             run,
             id: name_of(update_id),
@@ -551,13 +551,21 @@ impl ShardLoop {
         let Some(live) = self.live.get(&run) else {
             return Err(unknown(Vec::new()));
         };
-        let state = live.state.borrow();
-        let Some(handler) = state.queries.get(name) else {
-            let mut registered: Vec<String> = state.queries.keys().cloned().collect();
+        let state = std::rc::Rc::clone(&live.state);
+        let answer = with_query_handler(&state, name, |handler| {
+            catch_panic(|| handler(payload)).unwrap_or_else(|panic| {
+                Err(Failure::with_kind(
+                    "panic",
+                    format!("the query handler panicked: {panic}"),
+                ))
+            })
+        });
+        let Some(answer) = answer else {
+            let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
             registered.sort();
             return Err(unknown(registered));
         };
-        handler(payload).map_err(|failure| Error::Failed {
+        answer.map_err(|failure| Error::Failed {
             id: id.to_string(),
             status: "query failed",
             failure,

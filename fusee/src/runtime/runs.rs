@@ -14,7 +14,7 @@ use fusee_core::shard::{Event, TimerKind};
 
 use super::sabotage::Sabotage;
 use super::{LiveRun, RunWaker, ShardLoop, stop};
-use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped};
+use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped, catch_panic, with_update_handler};
 use crate::workflow::{Failure, encode};
 
 /// How many polls [`ShardLoop::settle`] gives one run before a query reads it.
@@ -532,14 +532,21 @@ impl ShardLoop {
         let Some(live) = self.live.get_mut(&run) else {
             return;
         };
-        let started = live
-            .state
-            .borrow()
-            .updates
-            .get(name)
-            .map(|h| (h.start)(payload));
+        let state = Rc::clone(&live.state);
+        let started = with_update_handler(&state, name, |h| catch_panic(|| (h.start)(payload)));
         match started {
-            Some(handler) => live.handlers.push((ordinal, handler)),
+            Some(Ok(handler)) => {
+                if let Some(live) = self.live.get_mut(&run) {
+                    live.handlers.push((ordinal, handler));
+                }
+            }
+            Some(Err(panic)) => {
+                let failure = Failure::with_kind(
+                    "panic",
+                    format!("the update handler {name:?} panicked: {panic}"),
+                );
+                self.update_returned(run, ordinal, Err(failure));
+            }
             None => {
                 let failure = Failure::with_kind(
                     "unknown-update",

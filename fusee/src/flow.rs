@@ -121,6 +121,33 @@ impl Engine {
         Ok(())
     }
 
+    /// The names of the running entities (schedules, queues, limits) of
+    /// internal workflow `wtype`: their workflow IDs after `prefix`,
+    /// sorted, every page of the listing read.
+    pub(crate) async fn list_entities(&self, wtype: &str, prefix: &str) -> Result<Vec<String>> {
+        let mut filter = crate::ListFilter::new()
+            .workflow(wtype)
+            .status(crate::StatusFilter::Running)
+            .limit(crate::ListFilter::LIMIT_MAX);
+        let mut names = Vec::new();
+        loop {
+            let page = self.list(filter.clone()).await?;
+            names.extend(
+                page.runs
+                    .iter()
+                    .filter_map(|r| r.id.strip_prefix(prefix))
+                    .map(str::to_string),
+            );
+            match page.next {
+                Some(cursor) => filter = filter.after(cursor),
+                None => break,
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Runs `update` with `arg` on `id`, sending it again while the entity
     /// refuses it with [`MOVING`].
     pub(crate) async fn update_entity<I: Serialize, O: DeserializeOwned>(

@@ -85,7 +85,6 @@ use crate::ctx::{Ctx, Step, StepError};
 use crate::engine::{Engine, RunStatus};
 use crate::error::{Error, Result};
 use crate::flow::{MOVING, Notify, Rate, Timer, Window, engine_for, now_ms};
-use crate::operator::{ListFilter, StatusFilter};
 use crate::workflow::{Failure, Update, Workflow, encode};
 
 /// The workflow type behind every step limit.
@@ -339,27 +338,9 @@ impl Limits {
 
     /// The names of every limit, sorted.
     pub async fn list(&self) -> Result<Vec<String>> {
-        let mut filter = ListFilter::new()
-            .workflow(LIMIT_WORKFLOW)
-            .status(StatusFilter::Running)
-            .limit(ListFilter::LIMIT_MAX);
-        let mut names = Vec::new();
-        loop {
-            let page = self.engine.list(filter.clone()).await?;
-            names.extend(
-                page.runs
-                    .iter()
-                    .filter_map(|r| r.id.strip_prefix(LIMIT_ID_PREFIX))
-                    .map(str::to_string),
-            );
-            match page.next {
-                Some(cursor) => filter = filter.after(cursor),
-                None => break,
-            }
-        }
-        names.sort();
-        names.dedup();
-        Ok(names)
+        self.engine
+            .list_entities(LIMIT_WORKFLOW, LIMIT_ID_PREFIX)
+            .await
     }
 }
 

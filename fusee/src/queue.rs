@@ -90,7 +90,6 @@ use crate::ctx::{ChildCall, Ctx, ParentClose, StepError};
 use crate::engine::{Engine, IdPolicy, RunStatus};
 use crate::error::{Error, Result};
 use crate::flow::{MOVING, Notify, Rate, Timer, Window, intern, now_ms, poll_once};
-use crate::operator::{ListFilter, StatusFilter};
 use crate::workflow::{Failure, Update, Workflow};
 
 /// The workflow type behind every queue.
@@ -691,27 +690,9 @@ impl Queues {
 
     /// The names of every queue, sorted.
     pub async fn list(&self) -> Result<Vec<String>> {
-        let mut filter = ListFilter::new()
-            .workflow(QUEUE_WORKFLOW)
-            .status(StatusFilter::Running)
-            .limit(ListFilter::LIMIT_MAX);
-        let mut names = Vec::new();
-        loop {
-            let page = self.engine.list(filter.clone()).await?;
-            names.extend(
-                page.runs
-                    .iter()
-                    .filter_map(|r| r.id.strip_prefix(QUEUE_ID_PREFIX))
-                    .map(str::to_string),
-            );
-            match page.next {
-                Some(cursor) => filter = filter.after(cursor),
-                None => break,
-            }
-        }
-        names.sort();
-        names.dedup();
-        Ok(names)
+        self.engine
+            .list_entities(QUEUE_WORKFLOW, QUEUE_ID_PREFIX)
+            .await
     }
 }
 

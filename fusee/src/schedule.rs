@@ -90,7 +90,6 @@ use crate::ctx::{ChildCall, Ctx, ParentClose};
 use crate::engine::{Engine, IdPolicy};
 use crate::error::{Error, Result};
 use crate::flow::{Notify, Timer, intern, now_ms, poll_once, time_of};
-use crate::operator::{ListFilter, StatusFilter};
 use crate::workflow::{Failure, Query, Update, Workflow};
 
 /// The workflow type behind every schedule.
@@ -660,27 +659,9 @@ impl Schedules {
 
     /// The IDs of every schedule, sorted.
     pub async fn list(&self) -> Result<Vec<String>> {
-        let mut filter = ListFilter::new()
-            .workflow(SCHEDULE_WORKFLOW)
-            .status(StatusFilter::Running)
-            .limit(ListFilter::LIMIT_MAX);
-        let mut ids = Vec::new();
-        loop {
-            let page = self.engine.list(filter.clone()).await?;
-            ids.extend(
-                page.runs
-                    .iter()
-                    .filter_map(|r| r.id.strip_prefix(SCHEDULE_ID_PREFIX))
-                    .map(str::to_string),
-            );
-            match page.next {
-                Some(cursor) => filter = filter.after(cursor),
-                None => break,
-            }
-        }
-        ids.sort();
-        ids.dedup();
-        Ok(ids)
+        self.engine
+            .list_entities(SCHEDULE_WORKFLOW, SCHEDULE_ID_PREFIX)
+            .await
     }
 }
 

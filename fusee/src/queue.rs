@@ -480,7 +480,17 @@ impl<I: Serialize> Queue<I> {
     /// engine.register_flow_control();
     /// let q = engine.queue("doubler", W).create().await?;
     /// let item = q.enqueue(&21, "twenty-one").await?;
-    /// assert_eq!(engine.result(W, &item.id).await?, 42);
+    /// // The queue starts the item's workflow when its limits allow: until
+    /// // then the item's ID names no run.
+    /// let doubled = loop {
+    ///     match engine.result(W, &item.id).await {
+    ///         Err(Error::NotFound { .. }) => {
+    ///             tokio::time::sleep(std::time::Duration::from_millis(5)).await
+    ///         }
+    ///         other => break other?,
+    ///     }
+    /// };
+    /// assert_eq!(doubled, 42);
     /// let nowhere = engine.queue("nowhere", W).handle();
     /// assert!(matches!(nowhere.enqueue(&1, "one").await, Err(Error::UnknownQueue { .. })));
     /// # engine.close().await?;

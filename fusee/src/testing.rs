@@ -528,16 +528,28 @@ impl TestEngine {
     /// timer whenever the engine is idle (every run waits, no step runs,
     /// nothing is being written). A workflow's failure is
     /// [`Error::Failed`] (in [`TestError::Engine`]); a run that cannot end
-    /// is [`TestError::Stalled`].
+    /// is [`TestError::Stalled`]. A run not found is looked for again once
+    /// the engine has settled: one that another workflow starts (a
+    /// parent's child, a queue's item, a schedule's fire) is then found
+    /// once what is due now has happened.
     pub async fn result<I, O: DeserializeOwned>(
         &self,
         workflow: Workflow<I, O>,
         id: &str,
     ) -> Result<O, TestError> {
         let what = format!("the result of {id:?}");
-        Ok(self
+        match self
             .until(self.engine.result(workflow, id), &what, id)
-            .await??)
+            .await?
+        {
+            Err(Error::NotFound { .. }) => {
+                self.settle().await?;
+                Ok(self
+                    .until(self.engine.result(workflow, id), &what, id)
+                    .await??)
+            }
+            found => Ok(found?),
+        }
     }
 
     /// [`result`](Self::result), with a workflow's failure as a value: `Ok`
@@ -593,8 +605,10 @@ impl TestEngine {
     /// [`MemoryStorage::hold_flushes`] are let go after the crash: what
     /// they held was lost with it.
     pub async fn crash(&mut self) -> Result<(), TestError> {
-        self.stop().await;
+        // Power first, then the process: a flush held in flight must end
+        // (its records lost) before the engine's threads can be joined.
         let restarted = self.memory.crash();
+        self.stop().await;
         restarted.hold_flushes(false);
         self.engine = open_engine(&self.settings, &restarted, &self.clock, &self.timers).await?;
         self.memory = restarted;
@@ -611,8 +625,8 @@ impl TestEngine {
     /// replay. Export soon after the run ends, or set a longer
     /// `park_after` in [`TestEngineBuilder::config`].
     pub async fn export_journal(&mut self, id: &str) -> Result<Journal, TestError> {
-        self.stop().await;
         let restarted = self.memory.crash();
+        self.stop().await;
         let read = read_journal(&restarted, id, self.engine_shards(), self.clock.now_ms());
         // The read opened the store's shards: start from it afresh.
         let again = restarted.crash();

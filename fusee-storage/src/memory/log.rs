@@ -22,11 +22,15 @@ pub struct MemoryLog {
 }
 
 /// A flush held back by the storage's gate: its I/O is the wait.
-struct HeldFlush(Arc<FlushGate>);
+struct HeldFlush {
+    gate: Arc<FlushGate>,
+    /// The gate's crash count when the flush began.
+    crashes: u64,
+}
 
 impl FlushWork for HeldFlush {
     fn run(&mut self) -> Result<()> {
-        self.0.wait();
+        self.gate.wait(self.crashes);
         Ok(())
     }
 }
@@ -75,7 +79,10 @@ impl LogStore for MemoryLog {
         Ok(FlushTicket::new(
             HELD_TICKET,
             self.last,
-            Box::new(HeldFlush(Arc::clone(&self.gate))),
+            Box::new(HeldFlush {
+                gate: Arc::clone(&self.gate),
+                crashes: self.gate.crashes(),
+            }),
         ))
     }
 
@@ -88,7 +95,7 @@ impl LogStore for MemoryLog {
     }
 
     fn flush(&mut self) -> Result<Lsn> {
-        self.gate.wait();
+        self.gate.wait(self.gate.crashes());
         let mut s = self.part.lock(LOG)?;
         if s.log_latched {
             return Err(StorageError::Latched { what: LOG });

@@ -77,16 +77,25 @@ struct Shared {
 /// demand.
 #[derive(Default, Debug)]
 pub(super) struct FlushGate {
-    held: Mutex<bool>,
+    state: Mutex<GateState>,
     opened: std::sync::Condvar,
     /// [`MemoryStorage::split_flushes`]: tickets defer durability to
     /// `finish_flush` without waiting.
     split: AtomicBool,
 }
 
+#[derive(Default, Debug)]
+struct GateState {
+    held: bool,
+    /// Crashes so far: a flush held when the machine crashed never ends its
+    /// I/O, but the thread waiting in it must be let go (a host joins its
+    /// flusher when it stops).
+    crashes: u64,
+}
+
 impl FlushGate {
     pub(super) fn is_held(&self) -> bool {
-        *lock(&self.held)
+        lock(&self.state).held
     }
 
     /// Whether a split flush's records wait for `finish_flush` (held, or
@@ -95,16 +104,28 @@ impl FlushGate {
         self.split.load(Ordering::SeqCst) || self.is_held()
     }
 
-    /// Blocks while the gate is held.
-    pub(super) fn wait(&self) {
-        let mut held = lock(&self.held);
-        while *held {
-            held = self.opened.wait(held).unwrap_or_else(|e| e.into_inner());
+    /// The crash count a flush started now waits under.
+    pub(super) fn crashes(&self) -> u64 {
+        lock(&self.state).crashes
+    }
+
+    /// Blocks while the gate is held, unless the storage crashed since
+    /// `crashes` was read: the flush is then cut short (its records stay
+    /// volatile, and the dead part refuses to report them durable).
+    pub(super) fn wait(&self, crashes: u64) {
+        let mut state = lock(&self.state);
+        while state.held && state.crashes == crashes {
+            state = self.opened.wait(state).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     fn set(&self, on: bool) {
-        *lock(&self.held) = on;
+        lock(&self.state).held = on;
+        self.opened.notify_all();
+    }
+
+    fn crashed(&self) {
+        lock(&self.state).crashes += 1;
         self.opened.notify_all();
     }
 }
@@ -184,6 +205,7 @@ impl Shared {
         for shard in shards {
             lock(&shard).roll_back();
         }
+        self.gate.crashed();
         epoch
     }
 }

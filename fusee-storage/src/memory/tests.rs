@@ -98,6 +98,34 @@ fn failed_flush_and_dead_parts() {
     assert_eq!(s2.shards().ok(), Some(vec![0]));
 }
 
+/// A flush held when the machine crashes lets its thread go (a host joins
+/// its flusher when it stops) and reports nothing durable.
+#[test]
+fn a_held_flush_ends_at_a_crash_without_durability() {
+    let s = MemoryStorage::new();
+    let mut p = s.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+    p.log.append(1, b"a").unwrap_or_else(|e| panic!("{e}"));
+    s.hold_flushes(true);
+    let mut ticket = p.log.begin_flush().unwrap_or_else(|e| panic!("{e}"));
+    let io = std::thread::spawn(move || {
+        let ran = ticket.run();
+        (ticket, ran)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(!io.is_finished(), "the hold holds the flush");
+    let s2 = s.crash();
+    let (ticket, ran) = io.join().unwrap_or_else(|_| panic!("flush thread"));
+    assert!(ran, "a cut-short flush is no I/O error");
+    assert!(matches!(
+        p.log.finish_flush(ticket),
+        Err(StorageError::Closed { .. })
+    ));
+    drop(p);
+    s2.hold_flushes(false);
+    let p = s2.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.log.last_lsn(), 0, "the held record was lost");
+}
+
 /// A log visitor may use the shard's other parts (no lock is held while
 /// it runs), and a long read crosses batch boundaries intact.
 #[test]

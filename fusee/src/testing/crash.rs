@@ -135,8 +135,9 @@ impl TestEngine {
             .await
             .map_err(at(None, 0))?;
         let uncrashed = scenario(&kit).await.map_err(at(None, 0))?;
+        let crashed = kit.memory.crash();
         kit.stop().await;
-        let log = log_records(&kit.memory.crash()).map_err(at(None, 0))?;
+        let log = log_records(&crashed).map_err(at(None, 0))?;
         drop(kit);
         let records = log.len();
         let kept: Vec<RecordBuf> = log.iter().map(|(r, _)| r.clone()).collect();

@@ -315,10 +315,11 @@ pub mod engine_kill {
     /// What the harness's workflow returns: its number, the incarnations
     /// of the child (numbered from 0 by the parent) whose attempts of
     /// steps `a`, `b` and `c` were recorded, the incarnation that sent the
-    /// signal it consumed, and a recorded random number. Everything but
-    /// `n` depends on which process got there first, so a result that
-    /// changes after a kill shows a step run again after its result was
-    /// durable, or a replay that saw another journal.
+    /// signal it consumed, a recorded random number, and what its two
+    /// child workflows (on other shards, mostly) returned and signalled
+    /// it. Everything but `n` depends on which process got there first,
+    /// so a result that changes after a kill shows a step run again after
+    /// its result was durable, or a replay that saw another journal.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub struct RunValue {
         /// The run's number.
@@ -333,6 +334,27 @@ pub mod engine_kill {
         pub c: u64,
         /// `ctx.random()`, recorded.
         pub random: u64,
+        /// What child workflow 0 returned: the incarnation whose attempt of
+        /// its step was recorded.
+        pub k0: u64,
+        /// The same for child workflow 1.
+        pub k1: u64,
+        /// The value child 0 signalled its parent ([`NO_NOTE`] if none
+        /// came): the same as `k0`, or a signal was lost or changed.
+        pub n0: u64,
+        /// The same for child 1.
+        pub n1: u64,
+        /// Signals from the children beyond one each: a signal recorded in
+        /// its target's journal twice.
+        pub extra: u64,
+    }
+
+    /// The note of a child that never signalled (in [`RunValue::n0`]).
+    pub const NO_NOTE: u64 = u64::MAX;
+
+    /// The workflow ID of child `k` (0 or 1) of run number `n`.
+    pub fn kid_id(n: u64, k: u64) -> String {
+        format!("wf-{n}/kid-{k}")
     }
 
     impl fmt::Display for RunValue {
@@ -344,8 +366,16 @@ pub mod engine_kill {
                 go,
                 c,
                 random,
+                k0,
+                k1,
+                n0,
+                n1,
+                extra,
             } = self;
-            write!(f, "n={n},a={a},b={b},go={go},c={c},random={random:x}")
+            write!(
+                f,
+                "n={n},a={a},b={b},go={go},c={c},random={random:x},k0={k0},k1={k1},n0={n0},n1={n1},extra={extra}"
+            )
         }
     }
 
@@ -364,19 +394,52 @@ pub mod engine_kill {
                 go: next("go", 10)?,
                 c: next("c", 10)?,
                 random: next("random", 16)?,
+                k0: next("k0", 10)?,
+                k1: next("k1", 10)?,
+                n0: next("n0", 10)?,
+                n1: next("n1", 10)?,
+                extra: next("extra", 10)?,
             };
             fields.next().is_none().then_some(value)
         }
 
         /// Why this value cannot be run `n`'s as seen by incarnation
         /// `incarnation`, if it cannot: another number, steps recorded out
-        /// of order, or an incarnation that has not run yet.
+        /// of order, an incarnation that has not run yet, or a child's
+        /// signal lost, changed or recorded twice.
         pub fn implausible(&self, n: u64, incarnation: u64) -> Option<String> {
             if self.n != n {
                 return Some(format!("it is run {}'s", self.n));
             }
             if !(self.a <= self.b && self.b <= self.c && self.go <= self.c) {
                 return Some("its steps were recorded out of order".into());
+            }
+            // The children start after step `b` and end before step `c`.
+            for (k, kid) in [self.k0, self.k1].into_iter().enumerate() {
+                if !(self.b <= kid && kid <= self.c) {
+                    return Some(format!(
+                        "child {k}'s step was recorded by incarnation {kid}, outside b..=c"
+                    ));
+                }
+            }
+            for (k, (kid, note)) in [(self.k0, self.n0), (self.k1, self.n1)]
+                .into_iter()
+                .enumerate()
+            {
+                if note == NO_NOTE {
+                    return Some(format!("child {k}'s signal never reached its parent"));
+                }
+                if note != kid {
+                    return Some(format!(
+                        "child {k} returned {kid} but signalled {note}: a step ran again"
+                    ));
+                }
+            }
+            if self.extra != 0 {
+                return Some(format!(
+                    "{} child signals reached the parent twice",
+                    self.extra
+                ));
             }
             if self.c > incarnation {
                 return Some(format!(
@@ -401,6 +464,11 @@ pub mod engine_kill {
                 go: 2,
                 c: 3,
                 random: u64::MAX,
+                k0: 2,
+                k1: 3,
+                n0: 2,
+                n1: 3,
+                extra: 0,
             };
             let reports = [
                 Report::Opened { recovered: 12 },
@@ -430,6 +498,21 @@ pub mod engine_kill {
             assert_eq!(value.implausible(7, 3), None);
             assert!(value.implausible(8, 3).is_some());
             assert!(value.implausible(7, 2).is_some());
+            for bad in [
+                RunValue { n0: 1, ..value },
+                RunValue {
+                    n1: NO_NOTE,
+                    ..value
+                },
+                RunValue { extra: 1, ..value },
+                RunValue {
+                    k0: 1,
+                    n0: 1,
+                    ..value
+                },
+            ] {
+                assert!(bad.implausible(7, 3).is_some(), "{bad}");
+            }
             for bad in ["", "started 3", "started x new", "result 3", "opened"] {
                 assert_eq!(Report::parse(bad), None, "{bad:?}");
             }

@@ -1,9 +1,10 @@
 //! The engine SIGKILL harness: a child process (`engine-child`) runs an
-//! engine with 1,000 workflows in flight and reports each start the engine
-//! acknowledged and each result it got; the parent kills it with SIGKILL at
-//! random moments and starts it again on the same directory, attaching to
-//! the runs that exist and starting the rest. Every report of every child
-//! is checked against the earlier ones:
+//! engine on 4 shards with 1,000 workflows in flight, each with two child
+//! workflows (on other shards, mostly) that signal it, and reports each
+//! start the engine acknowledged and each result it got; the parent kills
+//! it with SIGKILL at random moments and starts it again on the same
+//! directory, attaching to the runs that exist and starting the rest.
+//! Every report of every child is checked against the earlier ones:
 //!
 //! - an acknowledged start exists: a later child attaches to it, never
 //!   starts it anew (and attaches to nothing no child asked for);
@@ -11,7 +12,9 @@
 //!   an earlier child sent (signals are consumed in the order they came);
 //! - a reported result is a result of that run and never changes when a
 //!   later child reports it again (steps record the child that ran them, so
-//!   a step run again after its result was durable changes the result);
+//!   a step run again after its result was durable changes the result),
+//!   and shows each child's result and signal reaching its parent exactly
+//!   once (a lost, changed or doubled signal is in the value);
 //! - once the kills stop, a last child finishes every run ever asked for
 //!   and closes the engine, and one more finds every run there, with the
 //!   same results, replaying nothing.

@@ -15,9 +15,13 @@
 //!
 //! Each workflow: step `a` (whose first attempt fails for every 7th run, so
 //! retries cross kills too), a durable sleep of 1 to 5 ms, a recorded
-//! random number, step `b`, a wait for the `go` signal (which this child
-//! sends once the start is acknowledged; a later child sends another, which
-//! stays buffered if the first was durable), then step `c`.
+//! random number, step `b`, two child workflows one after the other (IDs
+//! [`kid_id`]: on the other shards, mostly), each running a step and
+//! signalling its parent the step's value before it returns it; the
+//! parent's waits for those two signals and a short one for any third (a
+//! signal recorded twice), a wait for the `go` signal (which this child
+//! sends once the start is acknowledged; a later child sends another,
+//! which stays buffered if the first was durable), then step `c`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -28,7 +32,7 @@ use fusee::{
     Backend, Config, Ctx, Engine, Error, Failure, IdPolicy, RetryPolicy, Signal, StepError,
     StorageConfig, Workflow,
 };
-use fusee_tests::engine_kill::{IN_FLIGHT, Report, RunValue, workflow_id};
+use fusee_tests::engine_kill::{IN_FLIGHT, NO_NOTE, Report, RunValue, kid_id, workflow_id};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -36,8 +40,14 @@ use tokio::task::JoinSet;
 const RUN: Workflow<u64, String> = Workflow::new("sigkill-run");
 /// Lets a run go past its wait; carries the sender's incarnation.
 const GO: Signal<u64> = Signal::new("go");
+/// A run's child workflow: (its parent's number, which child) in, the
+/// incarnation whose attempt of its step was recorded out.
+const KID: Workflow<(u64, u64), u64> = Workflow::new("sigkill-kid");
+/// A child's signal to its parent: (which child, its step's value).
+const NOTE: Signal<(u64, u64)> = Signal::new("note");
 /// Fixed when the store is created: every incarnation must open it so.
-const SHARDS: u32 = 2;
+/// Four, so most children and their signals cross shards.
+const SHARDS: u32 = 4;
 
 struct Args {
     backend: Backend,
@@ -174,8 +184,15 @@ async fn drive(engine: &Engine, n: u64, incarnation: u64) -> Result<(), String> 
     Ok(())
 }
 
-/// Registers the harness's workflow; its steps return `incarnation`.
+/// Registers the harness's workflows; their steps return `incarnation`.
 fn register(engine: &Engine, incarnation: u64) {
+    engine.register(KID, move |ctx: Ctx, (n, k): (u64, u64)| async move {
+        let value = ctx
+            .step("k", move |_| async move { Ok(incarnation) })
+            .await?;
+        ctx.signal(&workflow_id(n), NOTE, &(k, value))?;
+        Ok::<_, Failure>(value)
+    });
     engine.register(RUN, move |ctx: Ctx, n: u64| async move {
         let quick = RetryPolicy::default().backoff(
             Duration::from_millis(1),
@@ -196,6 +213,30 @@ fn register(engine: &Engine, incarnation: u64) {
         let b = ctx
             .step("b", move |_| async move { Ok(incarnation) })
             .await?;
+        let k0 = ctx.child(KID, &kid_id(n, 0), &(n, 0)).await?;
+        let k1 = ctx.child(KID, &kid_id(n, 1), &(n, 1)).await?;
+        // Each child signals once before it ends: two notes are due, and a
+        // third would be one recorded twice.
+        let mut notes = [NO_NOTE; 2];
+        let mut extra = 0;
+        for _ in 0..2 {
+            let (k, value) = ctx
+                .wait_for(&NOTE)
+                .await?
+                .ok_or_else(|| Failure::new("the wait for a child's note ended without it"))?;
+            match notes.get_mut(k as usize) {
+                Some(slot) if *slot == NO_NOTE => *slot = value,
+                _ => extra += 1,
+            }
+        }
+        if ctx
+            .wait_for(&NOTE)
+            .timeout(Duration::from_millis(2))
+            .await?
+            .is_some()
+        {
+            extra += 1;
+        }
         let go = ctx
             .wait_for(&GO)
             .await?
@@ -210,6 +251,11 @@ fn register(engine: &Engine, incarnation: u64) {
             go,
             c,
             random,
+            k0,
+            k1,
+            n0: notes[0],
+            n1: notes[1],
+            extra,
         };
         Ok::<_, Failure>(value.to_string())
     });

@@ -589,10 +589,63 @@ impl Engine {
         update: crate::Update<I, O>,
         input: &I,
     ) -> Result<O> {
-        let payload = encode(input).map_err(|e| Error::codec("update argument", e))?;
         let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
             .into_uuid()
             .to_string();
+        self.update_as(id, update, update_id, input).await
+    }
+
+    /// Runs `update` as [`update`](Self::update) does, at most once per
+    /// `key` for the run: a call repeated with the same key (after a lost
+    /// reply, a timeout, a crash of either side) records nothing and
+    /// returns the first call's result, waiting for it if its handler
+    /// still runs. The key names the call, whatever its handler or
+    /// argument, for the run that took it. It holds while that run runs
+    /// (across restarts) and after it finished until the engine lets the
+    /// finished run go from memory (parked, or not loaded again after a
+    /// restart); then a repeat is [`Error::Finished`] (the run's result
+    /// shows whether the update was taken). After a continue-as-new the
+    /// new run takes a repeat as a new update. An empty key is
+    /// [`Error::BadUpdateKey`].
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// use fusee::Update;
+    /// const ADD: Update<String, usize> = Update::new("add");
+    /// // The request's own ID as the key: a retried request adds once.
+    /// let items = engine
+    ///     .update_once("cart-7", ADD, "request-81f3", &"tea".to_string())
+    ///     .await?;
+    /// # let _ = items; Ok(()) }
+    /// ```
+    pub async fn update_once<I: Serialize, O: DeserializeOwned>(
+        &self,
+        id: &str,
+        update: crate::Update<I, O>,
+        key: &str,
+        input: &I,
+    ) -> Result<O> {
+        if key.is_empty() {
+            return Err(Error::BadUpdateKey {
+                id: id.to_string(),
+                key: key.to_string(),
+                reason: "it is empty".to_string(),
+            });
+        }
+        // Random update IDs are bare UUIDs: a key never takes one's place.
+        self.update_as(id, update, format!("key:{key}"), input)
+            .await
+    }
+
+    /// Runs `update` on `id` under update ID `update_id`.
+    async fn update_as<I: Serialize, O: DeserializeOwned>(
+        &self,
+        id: &str,
+        update: crate::Update<I, O>,
+        update_id: String,
+        input: &I,
+    ) -> Result<O> {
+        let payload = encode(input).map_err(|e| Error::codec("update argument", e))?;
         let r = self
             .request(id, |reply| Input::Update {
                 id: id.to_string(),

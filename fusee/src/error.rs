@@ -259,6 +259,16 @@ pub enum Error {
         /// The limit's name.
         name: String,
     },
+    /// An update's key cannot name it ([`crate::Engine::update_once`]).
+    #[error("update key {key:?} for workflow {id:?} is invalid: {reason}")]
+    BadUpdateKey {
+        /// The workflow ID.
+        id: String,
+        /// The key given.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {

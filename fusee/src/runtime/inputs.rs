@@ -119,13 +119,10 @@ impl ShardLoop {
                 update_id,
                 payload,
                 reply,
-            } => match self.accept_update(&id, &name, &update_id, &payload, now_ms) {
-                Ok(run) => {
-                    self.update_waiters
-                        .insert((run, super::name(&update_id)), reply);
-                }
-                Err(e) => self.refuse_after_durable_any(reply, e),
-            },
+            } => {
+                let accepted = self.accept_update(&id, &name, &update_id, &payload, now_ms);
+                self.answer_update(accepted, &update_id, reply);
+            }
             Input::Query {
                 id,
                 name,
@@ -397,8 +394,10 @@ impl ShardLoop {
 
     /// Accepts update `update_id` (handler `name`) for workflow `id`: the
     /// run's code must have registered the handler, and its validator must
-    /// let the argument through; then the `Update` is recorded. Returns
-    /// the run. Refusals record nothing.
+    /// let the argument through; then the `Update` is recorded. An update
+    /// ID the run has already accepted (a keyed update asked again) records
+    /// nothing: its caller waits for, or gets, the first call's result.
+    /// Refusals record nothing.
     fn accept_update(
         &mut self,
         id: &str,
@@ -406,8 +405,18 @@ impl ShardLoop {
         update_id: &str,
         payload: &[u8],
         now_ms: u64,
-    ) -> Result<u64, Error> {
+    ) -> Result<Accepted, Error> {
+        // Asked again: answered from the run that took it, even one that
+        // has finished since, while it is in memory.
+        if let Some(Found::Loaded(run)) = self.core.find(id)
+            && let Some(known) = self.known_update(run, update_id)
+        {
+            return Ok(known);
+        }
         let run = self.running(id, "update argument", payload.len(), now_ms)?;
+        if let Some(known) = self.known_update(run, update_id) {
+            return Ok(known);
+        }
         // Handlers register when the code runs (see `answer_query`).
         self.settle(run, now_ms);
         let Some(live) = self.live.get(&run) else {
@@ -445,7 +454,46 @@ impl ShardLoop {
             payload: Payload::from(payload),
             caller: None,
         });
-        Ok(run)
+        Ok(Accepted::Waiting(run))
+    }
+
+    /// How loaded run `run` took update `update_id` before, if it did.
+    fn known_update(&self, run: u64, update_id: &str) -> Option<Accepted> {
+        let (_, slot) = self.core.get(run)?.update(update_id)?;
+        Some(match &slot.result {
+            Some((status, payload, _)) => Accepted::Returned(crate::engine::RunResult {
+                status: *status,
+                payload: payload.to_vec(),
+            }),
+            None => Accepted::Waiting(run),
+        })
+    }
+
+    /// Answers an update's caller as [`accept_update`](Self::accept_update)
+    /// took it: once the handler's result is durable, or with the refusal.
+    fn answer_update(
+        &mut self,
+        accepted: Result<Accepted, Error>,
+        update_id: &str,
+        reply: super::Reply<crate::engine::RunResult>,
+    ) {
+        match accepted {
+            Ok(Accepted::Waiting(run)) => self
+                .update_waiters
+                .entry((run, name(update_id)))
+                .or_default()
+                .push(reply),
+            Ok(Accepted::Returned(result)) => {
+                // Its `UpdateDone` is in the log: answered once the log is
+                // durable through its end (outputs queue in LSN order).
+                let token = self.token();
+                self.waiting.insert(token, Waiting::Updated(reply, result));
+                let lsn = self.log.last_lsn();
+                self.core.add_output(lsn, Output::Ack(token));
+                self.release_now_if_durable();
+            }
+            Err(e) => self.refuse_after_durable_any(reply, e),
+        }
     }
 
     /// Runs an update on workflow `start.id`, starting the workflow with the
@@ -464,14 +512,9 @@ impl ShardLoop {
                 let _ = reply.send(Err(e));
             }
             Ok(Some(_)) => {
-                match self.accept_update(&start.id, &start.name, &start.update_id, &payload, now_ms)
-                {
-                    Ok(run) => {
-                        self.update_waiters
-                            .insert((run, name(&start.update_id)), reply);
-                    }
-                    Err(e) => self.refuse_after_durable_any(reply, e),
-                }
+                let accepted =
+                    self.accept_update(&start.id, &start.name, &start.update_id, &payload, now_ms);
+                self.answer_update(accepted, &start.update_id, reply);
             }
             Ok(None) => {
                 if !self.registry.contains(&start.wtype) {
@@ -514,8 +557,7 @@ impl ShardLoop {
                     meta: None,
                 };
                 if self.append(&rec).is_some() {
-                    self.update_waiters
-                        .insert((run, name(&start.update_id)), reply);
+                    self.answer_update(Ok(Accepted::Waiting(run)), &start.update_id, reply);
                     self.metrics.started += 1;
                 }
             }
@@ -730,6 +772,9 @@ impl ShardLoop {
                     Some(Waiting::Answer(r, answer)) => {
                         let _ = r.send(Ok(answer));
                     }
+                    Some(Waiting::Updated(r, result)) => {
+                        let _ = r.send(Ok(result));
+                    }
                     None => {}
                 },
                 Output::Result {
@@ -768,7 +813,7 @@ impl ShardLoop {
                     payload,
                     ..
                 } => {
-                    if let Some(r) = self.update_waiters.remove(&(run, id)) {
+                    for r in self.update_waiters.remove(&(run, id)).unwrap_or_default() {
                         let _ = r.send(Ok(crate::engine::RunResult {
                             status,
                             payload: payload.to_vec(),
@@ -783,6 +828,16 @@ impl ShardLoop {
             }
         }
     }
+}
+
+/// How an update was taken.
+enum Accepted {
+    /// Recorded now, or earlier and its handler still runs: the caller
+    /// waits for its `UpdateDone`.
+    Waiting(u64),
+    /// Accepted and answered before (a keyed update asked again): its
+    /// result.
+    Returned(crate::engine::RunResult),
 }
 
 /// What an update-with-start starts when the workflow has no run.

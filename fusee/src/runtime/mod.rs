@@ -276,6 +276,9 @@ enum Waiting {
     },
     /// A query's answer, given once the state it read is durable.
     Answer(Reply<Vec<u8>>, Vec<u8>),
+    /// A keyed update asked again after its handler returned: the first
+    /// call's result, given once its `UpdateDone` is durable.
+    Updated(Reply<RunResult>, RunResult),
 }
 
 /// A run whose code is running on this shard.
@@ -341,8 +344,9 @@ pub(crate) struct ShardLoop {
     next_token: u64,
     waiting: FxHashMap<u64, Waiting>,
     results: FxHashMap<RunId, Vec<Reply<RunResult>>>,
-    /// Callers of updates not answered yet, by run and update ID.
-    update_waiters: FxHashMap<(RunId, Name), Reply<RunResult>>,
+    /// Callers of updates not answered yet, by run and update ID (a keyed
+    /// update asked again while its handler runs has more than one).
+    update_waiters: FxHashMap<(RunId, Name), Vec<Reply<RunResult>>>,
     jobs: Vec<StepJob>,
     flushing: bool,
     durable: Lsn,
@@ -569,6 +573,9 @@ impl ShardLoop {
                 Waiting::Answer(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
+                Waiting::Updated(r, _) => {
+                    let _ = r.send(Err(err(self.shard)));
+                }
             }
         }
         for (_, rs) in self.results.drain() {
@@ -576,8 +583,10 @@ impl ShardLoop {
                 let _ = r.send(Err(err(self.shard)));
             }
         }
-        for (_, r) in self.update_waiters.drain() {
-            let _ = r.send(Err(err(self.shard)));
+        for (_, rs) in self.update_waiters.drain() {
+            for r in rs {
+                let _ = r.send(Err(err(self.shard)));
+            }
         }
         while let Some(input) = self.inbox.pop_front() {
             match input {

@@ -1,0 +1,160 @@
+//! Keyed updates (`Engine::update_once`): a call repeated with its key —
+//! after a lost reply, while the first still runs, after a crash — records
+//! nothing and gets the first call's result, so a client that retries
+//! applies its change once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use fusee::testing::{TestEngine, TestError};
+use fusee::{Config, Ctx, Engine, Error, Failure, IdPolicy, Signal, Update, Workflow};
+
+const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
+const ADD: Update<String, usize> = Update::new("add");
+const GO: Signal<()> = Signal::new("go");
+
+/// A cart whose `add` handler prices the item in a step (counted in
+/// `priced`) and returns how many items it holds; `go` ends it.
+fn register_cart(engine: &Engine, priced: &Arc<AtomicU32>) {
+    let priced = Arc::clone(priced);
+    engine.register(CART, move |ctx: Ctx, ()| {
+        let priced = Arc::clone(&priced);
+        async move {
+            let items = std::rc::Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
+            let held = std::rc::Rc::clone(&items);
+            let c = ctx.clone();
+            ctx.on_update(ADD, move |item: String| {
+                let (held, c, priced) = (std::rc::Rc::clone(&held), c.clone(), Arc::clone(&priced));
+                async move {
+                    c.step("price", move |_| {
+                        let priced = Arc::clone(&priced);
+                        async move {
+                            priced.fetch_add(1, Ordering::SeqCst);
+                            Ok(())
+                        }
+                    })
+                    .await?;
+                    held.borrow_mut().push(item);
+                    Ok(held.borrow().len())
+                }
+            });
+            ctx.wait_for(&GO).await?;
+            let done = items.borrow().clone();
+            Ok::<_, Failure>(done)
+        }
+    });
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "fusee-update-once-{tag}-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_update_runs_once_across_repeats_and_a_crash() {
+    let dir = temp_dir("repeat");
+    let priced = Arc::new(AtomicU32::new(0));
+    let config = || Config::file(&dir).shards(2);
+    let engine = Engine::open(config()).await.unwrap();
+    register_cart(&engine, &priced);
+    engine.start(CART, "cart-1", &()).await.unwrap();
+    // Two calls with one key at once: one runs, both get its result.
+    let tea = "tea".to_string();
+    let (a, b) = tokio::join!(
+        engine.update_once("cart-1", ADD, "req-1", &tea),
+        engine.update_once("cart-1", ADD, "req-1", &tea)
+    );
+    assert_eq!((a.unwrap(), b.unwrap()), (1, 1));
+    // Asked again after it returned: the same answer, whatever the argument.
+    let again = engine
+        .update_once("cart-1", ADD, "req-1", &"coffee".to_string())
+        .await
+        .unwrap();
+    assert_eq!(again, 1);
+    assert_eq!(priced.load(Ordering::SeqCst), 1, "the handler ran once");
+    // Another key is another update; so is a plain one.
+    let milk = engine
+        .update_once("cart-1", ADD, "req-2", &"milk".to_string())
+        .await
+        .unwrap();
+    assert_eq!(milk, 2);
+    assert!(matches!(
+        engine.update_once("cart-1", ADD, "", &tea).await,
+        Err(Error::BadUpdateKey { .. })
+    ));
+    drop(engine); // a crash
+
+    let engine = Engine::open(config()).await.unwrap();
+    register_cart(&engine, &priced);
+    let again = engine
+        .update_once("cart-1", ADD, "req-2", &"milk".to_string())
+        .await
+        .unwrap();
+    assert_eq!(again, 2, "the key outlives the crash");
+    assert_eq!(priced.load(Ordering::SeqCst), 2, "nothing priced again");
+    engine.signal("cart-1", GO, &()).await.unwrap();
+    assert_eq!(
+        engine.result(CART, "cart-1").await.unwrap(),
+        ["tea", "milk"]
+    );
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_point_of_keyed_updates_ends_the_same() {
+    let priced = Arc::new(AtomicU32::new(0));
+    let p = Arc::clone(&priced);
+    let kit = TestEngine::open(move |engine: &Engine| register_cart(engine, &p))
+        .await
+        .expect("open");
+    let report = kit
+        .crash_everywhere_with(
+            async |kit: &TestEngine| {
+                let engine = kit.engine();
+                engine
+                    .start_with(CART, "cart", &(), IdPolicy::Attach)
+                    .await?;
+                // A run that finished before the crash may refuse the
+                // repeat (its result shows whether the update was taken);
+                // one that answers must give the first call's answer.
+                for (key, item, first) in [("add-tea", "tea", 1), ("add-milk", "milk", 2)] {
+                    match engine
+                        .update_once("cart", ADD, key, &item.to_string())
+                        .await
+                    {
+                        Ok(n) if n == first => {}
+                        Ok(n) => {
+                            return Err(TestError::Engine(Error::Rejected {
+                                id: "cart".into(),
+                                reason: format!("{key} answered {n}, not {first}"),
+                            }));
+                        }
+                        Err(Error::Finished { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                match engine.signal("cart", GO, &()).await {
+                    Ok(()) | Err(Error::Finished { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                kit.result(CART, "cart").await
+            },
+            |point| {
+                assert_eq!(*point.uncrashed, ["tea", "milk"]);
+                assert_eq!(
+                    point.outcome, point.uncrashed,
+                    "crash after {:?} of {} records",
+                    point.crashed_after, point.records
+                );
+            },
+        )
+        .await
+        .expect("every crash point ends");
+    assert!(report.records >= 6, "{} records", report.records);
+}

@@ -1,0 +1,98 @@
+//! The operator verbs that write records, crashed at every record
+//! boundary (issue 15): a run paused and resumed carries on to the same
+//! result from every prefix of its log, is seen paused whenever the pause
+//! was acknowledged, and no step whose result was durable runs again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fusee::testing::{TestEngine, TestError};
+use fusee::{Ctx, Engine, Error, Failure, IdPolicy, Workflow};
+
+const TWO_STEPS: Workflow<(), u64> = Workflow::new("two-steps");
+
+/// Each step's effect: (run number, step name).
+type Effects = Arc<Mutex<Vec<(u64, String)>>>;
+
+fn register(engine: &Engine, effects: &Effects) {
+    let effects = Arc::clone(effects);
+    engine.register(TWO_STEPS, move |ctx: Ctx, ()| {
+        let effects = Arc::clone(&effects);
+        async move {
+            let mut sum = 0;
+            for (name, value) in [("a", 1u64), ("b", 2)] {
+                let (e, who) = (Arc::clone(&effects), ctx.run_id());
+                sum += ctx
+                    .step(name, move |_| {
+                        let e = Arc::clone(&e);
+                        async move {
+                            e.lock().unwrap().push((who, name.to_string()));
+                            Ok(value)
+                        }
+                    })
+                    .await?;
+                ctx.sleep(&format!("after-{name}"), Duration::from_secs(1))
+                    .await?;
+            }
+            Ok::<_, Failure>(sum)
+        }
+    });
+}
+
+/// Starts the run (attaching after a crash), pauses it, checks it is seen
+/// paused, resumes it and waits for its result.
+async fn pause_and_resume(kit: &TestEngine) -> Result<u64, TestError> {
+    let engine = kit.engine();
+    engine
+        .start_with(TWO_STEPS, "paused", &(), IdPolicy::Attach)
+        .await?;
+    match engine.pause("paused").await {
+        Ok(()) => {
+            let d = engine.describe("paused").await?;
+            if !d.paused && d.finished_ms.is_none() {
+                return Err(TestError::Engine(Error::Rejected {
+                    id: "paused".into(),
+                    reason: "an acknowledged pause is not seen".into(),
+                }));
+            }
+            engine.resume("paused").await?;
+        }
+        // A crash after the run's end: its result is all there is.
+        Err(Error::Finished { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    kit.result(TWO_STEPS, "paused").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_point_of_a_pause_and_resume_ends_the_same() {
+    let effects = Effects::default();
+    let e = Arc::clone(&effects);
+    let kit = TestEngine::open(move |engine: &Engine| register(engine, &e))
+        .await
+        .expect("open");
+    let report = kit
+        .crash_everywhere_with(pause_and_resume, |point| {
+            let ran = std::mem::take(&mut *effects.lock().unwrap());
+            assert_eq!(*point.uncrashed, 3);
+            assert_eq!(
+                point.outcome, point.uncrashed,
+                "crash after {:?} of {} records",
+                point.crashed_after, point.records
+            );
+            if point.crashed_after.is_none() {
+                return;
+            }
+            let done = point.durable_steps();
+            for effect in ran {
+                assert!(
+                    !done.contains(&effect),
+                    "crash after {:?} records: step {effect:?} ran again though its result was durable",
+                    point.crashed_after
+                );
+            }
+        })
+        .await
+        .expect("every crash point ends");
+    assert!(report.records >= 8, "{} records", report.records);
+}

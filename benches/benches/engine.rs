@@ -1,5 +1,6 @@
 //! The engine's figures (issue 14), each against a baseline measured in
-//! the same run:
+//! the same run, on the workloads of `fusee_benches::engine::workload`
+//! (the comparison's engine section runs the same code against the peer):
 //!
 //! 1. **chain**: one workflow of sequential no-op steps on the file
 //!    backend: time per step against the floor's `pwrite` + `fdatasync` p50
@@ -19,36 +20,15 @@
 //! `FUSEE_ENGINE_PARKED` sets the sleepers.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
 
-use fusee::{Config, Ctx, Engine, Failure, Workflow};
+use fusee::{Backend, Config, Engine};
+use fusee_benches::engine::workload::{self, Stamps, WorkResult};
+use fusee_benches::engine::{EngineSubject, FANOUT_STEPS, child};
 use fusee_benches::floor::FloorFile;
-
-const CHAIN: Workflow<u32, u32> = Workflow::new("chain");
-const TEN: Workflow<(), u32> = Workflow::new("ten");
-const SLEEPER: Workflow<(), ()> = Workflow::new("sleeper");
 
 fn quick() -> bool {
     std::env::var("FUSEE_ENGINE_BENCH").is_ok_and(|v| v == "quick")
-}
-
-fn register(engine: &Engine) {
-    engine.register(CHAIN, |ctx: Ctx, n: u32| async move {
-        for _ in 0..n {
-            ctx.step("noop", |_| async { Ok(()) }).await?;
-        }
-        Ok::<_, Failure>(n)
-    });
-    engine.register(TEN, |ctx: Ctx, ()| async move {
-        for _ in 0..10 {
-            ctx.step("noop", |_| async { Ok(()) }).await?;
-        }
-        Ok::<_, Failure>(10)
-    });
-    engine.register(SLEEPER, |ctx: Ctx, ()| async move {
-        ctx.sleep("day", Duration::from_secs(86_400)).await?;
-        Ok::<_, Failure>(())
-    });
 }
 
 fn fresh(dir: &Path, name: &str) -> PathBuf {
@@ -63,31 +43,26 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Figure 1: per-step time of a sequential workflow against the floor.
-async fn chain(dir: &Path) {
+async fn chain(dir: &Path) -> WorkResult<()> {
     let (rounds, steps) = if quick() { (3, 50) } else { (7, 300) };
-    let engine = Engine::open(Config::file(fresh(dir, "chain")).shards(1))
-        .await
-        .expect("open");
-    register(&engine);
-    let mut floor = FloorFile::create(dir.join("chain-floor.dat"), 64 << 20).expect("floor file");
+    let engine =
+        Engine::open(workload::config(Backend::File, &fresh(dir, "chain")).shards(1)).await?;
+    let stamps = Stamps::default();
+    workload::register(&engine, &stamps);
+    let mut floor = FloorFile::create(dir.join("chain-floor.dat"), 64 << 20)?;
     // A Step record's size on the log: a few dozen bytes.
     let record = [7u8; 64];
     let (mut floors, mut stepping, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         let mut samples = Vec::with_capacity(steps as usize);
         for _ in 0..steps {
-            let t = Instant::now();
-            floor.write_sync(&record).expect("floor write");
+            let t = std::time::Instant::now();
+            floor.write_sync(&record)?;
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
         let floor_p50 = median(samples);
-        let t = Instant::now();
-        let n = engine
-            .execute(CHAIN, &format!("chain-{round}"), &steps)
-            .await
-            .expect("chain");
-        assert_eq!(n, steps);
-        let per_step = t.elapsed().as_secs_f64() * 1e6 / f64::from(steps);
+        let run = workload::chain(&engine, &stamps, &format!("chain-{round}"), steps).await?;
+        let per_step = run.total.as_secs_f64() * 1e6 / f64::from(steps);
         floors.push(floor_p50);
         stepping.push(per_step);
         ratios.push(per_step / floor_p50);
@@ -103,125 +78,65 @@ async fn chain(dir: &Path) {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    engine.close().await.expect("close");
+    engine.close().await?;
+    Ok(())
 }
 
 /// Figure 2: many concurrent workflows of ten steps on `config`.
-async fn fanout(name: &str, config: Config) {
+async fn fanout(name: &str, config: Config) -> WorkResult<()> {
     let runs: u32 = if quick() { 200 } else { 1000 };
-    let engine = Engine::open(config).await.expect("open");
-    register(&engine);
-    let before = engine.metrics().await;
-    let t = Instant::now();
-    let tasks: Vec<_> = (0..runs)
-        .map(|i| {
-            let engine = engine.clone();
-            tokio::spawn(async move {
-                engine
-                    .execute(TEN, &format!("ten-{i}"), &())
-                    .await
-                    .expect("ten steps")
-            })
-        })
-        .collect();
-    for task in tasks {
-        assert_eq!(task.await.expect("join"), 10);
-    }
-    let secs = t.elapsed().as_secs_f64();
+    let engine = Engine::open(config).await?;
+    workload::register(&engine, &Stamps::default());
+    let f = workload::fanout(&engine, "ten", runs, FANOUT_STEPS).await?;
     let after = engine.metrics().await;
-    let flushes = after.flushes - before.flushes;
-    let records = after.flushed_records - before.flushed_records;
     println!(
-        "fanout ({name}): {runs} workflows x 10 steps in {secs:.2} s: {:.0} steps/s, {:.1} records per flush, flush p50 {} us",
-        f64::from(runs * 10) / secs,
-        records as f64 / flushes.max(1) as f64,
+        "fanout ({name}): {runs} workflows x {FANOUT_STEPS} steps in {:.2} s: {:.0} steps/s, {:.1} records per flush, flush p50 {} us",
+        f.elapsed.as_secs_f64(),
+        f.steps as f64 / f.elapsed.as_secs_f64(),
+        f.records as f64 / f.flushes.max(1) as f64,
         after.flush_micros.percentile(50.0)
     );
-    engine.close().await.expect("close");
+    engine.close().await?;
+    Ok(())
 }
 
-/// Figure 3, first half: parks `n` sleepers in `dir` and closes.
-async fn park_sleepers(dir: &Path, n: u64) {
-    let config = Config::file(dir).park_after(Duration::ZERO);
-    let engine = Engine::open(config).await.expect("open");
-    register(&engine);
-    let t = Instant::now();
-    let ids: Vec<u64> = (0..n).collect();
-    for chunk in ids.chunks(2000) {
-        let tasks: Vec<_> = chunk
-            .iter()
-            .map(|&i| {
-                let engine = engine.clone();
-                tokio::spawn(async move {
-                    engine
-                        .start(SLEEPER, &format!("sleeper-{i}"), &())
-                        .await
-                        .expect("start")
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.expect("join");
-        }
-    }
-    loop {
-        let m = engine.metrics().await;
-        if m.parked_runs >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Figure 3: parks `n` sleepers in `dir`, closes, and opens the store in a
+/// fresh process (this bench, started as the comparison's child).
+fn parked(runtime: &tokio::runtime::Runtime, dir: &Path, n: u64) -> WorkResult<()> {
+    let t = std::time::Instant::now();
+    runtime.block_on(async {
+        let config = Config::file(dir).park_after(std::time::Duration::ZERO);
+        let engine = Engine::open(config).await?;
+        workload::register(&engine, &Stamps::default());
+        workload::park_sleepers(&engine, n).await?;
+        engine.close().await?;
+        WorkResult::Ok(())
+    })?;
     eprintln!(
         "parked: {n} sleepers started and parked in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    engine.close().await.expect("close");
-}
-
-/// Figure 3, second half, in a fresh process: opens the store in `dir`
-/// and reports the open time and resident memory.
-async fn reopen(dir: &Path) {
-    let rss_before = rss_kb();
-    let t = Instant::now();
-    let engine = Engine::open(Config::file(dir)).await.expect("reopen");
-    let open_ms = t.elapsed().as_secs_f64() * 1e3;
-    let m = engine.metrics().await;
-    let rss_after = rss_kb();
+    let program = child::program().ok_or("no program to run as the child")?;
+    let r = child::reopen_in_child(&program, EngineSubject::Fusee(Backend::File), dir)?;
     println!(
-        "parked (file): {} parked runs: open {open_ms:.0} ms, resident {:.1} MB after open ({:.1} MB before), {} log records replayed",
-        m.parked_runs,
-        rss_after as f64 / 1024.0,
-        rss_before as f64 / 1024.0,
-        m.recovered_records
+        "parked (file): {} parked runs: open {:.0} ms, resident {:.1} MB after open",
+        r.parked,
+        r.open_s * 1e3,
+        r.resident_bytes as f64 / (1 << 20) as f64
     );
-    engine.close().await.expect("close");
+    Ok(())
 }
 
-/// This process's resident memory, in KiB (`VmRSS`).
-fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn main() {
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(code) = child::serve(args.get(1..).unwrap_or_default()) {
+        return code;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");
-    if let Some(i) = args.iter().position(|a| a == "--reopen") {
-        let dir = PathBuf::from(args.get(i + 1).expect("--reopen DIR"));
-        runtime.block_on(reopen(&dir));
-        return;
-    }
     // Criterion-style filters (`cargo bench -- chain`) pick figures.
     let wanted = |name: &str| {
         let filters: Vec<&String> = args
@@ -233,33 +148,37 @@ fn main() {
     };
     let dir = std::env::temp_dir().join(format!("fusee-engine-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         if wanted("chain") {
-            chain(&dir).await;
+            chain(&dir).await?;
         }
         if wanted("fanout") {
-            fanout("memory", Config::memory()).await;
+            fanout("memory", Config::memory()).await?;
             #[cfg(feature = "file")]
-            fanout("file", Config::file(fresh(&dir, "fanout-file"))).await;
+            fanout("file", Config::file(fresh(&dir, "fanout-file"))).await?;
             #[cfg(feature = "redb")]
-            fanout("redb", Config::redb(fresh(&dir, "fanout-redb"))).await;
+            fanout("redb", Config::redb(fresh(&dir, "fanout-redb"))).await?;
             #[cfg(feature = "rocksdb")]
-            fanout("rocksdb", Config::rocksdb(fresh(&dir, "fanout-rocksdb"))).await;
+            fanout("rocksdb", Config::rocksdb(fresh(&dir, "fanout-rocksdb"))).await?;
         }
+        WorkResult::Ok(())
     });
-    if wanted("parked") {
+    let result = result.and_then(|()| {
+        if !wanted("parked") {
+            return Ok(());
+        }
         let n = std::env::var("FUSEE_ENGINE_PARKED")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(if quick() { 20_000 } else { 1_000_000 });
-        let store = fresh(&dir, "parked");
-        runtime.block_on(park_sleepers(&store, n));
-        let status = std::process::Command::new(&args[0])
-            .arg("--reopen")
-            .arg(&store)
-            .status()
-            .expect("reopen in a fresh process");
-        assert!(status.success(), "the reopen process failed");
-    }
+        parked(&runtime, &fresh(&dir, "parked"), n)
+    });
     let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("engine bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::backend::backends;
+use crate::engine::EngineSubject;
+use crate::engine::measure::measure_engines;
+use crate::engine::report::{EngineReport, EngineResult};
 use crate::error::{BenchError, Result};
 use crate::floor::Floor;
 use crate::machine::{Machine, utc_now};
@@ -19,15 +22,18 @@ use crate::workload::{Frames, LogRecords};
 
 /// The command-line help.
 pub const USAGE: &str = "\
-fusee-compare: measure Fusee's storage backends against the disk's floor and SQLite
+fusee-compare: measure Fusee's storage backends and engine against the disk's floor,
+SQLite and a peer engine (duroxide)
 
 usage: fusee-compare [--quick] [--backends a,b,...] [--dir PATH] [--out DIR]
-                     [--records N] [--samples N] [--frames N] [--parked N] [--seed N] [--quiet]
+                     [--records N] [--samples N] [--frames N] [--parked N] [--seed N]
+                     [--steps N] [--runs N] [--timers N] [--no-engine | --engine-only] [--quiet]
 
   --quick        the quick plan (under two minutes); default: the full plan
   --backends L   subjects to measure, comma-separated, from: memory, file, redb, rocksdb
-                 (those compiled in), sqlite, floor. The floor is always measured.
-                 Default: every backend compiled in, sqlite and the floor
+                 (those compiled in), sqlite (the storage peer), duroxide (the engine
+                 peer), floor. The floor is always measured.
+                 Default: every backend compiled in, sqlite, duroxide and the floor
   --dir PATH     where the data files go (a fresh subdirectory, removed afterwards);
                  put it on the disk you want to judge. Default: the system temp dir
   --out DIR      where compare.csv, compare.md and compare.svg go
@@ -35,8 +41,13 @@ usage: fusee-compare [--quick] [--backends a,b,...] [--dir PATH] [--out DIR]
   --records N    log records written then recovered (default 1000000)
   --samples N    single-record durable appends timed; batch flush counts scale with it
   --frames N     run-store frames written and read
-  --parked N     parked runs for the table-memory figure
+  --parked N     parked runs for the table-memory figure and the engine's parked workload
   --seed N       seed of the random read order and timer times
+  --steps N      steps of the engine's chain workflow
+  --runs N       workflows of the engine's fanout (and of its recovery)
+  --timers N     workflows of the engine's timers workload
+  --no-engine    the storage measurements only
+  --engine-only  the engine workloads only
   --quiet        no progress on stderr
 ";
 
@@ -53,6 +64,8 @@ pub struct Options {
     pub out: PathBuf,
     /// No progress lines.
     pub quiet: bool,
+    /// `--engine-only`: skip the storage measurements.
+    pub engine_only: bool,
     /// `--help` was given: print [`USAGE`] and stop.
     pub help: bool,
     /// The command line as typed, for the report.
@@ -84,11 +97,18 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
         (None, None, None, None, None);
     let mut quiet = false;
     let mut help = false;
+    let (mut no_engine, mut engine_only) = (false, false);
+    let (mut steps, mut runs, mut timers) = (None, None, None);
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--quiet" => quiet = true,
+            "--no-engine" => no_engine = true,
+            "--engine-only" => engine_only = true,
+            "--steps" => steps = Some(number(&a, it.next())?),
+            "--runs" => runs = Some(number(&a, it.next())?),
+            "--timers" => timers = Some(number(&a, it.next())?),
             "--help" | "-h" => help = true,
             "--backends" => {
                 let list = it
@@ -137,7 +157,29 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
     }
     if let Some(n) = parked {
         plan.parked_runs = n.max(1);
+        plan.engine.parked = n.max(1);
     }
+    let count = |flag: &str, n: u64| {
+        u32::try_from(n.max(1)).map_err(|_| BenchError::Usage(format!("{flag}: {n} is too many")))
+    };
+    if let Some(n) = steps {
+        // A chain of one step has no gap between steps to time.
+        plan.engine.chain_steps = count("--steps", n)?.max(2);
+    }
+    if let Some(n) = runs {
+        // The recovery kills its child at half the runs: at least one.
+        plan.engine.fanout_runs = count("--runs", n)?.max(2);
+    }
+    if let Some(n) = timers {
+        plan.engine.timers = count("--timers", n)?;
+        plan.engine.peer_timers = plan.engine.peer_timers.min(plan.engine.timers);
+    }
+    if no_engine && engine_only {
+        return Err(BenchError::Usage(
+            "--no-engine and --engine-only exclude each other".into(),
+        ));
+    }
+    plan.engine.enabled = !no_engine;
     if let Some(s) = seed {
         plan.seed = s;
     }
@@ -147,6 +189,7 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
         dir,
         out,
         quiet,
+        engine_only,
         help,
         command,
     })
@@ -161,16 +204,23 @@ pub fn all_subjects() -> Vec<Box<dyn Subject>> {
     v
 }
 
-/// The subjects `names` selects (plus the floor), in measurement order; an
-/// unknown name is an error listing the known ones.
+/// The storage subjects `names` selects (plus the floor), in measurement
+/// order; a name neither a storage nor an engine subject is an error
+/// listing the known ones (engine-only names, such as `duroxide`, select
+/// no storage subject).
 pub fn select(names: Option<&[String]>) -> Result<Vec<Box<dyn Subject>>> {
     let all = all_subjects();
     let Some(names) = names else {
         return Ok(all);
     };
     for n in names {
-        if !all.iter().any(|s| s.name() == n) {
-            let known: Vec<&str> = all.iter().map(|s| s.name()).collect();
+        if !all.iter().any(|s| s.name() == n) && EngineSubject::parse(n).is_none() {
+            let mut known: Vec<String> = all.iter().map(|s| s.name().to_string()).collect();
+            for e in EngineSubject::all() {
+                if !known.iter().any(|k| k == e.name()) {
+                    known.push(e.name().to_string());
+                }
+            }
             return Err(BenchError::Usage(format!(
                 "no subject {n:?} in this build; known: {} \
                  (a backend needs its fusee-benches feature and its crate's storage)",
@@ -182,6 +232,19 @@ pub fn select(names: Option<&[String]>) -> Result<Vec<Box<dyn Subject>>> {
         .into_iter()
         .filter(|s| s.name() == "floor" || names.iter().any(|n| n == s.name()))
         .collect())
+}
+
+/// The engine subjects `names` selects (plus the floor), in measurement
+/// order: every one of this build when `names` is `None`. Storage-only
+/// names (`sqlite`) select none.
+pub fn select_engines(names: Option<&[String]>) -> Vec<EngineSubject> {
+    EngineSubject::all()
+        .into_iter()
+        .filter(|e| {
+            *e == EngineSubject::Floor
+                || names.is_none_or(|names| names.iter().any(|n| n == e.name()))
+        })
+        .collect()
 }
 
 /// Removes a directory tree on drop, so a failed run leaves no data behind.
@@ -233,7 +296,11 @@ pub fn run(opts: &Options) -> Result<Report> {
         dirs.push(dir);
     }
     let refs: Vec<&dyn Subject> = subjects.iter().map(|s| s.as_ref()).collect();
-    let figures = measure_all(&refs, &opts.plan, &dirs, &progress)?;
+    let figures = if opts.engine_only {
+        Vec::new()
+    } else {
+        measure_all(&refs, &opts.plan, &dirs, &progress)?
+    };
     let results = subjects
         .iter()
         .zip(figures)
@@ -245,6 +312,27 @@ pub fn run(opts: &Options) -> Result<Report> {
             figures,
         })
         .collect();
+    let engines = select_engines(opts.subjects.as_deref());
+    // The floor alone is no comparison.
+    let engine = if opts.plan.engine.enabled && engines.len() > 1 {
+        let mut dirs = Vec::with_capacity(engines.len());
+        for e in &engines {
+            let dir = scratch.0.join(format!("engine-{}", e.name()));
+            fresh_dir(&dir)?;
+            dirs.push(dir);
+        }
+        let figures = measure_engines(&engines, &opts.plan.engine, &dirs, &progress)?;
+        Some(EngineReport {
+            plan: opts.plan.engine.clone(),
+            subjects: engines
+                .into_iter()
+                .zip(figures)
+                .map(|(subject, figures)| EngineResult { subject, figures })
+                .collect(),
+        })
+    } else {
+        None
+    };
     progress.line(format_args!(
         "core: table memory of {} parked runs",
         opts.plan.parked_runs
@@ -262,6 +350,7 @@ pub fn run(opts: &Options) -> Result<Report> {
         subjects: results,
         table_bytes_per_run: table,
         seconds: started.elapsed().as_secs_f64(),
+        engine,
     })
 }
 

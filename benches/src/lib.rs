@@ -5,7 +5,9 @@
 //! and `rocksdb` features add theirs; memory is always there) against two
 //! references measured in the same run on the same disk: the **floor**
 //! (raw `pwrite` + `fdatasync` of the same bytes) and a **SQLite peer**
-//! (one row per record, WAL, `synchronous=FULL`).
+//! (one row per record, WAL, `synchronous=FULL`). Its engine section runs
+//! the same workflows on Fusee's engine over each backend and on a **peer
+//! engine**, duroxide on SQLite ([`engine`]).
 //!
 //! | module | owns |
 //! |---|---|
@@ -19,6 +21,7 @@
 //! | [`stats`] | percentiles |
 //! | [`machine`] | the machine, disk and build a run names |
 //! | [`report`] | the results as text, CSV, markdown and SVG, with ratios |
+//! | [`engine`] | the engine workloads, the peer engine, their figures and goals |
 //! | [`compare`] | the command line and the run |
 //! | [`progress`] | progress lines on stderr |
 //!
@@ -26,6 +29,7 @@
 
 pub mod backend;
 pub mod compare;
+pub mod engine;
 pub mod error;
 pub mod floor;
 pub mod machine;

@@ -2,6 +2,8 @@
 //! in `--quick` and full mode. Every subject runs the same plan on the same
 //! bytes ([`crate::workload`]).
 
+use crate::engine::EnginePlan;
+
 /// The batch sizes of the group-commit throughput measurement.
 pub const BATCH_SIZES: [u64; 3] = [1, 16, 256];
 
@@ -32,6 +34,8 @@ pub struct Plan {
     pub parked_runs: u64,
     /// Seed of every random choice (frame read order, timer times).
     pub seed: u64,
+    /// The engine workloads ([`crate::engine`]).
+    pub engine: EnginePlan,
 }
 
 impl Plan {
@@ -47,6 +51,7 @@ impl Plan {
             recovery_records: 1_000_000,
             parked_runs: 1_000_000,
             seed: 0x00F0_05EE,
+            engine: EnginePlan::full(),
         }
     }
 
@@ -58,6 +63,7 @@ impl Plan {
             latency_samples: 1_000,
             batch_flushes: [500, 200, 100],
             frames: 50_000,
+            engine: EnginePlan::quick(),
             ..Self::full()
         }
     }

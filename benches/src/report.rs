@@ -21,11 +21,15 @@
 //! `metric,unit,subject,role,value,ratio_to_floor,ratio_to_best_backend`;
 //! `metric` is [`Metric::key`], an empty ratio means no reference was
 //! measured. The table memory row has subject `core` and role `core`, its
-//! ratio to the index record in `ratio_to_floor`.
+//! ratio to the index record in `ratio_to_floor`. The engine section's rows
+//! follow, with the same columns and keys starting `engine_`
+//! ([`crate::engine::EngineMetric::key`]; ratios as in
+//! [`crate::engine::report`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::engine::report::EngineReport;
 use crate::error::{BenchError, Result};
 use crate::machine::Machine;
 use crate::measure::{Figures, Metric};
@@ -72,6 +76,8 @@ pub struct Report {
     pub table_bytes_per_run: f64,
     /// Seconds the whole run took.
     pub seconds: f64,
+    /// The engine section, when the engine workloads ran.
+    pub engine: Option<EngineReport>,
 }
 
 impl Report {
@@ -240,6 +246,9 @@ impl Report {
             sig3(self.table_ratio()),
             self.seconds
         );
+        if let Some(e) = &self.engine {
+            out.push_str(&e.text());
+        }
         out
     }
 
@@ -298,6 +307,9 @@ impl Report {
             self.table_bytes_per_run,
             self.table_ratio()
         );
+        if let Some(e) = &self.engine {
+            out.push_str(&e.csv_rows());
+        }
         out
     }
 
@@ -379,6 +391,9 @@ impl Report {
                 let _ = writeln!(out, "| {batch} | {} |", row.join(" | "));
             }
         }
+        if let Some(e) = &self.engine {
+            out.push_str(&e.markdown());
+        }
         out
     }
 
@@ -417,42 +432,83 @@ impl Report {
     }
 
     /// A horizontal bar chart of every subject's ratio to the floor, per
-    /// metric, on a logarithmic axis, as a standalone SVG document.
+    /// metric, on a logarithmic axis, as a standalone SVG document; with
+    /// the engine section, a second panel of the engine's ratios below.
     pub fn svg(&self) -> String {
-        const PALETTE: [&str; 8] = [
-            "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
-        ];
-        let metrics = Metric::per_subject();
-        let bars: Vec<&SubjectResult> = self
-            .subjects
-            .iter()
-            .filter(|s| s.role != Role::Floor)
+        let storage: Vec<Group> = Metric::per_subject()
+            .into_iter()
+            .map(|m| {
+                let bars = self
+                    .subjects
+                    .iter()
+                    .filter(|s| s.role != Role::Floor)
+                    .map(|s| {
+                        let v = s.figures.get(m);
+                        Bar {
+                            name: s.name.clone(),
+                            ratio: v.and_then(|v| self.ratios(m, v).0),
+                            value: v
+                                .map_or_else(String::new, |v| format!("{} {}", sig3(v), m.unit())),
+                        }
+                    })
+                    .collect();
+                Group {
+                    label: m.label(),
+                    bars,
+                }
+            })
             .collect();
-        let ratio =
-            |m: Metric, s: &SubjectResult| s.figures.get(m).and_then(|v| self.ratios(m, v).0);
-        let all: Vec<f64> = metrics
-            .iter()
-            .flat_map(|&m| bars.iter().filter_map(move |s| ratio(m, s)))
-            .collect();
-        let lo = all
-            .iter()
-            .copied()
-            .fold(1.0f64, f64::min)
-            .log10()
-            .floor()
-            .clamp(-6.0, 0.0);
-        let hi = all
-            .iter()
-            .copied()
-            .fold(10.0f64, f64::max)
-            .log10()
-            .ceil()
-            .clamp(1.0, 6.0);
-        let (left, width, bar_h, gap, top) = (190.0, 560.0, 14.0, 3.0, 110.0);
-        let group_h = 22.0 + bars.len() as f64 * (bar_h + gap) + 8.0;
-        let height = top + metrics.len() as f64 * group_h + 40.0;
-        let x = |r: f64| left + (r.log10().clamp(lo, hi) - lo) / (hi - lo) * width;
+        let engine: Vec<Group> = self
+            .engine
+            .as_ref()
+            .map(|e| {
+                e.chart_groups()
+                    .into_iter()
+                    .map(|(label, bars)| Group {
+                        label,
+                        bars: bars
+                            .into_iter()
+                            .map(|(name, ratio, value)| Bar {
+                                name: name.to_string(),
+                                ratio,
+                                value,
+                            })
+                            .collect(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // One colour per subject name, the same in both panels.
+        let mut names: Vec<String> = Vec::new();
+        for b in storage.iter().chain(&engine).flat_map(|g| &g.bars) {
+            if !names.contains(&b.name) {
+                names.push(b.name.clone());
+            }
+        }
+        let (left, width) = (230.0, 560.0);
+        let legend_rows = names.len().div_ceil(6).max(1) as f64;
         let mut out = String::new();
+        let mut body = String::new();
+        let mut y = 70.0 + legend_rows * 18.0;
+        if !self.subjects.is_empty() {
+            y = panel(
+                &mut body,
+                y,
+                "Storage: cost relative to the floor (1× = pwrite + fdatasync)",
+                &storage,
+                &names,
+            );
+        }
+        if !engine.is_empty() {
+            y = panel(
+                &mut body,
+                y,
+                "Engine: cost relative to the floor (chain), the ideal (timers) or the best durable backend",
+                &engine,
+                &names,
+            );
+        }
+        let height = y + 10.0;
         let _ = writeln!(
             out,
             r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height:.0}" viewBox="0 0 {w} {height:.0}" font-family="sans-serif" font-size="12">"##,
@@ -460,7 +516,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">Fusee backends: cost relative to the floor (log scale; 1× = pwrite + fdatasync)</text>"##
+            r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">Fusee: cost relative to a reference (log scale; above 1× = worse)</text>"##
         );
         let _ = writeln!(
             out,
@@ -471,59 +527,19 @@ impl Report {
             )),
             xml(&self.command)
         );
-        for (i, s) in bars.iter().enumerate() {
-            let lx = 10.0 + i as f64 * 120.0;
+        for (i, name) in names.iter().enumerate() {
+            let lx = 10.0 + (i % 6) as f64 * 120.0;
+            let ly = 70.0 + (i / 6) as f64 * 18.0;
             let _ = writeln!(
                 out,
-                r##"<rect x="{lx}" y="70" width="12" height="12" fill="{}"/><text x="{}" y="80">{}</text>"##,
+                r##"<rect x="{lx}" y="{ly}" width="12" height="12" fill="{}"/><text x="{}" y="{}">{}</text>"##,
                 PALETTE[i % PALETTE.len()],
                 lx + 16.0,
-                xml(&s.name)
+                ly + 10.0,
+                xml(name)
             );
         }
-        let axis_bottom = top + metrics.len() as f64 * group_h;
-        for d in (lo as i32)..=(hi as i32) {
-            let gx = x(10f64.powi(d));
-            let (stroke, w) = if d == 0 { ("#000", 1.5) } else { ("#ccc", 1.0) };
-            let _ = writeln!(
-                out,
-                r##"<line x1="{gx:.1}" y1="{top}" x2="{gx:.1}" y2="{axis_bottom:.1}" stroke="{stroke}" stroke-width="{w}"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}×</text>"##,
-                axis_bottom + 16.0,
-                decade(d)
-            );
-        }
-        for (g, &m) in metrics.iter().enumerate() {
-            let gy = top + g as f64 * group_h;
-            let _ = writeln!(
-                out,
-                r##"<text x="10" y="{:.1}" font-weight="bold">{}</text>"##,
-                gy + 15.0,
-                xml(&m.label())
-            );
-            for (i, s) in bars.iter().enumerate() {
-                let y = gy + 22.0 + i as f64 * (bar_h + gap);
-                let Some(r) = ratio(m, s) else { continue };
-                let (x0, x1) = (x(1.0), x(r));
-                let (bx, bw) = if x1 >= x0 {
-                    (x0, x1 - x0)
-                } else {
-                    (x1, x0 - x1)
-                };
-                let _ = writeln!(
-                    out,
-                    r##"<rect x="{bx:.1}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{}: {} {} (×{} floor)</title></rect><text x="{:.1}" y="{:.1}" font-size="10">{}×</text>"##,
-                    bw.max(1.0),
-                    PALETTE[i % PALETTE.len()],
-                    xml(&s.name),
-                    s.figures.get(m).map_or(String::new(), sig3),
-                    m.unit(),
-                    sig3(r),
-                    x0.max(x1) + 4.0,
-                    y + bar_h - 3.0,
-                    sig3(r)
-                );
-            }
-        }
+        out.push_str(&body);
         let _ = writeln!(out, "</svg>");
         out
     }
@@ -560,6 +576,104 @@ pub fn sig3(v: f64) -> String {
         let digits = (2 - a.log10().floor() as i32).clamp(0, 12) as usize;
         format!("{v:.digits$}")
     }
+}
+
+/// Bar colours, one per subject name.
+const PALETTE: [&str; 8] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
+];
+
+/// One bar of the chart: a subject's ratio for one metric.
+struct Bar {
+    name: String,
+    ratio: Option<f64>,
+    /// The value with its unit, for the bar's tooltip.
+    value: String,
+}
+
+/// One metric's bars.
+struct Group {
+    label: String,
+    bars: Vec<Bar>,
+}
+
+/// Draws one panel of bar groups on a logarithmic axis of ratios, its
+/// title at `top`; returns where the next panel may start. A subject's
+/// colour is its place in `names`.
+fn panel(out: &mut String, top: f64, title: &str, groups: &[Group], names: &[String]) -> f64 {
+    let (left, width, bar_h, gap) = (230.0, 560.0, 14.0, 3.0);
+    let all: Vec<f64> = groups
+        .iter()
+        .flat_map(|g| g.bars.iter().filter_map(|b| b.ratio))
+        .collect();
+    let lo = all
+        .iter()
+        .copied()
+        .fold(1.0f64, f64::min)
+        .log10()
+        .floor()
+        .clamp(-6.0, 0.0);
+    let hi = all
+        .iter()
+        .copied()
+        .fold(10.0f64, f64::max)
+        .log10()
+        .ceil()
+        .clamp(1.0, 6.0);
+    let bars = groups.iter().map(|g| g.bars.len()).max().unwrap_or(0);
+    let group_h = 22.0 + bars as f64 * (bar_h + gap) + 8.0;
+    let x = |r: f64| left + (r.log10().clamp(lo, hi) - lo) / (hi - lo) * width;
+    let _ = writeln!(
+        out,
+        r##"<text x="10" y="{:.1}" font-size="13" font-weight="bold">{}</text>"##,
+        top + 14.0,
+        xml(title)
+    );
+    let top = top + 24.0;
+    let axis_bottom = top + groups.len() as f64 * group_h;
+    for d in (lo as i32)..=(hi as i32) {
+        let gx = x(10f64.powi(d));
+        let (stroke, w) = if d == 0 { ("#000", 1.5) } else { ("#ccc", 1.0) };
+        let _ = writeln!(
+            out,
+            r##"<line x1="{gx:.1}" y1="{top}" x2="{gx:.1}" y2="{axis_bottom:.1}" stroke="{stroke}" stroke-width="{w}"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}×</text>"##,
+            axis_bottom + 16.0,
+            decade(d)
+        );
+    }
+    for (g, group) in groups.iter().enumerate() {
+        let gy = top + g as f64 * group_h;
+        let _ = writeln!(
+            out,
+            r##"<text x="10" y="{:.1}" font-weight="bold">{}</text>"##,
+            gy + 15.0,
+            xml(&group.label)
+        );
+        for (i, b) in group.bars.iter().enumerate() {
+            let y = gy + 22.0 + i as f64 * (bar_h + gap);
+            let Some(r) = b.ratio else { continue };
+            let colour = names.iter().position(|n| *n == b.name).unwrap_or(0);
+            let (x0, x1) = (x(1.0), x(r));
+            let (bx, bw) = if x1 >= x0 {
+                (x0, x1 - x0)
+            } else {
+                (x1, x0 - x1)
+            };
+            let _ = writeln!(
+                out,
+                r##"<rect x="{bx:.1}" y="{y:.1}" width="{:.1}" height="{bar_h}" fill="{}"><title>{}: {} (×{})</title></rect><text x="{:.1}" y="{:.1}" font-size="10">{}×</text>"##,
+                bw.max(1.0),
+                PALETTE[colour % PALETTE.len()],
+                xml(&b.name),
+                xml(&b.value),
+                sig3(r),
+                x0.max(x1) + 4.0,
+                y + bar_h - 3.0,
+                sig3(r)
+            );
+        }
+    }
+    axis_bottom + 30.0
 }
 
 /// `10^d` as an axis label: `1000`, `1`, `0.01`, `1e-4`.
@@ -649,6 +763,7 @@ mod tests {
             subjects,
             table_bytes_per_run: 40.0,
             seconds: 1.0,
+            engine: None,
         }
     }
 

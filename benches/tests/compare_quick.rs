@@ -1,17 +1,27 @@
 //! Runs the `fusee-compare` binary end to end, the way CI proves it works:
-//! `--quick` on the memory backend (plus the floor, always measured, and the
-//! SQLite peer) with tiny counts, then checks the three output files exist
-//! and parse, and that the text table went to stdout.
+//! `--quick` on the memory backend (plus the floor, always measured, the
+//! SQLite peer and the peer engine, duroxide) with tiny counts, storage and
+//! engine sections both, then checks the three output files exist and
+//! parse, and that the text table went to stdout. The peer's recovery runs
+//! this binary as its child and kills it, so that path runs too.
 //!
 //! The binary is the one Cargo built for this test, in the test's own
 //! profile and features: CI builds nothing a second time for it.
 //!
 //! `FUSEE_COMPARE_TEST_RECORDS` sets the records written then recovered
 //! (default 5,000); the other counts are fixed and tiny, so the test runs
-//! in a few seconds in the dev profile.
+//! in about ten seconds in the dev profile, most of it the timers' 1 s
+//! sleeps and the peer engine, unoptimised (a few dozen steps per second).
+//! A run that does not end within [`DEADLINE`] is killed and fails the
+//! test with its output.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest the run may take: it needs seconds, so only a hang trips
+/// it, and the test then fails with the run's output instead of hanging.
+const DEADLINE: Duration = Duration::from_secs(240);
 
 /// A directory under the target dir, emptied first, removed at the end.
 struct TempDir(PathBuf);
@@ -45,21 +55,51 @@ fn quick_run_on_memory_writes_parsable_outputs() {
     let out = tmp.0.join("out");
     std::fs::create_dir_all(&data).expect("create data dir");
     let n = records();
-    let output = Command::new(env!("CARGO_BIN_EXE_fusee-compare"))
-        .args(["--quick", "--backends", "memory,sqlite", "--samples", "32"])
+    // Output to files, not pipes: nothing to drain while polling for the
+    // exit.
+    let (stdout_path, stderr_path) = (tmp.0.join("stdout"), tmp.0.join("stderr"));
+    let file = |p: &Path| Stdio::from(std::fs::File::create(p).expect("create output file"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fusee-compare"))
+        .args([
+            "--quick",
+            "--backends",
+            "memory,sqlite,duroxide",
+            "--samples",
+            "32",
+        ])
         .args(["--records", &n.to_string(), "--frames", "300"])
+        .args(["--steps", "20", "--runs", "2", "--timers", "50"])
         .args(["--parked", "2000", "--dir"])
         .arg(&data)
         .arg("--out")
         .arg(&out)
-        .output()
+        .stdout(file(&stdout_path))
+        .stderr(file(&stderr_path))
+        .spawn()
         .expect("run fusee-compare");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for fusee-compare") {
+            break Some(status);
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let Some(status) = status else {
+        panic!(
+            "fusee-compare still ran after {} s: killed\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            DEADLINE.as_secs()
+        );
+    };
     assert!(
-        output.status.success(),
-        "fusee-compare failed: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
+        status.success(),
+        "fusee-compare failed: {status:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
         stderr.contains("memory: recovery: reopening"),
@@ -69,8 +109,11 @@ fn quick_run_on_memory_writes_parsable_outputs() {
         "floor",
         "memory",
         "sqlite",
+        "duroxide",
         "records/s, batch 256",
         "recovery",
+        "chain: step p50",
+        "engine goals on the file backend",
     ] {
         assert!(
             stdout.contains(word),
@@ -87,12 +130,20 @@ fn quick_run_on_memory_writes_parsable_outputs() {
         Some("metric,unit,subject,role,value,ratio_to_floor,ratio_to_best_backend")
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let (engine, storage): (Vec<&Vec<&str>>, Vec<&Vec<&str>>) =
+        rows.iter().partition(|r| r[0].starts_with("engine_"));
     // 8 metrics × 3 subjects + the table-memory row.
-    assert_eq!(rows.len(), 8 * 3 + 1, "rows:\n{csv}");
+    assert_eq!(storage.len(), 8 * 3 + 1, "rows:\n{csv}");
     for r in &rows {
         assert_eq!(r.len(), 7, "row {r:?}");
         let value: f64 = r[4].parse().unwrap_or(f64::NAN);
-        assert!(value > 0.0 && value.is_finite(), "value in {r:?}");
+        // A count of failures may be zero; every measured figure is not.
+        let least = if r[0] == "engine_peer_infrastructure_failures" {
+            0.0
+        } else {
+            f64::MIN_POSITIVE
+        };
+        assert!(value >= least && value.is_finite(), "value in {r:?}");
         if !r[5].is_empty() {
             let ratio: f64 = r[5].parse().unwrap_or(f64::NAN);
             assert!(ratio > 0.0 && ratio.is_finite(), "ratio in {r:?}");
@@ -101,6 +152,34 @@ fn quick_run_on_memory_writes_parsable_outputs() {
             }
         }
     }
+    // The engine section: the chain on every subject, the fanout and the
+    // timers on both engines, the recovery on the durable one (memory's
+    // runs do not survive a kill).
+    let has =
+        |metric: &str, subject: &str| engine.iter().any(|r| r[0] == metric && r[2] == subject);
+    for subject in ["floor", "memory", "duroxide"] {
+        assert!(
+            has("engine_chain_step_p50_us", subject),
+            "{subject}:\n{csv}"
+        );
+        assert!(
+            has("engine_timers_all_done_s", subject),
+            "{subject}:\n{csv}"
+        );
+    }
+    for subject in ["memory", "duroxide"] {
+        assert!(
+            has("engine_fanout_steps_per_s", subject),
+            "{subject}:\n{csv}"
+        );
+    }
+    assert!(has("engine_recovery_s", "duroxide"), "{csv}");
+    assert!(
+        has("engine_peer_infrastructure_failures", "duroxide"),
+        "{csv}"
+    );
+    assert!(!has("engine_recovery_s", "memory"), "{csv}");
+    assert!(!has("engine_fanout_steps_per_s", "sqlite"), "{csv}");
     for subject in ["floor", "memory", "sqlite"] {
         let recovery = rows
             .iter()
@@ -126,6 +205,10 @@ fn quick_run_on_memory_writes_parsable_outputs() {
         "## Where the group-commit time goes",
         "| 256 | memory |",
         "| 256 | sqlite |",
+        "## The engine",
+        "| chain: step p50 | µs |",
+        "| recovery after SIGKILL | s |",
+        "**Engine verdict**: engine goals on the file backend",
     ] {
         assert!(
             md.contains(needle),
@@ -134,12 +217,15 @@ fn quick_run_on_memory_writes_parsable_outputs() {
     }
 
     // SVG: one document, balanced elements, a bar per non-floor subject and
-    // metric.
+    // storage metric, and the engine's panel.
     let svg = std::fs::read_to_string(out.join("compare.svg")).expect("compare.svg");
     assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches("<svg").count(), 1);
-    assert_eq!(svg.matches("<title>").count(), 8 * 2, "bars:\n{svg}");
-    assert_eq!(svg.matches("</rect>").count(), 8 * 2, "bars:\n{svg}");
+    let bars = svg.matches("<title>").count();
+    assert!(bars > 8 * 2, "storage and engine bars:\n{svg}");
+    assert_eq!(svg.matches("</rect>").count(), bars, "bars:\n{svg}");
+    assert!(svg.contains("Engine: cost relative"), "{svg}");
+    assert!(svg.contains("<title>duroxide: "), "{svg}");
     assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
 
     // The data directory is cleaned up.

@@ -8,7 +8,13 @@ use std::process::ExitCode;
 use fusee_benches::compare::{USAGE, parse_args, run};
 
 fn main() -> ExitCode {
-    let mut args = std::env::args();
+    let all: Vec<String> = std::env::args().collect();
+    // The engine's recovery and parked workloads start this binary again
+    // as their child process.
+    if let Some(code) = fusee_benches::engine::child::serve(all.get(1..).unwrap_or_default()) {
+        return code;
+    }
+    let mut args = all.into_iter();
     let program = args.next().unwrap_or_else(|| "fusee-compare".into());
     let program = std::path::Path::new(&program)
         .file_name()

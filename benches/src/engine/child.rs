@@ -1,0 +1,363 @@
+//! The child process of the recovery and parked workloads: the comparison
+//! binary started again with [`CHILD_FLAG`] as its first argument.
+//!
+//! - `--engine-child fanout SUBJECT DIR RUNS STEPS`: opens SUBJECT's engine
+//!   in DIR, starts RUNS workflows of STEPS no-op steps (`fan-0`, ...), then
+//!   waits for their results in order, writing `done I` on stdout after
+//!   each (flushed at once). The parent kills it with SIGKILL part way.
+//!   A start the peer engine gave up ([`super::peer`], counted as an
+//!   infrastructure failure) is a `lost I` line before any `done`: the
+//!   parent does not wait for that run after the reopen.
+//! - `--engine-child reopen SUBJECT DIR`: opens the store in DIR, writes
+//!   `opened SECONDS RESIDENT_BYTES PARKED` and closes it: an open in a
+//!   fresh process, whose memory is the store's alone.
+//!
+//! A failure is one `error MESSAGE` line and exit status 1.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use fusee::Engine;
+
+use super::EngineSubject;
+use super::peer::{Peer, PeerFailures};
+use super::workload::{self, STEPS, Stamps, WorkResult};
+
+/// The first argument that makes the comparison binary a child.
+pub const CHILD_FLAG: &str = "--engine-child";
+
+/// Workflow IDs of the recovery's fanout start with this.
+pub const FANOUT_PREFIX: &str = "fan";
+
+/// The longest a child may stay silent: far beyond what any step needs,
+/// so only a hang trips it.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+/// How long a child killed with SIGKILL may take to be gone.
+const REAP: Duration = Duration::from_secs(30);
+
+static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+
+/// Called first by a binary that serves [`CHILD_FLAG`]: runs the child and
+/// returns its exit code if `args` (without the program name) ask for one;
+/// otherwise records this binary as the child program and returns `None`.
+pub fn serve(args: &[String]) -> Option<ExitCode> {
+    if args.first().map(String::as_str) == Some(CHILD_FLAG) {
+        return Some(main(&args[1..]));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = PROGRAM.set(exe);
+    }
+    None
+}
+
+/// The program to start as a child: the binary that called [`serve`], or
+/// else a `fusee-compare` beside the running executable (the `fusee`
+/// command's comparison). `None` when there is neither: the workloads that
+/// need a child are left out, with a note.
+pub fn program() -> Option<PathBuf> {
+    if let Some(p) = PROGRAM.get() {
+        return Some(p.clone());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let sibling = exe.with_file_name("fusee-compare");
+    sibling.is_file().then_some(sibling)
+}
+
+/// Runs the child `args` (after [`CHILD_FLAG`]) describe.
+fn main(args: &[String]) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say(&format!("error no tokio runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match args {
+            [mode, subject, dir, rest @ ..] => {
+                let subject = EngineSubject::parse(subject)
+                    .ok_or_else(|| format!("unknown subject {subject:?}"))?;
+                let dir = Path::new(dir);
+                match (mode.as_str(), rest) {
+                    ("fanout", [runs, steps]) => {
+                        fanout(subject, dir, runs.parse()?, steps.parse()?).await
+                    }
+                    ("reopen", []) => reopen(subject, dir).await,
+                    _ => Err(format!("unknown child mode {mode:?} {rest:?}").into()),
+                }
+            }
+            _ => Err(format!("bad child arguments {args:?}").into()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            say(&format!("error {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes one line on stdout and flushes it; exits if the parent is gone.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(3);
+    }
+}
+
+async fn fanout(subject: EngineSubject, dir: &Path, runs: u64, steps: u32) -> WorkResult<()> {
+    match subject {
+        EngineSubject::Fusee(backend) => {
+            let engine = Engine::open(workload::config(backend, dir)).await?;
+            workload::register(&engine, &Stamps::default());
+            workload::start_all(&engine, STEPS, FANOUT_PREFIX, runs, steps).await?;
+            for i in 0..runs {
+                let id = format!("{FANOUT_PREFIX}-{i}");
+                let got = engine.result(STEPS, &id).await?;
+                if got != steps {
+                    return Err(format!("{id} returned {got}").into());
+                }
+                say(&format!("done {i}"));
+            }
+            engine.close().await?;
+        }
+        EngineSubject::Duroxide => {
+            let peer = Peer::open(dir, &Stamps::default(), &PeerFailures::default()).await?;
+            let lost = peer
+                .start_all("steps", FANOUT_PREFIX, runs, &steps.to_string())
+                .await?;
+            for i in &lost {
+                say(&format!("lost {i}"));
+            }
+            for i in (0..runs).filter(|i| !lost.contains(i)) {
+                // A run duroxide failed is finished too: the parent counts
+                // it after the reopen.
+                peer.await_one(&format!("{FANOUT_PREFIX}-{i}"), &steps.to_string())
+                    .await?;
+                say(&format!("done {i}"));
+            }
+            peer.close().await;
+        }
+        EngineSubject::Floor => return Err("the floor runs no workflows".into()),
+    }
+    say("finished");
+    Ok(())
+}
+
+async fn reopen(subject: EngineSubject, dir: &Path) -> WorkResult<()> {
+    let EngineSubject::Fusee(backend) = subject else {
+        return Err(format!("{} has no parked workload", subject.name()).into());
+    };
+    let t = Instant::now();
+    let engine = Engine::open(workload::config(backend, dir)).await?;
+    let open = t.elapsed();
+    let rss = workload::resident_bytes();
+    let parked = engine.metrics().await.parked_runs;
+    say(&format!("opened {} {rss} {parked}", open.as_secs_f64()));
+    engine.close().await?;
+    Ok(())
+}
+
+/// Lines of a child's stdout, read on a thread so a silent child cannot
+/// hang the parent.
+struct Lines {
+    child: std::process::Child,
+    rx: mpsc::Receiver<String>,
+}
+
+impl Lines {
+    fn spawn(program: &Path, args: &[String]) -> WorkResult<Self> {
+        let mut child = Command::new(program)
+            .arg(CHILD_FLAG)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("starting {} {args:?}: {e}", program.display()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("the child's stdout is not piped")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Lines { child, rx })
+    }
+
+    /// The next line; `None` at the end of the child's output.
+    fn next(&mut self) -> WorkResult<Option<String>> {
+        match self.rx.recv_timeout(PATIENCE) {
+            Ok(line) => match line.strip_prefix("error ") {
+                Some(e) => Err(format!("the child failed: {e}").into()),
+                None => Ok(Some(line)),
+            },
+            Err(RecvTimeoutError::Disconnected) => Ok(None),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(format!("the child said nothing for {} s", PATIENCE.as_secs()).into())
+            }
+        }
+    }
+
+    /// Kills the child with SIGKILL (if it still runs) and reaps it. A
+    /// child that does not die within [`REAP`] (stuck in the kernel) is an
+    /// error, not a hang.
+    fn kill(&mut self) -> WorkResult<()> {
+        if self.child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        self.child.kill()?;
+        let deadline = Instant::now() + REAP;
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the child (pid {}) still runs {} s after SIGKILL",
+                    self.child.id(),
+                    REAP.as_secs()
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        // A parent that fails part way leaves no child behind.
+        let _ = self.kill();
+    }
+}
+
+/// What the child of [`kill_mid_fanout`] reported before it was killed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Killed {
+    /// Results it reported.
+    pub done: u32,
+    /// Runs whose start it gave up (the peer's infrastructure failures):
+    /// they do not exist.
+    pub lost: BTreeSet<u64>,
+}
+
+/// Runs the fanout of `runs` workflows of `steps` steps in a child on
+/// `subject` in `dir`, and kills it with SIGKILL once `kill_after` of them
+/// reported their result.
+pub fn kill_mid_fanout(
+    program: &Path,
+    subject: EngineSubject,
+    dir: &Path,
+    runs: u32,
+    steps: u32,
+    kill_after: u32,
+) -> WorkResult<Killed> {
+    let args = [
+        "fanout".to_string(),
+        subject.name().to_string(),
+        dir.display().to_string(),
+        runs.to_string(),
+        steps.to_string(),
+    ];
+    let mut child = Lines::spawn(program, &args)?;
+    let mut killed = Killed::default();
+    while killed.done < kill_after {
+        match child.next()? {
+            Some(line) if line.starts_with("done ") => killed.done += 1,
+            Some(line) if line.starts_with("lost ") => {
+                let i = line["lost ".len()..]
+                    .parse()
+                    .map_err(|e| format!("the child wrote {line:?}: {e}"))?;
+                killed.lost.insert(i);
+            }
+            Some(line) if line == "finished" => {
+                return Err("the child finished every run before it could be killed".into());
+            }
+            Some(line) => return Err(format!("the child wrote {line:?}").into()),
+            None => {
+                return Err(format!("the child exited after {} results", killed.done).into());
+            }
+        }
+    }
+    child.kill()?;
+    Ok(killed)
+}
+
+/// What a fresh process saw opening a store.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reopened {
+    /// Seconds `Engine::open` took.
+    pub open_s: f64,
+    /// The process's resident memory after the open, bytes.
+    pub resident_bytes: u64,
+    /// Parked runs the engine holds.
+    pub parked: u64,
+}
+
+impl Reopened {
+    /// Parses the child's `opened SECONDS RESIDENT_BYTES PARKED` line.
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut f = line.strip_prefix("opened ")?.split(' ');
+        let r = Reopened {
+            open_s: f.next()?.parse().ok()?,
+            resident_bytes: f.next()?.parse().ok()?,
+            parked: f.next()?.parse().ok()?,
+        };
+        f.next().is_none().then_some(r)
+    }
+}
+
+/// Opens the store of `subject` in `dir` in a fresh process.
+pub fn reopen_in_child(program: &Path, subject: EngineSubject, dir: &Path) -> WorkResult<Reopened> {
+    let args = [
+        "reopen".to_string(),
+        subject.name().to_string(),
+        dir.display().to_string(),
+    ];
+    let mut child = Lines::spawn(program, &args)?;
+    let line = child.next()?.ok_or("the child exited without a word")?;
+    let r = Reopened::parse(&line).ok_or_else(|| format!("the child wrote {line:?}"))?;
+    // The child closes the engine and exits by itself.
+    while child.next()?.is_some() {}
+    let status = child.child.wait()?;
+    if !status.success() {
+        return Err(format!("the reopening child exited with {status}").into());
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_line_parses() {
+        assert_eq!(
+            Reopened::parse("opened 0.25 1048576 1000"),
+            Some(Reopened {
+                open_s: 0.25,
+                resident_bytes: 1 << 20,
+                parked: 1000
+            })
+        );
+        assert_eq!(Reopened::parse("opened 0.25 1048576"), None);
+        assert_eq!(Reopened::parse("opened 0.25 1048576 1000 7"), None);
+        assert_eq!(Reopened::parse("opened x 1 1"), None);
+        assert_eq!(Reopened::parse("done 3"), None);
+    }
+}

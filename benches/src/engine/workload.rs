@@ -1,0 +1,378 @@
+//! The engine workloads on Fusee: the workflows (a chain of no-op steps,
+//! workflows of a few no-op steps, sleepers) and the drivers that start
+//! them and wait for every result. The comparison ([`super::measure`]) and
+//! the criterion `engine` bench both use them, so the figures come from the
+//! same code.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fusee::{Config, Ctx, Engine, Error, Failure, StorageConfig, Workflow};
+use tokio::task::JoinSet;
+
+use crate::error::TargetError;
+
+/// The result of a workload driver.
+pub type WorkResult<T> = std::result::Result<T, TargetError>;
+
+/// One workflow of `n` sequential no-op steps, each stamped when it runs.
+pub const CHAIN: Workflow<u32, u32> = Workflow::new("chain");
+/// A workflow of `n` sequential no-op steps (the fanout's).
+pub const STEPS: Workflow<u32, u32> = Workflow::new("steps");
+/// A workflow that sleeps its input in milliseconds, then finishes.
+pub const SLEEPER: Workflow<u64, ()> = Workflow::new("sleeper");
+
+/// How long a parked sleeper sleeps: a day, so none wakes while measured.
+pub const PARKED_SLEEP_MS: u64 = 86_400_000;
+
+/// Starts in flight at once while starting many workflows: enough to fill
+/// every shard's group commit, well under a shard's queue (4,096).
+pub const STARTS_IN_FLIGHT: usize = 1024;
+
+/// When each chain step ran, in order (shared with the step closures).
+#[derive(Clone, Debug, Default)]
+pub struct Stamps(Arc<Mutex<Vec<Instant>>>);
+
+impl Stamps {
+    /// Notes that a step runs now.
+    pub fn push(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Instant::now());
+    }
+
+    /// Every stamp so far, leaving none.
+    pub fn take(&self) -> Vec<Instant> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The gaps between consecutive stamps: each step's time from its
+    /// start to the next step's start (its result made durable, the next
+    /// step started), `n - 1` gaps for `n` stamps.
+    pub fn gaps(stamps: &[Instant]) -> Vec<Duration> {
+        stamps.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
+/// The engine configuration of `backend` with its files in `dir`.
+pub fn config(backend: fusee::Backend, dir: &Path) -> Config {
+    Config::new(StorageConfig::new(backend, dir))
+}
+
+/// Registers the three workflows; the chain's steps stamp `stamps`.
+pub fn register(engine: &Engine, stamps: &Stamps) {
+    let chain_stamps = stamps.clone();
+    engine.register(CHAIN, move |ctx: Ctx, n: u32| {
+        let stamps = chain_stamps.clone();
+        async move {
+            for _ in 0..n {
+                let stamps = stamps.clone();
+                ctx.step("stamp", move |_| {
+                    let stamps = stamps.clone();
+                    async move {
+                        stamps.push();
+                        Ok(())
+                    }
+                })
+                .await?;
+            }
+            Ok::<_, Failure>(n)
+        }
+    });
+    engine.register(STEPS, |ctx: Ctx, n: u32| async move {
+        for _ in 0..n {
+            ctx.step("noop", |_| async { Ok(()) }).await?;
+        }
+        Ok::<_, Failure>(n)
+    });
+    engine.register(SLEEPER, |ctx: Ctx, ms: u64| async move {
+        ctx.sleep("nap", Duration::from_millis(ms)).await?;
+        Ok::<_, Failure>(())
+    });
+}
+
+/// Retries `op` while the engine answers [`Error::Busy`] (a full queue
+/// refuses and records nothing).
+async fn unbusy<T, F, Fut>(mut op: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    loop {
+        match op().await {
+            Err(Error::Busy { .. }) => tokio::time::sleep(Duration::from_millis(1)).await,
+            other => return other,
+        }
+    }
+}
+
+/// Starts `workflow` as `{prefix}-{i}` for every `i` in `0..n` with
+/// `input`, [`STARTS_IN_FLIGHT`] at a time; returns once every start is
+/// durable.
+pub async fn start_all<I>(
+    engine: &Engine,
+    workflow: Workflow<I, impl Send + 'static>,
+    prefix: &str,
+    n: u64,
+    input: I,
+) -> WorkResult<()>
+where
+    I: serde::Serialize + Clone + Send + Sync + 'static,
+{
+    let mut tasks = JoinSet::new();
+    for i in 0..n {
+        if tasks.len() >= STARTS_IN_FLIGHT
+            && let Some(r) = tasks.join_next().await
+        {
+            r??;
+        }
+        let (engine, input) = (engine.clone(), input.clone());
+        let id = format!("{prefix}-{i}");
+        tasks.spawn(async move {
+            unbusy(|| engine.start(workflow, &id, &input))
+                .await
+                .map(|_| ())
+                .map_err(|e| -> TargetError { format!("starting {id}: {e}").into() })
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+/// Waits for the result of every `{prefix}-{i}` in order and checks it is
+/// `expected`. In order, one at a time: a result asked for is pushed when
+/// it is durable, so the last one bounds the time.
+pub async fn await_all<I, O>(
+    engine: &Engine,
+    workflow: Workflow<I, O>,
+    prefix: &str,
+    n: u64,
+    expected: &O,
+) -> WorkResult<()>
+where
+    O: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    for i in 0..n {
+        let id = format!("{prefix}-{i}");
+        let got = unbusy(|| engine.result(workflow, &id))
+            .await
+            .map_err(|e| format!("result of {id}: {e}"))?;
+        if &got != expected {
+            return Err(format!("{id} returned {got:?}, expected {expected:?}").into());
+        }
+    }
+    Ok(())
+}
+
+/// One chain: the gaps between its steps.
+#[derive(Clone, Debug, Default)]
+pub struct ChainRun {
+    /// Each step's time, start to the next step's start.
+    pub gaps: Vec<Duration>,
+    /// The whole workflow, start request to result.
+    pub total: Duration,
+}
+
+/// Runs one chain of `steps` steps as `id` on `engine` (registered with
+/// `stamps`).
+pub async fn chain(engine: &Engine, stamps: &Stamps, id: &str, steps: u32) -> WorkResult<ChainRun> {
+    stamps.take();
+    let t = Instant::now();
+    let n = engine
+        .execute(CHAIN, id, &steps)
+        .await
+        .map_err(|e| format!("chain {id}: {e}"))?;
+    let total = t.elapsed();
+    let stamps = stamps.take();
+    if n != steps || stamps.len() != steps as usize {
+        return Err(format!(
+            "chain {id}: {n} steps returned, {} ran, {steps} asked",
+            stamps.len()
+        )
+        .into());
+    }
+    Ok(ChainRun {
+        gaps: Stamps::gaps(&stamps),
+        total,
+    })
+}
+
+/// One fanout's figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FanoutRun {
+    /// Steps completed.
+    pub steps: u64,
+    /// From the first start to the last result.
+    pub elapsed: Duration,
+    /// Process CPU time meanwhile (every thread).
+    pub cpu: Duration,
+    /// Records flushed meanwhile.
+    pub records: u64,
+    /// Flushes meanwhile.
+    pub flushes: u64,
+    /// Runs the engine failed for reasons of its own (the peer only; see
+    /// [`super::peer::Outcome`]), not counted in `steps`.
+    pub failed: u64,
+}
+
+/// Runs `runs` workflows of `steps` steps at once as `{prefix}-{i}`.
+pub async fn fanout(engine: &Engine, prefix: &str, runs: u32, steps: u32) -> WorkResult<FanoutRun> {
+    let before = engine.metrics().await;
+    let cpu = process_cpu();
+    let t = Instant::now();
+    start_all(engine, STEPS, prefix, u64::from(runs), steps).await?;
+    await_all(engine, STEPS, prefix, u64::from(runs), &steps).await?;
+    let elapsed = t.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu);
+    let after = engine.metrics().await;
+    Ok(FanoutRun {
+        steps: u64::from(runs) * u64::from(steps),
+        elapsed,
+        cpu,
+        records: after.flushed_records - before.flushed_records,
+        flushes: after.flushes - before.flushes,
+        failed: 0,
+    })
+}
+
+/// One timers run's figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TimersRun {
+    /// From the first start until every start was durable.
+    pub starting: Duration,
+    /// From the first start to the last result.
+    pub all_done: Duration,
+    /// Runs the engine failed for reasons of its own (the peer only).
+    pub failed: u64,
+}
+
+/// Starts `n` sleepers of `sleep` as `{prefix}-{i}` and waits until all
+/// finished.
+pub async fn timers(
+    engine: &Engine,
+    prefix: &str,
+    n: u32,
+    sleep: Duration,
+) -> WorkResult<TimersRun> {
+    let ms = u64::try_from(sleep.as_millis())?;
+    let t = Instant::now();
+    start_all(engine, SLEEPER, prefix, u64::from(n), ms).await?;
+    let starting = t.elapsed();
+    await_all(engine, SLEEPER, prefix, u64::from(n), &()).await?;
+    Ok(TimersRun {
+        starting,
+        all_done: t.elapsed(),
+        failed: 0,
+    })
+}
+
+/// Starts `n` day-long sleepers as `parked-{i}` on an engine that parks
+/// idle runs at once, and returns once every one is parked.
+pub async fn park_sleepers(engine: &Engine, n: u64) -> WorkResult<()> {
+    start_all(engine, SLEEPER, "parked", n, PARKED_SLEEP_MS).await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let m = engine.metrics().await;
+        if m.parked_runs >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("{} of {n} sleepers parked after 10 minutes", m.parked_runs).into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// This process's CPU time, user and system, every thread
+/// (`/proc/self/stat`; zero where it cannot be read).
+pub fn process_cpu() -> Duration {
+    // Fields 14 and 15 (utime, stime) in clock ticks, counted after the
+    // command name's closing parenthesis (the name may hold spaces). Linux
+    // reports them in USER_HZ, 100 on every architecture it exposes to
+    // user space.
+    const TICKS_PER_S: u64 = 100;
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // `rest` starts at field 3 (state): utime is field 14, index 11.
+    let ticks = tick(11) + tick(12);
+    Duration::from_millis(ticks * 1000 / TICKS_PER_S)
+}
+
+/// This process's resident memory in bytes (`VmRSS`; zero where it cannot
+/// be read).
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_between_consecutive_stamps() {
+        let t = Instant::now();
+        let s = [
+            t,
+            t + Duration::from_millis(2),
+            t + Duration::from_millis(5),
+        ];
+        assert_eq!(
+            Stamps::gaps(&s),
+            [Duration::from_millis(2), Duration::from_millis(3)]
+        );
+        assert!(Stamps::gaps(&s[..1]).is_empty());
+    }
+
+    #[test]
+    fn this_process_has_cpu_time_and_memory() {
+        let mut x = 0u64;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(resident_bytes() > 0);
+        // Ticks of 10 ms: 30 ms of spinning shows at least one.
+        assert!(process_cpu() > Duration::ZERO);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_workloads_run_on_memory() -> WorkResult<()> {
+        let engine = Engine::open(Config::memory()).await?;
+        let stamps = Stamps::default();
+        register(&engine, &stamps);
+        let c = chain(&engine, &stamps, "c", 5).await?;
+        assert_eq!(c.gaps.len(), 4);
+        let f = fanout(&engine, "f", 20, 3).await?;
+        assert_eq!(f.steps, 60);
+        let t = timers(&engine, "t", 50, Duration::from_millis(20)).await?;
+        assert!(t.all_done >= Duration::from_millis(20));
+        engine.close().await?;
+        Ok(())
+    }
+}

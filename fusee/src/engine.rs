@@ -27,8 +27,8 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fusee_core::record::{RunId, Status};
@@ -42,8 +42,9 @@ use crate::clock::Clock;
 use crate::config::{Backend, StorageConfig, open_storage};
 use crate::ctx::Ctx;
 use crate::error::{Error, Result};
+use crate::ownership::{DEFAULT_LEASE, Ownership, ShardStatus, Shards};
 use crate::registry::Registry;
-use crate::runtime::driver::{self, ShardHandle};
+use crate::runtime::driver;
 use crate::runtime::{Input, LoopConfig};
 use crate::workflow::{Failure, Signal, Workflow, decode, encode};
 use crate::{AnyStorage, Metrics};
@@ -84,6 +85,16 @@ pub struct Config {
     pub max_payload: usize,
     /// Where time comes from (default: the system clock).
     pub clock: Clock,
+    /// Which shards this engine owns (default [`Ownership::All`]: every
+    /// shard, this process alone on its store). [`Ownership::Lease`] shares
+    /// a PostgreSQL store between processes, each owning the shards whose
+    /// leases it holds and taking over those of a process that dies; a
+    /// call for a shard owned elsewhere is [`Error::NotOwner`]. Messages
+    /// between workflows on shards of different processes (children,
+    /// `ctx.signal`, cancels) are not carried between processes: they wait
+    /// in the sender's outbox until both shards are in one process. See
+    /// [`Ownership`] and `fusee-storage-postgres/DEPLOYMENT.md`.
+    pub ownership: Ownership,
 }
 
 impl Config {
@@ -100,6 +111,7 @@ impl Config {
             compact_after_bytes: 8 << 20,
             max_payload: 4 << 20,
             clock: Clock::System,
+            ownership: Ownership::All,
         }
     }
 
@@ -177,6 +189,39 @@ impl Config {
         self
     }
 
+    /// Sets which shards the engine owns: [`Ownership::Lease`] for a store
+    /// shared by several processes.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fusee::Result<()> {
+    /// use std::time::Duration;
+    /// use fusee::{Config, Engine, Ownership, StorageConfig};
+    ///
+    /// let mut storage = StorageConfig::postgres("postgresql://fusee@db.internal/app")
+    ///     .postgres_lease(Duration::from_secs(5));
+    /// // Unique per live process; a restarted process may reuse its
+    /// // predecessor's name to take its shards back at once.
+    /// storage.postgres.owner = Some("worker-1".into());
+    /// let engine = Engine::open(Config::new(storage).shards(8).ownership(Ownership::Lease {
+    ///     retry: Some(Duration::from_secs(1)),
+    ///     prefer: Some(vec![0, 1, 2, 3]),
+    /// }))
+    /// .await?;
+    /// println!("this process owns shards {:?}", engine.owned_shards());
+    /// # Ok(()) }
+    /// ```
+    pub fn ownership(mut self, ownership: Ownership) -> Self {
+        self.ownership = ownership;
+        self
+    }
+
+    /// The store's lease time, as the engine times its tries by it
+    /// ([`PostgresSettings::lease`](crate::config::PostgresSettings::lease), or
+    /// the backend's default).
+    fn lease(&self) -> Duration {
+        self.storage.postgres.lease.unwrap_or(DEFAULT_LEASE)
+    }
+
     fn check(&self) -> Result<()> {
         if self.shards == 0 || self.shards > 4096 {
             return Err(Error::Config(format!(
@@ -187,6 +232,7 @@ impl Config {
         if self.queue_capacity == 0 {
             return Err(Error::Config("queue_capacity must be at least 1".into()));
         }
+        self.ownership.check(self.shards)?;
         let limit = fusee_core::wire::MAX_PAYLOAD;
         if self.max_payload > limit {
             return Err(Error::Config(format!(
@@ -361,7 +407,7 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("backend", &self.inner.config.storage.backend)
-            .field("shards", &self.inner.shards.len())
+            .field("shards", &self.inner.shards.count())
             .finish_non_exhaustive()
     }
 }
@@ -370,24 +416,19 @@ struct Inner {
     config: Config,
     registry: Registry,
     storage: Arc<AnyStorage>,
-    shards: Vec<Mutex<ShardHandle>>,
+    shards: Arc<Shards>,
     closed: AtomicBool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.shards.stop_keeper();
         if self.closed.load(Ordering::Acquire) {
             return;
         }
         // Dropped without close: stop as a crash would (what was written
         // stays in the page cache; nothing more is made durable).
-        for shard in &self.shards {
-            let mut h = shard.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = h.tx.send(Input::Crash);
-            if let Some(t) = h.thread.take() {
-                let _ = t.join();
-            }
-        }
+        self.shards.crash_all();
     }
 }
 
@@ -395,6 +436,10 @@ impl Engine {
     /// Opens the engine: the storage `config` names, every shard recovered
     /// (runs whose code is registered later start then). Must be called
     /// inside a tokio runtime: steps run as its tasks.
+    ///
+    /// Under [`Ownership::Lease`] only the shards this process can take
+    /// open here (the others are taken later, in the background; see
+    /// [`Ownership`]); a shard another process holds is no error then.
     pub async fn open(config: Config) -> Result<Engine> {
         config.check()?;
         let runtime = tokio::runtime::Handle::current();
@@ -429,10 +474,19 @@ impl Engine {
         let existing = storage
             .shards()
             .map_err(|error| Error::Storage { shard: 0, error })?;
+        let leased = matches!(config.ownership, Ownership::Lease { .. });
         if !existing.is_empty() {
             let n = existing.len() as u32;
             let contiguous = existing.iter().enumerate().all(|(i, &s)| i as u32 == s);
-            if !contiguous || n != config.shards {
+            // Under leases the store's shards are made by whichever process
+            // opens each first: a store some of whose shards no process
+            // opened yet is no error, one beyond the count is.
+            let fits = if leased {
+                existing.iter().all(|&s| s < config.shards)
+            } else {
+                contiguous && n == config.shards
+            };
+            if !fits {
                 return Err(Error::Config(format!(
                     "the store holds shards {existing:?}; the configuration asks for {}",
                     config.shards
@@ -451,30 +505,15 @@ impl Engine {
             #[cfg(feature = "testing")]
             sabotage: None,
         };
-        let mut shards = Vec::with_capacity(config.shards as usize);
-        let peers: driver::Peers = Arc::default();
-        for shard in 0..config.shards {
-            let handle = driver::spawn(
-                Arc::clone(&storage),
-                shard,
-                loop_config.clone(),
-                registry.clone(),
-                config.clock.clone(),
-                runtime.clone(),
-                Arc::clone(&peers),
-            )
-            .map_err(|error| Error::Storage { shard, error })?;
-            shards.push(Mutex::new(handle));
-        }
-        let senders: Vec<_> = shards
-            .iter()
-            .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()).tx.clone())
-            .collect();
-        let _ = peers.set(senders.clone());
-        // Shards that produced messages while recovering send them now.
-        for tx in &senders {
-            let _ = tx.send(Input::Tick);
-        }
+        let context = driver::Context {
+            storage: Arc::clone(&storage),
+            config: loop_config,
+            registry: registry.clone(),
+            clock: config.clock.clone(),
+            runtime,
+            peers: driver::Peers::new(config.shards),
+        };
+        let shards = Shards::open(context, config.shards, &config.ownership, config.lease())?;
         Ok(Engine {
             inner: Arc::new(Inner {
                 config,
@@ -501,10 +540,9 @@ impl Engine {
         Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
     {
         self.inner.registry.register(workflow, f);
-        for shard in &self.inner.shards {
-            let h = shard.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.shards.each_owned(|_, h| {
             let _ = h.tx.send(Input::Registered);
-        }
+        });
     }
 
     /// Starts `workflow` as `id` with `input` (a new ID only: see
@@ -775,22 +813,36 @@ impl Engine {
         .await
     }
 
-    /// The engine's figures, summed over its shards.
+    /// The engine's figures, summed over the shards it owns (all of them
+    /// but under [`Ownership::Lease`]; [`Engine::owned_shards`] says which).
     pub async fn metrics(&self) -> Metrics {
         let mut total = Metrics::default();
-        for shard in &self.inner.shards {
+        let mut replies = Vec::new();
+        self.inner.shards.each_owned(|_, h| {
             let (tx, rx) = oneshot::channel();
-            {
-                let h = shard.lock().unwrap_or_else(|e| e.into_inner());
-                if h.tx.send(Input::Metrics { reply: tx }).is_err() {
-                    continue;
-                }
+            if h.tx.send(Input::Metrics { reply: tx }).is_ok() {
+                replies.push(rx);
             }
+        });
+        for rx in replies {
             if let Ok(m) = rx.await {
                 total.merge(&m);
             }
         }
         total
+    }
+
+    /// The shards this engine owns now, in order: every shard but under
+    /// [`Ownership::Lease`], where a call for another is
+    /// [`Error::NotOwner`].
+    pub fn owned_shards(&self) -> Vec<u32> {
+        self.inner.shards.owned()
+    }
+
+    /// Where each shard stands in this engine: owned or not, how often
+    /// opened and lost, and why it is not owned.
+    pub fn shard_status(&self) -> Vec<ShardStatus> {
+        self.inner.shards.status()
     }
 
     /// Closes the engine: stops taking requests, lets runs reach a quiescent
@@ -801,15 +853,18 @@ impl Engine {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // No shard is taken any more (one being opened finishes opening
+        // and is closed with the others).
+        let shards = Arc::clone(&self.inner.shards);
+        let _ = tokio::task::spawn_blocking(move || shards.stop_keeper()).await;
         let mut first_err = None;
         let mut replies = Vec::new();
-        for shard in &self.inner.shards {
+        self.inner.shards.each_owned(|_, h| {
             let (tx, rx) = oneshot::channel();
-            let h = shard.lock().unwrap_or_else(|e| e.into_inner());
             if h.tx.send(Input::Close { reply: tx }).is_ok() {
                 replies.push(rx);
             }
-        }
+        });
         for rx in replies {
             match rx.await {
                 Ok(Ok(())) => {}
@@ -823,15 +878,8 @@ impl Engine {
         }
         let inner = Arc::clone(&self.inner);
         let joined = tokio::task::spawn_blocking(move || {
-            for shard in &inner.shards {
-                let thread = shard
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .thread
-                    .take();
-                if let Some(t) = thread {
-                    let _ = t.join();
-                }
+            for t in inner.shards.take_threads() {
+                let _ = t.join();
             }
             inner.storage.close()
         })
@@ -861,9 +909,9 @@ impl Engine {
         self.request_shard(shard, make).await
     }
 
-    /// How many shards the engine runs.
+    /// How many shards the engine has (owned or not).
     pub(crate) fn shard_count(&self) -> u32 {
-        self.inner.shards.len() as u32
+        self.inner.shards.count()
     }
 
     /// Sends a request to shard `shard` and waits for its answer.
@@ -877,9 +925,14 @@ impl Engine {
         }
         let (tx, rx) = oneshot::channel();
         {
-            let h = self.inner.shards[shard as usize]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let slot = self
+                .inner
+                .shards
+                .slot(shard)
+                .ok_or(Error::NotOwner { shard })?;
+            let Some(h) = &slot.handle else {
+                return Err(Error::NotOwner { shard });
+            };
             let capacity = self.inner.config.queue_capacity;
             if h.queued.fetch_add(1, Ordering::AcqRel) >= capacity {
                 h.queued.fetch_sub(1, Ordering::AcqRel);
@@ -887,10 +940,22 @@ impl Engine {
             }
             if h.tx.send(make(tx)).is_err() {
                 h.queued.fetch_sub(1, Ordering::AcqRel);
-                return Err(Error::Closed);
+                return Err(self.gone(shard));
             }
         }
-        rx.await.map_err(|_| Error::Closed)?
+        rx.await.map_err(|_| self.gone(shard))?
+    }
+
+    /// The error for a request whose shard stopped before answering: under
+    /// a lease a shard stops only when it is lost (it is not this engine's
+    /// any more, and the request was not taken, or was refused unrecorded);
+    /// otherwise the engine closed.
+    fn gone(&self, shard: u32) -> Error {
+        if self.inner.shards.leased() && !self.inner.closed.load(Ordering::Acquire) {
+            Error::NotOwner { shard }
+        } else {
+            Error::Closed
+        }
     }
 }
 
@@ -939,12 +1004,20 @@ impl Engine {
     /// Each shard's activity and its client requests not yet taken, by
     /// shard.
     pub(crate) fn activity(&self) -> Vec<(driver::ActivityState, usize)> {
-        self.inner
-            .shards
-            .iter()
+        (0..self.inner.shards.count())
             .map(|shard| {
-                let h = shard.lock().unwrap_or_else(|e| e.into_inner());
-                (h.activity.snapshot(), h.queued.load(Ordering::Acquire))
+                let slot = self.inner.shards.slot(shard);
+                match slot.as_ref().and_then(|s| s.handle.as_ref()) {
+                    Some(h) => (h.activity.snapshot(), h.queued.load(Ordering::Acquire)),
+                    // A shard not owned here does nothing here.
+                    None => (
+                        driver::ActivityState {
+                            idle: true,
+                            ..Default::default()
+                        },
+                        0,
+                    ),
+                }
             })
             .collect()
     }
@@ -959,13 +1032,8 @@ impl Engine {
     /// Blocks until the shard threads end.
     pub(crate) fn crash_stop(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        for shard in &self.inner.shards {
-            let mut h = shard.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = h.tx.send(Input::Crash);
-            if let Some(t) = h.thread.take() {
-                let _ = t.join();
-            }
-        }
+        self.inner.shards.stop_keeper();
+        self.inner.shards.crash_all();
     }
 }
 

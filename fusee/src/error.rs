@@ -259,6 +259,22 @@ pub enum Error {
         /// The limit's name.
         name: String,
     },
+    /// The workflow's shard is not owned by this engine (under
+    /// [`crate::Ownership::Lease`]): another process holds its lease, its
+    /// owner died and this engine has not taken it over yet, or this engine
+    /// lost it (its storage answered `Fenced`: another owner took it over).
+    /// Nothing was recorded here, and a caller that was waiting on the
+    /// shard (a start or signal not yet acknowledged, a result) was not
+    /// answered: send the request to the process that owns the shard, or
+    /// try again here later ([`crate::Engine::owned_shards`] says which
+    /// shards this engine owns).
+    #[error(
+        "shard {shard} is not owned by this engine (another process holds its lease, or it is being taken over): nothing was recorded here; send the request to its owner or try again later"
+    )]
+    NotOwner {
+        /// The shard.
+        shard: u32,
+    },
     /// An update's key cannot name it ([`crate::Engine::update_once`]).
     #[error("update key {key:?} for workflow {id:?} is invalid: {reason}")]
     BadUpdateKey {

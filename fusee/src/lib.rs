@@ -56,7 +56,8 @@
 //! |---|---|
 //! | [`Engine`] | open, register, start, execute, signal, update, update_with_start, query, cancel, terminate, result, describe, metrics, close |
 //! | operator verbs on [`Engine`] | [`Engine::pause`], [`Engine::resume`], [`Engine::reset`], [`Engine::list`] ([`ListFilter`], [`Page`]), [`Engine::cancel_all`], [`Engine::terminate_all`] |
-//! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock |
+//! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock, [`Ownership`] |
+//! | [`Ownership::Lease`] | several processes on one PostgreSQL store, each owning the shards whose leases it holds and taking over a dead one's; a call for a shard owned elsewhere is [`Error::NotOwner`]; [`Engine::owned_shards`], [`Engine::shard_status`] ([`ownership`]) |
 //! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
 //! | [`RetryPolicy`] | how failed step attempts are retried |
@@ -103,6 +104,7 @@ pub mod inspect;
 pub mod limit;
 mod metrics;
 mod operator;
+pub mod ownership;
 pub mod promise;
 pub mod queue;
 mod registry;
@@ -133,6 +135,7 @@ pub use fusee_storage::StorageError;
 pub use limit::{LimitBuilder, LimitDescription, LimitedStep, Limits};
 pub use metrics::{Histogram, Metrics, ShardMetrics};
 pub use operator::{Cursor, ListFilter, Page, RunSummary, StatusFilter};
+pub use ownership::{Ownership, ShardStatus};
 pub use promise::{Promise, PromiseWait};
 pub use queue::{Enqueued, ItemOptions, Queue, QueueBuilder, QueueDescription, Queues};
 pub use retry::{OnExhausted, RetryPolicy};

@@ -2,15 +2,27 @@
 //! a flusher thread (so records keep arriving while a flush is in flight),
 //! its steps as tasks of the embedder's tokio runtime, and the time from
 //! the engine's [`Clock`].
+//!
+//! Messages between shards travel through [`Peers`], the input channels of
+//! the shards running in this process. A shard this process does not run
+//! (owned by another process under [`crate::Ownership::Lease`], or not
+//! opened yet) has no channel: a message for it stays in its sender's
+//! outbox, and each time a shard starts running here (a new incarnation)
+//! every driver routes the messages its outbox holds for that shard again.
+//! Under a lease a shard whose storage failed stops its thread (its
+//! callers answered by the loop), and the engine is told
+//! ([`Leased::on_lost`]) so it can open the shard again later.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use fusee_storage::StorageError;
 use tokio::runtime::Handle;
 
+use super::messages::Message;
 use super::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 use crate::AnyStorage;
 use crate::clock::Clock;
@@ -35,21 +47,116 @@ pub(crate) struct ShardHandle {
 /// that jumps (a suspended laptop) is noticed.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
-/// Every shard's input channel, by shard, set once all shards are running:
-/// how messages between shards are carried.
-pub(crate) type Peers = Arc<OnceLock<Vec<Sender<Input>>>>;
+/// How often a shard under a lease asks its storage whether it was fenced
+/// (an in-memory check for the PostgreSQL backend, whose renewal thread
+/// marks a shard another owner took over): an idle shard lets go of a
+/// shard it lost within this, rather than at its next write.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// What a shard needs to run, the same for every shard of an engine.
+#[derive(Clone)]
+pub(crate) struct Context {
+    pub(crate) storage: Arc<AnyStorage>,
+    pub(crate) config: LoopConfig,
+    pub(crate) registry: Registry,
+    pub(crate) clock: Clock,
+    pub(crate) runtime: Handle,
+    pub(crate) peers: Arc<Peers>,
+}
+
+/// How a shard under [`crate::Ownership::Lease`] ends: after a storage
+/// failure (`Fenced` included) its thread stops, rather than answering
+/// errors until the engine closes, and says so.
+pub(crate) struct Leased {
+    /// Called once, from the shard's thread, after the loop stopped after
+    /// a storage failure and its parts were dropped (so the shard can be
+    /// opened again): why, and whether the storage answered `Fenced`.
+    pub(crate) on_lost: Box<dyn FnOnce(String, bool) + Send>,
+}
+
+/// A shard running here, as its peers reach it.
+#[derive(Clone)]
+struct Peer {
+    /// Which opening of the shard this is: a new one is sent the messages
+    /// its senders' outboxes hold for it.
+    incarnation: u64,
+    tx: Sender<Input>,
+}
+
+/// The input channels of the shards running in this process, by shard:
+/// how messages between shards are carried (see the [module docs](self)).
+pub(crate) struct Peers {
+    running: RwLock<Vec<Option<Peer>>>,
+    /// Moves at every change, so a driver notices one with a load.
+    generation: AtomicU64,
+}
+
+/// A driver's copy of [`Peers`] as of one generation.
+struct PeerView {
+    generation: u64,
+    running: Vec<Option<Peer>>,
+}
+
+impl Peers {
+    /// A table of `shards` shards, none running.
+    pub(crate) fn new(shards: u32) -> Arc<Self> {
+        Arc::new(Self {
+            running: RwLock::new(vec![None; shards as usize]),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// Shard `shard`'s opening `incarnation` runs here now, reached
+    /// through `tx`. Drivers notice at their next iteration; the caller
+    /// wakes them (an [`Input::Tick`]).
+    pub(crate) fn join(&self, shard: u32, incarnation: u64, tx: Sender<Input>) {
+        let mut running = self.running.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = running.get_mut(shard as usize) {
+            *slot = Some(Peer { incarnation, tx });
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Shard `shard`'s opening `incarnation` stopped (a later one stays).
+    pub(crate) fn leave(&self, shard: u32, incarnation: u64) {
+        let mut running = self.running.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = running.get_mut(shard as usize)
+            && slot.as_ref().is_some_and(|p| p.incarnation == incarnation)
+        {
+            *slot = None;
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn view(&self) -> PeerView {
+        // The generation first: a change after it is seen again later.
+        let generation = self.generation.load(Ordering::Acquire);
+        let running = self
+            .running
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        PeerView {
+            generation,
+            running,
+        }
+    }
+}
+
+impl PeerView {
+    fn incarnation(&self, shard: usize) -> Option<u64> {
+        self.running.get(shard)?.as_ref().map(|p| p.incarnation)
+    }
+}
 
 /// Starts shard `shard`: its thread recovers it, then runs it. Returns once
-/// recovery finished, with the handle or the storage's error.
+/// recovery finished, with the handle or the storage's error. With
+/// `leased`, a storage failure stops the thread (see [`Leased`]).
 pub(crate) fn spawn(
-    storage: Arc<AnyStorage>,
+    context: &Context,
     shard: u32,
-    config: LoopConfig,
-    registry: Registry,
-    clock: Clock,
-    runtime: Handle,
-    peers: Peers,
-) -> Result<ShardHandle, fusee_storage::StorageError> {
+    leased: Option<Leased>,
+) -> Result<ShardHandle, StorageError> {
     let (tx, rx) = mpsc::channel::<Input>();
     let (ready_tx, ready_rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
@@ -57,6 +164,14 @@ pub(crate) fn spawn(
     let thread_tx = tx.clone();
     let thread_queued = Arc::clone(&queued);
     let thread_activity = Arc::clone(&activity);
+    let Context {
+        storage,
+        config,
+        registry,
+        clock,
+        runtime,
+        peers,
+    } = context.clone();
     if let Clock::Virtual(v) = &clock {
         let poke = tx.clone();
         v.watch(Box::new(move || {
@@ -79,16 +194,19 @@ pub(crate) fn spawn(
             };
             drive(
                 shard_loop,
-                rx,
-                thread_tx,
-                thread_queued,
+                Channel {
+                    rx,
+                    tx: thread_tx,
+                    queued: thread_queued,
+                },
                 clock,
                 runtime,
-                peers,
+                &peers,
                 &thread_activity,
+                leased,
             );
         })
-        .map_err(|e| fusee_storage::StorageError::io("spawning a shard thread", e))?;
+        .map_err(|e| StorageError::io("spawning a shard thread", e))?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(ShardHandle {
             tx,
@@ -102,7 +220,7 @@ pub(crate) fn spawn(
         }
         Err(_) => {
             let _ = thread.join();
-            Err(fusee_storage::StorageError::io(
+            Err(StorageError::io(
                 "recovering a shard",
                 std::io::Error::other("the shard thread died during recovery"),
             ))
@@ -110,23 +228,38 @@ pub(crate) fn spawn(
     }
 }
 
+/// A shard thread's input channel.
+struct Channel {
+    rx: Receiver<Input>,
+    /// Its sending side, for step tasks and the flusher.
+    tx: Sender<Input>,
+    /// Client requests sent and not yet taken.
+    queued: Arc<AtomicUsize>,
+}
+
 /// The shard thread's loop: run, carry out the effects, wait for an input
 /// or the next wake-up.
-#[allow(clippy::too_many_arguments)]
 fn drive(
     mut shard: ShardLoop,
-    rx: Receiver<Input>,
-    tx: Sender<Input>,
-    queued: Arc<AtomicUsize>,
+    channel: Channel,
     clock: Clock,
     runtime: Handle,
-    peers: Peers,
+    peers: &Peers,
     activity: &Activity,
+    leased: Option<Leased>,
 ) {
+    let Channel { rx, tx, queued } = channel;
     let flusher = Flusher::start(shard.shard, tx.clone());
-    // Messages produced before every shard was running (at recovery).
+    let mut view = peers.view();
     let mut unsent: Vec<(u32, Input)> = Vec::new();
+    let mut probed = Instant::now();
     loop {
+        if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
+            probed = Instant::now();
+            if let Err(e @ StorageError::Fenced { .. }) = probe(&mut shard) {
+                shard.fail(e);
+            }
+        }
         let now = clock.now_ms();
         let Effects {
             flush,
@@ -134,26 +267,47 @@ fn drive(
             more,
             messages,
         } = shard.run(now);
+        // A shard under a lease that failed is someone else's now (or
+        // will be reopened): it starts nothing more.
+        let stopping = leased.is_some() && shard.failed.is_some();
         if let Some(ticket) = flush {
             flusher.send(ticket);
         }
-        for job in steps {
-            activity.step_started();
-            spawn_step(&runtime, job, tx.clone());
+        if !stopping {
+            for job in steps {
+                activity.step_started();
+                spawn_step(&runtime, job, tx.clone());
+            }
+        }
+        if peers.generation.load(Ordering::Acquire) != view.generation {
+            let fresh = peers.view();
+            let came: Vec<bool> = (0..fresh.running.len())
+                .map(|t| {
+                    fresh
+                        .incarnation(t)
+                        .is_some_and(|i| view.incarnation(t) != Some(i))
+                })
+                .collect();
+            view = fresh;
+            if came.contains(&true) {
+                route_again(&mut shard, &came);
+                unsent.append(&mut shard.outgoing);
+            }
         }
         unsent.extend(messages);
-        if let Some(peers) = peers.get() {
-            for (target, input) in unsent.drain(..) {
-                // A stopped shard's messages go out again after a restart.
-                if let Some(peer) = peers.get(target as usize) {
-                    let message = Activity::is_message(&input);
-                    if peer.send(input).is_ok() && message {
-                        activity.message_sent();
-                    }
+        for (target, input) in unsent.drain(..) {
+            // A shard not running here gets nothing: a message stays in
+            // its sender's outbox, routed again when the shard comes (or
+            // sent again when the sender recovers); an acknowledgement is
+            // sent again by the target when the sender sends again.
+            if let Some(Some(peer)) = view.running.get(target as usize) {
+                let message = Activity::is_message(&input);
+                if peer.tx.send(input).is_ok() && message {
+                    activity.message_sent();
                 }
             }
         }
-        if shard.is_closed() {
+        if shard.is_closed() || stopping {
             break;
         }
         let input = if more {
@@ -162,7 +316,7 @@ fn drive(
                 mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
             })
         } else {
-            let wait = match (&clock, shard.next_wake()) {
+            let mut wait = match (&clock, shard.next_wake()) {
                 (_, Some(at)) if at <= now => Duration::ZERO,
                 (Clock::System, Some(at)) => Duration::from_millis(at - now).min(MAX_SLEEP),
                 (Clock::System, None) => MAX_SLEEP,
@@ -170,6 +324,9 @@ fn drive(
                 // tick: wait for inputs only.
                 (Clock::Virtual(_), _) => Duration::from_secs(3600),
             };
+            if leased.is_some() {
+                wait = wait.min(PROBE_EVERY);
+            }
             if !wait.is_zero() && !shard.flushing && shard.inbox.is_empty() && unsent.is_empty() {
                 activity.idle(shard.core.next_timer());
             }
@@ -187,6 +344,46 @@ fn drive(
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
+    let lost = shard.failed.clone().map(|why| (why, shard.fenced));
+    // The parts go first (a lease is released, the storage's claim on the
+    // shard ends), then the channel: requests still queued are dropped
+    // unanswered, which the engine reports as not owned.
+    drop(shard);
+    drop(flusher);
+    drop(rx);
+    if let (Some(leased), Some((why, fenced))) = (leased, lost) {
+        (leased.on_lost)(why, fenced);
+    }
+}
+
+/// Routes again every message in `shard`'s outbox for a shard that `came`
+/// (started running here since the driver last looked).
+fn route_again(shard: &mut ShardLoop, came: &[bool]) {
+    let shards = shard.config.shards;
+    let again: Vec<(u64, Message)> = shard
+        .outbox
+        .pending()
+        .filter(|(_, m)| came.get(m.target_shard(shards) as usize) == Some(&true))
+        .map(|(id, m)| (id, m.clone()))
+        .collect();
+    for (id, message) in again {
+        shard.route(id, message);
+    }
+}
+
+/// Asks the shard's log whether the shard is still this process's: a read
+/// of nothing, which the PostgreSQL log answers from memory with `Fenced`
+/// once its storage saw another owner's epoch. Other backends are never
+/// fenced and are not asked.
+fn probe(shard: &mut ShardLoop) -> Result<(), StorageError> {
+    #[cfg(feature = "postgres")]
+    if let crate::any_storage::AnyLog::Postgres(log) = &mut shard.log {
+        use fusee_storage::LogStore;
+        let last = log.last_lsn();
+        return log.read(last, &mut |_, _| Ok(())).map(|_| ());
+    }
+    let _ = shard;
+    Ok(())
 }
 
 /// Hands an input to the loop, counting a client request as taken.

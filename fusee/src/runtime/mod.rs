@@ -42,7 +42,8 @@
 //!   steps through the gate LSN).
 //! - A client request refused records nothing.
 //! - A storage failure stops the shard: every waiting caller gets
-//!   [`crate::Error::Storage`], and nothing more is appended.
+//!   [`crate::Error::Storage`] ([`crate::Error::NotOwner`] when the
+//!   storage answered `Fenced`), and nothing more is appended.
 
 mod checkpoint;
 mod compaction;
@@ -354,6 +355,10 @@ pub(crate) struct ShardLoop {
     closed: bool,
     /// The storage failed: the shard takes no more work.
     failed: Option<String>,
+    /// The failure was `Fenced`: another owner took the shard over, and
+    /// waiting callers get [`Error::NotOwner`] (nothing of theirs was
+    /// written) rather than a storage error.
+    fenced: bool,
     /// Log bytes since the last checkpoint, and when it was.
     since_checkpoint: u64,
     checkpoint_ms: u64,
@@ -546,6 +551,7 @@ impl ShardLoop {
     fn fail(&mut self, e: fusee_storage::StorageError) {
         tracing::error!(shard = self.shard, error = %e, "storage failed; the shard stops");
         if self.failed.is_none() {
+            self.fenced = matches!(e, fusee_storage::StorageError::Fenced { .. });
             self.failed = Some(e.to_string());
         }
         self.refuse_all();
@@ -556,9 +562,16 @@ impl ShardLoop {
         let Some(msg) = self.failed.clone() else {
             return;
         };
-        let err = |shard| Error::Storage {
-            shard,
-            error: fusee_storage::StorageError::Backend(msg.clone().into()),
+        let fenced = self.fenced;
+        let err = |shard| {
+            if fenced {
+                Error::NotOwner { shard }
+            } else {
+                Error::Storage {
+                    shard,
+                    error: fusee_storage::StorageError::Backend(msg.clone().into()),
+                }
+            }
         };
         for (_, w) in self.waiting.drain() {
             match w {

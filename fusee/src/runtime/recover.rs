@@ -139,6 +139,7 @@ impl ShardLoop {
             closing: None,
             closed: false,
             failed: None,
+            fenced: false,
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
             housekeeping_ms: now_ms,

@@ -25,6 +25,8 @@
 #   FUSEE_QUEUE_CRASHES       crashes while they go through         (20)
 #   FUSEE_SIM_SEEDS           simulator seeds (from FUSEE_SIM_FIRST) (300)
 #   FUSEE_SIM_SABOTAGE_SEEDS  seeds each sabotage may take          (2,000)
+#   FUSEE_LEASE_RUNS          runs per round of the lease takeover  (120)
+#   FUSEE_LEASE_ROUNDS        takedowns in the lease takeover       (2)
 # FUSEE_SEED (and FUSEE_CONFORMANCE_SEED) replay the seed a failure printed;
 # a simulator failure prints its own command (FUSEE_SIM_SEED=...).
 set -euo pipefail

@@ -355,6 +355,10 @@ pub struct EngineFigures {
     /// Notes on this subject's figures (a count that differs, a workload
     /// it cannot run), one sentence each.
     pub notes: Vec<String>,
+    /// Workloads whose runs came back wrong on this subject (its figures
+    /// left out, a note says what): a goal judged on one is failed, not
+    /// "not measured".
+    pub failed: Vec<&'static str>,
 }
 
 impl EngineFigures {

@@ -66,6 +66,8 @@ pub enum Outcome {
     Missed,
     /// A figure it needs was not measured in this run.
     NotMeasured,
+    /// Its workload's runs came back wrong (see the notes).
+    Failed,
 }
 
 /// One goal of the issue, judged on this run's figures.
@@ -81,11 +83,16 @@ pub struct Goal {
     pub limit: f64,
     /// Whether the figure must be at most (`true`) or at least the limit.
     pub at_most: bool,
+    /// Whether the workload's runs came back wrong on the file backend.
+    pub failed: bool,
 }
 
 impl Goal {
-    /// Met, missed, or not measured.
+    /// Met, missed, not measured, or failed.
     pub fn outcome(&self) -> Outcome {
+        if self.failed {
+            return Outcome::Failed;
+        }
         match self.value {
             Some(v) if v.is_finite() => {
                 if (self.at_most && v <= self.limit) || (!self.at_most && v >= self.limit) {
@@ -104,6 +111,7 @@ impl Goal {
             Outcome::Met => "met",
             Outcome::Missed => "MISSED",
             Outcome::NotMeasured => "not measured",
+            Outcome::Failed => "FAILED (see the notes)",
         };
         let value = self.value.map_or_else(|| "-".into(), sig3);
         format!("{} {value}{}: {verdict}", self.name, self.what)
@@ -169,9 +177,14 @@ impl EngineReport {
             (Some(a), Some(b)) if b > 0.0 => Some(a / b),
             _ => None,
         };
+        let failed = |name: &str| {
+            self.by_name("file")
+                .is_some_and(|s| s.figures.failed.contains(&name))
+        };
         vec![
             Goal {
                 name: "chain",
+                failed: failed("chain"),
                 value: ratio(
                     file(EngineMetric::ChainP50),
                     file_floor(EngineMetric::ChainP50),
@@ -182,6 +195,7 @@ impl EngineReport {
             },
             Goal {
                 name: "fanout",
+                failed: failed("fanout"),
                 value: ratio(
                     file(EngineMetric::FanoutRate),
                     self.value("duroxide", EngineMetric::FanoutRate),
@@ -192,6 +206,7 @@ impl EngineReport {
             },
             Goal {
                 name: "timers",
+                failed: failed("timers"),
                 value: file(EngineMetric::TimersDone),
                 what: " s until all finished (goal at most 1.5 s)",
                 limit: 1.5,
@@ -199,6 +214,7 @@ impl EngineReport {
             },
             Goal {
                 name: "parked",
+                failed: failed("parked"),
                 value: file(EngineMetric::ParkedOpen),
                 what: " s to open (goal at most 1 s)",
                 limit: 1.0,
@@ -445,6 +461,7 @@ mod tests {
             figures: EngineFigures {
                 values: values.to_vec(),
                 notes: vec![],
+                failed: vec![],
             },
         }
     }
@@ -511,6 +528,20 @@ mod tests {
         // Exactly at the limits is met.
         let r = sample(120.0, 10_000.0, 1.5, 1.0);
         assert!(r.goals().iter().all(|g| g.outcome() == Outcome::Met));
+    }
+
+    #[test]
+    fn a_workload_that_came_back_wrong_fails_its_goal() {
+        let mut r = sample(110.0, 20_000.0, 1.2, 0.5);
+        r.subjects[2].figures.failed.push("parked");
+        let g = r.goals();
+        assert_eq!(g[3].outcome(), Outcome::Failed);
+        let v = r.verdict();
+        assert!(
+            v.contains("parked 0.500 s to open (goal at most 1 s): FAILED"),
+            "{v}"
+        );
+        assert!(v.ends_with("3 of 4 measured goals met"), "{v}");
     }
 
     #[test]

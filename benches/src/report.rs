@@ -201,51 +201,60 @@ impl Report {
         for s in &self.subjects {
             let _ = writeln!(out, "flush, {}: {}", s.name, s.flush_method);
         }
-        let _ = writeln!(out);
-        for (i, row) in rows.iter().enumerate() {
-            let line: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(c, (s, w))| {
-                    if c < 2 {
-                        format!("{s:<w$}")
-                    } else {
-                        format!("{s:>w$}")
-                    }
-                })
-                .collect();
-            let _ = writeln!(out, "{}", line.join("  ").trim_end());
-            if i == 0 {
-                let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-                let _ = writeln!(out, "{}", "-".repeat(total));
+        if self.subjects.is_empty() {
+            // `--engine-only`: no storage table of empty columns.
+            let _ = writeln!(
+                out,
+                "\nstorage section not run (--engine-only)\nrun took {:.1} s",
+                self.seconds
+            );
+        } else {
+            let _ = writeln!(out);
+            for (i, row) in rows.iter().enumerate() {
+                let line: Vec<String> = row
+                    .iter()
+                    .zip(&widths)
+                    .enumerate()
+                    .map(|(c, (s, w))| {
+                        if c < 2 {
+                            format!("{s:<w$}")
+                        } else {
+                            format!("{s:>w$}")
+                        }
+                    })
+                    .collect();
+                let _ = writeln!(out, "{}", line.join("  ").trim_end());
+                if i == 0 {
+                    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+                    let _ = writeln!(out, "{}", "-".repeat(total));
+                }
             }
-        }
-        let _ = writeln!(
-            out,
-            "\nwhere the group-commit time goes (µs per batch; × = to the floor's):"
-        );
-        for (batch, rows) in self.breakdown_rows() {
-            for r in rows {
-                let _ = writeln!(
-                    out,
-                    "  batch {batch:>4}, {}: appends {}, flush p50 {}, p99 {}, \
-                     time above the median flush {}",
-                    r[0], r[1], r[2], r[3], r[4]
-                );
+            let _ = writeln!(
+                out,
+                "\nwhere the group-commit time goes (µs per batch; × = to the floor's):"
+            );
+            for (batch, rows) in self.breakdown_rows() {
+                for r in rows {
+                    let _ = writeln!(
+                        out,
+                        "  batch {batch:>4}, {}: appends {}, flush p50 {}, p99 {}, \
+                         time above the median flush {}",
+                        r[0], r[1], r[2], r[3], r[4]
+                    );
+                }
             }
+            let _ = writeln!(
+                out,
+                "\n(×N = N times worse than the floor; below 1 = better)\n{}\n\
+                 table memory per parked run: {} bytes ({} parked runs in ShardCore; ×{} the 32-byte index record)\n\
+                 run took {:.1} s",
+                self.verdict(),
+                sig3(self.table_bytes_per_run),
+                self.plan.parked_runs,
+                sig3(self.table_ratio()),
+                self.seconds
+            );
         }
-        let _ = writeln!(
-            out,
-            "\n(×N = N times worse than the floor; below 1 = better)\n{}\n\
-             table memory per parked run: {} bytes ({} parked runs in ShardCore; ×{} the 32-byte index record)\n\
-             run took {:.1} s",
-            self.verdict(),
-            sig3(self.table_bytes_per_run),
-            self.plan.parked_runs,
-            sig3(self.table_ratio()),
-            self.seconds
-        );
         if let Some(e) = &self.engine {
             out.push_str(&e.text());
         }
@@ -332,6 +341,21 @@ impl Report {
         for (k, v) in self.machine.fields() {
             let _ = writeln!(out, "| {k} | {} |", md_escape(&v));
         }
+        if self.subjects.is_empty() {
+            // `--engine-only`: no storage table of empty columns.
+            let _ = writeln!(out, "\nThe storage section was not run (`--engine-only`).");
+        } else {
+            self.storage_markdown(&mut out);
+        }
+        if let Some(e) = &self.engine {
+            out.push_str(&e.markdown());
+        }
+        out
+    }
+
+    /// The storage section of [`Report::markdown`]: subjects, results,
+    /// verdict and the group-commit breakdown.
+    fn storage_markdown(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "\n## Subjects and flush methods\n\n| subject | role | flush method |\n|---|---|---|"
@@ -345,22 +369,22 @@ impl Report {
                 md_escape(&s.flush_method)
             );
         }
-        let _ = writeln!(out, "\n## Results\n");
-        let _ = write!(out, "| metric | unit |");
+        let _ = writeln!(*out, "\n## Results\n");
+        let _ = write!(*out, "| metric | unit |");
         for s in &self.subjects {
-            let _ = write!(out, " {} |", s.name);
+            let _ = write!(*out, " {} |", s.name);
         }
-        let _ = write!(out, "\n|---|---|");
+        let _ = write!(*out, "\n|---|---|");
         for _ in &self.subjects {
-            let _ = write!(out, "---:|");
+            let _ = write!(*out, "---:|");
         }
-        let _ = writeln!(out);
+        let _ = writeln!(*out);
         for m in Metric::per_subject() {
-            let _ = write!(out, "| {} | {} |", m.label(), m.unit());
+            let _ = write!(*out, "| {} | {} |", m.label(), m.unit());
             for s in &self.subjects {
-                let _ = write!(out, " {} |", self.cell(m, s, true));
+                let _ = write!(*out, " {} |", self.cell(m, s, true));
             }
-            let _ = writeln!(out);
+            let _ = writeln!(*out);
         }
         let _ = writeln!(
             out,
@@ -388,13 +412,9 @@ impl Report {
         );
         for (batch, rows) in self.breakdown_rows() {
             for row in rows {
-                let _ = writeln!(out, "| {batch} | {} |", row.join(" | "));
+                let _ = writeln!(*out, "| {batch} | {} |", row.join(" | "));
             }
         }
-        if let Some(e) = &self.engine {
-            out.push_str(&e.markdown());
-        }
-        out
     }
 
     /// Per batch size, one row of five cells per subject that has its

@@ -1,7 +1,9 @@
-//! Keyed updates (`Engine::update_once`): a call repeated with its key —
-//! after a lost reply, while the first still runs, after a crash — records
-//! nothing and gets the first call's result, so a client that retries
-//! applies its change once.
+//! Every update gets an answer, once. Keyed updates
+//! (`Engine::update_once`): a call repeated with its key — after a lost
+//! reply, while the first still runs, after a crash — records nothing and
+//! gets the first call's result, so a client that retries applies its
+//! change once. A handler the run's end cuts short fails its caller (the
+//! simulator found callers that waited for ever), the same after a crash.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,6 +14,9 @@ use fusee::{Config, Ctx, Engine, Error, Failure, IdPolicy, Signal, Update, Workf
 const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
 const ADD: Update<String, usize> = Update::new("add");
 const GO: Signal<()> = Signal::new("go");
+const NEVER: Signal<()> = Signal::new("never");
+const SHORT: Workflow<(), u32> = Workflow::new("short");
+const HANG: Update<(), u32> = Update::new("hang");
 
 /// A cart whose `add` handler prices the item in a step (counted in
 /// `priced`) and returns how many items it holds; `go` ends it.
@@ -157,4 +162,59 @@ async fn every_crash_point_of_keyed_updates_ends_the_same() {
         .await
         .expect("every crash point ends");
     assert!(report.records >= 6, "{} records", report.records);
+}
+
+/// A run whose handler waits for a signal that never comes, and whose code
+/// ends once `go` arrives.
+fn register_short(engine: &Engine) {
+    engine.register(SHORT, |ctx: Ctx, ()| async move {
+        let c = ctx.clone();
+        ctx.on_update(HANG, move |()| {
+            let c = c.clone();
+            async move {
+                c.wait_for(&NEVER).await?;
+                Ok(1u32)
+            }
+        });
+        ctx.wait_for(&GO).await?;
+        Ok::<_, Failure>(7)
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_cut_short_by_the_runs_end_fails_its_caller() {
+    let dir = temp_dir("short");
+    let config = || Config::file(&dir).shards(1);
+    let engine = Engine::open(config()).await.unwrap();
+    register_short(&engine);
+    engine.start(SHORT, "short-1", &()).await.unwrap();
+    let e = engine.clone();
+    let caller = tokio::spawn(async move { e.update("short-1", HANG, &()).await });
+    // The update is taken (its handler waits) before the run is let go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.describe("short-1").await.unwrap().waits.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the handler never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    engine.signal("short-1", GO, &()).await.unwrap();
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(10), caller)
+        .await
+        .expect("the caller was answered")
+        .expect("join");
+    match answered {
+        Err(Error::Failed { failure, .. }) => {
+            assert_eq!(failure.kind.as_deref(), Some("unfinished"), "{failure:?}")
+        }
+        other => panic!("expected the handler's failure, found {other:?}"),
+    }
+    assert_eq!(engine.result(SHORT, "short-1").await.unwrap(), 7);
+    drop(engine); // a crash: the replay ends the handler at the same point
+    let engine = Engine::open(config()).await.unwrap();
+    register_short(&engine);
+    assert_eq!(engine.result(SHORT, "short-1").await.unwrap(), 7);
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

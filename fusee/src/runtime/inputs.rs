@@ -457,6 +457,34 @@ impl ShardLoop {
         Ok(Accepted::Waiting(run))
     }
 
+    /// Run `run` ended with `status`: callers of its updates still waiting
+    /// (a run terminated while a handler ran: its code never records the
+    /// handler's end) get [`Error::Finished`] rather than no answer. Its
+    /// code's own end records every handler's end first, so those callers
+    /// were answered by then.
+    fn end_update_waiters(&mut self, run: u64, status: fusee_core::record::Status) {
+        if !self.update_waiters.keys().any(|(r, _)| *r == run) {
+            return;
+        }
+        let id = self
+            .core
+            .get(run)
+            .map(|l| l.id.to_string())
+            .unwrap_or_default();
+        self.update_waiters.retain(|(r, _), callers| {
+            if *r != run {
+                return true;
+            }
+            for reply in callers.drain(..) {
+                let _ = reply.send(Err(Error::Finished {
+                    id: id.clone(),
+                    status: status_name(status),
+                }));
+            }
+            false
+        });
+    }
+
     /// How loaded run `run` took update `update_id` before, if it did.
     fn known_update(&self, run: u64, update_id: &str) -> Option<Accepted> {
         let (_, slot) = self.core.get(run)?.update(update_id)?;
@@ -783,6 +811,7 @@ impl ShardLoop {
                     payload,
                 } => {
                     self.metrics.finished += 1;
+                    self.end_update_waiters(run, status);
                     let waiting = self.results.remove(&run).unwrap_or_default();
                     // A handover (continue-as-new) hands its callers to the
                     // ID's next run.

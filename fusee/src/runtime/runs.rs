@@ -302,6 +302,7 @@ impl ShardLoop {
             self.update_returned(run, ordinal, result);
         }
         if let Some(result) = finished {
+            self.end_handlers(run);
             self.finish(run, result, now_ms);
             return;
         }
@@ -310,6 +311,7 @@ impl ShardLoop {
             .get(&run)
             .and_then(|l| l.state.borrow_mut().continue_with.take());
         if let Some(input) = next {
+            self.end_handlers(run);
             self.continue_as_new(run, input, now_ms);
             return;
         }
@@ -554,6 +556,31 @@ impl ShardLoop {
                 );
                 self.update_returned(run, ordinal, Err(failure));
             }
+        }
+    }
+
+    /// The run's code ended (or continues as new) while update handlers
+    /// still run: they never will, so each fails, recorded before the
+    /// run's end (a replay ends them at the same point), and its caller is
+    /// answered instead of waiting for ever.
+    fn end_handlers(&mut self, run: RunId) {
+        let left: Vec<u64> = match self.live.get_mut(&run) {
+            Some(live) => live
+                .handlers
+                .drain(..)
+                .map(|(ordinal, _)| ordinal)
+                .collect(),
+            None => return,
+        };
+        for ordinal in left {
+            self.update_returned(
+                run,
+                ordinal,
+                Err(Failure::with_kind(
+                    "unfinished",
+                    "the run ended before this update's handler returned",
+                )),
+            );
         }
     }
 

@@ -8,7 +8,10 @@
 //! records it follows are durable (and so runs again, after a crash, behind
 //! a step that answered differently) shows up as one idempotency key with
 //! two inputs. Every run also takes an update (`add`), a step of its own
-//! whose answer reaches the result. A race's order goes into the name of the step after it: a
+//! whose answer reaches the result. Sagas have the `order` example's
+//! shape: steps that register compensations (which call the service too),
+//! one of them failing for good, undone newest first before the program
+//! goes on. A race's order goes into the name of the step after it: a
 //! replay that hands the race's results over in another order calls a step
 //! the journal does not hold, a determinism error.
 
@@ -20,7 +23,7 @@ use std::time::Duration;
 
 use crate::ctx::StepError;
 use crate::registry::Registry;
-use crate::{Ctx, Failure, Signal, Update, Workflow};
+use crate::{Ctx, Failure, Saga, Signal, Update, Workflow};
 
 /// The one workflow type: input (program, generation).
 pub(super) const SIM: Workflow<(u32, u32), u64> = Workflow::new("sim");
@@ -50,6 +53,10 @@ pub(super) enum Op {
     Race { sleep_ms: u64 },
     /// A child running leaf program `program`.
     Child { program: u32 },
+    /// A saga of `steps` steps, each registering a compensation; step
+    /// `fail_at` (if any) fails for good, so the ones before it are undone
+    /// newest first and the program goes on with the saga's failure.
+    Saga { steps: u32, fail_at: Option<u32> },
 }
 
 /// A program: its operations, and whether it continues as new once.
@@ -66,7 +73,7 @@ pub(super) fn programs(rng: &mut fastrand::Rng, count: u32, leaves: u32) -> Vec<
         .map(|p| {
             let len = rng.usize(2..7);
             let ops = (0..len)
-                .map(|_| match rng.u32(0..10) {
+                .map(|_| match rng.u32(0..11) {
                     0..=3 => Op::Step {
                         fail_first: if rng.u32(0..4) == 0 { rng.u32(1..3) } else { 0 },
                     },
@@ -80,6 +87,13 @@ pub(super) fn programs(rng: &mut fastrand::Rng, count: u32, leaves: u32) -> Vec<
                     7 => Op::Race {
                         sleep_ms: rng.u64(0..50),
                     },
+                    8 => {
+                        let steps = rng.u32(1..4);
+                        Op::Saga {
+                            steps,
+                            fail_at: (rng.u32(0..2) == 0).then(|| rng.u32(0..steps)),
+                        }
+                    }
                     _ if p >= leaves && leaves > 0 => Op::Child {
                         program: rng.u32(0..leaves),
                     },
@@ -236,6 +250,10 @@ pub(super) fn register(
                             .await?;
                         state = mix(state, v);
                     }
+                    Op::Saga { steps, fail_at } => {
+                        let v = saga(&ctx, i, state, *steps, *fail_at, &service).await;
+                        state = mix(state, v);
+                    }
                     Op::Child { program } => {
                         let v = ctx
                             .child(SIM, &format!("{id}/g{generation}c{i}"), &(*program, 0))
@@ -250,6 +268,64 @@ pub(super) fn register(
             Ok(mix(state, added.get()))
         }
     });
+}
+
+/// Runs a saga of `steps` service calls, each undone by another call when
+/// a later one fails for good (step `fail_at`); what it returned, or a
+/// mark of its failure (caught: compensated, the program goes on).
+async fn saga(
+    ctx: &Ctx,
+    op: usize,
+    state: u64,
+    steps: u32,
+    fail_at: Option<u32>,
+    service: &Arc<Mutex<Service>>,
+) -> u64 {
+    let saga = Saga::new(ctx);
+    let s = saga.clone();
+    let service = Arc::clone(service);
+    let outcome = saga
+        .run(async move {
+            let mut acc = state;
+            for j in 0..steps {
+                let (call, undo) = (Arc::clone(&service), Arc::clone(&service));
+                let input = acc;
+                let v: u64 = s
+                    .step(&format!("g{op}-{j}"), move |sc| {
+                        let call = Arc::clone(&call);
+                        async move {
+                            if fail_at == Some(j) {
+                                return Err(StepError::fatal("out of stock"));
+                            }
+                            call.lock().unwrap_or_else(|e| e.into_inner()).call(
+                                sc.key(),
+                                input,
+                                sc.attempt(),
+                                0,
+                            )
+                        }
+                    })
+                    .compensate(&format!("undo{op}-{j}"), move |v: u64, sc| {
+                        let undo = Arc::clone(&undo);
+                        async move {
+                            undo.lock().unwrap_or_else(|e| e.into_inner()).call(
+                                sc.key(),
+                                v,
+                                sc.attempt(),
+                                0,
+                            )
+                        }
+                    })
+                    .await?;
+                acc = mix(acc, v);
+            }
+            Ok(acc)
+        })
+        .await;
+    match outcome {
+        Ok(v) => v,
+        Err(f) => mix(0x5a6a, f.message.len() as u64),
+    }
 }
 
 /// Both futures to completion, polled in turn (`tokio::join!` without the

@@ -762,6 +762,34 @@ impl World {
             }
             self.step(false)?;
         }
-        Err(self.fail("liveness", "result requests never answered".into()))
+        let waiting: Vec<String> = self
+            .pending
+            .iter()
+            .map(|p| match p {
+                Pending::Start(c, _) => format!("start of {}", self.clients[*c].id),
+                Pending::Signal(c, ..) => format!("signal to {}", self.clients[*c].id),
+                Pending::Result(c, _) => format!("result of {}", self.clients[*c].id),
+                Pending::Update(c, ..) => format!("update of {}", self.clients[*c].id),
+            })
+            .collect();
+        let mut detail = format!("requests never answered: {waiting:?}");
+        for what in waiting.iter().take(3) {
+            let id = what.rsplit(' ').next().unwrap_or_default();
+            let shard = shard_of(id, shards) as usize;
+            if let Ok(Some(v)) = self.shards[shard].view(id) {
+                let last: Vec<String> = v
+                    .journal
+                    .iter()
+                    .rev()
+                    .take(4)
+                    .map(|r| format!("{r:?}"))
+                    .collect();
+                detail.push_str(&format!(
+                    "; {id}: run {} done {:?}, last records (newest first) {last:?}",
+                    v.run, v.done
+                ));
+            }
+        }
+        Err(self.fail("liveness", detail))
     }
 }

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine with only the Rust toolchain lacks to
 # build this workspace: clang and libclang-dev, which RocksDB's build script
-# (bindgen) needs. Sourced by both README commands (scripts/compare.sh and
-# scripts/test.sh), so either works first on a fresh machine. Does nothing
-# when they are there; uses sudo when not root.
+# (bindgen) needs, and libssl-dev and pkg-config, which the engine
+# comparison's peer (duroxide, through sqlx's native-tls) links against.
+# Sourced by both README commands (scripts/compare.sh and scripts/test.sh),
+# so either works first on a fresh machine. Does nothing when they are
+# there; uses sudo when not root.
 set -euo pipefail
 
-need_clang() {
-    command -v clang >/dev/null 2>&1 || return 0
-    ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || return 0
-    return 1
-}
+missing=()
+if ! command -v clang >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+    missing+=(clang libclang-dev)
+fi
+if ! command -v pkg-config >/dev/null 2>&1; then
+    missing+=(pkg-config)
+fi
+if ! pkg-config --exists openssl 2>/dev/null; then
+    missing+=(libssl-dev)
+fi
 
-if need_clang; then
-    echo "==> installing clang and libclang-dev (RocksDB's build needs them)"
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "==> installing ${missing[*]} (RocksDB's build and the peer engine's TLS need them)"
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-dev >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

@@ -308,3 +308,43 @@ async fn a_run_parked_and_loaded_many_times_keeps_loading() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// More runs parked between two checkpoints than the index's change lists
+/// hold (64 Ki a shard) are all there after a restart: the checkpoint then
+/// writes a base. It wrote an empty delta, and a million sleepers reopened
+/// as none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_runs_parked_than_a_delta_holds_survive_a_restart() {
+    let dir = temp_dir("index-base");
+    let clock = VirtualClock::new(START_MS);
+    let n = 70_000u64;
+    let config = || config(&dir, &clock).shards(1);
+    let fired = Fired::default();
+    let engine = Engine::open(config()).await.unwrap();
+    register(&engine, Arc::clone(&fired));
+    let ids: Vec<u64> = (0..n).collect();
+    for chunk in ids.chunks(1000) {
+        let starts = chunk.iter().map(|&i| {
+            let engine = engine.clone();
+            async move {
+                engine.start(NAP, &format!("nap-{i}"), &3600).await.unwrap();
+            }
+        });
+        futures_join_all(starts).await;
+    }
+    until(&engine, "every sleeper parked", |m| m.parked_runs == n).await;
+    engine.close().await.unwrap();
+    let engine = Engine::open(config()).await.unwrap();
+    register(&engine, Arc::clone(&fired));
+    assert_eq!(
+        engine.metrics().await.parked_runs,
+        n,
+        "parked after the restart"
+    );
+    for i in [0, n / 2, n - 1] {
+        let d = engine.describe(&format!("nap-{i}")).await.unwrap();
+        assert_eq!(d.status, RunStatus::Running);
+    }
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -101,13 +101,22 @@ impl ShardLoop {
             index_runs: self.core.parked_len() as u64,
         };
         let mut delta = Vec::new();
-        self.core.index_delta(&mut delta);
+        // Past its cap the core drops its change lists: only a base (every
+        // parked run) then says what the index holds. An empty delta in its
+        // place lost every run parked since the last commit.
+        let change = if self.core.index_needs_base() {
+            self.stream_index_base()?;
+            IndexChange::Base
+        } else {
+            self.core.index_delta(&mut delta);
+            IndexChange::Delta(&delta)
+        };
         let unsynced = self.sabotaged(super::sabotage::Sabotage::UnsyncedCheckpoint);
         if unsynced {
             self.log.discard_through(lsn)?;
         }
         self.checkpoint
-            .commit(&mut self.store, IndexChange::Delta(&delta), &cp.encode())?;
+            .commit(&mut self.store, change, &cp.encode())?;
         if !unsynced {
             self.log.discard_through(lsn)?;
         }
@@ -117,4 +126,34 @@ impl ShardLoop {
         tracing::debug!(shard = self.shard, lsn, "checkpoint");
         Ok(())
     }
+
+    /// Streams every parked run to the checkpoint part as a new base, in
+    /// chunks of [`BASE_CHUNK_RUNS`] (the commit that follows makes it the
+    /// index). Runs in one go, so no table compaction moves a slot between
+    /// chunks.
+    fn stream_index_base(&mut self) -> Result<(), fusee_storage::StorageError> {
+        self.checkpoint.begin_base()?;
+        self.core.begin_index_snapshot();
+        let mut chunk = Vec::with_capacity(BASE_CHUNK_RUNS * fusee_storage::INDEX_RECORD);
+        let mut from = 0;
+        // Bounded: each pass moves `from` forward over at least one slot.
+        loop {
+            chunk.clear();
+            let next = self.core.index_snapshot(from, BASE_CHUNK_RUNS, &mut chunk);
+            if !chunk.is_empty() {
+                self.checkpoint.base_chunk(&chunk)?;
+            }
+            match next {
+                Some(slot) => {
+                    debug_assert!(slot > from, "the snapshot moves forward");
+                    from = slot;
+                }
+                None => return Ok(()),
+            }
+        }
+    }
 }
+
+/// Parked runs per chunk of a streamed index base (a chunk is this many
+/// index records in memory at once).
+const BASE_CHUNK_RUNS: usize = 64 << 10;

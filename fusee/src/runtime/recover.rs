@@ -33,6 +33,16 @@ impl ShardLoop {
         let corrupt = |what: &'static str| StorageError::Corrupt { what, at: 0 };
         // The index first: a run parked in it and loaded at the checkpoint
         // becomes loaded when the checkpoint's records are applied.
+        // The table and its indexes sized once for the runs the checkpoint
+        // counted: grown as records arrive, every insert lands at high load
+        // (a million parked runs took 5 s to open instead of about 1).
+        let counted = parts
+            .recovered
+            .checkpoint
+            .as_deref()
+            .and_then(|bytes| Checkpoint::decode(bytes).ok())
+            .map_or(0, |cp| cp.index_runs);
+        core.reserve_runs(usize::try_from(counted).unwrap_or(0).min(RESERVE_RUNS_MAX));
         let mut index_err = None;
         parts.checkpoint.read_index(&mut |chunk| {
             if let Err(e) = core.load_index(chunk) {
@@ -178,3 +188,8 @@ impl ShardLoop {
         Ok(this)
     }
 }
+
+/// Most runs a shard's table is sized for before its index is read: the
+/// count comes from disk (checksummed, yet not trusted with an allocation
+/// of any size); a bigger index grows the table as it loads.
+const RESERVE_RUNS_MAX: usize = 4 << 20;

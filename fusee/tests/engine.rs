@@ -303,6 +303,19 @@ async fn runs_survive_a_crash_and_steps_do_not_run_twice() {
 
 const BLOCKER: Workflow<(), ()> = Workflow::new("blocker");
 
+/// `call` again while the shard's queue is full (for at most 10 s).
+async fn until_not_busy<T, F: std::future::Future<Output = fusee::Result<T>>>(
+    call: impl Fn() -> F,
+) -> fusee::Result<T> {
+    for _ in 0..2000 {
+        match call().await {
+            Err(Error::Busy { .. }) => tokio::time::sleep(Duration::from_millis(5)).await,
+            other => return other,
+        }
+    }
+    call().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_queue_is_busy_and_records_nothing() {
     let engine = Engine::open(Config::memory().shards(1).queue_capacity(2))
@@ -322,10 +335,16 @@ async fn a_full_queue_is_busy_and_records_nothing() {
         tokio::spawn(async move { engine.start(BLOCKER, "b", &()).await.map(|_| ()) })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
+    // Each queued start, then its result: the result's request may find the
+    // queue still full (Busy, which asks the caller to come back).
     let queued: Vec<_> = (0..2)
         .map(|i| {
             let engine = engine.clone();
-            tokio::spawn(async move { engine.execute(ADD, &format!("q-{i}"), &(1, 1)).await })
+            tokio::spawn(async move {
+                let id = format!("q-{i}");
+                engine.start(ADD, &id, &(1, 1)).await?;
+                until_not_busy(|| engine.result(ADD, &id)).await
+            })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -334,7 +353,9 @@ async fn a_full_queue_is_busy_and_records_nothing() {
         other => panic!("expected Busy, found {other:?}"),
     }
     blocked.await.unwrap().unwrap();
-    engine.result(BLOCKER, "b").await.unwrap();
+    until_not_busy(|| engine.result(BLOCKER, "b"))
+        .await
+        .unwrap();
     for q in queued {
         assert_eq!(q.await.unwrap().unwrap(), 3);
     }

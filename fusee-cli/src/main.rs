@@ -6,7 +6,7 @@
 //! | `fusee inspect DIR` | the backend, shards, runs by status, log and store sizes, last checkpoint per shard |
 //! | `fusee runs DIR [--status S] [--type T] [--limit N]` | runs, newest first |
 //! | `fusee show DIR ID` | one run's journal, record by record (`--json`: the `fusee-journal` format, version 1) |
-//! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem (one damaged copy of two whose other copy is sound is a note: exit 0) |
+//! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem |
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
 //! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`) |
 //!

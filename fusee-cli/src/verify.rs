@@ -122,7 +122,7 @@ pub(crate) fn verify(
                 run: None,
                 what: what.to_string(),
             }];
-            return Ok(report(dir, None, &found, &[], 0, json));
+            return Ok(report(dir, None, &found, 0, json));
         }
         Err(e) => return Err(e.into()),
     };
@@ -181,53 +181,14 @@ pub(crate) fn verify(
             Err(_) => {}
         }
     }
-    let (notes, found) = split_spare_copies(found);
-    Ok(report(dir, Some(backend), &found, &notes, checked, json))
+    Ok(report(dir, Some(backend), &found, checked, json))
 }
 
-/// The kinds of damage to one of two copies of a small file (checkpoint
-/// slots, log manifests), of which recovery uses the sound one.
-const COPY_KINDS: [&str; 2] = ["slot-copy", "manifest-copy"];
-
-/// Splits off, as notes, damage to one copy of two when the other copy
-/// and the rest of its shard are sound: the store is whole (recovery uses
-/// the other copy, the next checkpoint rewrites this one), and a crash
-/// while a copy was being written leaves it so. A shard with both copies
-/// damaged, or anything else wrong, keeps them as problems.
-fn split_spare_copies(found: Vec<Found>) -> (Vec<Found>, Vec<Found>) {
-    let spare = |f: &Found| {
-        COPY_KINDS.contains(&f.kind.as_str())
-            && f.shard.is_some()
-            && found
-                .iter()
-                .filter(|g| g.shard == f.shard && g.layer == "storage")
-                .all(|g| g.kind == f.kind)
-            && found
-                .iter()
-                .filter(|g| g.shard == f.shard && g.kind == f.kind)
-                .count()
-                == 1
-    };
-    let is_spare: Vec<bool> = found.iter().map(spare).collect();
-    let mut notes = Vec::new();
-    let mut problems = Vec::new();
-    for (f, spare) in found.into_iter().zip(is_spare) {
-        if spare {
-            notes.push(f);
-        } else {
-            problems.push(f);
-        }
-    }
-    (notes, problems)
-}
-
-/// Prints what `verify` found and returns its exit status: 1 for any
-/// problem; notes alone leave it 0.
+/// Prints what `verify` found and returns its exit status.
 fn report(
     dir: &Path,
     backend: Option<Backend>,
     found: &[Found],
-    notes: &[Found],
     checked: u64,
     json: bool,
 ) -> ExitCode {
@@ -238,29 +199,27 @@ fn report(
         ExitCode::from(1)
     };
     if json {
-        let listed = |list: &[Found]| -> Vec<serde_json::Value> {
-            list.iter()
-                .map(|f| {
-                    json!({
-                        "layer": f.layer,
-                        "kind": f.kind,
-                        "file": f.file.as_ref().map(|p| p.display().to_string()),
-                        "offset": f.offset,
-                        "lsn": f.lsn,
-                        "shard": f.shard,
-                        "run": f.run,
-                        "what": f.what,
-                    })
+        let problems: Vec<_> = found
+            .iter()
+            .map(|f| {
+                json!({
+                    "layer": f.layer,
+                    "kind": f.kind,
+                    "file": f.file.as_ref().map(|p| p.display().to_string()),
+                    "offset": f.offset,
+                    "lsn": f.lsn,
+                    "shard": f.shard,
+                    "run": f.run,
+                    "what": f.what,
                 })
-                .collect()
-        };
+            })
+            .collect();
         print_json(&json!({
             "dir": dir.display().to_string(),
             "backend": name,
             "ok": found.is_empty(),
             "records_and_frames_checked": checked,
-            "problems": listed(found),
-            "notes": listed(notes),
+            "problems": problems,
         }));
         return code;
     }
@@ -269,30 +228,8 @@ fn report(
             "ok: {name} store {}: no problem ({checked} records and frames decoded)",
             dir.display()
         );
-        if !notes.is_empty() {
-            print_table(notes);
-            println!(
-                "{} note(s): a damaged copy of two, whose other copy recovery uses (a crash while it was written leaves one so; the next checkpoint rewrites it)",
-                notes.len()
-            );
-        }
         return code;
     }
-    print_table(found);
-    if !notes.is_empty() {
-        println!("notes (a damaged copy of two, the other one sound):");
-        print_table(notes);
-    }
-    println!(
-        "{} problem(s) in {name} store {}",
-        found.len(),
-        dir.display()
-    );
-    code
-}
-
-/// Prints findings as a table.
-fn print_table(found: &[Found]) {
     let mut t = fmt::table(&["layer", "kind", "file", "offset", "LSN", "shard", "what"]);
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for f in found {
@@ -312,4 +249,10 @@ fn print_table(found: &[Found]) {
         ]);
     }
     println!("{t}");
+    println!(
+        "{} problem(s) in {name} store {}",
+        found.len(),
+        dir.display()
+    );
+    code
 }

@@ -14,6 +14,11 @@
 //!    engine reopened in a fresh process: open time and resident memory
 //!    after open (goals: 1 s, 150 MB).
 //!
+//! 4. **queue**: no-op workflows started directly, then as many enqueued
+//!    through a queue with no limit (issue 20's overhead figure), each
+//!    timed from the first request until every run finished: runs per
+//!    second both ways and their ratio, on the file backend.
+//!
 //! `cargo bench -p fusee-benches --no-default-features --features file,redb --bench engine`
 //! (RocksDB too with its feature, after its 25-minute release build).
 //! `FUSEE_ENGINE_BENCH=quick` runs small counts (CI-sized);
@@ -100,6 +105,81 @@ async fn fanout(name: &str, config: Config) -> WorkResult<()> {
     Ok(())
 }
 
+/// A no-op workflow for the queue figure.
+const NOOP: fusee::Workflow<u32, u32> = fusee::Workflow::new("noop");
+
+/// Figure 4: a queue's overhead against direct starts, in one run.
+async fn queue(dir: &Path) -> WorkResult<()> {
+    let n: u32 = if quick() { 200 } else { 2000 };
+    let engine = Engine::open(Config::file(fresh(dir, "queue"))).await?;
+    engine.register(NOOP, |_: fusee::Ctx, i: u32| async move {
+        Ok::<_, fusee::Failure>(i)
+    });
+    engine.register_flow_control();
+    // Direct: every start and every result at once.
+    let t = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let engine = engine.clone();
+        tasks.spawn(async move {
+            let id = format!("direct-{i}");
+            workload::unbusy(|| engine.start(NOOP, &id, &i)).await?;
+            workload::unbusy(|| engine.result(NOOP, &id)).await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let direct = t.elapsed();
+    // Queued: enqueued in batches of 100, then every item's result (its
+    // ID names no run until the queue starts it).
+    let q = engine.queue("bench", NOOP).create().await?;
+    let t = std::time::Instant::now();
+    let items: Vec<u32> = (0..n).collect();
+    let keys: Vec<String> = items.iter().map(|i| format!("item-{i}")).collect();
+    let mut ids = Vec::with_capacity(n as usize);
+    for (batch, batch_keys) in items.chunks(100).zip(keys.chunks(100)) {
+        let done = q
+            .enqueue_all(
+                batch
+                    .iter()
+                    .zip(batch_keys)
+                    .map(|(i, k)| (i, k.as_str(), fusee::queue::ItemOptions::new())),
+            )
+            .await?;
+        ids.extend(done.into_iter().map(|e| e.id));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        let engine = engine.clone();
+        tasks.spawn(async move {
+            // Bounded: a minute of asking for a run the queue must start.
+            for _ in 0..60_000 {
+                match engine.result(NOOP, &id).await {
+                    Err(fusee::Error::NotFound { .. } | fusee::Error::Busy { .. }) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await
+                    }
+                    other => return other,
+                }
+            }
+            engine.result(NOOP, &id).await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let queued = t.elapsed();
+    let rate = |d: std::time::Duration| f64::from(n) / d.as_secs_f64();
+    println!(
+        "queue (file): {n} no-op workflows: direct {:.0} runs/s, through a queue with no limit {:.0} runs/s ({:.2}x direct)",
+        rate(direct),
+        rate(queued),
+        rate(queued) / rate(direct)
+    );
+    engine.close().await?;
+    Ok(())
+}
+
 /// Figure 3: parks `n` sleepers in `dir`, closes, and opens the store in a
 /// fresh process (this bench, started as the comparison's child).
 fn parked(runtime: &tokio::runtime::Runtime, dir: &Path, n: u64) -> WorkResult<()> {
@@ -160,6 +240,9 @@ fn main() -> ExitCode {
             fanout("redb", Config::redb(fresh(&dir, "fanout-redb"))).await?;
             #[cfg(feature = "rocksdb")]
             fanout("rocksdb", Config::rocksdb(fresh(&dir, "fanout-rocksdb"))).await?;
+        }
+        if wanted("queue") {
+            queue(&dir).await?;
         }
         WorkResult::Ok(())
     });

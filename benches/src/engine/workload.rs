@@ -95,7 +95,7 @@ pub fn register(engine: &Engine, stamps: &Stamps) {
 
 /// Retries `op` while the engine answers [`Error::Busy`] (a full queue
 /// refuses and records nothing).
-async fn unbusy<T, F, Fut>(mut op: F) -> Result<T, Error>
+pub async fn unbusy<T, F, Fut>(mut op: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,

@@ -22,7 +22,9 @@
 //!
 //! The workflows are programs generated from the seed (steps that fail and
 //! retry, sleeps, signal waits with timeouts, a step racing a sleep,
-//! children, continue-as-new), interpreted by one workflow type; their
+//! children, continue-as-new, sagas whose compensations undo the steps
+//! before one that fails for good, an update each run takes), interpreted
+//! by one workflow type; their
 //! steps call a mock outside service that logs each call's idempotency key
 //! and input (see `workload`).
 //!

@@ -33,15 +33,20 @@ impl ShardLoop {
         let corrupt = |what: &'static str| StorageError::Corrupt { what, at: 0 };
         // The index first: a run parked in it and loaded at the checkpoint
         // becomes loaded when the checkpoint's records are applied.
+        let checkpoint = match parts.recovered.checkpoint.as_deref() {
+            Some(bytes) => {
+                let cp = Checkpoint::decode(bytes).map_err(|_| corrupt("checkpoint (decode)"))?;
+                if cp.shard != shard {
+                    return Err(corrupt("checkpoint of another shard"));
+                }
+                Some(cp)
+            }
+            None => None,
+        };
         // The table and its indexes sized once for the runs the checkpoint
         // counted: grown as records arrive, every insert lands at high load
         // (a million parked runs took 5 s to open instead of about 1).
-        let counted = parts
-            .recovered
-            .checkpoint
-            .as_deref()
-            .and_then(|bytes| Checkpoint::decode(bytes).ok())
-            .map_or(0, |cp| cp.index_runs);
+        let counted = checkpoint.as_ref().map_or(0, |cp| cp.index_runs);
         core.reserve_runs(usize::try_from(counted).unwrap_or(0).min(RESERVE_RUNS_MAX));
         let mut index_err = None;
         parts.checkpoint.read_index(&mut |chunk| {
@@ -56,11 +61,7 @@ impl ShardLoop {
         core.index_loaded();
         let mut after: Lsn = 0;
         let mut outbox = Outbox::default();
-        if let Some(bytes) = &parts.recovered.checkpoint {
-            let cp = Checkpoint::decode(bytes).map_err(|_| corrupt("checkpoint (decode)"))?;
-            if cp.shard != shard {
-                return Err(corrupt("checkpoint of another shard"));
-            }
+        if let Some(cp) = checkpoint {
             core.set_next_run_id(cp.next_run);
             for run in &cp.runs {
                 // A run loaded from the store keeps its prefix there.

@@ -11,21 +11,21 @@ use std::time::Duration;
 use fusee::core::Status;
 use fusee::{
     Config, Ctx, Engine, Error, Failure, IdPolicy, ListFilter, PendingChild, PendingWait,
-    RunStatus, Signal, StatusFilter, StepError, Update, Workflow,
+    RunStatus, Signal, StatusFilter, StepError, Workflow,
 };
+
+mod common;
+
+use common::cart::{ADD, BIG, CART, GO, register_cart};
 
 const TWO_STEPS: Workflow<(), u32> = Workflow::new("two-steps");
 const THREE_STEPS: Workflow<u32, u32> = Workflow::new("three-steps");
 const IDLE: Workflow<(), ()> = Workflow::new("idle");
 const OTHER: Workflow<(), ()> = Workflow::new("other");
 const QUICK: Workflow<u32, u32> = Workflow::new("quick");
-const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
 const GROWER: Workflow<u32, ()> = Workflow::new("grower");
 const HOLDER: Workflow<(), ()> = Workflow::new("holder");
-const GO: Signal<()> = Signal::new("go");
 const BLOB: Signal<String> = Signal::new("blob");
-const ADD: Update<String, usize> = Update::new("add");
-const BIG: Update<(), String> = Update::new("big");
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("fusee-op-{tag}-{}", std::process::id()));
@@ -399,37 +399,6 @@ async fn reuse_after_finish_starts_a_new_run_only_once_the_last_one_ended() {
     assert_eq!(third.result().await.unwrap(), 3);
     assert!(third.run().run > second.run().run);
     engine.close().await.unwrap();
-}
-
-fn register_cart(engine: &Engine, priced: &Arc<AtomicU32>) {
-    let priced = Arc::clone(priced);
-    engine.register(CART, move |ctx: Ctx, ()| {
-        let priced = Arc::clone(&priced);
-        async move {
-            let items = std::rc::Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
-            let held = std::rc::Rc::clone(&items);
-            let c = ctx.clone();
-            ctx.on_update(ADD, move |item: String| {
-                let (held, c, priced) = (std::rc::Rc::clone(&held), c.clone(), Arc::clone(&priced));
-                async move {
-                    c.step("price", move |_| {
-                        let priced = Arc::clone(&priced);
-                        async move {
-                            priced.fetch_add(1, Ordering::SeqCst);
-                            Ok(())
-                        }
-                    })
-                    .await?;
-                    held.borrow_mut().push(item);
-                    Ok(held.borrow().len())
-                }
-            });
-            ctx.on_update(BIG, |()| async move { Ok("x".repeat(2048)) });
-            ctx.wait_for(&GO).await?;
-            let done = items.borrow().clone();
-            Ok::<_, Failure>(done)
-        }
-    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,47 +8,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+mod common;
+
+use common::cart::{ADD, CART, GO, register_cart};
 use fusee::testing::{TestEngine, TestError};
 use fusee::{Config, Ctx, Engine, Error, Failure, IdPolicy, Signal, Update, Workflow};
 
-const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
-const ADD: Update<String, usize> = Update::new("add");
-const GO: Signal<()> = Signal::new("go");
 const NEVER: Signal<()> = Signal::new("never");
 const SHORT: Workflow<(), u32> = Workflow::new("short");
 const HANG: Update<(), u32> = Update::new("hang");
-
-/// A cart whose `add` handler prices the item in a step (counted in
-/// `priced`) and returns how many items it holds; `go` ends it.
-fn register_cart(engine: &Engine, priced: &Arc<AtomicU32>) {
-    let priced = Arc::clone(priced);
-    engine.register(CART, move |ctx: Ctx, ()| {
-        let priced = Arc::clone(&priced);
-        async move {
-            let items = std::rc::Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
-            let held = std::rc::Rc::clone(&items);
-            let c = ctx.clone();
-            ctx.on_update(ADD, move |item: String| {
-                let (held, c, priced) = (std::rc::Rc::clone(&held), c.clone(), Arc::clone(&priced));
-                async move {
-                    c.step("price", move |_| {
-                        let priced = Arc::clone(&priced);
-                        async move {
-                            priced.fetch_add(1, Ordering::SeqCst);
-                            Ok(())
-                        }
-                    })
-                    .await?;
-                    held.borrow_mut().push(item);
-                    Ok(held.borrow().len())
-                }
-            });
-            ctx.wait_for(&GO).await?;
-            let done = items.borrow().clone();
-            Ok::<_, Failure>(done)
-        }
-    });
-}
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(

@@ -1,0 +1,3 @@
+//! Helpers shared by the `fusee` crate's integration tests.
+
+pub(crate) mod cart;

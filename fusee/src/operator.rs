@@ -271,9 +271,56 @@ impl Engine {
     /// assert!(!again.attached);
     /// # Ok(()) }
     /// ```
+    ///
+    /// A reset is not safe to repeat: a caller that lost the answer (a
+    /// timeout, a crash of either side) and calls it again resets the new
+    /// run. Use [`reset_run`](Self::reset_run) for that.
     pub async fn reset(&self, id: &str, step: &str, reason: &str) -> Result<RunRef> {
         self.request(id, |reply| Input::Reset {
             id: id.to_string(),
+            run: None,
+            step: step.to_string(),
+            reason: reason.to_string(),
+            reply,
+        })
+        .await
+    }
+
+    /// [`reset`](Self::reset) of one run of `id` (its number, as
+    /// [`describe`](Self::describe) or a [`RunRef`] gives it), safe to
+    /// repeat: a run is reset at most once. When `run` is `id`'s current
+    /// run it is reset as `reset` does. When it was reset already and the
+    /// run that reset made is still `id`'s current one, nothing is
+    /// recorded and the answer is that run, with
+    /// [`attached`](RunRef::attached) set, once the records that made it
+    /// are durable; so a caller retries after a lost answer or a crash
+    /// until it gets one, and each retry names the same run.
+    ///
+    /// Refused, recording nothing, as `reset` refuses, and with
+    /// [`Error::CannotReset`] when `run` is not `id`'s current run and the
+    /// current run was not made by resetting it (the ID has moved on since:
+    /// reset the run it is now, if that is what you mean).
+    ///
+    /// ```
+    /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
+    /// let seen = engine.describe("order-42").await?;
+    /// // Retrying this call (say, after a timeout) resets `seen.run` once.
+    /// let again = engine
+    ///     .reset_run("order-42", seen.run, "charge-card", "card processor fixed")
+    ///     .await?;
+    /// assert_ne!(again.run, seen.run);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset_run(
+        &self,
+        id: &str,
+        run: RunId,
+        step: &str,
+        reason: &str,
+    ) -> Result<RunRef> {
+        self.request(id, |reply| Input::Reset {
+            id: id.to_string(),
+            run: Some(run),
             step: step.to_string(),
             reason: reason.to_string(),
             reply,

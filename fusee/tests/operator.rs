@@ -192,6 +192,60 @@ async fn reset_runs_a_failed_run_again_from_a_step_without_rerunning_the_ones_be
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_run_resets_a_run_once_and_refuses_a_run_the_id_moved_on_from() {
+    let dir = temp_dir("reset-run");
+    let counts: Arc<[AtomicU32; 3]> = Arc::new(Default::default());
+    let broken = Arc::new(AtomicBool::new(false));
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_three_steps(&engine, &counts, &broken);
+    engine.start(THREE_STEPS, "r-3", &0).await.unwrap();
+    assert_eq!(engine.result(THREE_STEPS, "r-3").await.unwrap(), 6);
+    let first = engine.describe("r-3").await.unwrap().run;
+
+    let made = engine.reset_run("r-3", first, "c", "once").await.unwrap();
+    assert!(!made.attached);
+    assert_ne!(made.run, first);
+    assert_eq!(engine.result(THREE_STEPS, "r-3").await.unwrap(), 6);
+    // A repeat, in this process and after a restart: the same run, and
+    // no step runs again.
+    let repeat = engine.reset_run("r-3", first, "c", "once").await.unwrap();
+    assert_eq!((repeat.run, repeat.attached), (made.run, true));
+    drop(engine);
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register_three_steps(&engine, &counts, &broken);
+    let repeat = engine.reset_run("r-3", first, "c", "once").await.unwrap();
+    assert_eq!((repeat.run, repeat.attached), (made.run, true));
+    assert_eq!(engine.result(THREE_STEPS, "r-3").await.unwrap(), 6);
+    assert_eq!(counts[2].load(Ordering::SeqCst), 2, "c ran once per run");
+
+    // Once the ID moved on past the reset's run (here a new run of the
+    // ID), the first run's reset is refused rather than resetting a run
+    // the caller never saw.
+    let later = engine
+        .start_with(THREE_STEPS, "r-3", &0, IdPolicy::ReuseAfterFinish)
+        .await
+        .unwrap();
+    assert_eq!(engine.result(THREE_STEPS, "r-3").await.unwrap(), 6);
+    match engine.reset_run("r-3", first, "c", "once").await {
+        Err(Error::CannotReset { reason, .. }) => {
+            assert!(
+                reason.contains(&format!("run {}", later.run().run)),
+                "{reason}"
+            )
+        }
+        other => panic!("expected CannotReset, found {other:?}"),
+    }
+    match engine.reset_run("nobody", 1, "c", "once").await {
+        Err(Error::NotFound { .. }) => {}
+        other => panic!("expected NotFound, found {other:?}"),
+    }
+    assert_eq!(counts[0].load(Ordering::SeqCst), 2);
+    assert_eq!(counts[2].load(Ordering::SeqCst), 3);
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_of_a_running_run_ends_it_and_its_successor_carries_on() {
     let dir = temp_dir("reset-running");
     let counts: Arc<[AtomicU32; 3]> = Arc::new(Default::default());

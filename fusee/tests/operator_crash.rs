@@ -1,13 +1,17 @@
 //! The operator verbs that write records, crashed at every record
 //! boundary (issue 15): a run paused and resumed carries on to the same
 //! result from every prefix of its log, is seen paused whenever the pause
-//! was acknowledged, and no step whose result was durable runs again.
+//! was acknowledged, and no step whose result was durable runs again; a
+//! run reset with `reset_run`, the reset repeated after every crash, is
+//! reset once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fusee::testing::{TestEngine, TestError};
-use fusee::{Ctx, Engine, Error, Failure, IdPolicy, Workflow};
+use fusee::{Ctx, Engine, Error, Failure, IdPolicy, Signal, Workflow};
+
+type RunId = u64;
 
 const TWO_STEPS: Workflow<(), u64> = Workflow::new("two-steps");
 
@@ -92,6 +96,105 @@ async fn every_crash_point_of_a_pause_and_resume_ends_the_same() {
                 );
             }
         })
+        .await
+        .expect("every crash point ends");
+    assert!(report.records >= 8, "{} records", report.records);
+}
+
+const RESETTABLE: Workflow<(), u64> = Workflow::new("resettable");
+const GO: Signal<u64> = Signal::new("go");
+
+/// Steps `a` and `b`, then a wait for `go`: the sum of the three.
+fn register_resettable(engine: &Engine, effects: &Effects) {
+    let effects = Arc::clone(effects);
+    engine.register(RESETTABLE, move |ctx: Ctx, ()| {
+        let effects = Arc::clone(&effects);
+        async move {
+            let mut sum = 0;
+            for (name, value) in [("a", 1u64), ("b", 2)] {
+                let (e, who) = (Arc::clone(&effects), ctx.run_id());
+                sum += ctx
+                    .step(name, move |_| {
+                        let e = Arc::clone(&e);
+                        async move {
+                            e.lock().unwrap().push((who, name.to_string()));
+                            Ok(value)
+                        }
+                    })
+                    .await?;
+            }
+            Ok::<_, Failure>(sum + ctx.wait_for(&GO).await?.unwrap_or(0))
+        }
+    });
+}
+
+/// Starts the run (attaching after a crash), lets it reach its wait,
+/// resets its first run to step `b` with `reset_run` (a repeat when the
+/// crash kept the reset), signals the run that reset made and waits for
+/// its result. Returns the result and the reset's run.
+async fn reset_once(
+    kit: &TestEngine,
+    first: &Mutex<Option<RunId>>,
+) -> Result<(u64, RunId), TestError> {
+    let engine = kit.engine();
+    let started = engine
+        .start_with(RESETTABLE, "reset", &(), IdPolicy::Attach)
+        .await?;
+    // The uncrashed scenario's start made the first run; after a crash
+    // the start may attach to the run its reset made.
+    let first_run = *first.lock().unwrap().get_or_insert(started.run().run);
+    kit.settle().await?;
+    let made = engine.reset_run("reset", first_run, "b", "again").await?;
+    match engine.signal("reset", GO, &10).await {
+        Ok(()) | Err(Error::Finished { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok((kit.result(RESETTABLE, "reset").await?, made.run))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_point_of_a_repeated_reset_resets_once() {
+    let effects = Effects::default();
+    let e = Arc::clone(&effects);
+    let kit = TestEngine::open(move |engine: &Engine| register_resettable(engine, &e))
+        .await
+        .expect("open");
+    let first = Arc::new(Mutex::new(None));
+    let f = Arc::clone(&first);
+    let report = kit
+        .crash_everywhere_with(
+            async move |kit: &TestEngine| reset_once(kit, &f).await,
+            |point| {
+                let ran = std::mem::take(&mut *effects.lock().unwrap());
+                let (value, made) = *point.uncrashed;
+                assert_eq!(value, 13);
+                let first_run = first.lock().unwrap().expect("the first run");
+                assert_ne!(made, first_run, "the reset made no new run");
+                assert_eq!(
+                    point.outcome, point.uncrashed,
+                    "crash after {:?} of {} records",
+                    point.crashed_after, point.records
+                );
+                let done = point.durable_steps();
+                for effect in ran {
+                    // A step run by a third run means a second reset.
+                    assert!(
+                        effect.0 == first_run || effect.0 == made,
+                        "crash after {:?} records: step {effect:?} ran in a run neither the \
+                         first ({first_run}) nor its reset ({made})",
+                        point.crashed_after
+                    );
+                    if point.crashed_after.is_some() {
+                        assert!(
+                            !done.contains(&effect),
+                            "crash after {:?} records: step {effect:?} ran again though its \
+                             result was durable",
+                            point.crashed_after
+                        );
+                    }
+                }
+            },
+        )
         .await
         .expect("every crash point ends");
     assert!(report.records >= 8, "{} records", report.records);

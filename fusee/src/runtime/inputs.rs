@@ -165,10 +165,11 @@ impl ShardLoop {
             Input::Pause { id, paused, reply } => self.set_paused(&id, paused, reply, now_ms),
             Input::Reset {
                 id,
+                run,
                 step,
                 reason,
                 reply,
-            } => self.reset(&id, &step, &reason, reply, now_ms),
+            } => self.reset(&id, run, &step, &reason, reply, now_ms),
             Input::ResumeStep { id, step, reply } => self.resume_step(&id, &step, reply, now_ms),
             Input::List {
                 filter,

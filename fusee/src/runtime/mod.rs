@@ -194,6 +194,9 @@ pub(crate) enum Input {
     /// Reset a workflow to a step.
     Reset {
         id: String,
+        /// The run to reset (`None`: the ID's current run). A repeat for
+        /// a run already reset answers with the run that reset made.
+        run: Option<RunId>,
         step: String,
         reason: String,
         reply: Reply<RunRef>,

@@ -37,6 +37,14 @@
 //! caller, answered only once all are durable, sees an error and may
 //! retry.
 //!
+//! A retry must not reset the new run when the first try's records were
+//! durable after all (the answer was lost, not the reset). `reset_run`
+//! names the run to reset, and a run is reset at most once: when the
+//! ID's current run is not the one named, the shard reads the current
+//! run's `Start`, and if its origin is a reset of the named run, that run
+//! is the answer and nothing is recorded. The origin is in the journal,
+//! so this holds across restarts and parking, with no key to keep.
+//!
 //! A child started before the cut and not finished by it would report to
 //! R, not N: such a reset is refused.
 
@@ -249,15 +257,38 @@ impl ShardLoop {
         self.release_now_if_durable();
     }
 
-    /// Resets workflow `id` to its step `step` (see the module docs).
+    /// Resets workflow `id` to its step `step` (see the module docs): its
+    /// run `run` if named, else its current run.
     pub(super) fn reset(
         &mut self,
         id: &str,
+        run: Option<RunId>,
         step: &str,
         reason: &str,
         reply: super::Reply<RunRef>,
         now_ms: u64,
     ) {
+        if let Some(expected) = run {
+            match self.reset_already(id, expected) {
+                Ok(None) => {}
+                Ok(Some(made)) => {
+                    // The reset was made before (a repeat after a lost
+                    // answer or a crash): answer with its run once the
+                    // records that made it are durable, as the first
+                    // answer would have been.
+                    let token = self.token();
+                    self.waiting.insert(token, Waiting::Started(reply, made));
+                    let lsn = self.log.last_lsn();
+                    self.core.add_output(lsn, Output::Ack(token));
+                    self.release_now_if_durable();
+                    return;
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+            }
+        }
         match self.plan_reset(id, step, reason, now_ms) {
             Ok(records) => {
                 let mut last = None;
@@ -281,6 +312,48 @@ impl ShardLoop {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
+        }
+    }
+
+    /// Whether run `expected` of `id` was reset already: `None` if it is
+    /// the ID's current run (reset it now), the run its reset made if
+    /// that is the current run, otherwise why it cannot be reset.
+    fn reset_already(&mut self, id: &str, expected: RunId) -> Result<Option<RunRef>, Error> {
+        let Some((current, _)) = self.lookup(id)? else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        if current == expected {
+            return Ok(None);
+        }
+        let shard = self.shard;
+        let storage = move |error| Error::Storage { shard, error };
+        let start = match self.core.get(current) {
+            Some(_) => {
+                let journal = self.run_journal(current).map_err(storage)?;
+                iter_canonical(&journal)
+                    .next()
+                    .and_then(Result::ok)
+                    .map(|(r, _)| r.to_buf())
+            }
+            None => self.parked_start(current).map_err(storage)?,
+        };
+        match start {
+            Some(RecordBuf::Start {
+                from: Some(Origin { run, cause }),
+                ..
+            }) if run == expected && cause == origin::RESET => Ok(Some(RunRef {
+                id: id.to_string(),
+                shard: self.shard,
+                run: current,
+                attached: true,
+            })),
+            _ => Err(Error::CannotReset {
+                id: id.to_string(),
+                reason: format!(
+                    "run {expected} is not its current run (run {current} is), and run \
+                     {current} was not made by resetting it"
+                ),
+            }),
         }
     }
 

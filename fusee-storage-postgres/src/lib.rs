@@ -78,6 +78,9 @@ mod schema;
 mod shard;
 mod storage;
 
+#[cfg(test)]
+mod stall_tests;
+
 pub use error::PgError;
 pub use log::{PgLog, STATEMENT_BYTES};
 pub use options::{DEFAULT_URL, PgOptions, SyncCommit};

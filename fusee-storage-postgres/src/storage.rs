@@ -59,6 +59,34 @@ pub(crate) struct Lease {
     pub(crate) pids: ServerPids,
 }
 
+/// The session settings of every connection, as one batch.
+///
+/// Besides the commit level, two timeouts keep a stalled process from
+/// holding a shard's rows past its lease. A process paused (SIGSTOP, a
+/// long GC-like stall, a debugger) in the middle of a multi-statement
+/// write keeps its transaction open, and with it the row locks of its
+/// shard, until its connection dies, which on a healthy network is never:
+/// the takeover's `UPDATE` of the `shards` row would wait behind it for
+/// ever. `idle_in_transaction_session_timeout` of one lease makes the
+/// server end such a session once the lease it wrote under has lapsed
+/// anyway; its transaction rolls back (a flush or commit not acknowledged,
+/// which the contract allows), and the paused process, when it runs again,
+/// finds its connection gone and its part latched. `lock_timeout` of two
+/// leases is the backstop: no statement of ours waits longer than that for
+/// a lock, whatever holds it; the caller gets an error and tries again.
+/// Our own transactions never sit idle between statements for anything
+/// but the client's CPU, far below a lease.
+pub(crate) fn session_setup(options: &PgOptions) -> String {
+    let lease_ms = options.lease.as_millis().max(1);
+    format!(
+        "SET synchronous_commit = '{}'; \
+         SET idle_in_transaction_session_timeout = {lease_ms}; \
+         SET lock_timeout = {}",
+        options.synchronous_commit.as_sql(),
+        lease_ms.saturating_mul(2)
+    )
+}
+
 /// The server processes serving an open shard's two connections: for
 /// `pg_stat_activity`, or for `pg_terminate_backend` in a drill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,10 +122,7 @@ impl Shared {
             .config
             .connect(NoTls)
             .map_err(|e| map(&e, doing, &self.place))?;
-        let setup = format!(
-            "SET synchronous_commit = '{}'",
-            self.options.synchronous_commit.as_sql()
-        );
+        let setup = session_setup(&self.options);
         let pid = client
             .batch_execute(&setup)
             .and_then(|()| client.query_one("SELECT pg_backend_pid()", &[]))
@@ -150,7 +175,7 @@ impl Shared {
 /// processes: each shard is owned by whoever holds its lease.
 #[derive(Debug)]
 pub struct PgStorage {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// `host:port/database` of the configuration, for errors (no user's

@@ -50,6 +50,11 @@
 //!   is what the server holds: a prefix containing every acknowledged
 //!   record.
 //!
+//! - **Messages between processes go through an inbox table**
+//!   ([`PgInbox`]): a message for a shard another process owns is a row
+//!   under that shard, which its owner reads and deletes (under its epoch)
+//!   once what it recorded is durable.
+//!
 //! Options ([`PgOptions`]): the URL, the schema, the pool size, the lease,
 //! the synchronous-commit level ([`SyncCommit`], what each promises), the
 //! owner name. Deployment (synchronous standbys, failover with Patroni or
@@ -72,6 +77,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+mod inbox;
 mod log;
 mod options;
 mod schema;
@@ -82,6 +88,7 @@ mod storage;
 mod stall_tests;
 
 pub use error::PgError;
+pub use inbox::{INBOX_READ_ROWS, InboxRow, PgInbox};
 pub use log::{PgLog, STATEMENT_BYTES};
 pub use options::{DEFAULT_URL, PgOptions, SyncCommit};
 pub use schema::{BACKEND, SCHEMA_VERSION};

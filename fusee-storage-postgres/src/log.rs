@@ -86,6 +86,12 @@ impl PgLog {
         }
     }
 
+    /// The shard's inbox ([`crate::PgInbox`]): messages from shards other
+    /// processes own, and the way to theirs, on a connection of its own.
+    pub fn inbox(&self) -> crate::PgInbox {
+        crate::PgInbox::new(self.shard.clone())
+    }
+
     fn writable(&self) -> Result<()> {
         self.shard.0.check(NAMES.log)?;
         if self.latched {

@@ -321,7 +321,18 @@ pub struct PostgresSettings {
     /// and a random suffix); a restarted process given its predecessor's
     /// name takes that one's shards back at once.
     pub owner: Option<String>,
+    /// How often each shard's driver reads the shard's inbox table, where
+    /// shards of other processes leave their messages for it (a child to
+    /// start, a child's result, a signal, a cancel: see
+    /// [`Ownership::Lease`](crate::Ownership::Lease)). Default 50 ms: it
+    /// bounds the added latency of each message between processes, for
+    /// one cheap indexed query per shard per interval when the inbox is
+    /// empty. At least 1 ms.
+    pub inbox_poll: Option<std::time::Duration>,
 }
+
+/// [`PostgresSettings::inbox_poll`] when unset.
+pub const DEFAULT_INBOX_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl StorageConfig {
     /// A config for `backend` in `dir`, every setting by default.

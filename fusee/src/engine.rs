@@ -233,6 +233,13 @@ impl Config {
             return Err(Error::Config("queue_capacity must be at least 1".into()));
         }
         self.ownership.check(self.shards)?;
+        if let Some(p) = self.storage.postgres.inbox_poll
+            && p < Duration::from_millis(1)
+        {
+            return Err(Error::Config(format!(
+                "the inbox poll interval of {p:?} is below 1 ms"
+            )));
+        }
         let limit = fusee_core::wire::MAX_PAYLOAD;
         if self.max_payload > limit {
             return Err(Error::Config(format!(
@@ -512,6 +519,11 @@ impl Engine {
             clock: config.clock.clone(),
             runtime,
             peers: driver::Peers::new(config.shards),
+            inbox_poll: config
+                .storage
+                .postgres
+                .inbox_poll
+                .unwrap_or(crate::config::DEFAULT_INBOX_POLL),
         };
         let shards = Shards::open(context, config.shards, &config.ownership, config.lease())?;
         Ok(Engine {

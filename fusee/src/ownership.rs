@@ -28,12 +28,18 @@
 //!   owner takes the lease again at once).
 //!
 //! Messages between shards (a child started, its result, `ctx.signal`, a
-//! cancel) travel only between shards running in the same process: one for
-//! a shard another process owns stays in its sender's outbox (and in every
-//! checkpoint) until the target shard comes to the sender's process, or
-//! the sender's shard goes to the target's process; it is never lost, and
-//! never delivered twice into a journal. There is no transport between
-//! processes.
+//! cancel) travel through memory between shards running in the same
+//! process, and through the PostgreSQL store's inbox table to a shard
+//! another process owns (or nobody owns right now): the sender's driver
+//! writes the message under the target shard and forgets it once the row
+//! is durable; the target's owner reads its inbox at the open and every
+//! [`inbox_poll`](crate::config::PostgresSettings::inbox_poll) (50 ms by
+//! default) and deletes a row once what it recorded for it is durable,
+//! under its lease's epoch. A message is never lost and never recorded
+//! twice in a journal: a crash on either side makes a duplicate, which the
+//! target recognises (see `runtime/messages.rs`). With another backend
+//! (no inbox) a message for a shard not in the process waits in its
+//! sender's outbox until both shards are in one process.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -73,10 +79,12 @@ pub enum Ownership {
     /// waiting for their leases to lapse. Every process must use the same
     /// shard count.
     ///
-    /// **No transport between processes**: a child start, a child's
-    /// result, a `ctx.signal` or a cancel for a workflow on a shard another
-    /// process owns waits in its sender's outbox until both shards are in
-    /// one process (it is never lost). Calls over every shard
+    /// Messages between workflows on shards of different processes (a
+    /// child start, a child's result, a `ctx.signal`, a cancel) go through
+    /// the PostgreSQL store's inbox table, exactly once into the target's
+    /// journal (see the [module docs](self); each hop adds up to
+    /// [`inbox_poll`](crate::config::PostgresSettings::inbox_poll)).
+    /// Calls over every shard
     /// ([`Engine::list`](crate::Engine::list) and what uses it) fail with
     /// `NotOwner` while a shard is owned elsewhere.
     Lease {
@@ -594,8 +602,10 @@ mod tests {
     /// Under a lease with shard 0 preferred, the engine opens shard 0 at
     /// once and the others one lease time later: meanwhile a call for
     /// shard 1 is `NotOwner`, and a child started on shard 1 by a parent
-    /// on shard 0 waits in the parent's outbox, then runs once shard 1
-    /// comes.
+    /// on shard 0 waits in the parent's outbox (the memory backend has no
+    /// inbox to post it to; with PostgreSQL it would go to shard 1's inbox
+    /// table, as `tests/tests/lease_messages.rs` checks between two
+    /// processes), then runs once shard 1 comes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shards_not_preferred_come_later_and_messages_wait_for_them() {
         let shards = 2;

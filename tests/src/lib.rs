@@ -197,6 +197,9 @@ impl<S: Storage> AnyBackend for S {
 
 pub mod lease;
 
+#[cfg(feature = "postgres")]
+pub mod inbox;
+
 /// A count from the environment variable `name`, or `default` when it is
 /// unset or not a number (stress counts and seeds of the harnesses).
 pub fn env_u64(name: &str, default: u64) -> u64 {

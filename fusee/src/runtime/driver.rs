@@ -6,9 +6,13 @@
 //! Messages between shards travel through [`Peers`], the input channels of
 //! the shards running in this process. A shard this process does not run
 //! (owned by another process under [`crate::Ownership::Lease`], or not
-//! opened yet) has no channel: a message for it stays in its sender's
-//! outbox, and each time a shard starts running here (a new incarnation)
-//! every driver routes the messages its outbox holds for that shard again.
+//! opened yet) has no channel: with the PostgreSQL backend a message for it
+//! goes to its inbox table through the sender's [`Postman`] (and the
+//! postman brings the shard's own inbox to its loop); with the others it
+//! stays in its sender's outbox. Each time a shard starts running here (a
+//! new incarnation) every driver routes the messages its outbox holds for
+//! that shard again, and with a postman each time one stops running here
+//! (to its inbox: it may be another process's now).
 //! Under a lease a shard whose storage failed stops its thread (its
 //! callers answered by the loop), and the engine is told
 //! ([`Leased::on_lost`]) so it can open the shard again later.
@@ -23,6 +27,7 @@ use fusee_storage::StorageError;
 use tokio::runtime::Handle;
 
 use super::messages::Message;
+use super::postman::Postman;
 use super::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 use crate::AnyStorage;
 use crate::clock::Clock;
@@ -62,6 +67,8 @@ pub(crate) struct Context {
     pub(crate) clock: Clock,
     pub(crate) runtime: Handle,
     pub(crate) peers: Arc<Peers>,
+    /// How often a shard's postman reads its inbox table (PostgreSQL).
+    pub(crate) inbox_poll: Duration,
 }
 
 /// How a shard under [`crate::Ownership::Lease`] ends: after a storage
@@ -171,6 +178,7 @@ pub(crate) fn spawn(
         clock,
         runtime,
         peers,
+        inbox_poll,
     } = context.clone();
     if let Clock::Virtual(v) = &clock {
         let poke = tx.clone();
@@ -198,6 +206,7 @@ pub(crate) fn spawn(
                     rx,
                     tx: thread_tx,
                     queued: thread_queued,
+                    inbox_poll,
                 },
                 clock,
                 runtime,
@@ -235,6 +244,8 @@ struct Channel {
     tx: Sender<Input>,
     /// Client requests sent and not yet taken.
     queued: Arc<AtomicUsize>,
+    /// How often the postman reads the shard's inbox.
+    inbox_poll: Duration,
 }
 
 /// The shard thread's loop: run, carry out the effects, wait for an input
@@ -248,8 +259,14 @@ fn drive(
     activity: &Activity,
     leased: Option<Leased>,
 ) {
-    let Channel { rx, tx, queued } = channel;
+    let Channel {
+        rx,
+        tx,
+        queued,
+        inbox_poll,
+    } = channel;
     let flusher = Flusher::start(shard.shard, tx.clone());
+    let postman = Postman::start(&shard, tx.clone(), inbox_poll);
     let mut view = peers.view();
     let mut unsent: Vec<(u32, Input)> = Vec::new();
     let mut probed = Instant::now();
@@ -266,6 +283,7 @@ fn drive(
             steps,
             more,
             messages,
+            inbox_done,
         } = shard.run(now);
         // A shard under a lease that failed is someone else's now (or
         // will be reopened): it starts nothing more.
@@ -279,33 +297,71 @@ fn drive(
                 spawn_step(&runtime, job, tx.clone());
             }
         }
+        if let Some(p) = &postman
+            && !inbox_done.is_empty()
+        {
+            p.remove(inbox_done);
+        }
+        // A post failed: every message for a shard not here goes again,
+        // in outbox order (its ids are in sending order).
+        if let Some(p) = &postman
+            && !stopping
+            && p.take_retry()
+        {
+            let away: Vec<bool> = (0..view.running.len())
+                .map(|t| view.incarnation(t).is_none())
+                .collect();
+            route_again(&mut shard, &away);
+            unsent.append(&mut shard.outgoing);
+        }
         if peers.generation.load(Ordering::Acquire) != view.generation {
             let fresh = peers.view();
-            let came: Vec<bool> = (0..fresh.running.len())
-                .map(|t| {
-                    fresh
-                        .incarnation(t)
-                        .is_some_and(|i| view.incarnation(t) != Some(i))
+            // A shard that came is sent its messages by channel; with a
+            // postman, one that went by its inbox (another process may
+            // own it now; if it comes back here, it reads them there).
+            let again: Vec<bool> = (0..fresh.running.len())
+                .map(|t| match (view.incarnation(t), fresh.incarnation(t)) {
+                    (before, Some(now)) => before != Some(now),
+                    (Some(_), None) => postman.is_some(),
+                    (None, None) => false,
                 })
                 .collect();
             view = fresh;
-            if came.contains(&true) {
-                route_again(&mut shard, &came);
+            if again.contains(&true) {
+                route_again(&mut shard, &again);
                 unsent.append(&mut shard.outgoing);
             }
         }
         unsent.extend(messages);
+        let mut posts = Vec::new();
         for (target, input) in unsent.drain(..) {
-            // A shard not running here gets nothing: a message stays in
-            // its sender's outbox, routed again when the shard comes (or
-            // sent again when the sender recovers); an acknowledgement is
-            // sent again by the target when the sender sends again.
-            if let Some(Some(peer)) = view.running.get(target as usize) {
-                let message = Activity::is_message(&input);
-                if peer.tx.send(input).is_ok() && message {
-                    activity.message_sent();
+            // A shard not running here gets nothing by channel: with a
+            // postman a message goes to its inbox table; without one it
+            // stays in its sender's outbox, routed again when the shard
+            // comes (or sent again when the sender recovers). An
+            // acknowledgement is sent again by the target when the sender
+            // sends again.
+            match view.running.get(target as usize) {
+                Some(Some(peer)) => {
+                    let message = Activity::is_message(&input);
+                    if peer.tx.send(input).is_ok() && message {
+                        activity.message_sent();
+                    }
+                }
+                _ => {
+                    if let Input::Message { id, message, .. } = input
+                        && postman.is_some()
+                    {
+                        posts.push((target, id, message));
+                    }
                 }
             }
+        }
+        if let Some(p) = &postman
+            && !posts.is_empty()
+            && !stopping
+        {
+            p.post(posts);
         }
         if shard.is_closed() || stopping {
             break;
@@ -350,6 +406,7 @@ fn drive(
     // unanswered, which the engine reports as not owned.
     drop(shard);
     drop(flusher);
+    drop(postman);
     drop(rx);
     if let (Some(leased), Some((why, fenced))) = (leased, lost) {
         (leased.on_lost)(why, fenced);

@@ -5,6 +5,7 @@ use fusee_core::record::{Payload, RecordBuf, RunId, policy};
 use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
+use super::messages::Origin;
 use super::operator::JournalView;
 use super::sabotage::Sabotage;
 use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
@@ -112,7 +113,10 @@ impl ShardLoop {
             } => self.step_done(run, seq, attempt, result, now_ms),
             Input::Flushed { ticket, micros } => self.flushed(ticket, micros),
             Input::Tick => {}
-            Input::Message { from, id, message } => self.receive(from, id, message, now_ms),
+            Input::Message { from, id, message } => {
+                self.receive(Origin::Shard { shard: from, id }, message, now_ms);
+            }
+            Input::Inbox { row, message } => self.receive(Origin::Inbox { row }, message, now_ms),
             Input::Update {
                 id,
                 name,
@@ -795,9 +799,7 @@ impl ShardLoop {
                     Some(Waiting::RefusedDone(r, e)) => {
                         let _ = r.send(Err(e));
                     }
-                    Some(Waiting::Message { from, id }) => {
-                        self.outgoing.push((from, Input::Delivered { id }));
-                    }
+                    Some(Waiting::Message { from }) => self.acknowledge(from),
                     Some(Waiting::Answer(r, answer)) => {
                         let _ = r.send(Ok(answer));
                     }

@@ -18,6 +18,20 @@
 //! child's ID and parent, a child's result by the parent's pending
 //! children, a cancel by its key (carried in its `Cancel` record's `by`).
 //!
+//! # Between processes
+//!
+//! A message for a shard another process owns (PostgreSQL under leases)
+//! goes through the target's inbox table instead of a channel: the
+//! sender's driver posts it ([`Message::to_bytes`]) and counts it
+//! acknowledged once the row is durable (the row now carries the
+//! obligation, as the outbox did); the target's driver reads the row and
+//! hands it to the loop ([`Origin::Inbox`]), and the loop's
+//! acknowledgement deletes the row, at the moment it would send
+//! `Delivered` to a shard of its own process. A crash of the sender
+//! between the row and the acknowledgement posts the message again as
+//! another row; a crash of the target between its record and the delete
+//! reads the row again. Both are duplicates, deduplicated as above.
+//!
 //! # Outbox encoding (inside the checkpoint's `outbox` bytes)
 //!
 //! A varint count, then per message its varint id and a tag byte:
@@ -144,6 +158,40 @@ impl Message {
             | Message::Close { target, .. } => shard_of(target, shards),
         }
     }
+}
+
+// Only the PostgreSQL backend has inboxes.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+impl Message {
+    /// The message's bytes as an inbox row carries it between processes:
+    /// its outbox encoding (tag and fields, see the [module docs](self)),
+    /// so there is one codec.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_message(self, &mut out);
+        out
+    }
+
+    /// A message from [`to_bytes`](Self::to_bytes)'s bytes (all of them).
+    pub(crate) fn from_bytes(bytes: &[u8]) -> DecodeResult<Message> {
+        let mut r = Reader::new(bytes);
+        let m = decode_message(&mut r)?;
+        r.finish()?;
+        Ok(m)
+    }
+}
+
+/// Where a message a shard received came from: what its acknowledgement
+/// is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Shard `shard` of this process, as its outbox's message `id`:
+    /// acknowledged with [`Input::Delivered`](super::Input::Delivered) to
+    /// that shard.
+    Shard { shard: u32, id: u64 },
+    /// Row `row` of this shard's inbox table, posted by a shard of another
+    /// process (the PostgreSQL backend): acknowledged by deleting the row.
+    Inbox { row: u64 },
 }
 
 /// Messages sent and not acknowledged, by id.
@@ -382,6 +430,18 @@ mod tests {
                 dedup: 0,
             },
         ]
+    }
+
+    #[test]
+    fn messages_round_trip_alone() {
+        for m in sample() {
+            let bytes = m.to_bytes();
+            assert_eq!(Message::from_bytes(&bytes).expect("decodes"), m);
+            assert!(Message::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert!(Message::from_bytes(&longer).is_err(), "trailing bytes");
+        }
     }
 
     #[test]

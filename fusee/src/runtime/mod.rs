@@ -52,6 +52,7 @@ mod inputs;
 pub(crate) mod messages;
 pub(crate) mod operator;
 mod parking;
+mod postman;
 mod receive;
 mod recover;
 mod runs;
@@ -145,8 +146,16 @@ pub(crate) enum Input {
         id: u64,
         message: messages::Message,
     },
-    /// The target of this shard's message `id` recorded it durably.
+    /// The target of this shard's message `id` recorded it durably (or,
+    /// in another process, its inbox row is durable).
     Delivered { id: u64 },
+    /// Row `row` of this shard's inbox table: a message from a shard of
+    /// another process, to record here (the PostgreSQL backend).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Inbox {
+        row: u64,
+        message: messages::Message,
+    },
     /// Terminate a workflow.
     Terminate {
         id: String,
@@ -246,6 +255,9 @@ pub(crate) struct Effects {
     /// Inputs for shards (this one included): messages and their
     /// acknowledgements, by target shard.
     pub(crate) messages: Vec<(u32, Input)>,
+    /// Rows of this shard's inbox table whose messages are recorded
+    /// durably (or recognised as duplicates): the driver deletes them.
+    pub(crate) inbox_done: Vec<u64>,
 }
 
 /// Settings of a shard loop.
@@ -275,8 +287,7 @@ enum Waiting {
     /// A message from another shard, recorded (or found a duplicate):
     /// acknowledged once durable.
     Message {
-        from: u32,
-        id: u64,
+        from: messages::Origin,
     },
     /// A query's answer, given once the state it read is durable.
     Answer(Reply<Vec<u8>>, Vec<u8>),
@@ -376,8 +387,11 @@ pub(crate) struct ShardLoop {
     outgoing: Vec<(u32, Input)>,
     /// Messages received whose acknowledgement waits for the
     /// acknowledgement of a message this shard sent in reply (a child start
-    /// refused with a result to the parent): sent id -> (from, id).
-    relayed: FxHashMap<u64, (u32, u64)>,
+    /// refused with a result to the parent): sent id -> where it came from.
+    relayed: FxHashMap<u64, messages::Origin>,
+    /// Inbox rows acknowledged since the last run (see
+    /// [`Effects::inbox_done`]).
+    inbox_done: Vec<u64>,
     metrics: ShardMetrics,
     encode: Vec<u8>,
     flush_records: Lsn,
@@ -499,6 +513,7 @@ impl ShardLoop {
         }
         effects.steps = std::mem::take(&mut self.jobs);
         effects.messages = std::mem::take(&mut self.outgoing);
+        effects.inbox_done = std::mem::take(&mut self.inbox_done);
         if self.failed.is_some() {
             self.refuse_all();
         }

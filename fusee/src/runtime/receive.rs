@@ -4,7 +4,7 @@
 use fusee_core::record::{Payload, Record, RecordBuf, Status, iter_canonical, policy};
 use fusee_core::shard::Output;
 
-use super::messages::Message;
+use super::messages::{Message, Origin};
 use super::{Input, ShardLoop, Waiting};
 use crate::workflow::{CODEC_JSON, Failure, encode};
 
@@ -43,19 +43,29 @@ impl ShardLoop {
         ));
     }
 
-    /// The target of message `id` recorded it.
+    /// The target of message `id` recorded it (or, in another process,
+    /// its inbox row is durable).
     pub(super) fn delivered(&mut self, id: u64) {
         self.outbox.acknowledged(id);
         // A message received here waited for this one (its reply).
-        if let Some((from, their_id)) = self.relayed.remove(&id) {
-            self.outgoing
-                .push((from, Input::Delivered { id: their_id }));
+        if let Some(origin) = self.relayed.remove(&id) {
+            self.acknowledge(origin);
         }
     }
 
-    /// Records message `id` from shard `from`, unless it is a duplicate,
-    /// and acknowledges it once what it rests on is durable.
-    pub(super) fn receive(&mut self, from: u32, id: u64, message: Message, now_ms: u64) {
+    /// Acknowledges a message received from `origin`, whose record is
+    /// durable: to its sender shard in this process, or by deleting its
+    /// inbox row (the driver's I/O).
+    pub(super) fn acknowledge(&mut self, origin: Origin) {
+        match origin {
+            Origin::Shard { shard, id } => self.outgoing.push((shard, Input::Delivered { id })),
+            Origin::Inbox { row } => self.inbox_done.push(row),
+        }
+    }
+
+    /// Records a message from `from`, unless it is a duplicate, and
+    /// acknowledges it once what it rests on is durable.
+    pub(super) fn receive(&mut self, from: Origin, message: Message, now_ms: u64) {
         match message {
             Message::Signal {
                 target,
@@ -91,7 +101,7 @@ impl ShardLoop {
                         Ok(false) => {}
                         // Sent again after a crash: recorded already. The
                         // acknowledgement below still goes.
-                        Ok(true) => return self.ack_message(from, id),
+                        Ok(true) => return self.ack_message(from),
                         Err(e) => return self.fail(e),
                     }
                     let rec = if terminate {
@@ -165,7 +175,7 @@ impl ShardLoop {
                         payload: Payload::from(encode(&failure).unwrap_or_default().as_slice()),
                     };
                     let sent = self.outbox.add(result.clone());
-                    self.relayed.insert(sent, (from, id));
+                    self.relayed.insert(sent, from);
                     self.route(sent, result);
                     return;
                 }
@@ -194,15 +204,15 @@ impl ShardLoop {
                 }
             }
         }
-        self.ack_message(from, id);
+        self.ack_message(from);
     }
 
-    /// Acknowledges message `id` from shard `from` once everything so far
-    /// is durable: the record just appended, or the state a duplicate was
+    /// Acknowledges a message from `from` once everything so far is
+    /// durable: the record just appended, or the state a duplicate was
     /// recognised by.
-    fn ack_message(&mut self, from: u32, id: u64) {
+    fn ack_message(&mut self, from: Origin) {
         let token = self.token();
-        self.waiting.insert(token, Waiting::Message { from, id });
+        self.waiting.insert(token, Waiting::Message { from });
         let lsn = fusee_storage::LogStore::last_lsn(&self.log);
         self.core.add_output(lsn, Output::Ack(token));
         self.release_now_if_durable();

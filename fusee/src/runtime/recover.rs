@@ -159,6 +159,7 @@ impl ShardLoop {
             outbox,
             outgoing: Vec::new(),
             relayed: FxHashMap::default(),
+            inbox_done: Vec::new(),
             metrics: ShardMetrics {
                 recovered_records: replayed,
                 ..ShardMetrics::default()

@@ -414,6 +414,9 @@ impl World {
             steps,
             more,
             messages,
+            // Inbox rows come only from PostgreSQL; the simulator's disk
+            // is the file backend's, with no inbox.
+            inbox_done: _,
         } = self.shards[s].run(self.now_ms);
         if let Some(ticket) = flush {
             self.flushes.push((s as u32, ticket));

@@ -1,0 +1,220 @@
+//! [`PgInbox`]: messages between shards that different processes own,
+//! through the `inbox` table.
+//!
+//! A process that owns a shard cannot hand a message to a shard another
+//! process owns through memory; it writes the message to the `inbox` table
+//! under the target shard instead ([`PgInbox::post`]), and the target's
+//! owner reads its shard's rows ([`PgInbox::read`]) and deletes each once
+//! what it made of the message is durable ([`PgInbox::remove`]). The bytes
+//! are the host's (the engine's message encoding); this crate frames them
+//! with a CRC-32 covering the target shard, so a value read under another
+//! shard fails like a changed byte.
+//!
+//! What each statement promises:
+//!
+//! - **post** is one statement, so one transaction: every message of the
+//!   call is durable (at the storage's synchronous-commit level) when it
+//!   returns `Ok`, or none is. It checks no epoch: the messages a host
+//!   posts come from its durable records, so even a stale owner posts only
+//!   what the shard's log holds, and the new owner sends the same messages
+//!   again (the target deduplicates). Each row takes a new `id` from the
+//!   table's identity, never one the sender chose: a sender that crashed
+//!   after posting and before counting the message sent posts it again as
+//!   another row, and no row of an earlier incarnation can swallow a new
+//!   message.
+//! - **read** returns the shard's rows by `id`, which within one sender is
+//!   the order it posted them.
+//! - **remove** deletes rows only under this open's epoch (checked in the
+//!   same statement, `FOR KEY SHARE` as every fenced write): a stale owner
+//!   deletes nothing and gets `Fenced`, and the new owner reads the rows.
+
+use fusee_storage::{Result, StorageError};
+use fusee_storage_kv::layout::{check_crc, with_crc};
+
+use crate::shard::{PgShard, i64_of};
+use crate::storage::Conn;
+
+/// Rows one [`PgInbox::read`] returns at most, so a long inbox never sits
+/// in memory at once.
+pub const INBOX_READ_ROWS: usize = 256;
+
+/// The key an inbox value's CRC covers: `inbox` and the target shard.
+pub(crate) fn inbox_key(shard: u32) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[..5].copy_from_slice(b"inbox");
+    k[5..].copy_from_slice(&shard.to_be_bytes());
+    k
+}
+
+/// What [`StorageError::Corrupt`] names for an inbox row failing its CRC.
+const INBOX_ROW: &str = "postgres inbox row";
+
+/// One open shard's inbox, and its way to other shards' inboxes: a
+/// connection of its own (taken from the storage's pool at the first call,
+/// given back on drop), so a caller on its own thread never waits for the
+/// shard's reads or flushes. Made by [`crate::PgLog::inbox`].
+pub struct PgInbox {
+    shard: PgShard,
+    conn: Option<Conn>,
+}
+
+impl std::fmt::Debug for PgInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgInbox")
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One row of a shard's inbox as [`PgInbox::read`] returns it.
+#[derive(Debug)]
+pub struct InboxRow {
+    /// The row's id (for [`PgInbox::remove`]).
+    pub id: u64,
+    /// The message's bytes, or `Corrupt` if the row failed its CRC.
+    pub body: Result<Vec<u8>>,
+}
+
+impl PgInbox {
+    pub(crate) fn new(shard: PgShard) -> Self {
+        Self { shard, conn: None }
+    }
+
+    /// The shard this inbox belongs to.
+    pub fn shard(&self) -> u32 {
+        self.shard.0.id
+    }
+
+    /// Runs `f` on the inbox's connection (connecting first if there is
+    /// none); a failed statement drops the connection, so the next call
+    /// connects again.
+    fn with_conn<T>(
+        &mut self,
+        doing: &str,
+        f: impl FnOnce(&mut Conn) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let h = &*self.shard.0;
+        h.shared.check_open("postgres inbox")?;
+        let conn = match &mut self.conn {
+            Some(c) if !c.client.is_closed() => c,
+            slot => slot.insert(h.shared.take_conn()?),
+        };
+        match f(conn) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let err = h.err(doing, &e);
+                if e.as_db_error().is_none() {
+                    self.conn = None;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Writes `messages` (target shard, bytes) to their targets' inboxes,
+    /// in one transaction, from this shard. Once this returns `Ok` every
+    /// one is durable; after an error none or all may be (a lost
+    /// connection), and the caller posts them again (targets deduplicate).
+    pub fn post(&mut self, messages: &[(u32, &[u8])]) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let sender = i64::from(self.shard.0.id);
+        let targets: Vec<i64> = messages.iter().map(|(t, _)| i64::from(*t)).collect();
+        let values: Vec<Vec<u8>> = messages
+            .iter()
+            .map(|(t, body)| with_crc(&inbox_key(*t), body))
+            .collect();
+        let sql = self.shard.0.shared.sql.inbox_post.clone();
+        self.with_conn("posting messages to other shards' inboxes", |c| {
+            c.client
+                .execute(sql.as_str(), &[&sender, &targets, &values])
+        })?;
+        Ok(())
+    }
+
+    /// Up to [`INBOX_READ_ROWS`] rows of this shard's inbox, by id, leaving
+    /// out the rows `skip` names (those the caller holds already). `Fenced`
+    /// once the shard was taken over (checked in memory: the rows would be
+    /// the new owner's to take).
+    pub fn read(&mut self, skip: &[u64]) -> Result<Vec<InboxRow>> {
+        let h = &*self.shard.0;
+        h.check("postgres inbox")?;
+        let id = h.id;
+        let shard = i64::from(id);
+        let skip = skip
+            .iter()
+            .map(|&n| i64_of(n, "inbox row"))
+            .collect::<Result<Vec<i64>>>()?;
+        let limit = INBOX_READ_ROWS as i64;
+        let sql = h.shared.sql.inbox_read.clone();
+        let rows = self.with_conn("reading the shard's inbox", |c| {
+            c.client.query(sql.as_str(), &[&shard, &skip, &limit])
+        })?;
+        let h = &*self.shard.0;
+        let key = inbox_key(id);
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let n: i64 = row
+                .try_get(0)
+                .map_err(|e| h.err("reading the shard's inbox", &e))?;
+            // Identity values start at 1: a negative one is no row this
+            // crate wrote.
+            let n = u64::try_from(n).map_err(|_| StorageError::Corrupt {
+                what: INBOX_ROW,
+                at: 0,
+            })?;
+            let value: &[u8] = row
+                .try_get(1)
+                .map_err(|e| h.err("reading the shard's inbox", &e))?;
+            out.push(InboxRow {
+                id: n,
+                body: check_crc(&key, value, INBOX_ROW, n).map(<[u8]>::to_vec),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Deletes rows `ids` of this shard's inbox, under this open's epoch:
+    /// `Fenced` (and nothing deleted) once another owner took the shard.
+    pub fn remove(&mut self, ids: &[u64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let h = &*self.shard.0;
+        h.check("postgres inbox")?;
+        let shard = i64::from(h.id);
+        let epoch = h.epoch;
+        let ids = ids
+            .iter()
+            .map(|&n| i64_of(n, "inbox row"))
+            .collect::<Result<Vec<i64>>>()?;
+        let sql = h.shared.sql.inbox_remove.clone();
+        let row = self.with_conn("deleting rows of the shard's inbox", |c| {
+            c.client.query_one(sql.as_str(), &[&shard, &epoch, &ids])
+        })?;
+        let h = &*self.shard.0;
+        let owned: i64 = row
+            .try_get(0)
+            .map_err(|e| h.err("deleting rows of the shard's inbox", &e))?;
+        if owned == 0 {
+            return Err(h.fence());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PgInbox {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && !self
+                .shard
+                .0
+                .shared
+                .dead
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
+            self.shard.0.shared.give_back(conn);
+        }
+    }
+}

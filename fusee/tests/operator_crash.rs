@@ -3,13 +3,14 @@
 //! result from every prefix of its log, is seen paused whenever the pause
 //! was acknowledged, and no step whose result was durable runs again; a
 //! run reset with `reset_run`, the reset repeated after every crash, is
-//! reset once.
+//! reset once; a terminate, a bulk terminate and a bulk cancel end the
+//! runs they hit the same way from every crash point, and no other.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fusee::testing::{TestEngine, TestError};
-use fusee::{Ctx, Engine, Error, Failure, IdPolicy, Signal, Workflow};
+use fusee::testing::{RunFailure, TestEngine, TestError};
+use fusee::{Ctx, Engine, Error, Failure, IdPolicy, ListFilter, Signal, Workflow};
 
 type RunId = u64;
 
@@ -198,4 +199,139 @@ async fn every_crash_point_of_a_repeated_reset_resets_once() {
         .await
         .expect("every crash point ends");
     assert!(report.records >= 8, "{} records", report.records);
+}
+
+const WAITER: Workflow<(), u64> = Workflow::new("waiter");
+const CATCHER: Workflow<(), String> = Workflow::new("catcher");
+
+/// A waiter takes a step, then waits for `go`; a catcher waits for `go`
+/// and, cancelled, cleans up in a step and ends as cancelled.
+fn register_bulk(engine: &Engine, effects: &Effects) {
+    let e = Arc::clone(effects);
+    engine.register(WAITER, move |ctx: Ctx, ()| {
+        let e = Arc::clone(&e);
+        async move {
+            let who = ctx.run_id();
+            let got = ctx
+                .step("w", move |_| {
+                    let e = Arc::clone(&e);
+                    async move {
+                        e.lock().unwrap().push((who, "w".into()));
+                        Ok(1u64)
+                    }
+                })
+                .await?;
+            Ok::<_, Failure>(got + ctx.wait_for(&GO).await?.unwrap_or(0))
+        }
+    });
+    let e = Arc::clone(effects);
+    engine.register(CATCHER, move |ctx: Ctx, ()| {
+        let e = Arc::clone(&e);
+        async move {
+            match ctx.wait_for(&GO).await {
+                Ok(_) => Ok("went".to_string()),
+                Err(f) => {
+                    let who = ctx.run_id();
+                    ctx.step("clean-up", move |_| {
+                        let e = Arc::clone(&e);
+                        async move {
+                            e.lock().unwrap().push((who, "clean-up".into()));
+                            Ok(())
+                        }
+                    })
+                    .await?;
+                    Err(f)
+                }
+            }
+        }
+    });
+}
+
+/// A run's end as the scenario compares it.
+fn end<O: std::fmt::Debug>(outcome: Result<O, RunFailure>) -> String {
+    match outcome {
+        Ok(v) => format!("{v:?}"),
+        Err(RunFailure { status, failure }) => format!("{status}: {}", failure.message),
+    }
+}
+
+/// Starts three waiters, a catcher and a bystander waiter (attaching
+/// after a crash) and lets them reach their waits; terminates `w-0` by
+/// hand; releases the bystander with `go` and waits for its end, so the
+/// bulk terminate of running waiters that follows hits `w-1` and `w-2`
+/// only; then bulk-cancels catchers. Returns every run's end.
+async fn terminate_and_cancel(kit: &TestEngine) -> Result<Vec<String>, TestError> {
+    let engine = kit.engine();
+    for id in ["w-0", "w-1", "w-2", "bystander"] {
+        engine.start_with(WAITER, id, &(), IdPolicy::Attach).await?;
+    }
+    engine
+        .start_with(CATCHER, "c-0", &(), IdPolicy::Attach)
+        .await?;
+    kit.settle().await?;
+    let finished_is_fine = |r: Result<(), Error>| match r {
+        Ok(()) | Err(Error::Finished { .. }) => Ok(()),
+        Err(e) => Err(e),
+    };
+    finished_is_fine(engine.terminate("w-0", "by hand").await)?;
+    finished_is_fine(engine.signal("bystander", GO, &10).await)?;
+    // The bystander's end must be durable before the bulk terminate
+    // looks for running waiters, or it would be hit too.
+    kit.result(WAITER, "bystander").await?;
+    engine
+        .terminate_all(ListFilter::new().workflow("waiter"), "in bulk")
+        .await?;
+    engine
+        .cancel_all(ListFilter::new().workflow("catcher"), "in bulk")
+        .await?;
+    let mut ends = Vec::new();
+    for id in ["w-0", "w-1", "w-2", "bystander"] {
+        ends.push(end(kit.outcome(WAITER, id).await?));
+    }
+    ends.push(end(kit.outcome(CATCHER, "c-0").await?));
+    Ok(ends)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_point_of_terminates_and_bulk_verbs_ends_the_same() {
+    let effects = Effects::default();
+    let e = Arc::clone(&effects);
+    let kit = TestEngine::open(move |engine: &Engine| register_bulk(engine, &e))
+        .await
+        .expect("open");
+    let report = kit
+        .crash_everywhere_with(terminate_and_cancel, |point| {
+            let ran = std::mem::take(&mut *effects.lock().unwrap());
+            let Some(n) = point.crashed_after else {
+                assert_eq!(
+                    *point.uncrashed,
+                    [
+                        "terminated: by hand",
+                        "terminated: in bulk",
+                        "terminated: in bulk",
+                        "11",
+                        "cancelled: in bulk",
+                    ]
+                );
+                return;
+            };
+            assert_eq!(
+                point.outcome, point.uncrashed,
+                "crash after {n} of {} records",
+                point.records
+            );
+            let done = point.durable_steps();
+            for effect in ran {
+                assert!(
+                    !done.contains(&effect),
+                    "crash after {n} records: step {effect:?} ran again though its result was durable"
+                );
+            }
+        })
+        .await
+        .expect("every crash point ends");
+    // Five starts, a step, the waits, the bystander's signal and end, three
+    // terminations, the cancel, the clean-up and the catcher's end.
+    assert!(report.records >= 15, "{} records", report.records);
+    eprintln!("{} crash points", report.crash_points);
 }

@@ -18,7 +18,14 @@
 //!    moment and started again (`FUSEE_SEED` picks the moments): a kill
 //!    may land between a row's insert and its sender's acknowledgement,
 //!    between a record and its row's delete, or elsewhere.
-//! 3. **resent**: the states those crashes leave, made deterministic for
+//! 3. **windows**: kills inside both windows, for sure: with the inbox's
+//!    deletes held by a trigger and checkpoints only at close (a sender's
+//!    acknowledgement becomes durable only in a checkpoint), once the
+//!    kids' hellos are posted both processes are SIGKILLed: `b` between
+//!    the record of each child start and its row's delete, `a` between
+//!    each child start's insert and a durable acknowledgement (checked: it
+//!    posts them again).
+//! 4. **resent**: the states those crashes leave, made deterministic for
 //!    every hop of a family: with the target process killed, the test
 //!    waits for the hop's rows (the child starts, then the hellos, then the
 //!    finishes and the cancel, then the results), writes each again, and
@@ -27,7 +34,7 @@
 //!    acknowledgement leaves (it posts the message again), and what a
 //!    target's crash between its record and the row's delete leaves (it
 //!    reads the row again).
-//! 4. **not deleted**: every row ever written is written again, and both
+//! 5. **not deleted**: every row ever written is written again, and both
 //!    processes take them (every message of every phase, to runs that
 //!    finished).
 //!
@@ -74,12 +81,15 @@ impl Drop for Child {
 }
 
 impl Child {
-    fn spawn(url: &str, schema: &str, role: &'static str) -> Child {
+    /// Starts child `role`, checkpointing `often` or `never` (see the
+    /// child's docs).
+    fn spawn(url: &str, schema: &str, role: &'static str, checkpoints: &str) -> Child {
         let mut process = Spawn::new(env!("CARGO_BIN_EXE_inbox-child"))
             .arg(url)
             .arg(schema)
             .arg(role)
             .arg(LEASE.as_millis().to_string())
+            .arg(checkpoints)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -242,6 +252,18 @@ impl Store {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Rows of the copy of every row ever written that `filter` matches.
+    fn count_copies(&mut self, filter: &str) -> i64 {
+        let sql = format!(
+            "SELECT count(*) FROM \"{}\".inbox_copy {filter}",
+            self.schema
+        );
+        self.client
+            .query_one(sql.as_str(), &[])
+            .and_then(|r| r.try_get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     fn execute(&mut self, sql: &str) {
         let sql = sql.replace("{s}", &format!("\"{}\"", self.schema));
         self.client
@@ -315,8 +337,8 @@ fn messages_between_processes_are_recorded_exactly_once() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let schema = unique_schema();
     let began = Instant::now();
-    let mut a = Child::spawn(&url, &schema, "a");
-    let mut b = Child::spawn(&url, &schema, "b");
+    let mut a = Child::spawn(&url, &schema, "a", "often");
+    let mut b = Child::spawn(&url, &schema, "b", "often");
     let client = Client::connect(&url, NoTls).unwrap_or_else(|e| panic!("connecting: {e}"));
     let mut store = Store {
         client,
@@ -356,22 +378,60 @@ fn messages_between_processes_are_recorded_exactly_once() {
     a.tell(&killed.command());
     std::thread::sleep(Duration::from_millis(rng.u64(0..150)));
     b.kill();
-    b = Child::spawn(&url, &schema, "b");
+    b = Child::spawn(&url, &schema, "b", "often");
     std::thread::sleep(Duration::from_millis(rng.u64(0..150)));
     a.kill();
-    a = Child::spawn(&url, &schema, "a");
+    a = Child::spawn(&url, &schema, "a", "often");
     a.tell(&killed.command());
     killed.check_result(&mut a);
     check_statuses(&killed, &mut a, &mut b, "kills");
     families.push(killed);
 
-    // 3. resent: each hop's rows doubled while their target is down, so
+    // 3. kills inside both windows: deletes held (a trigger refuses
+    // them), checkpoints only at close (an acknowledgement is durable only
+    // in a checkpoint); once the kids' hellos are posted, `b` recorded the
+    // child starts whose rows are still there, and `a` posted those child
+    // starts without its acknowledgements being durable: both are killed.
+    store.wait_empty();
+    a.kill();
+    b.kill();
+    a = Child::spawn(&url, &schema, "a", "never");
+    b = Child::spawn(&url, &schema, "b", "never");
+    store.execute(
+        "CREATE FUNCTION {s}.no_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'the test holds deletes'; END $$;
+         CREATE TRIGGER hold BEFORE DELETE ON {s}.inbox
+             FOR EACH ROW EXECUTE FUNCTION {s}.no_delete();",
+    );
+    let starts = rows(false, &[1]);
+    let hellos = rows(true, &[3]);
+    let posted = store.count_copies(&starts);
+    let windows = Family::new("windows");
+    a.tell(&windows.command());
+    store.wait_rows(&hellos, KIDS as i64);
+    assert!(
+        store.count(&starts) >= KIDS as i64,
+        "the child starts' rows"
+    );
+    b.kill();
+    a.kill();
+    store.execute("DROP TRIGGER hold ON {s}.inbox;");
+    a = Child::spawn(&url, &schema, "a", "often");
+    b = Child::spawn(&url, &schema, "b", "often");
+    a.tell(&windows.command());
+    windows.check_result(&mut a);
+    check_statuses(&windows, &mut a, &mut b, "windows");
+    assert!(
+        store.count_copies(&starts) - posted >= 2 * KIDS as i64,
+        "the killed sender did not post its child starts again"
+    );
+    families.push(windows);
+
+    // 4. resent: each hop's rows doubled while their target is down, so
     // both copies are there when it comes back (in turn: the child
     // starts, the hellos, the finishes and the cancel, the results).
     store.wait_empty();
     let resent = Family::new("resent");
-    let starts = rows(false, &[1]);
-    let hellos = rows(true, &[3]);
     let finishes = rows(false, &[3, 5]);
     let results = rows(true, &[2]);
     b.kill();
@@ -379,24 +439,24 @@ fn messages_between_processes_are_recorded_exactly_once() {
     store.wait_rows(&starts, KIDS as i64);
     store.double(&starts);
     a.kill();
-    b = Child::spawn(&url, &schema, "b");
+    b = Child::spawn(&url, &schema, "b", "often");
     store.wait_rows(&hellos, KIDS as i64);
     store.double(&hellos);
     b.kill();
-    a = Child::spawn(&url, &schema, "a");
+    a = Child::spawn(&url, &schema, "a", "often");
     store.wait_rows(&finishes, KIDS as i64);
     store.double(&finishes);
     a.kill();
-    b = Child::spawn(&url, &schema, "b");
+    b = Child::spawn(&url, &schema, "b", "often");
     store.wait_rows(&results, KIDS as i64);
     store.double(&results);
-    a = Child::spawn(&url, &schema, "a");
+    a = Child::spawn(&url, &schema, "a", "often");
     a.tell(&resent.command());
     resent.check_result(&mut a);
     check_statuses(&resent, &mut a, &mut b, "resent");
     families.push(resent);
 
-    // 4. every row ever written, written again
+    // 5. every row ever written, written again
     store.wait_empty();
     store.execute(
         "ALTER TABLE {s}.inbox DISABLE TRIGGER copy;

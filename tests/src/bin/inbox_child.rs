@@ -1,5 +1,5 @@
 //! The child of the inbox harness (`tests/lease_messages.rs`):
-//! `inbox-child URL SCHEMA ROLE LEASE_MS`.
+//! `inbox-child URL SCHEMA ROLE LEASE_MS CHECKPOINTS`.
 //!
 //! Opens an engine on the PostgreSQL store in SCHEMA at URL under
 //! [`Ownership::Lease`] as ROLE `a` (shard 0, the parents') or `b` (shards
@@ -7,7 +7,10 @@
 //! made of the schema and the role: a child started again after a kill
 //! takes its role's shards back at once. It never tries the other role's
 //! shards (its retry interval is a day), so every message between a parent
-//! and its kids goes between the two processes.
+//! and its kids goes between the two processes. CHECKPOINTS: `often`
+//! (every 100 ms, so kills land in them too) or `never` (only at close: a
+//! message's acknowledgement, which only a checkpoint makes durable, is
+//! then lost by any kill after it, and the message is sent again).
 //!
 //! Commands on stdin, a line each (end of input: it exits at once, as a
 //! crash would):
@@ -46,9 +49,17 @@ fn say(line: &str) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, schema, role, lease] = args.as_slice() else {
-        eprintln!("usage: inbox-child URL SCHEMA ROLE LEASE_MS");
+    let [url, schema, role, lease, checkpoints] = args.as_slice() else {
+        eprintln!("usage: inbox-child URL SCHEMA ROLE LEASE_MS CHECKPOINTS");
         return ExitCode::from(2);
+    };
+    let checkpoint_interval = match checkpoints.as_str() {
+        "often" => Duration::from_millis(100),
+        "never" => Duration::from_secs(24 * 3600),
+        _ => {
+            eprintln!("inbox-child: checkpoints {checkpoints:?} is not often or never");
+            return ExitCode::from(2);
+        }
     };
     let prefer: Vec<u32> = match role.as_str() {
         "a" => A_SHARDS.to_vec(),
@@ -80,8 +91,7 @@ fn main() -> ExitCode {
     storage.postgres.pool_size = Some(2);
     let config = Config::new(storage)
         .shards(SHARDS)
-        // Checkpoints often, so kills land in them too.
-        .checkpoint_interval(Duration::from_millis(100))
+        .checkpoint_interval(checkpoint_interval)
         .ownership(Ownership::Lease {
             retry: Some(Duration::from_secs(24 * 3600)),
             prefer: Some(prefer),

@@ -23,6 +23,16 @@
 //! 4. Files the new commit no longer names (the index file a base replaced,
 //!    a generation compaction replaced) are deleted.
 //!
+//! # Memory
+//!
+//! The part keeps only the set of runs the committed index holds (their
+//! numbers: what counting a delta's effect at commit needs), not their
+//! records, which the engine's own table holds (a second copy cost about
+//! 85 MB a million parked runs). [`CheckpointStore::read_index`] reads the
+//! records from the index file, newest first, visiting a run at its newest
+//! record: no map of the records is built, not even for a while (freed, a
+//! map that size stays resident in the allocator's arenas).
+//!
 //! A crash before step 3's first sync leaves the previous commit trusted;
 //! open then cuts the index file and the run store back to what it names,
 //! so the index, checkpoint and store position always come from one
@@ -40,7 +50,7 @@ use fusee_storage::{
     CheckpointStore, Committed, DELETED, INDEX_RECORD, IndexChange, Result, StorageError,
     index_record_run, index_record_state, index_records,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::chunks;
 use crate::error::{FileError, IoContext};
@@ -60,20 +70,37 @@ pub(crate) fn index_name(n: u64) -> String {
 /// The checkpoint slots are the pair ([`crate::pair`]) `slot-0`, `slot-1`.
 pub(crate) const SLOT_STEM: &str = "slot";
 
-type Index = FxHashMap<u64, [u8; INDEX_RECORD]>;
+/// The runs an index holds: what counting a commit's records needs.
+type Runs = FxHashSet<u64>;
 
-/// Applies concatenated index records to `index`.
-fn apply_records(index: &mut Index, records: &[u8]) {
+/// Applies concatenated index records to the set of runs they leave.
+fn apply_runs(runs: &mut Runs, records: &[u8]) {
     for r in records.chunks_exact(INDEX_RECORD) {
         let mut rec = [0u8; INDEX_RECORD];
         rec.copy_from_slice(r);
         let run = index_record_run(&rec);
         if index_record_state(&rec) == DELETED {
-            index.remove(&run);
+            runs.remove(&run);
         } else {
-            index.insert(run, rec);
+            runs.insert(run);
         }
     }
+}
+
+/// The payloads of the chunks in the committed prefix `len` of an index
+/// file's bytes, in file order, each checked (whole, crc right).
+fn index_chunks<'a>(
+    bytes: &'a [u8],
+    len: u64,
+    path: &std::path::Path,
+) -> std::result::Result<Vec<&'a [u8]>, FileError> {
+    let mut out = Vec::new();
+    let name = path.display().to_string();
+    chunks::read(bytes, len, INDEX_RECORD, &name, |payload| {
+        out.push(payload);
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// An index file being written.
@@ -87,14 +114,15 @@ struct IndexFile<F> {
 /// A base being streamed.
 struct Base<F> {
     file: IndexFile<F>,
-    records: Index,
+    /// The runs its records hold.
+    runs: Runs,
 }
 
 /// A shard's checkpoint part. See the [module docs](self).
 pub struct FileCheckpoint<I: Io = crate::io::RealIo> {
     shared: Arc<Shared<I>>,
-    /// The committed index.
-    index: Index,
+    /// The runs the committed index holds.
+    runs: Runs,
     current: IndexFile<I::File>,
     base: Option<Base<I::File>>,
     /// The sequence number of the last commit.
@@ -158,17 +186,24 @@ impl<I: Io> FileCheckpoint<I> {
             .map_or((1, 0), |s| (s.index_file, s.index_len));
         let path = dir.join(index_name(number));
         let file = shared.open_or_create(&path, slot.is_none(), "open index")?;
-        let mut index = Index::default();
+        // Sized from the commit's count, bounded by what the file can hold:
+        // no growth (whose freed tables would stay resident) and no
+        // allocation a damaged slot could make huge.
+        let capacity = slot.as_ref().map_or(0, |s| {
+            s.index_records
+                .min(len / INDEX_RECORD as u64)
+                .try_into()
+                .unwrap_or(0)
+        });
+        let mut runs = Runs::with_capacity_and_hasher(capacity, Default::default());
         {
             let map = file.map().ctx("map index", &path)?;
-            let name = path.display().to_string();
-            chunks::read(&map, len, INDEX_RECORD, &name, |payload| {
-                apply_records(&mut index, payload);
-                Ok(())
-            })?;
+            for payload in index_chunks(&map, len, &path)? {
+                apply_runs(&mut runs, payload);
+            }
         }
         if let Some(s) = &slot
-            && s.index_records != index.len() as u64
+            && s.index_records != runs.len() as u64
         {
             return Err(FileError::Corrupt {
                 file: path.display().to_string(),
@@ -186,7 +221,7 @@ impl<I: Io> FileCheckpoint<I> {
         }
         let part = Self {
             shared,
-            index,
+            runs,
             current: IndexFile {
                 number,
                 file,
@@ -226,7 +261,7 @@ impl<I: Io> FileCheckpoint<I> {
                     .write_at(cur.len, &out)
                     .ctx("append index", &cur.path)?;
                 self.shared.sync(&cur.file, &cur.path)?;
-                let mut count = self.index.len() as u64;
+                let mut count = self.runs.len() as u64;
                 let mut seen = FxHashMap::<u64, bool>::default();
                 for r in records.chunks_exact(INDEX_RECORD) {
                     let mut rec = [0u8; INDEX_RECORD];
@@ -235,7 +270,7 @@ impl<I: Io> FileCheckpoint<I> {
                     let present = seen
                         .get(&run)
                         .copied()
-                        .unwrap_or_else(|| self.index.contains_key(&run));
+                        .unwrap_or_else(|| self.runs.contains(&run));
                     let now = index_record_state(&rec) != DELETED;
                     count = count + u64::from(now && !present) - u64::from(present && !now);
                     seen.insert(run, now);
@@ -252,7 +287,7 @@ impl<I: Io> FileCheckpoint<I> {
                 };
                 self.shared.sync(&base.file.file, &base.file.path)?;
                 self.shared.sync_dir(&self.shared.dir)?;
-                let (n, len, count) = (base.file.number, base.file.len, base.records.len() as u64);
+                let (n, len, count) = (base.file.number, base.file.len, base.runs.len() as u64);
                 // Keep the staged records until the commit point passes.
                 self.base = Some(base);
                 (n, len, count, Some(()))
@@ -274,12 +309,12 @@ impl<I: Io> FileCheckpoint<I> {
         self.newest = Some(seq);
         let new_file = match replaced {
             Some(()) => self.base.take().map(|b| {
-                self.index = b.records;
+                self.runs = b.runs;
                 b.file
             }),
             None => {
                 if let IndexChange::Delta(records) = change {
-                    apply_records(&mut self.index, records);
+                    apply_runs(&mut self.runs, records);
                 }
                 self.current.len = index_len;
                 None
@@ -312,18 +347,48 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
 
     fn read_index(&mut self, visit: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<u64> {
         self.shared.check_open("checkpoint")?;
+        let cur = &self.current;
+        let map = cur
+            .file
+            .map()
+            .ctx("map index", &cur.path)
+            .map_err(StorageError::from)?;
+        let payloads = index_chunks(&map, cur.len, &cur.path).map_err(StorageError::from)?;
+        let count = self.runs.len() as u64;
+        // Newest record first: a run's first record met is its state in the
+        // index (a run deleted last is not in `runs`, so its older records
+        // are passed over too). Each run visited is taken out of `runs`,
+        // so it is visited once; `runs` is folded again afterwards.
         let mut chunk = Vec::with_capacity(VISIT_RECORDS * INDEX_RECORD);
-        for rec in self.index.values() {
-            chunk.extend_from_slice(rec);
-            if chunk.len() == VISIT_RECORDS * INDEX_RECORD {
-                visit(&chunk)?;
-                chunk.clear();
+        let mut visited = Ok(());
+        'walk: for payload in payloads.iter().rev() {
+            for rec in payload.chunks_exact(INDEX_RECORD).rev() {
+                let Ok(rec) = <&[u8; INDEX_RECORD]>::try_from(rec) else {
+                    continue;
+                };
+                if !self.runs.remove(&index_record_run(rec)) {
+                    continue;
+                }
+                chunk.extend_from_slice(rec);
+                if chunk.len() == VISIT_RECORDS * INDEX_RECORD {
+                    visited = visit(&chunk);
+                    chunk.clear();
+                    if visited.is_err() {
+                        break 'walk;
+                    }
+                }
             }
         }
-        if !chunk.is_empty() {
-            visit(&chunk)?;
+        if visited.is_ok() && !chunk.is_empty() {
+            visited = visit(&chunk);
         }
-        Ok(self.index.len() as u64)
+        // The set keeps its capacity: folding it again allocates nothing.
+        self.runs.clear();
+        for payload in &payloads {
+            apply_runs(&mut self.runs, payload);
+        }
+        debug_assert_eq!(self.runs.len() as u64, count);
+        visited.map(|()| count)
     }
 
     fn begin_base(&mut self) -> Result<()> {
@@ -358,7 +423,7 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
                 path,
                 len: 0,
             },
-            records: Index::default(),
+            runs: Runs::default(),
         });
         Ok(())
     }
@@ -381,7 +446,7 @@ impl<I: Io> CheckpointStore for FileCheckpoint<I> {
             return Err(e.into());
         }
         f.len += out.len() as u64;
-        apply_records(&mut base.records, records);
+        apply_runs(&mut base.runs, records);
         Ok(())
     }
 

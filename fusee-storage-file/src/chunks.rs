@@ -41,12 +41,12 @@ pub fn encode(payload: &[u8], unit: usize, out: &mut Vec<u8>) {
 
 /// Visits the payload of every chunk in `bytes[..len]`, which must be whole
 /// chunks with right crcs and payloads of whole `unit`-byte items.
-pub fn read(
-    bytes: &[u8],
+pub fn read<'a>(
+    bytes: &'a [u8],
     len: u64,
     unit: usize,
     file: &str,
-    mut visit: impl FnMut(&[u8]) -> Result<(), FileError>,
+    mut visit: impl FnMut(&'a [u8]) -> Result<(), FileError>,
 ) -> Result<(), FileError> {
     let corrupt = |what: &'static str, at: usize| FileError::Corrupt {
         file: file.to_string(),

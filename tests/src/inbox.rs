@@ -29,6 +29,11 @@ pub const A_SHARDS: [u32; 1] = [0];
 /// The parent: given its kids' IDs (on `b`'s shards; it cancels the
 /// first, its victim), one line per kid, in that order.
 pub const PARENT: Workflow<Vec<String>, Vec<String>> = Workflow::new("inbox-parent");
+/// A parent of one kid whose ID is taken by a run it did not start: the
+/// kid's shard refuses the start, and its refusal (a failed result) goes
+/// back to the parent's process before the start's row may go (a reply
+/// relayed across processes). Returns the kid's failure kind.
+pub const LONER: Workflow<String, String> = Workflow::new("inbox-loner");
 /// A kid: given its parent's ID, returns a line.
 pub const KID: Workflow<String, String> = Workflow::new("inbox-kid");
 /// A kid's hello to its parent: the kid's ID.
@@ -64,6 +69,15 @@ pub fn expected(kids: &[String]) -> Vec<String> {
 pub fn register(engine: &Engine) {
     engine.register(PARENT, parent);
     engine.register(KID, kid);
+    engine.register(LONER, loner);
+}
+
+async fn loner(ctx: Ctx, kid: String) -> Result<String, Failure> {
+    let me = ctx.workflow_id();
+    Ok(match ctx.child(KID, &kid, &me).await {
+        Ok(line) => format!("the kid ran: {line}"),
+        Err(f) => f.kind.unwrap_or_default(),
+    })
 }
 
 /// How long a run waits, after the signals it expects, for one more: a

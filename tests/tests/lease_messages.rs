@@ -38,6 +38,11 @@
 //!    processes take them (every message of every phase, to runs that
 //!    finished).
 //!
+//! Between phases 4 and 5 a loner's only kid has an ID already taken on
+//! `b`: the refusal goes back to `a` as a failed result, and the start's
+//! row is deleted only once that reply's row is durable (a reply relayed
+//! across processes).
+//!
 //! Checked: every parent returns what its family must (each kid finished
 //! once, the victim cancelled, no second hello), every run finished as it
 //! must, and the inbox is empty at the end
@@ -456,6 +461,25 @@ fn messages_between_processes_are_recorded_exactly_once() {
     check_statuses(&resent, &mut a, &mut b, "resent");
     families.push(resent);
 
+    // A reply relayed across processes: a loner's kid ID is taken on `b`
+    // by a run it did not start, so `b` refuses the start with a failed
+    // result to the loner on `a`, and deletes the start's row only once
+    // that result's row is durable (checked by the empty inbox at the
+    // end; phase 5 sends the start again).
+    let loner = id_on("loner", |s| A_SHARDS.contains(&s));
+    let taken = id_on("taken", |s| !A_SHARDS.contains(&s));
+    b.tell(&format!("kid {taken} nobody"));
+    b.expect(&format!("started {taken}"));
+    let relay_results = rows(true, &[2]);
+    let relayed_before = store.count_copies(&relay_results);
+    a.tell(&format!("loner {loner} {taken}"));
+    let line = a.expect(&format!("result {loner} "));
+    assert_eq!(line, format!("result {loner} child-start-failed"));
+    assert!(
+        store.count_copies(&relay_results) > relayed_before,
+        "the refusal went back through the inbox"
+    );
+
     // 5. every row ever written, written again
     store.wait_empty();
     store.execute(
@@ -476,6 +500,11 @@ fn messages_between_processes_are_recorded_exactly_once() {
         a.tell(&family.command());
         family.check_result(&mut a);
     }
+    a.tell(&format!("loner {loner} {taken}"));
+    let line = a.expect(&format!("result {loner} "));
+    assert_eq!(line, format!("result {loner} child-start-failed"));
+    let (status, _) = b.describe(&taken);
+    assert_eq!(status, "Running", "the taken ID's own run, never restarted");
     a.close();
     b.close();
     assert_eq!(store.count(""), 0, "inbox rows left after the close");

@@ -17,6 +17,10 @@
 //!
 //! - `parent ID KID...`: starts (or attaches to) parent ID with those kids,
 //!   reports `started ID`, then `result ID LINE|LINE|...` once it finished;
+//! - `kid ID PARENT`: starts kid ID as if parent PARENT had (a client
+//!   start: the run has no parent), reports `started ID`;
+//! - `loner ID KID`: starts (or attaches to) loner ID, whose kid is KID,
+//!   reports `started ID`, then `result ID KIND` once it finished;
 //! - `describe ID`: reports `described ID STATUS RECORDS`, the run's
 //!   status and its journal's record count;
 //! - `close`: closes the engine, reports `closed` and exits.
@@ -28,7 +32,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use fusee::{Config, Engine, Error, IdPolicy, Ownership, StorageConfig};
-use fusee_tests::inbox::{A_SHARDS, PARENT, SHARDS, register};
+use fusee_tests::inbox::{A_SHARDS, KID, LONER, PARENT, SHARDS, register};
 use tokio::sync::mpsc;
 
 /// How long a call refused for a passing reason waits to be tried again.
@@ -129,6 +133,36 @@ async fn run(config: Config) -> Result<(), Error> {
                     let id = words[1].clone();
                     if let Err(e) = drive(&engine, &id, words[2..].to_vec()).await {
                         say(&format!("error {id} {}", e.to_string().replace('\n', " ")));
+                    }
+                });
+            }
+            Some("kid") if words.len() == 3 => {
+                let id = &words[1];
+                match engine
+                    .start_with(KID, id, &words[2], IdPolicy::Attach)
+                    .await
+                {
+                    Ok(_) => say(&format!("started {id}")),
+                    Err(e) => say(&format!("error {id} {}", e.to_string().replace('\n', " "))),
+                }
+            }
+            Some("loner") if words.len() == 3 => {
+                let engine = engine.clone();
+                tokio::spawn(async move {
+                    let id = words[1].clone();
+                    let started = engine
+                        .start_with(LONER, &id, &words[2], IdPolicy::Attach)
+                        .await;
+                    let result = match started {
+                        Ok(_) => {
+                            say(&format!("started {id}"));
+                            engine.result(LONER, &id).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match result {
+                        Ok(kind) => say(&format!("result {id} {kind}")),
+                        Err(e) => say(&format!("error {id} {}", e.to_string().replace('\n', " "))),
                     }
                 });
             }

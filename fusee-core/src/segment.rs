@@ -310,8 +310,12 @@ pub struct LogWriter {
     segment: u64,
     segment_bytes: u64,
     /// Capacity of the current segment (smaller than `segment_bytes` only
-    /// for a segment limited by [`LogWriter::limit_first_segment`]).
+    /// for a segment limited by [`LogWriter::limit_first_segment`] or
+    /// [`LogWriter::limit_next_segment`]).
     limit: u64,
+    /// The capacity the next roll gives its segment, if the host capped it
+    /// ([`LogWriter::limit_next_segment`]); `segment_bytes` otherwise.
+    next_limit: Option<u64>,
     /// Bytes used in the current segment, header included.
     offset: u64,
     next_lsn: Lsn,
@@ -360,6 +364,7 @@ impl LogWriter {
             segment,
             segment_bytes,
             limit: segment_bytes,
+            next_limit: None,
             offset: HEADER_BYTES as u64,
             next_lsn,
             batch_first: next_lsn,
@@ -476,7 +481,8 @@ impl LogWriter {
         self.close_tail();
         self.segment += 1;
         self.offset = HEADER_BYTES as u64;
-        self.limit = self.segment_bytes.max(HEADER_BYTES as u64 + frame);
+        let capacity = self.next_limit.take().unwrap_or(self.segment_bytes);
+        self.limit = capacity.max(HEADER_BYTES as u64 + frame);
         let header = SegmentHeader {
             format: SEGMENT_FORMAT,
             shard: self.shard,
@@ -557,6 +563,16 @@ impl LogWriter {
     /// size, and the largest record accepted does not change.
     pub fn limit_first_segment(&mut self, bytes: u64) {
         self.limit = bytes.max(self.offset).min(self.segment_bytes);
+    }
+
+    /// Caps the segment the next roll starts at `bytes` (at least
+    /// [`MIN_SEGMENT_BYTES`], at most the configured segment size): for a
+    /// host that prepares that segment's file smaller than the configured
+    /// size. Segments after it have the configured size again, and the
+    /// largest record accepted does not change (one too large gets a
+    /// segment of its own, as ever).
+    pub fn limit_next_segment(&mut self, bytes: u64) {
+        self.next_limit = Some(bytes.clamp(MIN_SEGMENT_BYTES, self.segment_bytes));
     }
 
     /// The LSN the next appended record gets.

@@ -711,3 +711,25 @@ fn recycled_segments_read_only_their_new_frames() {
         write(&mut image, &batch, usize::MAX);
     }
 }
+
+/// A host that prepares the next segment's file smaller than the configured
+/// size caps that segment: the roll into it stops at the cap, and the roll
+/// after it is back to the configured size.
+#[test]
+fn a_capped_next_segment_rolls_at_its_cap_then_at_the_configured_size() {
+    let seg = 4 * BLOCK as u64;
+    let mut w = LogWriter::new(0, 1, 1, seg, 0);
+    w.limit_first_segment(HEADER_BYTES as u64 + 1000);
+    w.limit_next_segment(2 * BLOCK as u64);
+    let body = [7u8; 100];
+    let mut limits = vec![w.limit()];
+    while limits.len() < 3 {
+        let before = w.segment();
+        w.append(&body, 0).expect("fits");
+        assert!(w.offset() <= w.limit());
+        if w.segment() != before {
+            limits.push(w.limit());
+        }
+    }
+    assert_eq!(limits, [HEADER_BYTES as u64 + 1000, 2 * BLOCK as u64, seg]);
+}

@@ -728,7 +728,25 @@ impl<I: Io> FileLog<I> {
             "files are made ready in the order the rolls take them"
         );
         if self.ready.is_empty() && self.preparing.is_none() {
-            let size = self.segment_size();
+            let size = if self.writer.segment() >= next {
+                // The writer already rolled into it (in memory): the file
+                // must hold what that roll allows.
+                self.writer.limit().max(2 * HEADER_BYTES as u64)
+            } else {
+                // Sizes ramp up from the small segment an open starts,
+                // doubling at each roll: a shard that writes a few MiB
+                // zero-fills a few MiB, not a full segment (64 MiB by
+                // default, a quarter of a second of disk and CPU that
+                // competes with the flushes of a busy start).
+                let size = self
+                    .writer
+                    .limit()
+                    .saturating_mul(2)
+                    .min(self.segment_size())
+                    .max(2 * HEADER_BYTES as u64);
+                self.writer.limit_next_segment(size);
+                size
+            };
             if self.shared.io.background() {
                 // Zero-filling a segment writes and syncs as many bytes as
                 // the segment will hold (tens to hundreds of ms here): off

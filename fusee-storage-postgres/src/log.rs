@@ -14,6 +14,31 @@
 //! A failed ticket latches the log: a lost connection may have committed
 //! the batch or not, and only a reopen (which reads what the server holds)
 //! can tell. A fenced one wrote nothing, and every later call is `Fenced`.
+//!
+//! # A log row (schema version 3)
+//!
+//! A flush writes one row of the `log` table (a batch over
+//! [`STATEMENT_BYTES`], one row per that many bytes): key `(shard, last)`,
+//! column `first`, and `value`, the records `first..=last` one after the
+//! other, each an **entry**:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 4 | `n`, the bytes that follow in this entry, big-endian u32 (big-endian because the upgrade from version 2 writes it with PostgreSQL's `int4send`) |
+//! | 4 | CRC-32 of `seq_key(shard, lsn)` and the record, little-endian ([`fusee_storage_kv::layout::with_crc`]) |
+//! | `n - 4` | the record |
+//!
+//! Entry `i` is LSN `first + i`, and a row holds exactly `last - first + 1`
+//! entries with nothing after them. Each record keeps its own CRC over its
+//! shard and LSN, so a changed byte, a row read under another shard or
+//! LSN, a cut or a lost row is `Corrupt` naming the LSN, as with a row per
+//! record; a row per flush is one heap tuple and one index entry for the
+//! server to write rather than one per record.
+//!
+//! Rows never overlap, and every row lies within `log_base + 1 ..=
+//! log_last` but for its records a discard passed: a discard deletes the
+//! rows whose last record it passed, and a read skips the records before
+//! where it starts.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -135,19 +160,40 @@ impl PgLog {
             .map_err(|e| h.err(doing, &e))?;
         let mut next = from;
         while let Some(row) = rows.next().map_err(|e| h.err(doing, &e))? {
-            let lsn: i64 = row.try_get(0).map_err(|e| h.err(doing, &e))?;
-            if u64::try_from(lsn).ok() != Some(next) {
+            let first: i64 = row.try_get(0).map_err(|e| h.err(doing, &e))?;
+            let last: i64 = row.try_get(1).map_err(|e| h.err(doing, &e))?;
+            let value: &[u8] = row.try_get(2).map_err(|e| h.err(doing, &e))?;
+            let (Ok(first), Ok(last)) = (u64::try_from(first), u64::try_from(last)) else {
+                return Err(row_corrupt(next));
+            };
+            // A row that begins after the next LSN leaves a gap, one
+            // after the first that begins before it overlaps the row
+            // before, and one that ends past the durable LSN holds records
+            // no flush made durable.
+            let overlaps = next > from && first != next;
+            if first > next || overlaps || last < first || last > self.durable {
                 return Err(StorageError::Corrupt {
                     what: NAMES.missing_record,
                     at: next,
                 });
             }
-            let stored: &[u8] = row.try_get(1).map_err(|e| h.err(doing, &e))?;
-            visit(
-                next,
-                check_crc(&seq_key(h.id, next), stored, NAMES.log_record, next)?,
-            )?;
-            next += 1;
+            let mut rest = value;
+            for lsn in first..=last {
+                let (stored, after) = split_entry(rest).ok_or_else(|| row_corrupt(lsn))?;
+                rest = after;
+                if lsn < next {
+                    // Before the read's start: discarded, or read already.
+                    continue;
+                }
+                visit(
+                    lsn,
+                    check_crc(&seq_key(h.id, lsn), stored, NAMES.log_record, lsn)?,
+                )?;
+                next = lsn + 1;
+            }
+            if !rest.is_empty() {
+                return Err(row_corrupt(last));
+            }
         }
         if next <= self.durable {
             return Err(StorageError::Corrupt {
@@ -157,6 +203,35 @@ impl PgLog {
         }
         Ok(())
     }
+}
+
+/// What a log row that does not parse into its entries is, at an LSN.
+fn row_corrupt(at: Lsn) -> StorageError {
+    StorageError::Corrupt {
+        what: "postgres log row (its entries do not parse), at LSN",
+        at,
+    }
+}
+
+/// The first entry of `row` and what follows it, or `None` if the row
+/// ends inside it.
+fn split_entry(row: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = row.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
+    (len <= rest.len()).then(|| rest.split_at(len))
+}
+
+/// Appends `stored` (a record behind its CRC) to a row as an entry.
+fn put_entry(row: &mut Vec<u8>, stored: &[u8]) {
+    // A record is at most `MAX_RECORD` bytes, far below 4 GiB.
+    let len = u32::try_from(stored.len()).unwrap_or(u32::MAX);
+    row.extend_from_slice(&len.to_be_bytes());
+    row.extend_from_slice(stored);
+}
+
+/// Bytes of `records` laid out as a row's entries.
+fn row_bytes(records: &[Vec<u8>]) -> usize {
+    records.iter().map(|r| 4 + r.len()).sum()
 }
 
 /// The I/O of one flush: the batch, written on the shard's flusher
@@ -183,7 +258,7 @@ impl FlushWork for FlushJob {
         let epoch = h.epoch;
         let last_i = i64_of(last, "LSN")?;
         let records = &self.batch.records;
-        let bytes: usize = records.iter().map(Vec::len).sum();
+        let bytes = row_bytes(records);
         if bytes <= STATEMENT_BYTES {
             let stmt = match &conn.flush {
                 Some(s) => s.clone(),
@@ -196,45 +271,43 @@ impl FlushWork for FlushJob {
                     s
                 }
             };
-            let lsns = (first..=last)
-                .map(|l| i64_of(l, "LSN"))
-                .collect::<Result<Vec<i64>>>()?;
-            let values: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+            let first_i = i64_of(first, "LSN")?;
+            let mut row = Vec::with_capacity(bytes);
+            for r in records {
+                put_entry(&mut row, r);
+            }
             let n = conn
                 .client
-                .execute(&stmt, &[&id, &epoch, &last_i, &lsns, &values])
+                .execute(&stmt, &[&id, &epoch, &last_i, &first_i, &row])
                 .map_err(|e| h.err(&doing, &e))?;
             return match n {
                 0 => Err(h.fence()),
-                n if n == records.len() as u64 => Ok(()),
-                // One statement writes all or nothing: anything else is a
-                // server that broke that promise.
+                1 => Ok(()),
+                // One statement writes its row or nothing: anything else
+                // is a server that broke that promise.
                 _ => Err(StorageError::Corrupt {
                     what: "postgres log flush: rows written differ from the batch, at LSN",
                     at: first,
                 }),
             };
         }
-        // A batch too large for one message: one transaction, fenced like
-        // every multi-statement write, on the flusher connection.
+        // A batch too large for one message: one row per `STATEMENT_BYTES`
+        // in one transaction, fenced like every multi-statement write, on
+        // the flusher connection.
         let mut tx = conn.client.transaction().map_err(|e| h.err(&doing, &e))?;
         h.check_epoch(&mut tx, &doing)?;
-        let mut chunk_lsns = Vec::new();
-        let mut chunk: Vec<&[u8]> = Vec::new();
-        let mut chunk_bytes = 0usize;
+        let mut row = Vec::new();
+        let mut row_first = first;
         for (lsn, r) in (first..).zip(records.iter()) {
-            chunk_lsns.push(i64_of(lsn, "LSN")?);
-            chunk.push(r);
-            chunk_bytes += r.len();
-            if chunk_bytes >= STATEMENT_BYTES || lsn == last {
+            put_entry(&mut row, r);
+            if row.len() >= STATEMENT_BYTES || lsn == last {
                 tx.execute(
                     h.shared.sql.flush_insert.as_str(),
-                    &[&id, &chunk_lsns, &chunk],
+                    &[&id, &i64_of(lsn, "LSN")?, &i64_of(row_first, "LSN")?, &row],
                 )
                 .map_err(|e| h.err(&doing, &e))?;
-                chunk_lsns.clear();
-                chunk.clear();
-                chunk_bytes = 0;
+                row.clear();
+                row_first = lsn + 1;
             }
         }
         tx.execute(h.shared.sql.flush_last.as_str(), &[&id, &last_i])

@@ -8,7 +8,7 @@
 //! | `format` | `one` (always true) | `backend text`, `version int4` | which backend and schema version made the store |
 //! | `shards` | `shard` | `epoch int8`, `owner text`, `expires timestamptz`, `log_base int8`, `log_last int8` | the shard's lease (epoch, holder, end by the server's clock) and its log bounds: the LSN before the first record kept, the last flushed LSN |
 //! | `commits` | `shard` | `value bytea` | the last commit: `fusee-storage-kv`'s commit row (store position, index generation and size, checkpoint, CRC) |
-//! | `log` | `shard, lsn` | `value bytea` | log records: CRC-32 of the key `seq_key(shard, lsn)` and the record, then the record ([`fusee_storage_kv::layout`]) |
+//! | `log` | `shard, last` | `first int8`, `value bytea` | one row per flush (or per 32 MiB of one): log records `first..=last`, laid out as [`crate::log`] says (each record under its own CRC over the key `seq_key(shard, lsn)`, as [`fusee_storage_kv::layout`] frames it) |
 //! | `store` | `shard, n` | `value bytea` | run-store frames, framed the same way under `seq_key(shard, n)` |
 //! | `idx` | `shard, generation, run` | `value bytea` | index records with their CRC under `index_key(shard, generation, run)` |
 //! | `inbox` | `shard, id` | `sender int8`, `value bytea` | messages for the shard from shards of other processes ([`crate::PgInbox`]): CRC-32 of [`inbox_key`](crate::inbox::inbox_key)`(shard)` and the message, then the message; `id` from the table's identity sequence, so a message sent again (after its sender crashed before it counted it sent) is another row, never one taken for it |
@@ -25,17 +25,22 @@
 //!
 //! | version | change |
 //! |---|---|
-//! | 1 | the tables above but `inbox` |
+//! | 1 | the tables above but `inbox`, and `log` with a row per record (`shard, lsn` → `value`) |
 //! | 2 | `inbox` |
+//! | 3 | `log` with a row per flush: a flush of 256 records writes one row, not 256 (the server's per-row work, a heap tuple and an index entry each, was most of a group commit's time) |
 //!
-//! A version 1 schema is upgraded in place when a storage of this build
-//! opens it: the change is one new table, which no version 1 process
-//! reads or writes, so the upgrade creates it and moves the `format` row's
-//! version, in the transaction that judges the schema. A version 1 process
-//! opening the store afterwards is refused (`UnsupportedFormat`): it would
-//! not read its shards' inboxes, and messages for them would wait until a
-//! newer process took the shards over. Upgrade every process of a store
-//! together.
+//! A version 1 or 2 schema is upgraded in place when a storage of this
+//! build opens it, in the transaction that judges the schema: version 1
+//! gains the `inbox` table (which no version 1 process reads or writes);
+//! the per-record `log` table becomes a per-flush one, each old row a
+//! one-record row (`first = last = lsn`, the value its entry: the old
+//! value, which is the entry's CRC and record, behind its big-endian
+//! length), so every record keeps its CRC; then the `format` row's version
+//! moves. The rewrite holds the old table's exclusive lock until it
+//! commits, so an older process flushing meanwhile waits and then fails
+//! (its table is gone): it latches and acknowledges nothing it did not
+//! write. An older process opening the store afterwards is refused
+//! (`UnsupportedFormat`). Upgrade every process of a store together.
 //!
 //! A schema of another version is refused at open with
 //! [`fusee_storage::StorageError::UnsupportedFormat`]; a schema holding
@@ -49,7 +54,7 @@ use postgres::Client;
 use crate::error::{PgError, map};
 
 /// The schema version this build creates and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The backend's name in the `format` row.
 pub const BACKEND: &str = "postgres";
@@ -106,9 +111,11 @@ pub(crate) struct Sql {
     pub(crate) index_clear: String,
     pub(crate) index_scan: String,
     pub(crate) commit_put: String,
-    /// Creates the `inbox` table and moves the version: the upgrade from
-    /// version 1.
+    /// Creates the `inbox` table: the upgrade from version 1 to 2.
     pub(crate) upgrade_1: String,
+    /// Rewrites a version 2 `log` table row per record into this
+    /// version's row per flush, and moves the version.
+    pub(crate) upgrade_2: String,
     pub(crate) inbox_post: String,
     pub(crate) inbox_read: String,
     pub(crate) inbox_remove: String,
@@ -119,6 +126,14 @@ impl Sql {
     /// accepted).
     pub(crate) fn new(schema: &str) -> Self {
         let s = format!("\"{schema}\"");
+        // EXTERNAL: a flush's row is stored out of line without the
+        // compression attempt, which costs CPU on every flush and gains
+        // little on records that carry their own encodings.
+        let create_log = format!(
+            "CREATE TABLE {s}.log (shard int8, last int8, first int8 NOT NULL,
+                 value bytea NOT NULL, PRIMARY KEY (shard, last));
+             ALTER TABLE {s}.log ALTER COLUMN value SET STORAGE EXTERNAL;"
+        );
         let create_inbox = format!(
             "CREATE TABLE IF NOT EXISTS {s}.inbox (shard int8,
                  id int8 GENERATED BY DEFAULT AS IDENTITY, sender int8 NOT NULL,
@@ -133,8 +148,7 @@ impl Sql {
                      owner text NOT NULL, expires timestamptz NOT NULL,
                      log_base int8 NOT NULL, log_last int8 NOT NULL);
                  CREATE TABLE {s}.commits (shard int8 PRIMARY KEY, value bytea NOT NULL);
-                 CREATE TABLE {s}.log (shard int8, lsn int8, value bytea NOT NULL,
-                     PRIMARY KEY (shard, lsn));
+                 {create_log}
                  CREATE TABLE {s}.store (shard int8, n int8, value bytea NOT NULL,
                      PRIMARY KEY (shard, n));
                  CREATE TABLE {s}.idx (shard int8, generation int8, run int8,
@@ -163,7 +177,9 @@ impl Sql {
             cleanup: [
                 format!("DELETE FROM {s}.store WHERE shard = $1 AND n >= $2"),
                 format!("DELETE FROM {s}.idx WHERE shard = $1 AND generation <> $2"),
-                format!("DELETE FROM {s}.log WHERE shard = $1 AND lsn > $2"),
+                // Rows past the last flushed LSN (none a flush leaves: a
+                // row and its bound move in one transaction).
+                format!("DELETE FROM {s}.log WHERE shard = $1 AND first > $2"),
             ],
             epoch: format!("SELECT epoch FROM {s}.shards WHERE shard = $1 FOR KEY SHARE"),
             renew: format!(
@@ -184,22 +200,22 @@ impl Sql {
             flush: format!(
                 "WITH s AS (UPDATE {s}.shards SET log_last = $3
                             WHERE shard = $1 AND epoch = $2 RETURNING shard)
-                 INSERT INTO {s}.log (shard, lsn, value)
-                 SELECT s.shard, x.lsn, x.value
-                 FROM s, unnest($4::int8[], $5::bytea[]) AS x(lsn, value)"
+                 INSERT INTO {s}.log (shard, last, first, value)
+                 SELECT s.shard, $3, $4, $5 FROM s"
             ),
             flush_insert: format!(
-                "INSERT INTO {s}.log (shard, lsn, value)
-                 SELECT $1, x.lsn, x.value FROM unnest($2::int8[], $3::bytea[]) AS x(lsn, value)"
+                "INSERT INTO {s}.log (shard, last, first, value) VALUES ($1, $2, $3, $4)"
             ),
             flush_last: format!("UPDATE {s}.shards SET log_last = $2 WHERE shard = $1"),
             discard_base: format!(
                 "UPDATE {s}.shards SET log_base = greatest(log_base, $2) WHERE shard = $1"
             ),
-            discard_log: format!("DELETE FROM {s}.log WHERE shard = $1 AND lsn <= $2"),
+            // A row partly discarded stays until its last record is: the
+            // base says where the log begins.
+            discard_log: format!("DELETE FROM {s}.log WHERE shard = $1 AND last <= $2"),
             log_scan: format!(
-                "SELECT lsn, value FROM {s}.log WHERE shard = $1 AND lsn >= $2 AND lsn <= $3
-                 ORDER BY lsn"
+                "SELECT first, last, value FROM {s}.log
+                 WHERE shard = $1 AND last >= $2 AND first <= $3 ORDER BY last"
             ),
             frames_insert: format!(
                 "INSERT INTO {s}.store (shard, n, value)
@@ -229,9 +245,14 @@ impl Sql {
                 "INSERT INTO {s}.commits (shard, value) VALUES ($1, $2)
                  ON CONFLICT (shard) DO UPDATE SET value = EXCLUDED.value"
             ),
-            upgrade_1: format!(
-                "{create_inbox}
-                 UPDATE {s}.format SET version = {SCHEMA_VERSION} WHERE version = 1;"
+            upgrade_1: create_inbox.clone(),
+            upgrade_2: format!(
+                "ALTER TABLE {s}.log RENAME TO log_v2;
+                 {create_log}
+                 INSERT INTO {s}.log (shard, last, first, value)
+                     SELECT shard, lsn, lsn, int4send(length(value)) || value FROM {s}.log_v2;
+                 DROP TABLE {s}.log_v2;
+                 UPDATE {s}.format SET version = {SCHEMA_VERSION};"
             ),
             // The rows take their ids (the identity's default) in the
             // order the SELECT hands them over, which ORDER BY fixes to
@@ -306,10 +327,12 @@ pub(crate) fn prepare(
             });
         }
         let found = u32::try_from(version).unwrap_or(u32::MAX);
-        if found == 1 {
-            // The one change since version 1 is additive: see the module
-            // docs.
-            tx.batch_execute(&sql.upgrade_1).map_err(err)?;
+        if found == 1 || found == 2 {
+            // See the module docs.
+            if found == 1 {
+                tx.batch_execute(&sql.upgrade_1).map_err(err)?;
+            }
+            tx.batch_execute(&sql.upgrade_2).map_err(err)?;
             return tx.commit().map_err(err);
         }
         if found != SCHEMA_VERSION {

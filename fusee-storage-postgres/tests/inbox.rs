@@ -20,7 +20,7 @@ mod with_server {
     use fusee_storage::{Storage, StorageError};
     use fusee_storage_postgres::{InboxRow, PgStorage, SCHEMA_VERSION};
 
-    use super::common::{admin, drop_schema, options, unique_schema, url};
+    use super::common::{admin, drop_schema, old_store, options, unique_schema, url};
 
     fn open(schema: &str, owner: &str) -> PgStorage {
         PgStorage::open(&options(&url(), schema, owner)).unwrap_or_else(|e| panic!("{e}"))
@@ -131,22 +131,10 @@ mod with_server {
     #[test]
     fn a_version_1_store_is_upgraded_in_place() {
         let schema = unique_schema("inbox_v1");
+        // What a version 1 build made: no inbox table, a row per record.
+        old_store(&url(), &schema, 1, 1);
         let storage = open(&schema, "o");
-        {
-            let mut parts = storage.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
-            fusee_storage::LogStore::append(&mut parts.log, 1, b"kept")
-                .unwrap_or_else(|e| panic!("{e}"));
-            fusee_storage::LogStore::flush(&mut parts.log).unwrap_or_else(|e| panic!("{e}"));
-        }
-        drop(storage);
-        // What a version 1 build made: no inbox table.
-        let mut a = admin(&url());
-        a.batch_execute(&format!(
-            "DROP TABLE \"{schema}\".inbox; UPDATE \"{schema}\".format SET version = 1"
-        ))
-        .unwrap_or_else(|e| panic!("{e}"));
-        let storage = open(&schema, "o");
-        let version: i32 = a
+        let version: i32 = admin(&url())
             .query_one(&format!("SELECT version FROM \"{schema}\".format"), &[])
             .and_then(|r| r.try_get(0))
             .unwrap_or_else(|e| panic!("{e}"));

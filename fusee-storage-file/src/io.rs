@@ -60,6 +60,18 @@ pub trait IoFile: Send + Sync {
     fn sync_all(&self) -> io::Result<()>;
     /// The file's bytes as they are now.
     fn map(&self) -> io::Result<Mapped>;
+    /// A view of the file's first `len` bytes that also shows bytes written
+    /// after it was made, for a file that only grows at its end (a run-store
+    /// generation): a memory map of `len` bytes, which may run past the
+    /// file's end. The caller reads only bytes that were written before the
+    /// read, never past the file's current end (a real map faults there).
+    /// The default is [`IoFile::map`], a view of the file as it is now,
+    /// shorter than `len` when the file is: the caller maps again when a
+    /// read needs bytes past the view.
+    fn map_ahead(&self, len: u64) -> io::Result<Mapped> {
+        let _ = len;
+        self.map()
+    }
 }
 
 /// How [`Io::open`] finds the file.
@@ -154,6 +166,23 @@ impl IoFile for RealFile {
         // are never written again while the segment is in the log.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&self.file)? };
+        Ok(Mapped::Map(map))
+    }
+
+    fn map_ahead(&self, len: u64) -> io::Result<Mapped> {
+        let len = usize::try_from(len).map_err(|_| io::Error::other("map length over usize"))?;
+        if len == 0 {
+            return Ok(Mapped::Owned(Vec::new()));
+        }
+        // SAFETY: a shared read-only map. The run store maps its current
+        // generation file, which it only appends to (it is cut back only at
+        // open, before any map, and deleted only after its map is dropped),
+        // and reads only bytes it wrote before the read: never past the
+        // file's end, where the map would fault, and never bytes a write
+        // changes while they are read. The backend holds the directory's
+        // exclusive lock, so no other process writes or truncates the file.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file)? };
         Ok(Mapped::Map(map))
     }
 }

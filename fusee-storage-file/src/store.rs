@@ -33,6 +33,19 @@
 //! the old one readable until the commit that names the new one is durable;
 //! a crash before it reopens the old generation, whose frames the committed
 //! index still names, so nothing is lost.
+//!
+//! # Reads
+//!
+//! A frame not yet written out is read from the write buffer; a written one
+//! through a read-only memory map of the generation file
+//! ([`IoFile::map_ahead`]), made at the first read and made again, larger,
+//! when a read reaches past it. Every read checks the frame's header
+//! against the reference and its crc over the bytes it returns. The map
+//! saves each read a system call and a page-cache lookup: the comparison's
+//! run-store read went from 0.71x-0.82x the floor's `pread` to 1.30x-1.35x
+//! (benches/RESULTS.md). The price is the map's: a disk error while a read
+//! copies from it is a `SIGBUS`, not an error value, as it already is for
+//! log reads and recovery scans, which map segments too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,7 +56,7 @@ use rustc_hash::FxHashMap;
 
 use crate::chunks;
 use crate::error::{FileError, IoContext};
-use crate::io::{Io, IoFile, OpenMode};
+use crate::io::{Io, IoFile, Mapped, OpenMode};
 use crate::shared::Shared;
 
 const MAGIC: [u8; 8] = *b"FUSEESTO";
@@ -95,6 +108,11 @@ type Moves = Vec<(BlobRef, BlobRef)>;
 /// a system call each.
 const WRITE_BUFFER: usize = 1 << 20;
 
+/// Bytes a generation's view maps past the generation's end when it is
+/// made, so reads of frames written later need no new map until the file
+/// outgrows it (a map is address space, not memory).
+const MAP_AHEAD: u64 = 64 << 20;
+
 /// One generation file.
 struct Generation<F> {
     number: u64,
@@ -105,6 +123,13 @@ struct Generation<F> {
     /// Bytes written to the file; `buf` holds the bytes after them.
     written: u64,
     buf: Vec<u8>,
+    /// A read-only map of the file ([`IoFile::map_ahead`]), made at the
+    /// first read and again when a read reaches past it: reads of written
+    /// frames copy from it, with no system call and no page-cache lookup
+    /// per read (a `pread` of a 1.2 KB frame cost about a quarter more
+    /// than the floor's, most of it in the kernel). Only bytes before
+    /// `written` are ever read through it.
+    view: Option<Mapped>,
 }
 
 impl<F: IoFile> Generation<F> {
@@ -116,6 +141,7 @@ impl<F: IoFile> Generation<F> {
             len,
             written: len,
             buf: Vec::new(),
+            view: None,
         }
     }
 
@@ -133,23 +159,55 @@ impl<F: IoFile> Generation<F> {
         Ok(())
     }
 
-    /// Fills `out` from `offset`, from the buffer or the file.
-    fn read_exact_at(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+    /// The `len` bytes at `offset`, from the buffer or the file's view.
+    /// A range that starts in the file must end there: frames never
+    /// straddle `written`, which a write-out moves by whole frames.
+    fn bytes_at(&mut self, offset: u64, len: usize) -> Result<&[u8]> {
         if offset >= self.written {
             let start = (offset - self.written) as usize;
-            let src =
-                self.buf
-                    .get(start..start + out.len())
-                    .ok_or_else(|| StorageError::Corrupt {
-                        what: "run-store read past the buffered frames",
-                        at: offset,
-                    })?;
-            out.copy_from_slice(src);
-            return Ok(());
+            return self
+                .buf
+                .get(start..start + len)
+                .ok_or(StorageError::Corrupt {
+                    what: "run-store read past the buffered frames",
+                    at: offset,
+                });
         }
-        self.file
-            .read_exact_at(offset, out)
-            .map_err(|e| StorageError::io(format!("read {}", self.path.display()), e))
+        let end = offset + len as u64;
+        if end > self.written {
+            return Err(StorageError::Corrupt {
+                what: "run-store read across the end of the written frames",
+                at: offset,
+            });
+        }
+        if self.view.as_ref().is_none_or(|v| (v.len() as u64) < end) {
+            // The old map goes first: two maps of a large file at once
+            // would double the address space held for a moment.
+            self.view = None;
+            let ahead = self
+                .written
+                .saturating_mul(2)
+                .max(self.written + MAP_AHEAD)
+                .min(1 << OFFSET_BITS);
+            let view = self.file.map_ahead(ahead).map_err(|e| {
+                StorageError::io(format!("map {} for reading", self.path.display()), e)
+            })?;
+            self.view = Some(view);
+        }
+        self.view
+            .as_deref()
+            .and_then(|v| v.get(offset as usize..end as usize))
+            .ok_or(StorageError::Corrupt {
+                what: "run-store read past the mapped file",
+                at: offset,
+            })
+    }
+
+    /// Fills `out` from `offset`, from the buffer or the file.
+    fn read_exact_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let src = self.bytes_at(offset, out.len())?;
+        out.copy_from_slice(src);
+        Ok(())
     }
 }
 
@@ -368,7 +426,7 @@ impl<I: Io> FileRuns<I> {
     fn compact_into_next(&mut self) -> Result<(Generation<I::File>, Moves)> {
         let mut next = Self::create_generation(&self.shared, self.current.number + 1)
             .map_err(StorageError::from)?;
-        let old = &self.current;
+        let old = &mut self.current;
         let mut moves = Vec::new();
         let mut at = GEN_HEADER;
         let mut buf = Vec::new();
@@ -434,6 +492,8 @@ impl<I: Io> FileRuns<I> {
     /// After a commit is durable: a generation compacted away is deleted.
     pub(crate) fn committed(&mut self) -> std::result::Result<(), FileError> {
         if let Some(old) = self.retiring.take() {
+            // Its map and its file are closed before it is removed.
+            drop(old.view);
             drop(old.file);
             self.shared
                 .io
@@ -487,7 +547,7 @@ impl<I: Io> FileRuns<I> {
 
     /// Checks that `blob` names a frame of `generation` (in bounds, its
     /// header's length the reference's).
-    fn frame_at(generation: &Generation<I::File>, offset: u64, blob: BlobRef) -> Result<()> {
+    fn frame_at(generation: &mut Generation<I::File>, offset: u64, blob: BlobRef) -> Result<()> {
         Self::check_bounds(generation, offset, blob)?;
         let mut header = [0u8; FRAME_HEADER as usize];
         generation.read_exact_at(offset, &mut header)?;
@@ -495,23 +555,25 @@ impl<I: Io> FileRuns<I> {
     }
 
     /// Reads the frame at `blob` from generation `generation`, checking its
-    /// header and crc. Header and payload come in one positioned read (a
-    /// read is a system call, which costs more than the frame's crc), and
-    /// `out` is not zeroed first: the read overwrites it whole.
+    /// header and crc. The frame's bytes are borrowed from the file's map
+    /// (or the write buffer) and the payload copied once into `out`, which
+    /// is not zeroed first; the crc is computed over that copy, so the
+    /// bytes returned are the bytes checked.
     fn read_from(
-        generation: &Generation<I::File>,
+        generation: &mut Generation<I::File>,
         offset: u64,
         blob: BlobRef,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         Self::check_bounds(generation, offset, blob)?;
         let header = FRAME_HEADER as usize;
-        out.resize(header + blob.len as usize, 0);
+        out.clear();
         let checked = generation
-            .read_exact_at(offset, out)
-            .and_then(|()| Self::header_crc(&out[..header], blob))
-            .and_then(|crc| {
-                if frame_crc(blob.len, &out[header..]) == crc {
+            .bytes_at(offset, header + blob.len as usize)
+            .and_then(|frame| {
+                let crc = Self::header_crc(&frame[..header], blob)?;
+                out.extend_from_slice(&frame[header..]);
+                if frame_crc(blob.len, out) == crc {
                     return Ok(());
                 }
                 Err(StorageError::Corrupt {
@@ -519,28 +581,22 @@ impl<I: Io> FileRuns<I> {
                     at: blob.offset,
                 })
             });
-        match checked {
-            Ok(()) => {
-                out.drain(..header);
-                Ok(())
-            }
-            Err(e) => {
-                // Never leave other bytes in `out`.
-                out.clear();
-                Err(e)
-            }
+        if checked.is_err() {
+            // Never leave other bytes in `out`.
+            out.clear();
         }
+        checked
     }
 
     /// The generation `blob` points into: the current one or the one
     /// being retired; else `UnknownBlob`.
-    fn generation_of(&self, blob: BlobRef) -> Result<(&Generation<I::File>, u64)> {
+    fn generation_of(&mut self, blob: BlobRef) -> Result<(&mut Generation<I::File>, u64)> {
         let (generation, offset) = split(blob.offset);
         let low = |n: u64| n & ((1 << GEN_BITS) - 1);
         if generation == low(self.current.number) {
-            return Ok((&self.current, offset));
+            return Ok((&mut self.current, offset));
         }
-        match &self.retiring {
+        match &mut self.retiring {
             Some(old) if generation == low(old.number) => Ok((old, offset)),
             _ => Err(StorageError::UnknownBlob { blob }),
         }
@@ -573,9 +629,10 @@ impl<I: Io> RunStore for FileRuns<I> {
 
     fn release(&mut self, blob: BlobRef) -> Result<()> {
         self.check_writable()?;
+        let current = self.current.number;
         let (generation, offset) = self.generation_of(blob)?;
         Self::frame_at(generation, offset, blob)?;
-        if generation.number != self.current.number {
+        if generation.number != current {
             // A frame of the generation being retired: it goes with it.
             return Ok(());
         }

@@ -7,9 +7,12 @@
 //! them included) and the workflows carried on: every crash ends with the
 //! uncrashed results, and no step whose result was durable runs again.
 
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::effects::{Effects, assert_same_end, noted, take};
 use fusee::testing::{RunFailure, TestEngine, TestError};
 use fusee::{Ctx, Engine, Failure, IdPolicy, Signal, Workflow};
 
@@ -18,27 +21,6 @@ const KID: Workflow<u64, u64> = Workflow::new("kid");
 const SIBLING: Workflow<(), u64> = Workflow::new("sibling");
 const VICTIM: Workflow<(), String> = Workflow::new("victim");
 const NOTE: Signal<u64> = Signal::new("note");
-
-/// Every step's effect: (run number, step name). Run numbers come from the
-/// log, so they are the same in the uncrashed run and every recovery.
-type Effects = Arc<Mutex<Vec<(u64, String)>>>;
-
-/// A step that notes its effect and returns `value`.
-async fn noted(ctx: &Ctx, effects: &Effects, name: &str, value: u64) -> Result<u64, Failure> {
-    let effects = Arc::clone(effects);
-    let who = ctx.run_id();
-    let step = name.to_string();
-    Ok(ctx
-        .step(name, move |_| {
-            let effects = Arc::clone(&effects);
-            let step = step.clone();
-            async move {
-                effects.lock().unwrap().push((who, step));
-                Ok(value)
-            }
-        })
-        .await?)
-}
 
 fn register(engine: &Engine, effects: Effects) {
     let e = Arc::clone(&effects);
@@ -137,8 +119,8 @@ async fn every_crash_point_of_children_messages_and_handovers_ends_the_same() {
         .expect("open");
     let report = kit
         .crash_everywhere_with(family, |point| {
-            let ran = std::mem::take(&mut *effects.lock().unwrap());
-            let Some(n) = point.crashed_after else {
+            let ran = take(&effects);
+            if point.crashed_after.is_none() {
                 assert_eq!(
                     *point.uncrashed,
                     Ends {
@@ -149,20 +131,8 @@ async fn every_crash_point_of_children_messages_and_handovers_ends_the_same() {
                         victim: "cancelled: family says so".into()
                     }
                 );
-                return;
-            };
-            assert_eq!(
-                point.outcome, point.uncrashed,
-                "crash after {n} of {} records",
-                point.records
-            );
-            let done = point.durable_steps();
-            for effect in ran {
-                assert!(
-                    !done.contains(&effect),
-                    "crash after {n} records: step {effect:?} ran again though its result was durable"
-                );
             }
+            assert_same_end(point, &ran);
         })
         .await
         .expect("every crash point ends");

@@ -12,12 +12,13 @@ use std::time::Duration;
 use fusee::testing::{RunFailure, TestEngine, TestError};
 use fusee::{Ctx, Engine, Error, Failure, IdPolicy, ListFilter, Signal, Workflow};
 
+mod common;
+
+use common::effects::{Effects, assert_same_end, noted, take};
+
 type RunId = u64;
 
 const TWO_STEPS: Workflow<(), u64> = Workflow::new("two-steps");
-
-/// Each step's effect: (run number, step name).
-type Effects = Arc<Mutex<Vec<(u64, String)>>>;
 
 fn register(engine: &Engine, effects: &Effects) {
     let effects = Arc::clone(effects);
@@ -26,16 +27,7 @@ fn register(engine: &Engine, effects: &Effects) {
         async move {
             let mut sum = 0;
             for (name, value) in [("a", 1u64), ("b", 2)] {
-                let (e, who) = (Arc::clone(&effects), ctx.run_id());
-                sum += ctx
-                    .step(name, move |_| {
-                        let e = Arc::clone(&e);
-                        async move {
-                            e.lock().unwrap().push((who, name.to_string()));
-                            Ok(value)
-                        }
-                    })
-                    .await?;
+                sum += noted(&ctx, &effects, name, value).await?;
                 ctx.sleep(&format!("after-{name}"), Duration::from_secs(1))
                     .await?;
             }
@@ -78,24 +70,9 @@ async fn every_crash_point_of_a_pause_and_resume_ends_the_same() {
         .expect("open");
     let report = kit
         .crash_everywhere_with(pause_and_resume, |point| {
-            let ran = std::mem::take(&mut *effects.lock().unwrap());
+            let ran = take(&effects);
             assert_eq!(*point.uncrashed, 3);
-            assert_eq!(
-                point.outcome, point.uncrashed,
-                "crash after {:?} of {} records",
-                point.crashed_after, point.records
-            );
-            if point.crashed_after.is_none() {
-                return;
-            }
-            let done = point.durable_steps();
-            for effect in ran {
-                assert!(
-                    !done.contains(&effect),
-                    "crash after {:?} records: step {effect:?} ran again though its result was durable",
-                    point.crashed_after
-                );
-            }
+            assert_same_end(point, &ran);
         })
         .await
         .expect("every crash point ends");
@@ -113,16 +90,7 @@ fn register_resettable(engine: &Engine, effects: &Effects) {
         async move {
             let mut sum = 0;
             for (name, value) in [("a", 1u64), ("b", 2)] {
-                let (e, who) = (Arc::clone(&effects), ctx.run_id());
-                sum += ctx
-                    .step(name, move |_| {
-                        let e = Arc::clone(&e);
-                        async move {
-                            e.lock().unwrap().push((who, name.to_string()));
-                            Ok(value)
-                        }
-                    })
-                    .await?;
+                sum += noted(&ctx, &effects, name, value).await?;
             }
             Ok::<_, Failure>(sum + ctx.wait_for(&GO).await?.unwrap_or(0))
         }
@@ -166,18 +134,12 @@ async fn every_crash_point_of_a_repeated_reset_resets_once() {
         .crash_everywhere_with(
             async move |kit: &TestEngine| reset_once(kit, &f).await,
             |point| {
-                let ran = std::mem::take(&mut *effects.lock().unwrap());
+                let ran = take(&effects);
                 let (value, made) = *point.uncrashed;
                 assert_eq!(value, 13);
                 let first_run = first.lock().unwrap().expect("the first run");
                 assert_ne!(made, first_run, "the reset made no new run");
-                assert_eq!(
-                    point.outcome, point.uncrashed,
-                    "crash after {:?} of {} records",
-                    point.crashed_after, point.records
-                );
-                let done = point.durable_steps();
-                for effect in ran {
+                for effect in &ran {
                     // A step run by a third run means a second reset.
                     assert!(
                         effect.0 == first_run || effect.0 == made,
@@ -185,15 +147,8 @@ async fn every_crash_point_of_a_repeated_reset_resets_once() {
                          first ({first_run}) nor its reset ({made})",
                         point.crashed_after
                     );
-                    if point.crashed_after.is_some() {
-                        assert!(
-                            !done.contains(&effect),
-                            "crash after {:?} records: step {effect:?} ran again though its \
-                             result was durable",
-                            point.crashed_after
-                        );
-                    }
                 }
+                assert_same_end(point, &ran);
             },
         )
         .await
@@ -211,16 +166,7 @@ fn register_bulk(engine: &Engine, effects: &Effects) {
     engine.register(WAITER, move |ctx: Ctx, ()| {
         let e = Arc::clone(&e);
         async move {
-            let who = ctx.run_id();
-            let got = ctx
-                .step("w", move |_| {
-                    let e = Arc::clone(&e);
-                    async move {
-                        e.lock().unwrap().push((who, "w".into()));
-                        Ok(1u64)
-                    }
-                })
-                .await?;
+            let got = noted(&ctx, &e, "w", 1).await?;
             Ok::<_, Failure>(got + ctx.wait_for(&GO).await?.unwrap_or(0))
         }
     });
@@ -231,15 +177,7 @@ fn register_bulk(engine: &Engine, effects: &Effects) {
             match ctx.wait_for(&GO).await {
                 Ok(_) => Ok("went".to_string()),
                 Err(f) => {
-                    let who = ctx.run_id();
-                    ctx.step("clean-up", move |_| {
-                        let e = Arc::clone(&e);
-                        async move {
-                            e.lock().unwrap().push((who, "clean-up".into()));
-                            Ok(())
-                        }
-                    })
-                    .await?;
+                    noted(&ctx, &e, "clean-up", 0).await?;
                     Err(f)
                 }
             }
@@ -301,8 +239,8 @@ async fn every_crash_point_of_terminates_and_bulk_verbs_ends_the_same() {
         .expect("open");
     let report = kit
         .crash_everywhere_with(terminate_and_cancel, |point| {
-            let ran = std::mem::take(&mut *effects.lock().unwrap());
-            let Some(n) = point.crashed_after else {
+            let ran = take(&effects);
+            if point.crashed_after.is_none() {
                 assert_eq!(
                     *point.uncrashed,
                     [
@@ -313,20 +251,8 @@ async fn every_crash_point_of_terminates_and_bulk_verbs_ends_the_same() {
                         "cancelled: in bulk",
                     ]
                 );
-                return;
-            };
-            assert_eq!(
-                point.outcome, point.uncrashed,
-                "crash after {n} of {} records",
-                point.records
-            );
-            let done = point.durable_steps();
-            for effect in ran {
-                assert!(
-                    !done.contains(&effect),
-                    "crash after {n} records: step {effect:?} ran again though its result was durable"
-                );
             }
+            assert_same_end(point, &ran);
         })
         .await
         .expect("every crash point ends");

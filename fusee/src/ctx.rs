@@ -6,8 +6,8 @@
 //! must be deterministic: same calls, same order, on every run. Time,
 //! randomness and IDs come from [`Ctx::now`], [`Ctx::random`] and
 //! [`Ctx::uuid`] (recorded, so a replay sees the same); effects go in
-//! steps ([`Ctx::step`]), which run as tasks of the embedder's tokio
-//! runtime once the records they depend on are durable.
+//! steps ([`Ctx::step`]), which run on the embedder's tokio runtime once
+//! the records they depend on are durable.
 //!
 //! A departure from the journal ([`fusee_core::run::DeterminismError`])
 //! stops the run where it is: the operation never completes, nothing is
@@ -411,14 +411,21 @@ impl Ctx {
         self.state.borrow().run
     }
 
-    /// A step: `f` runs with effects (calls to other services), as a task
-    /// of the engine's tokio runtime, once the run's records so far are
-    /// durable; its result (or its failure, once retries are exhausted) is
+    /// A step: `f` runs with effects (calls to other services), on the
+    /// engine's tokio runtime, once the run's records so far are durable;
+    /// its result (or its failure, once retries are exhausted) is
     /// recorded, and replays return it without running `f` again. Failed
     /// attempts are retried by the default [`RetryPolicy`]; set another
     /// with [`Step::retry`]. `f` may run more than once (a retried attempt,
     /// or a crash before its result was durable): make its effects
     /// idempotent with [`StepContext::key`].
+    ///
+    /// Each attempt's future is polled once on the shard's thread (in the
+    /// runtime's context) before it becomes a task: a step that ends
+    /// without waiting costs no task. So its code up to its first await
+    /// that waits holds up the shard: blocking or heavy work belongs in
+    /// `tokio::task::spawn_blocking` (a first poll over a millisecond makes
+    /// the shard run that step's attempts as tasks from then on).
     pub fn step<T, F, Fut>(&self, name: &str, f: F) -> Step<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,

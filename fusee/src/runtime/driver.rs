@@ -1,7 +1,9 @@
 //! The production driver: each shard loop on its own thread, its flushes on
-//! a flusher thread (so records keep arriving while a flush is in flight),
-//! its steps as tasks of the embedder's tokio runtime, and the time from
-//! the engine's [`Clock`].
+//! a flusher thread (so records keep arriving while a flush is in flight;
+//! a flush the loop would only wait for runs on the shard thread), its
+//! steps on the embedder's tokio runtime (each attempt polled once on the
+//! shard thread first: one that ends at once is taken back without a task
+//! and its wake-ups), and the time from the engine's [`Clock`].
 //!
 //! Messages between shards travel through [`Peers`], the input channels of
 //! the shards running in this process. A shard this process does not run
@@ -23,7 +25,9 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use fusee_core::record::Name;
 use fusee_storage::StorageError;
+use rustc_hash::FxHashSet;
 use tokio::runtime::Handle;
 
 use super::messages::Message;
@@ -270,6 +274,8 @@ fn drive(
     let mut view = peers.view();
     let mut unsent: Vec<(u32, Input)> = Vec::new();
     let mut probed = Instant::now();
+    // Steps whose first poll here was slow: spawned without one.
+    let mut slow_steps: FxHashSet<Name> = FxHashSet::default();
     loop {
         if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
             probed = Instant::now();
@@ -308,10 +314,34 @@ fn drive(
                 flusher.send(ticket);
             }
         }
+        // A step attempt is polled once here before it becomes a task: one
+        // that ends at once (no await that waits) is taken back now,
+        // without the two thread wake-ups of a task and its `StepDone`.
+        // Steps start here exactly when they would have been spawned (their
+        // gate LSN durable: the output-commit rule holds). A step whose
+        // first poll took long is spawned from then on (see `SLOW_POLL`).
+        let mut polled = false;
         if !stopping {
             for job in steps {
                 activity.step_started();
-                spawn_step(&runtime, job, tx.clone());
+                if slow_steps.contains(&job.name) {
+                    spawn_step(&runtime, job, tx.clone());
+                    continue;
+                }
+                let started = Instant::now();
+                let name = job.name.clone();
+                let outcome = poll_step(&runtime, job);
+                if started.elapsed() >= SLOW_POLL {
+                    tracing::debug!(shard = shard.shard, step = %name, "a step's first poll was slow: its attempts run as tasks from now on");
+                    slow_steps.insert(name);
+                }
+                match outcome {
+                    Ok(done) => {
+                        take(&mut shard, done, &queued, activity);
+                        polled = true;
+                    }
+                    Err(job) => spawn_step(&runtime, job, tx.clone()),
+                }
             }
         }
         if let Some(p) = &postman
@@ -383,7 +413,7 @@ fn drive(
         if shard.is_closed() || stopping {
             break;
         }
-        let input = if more || inline || !shard.inbox.is_empty() {
+        let input = if more || inline || polled || !shard.inbox.is_empty() {
             rx.try_recv().map_err(|e| match e {
                 mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
                 mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
@@ -489,6 +519,61 @@ fn take(shard: &mut ShardLoop, input: Input, queued: &AtomicUsize, activity: &Ac
     shard.handle(input);
 }
 
+/// A step attempt's first poll (on the shard thread) that takes this long
+/// or more makes the driver spawn that step's attempts without one: a
+/// step with heavy work before its first await holds up its shard once,
+/// not every time.
+const SLOW_POLL: Duration = Duration::from_millis(1);
+
+/// Polls a step attempt once, in the runtime's context (so it may spawn,
+/// sleep, do I/O): its `StepDone` if it ended, else the job, to be spawned
+/// (the task polls it again, registering its own waker; a wake-up of the
+/// throwaway waker used here is not needed).
+fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
+    let _entered = runtime.enter();
+    let StepJob {
+        run,
+        seq,
+        attempt,
+        name,
+        future,
+    } = job;
+    let mut attempt_future = CatchUnwind { future };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::Pin::new(&mut attempt_future).poll(&mut cx) {
+        std::task::Poll::Ready(r) => Ok(Input::StepDone {
+            run,
+            seq,
+            attempt,
+            result: attempt_result(r),
+        }),
+        std::task::Poll::Pending => Err(StepJob {
+            run,
+            seq,
+            attempt,
+            name,
+            future: attempt_future.future,
+        }),
+    }
+}
+
+/// An attempt's result, a panic in it a failed (retryable) attempt.
+fn attempt_result(
+    r: std::thread::Result<Result<Vec<u8>, StepError>>,
+) -> Result<Vec<u8>, StepError> {
+    match r {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            Err(StepError::retryable(format!("step panicked: {msg}")).kind("panic"))
+        }
+    }
+}
+
 /// Runs a step attempt as a task; a panic in it is a failed attempt.
 fn spawn_step(runtime: &Handle, job: StepJob, tx: Sender<Input>) {
     let StepJob {
@@ -496,21 +581,12 @@ fn spawn_step(runtime: &Handle, job: StepJob, tx: Sender<Input>) {
         seq,
         attempt,
         future,
+        ..
     } = job;
     // One task, the panic caught in it: a second task awaiting the step's
     // (to learn of a panic from its `JoinError`) cost a wake-up per step.
     runtime.spawn(async move {
-        let result = match (CatchUnwind { future }).await {
-            Ok(r) => r,
-            Err(p) => {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".into());
-                Err(StepError::retryable(format!("step panicked: {msg}")).kind("panic"))
-            }
-        };
+        let result = attempt_result((CatchUnwind { future }).await);
         let _ = tx.send(Input::StepDone {
             run,
             seq,

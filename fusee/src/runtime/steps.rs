@@ -22,6 +22,9 @@ pub(crate) struct StepJob {
     pub(crate) seq: Seq,
     /// The attempt, from 1.
     pub(crate) attempt: u32,
+    /// The step's name (the production driver remembers steps whose first
+    /// poll was slow).
+    pub(crate) name: fusee_core::record::Name,
     /// The step function's future for this attempt.
     pub(crate) future: StepFuture,
 }
@@ -80,6 +83,7 @@ impl ShardLoop {
                     run,
                     seq,
                     attempt,
+                    name: spec.name.clone(),
                     future,
                 });
             }

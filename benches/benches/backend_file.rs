@@ -687,11 +687,71 @@ fn generation_file(dir: &std::path::Path) -> std::fs::File {
     std::fs::File::open(&found[0]).expect("open generation file")
 }
 
+/// The first segment roll after an open (issue 21): a fresh storage (every
+/// open starts a segment of [`fusee_storage_file::OPEN_SEGMENT_BYTES`]),
+/// then flushes of 256 of the comparison's records until the log holds
+/// three times that, floor and file taking turns flush by flush. The log
+/// rolls out of the open's segment early, while the next segment
+/// may still be being zero-filled on its background thread (it waited for
+/// a 64 MiB zero-fill, about 50 ms here, before segments ramped up from
+/// the open's size and before a roll stopped waiting), into more segments
+/// after it. Prints, per open, each side's slowest flush, the file/floor
+/// ratio of their total times and the rolls that found no segment prepared
+/// ([`fusee_storage_file::log::FileLog::unprepared_rolls`]);
+/// `FUSEE_BENCH_OPENS` opens (default 5), each in a fresh directory.
+fn first_roll(_c: &mut Criterion) {
+    if !selected("first_roll") {
+        return;
+    }
+    const BATCH: usize = 256;
+    let opens = env("FUSEE_BENCH_OPENS", 5);
+    let records = LogRecords::new();
+    let target = 3 * fusee_storage_file::OPEN_SEGMENT_BYTES;
+    for open in 1..=opens {
+        let dir = bench_dir("first_roll");
+        let mut floor = floor(&dir, 64 << 20);
+        let storage = open_file_storage(&dir.join("storage"), FlushMethod::DataSync);
+        let mut parts = storage.open_shard(0).expect("shard");
+        let (mut floor_max, mut file_max) = (Duration::ZERO, Duration::ZERO);
+        let (mut floor_total, mut file_total) = (Duration::ZERO, Duration::ZERO);
+        let mut next = 0u64;
+        let mut flushes = 0u64;
+        while records.bytes(next) < target {
+            let t = Instant::now();
+            floor_flush(&mut floor, &records, next, BATCH);
+            let d = t.elapsed();
+            floor_max = floor_max.max(d);
+            floor_total += d;
+            let t = Instant::now();
+            append_records(&mut parts.log, &records, next, BATCH);
+            parts.log.flush().expect("flush");
+            let d = t.elapsed();
+            file_max = file_max.max(d);
+            file_total += d;
+            next += BATCH as u64;
+            flushes += 1;
+        }
+        eprintln!(
+            "first_roll, open {open}/{opens}: {flushes} flushes of {BATCH} records \
+             ({:.1} MB) from a fresh open: slowest flush floor {floor_max:?}, file {file_max:?}; \
+             total floor {floor_total:?}, file {file_total:?}; throughput ratio file / floor {:.3}; \
+             rolls that found no segment prepared {}",
+            records.bytes(next) as f64 / 1e6,
+            floor_total.as_secs_f64() / file_total.as_secs_f64(),
+            parts.log.unprepared_rolls(),
+        );
+        drop(parts);
+        drop(storage);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 criterion_group!(
     benches,
     interleaved,
     pipelined,
     store_read,
+    first_roll,
     durable_append,
     group_commit,
     recovery

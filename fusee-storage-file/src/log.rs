@@ -32,11 +32,24 @@
 //! - **Zero-filled**: when nothing was recycled, the next segment is created
 //!   and zero-filled (and synced) once the current one is half full, on a
 //!   background thread (inline on the simulated disk, so a seed replays the
-//!   same operations). A roll into it waits for that thread if it is still
-//!   running; dropping the log waits for it too, and it stops once the
-//!   storage is closed. Zero-filling writes as many bytes as the segment
-//!   will hold, so a log that grows pays it in disk bandwidth, and a host
-//!   that checkpoints and discards steadily does not pay it at all.
+//!   same operations). Dropping the log waits for that thread, and it stops
+//!   once the storage is closed. Zero-filling writes as many bytes as the
+//!   segment will hold, so a log that grows pays it in disk bandwidth, and
+//!   a host that checkpoints and discards steadily does not pay it at all.
+//!
+//! A roll never waits for a zero-fill. One that finds no file ready (the
+//! first roll after an open under load comes after half of the open's
+//! 1 MiB segment, too soon for a 64 MiB zero-fill of about 50 ms; or no
+//! thread could be started) renames a preparation still running to the
+//! number after it, and starts a new file of the open segment's size
+//! instead, without writing its blocks: the flushes into it also write the
+//! metadata that allocates them (which `fdatasync` makes durable with
+//! their data, as it must to read them back), and the blocks never written
+//! read as zeros, as a zero-filled file's do. Its first flush also syncs
+//! the directory (the new file's entry and the rename). A crash before
+//! that flush is durable can leave it shorter than a header block with
+//! part of its header: past the manifest's carrier, recovery reads such a
+//! file as never started, as it reads one whose header is all zeros.
 //!
 //! Every open starts a fresh segment whose header is flushed on its
 //! own: a torn tail from before the open is never followed by new frames in
@@ -66,7 +79,8 @@
 //!   dropped with it. A frame of a later batch there means an acknowledged
 //!   record was lost, which is an error.
 //!
-//! A segment whose header is all zeros before newer segments was rolled
+//! A segment whose header is all zeros (or, past the manifest's carrier, a
+//! file shorter than a header block) before newer segments was rolled
 //! into by a batch that never became durable: it is dropped like the rest
 //! of that batch. Any other break of the chain, a segment of another shard, or a lost
 //! record inside a segment is reported as corruption naming the file and
@@ -135,11 +149,19 @@ struct Segment<F> {
     /// open: bytes after their recovered end may be frames of the batch a
     /// crash cut short, with LSNs the log has given to new records since.
     recyclable: bool,
+    /// Created by a roll that found no file ready: its directory entry (and
+    /// the rename of the preparation it displaced) is not durable yet, so
+    /// the first flush into it also syncs the log directory.
+    dir_unsynced: bool,
 }
 
-/// A segment file being zero-filled on a background thread.
+/// A segment file being zero-filled on a background thread. The file is
+/// created before the thread starts, so a roll that finds it unfinished can
+/// rename it to a later number without racing its creation.
 struct Preparing<F> {
     number: u64,
+    /// Its name now (a roll may have renamed it).
+    path: PathBuf,
     size: u64,
     work: std::thread::JoinHandle<std::result::Result<F, FileError>>,
 }
@@ -176,6 +198,8 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     in_flight: Option<InFlight>,
     /// What the log manifest on disk says.
     manifest: Manifest,
+    /// See [`FileLog::unprepared_rolls`].
+    unprepared_rolls: u64,
 }
 
 /// A flush begun and not yet finished: what [`FileLog::finish_flush`] needs
@@ -199,6 +223,9 @@ struct FileFlush<I: Io> {
     writes: Vec<(Arc<I::File>, PathBuf, u64)>,
     /// Each segment touched, once.
     syncs: Vec<(Arc<I::File>, PathBuf)>,
+    /// The log directory, when a segment this batch writes was created by
+    /// its roll and its entry is not durable yet.
+    sync_dir: Option<PathBuf>,
 }
 
 impl<I: Io> FlushWork for FileFlush<I> {
@@ -224,6 +251,9 @@ impl<I: Io> FlushWork for FileFlush<I> {
         }
         for (file, path) in &self.syncs {
             self.shared.sync(file, path)?;
+        }
+        if let Some(dir) = &self.sync_dir {
+            self.shared.sync_dir(dir)?;
         }
         Ok(())
     }
@@ -371,6 +401,7 @@ impl<I: Io> FileLog<I> {
                 header_durable: true,
                 recycled: false,
                 recyclable: true,
+                dir_unsynced: false,
             },
         );
         let first = segments
@@ -390,6 +421,7 @@ impl<I: Io> FileLog<I> {
             id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
             in_flight: None,
             manifest,
+            unprepared_rolls: 0,
         })
     }
 
@@ -448,8 +480,20 @@ impl<I: Io> FileLog<I> {
                 .get(..HEADER_BYTES)
                 .and_then(|h| SegmentHeader::decode(h).ok().flatten())
                 .is_some_and(|h| h.shard == shared.shard && h.segment < n);
+            // Up to the carrier every segment was started durably and holds
+            // only durable batches: nothing there may be read as a crash's
+            // leftovers.
+            let strict = n <= carrier;
             let scanned = match scan_segment(if stale { &[] } else { &map[..] }, |_, _| {}) {
                 Ok(s) => s,
+                // Shorter than a header block and not all zeros: a roll
+                // that found no file ready created it without zero-filling
+                // it ([`FileLog::unprepared`]), and the crash came before
+                // the batch that rolled into it was durable (the file's
+                // size becomes durable with that batch's sync). Past the
+                // carrier no acknowledged record can be in it: it was never
+                // started.
+                Err(ScanError::Truncated { .. }) if !strict => None,
                 Err(ScanError::LostRecord { offset, .. }) => {
                     return Err(Self::corrupt(&path, "acknowledged record damaged", offset));
                 }
@@ -463,10 +507,6 @@ impl<I: Io> FileLog<I> {
                 Err(_) => return Err(Self::corrupt(&path, "bad segment header", 0)),
             };
             drop(map);
-            // Up to the carrier every segment was started durably and holds
-            // only durable batches: nothing there may be read as a crash's
-            // leftovers.
-            let strict = n <= carrier;
             if strict && (stale || scanned.is_none()) {
                 return Err(Self::corrupt(
                     &path,
@@ -562,6 +602,7 @@ impl<I: Io> FileLog<I> {
                     header_durable: true,
                     recycled: false,
                     recyclable: false,
+                    dir_unsynced: false,
                 },
             );
         }
@@ -723,7 +764,9 @@ impl<I: Io> FileLog<I> {
             self.preparing
                 .as_ref()
                 .map(|p| p.number)
-                .or(self.ready.front().map(|p| p.number))
+                .into_iter()
+                .chain(self.ready.front().map(|p| p.number))
+                .min()
                 .is_none_or(|n| n == next),
             "files are made ready in the order the rolls take them"
         );
@@ -750,20 +793,50 @@ impl<I: Io> FileLog<I> {
             if self.shared.io.background() {
                 // Zero-filling a segment writes and syncs as many bytes as
                 // the segment will hold (tens to hundreds of ms here): off
-                // the flush path, it costs only disk bandwidth.
+                // the flush path, it costs only disk bandwidth. The file is
+                // created here, so a roll that comes first finds it under
+                // its name and can renumber it.
+                let file = self
+                    .shared
+                    .io
+                    .open(&path, OpenMode::CreateNew)
+                    .ctx("create segment", &path)?;
                 let shared = Arc::clone(&self.shared);
                 let job_path = path.clone();
                 let spawned = std::thread::Builder::new()
                     .name("fusee-segment-prepare".into())
-                    .spawn(move || Self::create_zeroed(&shared, &job_path, size));
+                    .spawn(move || {
+                        Self::zero_fill(&shared, &file, &job_path, size)?;
+                        if let Some(dir) = job_path.parent() {
+                            shared.sync_dir(dir)?;
+                        }
+                        Ok(file)
+                    });
                 if let Ok(work) = spawned {
                     self.preparing = Some(Preparing {
                         number: next,
+                        path,
                         size,
                         work,
                     });
                     return Ok(());
                 }
+                // No thread: the file (dropped with the closure) is
+                // zero-filled here instead.
+                let file = self
+                    .shared
+                    .io
+                    .open(&path, OpenMode::Existing)
+                    .ctx("open segment", &path)?;
+                Self::zero_fill(&self.shared, &file, &path, size)?;
+                self.shared.sync_dir(&self.shared.log_dir())?;
+                self.ready.push_back(Prepared {
+                    number: next,
+                    file,
+                    size,
+                    recycled: false,
+                });
+                return Ok(());
             }
             let file = Self::create_zeroed(&self.shared, &path, size)?;
             self.ready.push_back(Prepared {
@@ -776,10 +849,15 @@ impl<I: Io> FileLog<I> {
         Ok(())
     }
 
-    /// Waits for the background preparation of segment `n`, if that is the
-    /// one running, and puts its file in `ready`.
+    /// Takes the background preparation of segment `n`, if that is the one
+    /// running and it has finished, and puts its file in `ready`. Never
+    /// waits for it: a roll that finds it unfinished starts a small
+    /// segment instead ([`FileLog::unprepared`]).
     fn finish_preparing(&mut self, n: u64) -> std::result::Result<(), FileError> {
-        let Some(p) = self.preparing.take_if(|p| p.number == n) else {
+        let Some(p) = self
+            .preparing
+            .take_if(|p| p.number == n && p.work.is_finished())
+        else {
             return Ok(());
         };
         let file = p.work.join().map_err(|_| {
@@ -819,6 +897,70 @@ impl<I: Io> FileLog<I> {
             .max(2 * HEADER_BYTES as u64)
     }
 
+    /// The file of segment `n` for a roll that found none ready (the
+    /// preparation of `n` still running, or none made): the roll does not
+    /// wait for a zero-fill. A preparation of `n` still running is renamed
+    /// to the number after every file made ready (it keeps running and the
+    /// next roll takes it), and `n` becomes a new file of the open
+    /// segment's size ([`OPEN_SEGMENT_BYTES`], or `end` if more) whose
+    /// blocks are not written yet: the flushes into it also write the
+    /// metadata that allocates them, which `fdatasync` makes durable with
+    /// their data, and the unwritten blocks read as zeros, as a zero-filled
+    /// segment's do, so recovery reads it the same. Its directory entry
+    /// (and the rename) become durable with the first flush into it
+    /// ([`Segment::dir_unsynced`]). The writer is capped at the file's size
+    /// when `n` is its current segment, so the next roll comes soon and
+    /// can take the prepared file.
+    fn unprepared(
+        &mut self,
+        n: u64,
+        path: &Path,
+        end: u64,
+    ) -> std::result::Result<(I::File, u64), FileError> {
+        self.unprepared_rolls += 1;
+        let after = self.ready.back().map_or(n + 1, |r| r.number.max(n) + 1);
+        let mut next_size = None;
+        if let Some(p) = self.preparing.as_mut().filter(|p| p.number == n) {
+            let to = self.shared.log_dir().join(segment_name(after));
+            self.shared
+                .io
+                .rename(&p.path, &to)
+                .ctx("renumber segment being prepared", &p.path)?;
+            p.number = after;
+            p.path = to;
+            next_size = Some(p.size).filter(|_| after == n + 1);
+        }
+        let size = self
+            .segment_size()
+            .min(OPEN_SEGMENT_BYTES)
+            .max(2 * HEADER_BYTES as u64)
+            .max(end);
+        let file = self
+            .shared
+            .io
+            .open(path, OpenMode::CreateNew)
+            .ctx("create segment", path)?;
+        file.set_len(size).ctx("size segment", path)?;
+        if self.writer.segment() == n {
+            self.writer.limit_first_segment(size);
+            if let Some(size) = next_size {
+                // The roll after this one takes the renumbered file: it
+                // holds what its preparation was sized for.
+                self.writer.limit_next_segment(size);
+            }
+        }
+        Ok((file, size))
+    }
+
+    /// Rolls that found no file ready and started a small segment without
+    /// zero-filling it rather than wait (see [`FileLog::unprepared`]): the
+    /// first roll after an open under a heavy load, when the next
+    /// full-size segment is still being zero-filled, or a roll on a system
+    /// that could not start the preparation's thread.
+    pub fn unprepared_rolls(&self) -> u64 {
+        self.unprepared_rolls
+    }
+
     /// The open file of segment `n`, created (or taken from the prepared
     /// one) for a roll, at least `end` bytes large.
     fn segment_for(
@@ -831,14 +973,14 @@ impl<I: Io> FileLog<I> {
             let path = self.shared.log_dir().join(segment_name(n));
             self.finish_preparing(n)?;
             let ready = self.ready.front().is_some_and(|p| p.number == n);
-            let (file, size, recycled) = match self.ready.pop_front() {
-                Some(p) if ready => (p.file, p.size, p.recycled),
+            let (file, size, recycled, dir_unsynced) = match self.ready.pop_front() {
+                Some(p) if ready => (p.file, p.size, p.recycled, false),
                 other => {
                     if let Some(p) = other {
                         self.ready.push_front(p);
                     }
-                    let size = self.shared.options.segment_bytes.max(end);
-                    (Self::create_zeroed(&self.shared, &path, size)?, size, false)
+                    let (file, size) = self.unprepared(n, &path, end)?;
+                    (file, size, false, true)
                 }
             };
             self.segments.insert(
@@ -853,6 +995,7 @@ impl<I: Io> FileLog<I> {
                     header_durable: false,
                     recycled,
                     recyclable: true,
+                    dir_unsynced,
                 },
             );
         }
@@ -879,6 +1022,7 @@ impl<I: Io> FileLog<I> {
         let mut touched: Vec<u64> = Vec::new();
         let mut writes = Vec::with_capacity(batch.chunks.len());
         let mut syncs = Vec::new();
+        let mut sync_dir = None;
         for chunk in &batch.chunks {
             let end = chunk.offset + chunk.bytes.len() as u64;
             let base = if chunk.offset == 0 {
@@ -899,6 +1043,9 @@ impl<I: Io> FileLog<I> {
                 end
             };
             writes.push((Arc::clone(&seg.file), seg.path.clone(), zero_to));
+            if seg.dir_unsynced {
+                sync_dir = seg.path.parent().map(Path::to_path_buf);
+            }
             if touched.last() != Some(&chunk.segment) {
                 touched.push(chunk.segment);
                 syncs.push((Arc::clone(&seg.file), seg.path.clone()));
@@ -914,6 +1061,7 @@ impl<I: Io> FileLog<I> {
             batch,
             writes,
             syncs,
+            sync_dir,
         }))
     }
 
@@ -934,6 +1082,7 @@ impl<I: Io> FileLog<I> {
             };
             if let Some(seg) = self.segments.get_mut(n) {
                 seg.header_durable = true;
+                seg.dir_unsynced = false;
                 if let Some(last) = last {
                     seg.last = last;
                 }

@@ -27,12 +27,173 @@
 //! - **remove** deletes rows only under this open's epoch (checked in the
 //!   same statement, `FOR KEY SHARE` as every fenced write): a stale owner
 //!   deletes nothing and gets `Fenced`, and the new owner reads the rows.
+//!
+//! # Notifications
+//!
+//! A post also sends, when it commits, a notification per target shard on
+//! the store's channel (`pg_notify`, payload the shard's number). Each
+//! storage with an inbox that asked to hear of them
+//! ([`PgInbox::on_posted`]) has one listener thread, on a connection of its
+//! own, that calls the registered callbacks of the shard named: a reader
+//! learns of a row within a round trip rather than at its next poll. A
+//! notification is a hint, never the only way: the listener, when it
+//! connects again after losing its connection, calls every callback (what
+//! was posted meanwhile went unheard), and a reader keeps reading on a
+//! timer (a connection pooler in transaction mode, for one, does not carry
+//! `LISTEN`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use fusee_storage::{Result, StorageError};
 use fusee_storage_kv::layout::{check_crc, with_crc};
+use fusee_storage_kv::lock;
+use postgres::fallible_iterator::FallibleIterator;
 
 use crate::shard::{PgShard, i64_of};
-use crate::storage::Conn;
+use crate::storage::{Conn, Shared};
+
+/// The notification channel of the store in `schema`: `fusee_inbox_` and a
+/// hash of the schema's name (a channel's name is at most 63 bytes, and a
+/// schema's alone may be 63), so stores sharing a database do not wake
+/// each other's readers. FNV-1a, the same in every process and build.
+pub(crate) fn channel(schema: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in schema.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("fusee_inbox_{h:016x}")
+}
+
+/// A callback [`PgInbox::on_posted`] registered.
+type Wake = Arc<dyn Fn() + Send + Sync>;
+
+/// A storage's listener: the callbacks by shard, and whether its thread
+/// runs.
+#[derive(Default)]
+pub(crate) struct Listener {
+    wakers: Mutex<HashMap<u32, Vec<(u64, Wake)>>>,
+    next: AtomicU64,
+    started: AtomicBool,
+}
+
+impl Listener {
+    fn register(&self, shard: u32, wake: Wake) -> u64 {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.wakers)
+            .entry(shard)
+            .or_default()
+            .push((token, wake));
+        token
+    }
+
+    fn unregister(&self, shard: u32, token: u64) {
+        let mut wakers = lock(&self.wakers);
+        if let Some(list) = wakers.get_mut(&shard) {
+            list.retain(|(t, _)| *t != token);
+            if list.is_empty() {
+                wakers.remove(&shard);
+            }
+        }
+    }
+
+    /// Calls the callbacks of `shard` (all of them with `None`), outside
+    /// the lock: a callback may take its time.
+    fn wake(&self, shard: Option<u32>) {
+        let calls: Vec<Wake> = {
+            let wakers = lock(&self.wakers);
+            match shard {
+                Some(s) => wakers
+                    .get(&s)
+                    .map(|l| l.iter().map(|(_, w)| Arc::clone(w)).collect())
+                    .unwrap_or_default(),
+                None => wakers
+                    .values()
+                    .flatten()
+                    .map(|(_, w)| Arc::clone(w))
+                    .collect(),
+            }
+        };
+        for call in calls {
+            call();
+        }
+    }
+}
+
+/// How long the listener blocks for a notification before it looks
+/// whether its storage closed.
+const LISTEN_SLICE: Duration = Duration::from_millis(500);
+
+/// Starts `shared`'s listener thread, once.
+fn start_listener(shared: &Arc<Shared>) {
+    if shared.listener.started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let weak = Arc::downgrade(shared);
+    let spawned = std::thread::Builder::new()
+        .name("fusee-pg-inbox".to_owned())
+        .spawn(move || listen(&weak));
+    if spawned.is_err() {
+        // Readers then find rows on their timer only.
+        shared.listener.started.store(false, Ordering::Release);
+    }
+}
+
+/// The listener thread: `LISTEN` on the store's channel, and a call of the
+/// callbacks of each shard notified, until the storage closes or is gone.
+fn listen(weak: &Weak<Shared>) {
+    let mut conn: Option<Conn> = None;
+    loop {
+        let Some(sh) = weak.upgrade() else { return };
+        if sh.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+            let sql = format!("LISTEN \"{}\"", channel(&sh.options.schema));
+            let listening = sh.connect().and_then(|mut c| {
+                c.client
+                    .batch_execute(&sql)
+                    .map_err(|e| crate::error::map(&e, "listening for inbox rows", &sh.place))?;
+                Ok(c)
+            });
+            match listening {
+                Ok(c) => {
+                    conn = Some(c);
+                    // Rows posted while nobody listened: every reader
+                    // looks.
+                    sh.listener.wake(None);
+                }
+                Err(_) => {
+                    drop(sh);
+                    std::thread::sleep(LISTEN_SLICE);
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let lost = {
+            let mut notes = c.client.notifications();
+            let mut heard = notes.timeout_iter(LISTEN_SLICE);
+            loop {
+                match heard.next() {
+                    Ok(Some(n)) => match n.payload().parse::<u32>() {
+                        Ok(shard) => sh.listener.wake(Some(shard)),
+                        Err(_) => sh.listener.wake(None),
+                    },
+                    Ok(None) => break false,
+                    Err(_) => break true,
+                }
+            }
+        };
+        if lost {
+            // Connected again (and every reader woken) next time round.
+            conn = None;
+        }
+    }
+}
 
 /// Rows one [`PgInbox::read`] returns at most, so a long inbox never sits
 /// in memory at once.
@@ -56,6 +217,10 @@ const INBOX_ROW: &str = "postgres inbox row";
 pub struct PgInbox {
     shard: PgShard,
     conn: Option<Conn>,
+    /// The store's notification channel.
+    channel: String,
+    /// The callback [`PgInbox::on_posted`] registered, if any.
+    registered: Option<u64>,
 }
 
 impl std::fmt::Debug for PgInbox {
@@ -77,7 +242,29 @@ pub struct InboxRow {
 
 impl PgInbox {
     pub(crate) fn new(shard: PgShard) -> Self {
-        Self { shard, conn: None }
+        let channel = channel(&shard.0.shared.options.schema);
+        Self {
+            shard,
+            conn: None,
+            channel,
+            registered: None,
+        }
+    }
+
+    /// Has `wake` called, from the storage's listener thread, whenever a
+    /// post to this shard's inbox commits (in any process), until this
+    /// inbox is dropped; and once more whenever the listener connects
+    /// again. A hint for a reader to read now: see the [module
+    /// docs](self) for why it must still read on a timer. `wake` should
+    /// only hand the news on (a channel send), as it runs on the thread
+    /// every shard's news passes through.
+    pub fn on_posted(&mut self, wake: impl Fn() + Send + Sync + 'static) {
+        let shared = &self.shard.0.shared;
+        if let Some(token) = self.registered.take() {
+            shared.listener.unregister(self.shard.0.id, token);
+        }
+        self.registered = Some(shared.listener.register(self.shard.0.id, Arc::new(wake)));
+        start_listener(shared);
     }
 
     /// The shard this inbox belongs to.
@@ -126,9 +313,10 @@ impl PgInbox {
             .map(|(t, body)| with_crc(&inbox_key(*t), body))
             .collect();
         let sql = self.shard.0.shared.sql.inbox_post.clone();
+        let channel = self.channel.clone();
         self.with_conn("posting messages to other shards' inboxes", |c| {
             c.client
-                .execute(sql.as_str(), &[&sender, &targets, &values])
+                .execute(sql.as_str(), &[&sender, &targets, &values, &channel])
         })?;
         Ok(())
     }
@@ -206,6 +394,13 @@ impl PgInbox {
 
 impl Drop for PgInbox {
     fn drop(&mut self) {
+        if let Some(token) = self.registered.take() {
+            self.shard
+                .0
+                .shared
+                .listener
+                .unregister(self.shard.0.id, token);
+        }
         if let Some(conn) = self.conn.take()
             && !self
                 .shard

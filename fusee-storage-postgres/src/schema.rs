@@ -258,11 +258,15 @@ impl Sql {
             // order the SELECT hands them over, which ORDER BY fixes to
             // the order given: the target reads its inbox by id, so one
             // sender's messages arrive in the order it sent them.
+            // And one notification per target shard, on the store's
+            // channel ($4), sent when the transaction commits.
             inbox_post: format!(
-                "INSERT INTO {s}.inbox (shard, sender, value)
-                 SELECT x.shard, $1, x.value
-                 FROM unnest($2::int8[], $3::bytea[]) WITH ORDINALITY AS x(shard, value, n)
-                 ORDER BY x.n"
+                "WITH ins AS (INSERT INTO {s}.inbox (shard, sender, value)
+                     SELECT x.shard, $1, x.value
+                     FROM unnest($2::int8[], $3::bytea[]) WITH ORDINALITY AS x(shard, value, n)
+                     ORDER BY x.n
+                     RETURNING shard)
+                 SELECT pg_notify($4, t.shard::text) FROM (SELECT DISTINCT shard FROM ins) t"
             ),
             inbox_read: format!(
                 "SELECT id, value FROM {s}.inbox WHERE shard = $1 AND id <> ALL($2)

@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     wake: (Mutex<bool>, Condvar),
     /// Names each log, so a flush ticket finds its way home.
     pub(crate) next_log: AtomicU64,
+    /// Who wants to hear of rows posted to which shard's inbox, and the
+    /// thread listening for them (see [`crate::inbox`]).
+    pub(crate) listener: crate::inbox::Listener,
 }
 
 /// An open shard's lease, as the storage renews it.
@@ -256,6 +259,7 @@ impl PgStorage {
             paused: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
             next_log: AtomicU64::new(1),
+            listener: crate::inbox::Listener::default(),
         });
         let mut conn = shared.connect()?;
         prepare(

@@ -1,5 +1,6 @@
 //! The inbox table ([`fusee_storage_postgres::PgInbox`]): messages posted
 //! to a shard come back by id, in order, each under an id of its own; a
+//! post from another storage wakes the shard's reader (and only its); a
 //! delete under a stale epoch is `Fenced` and deletes nothing; a damaged
 //! row is `Corrupt` without hiding the others; a version 1 store is
 //! upgraded in place.
@@ -12,7 +13,7 @@ mod common;
 #[cfg(not(fusee_pg))]
 #[test]
 fn inbox_skipped() {
-    common::skipped_without_server("inbox: 4 tests skipped");
+    common::skipped_without_server("inbox: 5 tests skipped");
 }
 
 #[cfg(fusee_pg)]
@@ -65,6 +66,41 @@ mod with_server {
         let own = out.read(&[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(bodies(&own), vec![b"self".to_vec()]);
         drop((out, inbox, sender, target, storage));
+        drop_schema(&url(), &schema);
+    }
+
+    #[test]
+    fn a_post_from_another_process_wakes_the_reader() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        let schema = unique_schema("inbox_notify");
+        let here = open(&schema, "here");
+        let there = open(&schema, "there");
+        let reader = here.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
+        let writer = there.open_shard(1).unwrap_or_else(|e| panic!("{e}"));
+        let (tx, rx) = mpsc::channel();
+        let mut inbox = reader.log.inbox();
+        inbox.on_posted(move || {
+            let _ = tx.send(());
+        });
+        // The listener wakes every reader once it listens (for what was
+        // posted before): from then on, only posts wake.
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the listener's first wake-up");
+        let mut out = writer.log.inbox();
+        out.post(&[(2, b"elsewhere")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            rx.recv_timeout(Duration::from_millis(700)).is_err(),
+            "a post to another shard woke this one"
+        );
+        out.post(&[(0, b"here")]).unwrap_or_else(|e| panic!("{e}"));
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("the post to this shard woke its reader");
+        let rows = inbox.read(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bodies(&rows), vec![b"here".to_vec()]);
+        drop((inbox, out, reader, writer, here, there));
         drop_schema(&url(), &schema);
     }
 

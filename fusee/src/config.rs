@@ -324,15 +324,17 @@ pub struct PostgresSettings {
     /// How often each shard's driver reads the shard's inbox table, where
     /// shards of other processes leave their messages for it (a child to
     /// start, a child's result, a signal, a cancel: see
-    /// [`Ownership::Lease`](crate::Ownership::Lease)). Default 50 ms: it
-    /// bounds the added latency of each message between processes, for
-    /// one cheap indexed query per shard per interval when the inbox is
-    /// empty. At least 1 ms.
+    /// [`Ownership::Lease`](crate::Ownership::Lease)), besides reading it
+    /// at once when a PostgreSQL notification says rows came (within a
+    /// round trip of their post). Default 1 s: the bound on a message's
+    /// delay should a notification go unheard (a connection pooler in
+    /// transaction mode does not carry `LISTEN`: lower it there), for one
+    /// cheap indexed query per shard per interval. At least 1 ms.
     pub inbox_poll: Option<std::time::Duration>,
 }
 
 /// [`PostgresSettings::inbox_poll`] when unset.
-pub const DEFAULT_INBOX_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+pub const DEFAULT_INBOX_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl StorageConfig {
     /// A config for `backend` in `dir`, every setting by default.

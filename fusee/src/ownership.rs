@@ -32,10 +32,11 @@
 //! process, and through the PostgreSQL store's inbox table to a shard
 //! another process owns (or nobody owns right now): the sender's driver
 //! writes the message under the target shard and forgets it once the row
-//! is durable; the target's owner reads its inbox at the open and every
-//! [`inbox_poll`](crate::config::PostgresSettings::inbox_poll) (50 ms by
-//! default) and deletes a row once what it recorded for it is durable,
-//! under its lease's epoch. A message is never lost and never recorded
+//! is durable (the post also notifies the target's owner); the target's
+//! owner reads its inbox at the open, on each notification and every
+//! [`inbox_poll`](crate::config::PostgresSettings::inbox_poll) (1 s by
+//! default, in case a notification went unheard) and deletes a row once
+//! what it recorded for it is durable, under its lease's epoch. A message is never lost and never recorded
 //! twice in a journal: a crash on either side makes a duplicate, which the
 //! target recognises (see `runtime/messages.rs`). With another backend
 //! (no inbox) a message for a shard not in the process waits in its
@@ -82,8 +83,10 @@ pub enum Ownership {
     /// Messages between workflows on shards of different processes (a
     /// child start, a child's result, a `ctx.signal`, a cancel) go through
     /// the PostgreSQL store's inbox table, exactly once into the target's
-    /// journal (see the [module docs](self); each hop adds up to
-    /// [`inbox_poll`](crate::config::PostgresSettings::inbox_poll)).
+    /// journal (see the [module docs](self); each hop adds a few round
+    /// trips to the server, or up to
+    /// [`inbox_poll`](crate::config::PostgresSettings::inbox_poll) when a
+    /// notification goes unheard).
     /// Calls over every shard
     /// ([`Engine::list`](crate::Engine::list) and what uses it) fail with
     /// `NotOwner` while a shard is owned elsewhere.

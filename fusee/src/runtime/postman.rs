@@ -10,8 +10,10 @@
 //! ([`Postman::post`]) and the inbox rows the loop acknowledged
 //! ([`Postman::remove`]); the postman sends the loop
 //! [`Input::Delivered`] for each message once its row is durable, and an
-//! [`Input::Inbox`] for each row of the shard's inbox, read at the start
-//! and then every poll interval.
+//! [`Input::Inbox`] for each row of the shard's inbox, read at the start,
+//! whenever the storage hears of rows posted to it (a PostgreSQL
+//! notification, within a round trip of the post), and every poll
+//! interval in case a notification went unheard.
 //!
 //! A post that fails (a lost connection: the rows may or may not be
 //! there) leaves its messages in the outbox. The postman then drops the
@@ -45,6 +47,11 @@ enum Job {
     /// The driver routes the outbox again after a failed post: take posts
     /// again.
     Resume,
+    /// Rows were posted to this shard's inbox (a notification): read now.
+    Read,
+    /// The postman is dropped: end (the storage's listener holds a sender
+    /// too, so the channel does not close by itself).
+    Stop,
 }
 
 /// A shard's postman (see the [module docs](self)). Dropping it stops the
@@ -57,10 +64,11 @@ pub(crate) struct Postman {
 
 impl Drop for Postman {
     fn drop(&mut self) {
-        // Closing the channel ends the thread; joined so the shard's
-        // storage (the inbox holds the open shard) is let go when the
-        // driver ends.
-        self.tx = None;
+        // Joined so the shard's storage (the inbox holds the open shard)
+        // is let go when the driver ends.
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Job::Stop);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -79,8 +87,12 @@ impl Postman {
     ) -> Option<Postman> {
         #[cfg(feature = "postgres")]
         if let crate::any_storage::AnyLog::Postgres(log) = &shard.log {
-            let inbox = log.inbox();
+            let mut inbox = log.inbox();
             let (tx, rx) = std::sync::mpsc::channel();
+            let news = tx.clone();
+            inbox.on_posted(move || {
+                let _ = news.send(Job::Read);
+            });
             let retry = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&retry);
             let id = shard.shard;
@@ -255,6 +267,8 @@ fn carry(
                 }
             },
             Ok(Job::Resume) => broken = false,
+            Ok(Job::Read) => next_read = Instant::now(),
+            Ok(Job::Stop) => return,
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }

@@ -678,6 +678,94 @@ mod tests {
         engine.close().await.expect("close");
     }
 
+    /// The same with PostgreSQL, which has an inbox table: the child start
+    /// for shard 1, not owned by anyone yet, leaves the parent's outbox at
+    /// once for shard 1's inbox (the row carries it now), and the child
+    /// runs once shard 1 is opened and its inbox read. Needs
+    /// `FUSEE_PG_URL` (`scripts/postgres.sh`); without it the test says
+    /// SKIPPED, and fails under CI.
+    #[cfg(feature = "postgres")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_postgres_a_message_for_a_shard_not_here_goes_to_its_inbox() {
+        let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
+        if url.is_empty() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
+            );
+            eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
+            return;
+        }
+        let shards = 2;
+        let lease = Duration::from_millis(1500);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let schema = format!(
+            "t_ownership_{}_{}",
+            std::process::id(),
+            nanos % 1_000_000_007
+        );
+        let storage = crate::StorageConfig::postgres(&url)
+            .postgres_schema(&schema)
+            .postgres_lease(lease);
+        let config = Config::new(storage)
+            .shards(shards)
+            .ownership(Ownership::Lease {
+                retry: Some(Duration::from_millis(50)),
+                prefer: Some(vec![0]),
+            });
+        let opened = Instant::now();
+        let engine = Engine::open(config).await.expect("open");
+        assert_eq!(engine.owned_shards(), vec![0]);
+        let child_id = id_on("kid", 1, shards);
+        let parent_id = id_on("mom", 0, shards);
+        engine.register(CHILD, |_ctx: Ctx, s: String| async move {
+            Ok::<_, Failure>(format!("child got {s}"))
+        });
+        let kid = child_id.clone();
+        engine.register(PARENT, move |ctx: Ctx, s: String| {
+            let kid = kid.clone();
+            async move {
+                let out = ctx.child(CHILD, &kid, &s).await?;
+                Ok::<_, Failure>(format!("parent got {out}"))
+            }
+        });
+        let parent = engine
+            .start(PARENT, &parent_id, &"hi".to_string())
+            .await
+            .expect("the parent starts on shard 0");
+        // The child start is recorded, and has left the outbox, while
+        // shard 1 is still nobody's.
+        let mut posted = false;
+        while !posted {
+            let recorded = engine
+                .describe(&parent_id)
+                .await
+                .expect("describe")
+                .children
+                .len()
+                == 1;
+            posted = recorded && engine.metrics().await.unacknowledged_messages == 0;
+            assert!(
+                engine.owned_shards() == vec![0],
+                "shard 1 came before the child start left the outbox"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let out = tokio::time::timeout(Duration::from_secs(20), parent.result())
+            .await
+            .expect("the parent finishes once shard 1 is here")
+            .expect("the parent's result");
+        assert_eq!(out, "parent got child got hi");
+        assert!(
+            opened.elapsed() >= lease,
+            "the child ran after {:?}, before shard 1 could be owned",
+            opened.elapsed()
+        );
+        engine.close().await.expect("close");
+    }
+
     /// With every shard preferred and nothing held elsewhere, a lease
     /// opens every shard at once, like [`Ownership::All`].
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,8 +69,10 @@ pub struct PgOptions {
     /// Connections kept open between shard opens for reuse (default 8).
     /// An open shard holds two connections (one for its reads, run store
     /// and commits, one for its log flushes, so a flush overlaps the
-    /// shard's other work) and the storage one more for renewing leases:
-    /// size the server's `max_connections` for `2 × shards + 1` per
+    /// shard's other work), a third once its inbox is used
+    /// ([`crate::PgInbox`], as the engine does), and the storage one more
+    /// for renewing leases and one listening for inbox notifications:
+    /// size the server's `max_connections` for `3 × shards + 2` per
     /// process, plus this pool.
     pub pool_size: usize,
     /// How long a shard's lease lives without renewal (default 10 s). The

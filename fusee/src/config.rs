@@ -309,7 +309,8 @@ pub struct PostgresSettings {
     /// store.
     pub schema: Option<String>,
     /// Connections kept open for reuse between shard opens (default 8;
-    /// each open shard holds two more, the storage one for its leases).
+    /// each open shard holds three more, the storage one for its leases and
+    /// one listening for inbox notifications).
     pub pool_size: Option<usize>,
     /// How long a shard's lease lives unrenewed (default 10 s): after a
     /// process dies, its shards wait this long for another owner.

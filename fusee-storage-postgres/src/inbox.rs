@@ -254,8 +254,10 @@ impl PgInbox {
     /// Has `wake` called, from the storage's listener thread, whenever a
     /// post to this shard's inbox commits (in any process), until this
     /// inbox is dropped; and once more whenever the listener connects
-    /// again. A hint for a reader to read now: see the [module
-    /// docs](self) for why it must still read on a timer. `wake` should
+    /// again. A hint for a reader to read now, never the only way: a
+    /// reader still reads on a timer (behind a connection pooler in
+    /// transaction mode `LISTEN` is not carried, and nothing is heard).
+    /// `wake` should
     /// only hand the news on (a channel send), as it runs on the thread
     /// every shard's news passes through.
     pub fn on_posted(&mut self, wake: impl Fn() + Send + Sync + 'static) {

@@ -96,9 +96,10 @@ impl Postman {
             let retry = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&retry);
             let id = shard.shard;
+            let shards = shard.config.shards;
             let spawned = std::thread::Builder::new()
                 .name(format!("fusee-postman-{id}"))
-                .spawn(move || carry(inbox, &rx, &back, &flag, poll));
+                .spawn(move || carry(inbox, &rx, &back, &flag, poll, shards));
             return match spawned {
                 Ok(thread) => Some(Postman {
                     tx: Some(tx),
@@ -156,6 +157,7 @@ fn carry(
     back: &Sender<Input>,
     retry: &AtomicBool,
     poll: Duration,
+    shards: u32,
 ) {
     use std::collections::BTreeSet;
     use std::sync::mpsc::RecvTimeoutError;
@@ -184,13 +186,23 @@ fn carry(
                     let full = rows.len() == fusee_storage_postgres::INBOX_READ_ROWS;
                     for row in rows {
                         handed.insert(row.id);
+                        let corrupt =
+                            |what| fusee_storage::StorageError::Corrupt { what, at: row.id };
+                        // A message for another shard (a sender with
+                        // another shard count) would name a run of this
+                        // shard that is not its target: never recorded.
                         let message = row.body.and_then(|b| {
-                            Message::from_bytes(&b).map_err(|_| {
-                                fusee_storage::StorageError::Corrupt {
-                                    what: "message in a postgres inbox row",
-                                    at: row.id,
-                                }
-                            })
+                            Message::from_bytes(&b)
+                                .map_err(|_| corrupt("message in a postgres inbox row"))
+                                .and_then(|m| {
+                                    if m.target_shard(shards) == shard {
+                                        Ok(m)
+                                    } else {
+                                        Err(corrupt(
+                                            "postgres inbox row for another shard (do all processes use the same shard count?)",
+                                        ))
+                                    }
+                                })
                         });
                         match message {
                             Ok(message) => {

@@ -276,6 +276,10 @@ fn drive(
     let mut probed = Instant::now();
     // Steps whose first poll here was slow: spawned without one.
     let mut slow_steps: FxHashSet<Name> = FxHashSet::default();
+    // Whether steps are polled here first at all: not once more than
+    // `SLOW_STEPS_MAX` step names were slow (names made per call would
+    // otherwise grow the set without bound).
+    let mut poll_steps = true;
     loop {
         if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
             probed = Instant::now();
@@ -324,7 +328,7 @@ fn drive(
         if !stopping {
             for job in steps {
                 activity.step_started();
-                if slow_steps.contains(&job.name) {
+                if !poll_steps || slow_steps.contains(&job.name) {
                     spawn_step(&runtime, job, tx.clone());
                     continue;
                 }
@@ -333,7 +337,12 @@ fn drive(
                 let outcome = poll_step(&runtime, job);
                 if started.elapsed() >= SLOW_POLL {
                     tracing::debug!(shard = shard.shard, step = %name, "a step's first poll was slow: its attempts run as tasks from now on");
-                    slow_steps.insert(name);
+                    if slow_steps.len() < SLOW_STEPS_MAX {
+                        slow_steps.insert(name);
+                    } else {
+                        poll_steps = false;
+                        slow_steps = FxHashSet::default();
+                    }
                 }
                 match outcome {
                     Ok(done) => {
@@ -524,6 +533,9 @@ fn take(shard: &mut ShardLoop, input: Input, queued: &AtomicUsize, activity: &Ac
 /// step with heavy work before its first await holds up its shard once,
 /// not every time.
 const SLOW_POLL: Duration = Duration::from_millis(1);
+
+/// Slow step names a shard remembers; past them it polls no step first.
+const SLOW_STEPS_MAX: usize = 1024;
 
 /// Polls a step attempt once, in the runtime's context (so it may spawn,
 /// sleep, do I/O): its `StepDone` if it ended, else the job, to be spawned

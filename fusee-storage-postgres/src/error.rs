@@ -63,9 +63,15 @@ impl From<PgError> for StorageError {
 const NO_DATABASE: &str = "3D000";
 /// SQLSTATE of a missing right (`insufficient_privilege`).
 const NO_RIGHT: &str = "42501";
+/// SQLSTATE of a lock not granted within `lock_timeout`
+/// (`lock_not_available`).
+const LOCK_TIMEOUT: &str = "55P03";
 
 /// `e`, met while `doing` on `place`, in the storage vocabulary: a missing
-/// database is `NotFound`, a missing right `PermissionDenied`, another
+/// database is `NotFound`, a lock another session held past the
+/// connection's `lock_timeout` `Locked` (what a takeover meets while a
+/// stalled owner's transaction holds the shard: try again, as for a live
+/// lease; the statement did nothing), a missing right `PermissionDenied`, another
 /// server error `Server`, and anything else (the connection refused, lost
 /// or timed out) `Io`, because whether the statement took effect is then
 /// unknown and the engine treats it as a failed write.
@@ -74,6 +80,9 @@ pub(crate) fn map(e: &postgres::Error, doing: &str, place: &str) -> StorageError
         return match db.code().code() {
             NO_DATABASE => StorageError::NotFound {
                 path: place.to_owned(),
+            },
+            LOCK_TIMEOUT => StorageError::Locked {
+                path: format!("{place} ({doing}: {})", db.message()),
             },
             NO_RIGHT => PgError::PermissionDenied {
                 doing: doing.to_owned(),

@@ -74,9 +74,11 @@ pub(crate) struct Lease {
 /// server end such a session once the lease it wrote under has lapsed
 /// anyway; its transaction rolls back (a flush or commit not acknowledged,
 /// which the contract allows), and the paused process, when it runs again,
-/// finds its connection gone and its part latched. `lock_timeout` of two
-/// leases is the backstop: no statement of ours waits longer than that for
-/// a lock, whatever holds it; the caller gets an error and tries again.
+/// finds its connection gone and its part latched. `lock_timeout` of three
+/// leases is the backstop, longer than the idle timeout so that a takeover
+/// outlasts the stalled session it waits for: no statement of ours waits
+/// longer than that for a lock, whatever holds it; the caller gets
+/// `Locked` (the statement did nothing) and tries again.
 /// Our own transactions never sit idle between statements for anything
 /// but the client's CPU, far below a lease.
 pub(crate) fn session_setup(options: &PgOptions) -> String {
@@ -86,7 +88,7 @@ pub(crate) fn session_setup(options: &PgOptions) -> String {
          SET idle_in_transaction_session_timeout = {lease_ms}; \
          SET lock_timeout = {}",
         options.synchronous_commit.as_sql(),
-        lease_ms.saturating_mul(2)
+        lease_ms.saturating_mul(3)
     )
 }
 

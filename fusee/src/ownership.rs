@@ -602,6 +602,22 @@ mod tests {
         );
     }
 
+    /// A child that answers with its input, and a parent that starts it as
+    /// `child_id` and answers with the child's answer.
+    fn register_family(engine: &Engine, child_id: &str) {
+        engine.register(CHILD, |_ctx: Ctx, s: String| async move {
+            Ok::<_, Failure>(format!("child got {s}"))
+        });
+        let kid = child_id.to_string();
+        engine.register(PARENT, move |ctx: Ctx, s: String| {
+            let kid = kid.clone();
+            async move {
+                let out = ctx.child(CHILD, &kid, &s).await?;
+                Ok::<_, Failure>(format!("parent got {out}"))
+            }
+        });
+    }
+
     /// Under a lease with shard 0 preferred, the engine opens shard 0 at
     /// once and the others one lease time later: meanwhile a call for
     /// shard 1 is `NotOwner`, and a child started on shard 1 by a parent
@@ -626,17 +642,7 @@ mod tests {
         assert!(!status[1].owned && status[1].opens == 0);
         let child_id = id_on("kid", 1, shards);
         let parent_id = id_on("mom", 0, shards);
-        engine.register(CHILD, |_ctx: Ctx, s: String| async move {
-            Ok::<_, Failure>(format!("child got {s}"))
-        });
-        let kid = child_id.clone();
-        engine.register(PARENT, move |ctx: Ctx, s: String| {
-            let kid = kid.clone();
-            async move {
-                let out = ctx.child(CHILD, &kid, &s).await?;
-                Ok::<_, Failure>(format!("parent got {out}"))
-            }
-        });
+        register_family(&engine, &child_id);
         match engine.start(CHILD, &child_id, &"x".to_string()).await {
             Err(Error::NotOwner { shard: 1 }) => {}
             other => panic!("a start on shard 1 before it is owned: {other:?}"),
@@ -720,17 +726,7 @@ mod tests {
         assert_eq!(engine.owned_shards(), vec![0]);
         let child_id = id_on("kid", 1, shards);
         let parent_id = id_on("mom", 0, shards);
-        engine.register(CHILD, |_ctx: Ctx, s: String| async move {
-            Ok::<_, Failure>(format!("child got {s}"))
-        });
-        let kid = child_id.clone();
-        engine.register(PARENT, move |ctx: Ctx, s: String| {
-            let kid = kid.clone();
-            async move {
-                let out = ctx.child(CHILD, &kid, &s).await?;
-                Ok::<_, Failure>(format!("parent got {out}"))
-            }
-        });
+        register_family(&engine, &child_id);
         let parent = engine
             .start(PARENT, &parent_id, &"hi".to_string())
             .await

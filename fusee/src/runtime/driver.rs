@@ -576,11 +576,7 @@ fn attempt_result(
     match r {
         Ok(r) => r,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
+            let msg = crate::ctx::panic_message(&*p);
             Err(StepError::retryable(format!("step panicked: {msg}")).kind("panic"))
         }
     }

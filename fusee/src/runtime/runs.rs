@@ -14,7 +14,9 @@ use fusee_core::shard::{Event, TimerKind};
 
 use super::sabotage::Sabotage;
 use super::{LiveRun, RunWaker, ShardLoop, stop};
-use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped, catch_panic, with_update_handler};
+use crate::ctx::{
+    Ctx, Fault, Outcome, RunState, Stopped, catch_panic, panic_message, with_update_handler,
+};
 use crate::workflow::{Failure, encode};
 
 /// How many polls [`ShardLoop::settle`] gives one run before a query reads it.
@@ -641,15 +643,4 @@ fn poll_code(
 /// A failure as a `Done` payload.
 fn failure_payload(f: &Failure) -> Vec<u8> {
     encode(f).unwrap_or_else(|_| f.message.clone().into_bytes())
-}
-
-/// A panic's message.
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
 }

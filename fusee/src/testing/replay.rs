@@ -521,11 +521,7 @@ fn poll_code(future: &mut RunFuture, cx: &mut Context<'_>) -> Option<Result<Vec<
         Ok(Poll::Ready(result)) => Some(result),
         Err(panic) if panic.is::<Stopped>() => None,
         Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
+            let msg = crate::ctx::panic_message(&*panic);
             Some(Err(Failure::with_kind(
                 "panic",
                 format!("workflow code panicked: {msg}"),

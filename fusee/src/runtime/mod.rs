@@ -378,6 +378,9 @@ pub(crate) struct ShardLoop {
     checkpoint_ms: u64,
     /// When housekeeping (parking, retention) runs next.
     housekeeping_ms: u64,
+    /// The earliest time a parking scan could find a run to park (see
+    /// [`ShardLoop::park_idle`]).
+    park_scan_ms: u64,
     /// Run-store bytes written and released since the last compaction.
     store_written: u64,
     store_released: u64,

@@ -154,6 +154,7 @@ impl ShardLoop {
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
             housekeeping_ms: now_ms,
+            park_scan_ms: now_ms,
             store_written: 0,
             store_released: 0,
             outbox,

@@ -8,7 +8,7 @@ use fusee_core::record::{Record, Status, iter_canonical};
 use fusee_storage::{LogStore, MemoryStorage};
 use tokio::sync::oneshot;
 
-use super::{Effects, Input, LoopConfig, ShardLoop};
+use super::{Effects, HOUSEKEEPING_MS, Input, LoopConfig, ShardLoop};
 use crate::any_storage::AnyStorage;
 use crate::engine::IdPolicy;
 use crate::registry::Registry;
@@ -172,4 +172,61 @@ fn a_cancel_sent_twice_is_recorded_once() {
         })
         .unwrap();
     assert_eq!(cancels, 2, "77 once, 78 once");
+}
+
+/// Parking scans are skipped until a run could park, and no run parks
+/// later for it: each parks `park_after` after its code was last active,
+/// the next scan being timed by the most recent of them.
+#[test]
+fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
+    const PARK_AFTER_MS: u64 = 10_000;
+    let storage = AnyStorage::Memory(MemoryStorage::new());
+    let registry = Registry::default();
+    registry.register(WAITER, |ctx: Ctx, ()| async move {
+        Ok::<_, Failure>(ctx.wait_for(&GO).await?.unwrap_or_default())
+    });
+    let mut config = config();
+    config.park_after_ms = PARK_AFTER_MS;
+    let mut shard = ShardLoop::open(&storage, 0, config, registry, START_MS).unwrap();
+    let mut replies = Vec::new();
+    let mut start = |shard: &mut ShardLoop, id: &str, now_ms: u64| {
+        let (reply, started) = oneshot::channel();
+        replies.push(started);
+        shard.handle(Input::Start {
+            wtype: "waiter".into(),
+            id: id.into(),
+            input: b"null".to_vec(),
+            policy: IdPolicy::NewOnly,
+            reply,
+        });
+        settle(shard, now_ms);
+    };
+    start(&mut shard, "a", START_MS);
+    // A scan before any run could park finds nothing and waits for "a".
+    settle(&mut shard, START_MS + 1_000);
+    assert_eq!(shard.core.parked_len(), 0);
+    assert_eq!(shard.park_scan_ms, START_MS + PARK_AFTER_MS);
+    start(&mut shard, "b", START_MS + 5_000);
+    // Housekeeping runs every HOUSEKEEPING_MS: the times below are that
+    // far apart, so each settle may scan.
+    settle(&mut shard, START_MS + PARK_AFTER_MS - HOUSEKEEPING_MS);
+    assert_eq!(
+        shard.core.parked_len(),
+        0,
+        "nothing idle for park_after yet"
+    );
+    settle(&mut shard, START_MS + PARK_AFTER_MS);
+    assert_eq!(shard.core.parked_len(), 1, "\"a\" parks on time");
+    assert_eq!(
+        shard.park_scan_ms,
+        START_MS + 5_000 + PARK_AFTER_MS,
+        "the next scan is when \"b\" may park"
+    );
+    settle(
+        &mut shard,
+        START_MS + 5_000 + PARK_AFTER_MS - HOUSEKEEPING_MS,
+    );
+    assert_eq!(shard.core.parked_len(), 1);
+    settle(&mut shard, START_MS + 5_000 + PARK_AFTER_MS);
+    assert_eq!(shard.core.parked_len(), 2, "\"b\" parks on time");
 }

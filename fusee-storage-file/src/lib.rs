@@ -14,6 +14,7 @@
 //! | `pair` | a small record kept in two files written in turn (slots, manifest) |
 //! | [`store`] | run-store generations, release logs, compaction |
 //! | [`checkpoint`] | index files and the commit sequence |
+//! | [`seal`] | the log seal: how far the log was durable, kept apart from it |
 //! | [`slot`] | the checkpoint slot format |
 //! | [`chunks`] | the checksummed chunk-file format |
 //! | [`io`] | the file-system trait, real files |
@@ -32,6 +33,7 @@ pub mod io;
 pub mod log;
 pub mod manifest;
 mod pair;
+pub mod seal;
 pub mod shared;
 pub mod sim;
 pub mod slot;

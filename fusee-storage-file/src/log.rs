@@ -85,6 +85,14 @@
 //! of that batch. Any other break of the chain, a segment of another shard, or a lost
 //! record inside a segment is reported as corruption naming the file and
 //! offset: acknowledged records are never silently dropped.
+//!
+//! What the segments cannot tell: the newest acknowledged batch zeroed or
+//! cut off by the disk reads exactly like a batch a crash tore before it
+//! was acknowledged. The shard's seal ([`crate::seal`]) can: once a seal
+//! covered the batch, a log that recovers to an earlier LSN is
+//! [`fusee_storage::StorageError::LostRecords`], decided after the scan
+//! and before the open writes anything to the log (no torn tail is cut,
+//! no segment started or deleted on top of the loss).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -97,12 +105,15 @@ use fusee_core::segment::{
     Batch, FRAME_HEADER, HEADER_BYTES, LogWriter, OPENED, ScanError, SegmentHeader, clean_end,
     scan_segment,
 };
-use fusee_storage::{FlushTicket, FlushWork, LogStore, Result, StorageError, check_log_append};
+use fusee_storage::{
+    FlushTicket, FlushWork, LogStore, Result, SealTicket, StorageError, check_log_append,
+};
 
 use crate::error::{FileError, IoContext};
 use crate::io::{Io, IoFile, OpenMode};
 use crate::manifest::{MANIFEST_STEM, Manifest};
 use crate::pair;
+use crate::seal::{FileSeal, SealWork};
 use crate::shared::{OPEN_SEGMENT_BYTES, Shared};
 
 /// Zeros written per call when preparing a segment.
@@ -200,6 +211,10 @@ pub struct FileLog<I: Io = crate::io::RealIo> {
     manifest: Manifest,
     /// See [`FileLog::unprepared_rolls`].
     unprepared_rolls: u64,
+    /// The shard's seal file ([`crate::seal`]), shared with a seal's work.
+    seal: Arc<std::sync::Mutex<FileSeal<I>>>,
+    /// A seal ticket is out.
+    sealing: bool,
 }
 
 /// A flush begun and not yet finished: what [`FileLog::finish_flush`] needs
@@ -313,7 +328,8 @@ impl<I: Io> FileLog<I> {
     ) -> std::result::Result<Self, FileError> {
         let dir = shared.log_dir();
         shared.create_dir(&dir)?;
-        let rec = Self::recover(&shared, &dir, manifest.as_ref())?;
+        let seal = FileSeal::read(&shared)?;
+        let rec = Self::recover(&shared, &dir, manifest.as_ref(), &seal)?;
         // A never-used trailing segment is reused; else a new number. The
         // segment an open starts is small: a shard restarted often costs
         // little disk per restart, one under load rolls into full-size
@@ -422,6 +438,8 @@ impl<I: Io> FileLog<I> {
             in_flight: None,
             manifest,
             unprepared_rolls: 0,
+            seal: Arc::new(std::sync::Mutex::new(seal)),
+            sealing: false,
         })
     }
 
@@ -435,11 +453,14 @@ impl<I: Io> FileLog<I> {
 
     /// Scans the segments in `dir` and checks that they chain, and that
     /// they hold what `manifest` says the log must hold: segments up to its
-    /// carrier are held to the strict rules (see [`crate::manifest`]).
+    /// carrier are held to the strict rules (see [`crate::manifest`]); and
+    /// that they reach the LSN `seal` records as durable, before anything
+    /// is written (see [`crate::seal`]).
     fn recover(
         shared: &Shared<I>,
         dir: &Path,
         manifest: Option<&Manifest>,
+        seal: &FileSeal<I>,
     ) -> std::result::Result<Recovered<I::File>, FileError> {
         let carrier = manifest.map_or(0, |m| m.carrier);
         let mut carrier_seen = false;
@@ -620,6 +641,11 @@ impl<I: Io> FileLog<I> {
             }
             None => {}
         }
+        // Before the open writes anything to the log: a log that ends
+        // before its seal lost acknowledged records (its newest batches
+        // zeroed or cut off read like a torn tail), and nothing may be
+        // cut, rewritten or started on top of that.
+        seal.check(rec.last, shared.shard)?;
         Self::rewrite_last_batch(shared, &rec.live, &batches)?;
         Ok(rec)
     }
@@ -1262,6 +1288,41 @@ impl<I: Io> LogStore for FileLog<I> {
         }
         self.now_ms = now_ms();
         Ok(self.durable)
+    }
+
+    fn begin_seal(&mut self) -> Result<SealTicket> {
+        self.check_writable()?;
+        if self.sealing {
+            return Err(StorageError::Misuse {
+                call: "begin_seal",
+                why: "a seal is already in flight: finish it first",
+            });
+        }
+        self.sealing = true;
+        Ok(SealTicket::new(
+            self.id,
+            self.durable,
+            Box::new(SealWork {
+                shared: Arc::clone(&self.shared),
+                seal: Arc::clone(&self.seal),
+                lsn: self.durable,
+            }),
+        ))
+    }
+
+    fn finish_seal(&mut self, ticket: SealTicket) -> Result<Lsn> {
+        if ticket.log() != self.id || !self.sealing {
+            return Err(StorageError::Misuse {
+                call: "finish_seal",
+                why: "the ticket is not this log's seal in flight",
+            });
+        }
+        self.sealing = false;
+        ticket.finish().inspect_err(|_| {
+            // A failed sync on the shard's disk: later ones cannot be
+            // trusted either (the seal file keeps its newest record).
+            self.latched = true;
+        })
     }
 
     fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {

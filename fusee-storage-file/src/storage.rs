@@ -10,6 +10,7 @@
 //!     store-G.dat, store-G.rel       run-store generation (crate::store)
 //!     index-N.idx                    index               (crate::checkpoint)
 //!     slot-0, slot-1                 checkpoint slots    (crate::slot)
+//!     seal                           log seal            (crate::seal)
 //! ```
 //!
 //! # Opening

@@ -33,9 +33,10 @@ fn index_record(run: u64) -> [u8; 32] {
 
 const RECORDS: u64 = 30;
 
-/// A shard with records 1..=30 in three flush batches (segment 1), two
-/// commits (so both slots hold one), a frame, and a reopen (so segment 2
-/// carries the last LSN). Returns the frame's address.
+/// A shard with records 1..=30 in three flush batches (segment 1), a seal
+/// after each, two commits (so both slots hold one), a frame, and a
+/// reopen (so segment 2 carries the last LSN). Returns the frame's
+/// address.
 fn build(dir: &Path) -> BlobRef {
     let s = FileStorage::open(dir, options()).unwrap();
     let mut p = s.open_shard(0).unwrap();
@@ -43,6 +44,7 @@ fn build(dir: &Path) -> BlobRef {
         p.log.append(lsn, &record(lsn)).unwrap();
         if lsn % 10 == 0 {
             p.log.flush().unwrap();
+            p.log.seal().unwrap();
         }
     }
     let blob = p.runs.append(&[7u8; 3000]).unwrap();
@@ -461,9 +463,9 @@ fn every_file_damaged_every_way_gives_everything_or_an_error() {
             }
         }
     }
-    // Ten files (marker, two slots, index, store and release log, two
-    // manifest copies, two segments), ten kinds of damage each.
-    assert!(cases >= 100 && errors > 0, "{cases} cases, {errors} errors");
+    // Eleven files (marker, two slots, index, store and release log, two
+    // manifest copies, two segments, the seal), ten kinds of damage each.
+    assert!(cases >= 110 && errors > 0, "{cases} cases, {errors} errors");
 }
 
 /// Issue 19 item 2: the only commit's slot damaged made the shard open as
@@ -570,4 +572,124 @@ fn segments_lost_at_the_front_are_an_error() {
             records.len()
         ),
     }
+}
+
+/// A shard whose newest flushed batch (records 21 to 30, acknowledged)
+/// the disk later zeroed: the log alone reads it as a batch a crash tore
+/// before it was acknowledged, and opens with 20 records. With a seal
+/// taken after the flush, the open is an error naming the seal file and
+/// both LSNs, and changes no file. Returns the error (or the records
+/// read) for a shard sealed (`sealed`) or not.
+fn zero_the_last_batch(sealed: bool) -> Result<Vec<(u64, Vec<u8>)>, String> {
+    let t = TempDir::new("fusee-damage");
+    let s = FileStorage::open(&t.0, options()).unwrap();
+    let mut p = s.open_shard(0).unwrap();
+    for lsn in 1..=RECORDS {
+        p.log.append(lsn, &record(lsn)).unwrap();
+        if lsn % 10 == 0 {
+            p.log.flush().unwrap();
+        }
+    }
+    if sealed {
+        assert_eq!(p.log.seal().unwrap(), RECORDS);
+    }
+    drop(p);
+    s.close().unwrap();
+    drop(s);
+    // The newest batch's frames zeroed (segment 1: the shard's only open).
+    let seg = segment(&t.0, 1);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[frame_at(21) as usize..frame_at(RECORDS + 1) as usize].fill(0);
+    std::fs::write(&seg, &bytes).unwrap();
+    let before = hash_dir(&t.0);
+    let found = reopen(&t.0).map(|(records, _)| records);
+    if found.is_err() {
+        assert_eq!(hash_dir(&t.0), before, "a refused open changed a file");
+    }
+    found
+}
+
+/// Every file of `dir` (but the lock) with its bytes.
+fn hash_dir(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    files(dir)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(dir.join(&f)).unwrap();
+            (f, bytes)
+        })
+        .collect()
+}
+
+/// Issue 19's first remaining gap: the final acknowledged batch zeroed
+/// opened as a shorter log without an error. After a seal it is an error
+/// naming the seal file, the sealed LSN and the LSN the log ends at.
+#[test]
+fn a_zeroed_last_batch_after_a_seal_is_an_error() {
+    match zero_the_last_batch(true) {
+        Err(e) => assert!(
+            e.contains("shard-0000000000/seal") && e.contains("LSN 30") && e.contains("LSN 20"),
+            "{e}"
+        ),
+        Ok(records) => panic!(
+            "opened with {} records and no error; 30 were flushed and sealed",
+            records.len()
+        ),
+    }
+    // Without a seal the log cannot tell: the window the engine bounds by
+    // sealing soon after each flush.
+    let records = zero_the_last_batch(false).expect("an unsealed shard opens");
+    assert_eq!(records.len(), 20);
+}
+
+/// The seal file damaged every way (each slot flipped, cut, zeroed,
+/// deleted) gives the exact log back or a named error, and a seal torn by
+/// a crash is never an error.
+#[test]
+fn a_damaged_seal_file_loses_nothing() {
+    let t = TempDir::new("fusee-damage");
+    let s = FileStorage::open(&t.0, options()).unwrap();
+    let mut p = s.open_shard(0).unwrap();
+    for lsn in 1..=RECORDS {
+        p.log.append(lsn, &record(lsn)).unwrap();
+        if lsn % 10 == 0 {
+            p.log.flush().unwrap();
+            p.log.seal().unwrap();
+        }
+    }
+    drop(p);
+    s.close().unwrap();
+    drop(s);
+    let seal = shard_dir(&t.0).join("seal");
+    let len = std::fs::metadata(&seal).unwrap().len();
+    assert_eq!(len, 4096 + 36, "two slots, a block apart");
+    let mut errors = 0;
+    for how in [
+        Damage::Flip(0.0),
+        Damage::Flip(0.004),
+        Damage::Flip(0.995),
+        Damage::Truncate(0.0),
+        Damage::Truncate(0.5),
+        Damage::Truncate(0.999),
+        Damage::Delete,
+        Damage::Zero,
+    ] {
+        let t2 = TempDir::new("fusee-damage");
+        copy_dir(&t.0, &t2.0);
+        damage(&shard_dir(&t2.0).join("seal"), how);
+        match reopen(&t2.0) {
+            Ok((records, _)) => assert_eq!(records, all_records(), "seal {how:?}"),
+            Err(e) => {
+                errors += 1;
+                assert!(e.contains("seal"), "seal {how:?}: {e}");
+            }
+        }
+    }
+    assert_eq!(errors, 0, "one damaged slot leaves the other");
+    // Both slots damaged: an error naming the file.
+    let t2 = TempDir::new("fusee-damage");
+    copy_dir(&t.0, &t2.0);
+    flip(&shard_dir(&t2.0).join("seal"), 20);
+    flip(&shard_dir(&t2.0).join("seal"), 4096 + 20);
+    let e = reopen(&t2.0).unwrap_err();
+    assert!(e.contains("seal"), "{e}");
 }

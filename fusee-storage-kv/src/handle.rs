@@ -105,6 +105,36 @@ impl<D> ShardHandle<D> {
         self.shared.check_open(what)
     }
 
+    /// Checks the shard's seal ([`crate::seal`]) against its log row, as
+    /// read at open in `state`, and returns `state` with the seal the log
+    /// part writes. Call it before the open writes anything (the cleanup):
+    /// a log that ends before its sealed LSN is
+    /// [`StorageError::LostRecords`] naming the seal file and both LSNs,
+    /// and nothing may be deleted on top of that loss. A damaged seal file
+    /// is `CorruptFile` naming it; a missing one is "never sealed". Reads
+    /// only: the file is written by the first seal.
+    pub fn check_seal(&self, mut state: crate::ShardState) -> Result<crate::ShardState>
+    where
+        D: Send + Sync + 'static,
+    {
+        let file = fusee_storage::seal::SealFile::open(
+            &crate::seal_path(self.shared.path(), self.id),
+            self.id,
+        )?;
+        file.check(state.log.last)?;
+        let shared = Arc::clone(&self.shared);
+        state.seal = Some(crate::SealSlot::new(
+            file,
+            Arc::new(move |write: &mut dyn FnMut() -> Result<()>| {
+                // Held while the seal writes: the database, and with it
+                // the directory's lock (no other storage owns the file).
+                let _db = shared.db("log")?;
+                write()
+            }),
+        ));
+        Ok(state)
+    }
+
     /// Whether a flush failure is armed for this shard (disarming it).
     pub fn take_fail_flush(&self) -> bool {
         self.shared.faults.take_flush(self.id)

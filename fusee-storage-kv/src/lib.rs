@@ -16,6 +16,10 @@
 //! - what a storage shares with its parts whatever the engine: the database
 //!   until closed, one owner per shard and the fault switches ([`Shared`],
 //!   [`ShardHandle`], [`OpenShards`], [`FaultSwitches`]);
+//! - each shard's log seal ([`seal`]): a file beside the database that
+//!   records how far the log was durable, checked when the shard opens
+//!   ([`ShardHandle::check_seal`]), so a database that opens as it was
+//!   before its newest durable writes is an error, not less data;
 //! - the storage's directory ([`store_dir`]): the identity marker checked
 //!   before anything is written, the exclusive `LOCK` taken before the
 //!   engine opens and held ([`store_dir::Held`]) as long as the database,
@@ -76,6 +80,7 @@ pub mod layout;
 pub mod log;
 mod open;
 pub mod runs;
+pub mod seal;
 pub mod store_dir;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -90,6 +95,7 @@ pub use open::{
     check_meta_row, injected, lock, shard_parts,
 };
 pub use runs::{FrameEngine, KvRuns};
+pub use seal::{SealSlot, seal_path};
 
 /// What every engine trait needs: which shard, and whether the storage is
 /// still open. A backend implements it once for its shard handle.

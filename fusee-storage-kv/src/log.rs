@@ -16,7 +16,7 @@
 //! the records back, which the contract allows.
 
 use fusee_core::record::Lsn;
-use fusee_storage::{LogStore, Result, StorageError, check_log_append};
+use fusee_storage::{LogStore, Result, SealTicket, StorageError, check_log_append};
 
 use crate::Names;
 use crate::layout::{CRC, LogRow, check_crc, seq_key, with_crc};
@@ -66,7 +66,17 @@ pub struct KvLog<E> {
     pending: Vec<Vec<u8>>,
     pending_bytes: usize,
     latched: bool,
+    /// The shard's seal file (`None`: seals write nothing).
+    seal: Option<crate::SealSlot>,
+    /// A seal ticket is out.
+    sealing: bool,
+    /// This log's name on its seal tickets.
+    id: u64,
 }
+
+/// Names each log's seal tickets apart (0 is the contract's "nothing to
+/// run").
+static NEXT_LOG_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<E: LogEngine> std::fmt::Debug for KvLog<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,7 +102,17 @@ impl<E: LogEngine> KvLog<E> {
             pending: Vec::new(),
             pending_bytes: 0,
             latched: false,
+            seal: None,
+            sealing: false,
+            id: NEXT_LOG_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// This log, sealing into `seal` ([`crate::ShardHandle::check_seal`]'s;
+    /// `None`: seals write nothing).
+    pub fn with_seal(mut self, seal: Option<crate::SealSlot>) -> Self {
+        self.seal = seal;
+        self
     }
 
     fn writable(&self) -> Result<()> {
@@ -202,6 +222,43 @@ impl<E: LogEngine> LogStore for KvLog<E> {
                 Err(e)
             }
         }
+    }
+
+    fn begin_seal(&mut self) -> Result<SealTicket> {
+        self.writable()?;
+        if self.sealing {
+            return Err(StorageError::Misuse {
+                call: "LogStore::begin_seal",
+                why: "a seal is already in flight",
+            });
+        }
+        let Some(seal) = &self.seal else {
+            return Ok(SealTicket::done(self.durable));
+        };
+        self.sealing = true;
+        Ok(SealTicket::new(
+            self.id,
+            self.durable,
+            seal.work(self.durable),
+        ))
+    }
+
+    fn finish_seal(&mut self, ticket: SealTicket) -> Result<Lsn> {
+        if ticket.log() == 0 && ticket.has_run() {
+            return ticket.finish();
+        }
+        if ticket.log() != self.id || !self.sealing {
+            return Err(StorageError::Misuse {
+                call: "LogStore::finish_seal",
+                why: "the ticket is not this log's seal in flight",
+            });
+        }
+        self.sealing = false;
+        ticket.finish().inspect_err(|_| {
+            // A failed sync on the shard's disk: later ones cannot be
+            // trusted either (the seal file keeps its newest record).
+            self.latched = true;
+        })
     }
 
     fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {

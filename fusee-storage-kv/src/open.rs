@@ -25,6 +25,10 @@ pub struct ShardState {
     pub new_log: bool,
     /// The last commit, if any.
     pub commit: Option<CommitRow>,
+    /// The shard's seal file, once [`crate::ShardHandle::check_seal`]
+    /// checked it against the log row (`None`: the log part seals
+    /// nothing, as on a read-only storage).
+    pub seal: Option<crate::SealSlot>,
 }
 
 /// What opening a shard deletes so that it holds exactly its last commit
@@ -58,11 +62,13 @@ impl ShardState {
                 log: LogRow::decode(v, shard, names.log_row)?,
                 new_log: false,
                 commit,
+                seal: None,
             },
             None => Self {
                 log: LogRow::default(),
                 new_log: true,
                 commit,
+                seal: None,
             },
         })
     }
@@ -198,7 +204,7 @@ where
     S: Storage<Log = KvLog<E>, Runs = KvRuns<E>, Checkpoint = KvCheckpoint<E>>,
 {
     ShardParts {
-        log: KvLog::new(engine.clone(), state.log, names),
+        log: KvLog::new(engine.clone(), state.log, names).with_seal(state.seal.clone()),
         runs: KvRuns::new(engine.clone(), state.position(), names),
         checkpoint: KvCheckpoint::new(engine, state.generation(), state.records(), names),
         recovered: state.recovered(),

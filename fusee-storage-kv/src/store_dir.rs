@@ -7,6 +7,7 @@
 //! <dir>/LOCK           exclusive lock, held while the storage or any part of it lives
 //! <dir>/<db>           the engine's database (redb: a file; RocksDB: a directory)
 //! <dir>/<db>.new       the database while it is being created (gone once created)
+//! <dir>/seal-NNNNNNNNNN  each shard's log seal, once it sealed (crate::seal)
 //! ```
 //!
 //! **Opening** ([`claim`]): the directory is judged first without writing

@@ -377,6 +377,9 @@ impl PgStorage {
             log,
             new_log: false,
             commit,
+            // The server owns durability: its log needs no seal (the
+            // contract's default `begin_seal`).
+            seal: None,
         };
         // What no flush or commit made the shard's own: frames spilled past
         // the committed position, bases streamed and never committed (and

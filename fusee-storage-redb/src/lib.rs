@@ -167,9 +167,9 @@
 //! named error (`tests/damage.rs`, for a store closed cleanly and for one
 //! whose process died).
 //!
-//! What redb cannot tell from a crash, and so opens as the commit before
-//! without an error, after an unclean shutdown only (a clean close saves
-//! redb's state and needs no recovery):
+//! What redb cannot tell from a crash, and so opens as the commit before,
+//! after an unclean shutdown only (a clean close saves redb's state and
+//! needs no recovery):
 //!
 //! - with two-phase commit (the default): a flipped *god byte* (header byte
 //!   9, outside every checksum), whose bit 0 names the newest commit slot;
@@ -178,6 +178,19 @@
 //!   damage to any page the newest commit wrote, or to its commit slot:
 //!   redb sees a commit whose checksums fail, which is what a crash during
 //!   that commit leaves.
+//!
+//! The shard's **log seal** ([`fusee_storage_kv::seal`], a file
+//! `seal-NNNNNNNNNN` beside `fusee.redb`) turns the loss into an error when
+//! it matters: a log flush the seal covers, lost that way, makes the
+//! shard's open [`fusee_storage::StorageError::LostRecords`] (decided
+//! before the open's cleanup transaction, so nothing is deleted or
+//! overwritten; `tests/damage.rs` flips the god byte of a crashed, sealed
+//! store). What stays undetected: a flush acknowledged after the last seal
+//! (the engine seals 20 ms after the log goes idle and every second under
+//! load: `fusee::Config::seal_after_idle`), and a lost commit that was not
+//! a log flush (a checkpoint commit): the shard then opens at the commit
+//! before, with every flushed record, as after a crash during that commit,
+//! which recovery replays from the log.
 //!
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -571,6 +571,9 @@ fn recover_shard(h: &ShardHandle, db: &Db) -> Result<ShardState> {
             Ok(rows)
         };
         state.check_keys(stray_meta, holds_rows, shard, &NAMES)?;
+        // Before the cleanup's transaction commits: a log row that ends
+        // before the shard's seal is lost data, and nothing is deleted.
+        let state = h.check_seal(state)?;
         if state.new_log {
             meta.insert(meta_key(shard, TAG_LOG), &state.log.encode(shard)[..])
                 .map_err(h.err(doing))?;

@@ -151,11 +151,22 @@
 //! replay.** Point-in-time recovery (which a crash's torn tail of unsynced
 //! writes needs) replays the WAL up to its first damaged or missing record
 //! and drops the rest; a changed byte in a WAL record, a WAL cut short, or
-//! the WAL deleted therefore loses the synced batches after the damage
-//! without an error, since they look exactly like a tail a power cut tore.
-//! This concerns only what was written since the last memtable flush of a
-//! store that was not closed cleanly (a clean close flushes; RocksDB also
-//! flushes as memtables fill and past [`options::MAX_TOTAL_WAL`]).
+//! the WAL deleted therefore loses the synced batches after the damage,
+//! since they look exactly like a tail a power cut tore. This concerns
+//! only what was written since the last memtable flush of a store that was
+//! not closed cleanly (a clean close flushes; RocksDB also flushes as
+//! memtables fill and past [`options::MAX_TOTAL_WAL`]).
+//!
+//! The shard's **log seal** ([`fusee_storage_kv::seal`], a file
+//! `seal-NNNNNNNNNN` beside `fusee.rocksdb`) turns that loss into an error
+//! when it drops a log flush the seal covers: the shard's open is
+//! [`fusee_storage::StorageError::LostRecords`], decided before the open's
+//! cleanup batch (`tests/damage.rs` damages the WAL of a crashed, sealed
+//! store). What stays undetected: batches acknowledged after the last seal
+//! (the engine seals 20 ms after the log goes idle and every second under
+//! load: `fusee::Config::seal_after_idle`), and a dropped batch that was
+//! not a log flush (a checkpoint commit) with every flush kept: the shard
+//! then opens at the commit before, as after a crash during that commit.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -473,6 +473,9 @@ fn recover_shard(h: &ShardHandle, db: &DB) -> Result<ShardState> {
         )
     };
     state.check_keys(stray_meta, holds_rows, shard, &NAMES)?;
+    // Before the cleanup batch: a log row that ends before the shard's
+    // seal (a WAL damaged before its replay) is lost data, not a torn tail.
+    let state = h.check_seal(state)?;
     let mut batch = WriteBatch::default();
     if state.new_log {
         batch.put_cf(meta, meta_key(shard, TAG_LOG), state.log.encode(shard));

@@ -112,6 +112,58 @@ pub trait LogStore: Send {
         ticket.finish()
     }
 
+    /// Starts a seal: a record, kept apart from the log, that every record
+    /// through the durable LSN ([`LogStore::durable_lsn`] now) is durable
+    /// (the format and its rules: [`crate::seal`]). Returns a
+    /// [`SealTicket`] whose I/O ([`SealTicket::run`]: one small write and
+    /// its sync) may run on another thread while this log goes on taking
+    /// appends and flushes, as a flush ticket's does; hand it back to
+    /// [`LogStore::finish_seal`].
+    ///
+    /// What a seal buys: once [`LogStore::finish_seal`] returned LSN `n`,
+    /// every later open of the shard either yields a log whose last LSN is
+    /// at least `n`, or fails with [`crate::StorageError::LostRecords`]
+    /// naming the seal, the sealed LSN and the LSN the log ends at (never
+    /// less data without an error), even for damage the log alone cannot
+    /// tell from a torn tail. A seal claims only what was durable, so a
+    /// crash at any point (between a flush and its seal, during a seal)
+    /// never makes an undamaged shard fail to open; a seal torn by a crash
+    /// leaves the one before it. Records flushed after the last seal are
+    /// not covered: the host seals soon after each flush to bound that
+    /// window. Opening never cuts, deletes or rewrites anything on the
+    /// strength of a seal.
+    ///
+    /// At most one seal may be outstanding (a backend with real tickets
+    /// refuses a second with [`crate::StorageError::Misuse`]). A latched
+    /// log refuses to seal ([`crate::StorageError::Latched`]).
+    ///
+    /// The default seals nothing and returns a ticket with nothing to run:
+    /// right for a backend whose log cannot lose acknowledged records
+    /// without reporting it (PostgreSQL, where the server owns
+    /// durability), wrong for one that keeps its log in files or an
+    /// embedded database.
+    fn begin_seal(&mut self) -> Result<SealTicket> {
+        Ok(SealTicket::done(self.durable_lsn()))
+    }
+
+    /// Ends the seal `ticket` began (running its I/O first if nobody did)
+    /// and returns the LSN sealed. If its I/O failed, the error is
+    /// returned and the log is latched as after a failed flush (an `fsync`
+    /// that failed on the shard's disk says later ones cannot be trusted
+    /// either); the seal file keeps its previous record. A ticket from
+    /// another log is a [`crate::StorageError::Misuse`] error.
+    fn finish_seal(&mut self, ticket: SealTicket) -> Result<Lsn> {
+        ticket.finish()
+    }
+
+    /// [`LogStore::begin_seal`], the ticket's I/O and
+    /// [`LogStore::finish_seal`] in a row, on this thread: what a host
+    /// calls when it would only wait for the seal anyway (at close).
+    fn seal(&mut self) -> Result<Lsn> {
+        let ticket = self.begin_seal()?;
+        self.finish_seal(ticket)
+    }
+
     /// Visits, in order, every record after `after` that this log holds
     /// (flushed or not) and returns the last LSN. Records before the first
     /// kept: [`crate::StorageError::Trimmed`]; `after` beyond the last
@@ -136,10 +188,11 @@ pub trait LogStore: Send {
 }
 
 /// The I/O of one flush, taken out of its log by [`LogStore::begin_flush`]
-/// so it can run on any thread. It owns (or shares) everything it writes:
+/// so it can run on any thread (or of one seal, [`LogStore::begin_seal`]). It owns (or shares) everything it writes:
 /// the log may take appends, reads and discards while it runs.
 pub trait FlushWork: Send {
-    /// Writes the batch and makes it durable; blocks until then.
+    /// Writes the batch (or the seal) and makes it durable; blocks until
+    /// then.
     fn run(&mut self) -> Result<()>;
 }
 
@@ -228,6 +281,94 @@ impl std::fmt::Debug for FlushTicket {
         f.debug_struct("FlushTicket")
             .field("log", &self.log)
             .field("last", &self.last)
+            .field("has_run", &self.has_run())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One seal in flight: made by [`LogStore::begin_seal`], run anywhere with
+/// [`SealTicket::run`], and handed back to the same log's
+/// [`LogStore::finish_seal`]. Its work is a [`FlushWork`] (one small write
+/// and its sync).
+pub struct SealTicket {
+    /// The backend's name for the log that made it (0 for tickets with
+    /// nothing left to run).
+    log: u64,
+    /// The LSN the seal records.
+    lsn: Lsn,
+    work: Option<Box<dyn FlushWork>>,
+    outcome: Option<Result<()>>,
+}
+
+impl SealTicket {
+    /// A ticket with I/O still to run: `work` records `lsn` as sealed.
+    /// `log` is the backend's name for the log.
+    pub fn new(log: u64, lsn: Lsn, work: Box<dyn FlushWork>) -> Self {
+        Self {
+            log,
+            lsn,
+            work: Some(work),
+            outcome: None,
+        }
+    }
+
+    /// A ticket with nothing to run (a backend that needs no seal, or a
+    /// seal already written): `lsn` is sealed.
+    pub fn done(lsn: Lsn) -> Self {
+        Self {
+            log: 0,
+            lsn,
+            work: None,
+            outcome: Some(Ok(())),
+        }
+    }
+
+    /// Runs the seal's I/O, once: later calls do nothing. Blocks until the
+    /// seal is durable or the I/O failed; returns whether it succeeded
+    /// (the outcome is reported by [`LogStore::finish_seal`]).
+    pub fn run(&mut self) -> bool {
+        if self.outcome.is_none() {
+            let outcome = match self.work.as_mut() {
+                Some(work) => work.run(),
+                None => Ok(()),
+            };
+            self.outcome = Some(outcome);
+        }
+        matches!(self.outcome, Some(Ok(())))
+    }
+
+    /// The LSN the seal records.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// The backend's name for the log that made the ticket.
+    pub fn log(&self) -> u64 {
+        self.log
+    }
+
+    /// Whether the I/O has run (successfully or not).
+    pub fn has_run(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// Runs the I/O if nobody did and returns its outcome with the sealed
+    /// LSN; the work is dropped first.
+    pub fn finish(mut self) -> Result<Lsn> {
+        self.run();
+        self.work = None;
+        match self.outcome.take() {
+            Some(Ok(())) | None => Ok(self.lsn),
+            Some(Err(e)) => Err(e),
+        }
+    }
+}
+
+impl std::fmt::Debug for SealTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealTicket")
+            .field("log", &self.log)
+            .field("lsn", &self.lsn)
             .field("has_run", &self.has_run())
             .finish_non_exhaustive()
     }

@@ -37,6 +37,25 @@ pub enum StorageError {
         /// The byte offset in the file.
         at: u64,
     },
+    /// A shard's log ends before the LSN its seal says was durable
+    /// ([`crate::LogStore::begin_seal`]): acknowledged records were lost
+    /// (damage, or a disk that dropped writes it had reported durable).
+    /// Nothing was changed: no file was cut, deleted or rewritten on the
+    /// strength of the seal, so the store can still be examined or
+    /// restored. The engine treats it as [`StorageError::Corrupt`].
+    #[error(
+        "shard {shard}: its log ends at LSN {recovered}, but {seal} records that every record through LSN {sealed} was durable: acknowledged records were lost"
+    )]
+    LostRecords {
+        /// The shard.
+        shard: u32,
+        /// The seal file (or, for a backend without files, its name).
+        seal: String,
+        /// The LSN the seal records as durable.
+        sealed: Lsn,
+        /// The last LSN the log holds.
+        recovered: Lsn,
+    },
     /// A record or frame longer than the limit ([`crate::MAX_RECORD`],
     /// [`crate::MAX_FRAME`]); nothing was written.
     #[error("{what} of {len} bytes exceeds the limit of {max} bytes")]

@@ -39,6 +39,11 @@
 //! the last LSN survives even if every record was discarded. A torn,
 //! never-acknowledged tail is cut silently; damage inside acknowledged
 //! records is [`StorageError::Corrupt`], never a silent truncation.
+//! [`LogStore::begin_seal`] and [`LogStore::finish_seal`] (or
+//! [`LogStore::seal`]) record, apart from the log, that every record
+//! through the durable LSN is durable ([`seal`]): an open whose log ends
+//! before the sealed LSN is [`StorageError::LostRecords`], so damage the
+//! log cannot tell from a torn tail still gives an error.
 //!
 //! **Run store.** [`RunStore::append`] returns a `BlobRef` (offset below
 //! 2^48, `len` = the frame's length); [`RunStore::read`] returns the exact
@@ -92,6 +97,7 @@
 //!    | [`LogStore::flush`] | durable before it returns; on failure latch, never retry as success |
 //!    | [`LogStore::read`] | exact bytes, in order, no hole; `Trimmed { first_kept }`; `BeyondEnd` |
 //!    | [`LogStore::discard_through`] | never beyond the durable LSN; keep the last LSN across reopen |
+//!    | [`LogStore::begin_seal`] / [`LogStore::finish_seal`] | record the durable LSN apart from the log ([`seal`]); an open whose log ends before it is `LostRecords`, checked before the open writes anything |
 //!    | [`RunStore::append`] / [`RunStore::read`] | exact bytes or an error, for 0 B to [`MAX_FRAME`] |
 //!    | [`RunStore::read`] / [`RunStore::release`] | a reference that names no frame (never appended, wrong length, between frames) is `UnknownBlob` |
 //!    | [`RunStore::release`] | not durable before the next commit |
@@ -257,13 +263,14 @@ mod error;
 pub mod identity;
 mod limits;
 pub mod memory;
+pub mod seal;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use contract::{
     CheckpointStore, Committed, FlushTicket, FlushWork, IndexChange, LogStore, Recovered, RunStore,
-    ShardParts, Storage,
+    SealTicket, ShardParts, Storage,
 };
 pub use error::{Result, StorageError};
 /// Where a run-store frame is: the address every [`RunStore`] call takes.

@@ -34,6 +34,8 @@ enum Bug {
     FrameFlip,
     /// The first flush after a reopen returns one LSN too many.
     FlushOffByOne,
+    /// A seal claims every record appended, not only the durable ones.
+    SealClaimsAppended,
     /// Releasing a frame that does not exist succeeds.
     ReleaseUnknownOk,
     /// Reading a reference that names no frame is `Corrupt`, not
@@ -179,6 +181,18 @@ impl LogStore for Log {
                 visit(lsn, bytes)
             }
         })
+    }
+    fn begin_seal(&mut self) -> Result<fusee_storage::SealTicket> {
+        if self.common.bug == Bug::SealClaimsAppended {
+            return Ok(fusee_storage::SealTicket::done(self.inner.last_lsn()));
+        }
+        self.inner.begin_seal()
+    }
+    fn finish_seal(&mut self, ticket: fusee_storage::SealTicket) -> Result<Lsn> {
+        if ticket.log() == 0 {
+            return ticket.finish();
+        }
+        self.inner.finish_seal(ticket)
     }
     fn discard_through(&mut self, lsn: Lsn) -> Result<()> {
         self.inner.discard_through(lsn)
@@ -456,6 +470,12 @@ fn planted_bugs_are_caught() {
         "log_lsn_continuity",
         "flush must return LSN 10; found Ok(11)",
     );
+    fails(
+        Bug::SealClaimsAppended,
+        conformance::log_seal,
+        "log_seal",
+        "expected Ok(40): the durable LSN, not the records appended since; found Ok(45)",
+    );
     for bug in [
         Bug::ReadSkips,
         Bug::DeltaIgnored,
@@ -610,7 +630,7 @@ fn skips_are_counted() {
     );
     assert_eq!(
         conformance::skip_summary(&bare, "bare"),
-        "conformance: 10 of 33 clauses skipped for bare: log_power_loss, \
+        "conformance: 10 of 34 clauses skipped for bare: log_power_loss, \
          flush_failure_latches, commit_failure_latches, lock_outlives_storage, \
          lease_second_owner_refused, lease_takeover_fences, lease_takeover_after_death, \
          lease_connection_killed_mid_flush, failover_keeps_acknowledged, \

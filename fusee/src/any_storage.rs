@@ -14,7 +14,7 @@ use fusee_core::shard::BlobRef;
 use fusee_storage::memory::{MemoryCheckpoint, MemoryLog, MemoryRuns};
 use fusee_storage::{
     CheckpointStore, Committed, FlushTicket, IndexChange, LogStore, MemoryStorage, Result,
-    RunStore, ShardParts, Storage, StorageError,
+    RunStore, SealTicket, ShardParts, Storage, StorageError,
 };
 
 use crate::Backend;
@@ -218,6 +218,18 @@ impl LogStore for AnyLog {
 
     fn finish_flush(&mut self, ticket: FlushTicket) -> Result<Lsn> {
         each!(self, AnyLog, l => l.finish_flush(ticket))
+    }
+
+    fn begin_seal(&mut self) -> Result<SealTicket> {
+        each!(self, AnyLog, l => l.begin_seal())
+    }
+
+    fn finish_seal(&mut self, ticket: SealTicket) -> Result<Lsn> {
+        each!(self, AnyLog, l => l.finish_seal(ticket))
+    }
+
+    fn seal(&mut self) -> Result<Lsn> {
+        each!(self, AnyLog, l => l.seal())
     }
 
     fn read(&mut self, after: Lsn, visit: &mut dyn FnMut(Lsn, &[u8]) -> Result<()>) -> Result<Lsn> {

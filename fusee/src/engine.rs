@@ -83,6 +83,25 @@ pub struct Config {
     /// Largest input, signal, step result or workflow result, in bytes
     /// (default 4 MiB; at most 64 MiB, the record limit).
     pub max_payload: usize,
+    /// How long a shard's log stays idle after a flush before the shard
+    /// seals it (default 20 ms). A seal is one small write and `fdatasync`
+    /// of a file apart from the log (run on the shard's flusher thread),
+    /// recording that every record so far is durable; it is what lets the
+    /// next open tell damage that lost acknowledged records (the newest
+    /// batch zeroed by the disk, redb's newest commit lost to a flipped
+    /// header byte, RocksDB's WAL damaged before its replay) from a torn,
+    /// unacknowledged tail, and fail with
+    /// [`crate::StorageError::LostRecords`] instead of opening with less
+    /// data. Records acknowledged since the last seal are not covered: the
+    /// window is this long after the shard goes idle, and at most
+    /// [`Config::seal_interval`] under continuous load. A closed engine is
+    /// always sealed. Shorter: a smaller window, more seals for a shard
+    /// whose records come in bursts this far apart.
+    pub seal_after_idle: Duration,
+    /// The longest a durable record waits for a seal while the shard never
+    /// goes idle (default 1 s): one extra small `fdatasync` per interval
+    /// under load.
+    pub seal_interval: Duration,
     /// Where time comes from (default: the system clock).
     pub clock: Clock,
     /// Which shards this engine owns (default [`Ownership::All`]: every
@@ -110,6 +129,8 @@ impl Config {
             park_after: Duration::from_secs(10),
             compact_after_bytes: 8 << 20,
             max_payload: 4 << 20,
+            seal_after_idle: Duration::from_millis(20),
+            seal_interval: Duration::from_secs(1),
             clock: Clock::System,
             ownership: Ownership::All,
         }
@@ -162,6 +183,20 @@ impl Config {
     /// Sets how long finished runs are kept.
     pub fn retention(mut self, d: Duration) -> Self {
         self.retention = d;
+        self
+    }
+
+    /// Sets how long the log stays idle after a flush before it is sealed
+    /// ([`Config::seal_after_idle`]).
+    pub fn seal_after_idle(mut self, d: Duration) -> Self {
+        self.seal_after_idle = d;
+        self
+    }
+
+    /// Sets the longest a durable record waits for a seal under load
+    /// ([`Config::seal_interval`]).
+    pub fn seal_interval(mut self, d: Duration) -> Self {
+        self.seal_interval = d;
         self
     }
 
@@ -509,6 +544,8 @@ impl Engine {
             retention_ms: config.retention.as_millis() as u64,
             park_after_ms: config.park_after.as_millis() as u64,
             compact_after_bytes: config.compact_after_bytes,
+            seal_idle_ms: config.seal_after_idle.as_millis() as u64,
+            seal_interval_ms: config.seal_interval.as_millis() as u64,
             #[cfg(feature = "testing")]
             sabotage: None,
         };

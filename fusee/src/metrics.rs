@@ -123,6 +123,11 @@ pub struct ShardMetrics {
     pub recovered_records: u64,
     /// Checkpoints committed.
     pub checkpoints: u64,
+    /// Seals of the log written (see [`crate::Config::seal_after_idle`]).
+    pub seals: u64,
+    /// The LSN the shard's last seal recorded (summed over shards in
+    /// [`Metrics`]; 0 before the first seal of this open).
+    pub sealed_lsn: u64,
     /// Runs parked (written to the run store and dropped from memory).
     pub parks: u64,
     /// Parked runs loaded back.
@@ -149,6 +154,8 @@ impl ShardMetrics {
         self.queued += other.queued;
         self.recovered_records += other.recovered_records;
         self.checkpoints += other.checkpoints;
+        self.seals += other.seals;
+        self.sealed_lsn += other.sealed_lsn;
         self.parks += other.parks;
         self.loads += other.loads;
         self.compactions += other.compactions;

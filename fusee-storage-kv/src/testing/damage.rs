@@ -113,6 +113,27 @@ pub fn marker_cases() -> Vec<Case> {
     .collect()
 }
 
+/// The cases of shard 0's seal file (`seal-0000000000`, [`crate::seal`]):
+/// each slot flipped, the file cut short (to nothing, inside slot 1),
+/// zeroed, deleted. One slot damaged leaves the other; a seal gone is
+/// "never sealed": each gives the exact data back.
+pub fn seal_cases() -> Vec<Case> {
+    let seal = crate::seal_path(Path::new("db"), 0);
+    let name = seal.file_name().map(PathBuf::from).unwrap_or_default();
+    [
+        Damage::Flip(0),
+        Damage::Flip(30),
+        Damage::Flip(4096 + 20),
+        Damage::Truncate(0),
+        Damage::Truncate(4096 + 10),
+        Damage::Zero(0, 8192),
+        Damage::Delete,
+    ]
+    .into_iter()
+    .map(|damage| Case::new("log seal", &name, damage))
+    .collect()
+}
+
 /// Records of phase `phase` (LSNs `100 * phase + 1 ..= 100 * phase + 100`).
 fn record(lsn: Lsn) -> Vec<u8> {
     let mut r = vec![(lsn % 251) as u8; 150 + (lsn % 100) as usize];
@@ -150,19 +171,14 @@ pub fn write_phase<B: Backend>(dir: &Path, phase: u64) {
     must(s.close(), "close");
 }
 
-/// Adds phase `phase` to shard 0 of `s`: 100 log records in two flushes, 10
-/// frames and 100 index records in one commit whose checkpoint names the
-/// phase.
+/// Adds phase `phase` to shard 0 of `s`, in the engine's order: 10 frames
+/// and 100 index records in one commit whose checkpoint names the phase,
+/// then 100 log records in two flushes, then a seal (what the engine does
+/// once its log is idle). The last durable write of a phase is a log
+/// flush, so damage that rolls the database back by one durable write
+/// loses acknowledged records the seal covers.
 pub fn write_phase_into<S: Storage>(s: &S, phase: u64) {
     let mut p = must(s.open_shard(0), "open_shard");
-    let first = phase * RECORDS + 1;
-    for lsn in first..first + RECORDS {
-        must(p.log.append(lsn, &record(lsn)), "append");
-        if lsn == first + RECORDS / 2 {
-            must(p.log.flush(), "flush");
-        }
-    }
-    must(p.log.flush(), "flush");
     for i in phase * FRAMES..(phase + 1) * FRAMES {
         let blob = must(p.runs.append(&frame(i)), "frame");
         assert_eq!(blob.offset, i, "frame numbers");
@@ -177,6 +193,19 @@ pub fn write_phase_into<S: Storage>(s: &S, phase: u64) {
             format!("phase {phase}").as_bytes(),
         ),
         "commit",
+    );
+    let first = phase * RECORDS + 1;
+    for lsn in first..first + RECORDS {
+        must(p.log.append(lsn, &record(lsn)), "append");
+        if lsn == first + RECORDS / 2 {
+            must(p.log.flush(), "flush");
+        }
+    }
+    must(p.log.flush(), "flush");
+    assert_eq!(
+        must(p.log.seal(), "seal"),
+        first + RECORDS - 1,
+        "the seal covers the phase's records"
     );
 }
 
@@ -250,6 +279,7 @@ pub fn is_named(e: &StorageError) -> bool {
             | StorageError::NotAStore { .. }
             | StorageError::NotFound { .. }
             | StorageError::WrongBackend { .. }
+            | StorageError::LostRecords { .. }
     )
 }
 

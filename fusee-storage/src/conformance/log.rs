@@ -577,3 +577,131 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
         "flush after a failed split flush"
     );
 }
+
+/// The seal ([`LogStore::begin_seal`], [`LogStore::finish_seal`],
+/// [`LogStore::seal`]): a seal returns the durable LSN (not records
+/// appended since), with nothing flushed too; sealing twice, and a seal
+/// split across threads while the log takes appends and a flush, are
+/// fine; a reopen after a seal keeps the log through the sealed LSN and
+/// opens without an error, as does a crash between a flush and its seal,
+/// a crash with a seal ticket out (run or not), and a seal after every
+/// record was discarded.
+pub fn log_seal<H: Harness>(h: &mut H) {
+    let _c = Clause::enter("log_seal");
+    let mut s = h.open();
+    let mut p = open(&s, 6);
+    check_matches!(
+        p.log.seal(),
+        Ok(0),
+        "Ok(0), the durable LSN",
+        "seal of a fresh log (nothing flushed)"
+    );
+    append_range(&mut p.log, 1, 40, 12);
+    flush_to(&mut p.log, 40, format_args!("flush of 1 to 40"));
+    append_range(&mut p.log, 41, 45, 12);
+    check_matches!(
+        p.log.seal(),
+        Ok(40),
+        "Ok(40): the durable LSN, not the records appended since",
+        "seal after flushing 1 to 40 and appending 41 to 45"
+    );
+    check_matches!(
+        p.log.seal(),
+        Ok(40),
+        "Ok(40)",
+        "a second seal with nothing flushed since"
+    );
+    flush_to(&mut p.log, 45, format_args!("flush of 41 to 45"));
+    // Split: the ticket runs on another thread while the log goes on.
+    let mut ticket = must!(p.log.begin_seal(), "begin_seal after flushing 45");
+    check_eq!(ticket.lsn(), 45, "the seal ticket's LSN (the durable LSN)");
+    append_range(&mut p.log, 46, 60, 12);
+    flush_to(
+        &mut p.log,
+        60,
+        format_args!("flush of 46 to 60 with a seal out"),
+    );
+    let ran = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let ok = ticket.run();
+                (ok, ticket)
+            })
+            .join()
+    });
+    let Ok((ok, ticket)) = ran else {
+        fail(format_args!("the thread running the seal ticket panicked"));
+    };
+    check!(ok, "the seal ticket's I/O must succeed; found it failed");
+    check_matches!(
+        p.log.finish_seal(ticket),
+        Ok(45),
+        "Ok(45), the ticket's LSN",
+        "finish_seal of the ticket begun at 45"
+    );
+    check_range(&mut p.log, 0, 60, 12);
+    drop(p);
+    s = h.reopen(s);
+    let mut p = open(&s, 6);
+    check_eq!(
+        p.log.last_lsn(),
+        60,
+        "last_lsn after a reopen (sealed through 45, flushed through 60)"
+    );
+    check_range(&mut p.log, 0, 60, 12);
+    check_matches!(p.log.seal(), Ok(60), "Ok(60)", "seal after a reopen");
+    // A crash between a flush and its seal: the log keeps every flushed
+    // record and opens without an error.
+    append_range(&mut p.log, 61, 80, 12);
+    flush_to(&mut p.log, 80, format_args!("flush of 61 to 80"));
+    append_range(&mut p.log, 81, 85, 12);
+    drop(p);
+    s = h.crash(s);
+    let mut p = open(&s, 6);
+    let last = check_prefix(&mut p.log, 80, 85, 12);
+    // A crash with seal tickets out: one run, one not.
+    append_range(&mut p.log, last + 1, last + 10, 12);
+    flush_to(
+        &mut p.log,
+        last + 10,
+        format_args!("flush of {} to {}", last + 1, last + 10),
+    );
+    let mut ran = must!(p.log.begin_seal(), "begin_seal at {}", last + 10);
+    check!(
+        ran.run(),
+        "the seal ticket's I/O must succeed; found it failed"
+    );
+    drop(p);
+    drop(ran);
+    s = h.crash(s);
+    let mut p = open(&s, 6);
+    let last = check_prefix(&mut p.log, last + 10, last + 10, 12);
+    append_range(&mut p.log, last + 1, last + 3, 12);
+    flush_to(
+        &mut p.log,
+        last + 3,
+        format_args!("flush of {} to {}", last + 1, last + 3),
+    );
+    let pending = must!(p.log.begin_seal(), "begin_seal at {}", last + 3);
+    drop(p);
+    drop(pending);
+    s = h.crash(s);
+    let mut p = open(&s, 6);
+    let last = check_prefix(&mut p.log, last + 3, last + 3, 12);
+    // Every record discarded: the seal and the last LSN survive a reopen.
+    must!(p.log.discard_through(last), "discard_through({last})");
+    check_matches!(
+        p.log.seal(),
+        Ok(l) if l == last,
+        format_args!("Ok({last})"),
+        "seal with every record discarded"
+    );
+    drop(p);
+    s = h.reopen(s);
+    let p = open(&s, 6);
+    check_eq!(
+        p.log.last_lsn(),
+        last,
+        "last_lsn after discarding everything, sealing and reopening"
+    );
+}

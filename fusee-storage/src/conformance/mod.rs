@@ -142,7 +142,7 @@ pub use index::{commit_atomic, index_bad_input, index_base_streamed, index_delta
 pub use log::{
     log_discard_through, log_lsn_continuity, log_pipelined_flush, log_power_loss,
     log_prefix_after_crash, log_read_from_every_position, log_record_sizes, log_round_trip,
-    log_too_large, log_unflushed_whole,
+    log_seal, log_too_large, log_unflushed_whole,
 };
 pub use model::model_random;
 pub use shards::{
@@ -422,7 +422,7 @@ macro_rules! conformance_suite {
                 log_round_trip, log_lsn_continuity, log_prefix_after_crash,
                 log_unflushed_whole, log_discard_through, log_read_from_every_position,
                 log_record_sizes, log_too_large, log_power_loss, log_pipelined_flush,
-                store_round_trip, store_crash, store_release, store_too_large,
+                log_seal, store_round_trip, store_crash, store_release, store_too_large,
                 store_bad_reference,
                 index_delta, index_base_streamed, index_bad_input, commit_atomic,
                 flush_failure_latches, commit_failure_latches, shards_sixteen,
@@ -475,6 +475,7 @@ pub const CLAUSES: &[&str] = &[
     "log_too_large",
     "log_power_loss",
     "log_pipelined_flush",
+    "log_seal",
     "store_round_trip",
     "store_crash",
     "store_release",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use fusee_core::record::Lsn;
 
 use super::{FlushGate, Part, READ_BATCH};
-use crate::contract::{FlushTicket, FlushWork, LogStore};
+use crate::contract::{FlushTicket, FlushWork, LogStore, SealTicket};
 use crate::limits::check_log_append;
 use crate::{Result, StorageError};
 
@@ -19,7 +19,31 @@ pub struct MemoryLog {
     pub(super) last: Lsn,
     pub(super) durable: Lsn,
     pub(super) gate: Arc<FlushGate>,
+    /// A seal ticket is out.
+    pub(super) sealing: bool,
 }
+
+/// A seal's I/O: recording the sealed LSN in the shard's durable state,
+/// if the open that began it still owns the shard.
+struct MemorySeal {
+    shard: Arc<std::sync::Mutex<super::Shard>>,
+    token: u64,
+    lsn: Lsn,
+}
+
+impl FlushWork for MemorySeal {
+    fn run(&mut self) -> Result<()> {
+        let mut s = super::lock(&self.shard);
+        if s.token != Some(self.token) {
+            return Err(StorageError::Closed { what: LOG });
+        }
+        s.sealed = s.sealed.max(self.lsn);
+        Ok(())
+    }
+}
+
+/// The name seal tickets of memory logs carry.
+const SEAL_TICKET: u64 = u64::MAX - 1;
 
 /// A flush held back by the storage's gate: its I/O is the wait.
 struct HeldFlush {
@@ -92,6 +116,49 @@ impl LogStore for MemoryLog {
         }
         let last = ticket.finish()?;
         self.make_durable(last)
+    }
+
+    fn begin_seal(&mut self) -> Result<SealTicket> {
+        let s = self.part.lock(LOG)?;
+        if s.log_latched {
+            return Err(StorageError::Latched { what: LOG });
+        }
+        if self.sealing {
+            return Err(StorageError::Misuse {
+                call: "LogStore::begin_seal",
+                why: "a seal is already in flight",
+            });
+        }
+        drop(s);
+        self.sealing = true;
+        Ok(SealTicket::new(
+            SEAL_TICKET,
+            self.durable,
+            Box::new(MemorySeal {
+                shard: Arc::clone(&self.part.shard),
+                token: self.part.token,
+                lsn: self.durable,
+            }),
+        ))
+    }
+
+    fn finish_seal(&mut self, ticket: SealTicket) -> Result<Lsn> {
+        if ticket.log() != SEAL_TICKET {
+            return Err(StorageError::Misuse {
+                call: "LogStore::finish_seal",
+                why: "the ticket is not this log's",
+            });
+        }
+        self.sealing = false;
+        match ticket.finish() {
+            Ok(lsn) => Ok(lsn),
+            Err(e) => {
+                if let Ok(mut s) = self.part.lock(LOG) {
+                    s.log_latched = true;
+                }
+                Err(e)
+            }
+        }
     }
 
     fn flush(&mut self) -> Result<Lsn> {

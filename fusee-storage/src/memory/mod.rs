@@ -12,6 +12,13 @@
 //! storage or dropping a shard's last part, which makes the memory backend
 //! the strictest legal backend (a real one may keep more, never less).
 //!
+//! The log's seal ([`crate::LogStore::begin_seal`]) is durable state too:
+//! its ticket records the sealed LSN when it runs (as a disk's write and
+//! sync would), and opening a shard whose log ends before it is
+//! [`StorageError::LostRecords`]. A crash never causes that here (a seal
+//! claims only durable records); [`MemoryStorage::lose_acknowledged`]
+//! models the damage that does.
+//!
 //! # Fault injection
 //!
 //! [`MemoryStorage::fail_next_flush`], [`MemoryStorage::fail_next_commit`]
@@ -146,6 +153,8 @@ struct Shard {
     log: VecDeque<Arc<[u8]>>,
     log_base: Lsn,
     durable: Lsn,
+    /// The LSN the last seal recorded (durable state, like `durable`).
+    sealed: Lsn,
     log_latched: bool,
     // Run store.
     frames: HashMap<u64, Frame>,
@@ -281,6 +290,29 @@ impl MemoryStorage {
         lock(&self.shared.shard(shard)).fail_next_flush = true;
     }
 
+    /// Damage a log cannot tell from a torn tail: the last `records`
+    /// records `shard` flushed are gone, as if the disk had zeroed its
+    /// newest acknowledged batches (the shard's durable state keeps its
+    /// seal). The next open of the shard is
+    /// [`StorageError::LostRecords`] if a seal covered any of them, and
+    /// opens with less data otherwise, as a real backend would. Call it
+    /// with no part of the shard alive (after a crash or close). For tests
+    /// of what a seal detects.
+    pub fn lose_acknowledged(&self, shard: u32, records: u64) {
+        let state = self.shared.shard(shard);
+        let mut s = lock(&state);
+        let lose = records.min(s.log.len() as u64);
+        let keep = s.log.len() - lose as usize;
+        s.log.truncate(keep);
+        s.durable = s.last_lsn();
+    }
+
+    /// The LSN the last seal of `shard` recorded (0: never sealed). For
+    /// tests of when a host seals.
+    pub fn sealed_lsn(&self, shard: u32) -> Lsn {
+        lock(&self.shared.shard(shard)).sealed
+    }
+
     /// The next [`crate::CheckpointStore::commit`] of `shard` fails with an I/O
     /// error before changing anything; the checkpoint and run-store parts
     /// are latched.
@@ -328,6 +360,14 @@ impl Storage for MemoryStorage {
             return Err(StorageError::AlreadyOpen { shard });
         }
         s.roll_back();
+        if s.last_lsn() < s.sealed {
+            return Err(StorageError::LostRecords {
+                shard,
+                seal: format!("the memory seal of shard {shard}"),
+                sealed: s.sealed,
+                recovered: s.last_lsn(),
+            });
+        }
         s.opened = true;
         s.token = Some(token);
         s.parts_alive = 3;
@@ -343,6 +383,7 @@ impl Storage for MemoryStorage {
                 last: s.last_lsn(),
                 durable: s.durable,
                 gate: Arc::clone(&self.shared.gate),
+                sealing: false,
             },
             runs: MemoryRuns {
                 part: part(),

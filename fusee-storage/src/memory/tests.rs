@@ -159,3 +159,39 @@ fn base_applies_records_in_order() {
     let index = build_base(vec![rec(5), rec(3), del, rec(9), rec(5)]);
     assert_eq!(index.keys().copied().collect::<Vec<_>>(), [5, 9]);
 }
+
+#[test]
+fn a_log_that_lost_sealed_records_is_an_error_and_unsealed_loss_is_not_seen() {
+    let storage = MemoryStorage::new();
+    let mut p = storage.open_shard(0).unwrap();
+    for lsn in 1..=10 {
+        p.log.append(lsn, b"r").unwrap();
+    }
+    p.log.flush().unwrap();
+    assert_eq!(p.log.seal().unwrap(), 10);
+    for lsn in 11..=12 {
+        p.log.append(lsn, b"r").unwrap();
+    }
+    p.log.flush().unwrap();
+    drop(p);
+    let storage = storage.crash();
+    // Records past the seal lost: nothing can tell (the window).
+    storage.lose_acknowledged(0, 2);
+    let p = storage.open_shard(0).unwrap();
+    assert_eq!(p.log.last_lsn(), 10);
+    drop(p);
+    // Sealed records lost: a named error, and the shard left as it is.
+    storage.lose_acknowledged(0, 1);
+    for _ in 0..2 {
+        match storage.open_shard(0) {
+            Err(StorageError::LostRecords {
+                shard: 0,
+                sealed: 10,
+                recovered: 9,
+                ..
+            }) => {}
+            other => panic!("{:?}", other.map(|p| p.log.last_lsn())),
+        }
+    }
+    assert_eq!(storage.sealed_lsn(0), 10);
+}

@@ -19,9 +19,11 @@ impl ShardLoop {
         if !(due || closing) || self.failed.is_some() {
             return;
         }
-        if closing && self.has_runnable_work() {
+        if closing && (self.has_runnable_work() || self.sealing) {
             // Let the code that can go on without the disk reach quiescence
-            // first; its records are flushed before the checkpoint.
+            // first; its records are flushed before the checkpoint. A seal
+            // out comes back first: the close seals again after the
+            // checkpoint.
             return;
         }
         let taken = if self.since_checkpoint > 0
@@ -35,6 +37,12 @@ impl ShardLoop {
             Ok(())
         };
         if let Err(e) = taken {
+            self.fail(e);
+            return;
+        }
+        if closing && let Err(e) = self.seal_now() {
+            // The close seals after its checkpoint, so damage to anything
+            // the closed shard holds is an error at the next open.
             self.fail(e);
             return;
         }

@@ -290,6 +290,7 @@ fn drive(
         let now = clock.now_ms();
         let Effects {
             flush,
+            seal,
             steps,
             more,
             messages,
@@ -315,8 +316,13 @@ fn drive(
                 take(&mut shard, run_ticket(ticket), &queued, activity);
                 inline = true;
             } else {
-                flusher.send(ticket);
+                flusher.send(Job::Flush(ticket));
             }
+        }
+        // A seal always goes to the flusher (after the flush, if both
+        // came): the shard's thread never waits for its sync.
+        if let Some(ticket) = seal {
+            flusher.send(Job::Seal(ticket));
         }
         // A step attempt is polled once here before it becomes a task: one
         // that ends at once (no await that waits) is taken back now,
@@ -439,7 +445,12 @@ fn drive(
             if leased.is_some() {
                 wait = wait.min(PROBE_EVERY);
             }
-            if !wait.is_zero() && !shard.flushing && shard.inbox.is_empty() && unsent.is_empty() {
+            if !wait.is_zero()
+                && !shard.flushing
+                && !shard.sealing
+                && shard.inbox.is_empty()
+                && unsent.is_empty()
+            {
                 activity.idle(shard.core.next_timer());
             }
             rx.recv_timeout(wait)
@@ -627,10 +638,16 @@ impl Future for CatchUnwind {
     }
 }
 
-/// A shard's flusher thread: runs flush tickets one at a time and hands
-/// each back to the shard.
+/// What a flusher thread runs: a flush's I/O or a seal's.
+enum Job {
+    Flush(fusee_storage::FlushTicket),
+    Seal(fusee_storage::SealTicket),
+}
+
+/// A shard's flusher thread: runs flush and seal tickets one at a time
+/// and hands each back to the shard.
 struct Flusher {
-    tx: Option<Sender<fusee_storage::FlushTicket>>,
+    tx: Option<Sender<Job>>,
     back: Sender<Input>,
     /// Joined when the flusher is dropped: a ticket in flight holds the
     /// storage's files (and its directory lock) until its I/O ends, and a
@@ -650,13 +667,13 @@ impl Drop for Flusher {
 
 impl Flusher {
     fn start(shard: u32, back: Sender<Input>) -> Self {
-        let (tx, rx) = mpsc::channel::<fusee_storage::FlushTicket>();
+        let (tx, rx) = mpsc::channel::<Job>();
         let thread_back = back.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("fusee-flush-{shard}"))
             .spawn(move || {
-                while let Ok(ticket) = rx.recv() {
-                    if thread_back.send(run_ticket(ticket)).is_err() {
+                while let Ok(job) = rx.recv() {
+                    if thread_back.send(run_job(job)).is_err() {
                         break;
                     }
                 }
@@ -672,15 +689,26 @@ impl Flusher {
     }
 
     /// Sends a ticket to the flusher (or runs it here without one).
-    fn send(&self, ticket: fusee_storage::FlushTicket) {
-        let ticket = match &self.tx {
-            Some(tx) => match tx.send(ticket) {
+    fn send(&self, job: Job) {
+        let job = match &self.tx {
+            Some(tx) => match tx.send(job) {
                 Ok(()) => return,
-                Err(mpsc::SendError(ticket)) => ticket,
+                Err(mpsc::SendError(job)) => job,
             },
-            None => ticket,
+            None => job,
         };
-        let _ = self.back.send(run_ticket(ticket));
+        let _ = self.back.send(run_job(job));
+    }
+}
+
+/// Runs a job's I/O: the input that hands its ticket back.
+fn run_job(job: Job) -> Input {
+    match job {
+        Job::Flush(ticket) => run_ticket(ticket),
+        Job::Seal(mut ticket) => {
+            ticket.run();
+            Input::Sealed { ticket }
+        }
     }
 }
 

@@ -111,7 +111,8 @@ impl ShardLoop {
                 attempt,
                 result,
             } => self.step_done(run, seq, attempt, result, now_ms),
-            Input::Flushed { ticket, micros } => self.flushed(ticket, micros),
+            Input::Flushed { ticket, micros } => self.flushed(ticket, micros, now_ms),
+            Input::Sealed { ticket } => self.sealed(ticket, now_ms),
             Input::Tick => {}
             Input::Message { from, id, message } => {
                 self.receive(Origin::Shard { shard: from, id }, message, now_ms);
@@ -758,11 +759,12 @@ impl ShardLoop {
 
     /// A flush ticket came back: the batch is durable (or the log failed),
     /// and outputs it covers leave.
-    fn flushed(&mut self, ticket: fusee_storage::FlushTicket, micros: u64) {
+    fn flushed(&mut self, ticket: fusee_storage::FlushTicket, micros: u64, now_ms: u64) {
         self.flushing = false;
         match self.log.finish_flush(ticket) {
             Ok(durable) => {
                 self.durable = durable;
+                self.note_durable(now_ms);
                 self.metrics.flushes += 1;
                 self.metrics.flushed_records += self.flush_records;
                 self.metrics.flush_micros.record(micros);

@@ -33,7 +33,12 @@
 //!    commit: what arrives meanwhile forms the next batch). When its ticket
 //!    comes back, outputs whose records are durable are released: replies,
 //!    results to waiters.
-//! 7. A checkpoint, when due, once the log is wholly durable.
+//! 7. A seal of the log ([`fusee_storage::LogStore::begin_seal`]), once
+//!    it has been idle `seal_idle_ms` after a flush or the oldest unsealed
+//!    durable record waited `seal_interval_ms`: its ticket goes to the
+//!    driver like a flush's, and the time it is due to [`ShardLoop::next_wake`].
+//! 8. A checkpoint, when due, once the log is wholly durable (at close,
+//!    followed by a seal).
 //!
 //! # Invariants
 //!
@@ -57,6 +62,7 @@ mod receive;
 mod recover;
 mod runs;
 pub(crate) mod sabotage;
+mod seal;
 #[cfg(feature = "testing")]
 pub(crate) mod sim_access;
 mod steps;
@@ -71,7 +77,7 @@ use std::task::Waker;
 
 use fusee_core::record::{Lsn, Name, RecordBuf, RunId, Status, encode_canonical};
 use fusee_core::shard::{Mode, ShardCore};
-use fusee_storage::{FlushTicket, LogStore};
+use fusee_storage::{FlushTicket, LogStore, SealTicket};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::oneshot;
 
@@ -133,6 +139,8 @@ pub(crate) enum Input {
     },
     /// A flush ticket ran (on the flusher); with how long its I/O took.
     Flushed { ticket: FlushTicket, micros: u64 },
+    /// A seal ticket ran (on the flusher).
+    Sealed { ticket: SealTicket },
     /// The time moved (a virtual clock): look at the timers again.
     Tick,
     /// Close: finish the flush in flight, checkpoint, stop.
@@ -247,6 +255,9 @@ pub(crate) struct Effects {
     /// Run this flush's I/O (on a flusher) and hand the ticket back as
     /// [`Input::Flushed`].
     pub(crate) flush: Option<FlushTicket>,
+    /// Run this seal's I/O (on the flusher, never the shard's thread) and
+    /// hand the ticket back as [`Input::Sealed`].
+    pub(crate) seal: Option<SealTicket>,
     /// Start these step attempts; each ends as [`Input::StepDone`].
     pub(crate) steps: Vec<StepJob>,
     /// The loop has work left (its budget ran out): run it again without
@@ -270,6 +281,11 @@ pub(crate) struct LoopConfig {
     pub(crate) retention_ms: u64,
     pub(crate) park_after_ms: u64,
     pub(crate) compact_after_bytes: u64,
+    /// How long the log stays idle after a flush before it is sealed.
+    pub(crate) seal_idle_ms: u64,
+    /// The longest a durable record waits for a seal under continuous
+    /// load.
+    pub(crate) seal_interval_ms: u64,
     /// A deliberate bug switched on, for the simulator to catch.
     #[cfg(feature = "testing")]
     pub(crate) sabotage: Option<sabotage::Sabotage>,
@@ -365,6 +381,18 @@ pub(crate) struct ShardLoop {
     jobs: Vec<StepJob>,
     flushing: bool,
     durable: Lsn,
+    /// A seal ticket is out (see [`ShardLoop::seal_due`]).
+    sealing: bool,
+    /// The LSN the last seal recorded (0 before this open's first).
+    sealed: Lsn,
+    /// When the durable LSN last moved.
+    durable_ms: u64,
+    /// When the oldest durable record no seal covers became durable
+    /// (`None`: every durable record is sealed, or a seal covering them is
+    /// out).
+    unsealed_ms: Option<u64>,
+    /// When the first flush since the seal in flight began completed.
+    flushed_while_sealing_ms: Option<u64>,
     closing: Option<Reply<()>>,
     closed: bool,
     /// The storage failed: the shard takes no more work.
@@ -440,10 +468,16 @@ impl ShardLoop {
             .min();
         let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
             .then_some(self.housekeeping_ms);
-        [self.core.next_timer(), checkpoint, retry, housekeeping]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.core.next_timer(),
+            checkpoint,
+            retry,
+            housekeeping,
+            self.next_seal(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs the loop at time `now_ms`: see the [module docs](self).
@@ -465,7 +499,12 @@ impl ShardLoop {
         while budget > 0
             && let Some(input) = self.inbox.pop_front()
         {
-            if holding && !matches!(input, Input::Flushed { .. } | Input::Crash) {
+            if holding
+                && !matches!(
+                    input,
+                    Input::Flushed { .. } | Input::Sealed { .. } | Input::Crash
+                )
+            {
                 deferred.push_back(input);
                 continue;
             }
@@ -503,6 +542,16 @@ impl ShardLoop {
                     self.flushing = true;
                     self.flush_records = self.log.last_lsn() - self.durable;
                     effects.flush = Some(ticket);
+                }
+                Err(e) => self.fail(e),
+            }
+        }
+        if self.seal_due(now_ms) {
+            match self.log.begin_seal() {
+                Ok(ticket) => {
+                    self.sealing = true;
+                    self.unsealed_ms = None;
+                    effects.seal = Some(ticket);
                 }
                 Err(e) => self.fail(e),
             }

@@ -147,6 +147,13 @@ impl ShardLoop {
             jobs: Vec::new(),
             flushing: false,
             durable,
+            sealing: false,
+            sealed: 0,
+            durable_ms: now_ms,
+            // What the open recovered is durable, and may not be sealed (a
+            // crash between a flush and its seal): sealed once idle.
+            unsealed_ms: (durable > 0).then_some(now_ms),
+            flushed_while_sealing_ms: None,
             closing: None,
             closed: false,
             failed: None,

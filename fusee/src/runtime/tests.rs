@@ -27,6 +27,8 @@ fn config() -> LoopConfig {
         retention_ms: 60_000,
         park_after_ms: u64::MAX / 2,
         compact_after_bytes: u64::MAX,
+        seal_idle_ms: 20,
+        seal_interval_ms: 1000,
         #[cfg(feature = "testing")]
         sabotage: None,
     }
@@ -38,9 +40,17 @@ fn config() -> LoopConfig {
 fn settle(shard: &mut ShardLoop, now_ms: u64) {
     for _ in 0..1000 {
         let Effects {
-            flush, steps, more, ..
+            flush,
+            seal,
+            steps,
+            more,
+            ..
         } = shard.run(now_ms);
         assert!(steps.is_empty(), "this harness runs no steps");
+        if let Some(mut ticket) = seal {
+            ticket.run();
+            shard.handle(Input::Sealed { ticket });
+        }
         match flush {
             Some(mut ticket) => {
                 ticket.run();

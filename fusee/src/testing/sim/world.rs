@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use fusee_core::record::{Record, RunId, Status};
 use fusee_core::shard::shard_of;
-use fusee_storage::{FlushTicket, MemoryStorage};
+use fusee_storage::{FlushTicket, MemoryStorage, SealTicket};
 use fusee_storage_file::sim::{CrashMode, SimIo};
 use fusee_storage_file::{FileOptions, FileStorage};
 use tokio::sync::oneshot;
@@ -144,6 +144,9 @@ pub(super) struct World {
     /// Shards that may have work: inputs handed in, or more to do.
     busy: Vec<bool>,
     flushes: Vec<(u32, FlushTicket)>,
+    /// Seal tickets out, run in an order the seed chooses (a power cut
+    /// may come between a flush and its seal, or during one).
+    seals: Vec<(u32, SealTicket)>,
     steps: Vec<(u32, StepJob)>,
     net: Vec<(u32, Input)>,
     clients: Vec<Client>,
@@ -206,6 +209,8 @@ impl World {
             retention_ms: 24 * 3_600_000,
             park_after_ms: rng.u64(0..2000),
             compact_after_bytes: 1 << 20,
+            seal_idle_ms: 20,
+            seal_interval_ms: 1000,
             sabotage: cfg.sabotage,
         };
         let mut world = World {
@@ -220,6 +225,7 @@ impl World {
             shards: Vec::new(),
             busy: vec![true; cfg.shards as usize],
             flushes: Vec::new(),
+            seals: Vec::new(),
             steps: Vec::new(),
             net: Vec::new(),
             clients,
@@ -348,6 +354,9 @@ impl World {
         if faults {
             choices.push((1, 5));
         }
+        if !self.seals.is_empty() {
+            choices.push((10, 7));
+        }
         choices.push((2, 6));
         let total: u32 = choices.iter().map(|c| c.0).sum();
         let mut pick = self.rng.u32(0..total);
@@ -403,6 +412,13 @@ impl World {
                 self.disk.arm_fault(&mut self.rng, shard);
                 self.report.commit_crashes_armed += 1;
             }
+            7 => {
+                let (shard, mut ticket) =
+                    self.seals.swap_remove(self.rng.usize(0..self.seals.len()));
+                ticket.run();
+                self.shards[shard as usize].handle(Input::Sealed { ticket });
+                self.busy[shard as usize] = true;
+            }
             _ => self.advance_time(),
         }
         self.take_replies()
@@ -411,6 +427,7 @@ impl World {
     fn run_shard(&mut self, s: usize) -> Result<(), SimFailure> {
         let Effects {
             flush,
+            seal,
             steps,
             more,
             messages,
@@ -420,6 +437,9 @@ impl World {
         } = self.shards[s].run(self.now_ms);
         if let Some(ticket) = flush {
             self.flushes.push((s as u32, ticket));
+        }
+        if let Some(ticket) = seal {
+            self.seals.push((s as u32, ticket));
         }
         for job in steps {
             self.steps.push((s as u32, job));
@@ -464,6 +484,7 @@ impl World {
         // The process dies first (its handles and locks with it), then the
         // disk loses what it had not made durable.
         self.flushes.clear();
+        self.seals.clear();
         self.steps.clear();
         self.net.clear();
         // Replies in flight are lost with the process: clients see an error.

@@ -26,8 +26,34 @@ use fusee_storage::{FlushWork, Result};
 /// The seal file of `shard` for the database at `db` (a file or a
 /// directory inside the store's directory): in the store's directory.
 pub fn seal_path(db: &Path, shard: u32) -> PathBuf {
-    let dir = db.parent().unwrap_or_else(|| Path::new("."));
+    seal_path_in(db.parent().unwrap_or_else(|| Path::new(".")), shard)
+}
+
+/// The seal file of `shard` in the store's directory `dir`.
+pub fn seal_path_in(dir: &Path, shard: u32) -> PathBuf {
     dir.join(format!("seal-{shard:010}"))
+}
+
+/// Reads (never opening it for writing) the seal file at `path` of
+/// `shard` and checks it against a log row that ends at `last`, as
+/// opening the shard for writing does ([`crate::ShardHandle::check_seal`]):
+/// `Ok` for a missing file or a log that holds everything sealed,
+/// [`fusee_storage::StorageError::LostRecords`] for one that ends before
+/// its seal, `CorruptFile` for a damaged seal file. For readers that must
+/// change nothing (`fusee verify`, `fusee inspect`).
+pub fn check_seal_read_only(path: &Path, shard: u32, last: Lsn) -> Result<()> {
+    let shown = path.display().to_string();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return Err(fusee_storage::StorageError::io(
+                format!("reading {shown}"),
+                e,
+            ));
+        }
+    };
+    fusee_storage::seal::SealState::decode(&bytes, shard, &shown)?.check(last, shard, &shown)
 }
 
 /// Runs a seal's write while the storage is open, holding it open

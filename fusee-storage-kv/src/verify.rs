@@ -4,13 +4,15 @@
 //! engine's read view ([`ReadOnlyDb`]) with the very parts the backends
 //! use ([`KvLog`], [`KvRuns`], [`KvCheckpoint`], so every read check is
 //! theirs), and [`verify_rows`], the check of every row's CRC and every
-//! shard's log for holes.
+//! shard's log for holes and against its seal ([`crate::seal`]).
 //!
 //! What differs from a normal open: a shard is opened without the
 //! open-time cleanup (it would delete rows). That changes nothing for a
 //! reader: the parts read only the committed log (`base+1..=last` of the
 //! log row), the committed index generation and frames the committed
-//! index or checkpoint names, never the leftovers the cleanup deletes.
+//! index or checkpoint names, never the leftovers the cleanup deletes. The
+//! shard's seal is checked as a normal open checks it (a log that ends
+//! before it is [`StorageError::LostRecords`]), reading the seal file only.
 //! Every write is refused with [`StorageError::Misuse`].
 //!
 //! The directory's `LOCK` is taken *shared*: an engine holding the store
@@ -40,7 +42,8 @@ use crate::{KvCheckpoint, KvLog, KvRuns, Names, ShardEngine, ShardState, check_m
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     /// A stable name for the kind of damage (`log-record`, `store-frame`,
-    /// `index-record`, `meta-row`, `log-hole`, `engine`), for scripts.
+    /// `index-record`, `meta-row`, `log-hole`, `log-seal`, `engine`), for
+    /// scripts.
     pub kind: &'static str,
     /// The database file (or directory, or the file the engine names).
     pub file: PathBuf,
@@ -91,9 +94,10 @@ pub trait ReadOnlyDb: Send + Sync + 'static {
 }
 
 /// The shared lock [`claim_read_only`] takes on a store's `LOCK`; `None`
-/// when the store has no `LOCK` file (nothing then holds it).
+/// when the store has no `LOCK` file (nothing then holds it). It also
+/// remembers the store's directory, where the shards' seal files are.
 #[derive(Debug)]
-pub struct SharedLock(#[allow(dead_code)] Option<File>);
+pub struct SharedLock(#[allow(dead_code)] Option<File>, PathBuf);
 
 /// Judges directory `dir` as `backend` in layout `format` would, writing
 /// nothing: the marker checked (the same errors as
@@ -119,7 +123,7 @@ pub fn claim_read_only(
     let lock_path = dir.join(LOCK);
     let lock = match File::open(&lock_path) {
         Ok(file) => match file.try_lock_shared() {
-            Ok(()) => SharedLock(Some(file)),
+            Ok(()) => SharedLock(Some(file), dir.to_path_buf()),
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(StorageError::Locked {
                     path: dir.display().to_string(),
@@ -132,7 +136,7 @@ pub fn claim_read_only(
                 ));
             }
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => SharedLock(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => SharedLock(None, dir.to_path_buf()),
         Err(e) => {
             return Err(StorageError::io(
                 format!("opening {}", lock_path.display()),
@@ -341,6 +345,11 @@ impl<D: ReadOnlyDb> Storage for ReadOnlyStorage<D> {
                 )?)
         };
         state.check_keys(stray_meta, holds_rows, shard, names)?;
+        crate::seal::check_seal_read_only(
+            &crate::seal::seal_path_in(&self.inner._lock.1, shard),
+            shard,
+            state.log.last,
+        )?;
         let engine = ReadOnlyShard {
             inner: Arc::clone(&self.inner),
             shard,
@@ -450,6 +459,26 @@ pub fn verify_rows<D: ReadOnlyDb>(
             format!("{} {lsn} (shard {shard})", names.missing_record),
         );
     }
+    // Each shard's log against its seal, beside the database: a log row
+    // that ends before it lost acknowledged records (crate::seal).
+    let mut seals = Vec::new();
+    for (shard, row) in &logs {
+        let seal = crate::seal_path(file, *shard);
+        if let Err(e) = crate::seal::check_seal_read_only(&seal, *shard, row.last) {
+            let lsn = match &e {
+                StorageError::LostRecords { recovered, .. } => Some(recovered + 1),
+                _ => None,
+            };
+            seals.push(Problem {
+                kind: "log-seal",
+                file: seal,
+                offset: None,
+                lsn,
+                shard: Some(*shard),
+                what: e.to_string(),
+            });
+        }
+    }
     let scanned = db.scan(Table::Store, &[0; 12], &[0xFF; 12], &mut |k, v| {
         progress();
         let n = seq_of(k).unwrap_or(0);
@@ -484,5 +513,6 @@ pub fn verify_rows<D: ReadOnlyDb>(
     if let Err(e) = scanned {
         push("engine", None, None, format!("reading the index: {e}"));
     }
+    problems.extend(seals);
     problems
 }

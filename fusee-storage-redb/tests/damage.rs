@@ -127,3 +127,42 @@ fn every_region_of_a_crashed_store() {
     );
     damage::run::<Redb>(dir.path(), PHASES, &cases);
 }
+
+/// The readers that change nothing (`fusee verify`, `fusee inspect`) see
+/// the loss the seal reveals too: a crashed, sealed store whose god byte
+/// was flipped is a `log-seal` problem for `verify_dir` and `LostRecords`
+/// for a read-only open of the shard, and neither changes a byte.
+#[test]
+fn readers_report_a_log_that_lost_sealed_records() {
+    use fusee_storage::{Storage, StorageError};
+    let dir = TempDir::new("damage-readers");
+    for phase in 0..PHASES - 1 {
+        damage::write_phase::<Redb>(dir.path(), phase);
+    }
+    let (s, dead) = common::open_crashable(dir.path());
+    damage::write_phase_into(&s, PHASES - 1);
+    dead.store(true, Ordering::SeqCst);
+    drop(s);
+    Damage::Flip(9).apply(&dir.file());
+    let before = std::fs::read(dir.file()).unwrap_or_else(|e| panic!("{e}"));
+    let problems = fusee_storage_redb::verify::verify_dir(dir.path(), &mut || {})
+        .unwrap_or_else(|e| panic!("verify: {e}"));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.kind == "log-seal" && p.shard == Some(0)),
+        "{problems:?}"
+    );
+    let s = fusee_storage_redb::verify::open_read_only(dir.path())
+        .unwrap_or_else(|e| panic!("read-only open: {e}"));
+    match s.open_shard(0) {
+        Err(StorageError::LostRecords {
+            sealed, recovered, ..
+        }) => assert!(recovered < sealed),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a read-only open of a shard that lost sealed records"),
+    }
+    drop(s);
+    let after = std::fs::read(dir.file()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(before == after, "a reader changed the database");
+}

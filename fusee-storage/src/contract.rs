@@ -196,114 +196,20 @@ pub trait FlushWork: Send {
     fn run(&mut self) -> Result<()>;
 }
 
-/// One flush in flight: made by [`LogStore::begin_flush`], run anywhere
-/// with [`FlushTicket::run`], and handed back to the same log's
-/// [`LogStore::finish_flush`], which reports the records durable.
-pub struct FlushTicket {
+/// What a flush ticket and a seal ticket hold: I/O to run once, on any
+/// thread, its outcome, and the log and LSN it is for.
+struct TicketIo {
     /// The backend's name for the log that made it, so a ticket handed to
     /// another log is refused (0 for tickets with nothing left to run).
     log: u64,
-    /// The last LSN the flush covers.
-    last: Lsn,
-    work: Option<Box<dyn FlushWork>>,
-    outcome: Option<Result<()>>,
-}
-
-impl FlushTicket {
-    /// A ticket with I/O still to run: `work` makes LSNs through `last`
-    /// durable. `log` is the backend's name for the log (any value it can
-    /// check in [`LogStore::finish_flush`]).
-    pub fn new(log: u64, last: Lsn, work: Box<dyn FlushWork>) -> Self {
-        Self {
-            log,
-            last,
-            work: Some(work),
-            outcome: None,
-        }
-    }
-
-    /// A ticket whose flush already completed: LSNs through `last` are
-    /// durable.
-    pub fn done(last: Lsn) -> Self {
-        Self {
-            log: 0,
-            last,
-            work: None,
-            outcome: Some(Ok(())),
-        }
-    }
-
-    /// Runs the flush's I/O, once: later calls do nothing. Blocks until the
-    /// batch is durable or the I/O failed; the outcome is reported by
-    /// [`LogStore::finish_flush`], on the log's own thread. Returns whether
-    /// the I/O succeeded.
-    pub fn run(&mut self) -> bool {
-        if self.outcome.is_none() {
-            let outcome = match self.work.as_mut() {
-                Some(work) => work.run(),
-                None => Ok(()),
-            };
-            self.outcome = Some(outcome);
-        }
-        matches!(self.outcome, Some(Ok(())))
-    }
-
-    /// The last LSN the flush covers.
-    pub fn last_lsn(&self) -> Lsn {
-        self.last
-    }
-
-    /// The backend's name for the log that made the ticket.
-    pub fn log(&self) -> u64 {
-        self.log
-    }
-
-    /// Whether the I/O has run (successfully or not).
-    pub fn has_run(&self) -> bool {
-        self.outcome.is_some()
-    }
-
-    /// Runs the I/O if nobody did and returns its outcome with the ticket's
-    /// last LSN; the work (with whatever buffers it shares with the log) is
-    /// dropped first, so the log can take its buffers back.
-    pub fn finish(mut self) -> Result<Lsn> {
-        self.run();
-        self.work = None;
-        match self.outcome.take() {
-            Some(Ok(())) | None => Ok(self.last),
-            Some(Err(e)) => Err(e),
-        }
-    }
-}
-
-impl std::fmt::Debug for FlushTicket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlushTicket")
-            .field("log", &self.log)
-            .field("last", &self.last)
-            .field("has_run", &self.has_run())
-            .finish_non_exhaustive()
-    }
-}
-
-/// One seal in flight: made by [`LogStore::begin_seal`], run anywhere with
-/// [`SealTicket::run`], and handed back to the same log's
-/// [`LogStore::finish_seal`]. Its work is a [`FlushWork`] (one small write
-/// and its sync).
-pub struct SealTicket {
-    /// The backend's name for the log that made it (0 for tickets with
-    /// nothing left to run).
-    log: u64,
-    /// The LSN the seal records.
+    /// The last LSN a flush covers, or the LSN a seal records.
     lsn: Lsn,
     work: Option<Box<dyn FlushWork>>,
     outcome: Option<Result<()>>,
 }
 
-impl SealTicket {
-    /// A ticket with I/O still to run: `work` records `lsn` as sealed.
-    /// `log` is the backend's name for the log.
-    pub fn new(log: u64, lsn: Lsn, work: Box<dyn FlushWork>) -> Self {
+impl TicketIo {
+    fn new(log: u64, lsn: Lsn, work: Box<dyn FlushWork>) -> Self {
         Self {
             log,
             lsn,
@@ -312,9 +218,7 @@ impl SealTicket {
         }
     }
 
-    /// A ticket with nothing to run (a backend that needs no seal, or a
-    /// seal already written): `lsn` is sealed.
-    pub fn done(lsn: Lsn) -> Self {
+    fn done(lsn: Lsn) -> Self {
         Self {
             log: 0,
             lsn,
@@ -323,10 +227,7 @@ impl SealTicket {
         }
     }
 
-    /// Runs the seal's I/O, once: later calls do nothing. Blocks until the
-    /// seal is durable or the I/O failed; returns whether it succeeded
-    /// (the outcome is reported by [`LogStore::finish_seal`]).
-    pub fn run(&mut self) -> bool {
+    fn run(&mut self) -> bool {
         if self.outcome.is_none() {
             let outcome = match self.work.as_mut() {
                 Some(work) => work.run(),
@@ -337,24 +238,13 @@ impl SealTicket {
         matches!(self.outcome, Some(Ok(())))
     }
 
-    /// The LSN the seal records.
-    pub fn lsn(&self) -> Lsn {
-        self.lsn
-    }
-
-    /// The backend's name for the log that made the ticket.
-    pub fn log(&self) -> u64 {
-        self.log
-    }
-
-    /// Whether the I/O has run (successfully or not).
-    pub fn has_run(&self) -> bool {
+    fn has_run(&self) -> bool {
         self.outcome.is_some()
     }
 
-    /// Runs the I/O if nobody did and returns its outcome with the sealed
-    /// LSN; the work is dropped first.
-    pub fn finish(mut self) -> Result<Lsn> {
+    /// Runs the I/O if nobody did; drops the work (and the buffers it
+    /// shares with the log) before returning the outcome.
+    fn finish(mut self) -> Result<Lsn> {
         self.run();
         self.work = None;
         match self.outcome.take() {
@@ -362,15 +252,124 @@ impl SealTicket {
             Some(Err(e)) => Err(e),
         }
     }
+
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>, name: &str, lsn: &str) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("log", &self.log)
+            .field(lsn, &self.lsn)
+            .field("has_run", &self.has_run())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One flush in flight: made by [`LogStore::begin_flush`], run anywhere
+/// with [`FlushTicket::run`], and handed back to the same log's
+/// [`LogStore::finish_flush`], which reports the records durable.
+pub struct FlushTicket(TicketIo);
+
+impl FlushTicket {
+    /// A ticket with I/O still to run: `work` makes LSNs through `last`
+    /// durable. `log` is the backend's name for the log (any value it can
+    /// check in [`LogStore::finish_flush`]).
+    pub fn new(log: u64, last: Lsn, work: Box<dyn FlushWork>) -> Self {
+        Self(TicketIo::new(log, last, work))
+    }
+
+    /// A ticket whose flush already completed: LSNs through `last` are
+    /// durable.
+    pub fn done(last: Lsn) -> Self {
+        Self(TicketIo::done(last))
+    }
+
+    /// Runs the flush's I/O, once: later calls do nothing. Blocks until the
+    /// batch is durable or the I/O failed; the outcome is reported by
+    /// [`LogStore::finish_flush`], on the log's own thread. Returns whether
+    /// the I/O succeeded.
+    pub fn run(&mut self) -> bool {
+        self.0.run()
+    }
+
+    /// The last LSN the flush covers.
+    pub fn last_lsn(&self) -> Lsn {
+        self.0.lsn
+    }
+
+    /// The backend's name for the log that made the ticket.
+    pub fn log(&self) -> u64 {
+        self.0.log
+    }
+
+    /// Whether the I/O has run (successfully or not).
+    pub fn has_run(&self) -> bool {
+        self.0.has_run()
+    }
+
+    /// Runs the I/O if nobody did and returns its outcome with the ticket's
+    /// last LSN; the work (with whatever buffers it shares with the log) is
+    /// dropped first, so the log can take its buffers back.
+    pub fn finish(self) -> Result<Lsn> {
+        self.0.finish()
+    }
+}
+
+impl std::fmt::Debug for FlushTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f, "FlushTicket", "last")
+    }
+}
+
+/// One seal in flight: made by [`LogStore::begin_seal`], run anywhere with
+/// [`SealTicket::run`], and handed back to the same log's
+/// [`LogStore::finish_seal`]. Its work is a [`FlushWork`] (one small write
+/// and its sync). A type of its own, so that a seal cannot be handed back
+/// as a flush.
+pub struct SealTicket(TicketIo);
+
+impl SealTicket {
+    /// A ticket with I/O still to run: `work` records `lsn` as sealed.
+    /// `log` is the backend's name for the log.
+    pub fn new(log: u64, lsn: Lsn, work: Box<dyn FlushWork>) -> Self {
+        Self(TicketIo::new(log, lsn, work))
+    }
+
+    /// A ticket with nothing to run (a backend that needs no seal, or a
+    /// seal already written): `lsn` is sealed.
+    pub fn done(lsn: Lsn) -> Self {
+        Self(TicketIo::done(lsn))
+    }
+
+    /// Runs the seal's I/O, once: later calls do nothing. Blocks until the
+    /// seal is durable or the I/O failed; returns whether it succeeded
+    /// (the outcome is reported by [`LogStore::finish_seal`]).
+    pub fn run(&mut self) -> bool {
+        self.0.run()
+    }
+
+    /// The LSN the seal records.
+    pub fn lsn(&self) -> Lsn {
+        self.0.lsn
+    }
+
+    /// The backend's name for the log that made the ticket.
+    pub fn log(&self) -> u64 {
+        self.0.log
+    }
+
+    /// Whether the I/O has run (successfully or not).
+    pub fn has_run(&self) -> bool {
+        self.0.has_run()
+    }
+
+    /// Runs the I/O if nobody did and returns its outcome with the sealed
+    /// LSN; the work is dropped first.
+    pub fn finish(self) -> Result<Lsn> {
+        self.0.finish()
+    }
 }
 
 impl std::fmt::Debug for SealTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SealTicket")
-            .field("log", &self.log)
-            .field("lsn", &self.lsn)
-            .field("has_run", &self.has_run())
-            .finish_non_exhaustive()
+        self.0.fmt(f, "SealTicket", "lsn")
     }
 }
 

@@ -1,8 +1,9 @@
 //! [`PgLog`]: a shard's log, with split flushes on the shard's flusher
 //! connection.
 //!
-//! Appends wait in memory, CRC-framed as `fusee-storage-kv`'s layout frames
-//! a log record. [`LogStore::begin_flush`] moves them into a batch shared
+//! Appends wait in memory, each CRC-framed as `fusee-storage-kv`'s layout
+//! frames a log record, laid out as the entries of the row their flush
+//! writes. [`LogStore::begin_flush`] moves them into a batch shared
 //! with a [`FlushTicket`]; the ticket's I/O writes the batch in one
 //! statement (records and the `log_last` bound together, under the lease's
 //! epoch) on the flusher connection, whichever thread runs it, while the
@@ -45,7 +46,7 @@ use std::sync::atomic::Ordering;
 
 use fusee_core::record::Lsn;
 use fusee_storage::{FlushTicket, FlushWork, LogStore, Result, StorageError, check_log_append};
-use fusee_storage_kv::layout::{CRC, check_crc, seq_key, with_crc};
+use fusee_storage_kv::layout::{CRC, check_crc, crc_of, seq_key};
 use fusee_storage_kv::{LogRow, ShardEngine, injected, lock};
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -56,15 +57,52 @@ use crate::shard::{PgShard, ShardInner, i64_of};
 /// is written in one transaction of several statements.
 pub const STATEMENT_BYTES: usize = 32 << 20;
 
-/// A batch handed to a flush ticket: records `first..` in stored form.
+/// Records waiting to be written, laid out as a log row's entries
+/// already: an append frames its record straight into the row a flush
+/// sends, so a batch costs no allocation per record and no copy at flush
+/// time.
+#[derive(Default)]
+struct Entries {
+    /// The entries, one after the other.
+    row: Vec<u8>,
+    /// How many entries `row` holds.
+    count: u64,
+}
+
+impl Entries {
+    /// Frames `record`, LSN `lsn` of shard `shard`, as the next entry.
+    fn push(&mut self, shard: u32, lsn: Lsn, record: &[u8]) {
+        // A record is at most `MAX_RECORD` bytes (`check_log_append`), far
+        // below 4 GiB.
+        let len = u32::try_from(CRC + record.len()).unwrap_or(u32::MAX);
+        let crc = crc_of(&seq_key(shard, lsn), &[record]);
+        self.row.extend_from_slice(&len.to_be_bytes());
+        self.row.extend_from_slice(&crc.to_le_bytes());
+        self.row.extend_from_slice(record);
+        self.count += 1;
+    }
+
+    /// The stored form of each entry (its CRC, then its record), in order.
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        // Built by `push` alone, so every entry parses.
+        let mut rest = self.row.as_slice();
+        std::iter::from_fn(move || {
+            let (stored, after) = split_entry(rest)?;
+            rest = after;
+            Some(stored)
+        })
+    }
+}
+
+/// A batch handed to a flush ticket: records `first..` as a row's entries.
 struct Batch {
     first: Lsn,
-    records: Vec<Vec<u8>>,
+    entries: Entries,
 }
 
 impl Batch {
     fn last(&self) -> Lsn {
-        self.first + self.records.len() as u64 - 1
+        self.first + self.entries.count - 1
     }
 }
 
@@ -79,8 +117,8 @@ pub struct PgLog {
     durable: Lsn,
     /// The batch of the ticket out, if one is: LSNs `durable + 1 ..`.
     inflight: Option<Arc<Batch>>,
-    /// Records after the batch in flight, in stored form.
-    pending: Vec<Vec<u8>>,
+    /// Records after the batch in flight.
+    pending: Entries,
     latched: bool,
 }
 
@@ -90,7 +128,7 @@ impl std::fmt::Debug for PgLog {
             .field("shard", &self.shard.shard())
             .field("base", &self.base)
             .field("durable", &self.durable)
-            .field("pending", &self.pending.len())
+            .field("pending", &self.pending.count)
             .finish_non_exhaustive()
     }
 }
@@ -106,7 +144,7 @@ impl PgLog {
             base: row.base,
             durable: row.last,
             inflight: None,
-            pending: Vec::new(),
+            pending: Entries::default(),
             latched: false,
         }
     }
@@ -128,7 +166,7 @@ impl PgLog {
     fn latch(&mut self) {
         self.latched = true;
         self.inflight = None;
-        self.pending.clear();
+        self.pending = Entries::default();
     }
 
     /// The first LSN of the pending records.
@@ -221,19 +259,6 @@ fn split_entry(row: &[u8]) -> Option<(&[u8], &[u8])> {
     (len <= rest.len()).then(|| rest.split_at(len))
 }
 
-/// Appends `stored` (a record behind its CRC) to a row as an entry.
-fn put_entry(row: &mut Vec<u8>, stored: &[u8]) {
-    // A record is at most `MAX_RECORD` bytes, far below 4 GiB.
-    let len = u32::try_from(stored.len()).unwrap_or(u32::MAX);
-    row.extend_from_slice(&len.to_be_bytes());
-    row.extend_from_slice(stored);
-}
-
-/// Bytes of `records` laid out as a row's entries.
-fn row_bytes(records: &[Vec<u8>]) -> usize {
-    records.iter().map(|r| 4 + r.len()).sum()
-}
-
 /// The I/O of one flush: the batch, written on the shard's flusher
 /// connection.
 struct FlushJob {
@@ -257,9 +282,8 @@ impl FlushWork for FlushJob {
         let id = i64::from(h.id);
         let epoch = h.epoch;
         let last_i = i64_of(last, "LSN")?;
-        let records = &self.batch.records;
-        let bytes = row_bytes(records);
-        if bytes <= STATEMENT_BYTES {
+        let row = self.batch.entries.row.as_slice();
+        if row.len() <= STATEMENT_BYTES {
             let stmt = match &conn.flush {
                 Some(s) => s.clone(),
                 None => {
@@ -272,10 +296,6 @@ impl FlushWork for FlushJob {
                 }
             };
             let first_i = i64_of(first, "LSN")?;
-            let mut row = Vec::with_capacity(bytes);
-            for r in records {
-                put_entry(&mut row, r);
-            }
             let n = conn
                 .client
                 .execute(&stmt, &[&id, &epoch, &last_i, &first_i, &row])
@@ -296,17 +316,24 @@ impl FlushWork for FlushJob {
         // the flusher connection.
         let mut tx = conn.client.transaction().map_err(|e| h.err(&doing, &e))?;
         h.check_epoch(&mut tx, &doing)?;
-        let mut row = Vec::new();
+        // Cut at entry boundaries: each piece is a row of whole entries.
+        let (mut start, mut end) = (0, 0);
         let mut row_first = first;
-        for (lsn, r) in (first..).zip(records.iter()) {
-            put_entry(&mut row, r);
-            if row.len() >= STATEMENT_BYTES || lsn == last {
+        for (lsn, stored) in (first..).zip(self.batch.entries.iter()) {
+            end += 4 + stored.len();
+            if end - start >= STATEMENT_BYTES || lsn == last {
+                let piece = &row[start..end];
                 tx.execute(
                     h.shared.sql.flush_insert.as_str(),
-                    &[&id, &i64_of(lsn, "LSN")?, &i64_of(row_first, "LSN")?, &row],
+                    &[
+                        &id,
+                        &i64_of(lsn, "LSN")?,
+                        &i64_of(row_first, "LSN")?,
+                        &piece,
+                    ],
                 )
                 .map_err(|e| h.err(&doing, &e))?;
-                row.clear();
+                start = end;
                 row_first = lsn + 1;
             }
         }
@@ -320,8 +347,7 @@ impl LogStore for PgLog {
     fn append(&mut self, lsn: Lsn, record: &[u8]) -> Result<()> {
         self.writable()?;
         check_log_append(self.last_lsn(), lsn, record)?;
-        self.pending
-            .push(with_crc(&seq_key(self.shard.shard(), lsn), record));
+        self.pending.push(self.shard.shard(), lsn, record);
         Ok(())
     }
 
@@ -338,12 +364,19 @@ impl LogStore for PgLog {
                 why: "a flush ticket is outstanding (begun and never finished)",
             });
         }
-        if self.pending.is_empty() {
+        if self.pending.count == 0 {
             return Ok(FlushTicket::done(self.durable));
         }
+        // The next batch starts at this one's size (up to 1 MiB, so one
+        // huge record does not pin its size for good), so a steady stream
+        // of batches does not grow its buffer from nothing every time.
+        let next = Entries {
+            row: Vec::with_capacity(self.pending.row.len().min(1 << 20)),
+            count: 0,
+        };
         let batch = Arc::new(Batch {
             first: self.durable + 1,
-            records: std::mem::take(&mut self.pending),
+            entries: std::mem::replace(&mut self.pending, next),
         });
         let last = batch.last();
         self.inflight = Some(Arc::clone(&batch));
@@ -395,7 +428,7 @@ impl LogStore for PgLog {
         let memory = self
             .inflight
             .iter()
-            .flat_map(|b| (b.first..).zip(b.records.iter()))
+            .flat_map(|b| (b.first..).zip(b.entries.iter()))
             .chain((self.pending_first()..).zip(self.pending.iter()));
         for (lsn, record) in memory {
             if lsn > after {
@@ -435,7 +468,7 @@ impl LogStore for PgLog {
     }
 
     fn last_lsn(&self) -> Lsn {
-        self.pending_first() + self.pending.len() as u64 - 1
+        self.pending_first() + self.pending.count - 1
     }
 
     fn durable_lsn(&self) -> Lsn {

@@ -85,6 +85,8 @@ mod shard;
 mod storage;
 
 #[cfg(test)]
+mod renewal_tests;
+#[cfg(test)]
 mod stall_tests;
 
 pub use error::PgError;

@@ -182,10 +182,17 @@ impl Sql {
                 format!("DELETE FROM {s}.log WHERE shard = $1 AND first > $2"),
             ],
             epoch: format!("SELECT epoch FROM {s}.shards WHERE shard = $1 FOR KEY SHARE"),
+            // Never a released lease (`expires = '-infinity'`, which only a
+            // release writes once a lease was taken): a renewal that read
+            // the shard among its leases just before its part was dropped
+            // can reach the server after the release, and would otherwise
+            // hold the shard for a storage that let it go, for a whole
+            // lease.
             renew: format!(
                 "UPDATE {s}.shards AS s SET expires = now() + make_interval(secs => $3)
                  FROM unnest($1::int8[], $2::int8[]) AS o(shard, epoch)
-                 WHERE s.shard = o.shard AND s.epoch = o.epoch RETURNING s.shard"
+                 WHERE s.shard = o.shard AND s.epoch = o.epoch
+                   AND s.expires <> '-infinity' RETURNING s.shard"
             ),
             release: format!(
                 "UPDATE {s}.shards SET expires = '-infinity' WHERE shard = $1 AND epoch = $2"

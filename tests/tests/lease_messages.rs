@@ -36,7 +36,9 @@
 //!    reads the row again).
 //! 5. **not deleted**: every row ever written is written again, and both
 //!    processes take them (every message of every phase, to runs that
-//!    finished).
+//!    finished); before them, two rows under a shard that is not their
+//!    message's target (as a sender with another shard count would write
+//!    them), which neither process may take: they stay in the table.
 //!
 //! Between phases 4 and 5 a loner's only kid has an ID already taken on
 //! `b`: the refusal goes back to `a` as a failed result, and the start's
@@ -301,18 +303,75 @@ impl Store {
 
     /// Waits until the inbox is empty.
     fn wait_empty(&mut self) {
+        self.wait_none("");
+    }
+
+    /// Waits until `filter` matches no inbox row.
+    fn wait_none(&mut self, filter: &str) {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let left = self.count("");
+            let left = self.count(filter);
             if left == 0 {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{left} inbox rows are never deleted"
+                "{left} inbox rows {filter} are never deleted"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Writes two messages under a shard that is not their target, as a
+    /// sender with another shard count would (each under a valid CRC for
+    /// the shard it is under, so only the check of the message's target
+    /// refuses it): one for a shard of `b` under `a`'s shard 0, one for
+    /// shard 0 under a shard of `b` that other rows are written to.
+    /// Returns their row IDs.
+    fn misroute(&mut self) -> Vec<i64> {
+        // CRC-32 (IEEE, as the inbox's values carry it, little-endian),
+        // checked against every row written so far.
+        self.execute(
+            "CREATE FUNCTION {s}.crc32(b bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+             DECLARE c int8 := 4294967295;
+             BEGIN
+                 FOR i IN 0 .. length(b) - 1 LOOP
+                     c := c # get_byte(b, i);
+                     FOR k IN 1 .. 8 LOOP
+                         IF c & 1 = 1 THEN c := (c >> 1) # 3988292384; ELSE c := c >> 1; END IF;
+                     END LOOP;
+                 END LOOP;
+                 c := c # 4294967295;
+                 RETURN set_byte(set_byte(set_byte(set_byte('\\x00000000'::bytea,
+                     0, (c & 255)::int), 1, (c >> 8 & 255)::int),
+                     2, (c >> 16 & 255)::int), 3, (c >> 24 & 255)::int);
+             END $$;
+             CREATE FUNCTION {s}.under(shard int8, value bytea) RETURNS bytea LANGUAGE sql AS $$
+                 SELECT {s}.crc32('inbox'::bytea || int4send(shard::int4) || substr(value, 5))
+                     || substr(value, 5) $$;",
+        );
+        let wrong = self.count_copies(&format!(
+            "WHERE value <> \"{}\".under(shard, value)",
+            self.schema
+        ));
+        assert_eq!(wrong, 0, "the test's CRC-32 disagrees with the inbox's");
+        let sql = format!(
+            "INSERT INTO {s}.inbox (shard, sender, value)
+             (SELECT 0, sender, {s}.under(0, value) FROM {s}.inbox_copy WHERE shard <> 0 LIMIT 1)
+             UNION ALL
+             (SELECT o.shard, sender, {s}.under(o.shard, value)
+              FROM {s}.inbox_copy, (SELECT shard FROM {s}.inbox_copy WHERE shard <> 0 LIMIT 1) o
+              WHERE inbox_copy.shard = 0 LIMIT 1)
+             RETURNING id",
+            s = format_args!("\"{}\"", self.schema)
+        );
+        let rows = self
+            .client
+            .query(sql.as_str(), &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        rows.iter()
+            .map(|r| r.try_get(0).unwrap_or_else(|e| panic!("{sql}: {e}")))
+            .collect()
     }
 }
 
@@ -487,20 +546,34 @@ fn messages_between_processes_are_recorded_exactly_once() {
         "the refusal went back through the inbox"
     );
 
-    // 5. every row ever written, written again
+    // 5. every row ever written, written again, after two rows under a
+    // shard that is not their message's target: a process must never
+    // record those (the message would name a run of its shard that is not
+    // the message's), so they stay in the table. Each is read before the
+    // copies written after it to its shard (a shard's rows are read in ID
+    // order), so once the copies are gone, it was read.
     store.wait_empty();
+    store.execute("ALTER TABLE {s}.inbox DISABLE TRIGGER copy;");
+    let misrouted = store.misroute();
+    assert_eq!(misrouted.len(), 2, "the misrouted rows written");
     store.execute(
-        "ALTER TABLE {s}.inbox DISABLE TRIGGER copy;
-         INSERT INTO {s}.inbox (shard, sender, value)
+        "INSERT INTO {s}.inbox (shard, sender, value)
          SELECT shard, sender, value FROM {s}.inbox_copy;",
     );
-    let copies = store.count("");
+    let copies = store.count("") - 2;
     eprintln!("lease_messages: {copies} rows written again");
     assert!(
         copies >= 3 * (2 * KIDS as i64 + 2),
         "too few rows copied: {copies}"
     );
-    store.wait_empty();
+    let misrouted = format!("id = ANY(ARRAY{misrouted:?}::int8[])");
+    store.wait_none(&format!("WHERE NOT ({misrouted})"));
+    assert_eq!(
+        store.count(&format!("WHERE {misrouted}")),
+        2,
+        "a row under a shard that is not its message's target was taken (recorded on the wrong shard)"
+    );
+    store.execute(&format!("DELETE FROM {{s}}.inbox WHERE {misrouted};"));
     for family in &families {
         check_statuses(family, &mut a, &mut b, "not deleted");
         // The result is the one reported before.

@@ -415,11 +415,10 @@ impl Shards {
                 }),
             }
         });
-        let handle = driver::spawn(&self.context, shard, leased)?;
+        let handle = driver::spawn(&self.context, shard, incarnation, leased)?;
         // Runs recovered without their code find it now if it was
         // registered while the shard opened.
         let _ = handle.tx.send(Input::Registered);
-        let tx = handle.tx.clone();
         {
             let mut slot = lock(&self.slots[shard as usize]);
             slot.handle = Some(handle);
@@ -427,7 +426,6 @@ impl Shards {
             slot.opens += 1;
             slot.last_error = None;
         }
-        self.context.peers.join(shard, incarnation, tx);
         tracing::info!(shard, incarnation, "shard opened");
         Ok(())
     }

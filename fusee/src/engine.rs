@@ -507,6 +507,34 @@ impl Engine {
         Self::start_shards(config, storage, runtime)
     }
 
+    /// Whether a store holding only shards `0..n` (fewer than configured)
+    /// is one whose first open was interrupted while it created its
+    /// shards: every shard it holds never recorded anything (no log
+    /// record, no commit, no frame). The first open creates the shards in
+    /// order before any client call can reach one, so a crash (a SIGKILL
+    /// of the opening process) leaves exactly that, and the open goes on
+    /// to create the rest. A shard that holds anything means the store
+    /// was whole once: the missing ones are damage, refused.
+    ///
+    /// What this cannot tell from an interrupted creation: a store that
+    /// never closed cleanly (a clean close commits every shard), whose
+    /// only records were in trailing shards that were then deleted.
+    fn interrupted_creation(storage: &AnyStorage, n: u32) -> Result<bool> {
+        use fusee_storage::LogStore;
+        for shard in 0..n {
+            let parts = storage
+                .open_shard(shard)
+                .map_err(|error| Error::Storage { shard, error })?;
+            let pristine = parts.recovered.checkpoint.is_none()
+                && parts.recovered.store_position == 0
+                && parts.log.last_lsn() == 0;
+            if !pristine {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn start_shards(
         config: Config,
         storage: AnyStorage,
@@ -526,7 +554,9 @@ impl Engine {
             let fits = if leased {
                 existing.iter().all(|&s| s < config.shards)
             } else {
-                contiguous && n == config.shards
+                contiguous
+                    && (n == config.shards
+                        || (n < config.shards && Self::interrupted_creation(&storage, n)?))
             };
             if !fits {
                 return Err(Error::Config(format!(

@@ -399,3 +399,44 @@ async fn checkpoints_are_taken_under_load_and_keep_every_run() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A first open killed while it created its shards leaves some of them,
+/// none holding anything: the next open creates the rest. A store whose
+/// shards hold records is refused a larger count, as damage would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_first_open_is_completed_and_a_used_store_is_not() {
+    let dir = temp_dir("interrupted");
+    // Three of four shards made, then the process died (no close).
+    let engine = Engine::open(Config::file(&dir).shards(3)).await.unwrap();
+    drop(engine);
+    let engine = Engine::open(Config::file(&dir).shards(4))
+        .await
+        .expect("the shards of an interrupted creation are all empty");
+    register_add(&engine);
+    // Some of these IDs live on the shard the restart created.
+    assert!((0..8).any(|i| fusee_core::shard::shard_of(&format!("a-{i}"), 4) == 3));
+    for i in 0..8 {
+        engine
+            .execute(ADD, &format!("a-{i}"), &(i, 1))
+            .await
+            .unwrap();
+    }
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = temp_dir("used");
+    let engine = Engine::open(Config::file(&dir).shards(3)).await.unwrap();
+    register_add(&engine);
+    for i in 0..8 {
+        engine
+            .execute(ADD, &format!("a-{i}"), &(i, 1))
+            .await
+            .unwrap();
+    }
+    drop(engine);
+    match Engine::open(Config::file(&dir).shards(4)).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("shards"), "{msg}"),
+        other => panic!("a used store must refuse another shard count, found {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -415,28 +415,28 @@ async fn an_interrupted_first_open_is_completed_and_a_used_store_is_not() {
     register_add(&engine);
     // Some of these IDs live on the shard the restart created.
     assert!((0..8).any(|i| fusee_core::shard::shard_of(&format!("a-{i}"), 4) == 3));
-    for i in 0..8 {
-        engine
-            .execute(ADD, &format!("a-{i}"), &(i, 1))
-            .await
-            .unwrap();
-    }
+    execute_adds(&engine, 8).await;
     drop(engine);
     let _ = std::fs::remove_dir_all(&dir);
 
     let dir = temp_dir("used");
     let engine = Engine::open(Config::file(&dir).shards(3)).await.unwrap();
     register_add(&engine);
-    for i in 0..8 {
-        engine
-            .execute(ADD, &format!("a-{i}"), &(i, 1))
-            .await
-            .unwrap();
-    }
+    execute_adds(&engine, 8).await;
     drop(engine);
     match Engine::open(Config::file(&dir).shards(4)).await {
         Err(Error::Config(msg)) => assert!(msg.contains("shards"), "{msg}"),
         other => panic!("a used store must refuse another shard count, found {other:?}"),
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `add` as `a-0` to `a-{n-1}` to the end.
+async fn execute_adds(engine: &Engine, n: u64) {
+    for i in 0..n {
+        engine
+            .execute(ADD, &format!("a-{i}"), &(i, 1))
+            .await
+            .unwrap();
+    }
 }

@@ -121,26 +121,17 @@ pub async fn start_all<I>(
 where
     I: serde::Serialize + Clone + Send + Sync + 'static,
 {
-    let mut tasks = JoinSet::new();
-    for i in 0..n {
-        if tasks.len() >= STARTS_IN_FLIGHT
-            && let Some(r) = tasks.join_next().await
-        {
-            r??;
-        }
+    for_each_in_window(n, |i| {
         let (engine, input) = (engine.clone(), input.clone());
         let id = format!("{prefix}-{i}");
-        tasks.spawn(async move {
+        async move {
             unbusy(|| engine.start(workflow, &id, &input))
                 .await
                 .map(|_| ())
                 .map_err(|e| -> TargetError { format!("starting {id}: {e}").into() })
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
-    Ok(())
+        }
+    })
+    .await
 }
 
 /// Waits for the result of every `{prefix}-{i}` and checks it is
@@ -164,26 +155,40 @@ where
     I: Send + 'static,
     O: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug + Clone + Send + Sync + 'static,
 {
-    let mut reads = JoinSet::new();
-    for i in 0..n {
-        if reads.len() >= STARTS_IN_FLIGHT
-            && let Some(r) = reads.join_next().await
-        {
-            r??;
-        }
+    for_each_in_window(n, |i| {
         let (engine, expected) = (engine.clone(), expected.clone());
         let id = format!("{prefix}-{i}");
-        reads.spawn(async move {
+        async move {
             let got = unbusy(|| engine.result(workflow, &id))
                 .await
                 .map_err(|e| -> TargetError { format!("result of {id}: {e}").into() })?;
             if got != expected {
                 return Err(format!("{id} returned {got:?}, expected {expected:?}").into());
             }
-            Ok::<_, TargetError>(())
-        });
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Runs `task(i)` for every `i` in `0..n` as tokio tasks,
+/// [`STARTS_IN_FLIGHT`] at a time, in order of `i`; the first error (or
+/// panic) is returned.
+async fn for_each_in_window<F, Fut>(n: u64, mut task: F) -> WorkResult<()>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: Future<Output = WorkResult<()>> + Send + 'static,
+{
+    let mut tasks = JoinSet::new();
+    for i in 0..n {
+        if tasks.len() >= STARTS_IN_FLIGHT
+            && let Some(r) = tasks.join_next().await
+        {
+            r??;
+        }
+        tasks.spawn(task(i));
     }
-    while let Some(r) = reads.join_next().await {
+    while let Some(r) = tasks.join_next().await {
         r??;
     }
     Ok(())

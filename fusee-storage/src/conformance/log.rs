@@ -4,7 +4,7 @@ use fusee_core::record::Lsn;
 
 use super::check::{Clause, check_bytes, check_matches};
 use super::{Harness, check, check_eq, fail, flush_to, must, open, read_log, record};
-use crate::{LogStore, MAX_RECORD, StorageError};
+use crate::{FlushTicket, LogStore, MAX_RECORD, SealTicket, StorageError};
 
 /// Appends records `from..=to` of sequence `salt`.
 fn append_range<L: LogStore>(log: &mut L, from: Lsn, to: Lsn, salt: u64) {
@@ -480,7 +480,7 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
     let mut s = h.open();
     let mut p = open(&s, 5);
     append_range(&mut p.log, 1, 100, 11);
-    let mut ticket = must!(p.log.begin_flush(), "begin_flush after appending 1 to 100");
+    let ticket = must!(p.log.begin_flush(), "begin_flush after appending 1 to 100");
     check_eq!(
         ticket.last_lsn(),
         100,
@@ -488,17 +488,7 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
     );
     append_range(&mut p.log, 101, 150, 11);
     check_range(&mut p.log, 0, 150, 11);
-    let ran = std::thread::scope(|scope| {
-        scope
-            .spawn(move || {
-                let ok = ticket.run();
-                (ok, ticket)
-            })
-            .join()
-    });
-    let Ok((ok, ticket)) = ran else {
-        fail(format_args!("the thread running the ticket panicked"));
-    };
+    let (ok, ticket) = on_another_thread(ticket, FlushTicket::run, "the ticket");
     check!(ok, "the ticket's I/O must succeed; found it failed");
     check_matches!(
         p.log.finish_flush(ticket),
@@ -613,7 +603,7 @@ pub fn log_seal<H: Harness>(h: &mut H) {
     );
     flush_to(&mut p.log, 45, format_args!("flush of 41 to 45"));
     // Split: the ticket runs on another thread while the log goes on.
-    let mut ticket = must!(p.log.begin_seal(), "begin_seal after flushing 45");
+    let ticket = must!(p.log.begin_seal(), "begin_seal after flushing 45");
     check_eq!(ticket.lsn(), 45, "the seal ticket's LSN (the durable LSN)");
     append_range(&mut p.log, 46, 60, 12);
     flush_to(
@@ -621,17 +611,7 @@ pub fn log_seal<H: Harness>(h: &mut H) {
         60,
         format_args!("flush of 46 to 60 with a seal out"),
     );
-    let ran = std::thread::scope(|scope| {
-        scope
-            .spawn(move || {
-                let ok = ticket.run();
-                (ok, ticket)
-            })
-            .join()
-    });
-    let Ok((ok, ticket)) = ran else {
-        fail(format_args!("the thread running the seal ticket panicked"));
-    };
+    let (ok, ticket) = on_another_thread(ticket, SealTicket::run, "the seal ticket");
     check!(ok, "the seal ticket's I/O must succeed; found it failed");
     check_matches!(
         p.log.finish_seal(ticket),
@@ -704,4 +684,22 @@ pub fn log_seal<H: Harness>(h: &mut H) {
         last,
         "last_lsn after discarding everything, sealing and reopening"
     );
+}
+
+/// Runs `ticket`'s I/O (`run`) on a thread of its own, as a host's flusher
+/// would, and hands back its outcome and the ticket; `what` names it if
+/// that thread panics.
+fn on_another_thread<T: Send>(mut ticket: T, run: fn(&mut T) -> bool, what: &str) -> (bool, T) {
+    let ran = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let ok = run(&mut ticket);
+                (ok, ticket)
+            })
+            .join()
+    });
+    match ran {
+        Ok(done) => done,
+        Err(_) => fail(format_args!("the thread running {what} panicked")),
+    }
 }

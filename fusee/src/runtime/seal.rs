@@ -25,23 +25,16 @@ use fusee_storage::{LogStore, SealTicket};
 use super::ShardLoop;
 
 impl ShardLoop {
-    /// Whether a seal should begin now: durable records no seal covers,
-    /// no seal out, and either the log idle for `seal_idle_ms` since its
-    /// last flush or the oldest of them durable for `seal_interval_ms`.
+    /// Whether a seal should begin now: its time ([`ShardLoop::next_seal`])
+    /// has come, and the shard has not failed.
     pub(super) fn seal_due(&self, now_ms: u64) -> bool {
-        let Some(since) = self.unsealed_ms else {
-            return false;
-        };
-        if self.sealing || self.failed.is_some() || self.durable <= self.sealed {
-            return false;
-        }
-        let idle = !self.flushing && self.log.last_lsn() == self.durable;
-        (idle && now_ms >= self.durable_ms.saturating_add(self.config.seal_idle_ms))
-            || now_ms >= since.saturating_add(self.config.seal_interval_ms)
+        self.failed.is_none() && self.next_seal().is_some_and(|at| now_ms >= at)
     }
 
-    /// When the loop wants to run to begin a seal (see
-    /// [`ShardLoop::seal_due`]), if it does.
+    /// When a seal is due, if one is: with durable records no seal
+    /// covers and no seal out, once the log has been idle for
+    /// `seal_idle_ms` since its last flush or the oldest of them has been
+    /// durable for `seal_interval_ms`, whichever comes first.
     pub(super) fn next_seal(&self) -> Option<u64> {
         let since = self.unsealed_ms?;
         if self.sealing || self.durable <= self.sealed {

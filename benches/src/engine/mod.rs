@@ -5,7 +5,7 @@
 //!
 //! | workload | what is timed | subjects |
 //! |---|---|---|
-//! | **chain** | one workflow of [`EnginePlan::chain_steps`] sequential no-op steps: the time from one step's start to the next's (p50, p99) | every engine; the floor makes as many `pwrite` + `fdatasync` of a step record's size per round, in blocks just before each engine's turn |
+//! | **chain** | one workflow of [`EnginePlan::chain_steps`] sequential no-op steps: the time from one step's start to the next's (p50, p99) | every engine; the floor makes as many `pwrite` + `fdatasync` of a step record's size per round, half in a block just before each engine's turn, half just after |
 //! | **fanout** | [`EnginePlan::fanout_runs`] concurrent workflows of [`FANOUT_STEPS`] no-op steps, from the first start to the last result: steps per second, records per flush, CPU time per step | every engine |
 //! | **timers** | [`EnginePlan::timers`] workflows ([`EnginePlan::peer_timers`] on the peer) that sleep [`TIMER_SLEEP`] then finish, from the first start to the last result (the ideal: the sleep) | every engine |
 //! | **parked** | [`EnginePlan::parked`] sleepers parked, the store closed and opened in a fresh process: open time and resident memory after open | durable Fusee backends |
@@ -70,7 +70,9 @@ impl EnginePlan {
         Self {
             enabled: true,
             chain_steps: 1000,
-            chain_rounds: 3,
+            // Five rounds: each subject's p50 pools steps (and the floor
+            // beside it) from five moments of the run, a few seconds apart.
+            chain_rounds: 5,
             fanout_runs: 1000,
             fanout_rounds: 2,
             timers: 100_000,
@@ -211,8 +213,8 @@ pub enum EngineMetric {
     ChainP50,
     /// 99th-percentile time per chain step, µs.
     ChainP99,
-    /// The floor's p50 in the blocks taken just before this subject's
-    /// chain turns, µs: what its [`EngineMetric::ChainP50`] is judged
+    /// The floor's p50 in the blocks taken around this subject's chain
+    /// turns (half just before each, half just after), µs: what its [`EngineMetric::ChainP50`] is judged
     /// against (the disk next to it, not next to another subject).
     ChainFloorP50,
     /// The same blocks' p99, µs.

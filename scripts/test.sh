@@ -32,11 +32,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase prints the seconds since the script started, so a slow CI run
+# shows where its time went (on a fresh machine, RocksDB's C++ build inside
+# the clippy phase is most of it).
+phase() { echo "==> $1 (at ${SECONDS} s)"; }
+
 source scripts/prereqs.sh
 
-echo "==> cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "==> cargo clippy"
+phase "cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-echo "==> cargo test"
+phase "cargo test"
 cargo test --workspace --all-features
+phase "all tests passed"

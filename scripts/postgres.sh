@@ -15,6 +15,10 @@
 #   FUSEE_PG_STANDBY_URLS            its standbys, space-separated
 #   FUSEE_PG_FAILOVER_URL            a primary the failover test stops hard
 #   FUSEE_PG_FAILOVER_STANDBY_URLS   its standbys; the test promotes one
+#   FUSEE_PG_SINGLE_URL              a server alone, without standbys: the
+#                                    figures bench's "one node" (standbys
+#                                    on the same cores and disk slow even
+#                                    a `local` commit on their primary)
 #
 # The failover test breaks its cluster on purpose, so it has one of its own
 # and every other test keeps working whatever order the tests run in.
@@ -23,8 +27,8 @@
 # does clang). initdb refuses to run as root, so as root every server
 # command runs as the `postgres` user the package creates.
 #
-# Settings: FUSEE_PG_PORT, the first port tried (default 55432; the six
-# servers take the first six free ports from there); FUSEE_PG_DIR, where the
+# Settings: FUSEE_PG_PORT, the first port tried (default 55432; the seven
+# servers take the first seven free ports from there); FUSEE_PG_DIR, where the
 # data directories go (default: a new directory under /tmp).
 
 fusee_pg_main() {
@@ -55,7 +59,7 @@ fusee_pg_main() {
 
     local port=${FUSEE_PG_PORT:-55432}
     local ports=()
-    while [ "${#ports[@]}" -lt 6 ]; do
+    while [ "${#ports[@]}" -lt 7 ]; do
         if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
             ports+=("$port")
         fi
@@ -65,13 +69,15 @@ fusee_pg_main() {
     FUSEE_PG_DATA_DIRS=()
     fusee_pg_cluster main "${ports[0]}" "${ports[1]}" "${ports[2]}" || return 1
     fusee_pg_cluster failover "${ports[3]}" "${ports[4]}" "${ports[5]}" || return 1
+    fusee_pg_single single "${ports[6]}" || return 1
 
     local url="postgresql://postgres@127.0.0.1"
     export FUSEE_PG_URL="$url:${ports[0]}/postgres"
     export FUSEE_PG_STANDBY_URLS="$url:${ports[1]}/postgres $url:${ports[2]}/postgres"
     export FUSEE_PG_FAILOVER_URL="$url:${ports[3]}/postgres"
     export FUSEE_PG_FAILOVER_STANDBY_URLS="$url:${ports[4]}/postgres $url:${ports[5]}/postgres"
-    echo "==> PostgreSQL: FUSEE_PG_URL=$FUSEE_PG_URL (standbys $FUSEE_PG_STANDBY_URLS; failover cluster from port ${ports[3]}; data in $FUSEE_PG_ROOT)"
+    export FUSEE_PG_SINGLE_URL="$url:${ports[6]}/postgres"
+    echo "==> PostgreSQL: FUSEE_PG_URL=$FUSEE_PG_URL (standbys $FUSEE_PG_STANDBY_URLS; failover cluster from port ${ports[3]}; a server alone on port ${ports[6]}; data in $FUSEE_PG_ROOT)"
 }
 
 # Appends settings to a data directory's postgresql.auto.conf, as the
@@ -97,7 +103,7 @@ fusee_pg_cluster() {
     "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/initdb" -D "$primary" -U postgres --auth=trust \
         --no-sync -E UTF8 >/dev/null || return 1
     # Durability stays on (fsync, full_page_writes): the tests check what an
-    # acknowledged commit promises. Small buffers: six servers share the
+    # acknowledged commit promises. Small buffers: seven servers share the
     # machine. Loopback only, trusted: a throwaway test cluster.
     fusee_pg_conf "$primary" \
         "listen_addresses = '127.0.0.1'" \
@@ -143,6 +149,25 @@ EOF
     done
     echo "the standbys of the $name cluster never became synchronous"
     return 1
+}
+
+# fusee_pg_single NAME PORT: a server alone, configured as the primaries
+# are but with no standbys and no replication.
+fusee_pg_single() {
+    local name=$1 p=$2
+    local dir="$FUSEE_PG_ROOT/$name"
+    "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/initdb" -D "$dir" -U postgres --auth=trust \
+        --no-sync -E UTF8 >/dev/null || return 1
+    fusee_pg_conf "$dir" \
+        "listen_addresses = '127.0.0.1'" \
+        "port = $p" \
+        "unix_socket_directories = '$FUSEE_PG_ROOT'" \
+        "shared_buffers = 32MB" \
+        "max_connections = 300"
+    "${FUSEE_PG_AS[@]}" tee -a "$dir/pg_hba.conf" >/dev/null <<'EOF'
+host all all 127.0.0.1/32 trust
+EOF
+    fusee_pg_start "$dir"
 }
 
 # Stops every server this script started (immediately: they hold nothing

@@ -14,8 +14,8 @@
 //! subjects in one trial run), and within a round too (blocks made only
 //! before each turn gave the file backend 1.02x to 1.36x in seven runs of
 //! one day whose step p50 stayed within 113 to 205 µs), so the blocks
-//! surround the turn rather than precede it. The fanout's steps per second are all steps
-//! over all the time of every round. Timers, parked and recovery run one
+//! surround the turn rather than precede it. The fanout's steps per second
+//! are all steps over all the time of every round. Timers, parked and recovery run one
 //! round. Every turn and floor block starts after a `sync`, so none pays
 //! for another's writeback.
 

@@ -214,8 +214,9 @@ pub enum EngineMetric {
     /// 99th-percentile time per chain step, µs.
     ChainP99,
     /// The floor's p50 in the blocks taken around this subject's chain
-    /// turns (half just before each, half just after), µs: what its [`EngineMetric::ChainP50`] is judged
-    /// against (the disk next to it, not next to another subject).
+    /// turns (half just before each, half just after), µs: what its
+    /// [`EngineMetric::ChainP50`] is judged against (the disk next to it,
+    /// not next to another subject).
     ChainFloorP50,
     /// The same blocks' p99, µs.
     ChainFloorP99,

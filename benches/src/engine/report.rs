@@ -6,9 +6,9 @@
 //! As in the storage section, every ratio is a cost ratio (above 1 =
 //! worse): **× floor** to the floor's figure where it has one (the chain:
 //! its `pwrite` + `fdatasync` p50 and p99 in the blocks taken around the
-//! subject's own turns (half just before each, half just after), [`EngineMetric::ChainFloorP50`], as a shared
-//! disk's latency drifts between turns; timers: the sleep itself, the
-//! ideal), and
+//! subject's own turns, half just before each and half just after,
+//! [`EngineMetric::ChainFloorP50`], as a shared disk's latency drifts
+//! between turns; timers: the sleep itself, the ideal), and
 //! **× best** to the best durable Fusee backend. Records per flush has no
 //! ratio: it describes the group commit, neither better nor worse.
 //!
@@ -381,7 +381,8 @@ impl EngineReport {
         let _ = writeln!(
             out,
             "\n×N floor: N times worse than the floor (chain: one `pwrite` + `fdatasync` of a \
-             step record's size, in the blocks taken around the subject's own turns, half just before each and half just after: the \
+             step record's size, in the blocks taken around the subject's own turns, half \
+             just before each and half just after: the \
              \"floor beside it\" rows; timers: the sleep itself, the ideal); ×N best: against the best \
              durable Fusee backend. A chain step is timed from its start to the next step's \
              start; fanout from the first start to the last result."

@@ -96,29 +96,36 @@ fusee_pg_start() {
     FUSEE_PG_DATA_DIRS+=("$dir")
 }
 
-# fusee_pg_cluster NAME PRIMARY_PORT STANDBY1_PORT STANDBY2_PORT
-fusee_pg_cluster() {
-    local name=$1 p=$2 s1=$3 s2=$4
-    local primary="$FUSEE_PG_ROOT/$name-primary"
-    "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/initdb" -D "$primary" -U postgres --auth=trust \
+# fusee_pg_init DIR PORT: a new data directory for a server on PORT.
+# Durability stays on (fsync, full_page_writes): the tests check what an
+# acknowledged commit promises. Small buffers: seven servers share the
+# machine. Loopback only, trusted: a throwaway test server.
+fusee_pg_init() {
+    local dir=$1 p=$2
+    "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/initdb" -D "$dir" -U postgres --auth=trust \
         --no-sync -E UTF8 >/dev/null || return 1
-    # Durability stays on (fsync, full_page_writes): the tests check what an
-    # acknowledged commit promises. Small buffers: seven servers share the
-    # machine. Loopback only, trusted: a throwaway test cluster.
-    fusee_pg_conf "$primary" \
+    fusee_pg_conf "$dir" \
         "listen_addresses = '127.0.0.1'" \
         "port = $p" \
         "unix_socket_directories = '$FUSEE_PG_ROOT'" \
         "shared_buffers = 32MB" \
-        "max_connections = 300" \
+        "max_connections = 300"
+    echo "host all all 127.0.0.1/32 trust" \
+        | "${FUSEE_PG_AS[@]}" tee -a "$dir/pg_hba.conf" >/dev/null
+}
+
+# fusee_pg_cluster NAME PRIMARY_PORT STANDBY1_PORT STANDBY2_PORT
+fusee_pg_cluster() {
+    local name=$1 p=$2 s1=$3 s2=$4
+    local primary="$FUSEE_PG_ROOT/$name-primary"
+    fusee_pg_init "$primary" "$p" || return 1
+    fusee_pg_conf "$primary" \
         "wal_level = replica" \
         "max_wal_senders = 10" \
         "wal_keep_size = '256MB'" \
         "synchronous_standby_names = 'ANY 1 (s1, s2)'"
-    "${FUSEE_PG_AS[@]}" tee -a "$primary/pg_hba.conf" >/dev/null <<'EOF'
-host all all 127.0.0.1/32 trust
-host replication all 127.0.0.1/32 trust
-EOF
+    echo "host replication all 127.0.0.1/32 trust" \
+        | "${FUSEE_PG_AS[@]}" tee -a "$primary/pg_hba.conf" >/dev/null
     fusee_pg_start "$primary" || return 1
     local app port standby
     for app in s1 s2; do
@@ -154,19 +161,8 @@ EOF
 # fusee_pg_single NAME PORT: a server alone, configured as the primaries
 # are but with no standbys and no replication.
 fusee_pg_single() {
-    local name=$1 p=$2
-    local dir="$FUSEE_PG_ROOT/$name"
-    "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/initdb" -D "$dir" -U postgres --auth=trust \
-        --no-sync -E UTF8 >/dev/null || return 1
-    fusee_pg_conf "$dir" \
-        "listen_addresses = '127.0.0.1'" \
-        "port = $p" \
-        "unix_socket_directories = '$FUSEE_PG_ROOT'" \
-        "shared_buffers = 32MB" \
-        "max_connections = 300"
-    "${FUSEE_PG_AS[@]}" tee -a "$dir/pg_hba.conf" >/dev/null <<'EOF'
-host all all 127.0.0.1/32 trust
-EOF
+    local dir="$FUSEE_PG_ROOT/$1"
+    fusee_pg_init "$dir" "$2" || return 1
     fusee_pg_start "$dir"
 }
 

@@ -28,7 +28,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use fusee_storage::{LogStore, Storage};
+use fusee_storage::{LogStore, ShardParts, Storage};
 use fusee_storage_file::{FileOptions, FileStorage};
 use fusee_storage_postgres::{PgOptions, PgStorage, SyncCommit};
 
@@ -81,10 +81,41 @@ fn p50(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn pg(url: &str, schema: &str, level: SyncCommit) -> PgStorage {
-    let mut o = PgOptions::new(url).schema(schema);
-    o.synchronous_commit = level;
-    PgStorage::open(&o).unwrap_or_else(|e| panic!("{e}"))
+/// One PostgreSQL subject: where it writes, how it is named in each
+/// table, the goal printed beside it, and its samples.
+struct PgSubject {
+    storage: PgStorage,
+    shard: ShardParts<PgStorage>,
+    /// Its name in the append table and in the group-commit table.
+    labels: [&'static str; 2],
+    /// The goals printed beside its append ratio and its group ratio.
+    goals: [&'static str; 2],
+    append: Vec<Duration>,
+    group: Vec<Duration>,
+}
+
+impl PgSubject {
+    fn open(
+        url: &str,
+        schema: &str,
+        level: SyncCommit,
+        shard: u32,
+        labels: [&'static str; 2],
+        goals: [&'static str; 2],
+    ) -> Self {
+        let mut o = PgOptions::new(url).schema(schema);
+        o.synchronous_commit = level;
+        let storage = PgStorage::open(&o).unwrap_or_else(|e| panic!("{e}"));
+        let shard = storage.open_shard(shard).unwrap_or_else(|e| panic!("{e}"));
+        Self {
+            storage,
+            shard,
+            labels,
+            goals,
+            append: Vec::new(),
+            group: Vec::new(),
+        }
+    }
 }
 
 /// Appends `n` records to `log` and flushes them (one batch).
@@ -110,30 +141,55 @@ fn main() {
         .ok()
         .filter(|u| !u.is_empty());
     let mut floor = Floor::new(&dir.join("floor"));
-    let single = single_url
+    let mut subjects: Vec<PgSubject> = single_url
         .as_deref()
-        .map(|u| pg(u, &schema, SyncCommit::Local));
-    let local = pg(&url, &schema, SyncCommit::Local);
-    let on = pg(&url, &schema, SyncCommit::On);
+        .map(|u| {
+            PgSubject::open(
+                u,
+                &schema,
+                SyncCommit::Local,
+                0,
+                ["one node (synchronous_commit local)", "one node (local)"],
+                ["  (goal <= 6x)", " (goal >= 0.5)"],
+            )
+        })
+        .into_iter()
+        .collect();
+    subjects.push(PgSubject::open(
+        &url,
+        &schema,
+        SyncCommit::Local,
+        0,
+        [
+            "primary, standbys beside it (local)",
+            "primary, standbys beside (local)",
+        ],
+        ["", ""],
+    ));
+    subjects.push(PgSubject::open(
+        &url,
+        &schema,
+        SyncCommit::On,
+        1,
+        [
+            "synchronous standby (on, ANY 1)",
+            "synchronous standby (on, ANY 1)",
+        ],
+        ["  (goal <= 9x)", ""],
+    ));
     let file = FileStorage::open(dir.join("file"), FileOptions::default())
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut pl = local.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
-    let mut po = on.open_shard(1).unwrap_or_else(|e| panic!("{e}"));
     let mut pf = file.open_shard(0).unwrap_or_else(|e| panic!("{e}"));
-    let mut ps = single
-        .as_ref()
-        .map(|s| s.open_shard(0).unwrap_or_else(|e| panic!("{e}")));
 
-    let (mut tf, mut ts, mut tl, mut to) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut tf = Vec::new();
     for _ in 0..SINGLE_ROUNDS {
         tf.push(timed(|| floor.flush(&record)));
-        if let Some(ps) = ps.as_mut() {
-            ts.push(timed(|| batch(&mut ps.log, 1, &record)));
+        for s in &mut subjects {
+            let log = &mut s.shard.log;
+            s.append.push(timed(|| batch(log, 1, &record)));
         }
-        tl.push(timed(|| batch(&mut pl.log, 1, &record)));
-        to.push(timed(|| batch(&mut po.log, 1, &record)));
     }
-    let (f, l, o) = (p50(tf), p50(tl), p50(to));
+    let f = p50(tf);
     let ratio = |d: Duration| d.as_secs_f64() / f.as_secs_f64();
     println!(
         "durable append p50, {RECORD} B records, one per flush, {SINGLE_ROUNDS} flushes each:"
@@ -142,68 +198,51 @@ fn main() {
         "  floor (pwrite + fdatasync)                     {:>8.1} us",
         f.as_secs_f64() * 1e6
     );
-    if !ts.is_empty() {
-        let s = p50(ts);
+    for s in &mut subjects {
+        let d = p50(std::mem::take(&mut s.append));
         println!(
-            "  postgres, one node (synchronous_commit local)  {:>8.1} us  {:.1}x floor (goal <= 6x)",
-            s.as_secs_f64() * 1e6,
-            ratio(s)
+            "  postgres, {:<36} {:>8.1} us  {:.1}x floor{}",
+            s.labels[0],
+            d.as_secs_f64() * 1e6,
+            ratio(d),
+            s.goals[0]
         );
     }
-    println!(
-        "  postgres, primary, standbys beside it (local)  {:>8.1} us  {:.1}x floor",
-        l.as_secs_f64() * 1e6,
-        ratio(l)
-    );
-    println!(
-        "  postgres, synchronous standby (on, ANY 1)      {:>8.1} us  {:.1}x floor (goal <= 9x)",
-        o.as_secs_f64() * 1e6,
-        ratio(o)
-    );
 
     let group = vec![0x5Au8; RECORD * GROUP as usize];
-    let (mut gfl, mut gf, mut gs) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut gl, mut go) = (Vec::new(), Vec::new());
+    let (mut gfl, mut gf) = (Vec::new(), Vec::new());
     for _ in 0..GROUP_ROUNDS {
         gfl.push(timed(|| floor.flush(&group)));
         gf.push(timed(|| batch(&mut pf.log, GROUP, &record)));
-        if let Some(ps) = ps.as_mut() {
-            gs.push(timed(|| batch(&mut ps.log, GROUP, &record)));
+        for s in &mut subjects {
+            let log = &mut s.shard.log;
+            s.group.push(timed(|| batch(log, GROUP, &record)));
         }
-        gl.push(timed(|| batch(&mut pl.log, GROUP, &record)));
-        go.push(timed(|| batch(&mut po.log, GROUP, &record)));
     }
     // From each subject's median flush: a few flushes stalled by the
     // machine (another process's I/O) would otherwise decide a total.
     let rate = |d: Vec<Duration>| GROUP as f64 / p50(d).as_secs_f64();
-    let (rfl, rf, rl, ro) = (rate(gfl), rate(gf), rate(gl), rate(go));
+    let (rfl, rf) = (rate(gfl), rate(gf));
     println!(
         "group commit, {GROUP} records per flush, {GROUP_ROUNDS} flushes each, records/s at the median flush:"
     );
     println!("  floor                                      {rfl:>10.0} records/s");
     println!("  file backend                               {rf:>10.0} records/s");
-    if !gs.is_empty() {
-        let rs = rate(gs);
+    for s in &mut subjects {
+        let r = rate(std::mem::take(&mut s.group));
         println!(
-            "  postgres, one node (local)                 {rs:>10.0} records/s  {:.2} of the file backend's (goal >= 0.5)",
-            rs / rf
+            "  postgres, {:<32} {r:>10.0} records/s  {:.2} of the file backend's{}",
+            s.labels[1],
+            r / rf,
+            s.goals[1]
         );
     }
-    println!(
-        "  postgres, primary, standbys beside (local) {rl:>10.0} records/s  {:.2} of the file backend's",
-        rl / rf
-    );
-    println!(
-        "  postgres, synchronous standby (on, ANY 1)  {ro:>10.0} records/s  {:.2} of the file backend's",
-        ro / rf
-    );
 
-    drop((pl, po, pf, ps));
-    if let Some(s) = single {
-        let _ = s.close();
+    drop(pf);
+    for s in subjects {
+        drop(s.shard);
+        let _ = s.storage.close();
     }
-    let _ = local.close();
-    let _ = on.close();
     let _ = file.close();
     let _ = std::fs::remove_dir_all(&dir);
     for u in std::iter::once(url.as_str()).chain(single_url.as_deref()) {

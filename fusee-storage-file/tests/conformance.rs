@@ -133,6 +133,7 @@ impl Harness for SimHarness {
             fault_injection: true,
             power_loss: true,
             commit_crash_points: COMMIT_SYNCS,
+            overlapping_flushes: false,
         }
     }
 

@@ -174,6 +174,7 @@ impl<B: Backend> Harness for KvHarness<B> {
             fault_injection: true,
             power_loss: false,
             commit_crash_points: crate::COMMIT_CRASH_POINTS,
+            overlapping_flushes: false,
         }
     }
 

@@ -2,8 +2,17 @@
 //! append p50 (one 128-byte record per flush) on one node
 //! (`synchronous_commit = local`) and with a synchronous standby (`on`,
 //! `ANY 1` of two), as ratios to the floor; and group commit at 256
-//! records per flush, in records/s at each subject's median flush, on one
-//! node and with the standby, against the file backend's.
+//! records per flush, in records/s, on one node and with the standby,
+//! against the file backend's, measured two ways:
+//!
+//! - **with flushes in flight**, as a host runs them: each log keeps as
+//!   many flush tickets out as it takes (`flushes_in_flight_max`: 2 for
+//!   PostgreSQL by default, 1 for the file backend), each ticket's I/O on a
+//!   worker thread of its own while the next batch is appended, as the
+//!   engine's flusher threads do. Records/s of the median window of
+//!   [`WINDOW`] flushes; subjects take turns window by window. This is the
+//!   issue's figure.
+//! - **one flush at a time**: records/s at each subject's median flush.
 //!
 //! "One node" is a server alone (`FUSEE_PG_SINGLE_URL`), as the issue
 //! measured it. The primary of `FUSEE_PG_URL` at `local` is measured too,
@@ -26,9 +35,10 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
-use fusee_storage::{LogStore, ShardParts, Storage};
+use fusee_storage::{FlushTicket, LogStore, ShardParts, Storage};
 use fusee_storage_file::{FileOptions, FileStorage};
 use fusee_storage_postgres::{PgOptions, PgStorage, SyncCommit};
 
@@ -36,6 +46,10 @@ const RECORD: usize = 128;
 const SINGLE_ROUNDS: usize = 400;
 const GROUP: u64 = 256;
 const GROUP_ROUNDS: usize = 200;
+/// Flushes per window of the measurement with flushes in flight.
+const WINDOW: usize = 10;
+/// Windows per subject.
+const WINDOWS: usize = 30;
 
 struct Floor {
     file: File,
@@ -92,6 +106,10 @@ struct PgSubject {
     goals: [&'static str; 2],
     append: Vec<Duration>,
     group: Vec<Duration>,
+    windows: Vec<Duration>,
+    /// Measured with flushes in flight only: the same node with another
+    /// `flushes_in_flight`, as the A/B of that option.
+    windows_only: bool,
 }
 
 impl PgSubject {
@@ -105,6 +123,9 @@ impl PgSubject {
     ) -> Self {
         let mut o = PgOptions::new(url).schema(schema);
         o.synchronous_commit = level;
+        if labels[0].is_empty() {
+            o.flushes_in_flight = 1;
+        }
         let storage = PgStorage::open(&o).unwrap_or_else(|e| panic!("{e}"));
         let shard = storage.open_shard(shard).unwrap_or_else(|e| panic!("{e}"));
         Self {
@@ -114,6 +135,8 @@ impl PgSubject {
             goals,
             append: Vec::new(),
             group: Vec::new(),
+            windows: Vec::new(),
+            windows_only: labels[0].is_empty(),
         }
     }
 }
@@ -125,6 +148,62 @@ fn batch<L: LogStore>(log: &mut L, n: u64, record: &[u8]) {
         log.append(lsn, record).unwrap_or_else(|e| panic!("{e}"));
     }
     log.flush().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Worker threads that run flush tickets' I/O, one per ticket a log may
+/// have out, so each ticket out runs at once with the others, as the
+/// engine's flusher threads run them.
+struct Workers {
+    lanes: Vec<(Sender<FlushTicket>, Receiver<FlushTicket>)>,
+}
+
+impl Workers {
+    fn new(n: usize) -> Self {
+        let lanes = (0..n)
+            .map(|_| {
+                let (to, rx) = mpsc::channel::<FlushTicket>();
+                let (tx, from) = mpsc::channel::<FlushTicket>();
+                std::thread::spawn(move || {
+                    while let Ok(mut ticket) = rx.recv() {
+                        ticket.run();
+                        if tx.send(ticket).is_err() {
+                            break;
+                        }
+                    }
+                });
+                (to, from)
+            })
+            .collect();
+        Self { lanes }
+    }
+
+    /// Appends and flushes `flushes` batches of [`GROUP`] records with as
+    /// many tickets out as `log` takes (ticket `i` on lane `i % lanes`,
+    /// finished in order), and returns the time from the first append to
+    /// the last flush finished.
+    fn window<L: LogStore>(&self, log: &mut L, flushes: usize, record: &[u8]) -> Duration {
+        let out_max = log.flushes_in_flight_max().min(self.lanes.len());
+        let start = Instant::now();
+        let (mut begun, mut finished) = (0, 0);
+        while finished < flushes {
+            if begun < flushes && begun - finished < out_max {
+                let first = log.last_lsn() + 1;
+                for lsn in first..first + GROUP {
+                    log.append(lsn, record).unwrap_or_else(|e| panic!("{e}"));
+                }
+                let ticket = log.begin_flush().unwrap_or_else(|e| panic!("{e}"));
+                let lane = &self.lanes[begun % self.lanes.len()];
+                lane.0.send(ticket).unwrap_or_else(|e| panic!("{e}"));
+                begun += 1;
+                continue;
+            }
+            let lane = &self.lanes[finished % self.lanes.len()];
+            let ticket = lane.1.recv().unwrap_or_else(|e| panic!("{e}"));
+            log.finish_flush(ticket).unwrap_or_else(|e| panic!("{e}"));
+            finished += 1;
+        }
+        start.elapsed()
+    }
 }
 
 fn main() {
@@ -155,6 +234,17 @@ fn main() {
         })
         .into_iter()
         .collect();
+    if let Some(u) = single_url.as_deref() {
+        // An empty first label: one flush in flight, in the windows only.
+        subjects.push(PgSubject::open(
+            u,
+            &schema,
+            SyncCommit::Local,
+            1,
+            ["", "one node, flushes_in_flight 1"],
+            ["", ""],
+        ));
+    }
     subjects.push(PgSubject::open(
         &url,
         &schema,
@@ -184,7 +274,7 @@ fn main() {
     let mut tf = Vec::new();
     for _ in 0..SINGLE_ROUNDS {
         tf.push(timed(|| floor.flush(&record)));
-        for s in &mut subjects {
+        for s in subjects.iter_mut().filter(|s| !s.windows_only) {
             let log = &mut s.shard.log;
             s.append.push(timed(|| batch(log, 1, &record)));
         }
@@ -198,7 +288,7 @@ fn main() {
         "  floor (pwrite + fdatasync)                     {:>8.1} us",
         f.as_secs_f64() * 1e6
     );
-    for s in &mut subjects {
+    for s in subjects.iter_mut().filter(|s| !s.windows_only) {
         let d = p50(std::mem::take(&mut s.append));
         println!(
             "  postgres, {:<36} {:>8.1} us  {:.1}x floor{}",
@@ -214,7 +304,7 @@ fn main() {
     for _ in 0..GROUP_ROUNDS {
         gfl.push(timed(|| floor.flush(&group)));
         gf.push(timed(|| batch(&mut pf.log, GROUP, &record)));
-        for s in &mut subjects {
+        for s in subjects.iter_mut().filter(|s| !s.windows_only) {
             let log = &mut s.shard.log;
             s.group.push(timed(|| batch(log, GROUP, &record)));
         }
@@ -223,18 +313,48 @@ fn main() {
     // machine (another process's I/O) would otherwise decide a total.
     let rate = |d: Vec<Duration>| GROUP as f64 / p50(d).as_secs_f64();
     let (rfl, rf) = (rate(gfl), rate(gf));
+
+    let workers = Workers::new(fusee_storage_postgres::FLUSHES_IN_FLIGHT_MAX);
+    let mut wf = Vec::new();
+    for _ in 0..WINDOWS {
+        wf.push(workers.window(&mut pf.log, WINDOW, &record));
+        for s in &mut subjects {
+            s.windows
+                .push(workers.window(&mut s.shard.log, WINDOW, &record));
+        }
+    }
+    let window_rate = |d: Vec<Duration>| (WINDOW as u64 * GROUP) as f64 / p50(d).as_secs_f64();
+    let rwf = window_rate(wf);
     println!(
-        "group commit, {GROUP} records per flush, {GROUP_ROUNDS} flushes each, records/s at the median flush:"
+        "group commit, {GROUP} records per flush, with each log's flushes in flight, \
+         records/s of the median window of {WINDOW} flushes ({WINDOWS} windows each):"
+    );
+    println!(
+        "  file backend ({} in flight)                  {rwf:>10.0} records/s",
+        pf.log.flushes_in_flight_max()
+    );
+    for s in &mut subjects {
+        let r = window_rate(std::mem::take(&mut s.windows));
+        println!(
+            "  postgres, {:<32} {r:>10.0} records/s  {:.2} of the file backend's{} ({} in flight)",
+            s.labels[1],
+            r / rwf,
+            s.goals[1],
+            s.shard.log.flushes_in_flight_max()
+        );
+    }
+
+    println!(
+        "group commit, {GROUP} records per flush, one flush at a time, {GROUP_ROUNDS} flushes each, records/s at the median flush:"
     );
     println!("  floor                                      {rfl:>10.0} records/s");
     println!("  file backend                               {rf:>10.0} records/s");
-    for s in &mut subjects {
+    for s in subjects.iter_mut().filter(|s| !s.windows_only) {
         let r = rate(std::mem::take(&mut s.group));
         println!(
-            "  postgres, {:<32} {r:>10.0} records/s  {:.2} of the file backend's{}",
+            "  postgres, {:<32} {r:>10.0} records/s  {:.2} of the file backend's",
             s.labels[1],
             r / rf,
-            s.goals[1]
         );
     }
 

@@ -30,20 +30,33 @@
 //!   the flush is the cost that matters (a round trip to a server, a WAL
 //!   flush and a standby's acknowledgement: hundreds of microseconds) so it
 //!   must overlap the next batch's appends. [`PgLog::begin_flush`] hands the
-//!   batch to a ticket that writes it on the shard's flusher connection, in
-//!   one statement, while the log takes appends. The kv log's spill (writing
-//!   unflushed records early, cut at the next open) is left out: here a
-//!   spill would cost a round trip, and the host flushes every batch.
+//!   batch to a ticket that writes it on one of the shard's flusher
+//!   connections, in one statement, while the log takes appends. Up to
+//!   [`PgOptions::flushes_in_flight`] tickets (2 by default) may be out at
+//!   once, each on its own connection, so one flush's commit wait overlaps
+//!   the next one's statement; the log reports them durable in the order
+//!   they began. They may commit in either order, so a crash can leave a
+//!   later flush's row with an earlier one's missing; that later flush was
+//!   never acknowledged, and the next open deletes it (each row records
+//!   the durable LSN when its flush began, so an open tells such a row
+//!   from lost acknowledged records, which are `Corrupt`). The kv log's
+//!   spill (writing unflushed records early, cut at the next open) is left
+//!   out: here a spill would cost a round trip, and the host flushes every
+//!   batch.
 //! - **Ownership is a lease per shard** in the `shards` table: an epoch, the
 //!   holder's name and an end judged by the server's clock. Opening a shard
 //!   takes the lease (when it lapsed, or its holder is this storage's own
 //!   owner name) and moves the epoch; a thread renews the leases of open
 //!   shards every third of the lease; dropping a shard's parts releases it.
-//!   Every write names the epoch: the flush's `UPDATE ... WHERE epoch = $e`
-//!   in the same statement as its `INSERT`, other writes' `SELECT ... FOR
-//!   KEY SHARE` first in their transaction, which a takeover's `FOR UPDATE`
-//!   waits for. A write that finds another epoch writes nothing and returns
+//!   Every write names the epoch: the flush's `SELECT ... WHERE epoch = $e
+//!   FOR KEY SHARE` in the same statement as its `INSERT`, other writes'
+//!   first in their transaction, which a takeover's `FOR UPDATE` waits
+//!   for. A write that finds another epoch writes nothing and returns
 //!   `Fenced`; so does every later call on that shard's parts.
+//! - **A seal moves `log_last`** (under the epoch): the open reads the
+//!   rows after it to find the log's end, and a log found to end before it
+//!   is missing acknowledged records (`Corrupt` when read), never a
+//!   shorter log without an error.
 //! - **A lost connection latches the part**: a flush or commit whose
 //!   connection fails may or may not have happened, so the part refuses
 //!   writes (`Latched`) until the shard is reopened, and the reopened log
@@ -55,9 +68,9 @@
 //!   under that shard, which its owner reads and deletes (under its epoch)
 //!   once what it recorded is durable.
 //!
-//! Options ([`PgOptions`]): the URL, the schema, the pool size, the lease,
-//! the synchronous-commit level ([`SyncCommit`], what each promises), the
-//! owner name. Deployment (synchronous standbys, failover with Patroni or
+//! Options ([`PgOptions`]): the URL, the schema, the pool size, the
+//! flushes in flight, the lease, the synchronous-commit level
+//! ([`SyncCommit`], what each promises), the owner name. Deployment (synchronous standbys, failover with Patroni or
 //! pg_auto_failover, moving shards, what a lease costs in recovery time):
 //! `DEPLOYMENT.md` in this crate.
 //!
@@ -92,7 +105,7 @@ mod stall_tests;
 pub use error::PgError;
 pub use inbox::{INBOX_READ_ROWS, InboxRow, PgInbox};
 pub use log::{PgLog, STATEMENT_BYTES};
-pub use options::{DEFAULT_URL, PgOptions, SyncCommit};
+pub use options::{DEFAULT_URL, FLUSHES_IN_FLIGHT_MAX, PgOptions, SyncCommit};
 pub use schema::{BACKEND, SCHEMA_VERSION};
 pub use shard::PgShard;
 pub use storage::{PgStorage, ServerPids};

@@ -1,22 +1,34 @@
 //! [`PgLog`]: a shard's log, with split flushes on the shard's flusher
-//! connection.
+//! connections.
 //!
 //! Appends wait in memory, each CRC-framed as `fusee-storage-kv`'s layout
 //! frames a log record, laid out as the entries of the row their flush
 //! writes. [`LogStore::begin_flush`] moves them into a batch shared
 //! with a [`FlushTicket`]; the ticket's I/O writes the batch in one
-//! statement (records and the `log_last` bound together, under the lease's
-//! epoch) on the flusher connection, whichever thread runs it, while the
-//! log takes the next batch's appends and serves reads from the database,
-//! the batch in flight and the pending records. A batch over
-//! [`STATEMENT_BYTES`] goes in one transaction of several statements
-//! instead (PostgreSQL takes at most 1 GiB in one message).
+//! statement (its row, under the lease's epoch) on a flusher connection,
+//! whichever thread runs it, while the log takes the next batch's appends
+//! and serves reads from the database, the batches in flight and the
+//! pending records. A batch over [`STATEMENT_BYTES`] goes in one
+//! transaction of several statements instead (PostgreSQL takes at most
+//! 1 GiB in one message).
 //!
-//! A failed ticket latches the log: a lost connection may have committed
-//! the batch or not, and only a reopen (which reads what the server holds)
-//! can tell. A fenced one wrote nothing, and every later call is `Fenced`.
+//! Up to [`crate::PgOptions::flushes_in_flight`] tickets may be out, each
+//! on the next flusher connection in turn (so no two outstanding share
+//! one); they are finished in the order they began, and the durable LSN
+//! moves only then, so a flush that commits before an earlier one is not
+//! reported durable until the earlier one is.
 //!
-//! # A log row (schema version 3)
+//! A failed ticket latches the log, and every ticket still out fails with
+//! it: a lost connection may have committed the batch or not, and only a
+//! reopen (which reads what the server holds) can tell. A fenced one wrote
+//! nothing, and every later call is `Fenced`.
+//!
+//! A seal ([`LogStore::begin_seal`]) moves the shard's `log_last` to the
+//! durable LSN, under the epoch, on the main connection; an open reads
+//! only the rows after `log_last` to find the log's end (see the crate
+//! documentation).
+//!
+//! # A log row (schema versions 3 and 4)
 //!
 //! A flush writes one row of the `log` table (a batch over
 //! [`STATEMENT_BYTES`], one row per that many bytes): key `(shard, last)`,
@@ -36,16 +48,26 @@
 //! record; a row per flush is one heap tuple and one index entry for the
 //! server to write rather than one per record.
 //!
-//! Rows never overlap, and every row lies within `log_base + 1 ..=
-//! log_last` but for its records a discard passed: a discard deletes the
-//! rows whose last record it passed, and a read skips the records before
-//! where it starts.
+//! Version 4 adds the column `durable`: the log's durable LSN when the
+//! flush that wrote the row began, which tells an open a flush that
+//! overtook one that never committed from lost acknowledged records (see
+//! the crate documentation).
+//!
+//! Rows never overlap, and every row lies past `log_base` but for its
+//! records a discard passed: a discard deletes the rows whose last record
+//! it passed, and a read skips the records before where it starts. Every
+//! record through `log_last` is held (seals, discards and opens move it);
+//! rows past it are the flushes since, which an open reads to find the
+//! log's end.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use fusee_core::record::Lsn;
-use fusee_storage::{FlushTicket, FlushWork, LogStore, Result, StorageError, check_log_append};
+use fusee_storage::{
+    FlushTicket, FlushWork, LogStore, Result, SealTicket, StorageError, check_log_append,
+};
 use fusee_storage_kv::layout::{CRC, check_crc, crc_of, seq_key};
 use fusee_storage_kv::{LogRow, ShardEngine, injected, lock};
 use postgres::fallible_iterator::FallibleIterator;
@@ -97,6 +119,8 @@ impl Entries {
 /// A batch handed to a flush ticket: records `first..` as a row's entries.
 struct Batch {
     first: Lsn,
+    /// The log's durable LSN when the flush began (the row's `durable`).
+    durable: Lsn,
     entries: Entries,
 }
 
@@ -115,10 +139,17 @@ pub struct PgLog {
     base: Lsn,
     /// The last LSN known durable (written by a finished flush).
     durable: Lsn,
-    /// The batch of the ticket out, if one is: LSNs `durable + 1 ..`.
-    inflight: Option<Arc<Batch>>,
-    /// Records after the batch in flight.
+    /// The batches of the tickets out, in the order they began: LSNs
+    /// `durable + 1 ..`, one after the other.
+    inflight: VecDeque<Arc<Batch>>,
+    /// How many tickets may be out ([`crate::PgOptions::flushes_in_flight`]).
+    inflight_max: usize,
+    /// The flusher connection the next ticket writes on.
+    next_flusher: usize,
+    /// Records after the batches in flight.
     pending: Entries,
+    /// A seal ticket is out.
+    sealing: bool,
     latched: bool,
 }
 
@@ -138,13 +169,17 @@ impl PgLog {
     /// cleanup, so the table holds exactly LSNs `row.base+1..=row.last`).
     pub(crate) fn new(shard: PgShard, row: LogRow) -> Self {
         let id = shard.0.shared.next_log.fetch_add(1, Ordering::Relaxed);
+        let inflight_max = shard.0.flushers.len();
         Self {
             shard,
             id,
             base: row.base,
             durable: row.last,
-            inflight: None,
+            inflight: VecDeque::with_capacity(inflight_max),
+            inflight_max,
+            next_flusher: 0,
             pending: Entries::default(),
+            sealing: false,
             latched: false,
         }
     }
@@ -165,14 +200,14 @@ impl PgLog {
 
     fn latch(&mut self) {
         self.latched = true;
-        self.inflight = None;
+        self.inflight.clear();
         self.pending = Entries::default();
     }
 
     /// The first LSN of the pending records.
     fn pending_first(&self) -> Lsn {
         self.inflight
-            .as_ref()
+            .back()
             .map_or(self.durable + 1, |b| b.last() + 1)
     }
 
@@ -259,11 +294,13 @@ fn split_entry(row: &[u8]) -> Option<(&[u8], &[u8])> {
     (len <= rest.len()).then(|| rest.split_at(len))
 }
 
-/// The I/O of one flush: the batch, written on the shard's flusher
-/// connection.
+/// The I/O of one flush: the batch, written on one of the shard's
+/// flusher connections.
 struct FlushJob {
     shard: Arc<ShardInner>,
     batch: Arc<Batch>,
+    /// Which of the shard's flusher connections.
+    flusher: usize,
 }
 
 impl FlushWork for FlushJob {
@@ -277,11 +314,12 @@ impl FlushWork for FlushJob {
         if h.shared.faults.take_flush(h.id) {
             return Err(injected("flushing the log", h.id));
         }
-        let mut slot = lock(&h.flusher);
+        let mut slot = lock(&h.flushers[self.flusher]);
         let conn = h.conn(&mut slot, &doing)?;
         let id = i64::from(h.id);
         let epoch = h.epoch;
         let last_i = i64_of(last, "LSN")?;
+        let durable = i64_of(self.batch.durable, "LSN")?;
         let row = self.batch.entries.row.as_slice();
         if row.len() <= STATEMENT_BYTES {
             let stmt = match &conn.flush {
@@ -298,7 +336,7 @@ impl FlushWork for FlushJob {
             let first_i = i64_of(first, "LSN")?;
             let n = conn
                 .client
-                .execute(&stmt, &[&id, &epoch, &last_i, &first_i, &row])
+                .execute(&stmt, &[&id, &epoch, &last_i, &first_i, &row, &durable])
                 .map_err(|e| h.err(&doing, &e))?;
             return match n {
                 0 => Err(h.fence()),
@@ -313,7 +351,7 @@ impl FlushWork for FlushJob {
         }
         // A batch too large for one message: one row per `STATEMENT_BYTES`
         // in one transaction, fenced like every multi-statement write, on
-        // the flusher connection.
+        // the flusher connection (so it does not move `log_last` either).
         let mut tx = conn.client.transaction().map_err(|e| h.err(&doing, &e))?;
         h.check_epoch(&mut tx, &doing)?;
         // Cut at entry boundaries: each piece is a row of whole entries.
@@ -330,6 +368,7 @@ impl FlushWork for FlushJob {
                         &i64_of(lsn, "LSN")?,
                         &i64_of(row_first, "LSN")?,
                         &piece,
+                        &durable,
                     ],
                 )
                 .map_err(|e| h.err(&doing, &e))?;
@@ -337,9 +376,35 @@ impl FlushWork for FlushJob {
                 row_first = lsn + 1;
             }
         }
-        tx.execute(h.shared.sql.flush_last.as_str(), &[&id, &last_i])
-            .map_err(|e| h.err(&doing, &e))?;
         tx.commit().map_err(|e| h.err(&doing, &e))
+    }
+}
+
+/// The I/O of one seal: `log_last` moved to the sealed LSN, under the
+/// epoch, on the shard's main connection (its flusher connections carry
+/// the flushes).
+struct SealJob {
+    shard: Arc<ShardInner>,
+    lsn: Lsn,
+}
+
+impl FlushWork for SealJob {
+    fn run(&mut self) -> Result<()> {
+        let h = &*self.shard;
+        let doing = format!("sealing the log through LSN {}", self.lsn);
+        h.check(NAMES.log)?;
+        let mut slot = h.main();
+        let conn = h.conn(&mut slot, &doing)?;
+        let id = i64::from(h.id);
+        let lsn = i64_of(self.lsn, "LSN")?;
+        let n = conn
+            .client
+            .execute(h.shared.sql.seal.as_str(), &[&id, &h.epoch, &lsn])
+            .map_err(|e| h.err(&doing, &e))?;
+        if n == 0 {
+            return Err(h.fence());
+        }
+        Ok(())
     }
 }
 
@@ -358,10 +423,10 @@ impl LogStore for PgLog {
 
     fn begin_flush(&mut self) -> Result<FlushTicket> {
         self.writable()?;
-        if self.inflight.is_some() {
+        if self.inflight.len() >= self.inflight_max {
             return Err(StorageError::Misuse {
                 call: "LogStore::begin_flush",
-                why: "a flush ticket is outstanding (begun and never finished)",
+                why: "as many flush tickets are outstanding (begun and not finished) as flushes_in_flight allows",
             });
         }
         if self.pending.count == 0 {
@@ -375,14 +440,20 @@ impl LogStore for PgLog {
             count: 0,
         };
         let batch = Arc::new(Batch {
-            first: self.durable + 1,
+            first: self.pending_first(),
+            durable: self.durable,
             entries: std::mem::replace(&mut self.pending, next),
         });
         let last = batch.last();
-        self.inflight = Some(Arc::clone(&batch));
+        self.inflight.push_back(Arc::clone(&batch));
+        // The tickets out are consecutive and at most as many as the
+        // connections, so taking them in turn gives each its own.
+        let flusher = self.next_flusher;
+        self.next_flusher = (flusher + 1) % self.inflight_max;
         let job = FlushJob {
             shard: Arc::clone(&self.shard.0),
             batch,
+            flusher,
         };
         Ok(FlushTicket::new(self.id, last, Box::new(job)))
     }
@@ -391,19 +462,70 @@ impl LogStore for PgLog {
         if ticket.log() == 0 {
             return ticket.finish();
         }
-        let expected = self.inflight.as_ref().map(|b| b.last());
-        if ticket.log() != self.id || expected != Some(ticket.last_lsn()) {
+        if ticket.log() != self.id {
             return Err(StorageError::Misuse {
                 call: "LogStore::finish_flush",
                 why: "the ticket was not begun by this log",
             });
         }
+        if self.latched {
+            // An earlier ticket failed: whatever this one did, the records
+            // between are not known durable.
+            return Err(StorageError::Latched { what: NAMES.log });
+        }
+        let front = self.inflight.front().map(|b| b.last());
+        if front != Some(ticket.last_lsn()) {
+            // Ours, out of turn (or finished twice): its records can no
+            // longer be reported durable in order.
+            self.latch();
+            return Err(StorageError::Misuse {
+                call: "LogStore::finish_flush",
+                why: "the ticket is not the oldest outstanding one of this log (finish tickets in the order they began)",
+            });
+        }
         match ticket.finish() {
             Ok(last) => {
                 self.durable = last;
-                self.inflight = None;
+                self.inflight.pop_front();
                 Ok(last)
             }
+            Err(e) => {
+                self.latch();
+                Err(e)
+            }
+        }
+    }
+
+    fn flushes_in_flight_max(&self) -> usize {
+        self.inflight_max
+    }
+
+    fn begin_seal(&mut self) -> Result<SealTicket> {
+        self.writable()?;
+        if self.sealing {
+            return Err(StorageError::Misuse {
+                call: "LogStore::begin_seal",
+                why: "a seal ticket is outstanding (begun and never finished)",
+            });
+        }
+        self.sealing = true;
+        let job = SealJob {
+            shard: Arc::clone(&self.shard.0),
+            lsn: self.durable,
+        };
+        Ok(SealTicket::new(self.id, self.durable, Box::new(job)))
+    }
+
+    fn finish_seal(&mut self, ticket: SealTicket) -> Result<Lsn> {
+        if ticket.log() != self.id {
+            return Err(StorageError::Misuse {
+                call: "LogStore::finish_seal",
+                why: "the ticket was not begun by this log",
+            });
+        }
+        self.sealing = false;
+        match ticket.finish() {
+            Ok(lsn) => Ok(lsn),
             Err(e) => {
                 self.latch();
                 Err(e)

@@ -67,14 +67,26 @@ pub struct PgOptions {
     /// with a letter or `_`, at most 63 bytes. Default `fusee`.
     pub schema: String,
     /// Connections kept open between shard opens for reuse (default 8).
-    /// An open shard holds two connections (one for its reads, run store
-    /// and commits, one for its log flushes, so a flush overlaps the
-    /// shard's other work), a third once its inbox is used
-    /// ([`crate::PgInbox`], as the engine does), and the storage one more
-    /// for renewing leases and one listening for inbox notifications:
-    /// size the server's `max_connections` for `3 × shards + 2` per
-    /// process, plus this pool.
+    /// An open shard holds `1 + flushes_in_flight` connections (one for
+    /// its reads, run store and commits, one per log flush in flight, so
+    /// flushes overlap the shard's other work and each other), one more
+    /// once its inbox is used ([`crate::PgInbox`], as the engine does), and
+    /// the storage one more for renewing leases and one listening for
+    /// inbox notifications: size the server's `max_connections` for
+    /// `(2 + flushes_in_flight) × shards + 2` per process (`4 × shards + 2`
+    /// by default), plus this pool.
     pub pool_size: usize,
+    /// How many log flushes of one shard may be in flight at once, each
+    /// on a connection of its own (default 2, at most
+    /// [`FLUSHES_IN_FLIGHT_MAX`]): the second flush's statement runs while
+    /// the first waits for its commit, so a shard under load flushes more
+    /// records per second (measured in DEPLOYMENT.md, "What a flush
+    /// costs"). The log reports flushes durable in the order they began
+    /// whatever order the server commits them in, and an open deletes a
+    /// flush that overtook one that never committed (the crate
+    /// documentation says how). 1 keeps one connection per shard for
+    /// flushes and one flush at a time.
+    pub flushes_in_flight: usize,
     /// How long a shard's lease lives without renewal (default 10 s). The
     /// owner renews every third of it; another process can take the shard
     /// once it lapses. It bounds how long a shard stays unowned after its
@@ -105,6 +117,11 @@ impl Default for PgOptions {
     }
 }
 
+/// The most [`PgOptions::flushes_in_flight`] allows: a third flush in
+/// flight measured no faster than two on the machines DEPLOYMENT.md
+/// describes, and each costs a connection per shard.
+pub const FLUSHES_IN_FLIGHT_MAX: usize = 4;
+
 /// The URL [`PgOptions::default`] connects to.
 pub const DEFAULT_URL: &str = "postgresql://postgres@localhost/postgres";
 
@@ -115,6 +132,7 @@ impl PgOptions {
             url: url.into(),
             schema: "fusee".to_owned(),
             pool_size: 8,
+            flushes_in_flight: 2,
             lease: Duration::from_secs(10),
             synchronous_commit: SyncCommit::On,
             owner: None,

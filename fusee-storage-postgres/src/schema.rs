@@ -6,9 +6,9 @@
 //! | table | key | columns | holds |
 //! |---|---|---|---|
 //! | `format` | `one` (always true) | `backend text`, `version int4` | which backend and schema version made the store |
-//! | `shards` | `shard` | `epoch int8`, `owner text`, `expires timestamptz`, `log_base int8`, `log_last int8` | the shard's lease (epoch, holder, end by the server's clock) and its log bounds: the LSN before the first record kept, the last flushed LSN |
+//! | `shards` | `shard` | `epoch int8`, `owner text`, `expires timestamptz`, `log_base int8`, `log_last int8` | the shard's lease (epoch, holder, end by the server's clock) and its log bounds: the LSN before the first record kept, and an LSN through which the log is known whole (moved by seals, discards and opens, never by a flush) |
 //! | `commits` | `shard` | `value bytea` | the last commit: `fusee-storage-kv`'s commit row (store position, index generation and size, checkpoint, CRC) |
-//! | `log` | `shard, last` | `first int8`, `value bytea` | one row per flush (or per 32 MiB of one): log records `first..=last`, laid out as [`crate::log`] says (each record under its own CRC over the key `seq_key(shard, lsn)`, as [`fusee_storage_kv::layout`] frames it) |
+//! | `log` | `shard, last` | `first int8`, `value bytea`, `durable int8` | one row per flush (or per 32 MiB of one): log records `first..=last`, laid out as [`crate::log`] says (each record under its own CRC over the key `seq_key(shard, lsn)`, as [`fusee_storage_kv::layout`] frames it); `durable`, the log's durable LSN when the flush began (`NULL` in rows written before version 4, meaning `first - 1`) |
 //! | `store` | `shard, n` | `value bytea` | run-store frames, framed the same way under `seq_key(shard, n)` |
 //! | `idx` | `shard, generation, run` | `value bytea` | index records with their CRC under `index_key(shard, generation, run)` |
 //! | `inbox` | `shard, id` | `sender int8`, `value bytea` | messages for the shard from shards of other processes ([`crate::PgInbox`]): CRC-32 of [`inbox_key`](crate::inbox::inbox_key)`(shard)` and the message, then the message; `id` from the table's identity sequence, so a message sent again (after its sender crashed before it counted it sent) is another row, never one taken for it |
@@ -16,10 +16,27 @@
 //! The values are the bytes `fusee-storage-kv`'s layout defines, and their
 //! CRCs cover the key the columns spell, so a value read under another
 //! shard, LSN, frame or run fails like a changed byte. The log bounds are
-//! two columns rather than the layout's log row: a flush moves `log_last`
-//! and a discard `log_base`, each with its own `UPDATE`, so a flush in
-//! flight on the flusher's connection and a discard on the shard's other
-//! connection never overwrite each other's half.
+//! two columns rather than the layout's log row: a discard moves
+//! `log_base` (and `log_last` up to it), a seal `log_last`, each with its
+//! own `UPDATE`, so they never overwrite each other's half.
+//!
+//! # Flushes in flight, and what an open repairs
+//!
+//! A flush only inserts its row, under a `FOR KEY SHARE` lock on its
+//! shard's row that checks the lease's epoch: two flushes of one shard on
+//! two connections ([`crate::PgOptions::flushes_in_flight`]) never wait
+//! for each other, so one's commit wait overlaps the next one's statement.
+//! They may therefore commit in either order, and a crash can leave the
+//! later one's row with the earlier one's missing: a gap. The later flush
+//! was never acknowledged (the log reports flushes durable in the order
+//! they began), so the open that takes the lease deletes every row after
+//! the first gap, and moves `log_last` to the end of what is left. A row
+//! after a gap is only taken for such a flush if its `durable` column is
+//! below the gap (it began before the missing records could have been
+//! acknowledged); otherwise acknowledged records are missing and the open
+//! fails with `Corrupt` naming the first of them. The open reads only rows
+//! past `log_last`: seals and discards move it, so it stays close to the
+//! end of the log.
 //!
 //! # Versions
 //!
@@ -28,6 +45,7 @@
 //! | 1 | the tables above but `inbox`, and `log` with a row per record (`shard, lsn` → `value`) |
 //! | 2 | `inbox` |
 //! | 3 | `log` with a row per flush: a flush of 256 records writes one row, not 256 (the server's per-row work, a heap tuple and an index entry each, was most of a group commit's time) |
+//! | 4 | `log.durable`, and a flush no longer moves `shards.log_last` (so two flushes of a shard need not take turns on its row): an open finds the log's end from the rows after `log_last` |
 //!
 //! A version 1 or 2 schema is upgraded in place when a storage of this
 //! build opens it, in the transaction that judges the schema: version 1
@@ -39,8 +57,11 @@
 //! moves. The rewrite holds the old table's exclusive lock until it
 //! commits, so an older process flushing meanwhile waits and then fails
 //! (its table is gone): it latches and acknowledges nothing it did not
-//! write. An older process opening the store afterwards is refused
-//! (`UnsupportedFormat`). Upgrade every process of a store together.
+//! write. A version 3 schema gains the `durable` column (`NULL` in its
+//! rows, which were all written in order). An older process opening the
+//! store afterwards is refused (`UnsupportedFormat`): a version 3 process
+//! would take `log_last` for the log's end and delete what follows it.
+//! Upgrade every process of a store together.
 //!
 //! A schema of another version is refused at open with
 //! [`fusee_storage::StorageError::UnsupportedFormat`]; a schema holding
@@ -54,7 +75,7 @@ use postgres::Client;
 use crate::error::{PgError, map};
 
 /// The schema version this build creates and reads.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The backend's name in the `format` row.
 pub const BACKEND: &str = "postgres";
@@ -93,13 +114,15 @@ pub(crate) struct Sql {
     pub(crate) take_shard: String,
     pub(crate) commit_row: String,
     pub(crate) cleanup: [String; 3],
+    pub(crate) log_tail: String,
+    pub(crate) set_last: String,
     pub(crate) epoch: String,
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) shards: String,
     pub(crate) flush: String,
     pub(crate) flush_insert: String,
-    pub(crate) flush_last: String,
+    pub(crate) seal: String,
     pub(crate) discard_base: String,
     pub(crate) discard_log: String,
     pub(crate) log_scan: String,
@@ -116,6 +139,8 @@ pub(crate) struct Sql {
     /// Rewrites a version 2 `log` table row per record into this
     /// version's row per flush, and moves the version.
     pub(crate) upgrade_2: String,
+    /// Adds `log.durable`: the upgrade from version 3 to 4.
+    pub(crate) upgrade_3: String,
     pub(crate) inbox_post: String,
     pub(crate) inbox_read: String,
     pub(crate) inbox_remove: String,
@@ -131,7 +156,7 @@ impl Sql {
         // little on records that carry their own encodings.
         let create_log = format!(
             "CREATE TABLE {s}.log (shard int8, last int8, first int8 NOT NULL,
-                 value bytea NOT NULL, PRIMARY KEY (shard, last));
+                 value bytea NOT NULL, durable int8, PRIMARY KEY (shard, last));
              ALTER TABLE {s}.log ALTER COLUMN value SET STORAGE EXTERNAL;"
         );
         let create_inbox = format!(
@@ -177,10 +202,14 @@ impl Sql {
             cleanup: [
                 format!("DELETE FROM {s}.store WHERE shard = $1 AND n >= $2"),
                 format!("DELETE FROM {s}.idx WHERE shard = $1 AND generation <> $2"),
-                // Rows past the last flushed LSN (none a flush leaves: a
-                // row and its bound move in one transaction).
+                // Rows past the log's end: flushes after a gap.
                 format!("DELETE FROM {s}.log WHERE shard = $1 AND first > $2"),
             ],
+            log_tail: format!(
+                "SELECT first, last, coalesce(durable, first - 1) FROM {s}.log
+                 WHERE shard = $1 AND last > $2 ORDER BY last"
+            ),
+            set_last: format!("UPDATE {s}.shards SET log_last = $2 WHERE shard = $1"),
             epoch: format!("SELECT epoch FROM {s}.shards WHERE shard = $1 FOR KEY SHARE"),
             // Never a released lease (`expires = '-infinity'`, which only a
             // release writes once a lease was taken): a renewal that read
@@ -199,23 +228,34 @@ impl Sql {
             ),
             shards: format!("SELECT shard FROM {s}.shards ORDER BY shard"),
             // The flush: one statement, so one round trip and its own
-            // transaction. The UPDATE finds the row only under this
-            // owner's epoch (re-checked after any lock wait, so a takeover
-            // that committed first leaves it nothing), and the INSERT
-            // joins its result: a stale owner writes no record and moves
-            // no bound, and learns it from the row count.
+            // transaction. The SELECT finds the shard's row only under
+            // this owner's epoch, locked FOR KEY SHARE like every fenced
+            // write (a takeover's FOR UPDATE waits for it; after one, the
+            // re-check finds the new epoch), and the INSERT joins its
+            // result: a stale owner writes no record and learns it from
+            // the row count. Two flushes' KEY SHARE locks do not conflict,
+            // so neither waits for the other's commit.
             flush: format!(
-                "WITH s AS (UPDATE {s}.shards SET log_last = $3
-                            WHERE shard = $1 AND epoch = $2 RETURNING shard)
-                 INSERT INTO {s}.log (shard, last, first, value)
-                 SELECT s.shard, $3, $4, $5 FROM s"
+                "WITH s AS (SELECT shard FROM {s}.shards
+                            WHERE shard = $1 AND epoch = $2 FOR KEY SHARE)
+                 INSERT INTO {s}.log (shard, last, first, value, durable)
+                 SELECT s.shard, $3, $4, $5, $6 FROM s"
             ),
             flush_insert: format!(
-                "INSERT INTO {s}.log (shard, last, first, value) VALUES ($1, $2, $3, $4)"
+                "INSERT INTO {s}.log (shard, last, first, value, durable)
+                 VALUES ($1, $2, $3, $4, $5)"
             ),
-            flush_last: format!("UPDATE {s}.shards SET log_last = $2 WHERE shard = $1"),
+            // Under this owner's epoch only (the UPDATE re-checks it after
+            // any lock wait): a stale owner seals nothing.
+            seal: format!(
+                "UPDATE {s}.shards SET log_last = greatest(log_last, $3)
+                 WHERE shard = $1 AND epoch = $2"
+            ),
+            // The log is whole through a discard's LSN (it is durable), so
+            // `log_last` may follow the base.
             discard_base: format!(
-                "UPDATE {s}.shards SET log_base = greatest(log_base, $2) WHERE shard = $1"
+                "UPDATE {s}.shards SET log_base = greatest(log_base, $2),
+                     log_last = greatest(log_last, $2) WHERE shard = $1"
             ),
             // A row partly discarded stays until its last record is: the
             // base says where the log begins.
@@ -259,6 +299,10 @@ impl Sql {
                  INSERT INTO {s}.log (shard, last, first, value)
                      SELECT shard, lsn, lsn, int4send(length(value)) || value FROM {s}.log_v2;
                  DROP TABLE {s}.log_v2;
+                 UPDATE {s}.format SET version = {SCHEMA_VERSION};"
+            ),
+            upgrade_3: format!(
+                "ALTER TABLE {s}.log ADD COLUMN durable int8;
                  UPDATE {s}.format SET version = {SCHEMA_VERSION};"
             ),
             // The rows take their ids (the identity's default) in the
@@ -338,12 +382,18 @@ pub(crate) fn prepare(
             });
         }
         let found = u32::try_from(version).unwrap_or(u32::MAX);
-        if found == 1 || found == 2 {
-            // See the module docs.
+        if (1..=3).contains(&found) {
+            // See the module docs. Versions 1 and 2 get this version's
+            // `log` table whole; 3 gains its column.
             if found == 1 {
                 tx.batch_execute(&sql.upgrade_1).map_err(err)?;
             }
-            tx.batch_execute(&sql.upgrade_2).map_err(err)?;
+            let upgrade = if found == 3 {
+                &sql.upgrade_3
+            } else {
+                &sql.upgrade_2
+            };
+            tx.batch_execute(upgrade).map_err(err)?;
             return tx.commit().map_err(err);
         }
         if found != SCHEMA_VERSION {

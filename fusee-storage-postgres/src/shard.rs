@@ -42,8 +42,10 @@ pub(crate) struct ShardInner {
     fenced: Arc<AtomicBool>,
     /// Reads, run-store spills, bases, commits and discards.
     main: Mutex<Option<Conn>>,
-    /// Log flushes, so one overlaps the shard's other work.
-    pub(crate) flusher: Mutex<Option<Conn>>,
+    /// Log flushes, so one overlaps the shard's other work: one
+    /// connection per flush that may be in flight
+    /// ([`crate::PgOptions::flushes_in_flight`]), taken in turn.
+    pub(crate) flushers: Vec<Mutex<Option<Conn>>>,
 }
 
 /// The engine handle of one open shard (cloned into each part).
@@ -66,7 +68,7 @@ impl ShardInner {
         epoch: i64,
         fenced: Arc<AtomicBool>,
         main: Conn,
-        flusher: Conn,
+        flushers: Vec<Conn>,
     ) -> Self {
         Self {
             shared,
@@ -74,7 +76,7 @@ impl ShardInner {
             epoch,
             fenced,
             main: Mutex::new(Some(main)),
-            flusher: Mutex::new(Some(flusher)),
+            flushers: flushers.into_iter().map(|c| Mutex::new(Some(c))).collect(),
         }
     }
 
@@ -202,11 +204,11 @@ impl Drop for ShardInner {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let flusher = self
-            .flusher
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let flushers: Vec<Conn> = self
+            .flushers
+            .iter_mut()
+            .filter_map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()).take())
+            .collect();
         // A clean end releases the lease, so the next owner need not wait
         // for it to lapse; a killed storage (a simulated death) leaves it.
         if !sh.dead.load(Ordering::Acquire)
@@ -221,10 +223,10 @@ impl Drop for ShardInner {
                 sh.give_back(conn);
             }
         }
-        if let Some(conn) = flusher
-            && !sh.dead.load(Ordering::Acquire)
-        {
-            sh.give_back(conn);
+        if !sh.dead.load(Ordering::Acquire) {
+            for conn in flushers {
+                sh.give_back(conn);
+            }
         }
         sh.open.release(self.id);
     }

@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
+use fusee_core::record::Lsn;
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
 use fusee_storage_kv::{CommitRow, FaultSwitches, KvCheckpoint, KvRuns, LogRow, ShardState, lock};
 use postgres::{Client, NoTls};
 
 use crate::error::{PgError, map};
+use crate::options::FLUSHES_IN_FLIGHT_MAX;
 use crate::schema::{Sql, check_name, prepare};
 use crate::shard::{PgShard, ShardInner, i64_of};
 use crate::{NAMES, PgCheckpoint, PgLog, PgOptions, PgRuns};
@@ -92,14 +94,16 @@ pub(crate) fn session_setup(options: &PgOptions) -> String {
     )
 }
 
-/// The server processes serving an open shard's two connections: for
+/// The server processes serving an open shard's connections: for
 /// `pg_stat_activity`, or for `pg_terminate_backend` in a drill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerPids {
     /// The connection of its reads, run store and commits.
     pub main: i32,
-    /// The connection its log flushes run on.
-    pub flusher: i32,
+    /// The connections its log flushes run on, one per flush that may be
+    /// in flight ([`PgOptions::flushes_in_flight`]), in the order flushes
+    /// take them.
+    pub flushers: Vec<i32>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -235,6 +239,16 @@ impl PgStorage {
             }
             .into());
         }
+        if !(1..=FLUSHES_IN_FLIGHT_MAX).contains(&options.flushes_in_flight) {
+            return Err(PgError::BadOption {
+                option: "flushes_in_flight",
+                why: format!(
+                    "{} is outside 1 to {FLUSHES_IN_FLIGHT_MAX} (each is a connection per open shard)",
+                    options.flushes_in_flight
+                ),
+            }
+            .into());
+        }
         let mut config = postgres::Config::from_str(&options.url).map_err(|e| PgError::BadUrl {
             message: e.to_string(),
         })?;
@@ -284,7 +298,9 @@ impl PgStorage {
     /// The server processes serving an open shard's connections (`None`
     /// if this storage has not opened it).
     pub fn server_pids(&self, shard: u32) -> Option<ServerPids> {
-        lock(&self.shared.leases).get(&shard).map(|l| l.pids)
+        lock(&self.shared.leases)
+            .get(&shard)
+            .map(|l| l.pids.clone())
     }
 
     /// Stops (or resumes) renewing this storage's leases, as a process that
@@ -349,7 +365,7 @@ impl PgStorage {
         };
         let base: i64 = row.try_get(3).map_err(err)?;
         let last: i64 = row.try_get(4).map_err(err)?;
-        let log = LogRow {
+        let mut log = LogRow {
             base: u64::try_from(base).map_err(|_| corrupt())?,
             last: u64::try_from(last).map_err(|_| corrupt())?,
         };
@@ -362,6 +378,28 @@ impl PgStorage {
                 &[&id, &sh.owner, &sh.lease_secs()],
             )
             .and_then(|r| r.try_get(0))
+            .map_err(err)?;
+        // The previous owner's flushes have ended (the lock above waited
+        // for their KEY SHARE locks) or will find the new epoch, so the
+        // rows read here are all its flushes will ever leave.
+        let rows = tx
+            .query(sh.sql.log_tail.as_str(), &[&id, &last])
+            .map_err(err)?;
+        let mut tail = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let lsn = |i| -> Result<Lsn> {
+                let n: i64 = row.try_get(i).map_err(err)?;
+                u64::try_from(n).map_err(|_| corrupt())
+            };
+            tail.push(TailRow {
+                first: lsn(0)?,
+                last: lsn(1)?,
+                durable: lsn(2)?,
+            });
+        }
+        log.last = log_end(log.last, &tail)?;
+        let last = i64_of(log.last, "LSN")?;
+        tx.execute(sh.sql.set_last.as_str(), &[&id, &last])
             .map_err(err)?;
         let commit = match tx
             .query_opt(sh.sql.commit_row.as_str(), &[&id])
@@ -382,9 +420,9 @@ impl PgStorage {
             seal: None,
         };
         // What no flush or commit made the shard's own: frames spilled past
-        // the committed position, bases streamed and never committed (and
-        // log records past the last flush, which a flush's single statement
-        // never leaves, kept for symmetry with the other backends).
+        // the committed position, bases streamed and never committed, and
+        // log rows after a gap (flushes that overtook one that never
+        // committed).
         let cleanup = state.cleanup();
         let position = i64_of(cleanup.frames_from, "the run store's position")?;
         let generation = i64::from(cleanup.keep_generation);
@@ -397,6 +435,44 @@ impl PgStorage {
         tx.commit().map_err(err)?;
         Ok((epoch, state))
     }
+}
+
+/// A log row past `log_last`, as an open reads it: its LSNs and the log's
+/// durable LSN when its flush began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TailRow {
+    first: Lsn,
+    last: Lsn,
+    durable: Lsn,
+}
+
+/// The log's end, from `known` (every record through it is held) and the
+/// rows after it in LSN order: the end of the run of rows that follows
+/// without a gap. The rows after a gap are flushes that began before the
+/// missing records were acknowledged (their `durable` is below the gap)
+/// and overtook a flush that never committed; the caller deletes them. A
+/// row after a gap that began later means acknowledged records are
+/// missing: `Corrupt` naming the first.
+fn log_end(known: Lsn, rows: &[TailRow]) -> Result<Lsn> {
+    let mut next = known + 1;
+    let mut gap = None;
+    for row in rows {
+        match gap {
+            // A row may begin before `next` only where a discard or a seal
+            // left `log_last` inside it; overlaps are the read's to report.
+            None if row.first <= next => next = next.max(row.last + 1),
+            _ => {
+                let missing = *gap.get_or_insert(next);
+                if row.durable >= missing {
+                    return Err(StorageError::Corrupt {
+                        what: NAMES.missing_record,
+                        at: missing,
+                    });
+                }
+            }
+        }
+    }
+    Ok(next - 1)
 }
 
 impl Storage for PgStorage {
@@ -412,11 +488,13 @@ impl Storage for PgStorage {
         // inner state once it exists, by hand before.
         let taken = (|| {
             let mut main = sh.take_conn()?;
-            let flusher = sh.take_conn()?;
+            let flushers = (0..sh.options.flushes_in_flight)
+                .map(|_| sh.take_conn())
+                .collect::<Result<Vec<_>>>()?;
             let (epoch, state) = self.take(&mut main, shard)?;
-            Ok((main, flusher, epoch, state))
+            Ok((main, flushers, epoch, state))
         })();
-        let (main, flusher, epoch, state) = match taken {
+        let (main, flushers, epoch, state) = match taken {
             Ok(t) => t,
             Err(e) => {
                 sh.open.release(shard);
@@ -425,7 +503,7 @@ impl Storage for PgStorage {
         };
         let pids = ServerPids {
             main: main.pid,
-            flusher: flusher.pid,
+            flushers: flushers.iter().map(|c| c.pid).collect(),
         };
         let fenced = Arc::new(AtomicBool::new(false));
         lock(&sh.leases).insert(
@@ -442,7 +520,7 @@ impl Storage for PgStorage {
             epoch,
             fenced,
             main,
-            flusher,
+            flushers,
         )));
         Ok(ShardParts {
             log: PgLog::new(engine.clone(), state.log),
@@ -550,6 +628,53 @@ fn renew_loop(weak: &Weak<Shared>, every: Duration) {
             let still_ours = current.get(shard).is_some_and(|l| l.epoch == lease.epoch);
             if still_ours && !renewed.contains(&i64::from(*shard)) {
                 lease.fenced.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(first: Lsn, last: Lsn, durable: Lsn) -> TailRow {
+        TailRow {
+            first,
+            last,
+            durable,
+        }
+    }
+
+    #[test]
+    fn the_log_ends_where_the_rows_after_log_last_stop_following_on() {
+        assert_eq!(log_end(7, &[]).ok(), Some(7));
+        // In order, the first one begun before the second was finished.
+        let rows = [row(8, 10, 7), row(11, 20, 7), row(21, 21, 20)];
+        assert_eq!(log_end(7, &rows).ok(), Some(21));
+        // `log_last` inside the first row (a discard's LSN).
+        assert_eq!(log_end(9, &[row(8, 10, 7), row(11, 12, 10)]).ok(), Some(12));
+    }
+
+    #[test]
+    fn rows_after_a_gap_are_a_flush_that_overtook_one_never_committed() {
+        // 11..=20 never committed; 21..=30 began while it was in flight.
+        let rows = [row(8, 10, 7), row(21, 30, 10)];
+        assert_eq!(log_end(7, &rows).ok(), Some(10));
+        // Two flushes past the gap, both begun before it was acknowledged.
+        let rows = [row(21, 30, 7), row(31, 40, 7)];
+        assert_eq!(log_end(7, &rows).ok(), Some(7));
+    }
+
+    #[test]
+    fn a_row_past_a_gap_that_began_after_it_was_acknowledged_is_corrupt() {
+        // 11..=20 was durable when 21..=30 began: acknowledged, and lost.
+        for rows in [
+            vec![row(8, 10, 7), row(21, 30, 20)],
+            vec![row(8, 10, 7), row(21, 30, 10), row(31, 40, 30)],
+        ] {
+            match log_end(7, &rows) {
+                Err(StorageError::Corrupt { at: 11, .. }) => {}
+                other => panic!("{rows:?}: expected Corrupt at 11, found {other:?}"),
             }
         }
     }

@@ -107,6 +107,8 @@ mod harness {
                 // clause covers losing the server).
                 power_loss: false,
                 commit_crash_points: COMMIT_CRASH_POINTS,
+                // Two flushes in flight by default, on two connections.
+                overlapping_flushes: true,
             }
         }
 
@@ -174,10 +176,12 @@ mod harness {
             shard: u32,
             flush: &mut dyn FnMut() -> bool,
         ) -> bool {
-            let pid = s
+            // The flush runs on one of the shard's flusher connections:
+            // the one found waiting is killed.
+            let pids = s
                 .server_pids(shard)
                 .unwrap_or_else(|| panic!("shard {shard} is not open"))
-                .flusher;
+                .flushers;
             // Hold the shard's row so the flush's statement waits on it:
             // the kill then lands while the statement runs.
             let mut locker = admin(&self.url);
@@ -196,20 +200,27 @@ mod harness {
                     let mut c = admin(&url);
                     let start = Instant::now();
                     while start.elapsed() < Duration::from_secs(30) {
-                        let waiting: bool = c
-                            .query_one(
-                                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                                 WHERE pid = $1 AND wait_event_type = 'Lock')",
-                                &[&pid],
+                        let waiting: Option<i32> = c
+                            .query_opt(
+                                "SELECT pid FROM pg_stat_activity
+                                 WHERE pid = ANY($1) AND wait_event_type = 'Lock'",
+                                &[&pids],
                             )
-                            .and_then(|r| r.try_get(0))
-                            .unwrap_or(false);
-                        if waiting {
-                            break;
+                            .ok()
+                            .flatten()
+                            .and_then(|r| r.try_get(0).ok());
+                        if let Some(pid) = waiting {
+                            let _ = c.execute("SELECT pg_terminate_backend($1)", &[&pid]);
+                            return;
                         }
                         std::thread::sleep(Duration::from_millis(5));
                     }
-                    let _ = c.execute("SELECT pg_terminate_backend($1)", &[&pid]);
+                    // Never seen waiting: kill them all rather than leave
+                    // the flush waiting on the lock this thread's caller
+                    // holds.
+                    for pid in &pids {
+                        let _ = c.execute("SELECT pg_terminate_backend($1)", &[pid]);
+                    }
                 });
                 let ok = flush();
                 let _ = killer.join();

@@ -1,8 +1,9 @@
-//! The log's rows (schema version 3: a row per flush, each record an entry
-//! under its own CRC): damage to a row is `Corrupt` naming an LSN, never
-//! fewer records without an error; and stores of versions 1 and 2 (a row
-//! per record) are upgraded in place at open with every record and its CRC
-//! kept.
+//! The log's rows (since schema version 3: a row per flush, each record an
+//! entry under its own CRC): damage to a row is `Corrupt` naming an LSN,
+//! never fewer records without an error; a flush that overtook one that
+//! never committed is deleted at the next open, and lost acknowledged
+//! records are told from it; and stores of versions 1 to 3 are upgraded in
+//! place at open with every record and its CRC kept.
 //!
 //! Without `FUSEE_PG_URL` (outside CI) the file compiles to one test that
 //! prints SKIPPED.
@@ -12,7 +13,7 @@ mod common;
 #[cfg(not(fusee_pg))]
 #[test]
 fn log_rows_skipped() {
-    common::skipped_without_server("log_rows: 2 tests skipped");
+    common::skipped_without_server("log_rows: 3 tests skipped");
 }
 
 #[cfg(fusee_pg)]
@@ -115,9 +116,61 @@ mod with_server {
     }
 
     #[test]
-    fn stores_of_versions_1_and_2_are_upgraded_with_every_record() {
+    fn a_flush_past_a_gap_is_deleted_at_open_unless_it_began_after_the_gap() {
         let url = url();
-        for version in [1, 2] {
+        // The flush of 101..=300 began while 2..=100 was in flight (its
+        // `durable` 1), and 2..=100 never committed: the log is 1 alone.
+        let schema = unique_schema("gap");
+        write_three_flushes(&url, &schema);
+        let mut admin = admin(&url);
+        admin
+            .batch_execute(&format!(
+                "DELETE FROM \"{schema}\".log WHERE last = 100;
+                 UPDATE \"{schema}\".log SET durable = 1 WHERE last = 300;"
+            ))
+            .expect("the gap");
+        let got = read_all(&url, &schema).expect("a log ending before its gap");
+        assert_eq!(got, vec![(1, record(1))]);
+        let rows: i64 = admin
+            .query_one(&format!("SELECT count(*) FROM \"{schema}\".log"), &[])
+            .and_then(|r| r.try_get(0))
+            .expect("count");
+        assert_eq!(rows, 1, "the row past the gap is deleted");
+        // The log goes on from 1, through LSNs the deleted row held.
+        {
+            let storage = PgStorage::open(&options(&url, &schema, "next")).expect("open");
+            let mut parts = storage.open_shard(0).expect("shard");
+            assert_eq!(parts.log.last_lsn(), 1);
+            for lsn in 2..=300 {
+                parts.log.append(lsn, &record(lsn)).expect("append");
+            }
+            assert_eq!(parts.log.flush().expect("flush"), 300);
+        }
+        let got = read_all(&url, &schema).expect("reads after a flush");
+        let want: Vec<(u64, Vec<u8>)> = (1..=300).map(|l| (l, record(l))).collect();
+        assert_eq!(got, want);
+        drop_schema(&url, &schema);
+        // The same gap, but the flush after it began once 2..=100 was
+        // durable: acknowledged records are missing.
+        let schema = unique_schema("gap");
+        write_three_flushes(&url, &schema);
+        admin
+            .execute(
+                &format!("DELETE FROM \"{schema}\".log WHERE last = 100"),
+                &[],
+            )
+            .expect("the gap");
+        match read_all(&url, &schema) {
+            Err(StorageError::Corrupt { at: 2, .. }) => {}
+            other => panic!("expected Corrupt at 2, found {:?}", other.map(|r| r.len())),
+        }
+        drop_schema(&url, &schema);
+    }
+
+    #[test]
+    fn stores_of_versions_1_to_3_are_upgraded_with_every_record() {
+        let url = url();
+        for version in [1, 2, 3] {
             let schema = unique_schema("upgrade");
             old_store(&url, &schema, version, 40);
             let got = read_all(&url, &schema).expect("the upgraded store reads");
@@ -144,9 +197,16 @@ mod with_server {
             // own CRC after it.
             let schema2 = unique_schema("upgrade");
             old_store(&url, &schema2, version, 5);
+            // Byte 6 of the old value: in its record (behind the CRC, and
+            // in version 3 behind the entry's length too).
+            let (key, byte) = if version >= 3 {
+                ("last", 10)
+            } else {
+                ("lsn", 6)
+            };
             admin(&url)
                 .execute(
-                    &format!("UPDATE \"{schema2}\".log SET value = set_byte(value, 6, get_byte(value, 6) # 1) WHERE lsn = 3"),
+                    &format!("UPDATE \"{schema2}\".log SET value = set_byte(value, {byte}, get_byte(value, {byte}) # 1) WHERE {key} = 3"),
                     &[],
                 )
                 .expect("damage");

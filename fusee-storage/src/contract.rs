@@ -92,13 +92,21 @@ pub trait LogStore: Send {
     /// this log reports, until [`LogStore::finish_flush`] takes the ticket
     /// back.
     ///
-    /// At most one ticket may be outstanding: a backend that pipelines
-    /// refuses a second with [`crate::StorageError::Misuse`]. A ticket
-    /// dropped instead of finished stays outstanding (nobody knows whether
-    /// its records are durable), so such a log refuses flushes until the
-    /// shard is reopened; a crash meanwhile keeps the usual prefix. The default
-    /// does the whole flush here and returns a ticket with nothing left to
-    /// run, which is correct for any backend, just not overlapped.
+    /// At most [`LogStore::flushes_in_flight_max`] tickets may be
+    /// outstanding (begun, not yet finished): a backend that pipelines
+    /// refuses one more with [`crate::StorageError::Misuse`]. With more
+    /// than one out, each covers the records appended between its begin
+    /// and the one before, their I/O may run at once on different threads
+    /// and complete in any order, and they are finished in the order they
+    /// were begun (see [`LogStore::finish_flush`]). A ticket dropped
+    /// instead of finished stays outstanding (nobody knows whether its
+    /// records are durable), so such a log refuses flushes until the shard
+    /// is reopened; a crash meanwhile keeps the usual prefix, whichever of
+    /// the outstanding tickets ran: a later ticket's records that reached
+    /// the backend while an earlier one's did not are not part of the
+    /// reopened log. The default does the whole flush here and returns a
+    /// ticket with nothing left to run, which is correct for any backend,
+    /// just not overlapped.
     fn begin_flush(&mut self) -> Result<FlushTicket> {
         self.flush().map(FlushTicket::done)
     }
@@ -106,10 +114,24 @@ pub trait LogStore: Send {
     /// Ends the flush `ticket` began (running its I/O first if nobody did)
     /// and returns the durable LSN it reached, exactly as
     /// [`LogStore::flush`] would. If its I/O failed, the log is latched as
-    /// after a failed flush. A ticket from another log is a
-    /// [`crate::StorageError::Misuse`] error.
+    /// after a failed flush, and every ticket still out fails too (the
+    /// records between are not known durable). A ticket from another log,
+    /// or one finished before an earlier ticket of the same log, is a
+    /// [`crate::StorageError::Misuse`] error that latches the log (the
+    /// ticket is gone, so its records cannot be reported durable any
+    /// more).
     fn finish_flush(&mut self, ticket: FlushTicket) -> Result<Lsn> {
         ticket.finish()
+    }
+
+    /// How many flush tickets may be outstanding at once: 1 unless the
+    /// backend overlaps flushes (the PostgreSQL backend writes each on a
+    /// connection of its own, so one flush's commit wait overlaps the
+    /// next one's statement). A host that keeps this many in flight gets
+    /// the backend's throughput; one that keeps one gets its latency. The
+    /// default, 1, is right for every backend.
+    fn flushes_in_flight_max(&self) -> usize {
+        1
     }
 
     /// Starts a seal: a record, kept apart from the log, that every record

@@ -27,8 +27,10 @@
 //! durable LSN; one flush is one batch. [`LogStore::begin_flush`] and
 //! [`LogStore::finish_flush`] split a flush so its I/O ([`FlushTicket::run`])
 //! can run on another thread while the next batch is appended: records are
-//! reported durable only when the ticket comes back, at most one ticket is
-//! outstanding, and a failed ticket latches the log like a failed flush.
+//! reported durable only when the ticket comes back, at most
+//! [`LogStore::flushes_in_flight_max`] tickets are outstanding (1 unless
+//! the backend overlaps flushes), they are finished in the order they
+//! began, and a failed ticket latches the log like a failed flush.
 //! [`LogStore::read`] visits the records
 //! after an LSN in order, flushed or not, with their exact bytes, and returns
 //! the last LSN; records discarded are [`StorageError::Trimmed`] naming the

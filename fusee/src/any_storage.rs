@@ -220,6 +220,10 @@ impl LogStore for AnyLog {
         each!(self, AnyLog, l => l.finish_flush(ticket))
     }
 
+    fn flushes_in_flight_max(&self) -> usize {
+        each!(self, AnyLog, l => l.flushes_in_flight_max())
+    }
+
     fn begin_seal(&mut self) -> Result<SealTicket> {
         each!(self, AnyLog, l => l.begin_seal())
     }

@@ -200,6 +200,25 @@ pub mod lease;
 #[cfg(feature = "postgres")]
 pub mod inbox;
 
+/// The URL of the PostgreSQL server the tests run against
+/// (`FUSEE_PG_URL`, exported by `scripts/postgres.sh`), or `None` after
+/// printing that `what` is skipped. Under CI (`CI` set) a missing server
+/// fails the test instead: `.ci/run` starts one, so its absence is a bug.
+pub fn pg_url_or_skip(what: &str) -> Option<String> {
+    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
+    if !url.is_empty() {
+        return Some(url);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
+    );
+    eprintln!(
+        "SKIPPED {what}: no PostgreSQL server (FUSEE_PG_URL unset; `source scripts/postgres.sh` starts one)"
+    );
+    None
+}
+
 /// A count from the environment variable `name`, or `default` when it is
 /// unset or not a number (stress counts and seeds of the harnesses).
 pub fn env_u64(name: &str, default: u64) -> u64 {

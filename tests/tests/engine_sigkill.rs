@@ -22,7 +22,11 @@
 //! `FUSEE_ENGINE_SIGKILL_RUNS` (default 20) sets the kills per backend;
 //! `FUSEE_SEED` the seed of the kill moments and the child's settings
 //! (random by default; printed with every failure). One test per backend
-//! this crate is built with: file, redb and rocksdb by default.
+//! this crate is built with: file, redb and rocksdb by default, and
+//! PostgreSQL with the `postgres` feature (on the server at
+//! `FUSEE_PG_URL`, in a schema of its own; its logs keep two flushes in
+//! flight, so kills land between a flush that committed and an earlier one
+//! that did not).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -324,14 +328,19 @@ impl Books {
 }
 
 fn kill_and_check(backend: &'static str) {
-    let kills = env_u64("FUSEE_ENGINE_SIGKILL_RUNS", 20);
-    let seed = env_u64("FUSEE_SEED", fastrand::u64(..));
-    let began = Instant::now();
-    let mut rng = fastrand::Rng::with_seed(seed);
     let dir = std::env::temp_dir().join(format!(
         "fusee-engine-sigkill-{backend}-{}",
         std::process::id()
     ));
+    kill_and_check_in(backend, dir);
+}
+
+/// [`kill_and_check`] with the children's `DIR` argument `dir`.
+fn kill_and_check_in(backend: &'static str, dir: PathBuf) {
+    let kills = env_u64("FUSEE_ENGINE_SIGKILL_RUNS", 20);
+    let seed = env_u64("FUSEE_SEED", fastrand::u64(..));
+    let began = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(seed);
     let _ = std::fs::remove_dir_all(&dir);
     let mut books = Books::new(backend, dir.clone(), seed);
     for _ in 0..kills {
@@ -393,4 +402,18 @@ fn redb_engine_survives_sigkill() {
 #[test]
 fn rocksdb_engine_survives_sigkill() {
     kill_and_check("rocksdb");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_engine_survives_sigkill() {
+    let Some(url) = fusee_tests::pg_url_or_skip("postgres engine sigkill") else {
+        return;
+    };
+    // The children take this as their schema.
+    let schema = format!("t_engine_sigkill_{}", std::process::id());
+    kill_and_check_in("postgres", PathBuf::from(&schema));
+    if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
+        let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+    }
 }

@@ -385,17 +385,9 @@ fn unique_schema() -> String {
 
 #[test]
 fn messages_between_processes_are_recorded_exactly_once() {
-    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-    if url.is_empty() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-        );
-        eprintln!(
-            "SKIPPED lease messages: no PostgreSQL server (FUSEE_PG_URL unset; `source scripts/postgres.sh` starts one)"
-        );
+    let Some(url) = fusee_tests::pg_url_or_skip("lease messages") else {
         return;
-    }
+    };
     let seed = env_u64("FUSEE_SEED", fastrand::u64(..));
     eprintln!("lease_messages: FUSEE_SEED={seed}");
     let mut rng = fastrand::Rng::with_seed(seed);

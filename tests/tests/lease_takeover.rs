@@ -479,17 +479,9 @@ fn unique_schema() -> String {
 
 #[test]
 fn engines_split_shards_and_take_over_those_of_one_taken_down() {
-    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-    if url.is_empty() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-        );
-        eprintln!(
-            "SKIPPED lease takeover: no PostgreSQL server (FUSEE_PG_URL unset; `source scripts/postgres.sh` starts one)"
-        );
+    let Some(url) = fusee_tests::pg_url_or_skip("lease takeover") else {
         return;
-    }
+    };
     let runs = env_u64("FUSEE_LEASE_RUNS", 120).max(8);
     let rounds = env_u64("FUSEE_LEASE_ROUNDS", 2).max(1);
     let seed = env_u64("FUSEE_SEED", fastrand::u64(..));

@@ -85,9 +85,10 @@ pub fn record(lsn: u64) -> Vec<u8> {
         .into_bytes()
 }
 
-/// A store as versions 1 and 2 laid it out (a row per log record; version
-/// 1 without the inbox table) in `schema`, its shard 0 holding
-/// [`record`]s `1..=last`.
+/// A store as versions 1 to 3 laid it out (versions 1 and 2 a row per log
+/// record, version 1 without the inbox table; version 3 a row per flush
+/// without `durable`) in `schema`, its shard 0 holding [`record`]s
+/// `1..=last`.
 pub fn old_store(url: &str, schema: &str, version: i32, last: u64) {
     let s = format!("\"{schema}\"");
     let inbox = if version >= 2 {
@@ -99,6 +100,18 @@ pub fn old_store(url: &str, schema: &str, version: i32, last: u64) {
     } else {
         String::new()
     };
+    // Versions 1 and 2 keep a row per record; 3 a row per flush (here
+    // one record each), each record an entry behind its length.
+    let log = if version >= 3 {
+        format!(
+            "CREATE TABLE {s}.log (shard int8, last int8, first int8 NOT NULL,
+                 value bytea NOT NULL, PRIMARY KEY (shard, last));"
+        )
+    } else {
+        format!(
+            "CREATE TABLE {s}.log (shard int8, lsn int8, value bytea NOT NULL, PRIMARY KEY (shard, lsn));"
+        )
+    };
     let mut c = admin(url);
     c.batch_execute(&format!(
         "CREATE SCHEMA {s};
@@ -108,8 +121,7 @@ pub fn old_store(url: &str, schema: &str, version: i32, last: u64) {
              owner text NOT NULL, expires timestamptz NOT NULL,
              log_base int8 NOT NULL, log_last int8 NOT NULL);
          CREATE TABLE {s}.commits (shard int8 PRIMARY KEY, value bytea NOT NULL);
-         CREATE TABLE {s}.log (shard int8, lsn int8, value bytea NOT NULL,
-             PRIMARY KEY (shard, lsn));
+         {log}
          CREATE TABLE {s}.store (shard int8, n int8, value bytea NOT NULL,
              PRIMARY KEY (shard, n));
          CREATE TABLE {s}.idx (shard int8, generation int8, run int8,
@@ -120,11 +132,15 @@ pub fn old_store(url: &str, schema: &str, version: i32, last: u64) {
     ))
     .expect("an old store");
     for lsn in 1..=last {
-        let value = with_crc(&seq_key(0, lsn), &record(lsn));
-        c.execute(
-            &format!("INSERT INTO {s}.log (shard, lsn, value) VALUES (0, $1, $2)"),
-            &[&(lsn as i64), &value],
-        )
-        .expect("an old log row");
+        let mut value = with_crc(&seq_key(0, lsn), &record(lsn));
+        let insert = if version >= 3 {
+            let len = u32::try_from(value.len()).expect("a small record");
+            value.splice(0..0, len.to_be_bytes());
+            format!("INSERT INTO {s}.log (shard, last, first, value) VALUES (0, $1, $1, $2)")
+        } else {
+            format!("INSERT INTO {s}.log (shard, lsn, value) VALUES (0, $1, $2)")
+        };
+        c.execute(&insert, &[&(lsn as i64), &value])
+            .expect("an old log row");
     }
 }

@@ -568,6 +568,144 @@ pub fn log_pipelined_flush<H: Harness>(h: &mut H) {
     );
 }
 
+/// Flushes in flight at once, on a backend whose log takes more than one
+/// ticket ([`LogStore::flushes_in_flight_max`]): each ticket covers what
+/// was appended since the one before; their I/O runs at once on threads of
+/// its own; finished in the order they began, each moves the durable LSN
+/// to its end. One ticket more than the maximum is refused with `Misuse`,
+/// as is finishing a later ticket before an earlier one (which latches the
+/// log). A crash with a later ticket run and an earlier one not leaves a
+/// prefix (the later ticket's records are not kept past the gap), and the
+/// log goes on from it: flushed, reopened, read back whole.
+pub fn log_flushes_overlap<H: Harness>(h: &mut H) {
+    let c = Clause::enter("log_flushes_overlap");
+    if c.skips(h) {
+        return;
+    }
+    let salt = 17;
+    let mut s = h.open();
+    let mut p = open(&s, 6);
+    let max = p.log.flushes_in_flight_max();
+    check!(
+        max >= 2,
+        "the harness declares overlapping flushes, but flushes_in_flight_max() is {max}"
+    );
+    let mut tickets = Vec::new();
+    for i in 0..max as u64 {
+        append_range(&mut p.log, 10 * i + 1, 10 * i + 10, salt);
+        let ticket = must!(p.log.begin_flush(), "begin_flush of ticket {i} of {max}");
+        check_eq!(
+            ticket.last_lsn(),
+            10 * i + 10,
+            "ticket {i} must cover what was appended before it began: its last LSN"
+        );
+        tickets.push(ticket);
+    }
+    let out = 10 * max as u64;
+    append_range(&mut p.log, out + 1, out + 5, salt);
+    check_matches!(
+        p.log.begin_flush(),
+        Err(StorageError::Misuse { .. }),
+        "Err(Misuse)",
+        "begin_flush with flushes_in_flight_max ({max}) tickets out"
+    );
+    check_eq!(p.log.durable_lsn(), 0, "durable_lsn with every ticket out");
+    check_range(&mut p.log, 0, out + 5, salt);
+    for (i, (ok, ticket)) in run_at_once(tickets).into_iter().enumerate() {
+        check!(
+            ok,
+            "the I/O of ticket {i}, run beside the others, must succeed"
+        );
+        let end = 10 * i as u64 + 10;
+        check_matches!(
+            p.log.finish_flush(ticket),
+            Ok(l) if l == end,
+            "Ok({end}), the ticket's last LSN",
+            "finish_flush of ticket {i}, in the order they began"
+        );
+        check_eq!(p.log.durable_lsn(), end, "durable_lsn after ticket {i}");
+    }
+    flush_to(
+        &mut p.log,
+        out + 5,
+        format_args!("the flush after the tickets"),
+    );
+    // A later ticket finished first.
+    let (earlier, later) = two_tickets(&mut p.log, out + 5, salt);
+    check_matches!(
+        p.log.finish_flush(later),
+        Err(StorageError::Misuse { .. }),
+        "Err(Misuse)",
+        "finish_flush of the later of two tickets first"
+    );
+    check_matches!(
+        p.log.append(out + 16, b"x"),
+        Err(StorageError::Latched { .. }),
+        "Err(Latched)",
+        "append after a ticket was finished out of turn"
+    );
+    check!(
+        p.log.finish_flush(earlier).is_err(),
+        "finish_flush of the earlier ticket on a latched log must fail"
+    );
+    drop(p);
+    s = h.crash(s);
+    let mut p = open(&s, 6);
+    let last = check_prefix(&mut p.log, out + 5, out + 15, salt);
+    // The later ticket's I/O done, the earlier one's not: a crash.
+    let (earlier, mut later) = two_tickets(&mut p.log, last, salt);
+    check!(later.run(), "the later ticket's I/O must succeed");
+    drop(p);
+    drop((earlier, later));
+    s = h.crash(s);
+    let mut p = open(&s, 6);
+    let end = check_prefix(&mut p.log, last, last + 10, salt);
+    // The log goes on from its end: nothing the later ticket left in the
+    // way of the records written again.
+    append_range(&mut p.log, end + 1, last + 30, salt);
+    flush_to(
+        &mut p.log,
+        last + 30,
+        format_args!("the flush after the crash"),
+    );
+    drop(p);
+    s = h.reopen(s);
+    let mut p = open(&s, 6);
+    check_range(&mut p.log, 0, last + 30, salt);
+    drop(p);
+    drop(s);
+}
+
+/// Appends records `after+1..=after+5` and begins a flush of them, then
+/// `after+6..=after+10` and another: the two tickets, earlier first.
+fn two_tickets<L: LogStore>(log: &mut L, after: Lsn, salt: u64) -> (FlushTicket, FlushTicket) {
+    let mut begin = |from: Lsn| {
+        append_range(log, from, from + 4, salt);
+        must!(log.begin_flush(), "begin_flush of {from} to {}", from + 4)
+    };
+    (begin(after + 1), begin(after + 6))
+}
+
+/// Runs every ticket's I/O at once, each on a thread of its own, and hands
+/// back the outcomes and the tickets in the order given.
+fn run_at_once(tickets: Vec<FlushTicket>) -> Vec<(bool, FlushTicket)> {
+    std::thread::scope(|scope| {
+        let running: Vec<_> = tickets
+            .into_iter()
+            .map(|mut ticket| scope.spawn(move || (ticket.run(), ticket)))
+            .collect();
+        running
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.join().unwrap_or_else(|_| {
+                    fail(format_args!("the thread running ticket {i} panicked"))
+                })
+            })
+            .collect()
+    })
+}
+
 /// The seal ([`LogStore::begin_seal`], [`LogStore::finish_seal`],
 /// [`LogStore::seal`]): a seal returns the durable LSN (not records
 /// appended since), with nothing flushed too; sealing twice, and a seal

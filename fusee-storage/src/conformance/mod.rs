@@ -140,9 +140,9 @@ pub use lock::{lock_outlives_storage, lock_outlives_storage_child};
 
 pub use index::{commit_atomic, index_bad_input, index_base_streamed, index_delta};
 pub use log::{
-    log_discard_through, log_lsn_continuity, log_pipelined_flush, log_power_loss,
-    log_prefix_after_crash, log_read_from_every_position, log_record_sizes, log_round_trip,
-    log_seal, log_too_large, log_unflushed_whole,
+    log_discard_through, log_flushes_overlap, log_lsn_continuity, log_pipelined_flush,
+    log_power_loss, log_prefix_after_crash, log_read_from_every_position, log_record_sizes,
+    log_round_trip, log_seal, log_too_large, log_unflushed_whole,
 };
 pub use model::model_random;
 pub use shards::{
@@ -165,6 +165,10 @@ pub struct Capabilities {
     /// crash at (0: none; the atomicity clause then checks only crashes
     /// just before and just after a commit).
     pub commit_crash_points: u32,
+    /// The backend's logs take more than one flush ticket at once
+    /// ([`crate::LogStore::flushes_in_flight_max`] above 1):
+    /// [`log_flushes_overlap`] runs (and fails if they do not).
+    pub overlapping_flushes: bool,
 }
 
 /// Which ownership clauses a harness can run ([`Harness::lock_checks`]).
@@ -374,6 +378,7 @@ impl Harness for MemoryHarness {
             fault_injection: true,
             power_loss: true,
             commit_crash_points: crate::memory::COMMIT_STEPS,
+            overlapping_flushes: false,
         }
     }
 
@@ -422,7 +427,7 @@ macro_rules! conformance_suite {
                 log_round_trip, log_lsn_continuity, log_prefix_after_crash,
                 log_unflushed_whole, log_discard_through, log_read_from_every_position,
                 log_record_sizes, log_too_large, log_power_loss, log_pipelined_flush,
-                log_seal, store_round_trip, store_crash, store_release, store_too_large,
+                log_flushes_overlap, log_seal, store_round_trip, store_crash, store_release, store_too_large,
                 store_bad_reference,
                 index_delta, index_base_streamed, index_bad_input, commit_atomic,
                 flush_failure_latches, commit_failure_latches, shards_sixteen,
@@ -475,6 +480,7 @@ pub const CLAUSES: &[&str] = &[
     "log_too_large",
     "log_power_loss",
     "log_pipelined_flush",
+    "log_flushes_overlap",
     "log_seal",
     "store_round_trip",
     "store_crash",
@@ -545,6 +551,12 @@ const NEEDS: &[Need] = &[
         part: Some("a failed split flush"),
         met: |c, _| c.fault_injection,
         reason: NO_FAULTS,
+    },
+    Need {
+        clauses: &["log_flushes_overlap"],
+        part: None,
+        met: |c, _| c.overlapping_flushes,
+        reason: "the harness declares no overlapping flushes (its logs take one flush ticket at a time)",
     },
     Need {
         clauses: &["commit_atomic"],

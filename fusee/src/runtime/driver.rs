@@ -1,6 +1,7 @@
 //! The production driver: each shard loop on its own thread, its flushes on
 //! a flusher thread (so records keep arriving while a flush is in flight;
-//! a flush the loop would only wait for runs on the shard thread), its
+//! a flush the loop would only wait for runs on the shard thread; a log
+//! that takes several flushes at once gets as many threads), its
 //! steps on the embedder's tokio runtime (each attempt polled once on the
 //! shard thread first: one that ends at once is taken back without a task
 //! and its wake-ups), and the time from the engine's [`Clock`].
@@ -21,7 +22,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -279,7 +280,7 @@ fn drive(
         queued,
         inbox_poll,
     } = channel;
-    let flusher = Flusher::start(shard.shard, tx.clone());
+    let flusher = Flusher::start(shard.shard, shard.flushes_max, tx.clone());
     let postman = Postman::start(&shard, tx.clone(), inbox_poll);
     let mut view = peers.view();
     let mut unsent: Vec<(u32, Input)> = Vec::new();
@@ -456,7 +457,7 @@ fn drive(
                 wait = wait.min(PROBE_EVERY);
             }
             if !wait.is_zero()
-                && !shard.flushing
+                && shard.flights.is_empty()
                 && !shard.sealing
                 && shard.inbox.is_empty()
                 && unsent.is_empty()
@@ -654,48 +655,70 @@ enum Job {
     Seal(fusee_storage::SealTicket),
 }
 
-/// A shard's flusher thread: runs flush and seal tickets one at a time
-/// and hands each back to the shard.
+/// A shard's flusher threads: one per flush its log takes at once (one
+/// for most backends), each running a flush or seal ticket at a time from
+/// one queue and handing it back to the shard.
 struct Flusher {
     tx: Option<Sender<Job>>,
     back: Sender<Input>,
     /// Joined when the flusher is dropped: a ticket in flight holds the
     /// storage's files (and its directory lock) until its I/O ends, and a
     /// dropped engine must have let go of them when its drop returns.
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Drop for Flusher {
     fn drop(&mut self) {
         // Closing the channel ends the thread after its current ticket.
         self.tx = None;
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
 impl Flusher {
-    fn start(shard: u32, back: Sender<Input>) -> Self {
+    fn start(shard: u32, threads: usize, back: Sender<Input>) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
-        let thread_back = back.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("fusee-flush-{shard}"))
-            .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    if thread_back.send(run_job(job)).is_err() {
-                        break;
+        let rx = Arc::new(Mutex::new(rx));
+        let mut spawned = Vec::with_capacity(threads);
+        for i in 0..threads.max(1) {
+            let (rx, back) = (Arc::clone(&rx), back.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("fusee-flush-{shard}-{i}"))
+                .spawn(move || {
+                    // The lock is held only while waiting for a job: the
+                    // next thread waits for the next one meanwhile.
+                    while let Ok(job) = {
+                        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+                        rx.recv()
+                    } {
+                        if back.send(run_job(job)).is_err() {
+                            break;
+                        }
                     }
+                });
+            match thread {
+                Ok(t) => spawned.push(t),
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "a flusher thread could not start");
+                    break;
                 }
-            });
-        let (tx, thread) = match spawned {
-            Ok(t) => (Some(tx), Some(t)),
-            Err(e) => {
-                tracing::warn!(shard, error = %e, "no flusher thread: flushes run on the shard thread");
-                (None, None)
             }
-        };
-        Self { tx, back, thread }
+        }
+        if spawned.is_empty() {
+            tracing::warn!(shard, "no flusher thread: flushes run on the shard thread");
+            return Self {
+                tx: None,
+                back,
+                threads: spawned,
+            };
+        }
+        Self {
+            tx: Some(tx),
+            back,
+            threads: spawned,
+        }
     }
 
     /// Sends a ticket to the flusher (or runs it here without one).

@@ -757,21 +757,35 @@ impl ShardLoop {
         })
     }
 
-    /// A flush ticket came back: the batch is durable (or the log failed),
-    /// and outputs it covers leave.
+    /// A flush ticket came back: once every flush begun before it is back
+    /// too, each is finished in turn (its batch durable, or the log failed)
+    /// and the outputs it covers leave.
     fn flushed(&mut self, ticket: fusee_storage::FlushTicket, micros: u64, now_ms: u64) {
-        self.flushing = false;
-        match self.log.finish_flush(ticket) {
-            Ok(durable) => {
-                self.durable = durable;
-                self.note_durable(now_ms);
-                self.metrics.flushes += 1;
-                self.metrics.flushed_records += self.flush_records;
-                self.metrics.flush_micros.record(micros);
-                tracing::trace!(shard = self.shard, durable, micros, "flushed");
-                self.release_outputs();
+        if let Some(stray) = self.flights.back(ticket, micros) {
+            // No flush in flight began it: the log says what it is.
+            if let Err(e) = self.log.finish_flush(stray) {
+                self.fail(e);
             }
-            Err(e) => self.fail(e),
+            return;
+        }
+        while let Some(landed) = self.flights.next_landed() {
+            match self.log.finish_flush(landed.ticket) {
+                Ok(durable) => {
+                    self.durable = durable;
+                    self.note_durable(now_ms);
+                    self.metrics.flushes += 1;
+                    self.metrics.flushed_records += landed.records;
+                    self.metrics.flush_micros.record(landed.micros);
+                    tracing::trace!(
+                        shard = self.shard,
+                        durable,
+                        micros = landed.micros,
+                        "flushed"
+                    );
+                    self.release_outputs();
+                }
+                Err(e) => self.fail(e),
+            }
         }
     }
 

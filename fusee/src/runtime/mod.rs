@@ -53,6 +53,7 @@
 mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
+mod flights;
 mod inputs;
 pub(crate) mod messages;
 pub(crate) mod operator;
@@ -379,7 +380,11 @@ pub(crate) struct ShardLoop {
     /// update asked again while its handler runs has more than one).
     update_waiters: FxHashMap<(RunId, Name), Vec<Reply<RunResult>>>,
     jobs: Vec<StepJob>,
-    flushing: bool,
+    /// The log flushes in flight, at most `flushes_max`.
+    flights: flights::Flights,
+    /// How many flushes the log takes at once
+    /// ([`fusee_storage::LogStore::flushes_in_flight_max`]).
+    flushes_max: usize,
     durable: Lsn,
     /// A seal ticket is out (see [`ShardLoop::seal_due`]).
     sealing: bool,
@@ -425,7 +430,6 @@ pub(crate) struct ShardLoop {
     inbox_done: Vec<u64>,
     metrics: ShardMetrics,
     encode: Vec<u8>,
-    flush_records: Lsn,
 }
 
 impl ShardLoop {
@@ -536,11 +540,19 @@ impl ShardLoop {
             more,
             ..Effects::default()
         };
-        if !self.flushing && self.failed.is_none() && self.log.last_lsn() > self.durable {
+        // A flush begins whenever records wait that no flush covers and the
+        // log takes one more ticket: with one at a time (most backends) a
+        // batch forms while the last is in flight; with more, the next
+        // batch's flush overlaps the one before.
+        let covered = self.flights.last().unwrap_or(self.durable);
+        if self.flights.len() < self.flushes_max
+            && self.failed.is_none()
+            && self.log.last_lsn() > covered
+        {
+            let records = self.log.last_lsn() - covered;
             match self.log.begin_flush() {
                 Ok(ticket) => {
-                    self.flushing = true;
-                    self.flush_records = self.log.last_lsn() - self.durable;
+                    self.flights.begun(ticket.last_lsn(), records);
                     effects.flush = Some(ticket);
                 }
                 Err(e) => self.fail(e),
@@ -556,7 +568,7 @@ impl ShardLoop {
                 Err(e) => self.fail(e),
             }
         }
-        if !self.flushing && self.log.last_lsn() == self.durable {
+        if self.flights.is_empty() && self.log.last_lsn() == self.durable {
             self.maybe_checkpoint(now_ms);
             // What the checkpoint held back (inputs, woken runs, steps to
             // start) goes on at once: nothing else may come to wake the

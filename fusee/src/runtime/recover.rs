@@ -118,6 +118,7 @@ impl ShardLoop {
             return Err(e);
         }
         let durable = parts.log.last_lsn();
+        let flushes_max = parts.log.flushes_in_flight_max().max(1);
         // Outputs of records already durable: replies and results have no
         // caller any more; messages go out again (targets deduplicate).
         let mut released = Vec::new();
@@ -145,7 +146,8 @@ impl ShardLoop {
             results: FxHashMap::default(),
             update_waiters: FxHashMap::default(),
             jobs: Vec::new(),
-            flushing: false,
+            flights: Default::default(),
+            flushes_max,
             durable,
             sealing: false,
             sealed: 0,
@@ -173,7 +175,6 @@ impl ShardLoop {
                 ..ShardMetrics::default()
             },
             encode: Vec::new(),
-            flush_records: 0,
         };
         let unfinished: Vec<u64> = this
             .core

@@ -41,7 +41,7 @@ impl ShardLoop {
             return None;
         }
         let interval = since.saturating_add(self.config.seal_interval_ms);
-        let idle = !self.flushing && self.log.last_lsn() == self.durable;
+        let idle = self.flights.is_empty() && self.log.last_lsn() == self.durable;
         Some(if idle {
             interval.min(self.durable_ms.saturating_add(self.config.seal_idle_ms))
         } else {

@@ -96,6 +96,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// Where the engine keeps its shards: `DIR` is the directory, or for
+/// PostgreSQL (the server at `FUSEE_PG_URL`) the schema, under one owner
+/// name for every incarnation, so each takes its predecessor's shards at
+/// once rather than after their leases lapse.
+fn storage(args: &Args) -> StorageConfig {
+    if args.backend != Backend::Postgres {
+        return StorageConfig::new(args.backend, &args.dir);
+    }
+    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
+    let mut storage = StorageConfig::postgres(&url).postgres_schema(&args.dir);
+    storage.postgres.owner = Some(format!("engine-child-{}", args.dir));
+    storage
+}
+
 /// Writes `report` as one line and flushes it: once written, the parent may
 /// hold the engine to it.
 fn say(report: Report) {
@@ -117,7 +131,7 @@ async fn run(args: Args) -> Result<(), Error> {
     // replays a long log.
     let mut rng = fastrand::Rng::with_seed(args.seed ^ args.incarnation.rotate_left(32));
     let checkpoint_bytes = [16 << 10, 256 << 10, 64 << 20][rng.usize(0..3)];
-    let config = Config::new(StorageConfig::new(args.backend, &args.dir))
+    let config = Config::new(storage(&args))
         .shards(SHARDS)
         .checkpoint_bytes(checkpoint_bytes)
         .checkpoint_interval(Duration::from_millis(rng.u64(20..500)));

@@ -270,9 +270,15 @@ async fn a_journal_from_a_file_store_as_the_cli_shows_it_replays() {
     ));
     // A plain engine (no kit) on a virtual clock, moved by hand.
     let clock = VirtualClock::new(1_700_000_000_000);
+    // The clock moves 30 s at a time until the result is seen, which on
+    // a busy machine can be a move or more after the run ended: past the
+    // default 10 s a finished run parks, keeping only its Start and Done
+    // (which replay rightly refuses as `Incomplete`). This test wants the
+    // whole journal of a finished run, so runs never park here.
     let config = Config::file(&dir)
         .shards(2)
-        .clock(Clock::Virtual(clock.clone()));
+        .clock(Clock::Virtual(clock.clone()))
+        .park_after(Duration::from_secs(365 * 24 * 3600));
     let engine = Engine::open(config).await.expect("open");
     register(&engine, Version::Original, &Calls::default());
     engine.start(ORDER, "filed", &900).await.expect("start");
@@ -288,6 +294,9 @@ async fn a_journal_from_a_file_store_as_the_cli_shows_it_replays() {
         }
     };
     assert_eq!(result.expect("result"), "charged 900, shipped 3");
+    // One move more after the run ended, as a busy machine makes before the
+    // result is seen: the run must still be whole when shown.
+    clock.advance(30_000);
     engine.close().await.expect("close");
     let json = show_json(&dir, "filed");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,9 +1,18 @@
 //! The memory backend runs the whole conformance suite (`cargo test -p
-//! fusee-storage --features conformance`). Heavy counts follow
+//! fusee-storage --features conformance`), twice: as it comes, and with
+//! flushes split and two in flight. Heavy counts follow
 //! `FUSEE_CONFORMANCE_SCALE` (percent, default 100); the random-sequence
 //! clause takes its seed from `FUSEE_CONFORMANCE_SEED`.
 
 fusee_storage::conformance_suite!(memory, fusee_storage::conformance::MemoryHarness::new);
+
+// Again with every flush split for real and two tickets out at once: the
+// clauses that use tickets see them deferred, and `log_flushes_overlap`
+// runs.
+fusee_storage::conformance_suite!(
+    memory_overlapping,
+    fusee_storage::conformance::MemoryHarness::overlapping
+);
 
 /// The macro expands every clause the suite lists, once.
 #[test]

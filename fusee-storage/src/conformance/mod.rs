@@ -361,12 +361,24 @@ pub trait Harness {
 /// a second open (in this process or another) could find it, so the
 /// ownership clauses are skipped (and counted as skipped).
 #[derive(Debug, Default)]
-pub struct MemoryHarness;
+pub struct MemoryHarness {
+    /// Storages split their flushes and take two tickets at once.
+    overlapping: bool,
+}
 
 impl MemoryHarness {
     /// A harness (stateless: every [`Harness::open`] is a new storage).
     pub fn new() -> Self {
-        Self
+        Self::default()
+    }
+
+    /// A harness whose storages split every flush for real
+    /// ([`MemoryStorage::split_flushes`]) and let each log have two tickets
+    /// out ([`MemoryStorage::overlap_flushes`]), declaring
+    /// [`Capabilities::overlapping_flushes`]: the suite's second memory
+    /// run, so [`log_flushes_overlap`] has a backend besides PostgreSQL.
+    pub fn overlapping() -> Self {
+        Self { overlapping: true }
     }
 }
 
@@ -378,12 +390,17 @@ impl Harness for MemoryHarness {
             fault_injection: true,
             power_loss: true,
             commit_crash_points: crate::memory::COMMIT_STEPS,
-            overlapping_flushes: false,
+            overlapping_flushes: self.overlapping,
         }
     }
 
     fn open(&mut self) -> MemoryStorage {
-        MemoryStorage::new()
+        let s = MemoryStorage::new();
+        if self.overlapping {
+            s.split_flushes(true);
+            s.overlap_flushes(2);
+        }
+        s
     }
 
     fn reopen(&mut self, s: MemoryStorage) -> MemoryStorage {

@@ -1,5 +1,6 @@
 //! The memory backend's log part.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use fusee_core::record::Lsn;
@@ -19,6 +20,8 @@ pub struct MemoryLog {
     pub(super) last: Lsn,
     pub(super) durable: Lsn,
     pub(super) gate: Arc<FlushGate>,
+    /// The last LSNs of the deferred flush tickets out, oldest first.
+    pub(super) outstanding: VecDeque<Lsn>,
     /// A seal ticket is out.
     pub(super) sealing: bool,
 }
@@ -71,10 +74,32 @@ impl MemoryLog {
         if s.log_latched {
             return Err(StorageError::Latched { what: LOG });
         }
+        if let Some(e) = injected_failure(&mut s, self.part.id) {
+            self.last = s.last_lsn();
+            self.outstanding.clear();
+            return Err(e);
+        }
         s.durable = s.durable.max(last.min(s.last_lsn()));
         self.durable = s.durable;
         Ok(self.durable)
     }
+}
+
+/// The injected failure ([`super::MemoryStorage::fail_next_flush`]) of
+/// shard `id`'s flush, if armed: the records not durable are lost and the
+/// log latched.
+fn injected_failure(s: &mut super::Shard, id: u32) -> Option<StorageError> {
+    if !s.fail_next_flush {
+        return None;
+    }
+    s.fail_next_flush = false;
+    s.log_latched = true;
+    let keep = s.durable.saturating_sub(s.log_base);
+    s.log.truncate(usize::try_from(keep).unwrap_or(usize::MAX));
+    Some(StorageError::io(
+        format!("flushing shard {id} log (injected fault)"),
+        std::io::Error::other("injected flush failure"),
+    ))
 }
 
 const LOG: &str = "memory log";
@@ -100,6 +125,19 @@ impl LogStore for MemoryLog {
             return Err(StorageError::Latched { what: LOG });
         }
         drop(s);
+        if let Some(&covered) = self.outstanding.back() {
+            if self.outstanding.len() >= self.gate.overlap() {
+                return Err(StorageError::Misuse {
+                    call: "LogStore::begin_flush",
+                    why: "as many flush tickets are outstanding as overlap_flushes allows",
+                });
+            }
+            if covered == self.last {
+                // Nothing appended since the ticket before.
+                return Ok(FlushTicket::done(self.durable));
+            }
+        }
+        self.outstanding.push_back(self.last);
         Ok(FlushTicket::new(
             HELD_TICKET,
             self.last,
@@ -114,8 +152,24 @@ impl LogStore for MemoryLog {
         if ticket.log() != HELD_TICKET {
             return ticket.finish();
         }
+        if self.outstanding.front() != Some(&ticket.last_lsn()) {
+            // Out of turn (or not this log's): its records can no longer
+            // be reported durable in order.
+            if let Ok(mut s) = self.part.lock(LOG) {
+                s.log_latched = true;
+            }
+            return Err(StorageError::Misuse {
+                call: "LogStore::finish_flush",
+                why: "the ticket is not the oldest outstanding one of this log (finish tickets in the order they began)",
+            });
+        }
+        self.outstanding.pop_front();
         let last = ticket.finish()?;
         self.make_durable(last)
+    }
+
+    fn flushes_in_flight_max(&self) -> usize {
+        self.gate.overlap()
     }
 
     fn begin_seal(&mut self) -> Result<SealTicket> {
@@ -167,16 +221,10 @@ impl LogStore for MemoryLog {
         if s.log_latched {
             return Err(StorageError::Latched { what: LOG });
         }
-        if s.fail_next_flush {
-            s.fail_next_flush = false;
-            s.log_latched = true;
-            let keep = s.durable.saturating_sub(s.log_base);
-            s.log.truncate(usize::try_from(keep).unwrap_or(usize::MAX));
+        if let Some(e) = injected_failure(&mut s, self.part.id) {
             self.last = s.last_lsn();
-            return Err(StorageError::io(
-                format!("flushing shard {} log (injected fault)", self.part.id),
-                std::io::Error::other("injected flush failure"),
-            ));
+            self.outstanding.clear();
+            return Err(e);
         }
         s.durable = s.last_lsn();
         self.durable = s.durable;

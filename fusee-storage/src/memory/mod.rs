@@ -34,7 +34,7 @@
 //! them after releasing it, so a visitor may use the shard's other parts.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::{Recovered, ShardParts, Storage};
@@ -89,6 +89,9 @@ pub(super) struct FlushGate {
     /// [`MemoryStorage::split_flushes`]: tickets defer durability to
     /// `finish_flush` without waiting.
     split: AtomicBool,
+    /// [`MemoryStorage::overlap_flushes`]: how many deferred tickets a log
+    /// may have out (0 meaning 1).
+    overlap: AtomicUsize,
 }
 
 #[derive(Default, Debug)]
@@ -109,6 +112,11 @@ impl FlushGate {
     /// split on purpose) rather than being made durable by `begin_flush`.
     pub(super) fn defers(&self) -> bool {
         self.split.load(Ordering::SeqCst) || self.is_held()
+    }
+
+    /// How many deferred tickets a log may have out.
+    pub(super) fn overlap(&self) -> usize {
+        self.overlap.load(Ordering::SeqCst).max(1)
     }
 
     /// The crash count a flush started now waits under.
@@ -283,6 +291,18 @@ impl MemoryStorage {
         self.shared.gate.split.store(on, Ordering::SeqCst);
     }
 
+    /// Lets every log have up to `n` flush tickets out at once
+    /// ([`crate::LogStore::flushes_in_flight_max`], default 1), as a backend
+    /// that overlaps flushes does. Tickets are deferred only while flushes
+    /// are split or held ([`split_flushes`](Self::split_flushes),
+    /// [`hold_flushes`](Self::hold_flushes)); they must be finished in the
+    /// order they began (a ticket finished out of turn is `Misuse` and
+    /// latches the log). For a host's tests and its simulator, which then
+    /// see tickets come back in any order. Set it before opening shards.
+    pub fn overlap_flushes(&self, n: usize) {
+        self.shared.gate.overlap.store(n, Ordering::SeqCst);
+    }
+
     /// The next [`crate::LogStore::flush`] of `shard` fails with an I/O error:
     /// the records it would have made durable are lost and the log part is
     /// latched.
@@ -383,6 +403,7 @@ impl Storage for MemoryStorage {
                 last: s.last_lsn(),
                 durable: s.durable,
                 gate: Arc::clone(&self.shared.gate),
+                outstanding: VecDeque::new(),
                 sealing: false,
             },
             runs: MemoryRuns {

@@ -139,6 +139,12 @@ pub struct SimReport {
     pub storage_failures: u32,
     /// Workflows that finished.
     pub finished: u32,
+    /// Flushes begun while another flush of the same shard was in flight
+    /// (the memory disk takes two at once).
+    pub flushes_overlapped: u32,
+    /// Flush tickets completed while an earlier one of the same shard was
+    /// still in flight: they came back out of turn.
+    pub flushes_out_of_turn: u32,
     /// Distinct idempotency keys the outside service saw.
     pub service_calls: u32,
     /// The simulated clock at the end (ms since the Unix epoch).

@@ -24,7 +24,9 @@ use crate::runtime::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 /// The simulated disk under the shards.
 enum Disk {
     /// The memory backend, flushes split (durable when the loop takes the
-    /// ticket back), commits crashing at chosen points.
+    /// ticket back) with two in flight per shard (their tickets coming
+    /// back in any order, as on PostgreSQL), commits crashing at chosen
+    /// points.
     Memory(MemoryStorage),
     /// The file backend on the simulated file system: a power cut drops,
     /// keeps or tears (at 512-byte sectors) every write not synced, and
@@ -41,6 +43,7 @@ impl Disk {
             SimDisk::Memory => {
                 let memory = MemoryStorage::new();
                 memory.split_flushes(true);
+                memory.overlap_flushes(2);
                 Disk::Memory(memory)
             }
             SimDisk::File => Disk::File(SimIo::new()),
@@ -243,6 +246,8 @@ impl World {
                 commit_crashes_armed: 0,
                 storage_failures: 0,
                 finished: 0,
+                flushes_overlapped: 0,
+                flushes_out_of_turn: 0,
                 service_calls: 0,
                 end_ms: 0,
             },
@@ -377,6 +382,13 @@ impl World {
                 let (shard, mut ticket) = self
                     .flushes
                     .swap_remove(self.rng.usize(0..self.flushes.len()));
+                if self
+                    .flushes
+                    .iter()
+                    .any(|(s, t)| *s == shard && t.last_lsn() < ticket.last_lsn())
+                {
+                    self.report.flushes_out_of_turn += 1;
+                }
                 ticket.run();
                 self.shards[shard as usize].handle(Input::Flushed { ticket, micros: 0 });
                 self.busy[shard as usize] = true;
@@ -436,6 +448,9 @@ impl World {
             inbox_done: _,
         } = self.shards[s].run(self.now_ms);
         if let Some(ticket) = flush {
+            if self.flushes.iter().any(|(shard, _)| *shard == s as u32) {
+                self.report.flushes_overlapped += 1;
+            }
             self.flushes.push((s as u32, ticket));
         }
         if let Some(ticket) = seal {
@@ -448,7 +463,17 @@ impl World {
             self.net.push((target, input));
         }
         self.busy[s] = more;
-        if self.shards[s].failure().is_some() {
+        if let Some(why) = self.shards[s].failure() {
+            // Only an armed fault fails a shard (each fails one commit or
+            // one sync, then the power cut below ends it): a failure
+            // beyond them is the engine misusing its storage, or the
+            // storage breaking a promise.
+            if self.report.storage_failures >= self.report.commit_crashes_armed {
+                return Err(self.fail(
+                    "a shard's storage failed with no fault armed",
+                    format!("shard {s}: {why}"),
+                ));
+            }
             // A commit crashed part way: the rest of the crash.
             self.report.storage_failures += 1;
             return self.power_cut();

@@ -5,9 +5,9 @@
 //!
 //! # The world
 //!
-//! The disk is the memory backend (flushes completed in any order, a power
-//! cut loses those not taken back, checkpoint commits crashing at each of
-//! its commit points) or the file backend on the simulated file system
+//! The disk is the memory backend (two flushes in flight per shard, as on
+//! PostgreSQL, completed in any order, a power cut losing those not taken
+//! back, checkpoint commits crashing at each of its commit points) or the file backend on the simulated file system
 //! (torn writes at 512-byte sectors, failed syncs): [`SimDisk`].
 //!
 //! Each action is one of: run a shard loop's iteration; complete one of the
@@ -83,8 +83,8 @@ pub struct SimConfig {
 /// The disk a simulation runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimDisk {
-    /// The memory backend: flushes complete out of order and a power cut
-    /// loses those not taken back; checkpoint commits crash at each of the
+    /// The memory backend: two flushes in flight per shard, completing out
+    /// of order, and a power cut loses those not taken back; checkpoint commits crash at each of the
     /// backend's commit points.
     Memory,
     /// The file backend on the simulated file system

@@ -142,8 +142,6 @@ pub struct PgLog {
     /// The batches of the tickets out, in the order they began: LSNs
     /// `durable + 1 ..`, one after the other.
     inflight: VecDeque<Arc<Batch>>,
-    /// How many tickets may be out ([`crate::PgOptions::flushes_in_flight`]).
-    inflight_max: usize,
     /// The flusher connection the next ticket writes on.
     next_flusher: usize,
     /// Records after the batches in flight.
@@ -169,14 +167,13 @@ impl PgLog {
     /// cleanup, so the table holds exactly LSNs `row.base+1..=row.last`).
     pub(crate) fn new(shard: PgShard, row: LogRow) -> Self {
         let id = shard.0.shared.next_log.fetch_add(1, Ordering::Relaxed);
-        let inflight_max = shard.0.flushers.len();
+        let inflight = VecDeque::with_capacity(shard.0.flushers.len());
         Self {
             shard,
             id,
             base: row.base,
             durable: row.last,
-            inflight: VecDeque::with_capacity(inflight_max),
-            inflight_max,
+            inflight,
             next_flusher: 0,
             pending: Entries::default(),
             sealing: false,
@@ -423,7 +420,7 @@ impl LogStore for PgLog {
 
     fn begin_flush(&mut self) -> Result<FlushTicket> {
         self.writable()?;
-        if self.inflight.len() >= self.inflight_max {
+        if self.inflight.len() >= self.flushes_in_flight_max() {
             return Err(StorageError::Misuse {
                 call: "LogStore::begin_flush",
                 why: "as many flush tickets are outstanding (begun and not finished) as flushes_in_flight allows",
@@ -449,7 +446,7 @@ impl LogStore for PgLog {
         // The tickets out are consecutive and at most as many as the
         // connections, so taking them in turn gives each its own.
         let flusher = self.next_flusher;
-        self.next_flusher = (flusher + 1) % self.inflight_max;
+        self.next_flusher = (flusher + 1) % self.flushes_in_flight_max();
         let job = FlushJob {
             shard: Arc::clone(&self.shard.0),
             batch,
@@ -497,7 +494,8 @@ impl LogStore for PgLog {
     }
 
     fn flushes_in_flight_max(&self) -> usize {
-        self.inflight_max
+        // One connection per ticket that may be out.
+        self.shard.0.flushers.len()
     }
 
     fn begin_seal(&mut self) -> Result<SealTicket> {

@@ -397,10 +397,15 @@ impl PgStorage {
                 durable: lsn(2)?,
             });
         }
-        log.last = log_end(log.last, &tail)?;
-        let last = i64_of(log.last, "LSN")?;
-        tx.execute(sh.sql.set_last.as_str(), &[&id, &last])
-            .map_err(err)?;
+        let end = log_end(log.last, &tail)?;
+        let last = i64_of(end, "LSN")?;
+        if end != log.last {
+            // Most opens find rows past `log_last` (the flushes since the
+            // last seal): the next open need not read them again.
+            tx.execute(sh.sql.set_last.as_str(), &[&id, &last])
+                .map_err(err)?;
+            log.last = end;
+        }
         let commit = match tx
             .query_opt(sh.sql.commit_row.as_str(), &[&id])
             .map_err(err)?

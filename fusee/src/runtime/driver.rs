@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fusee_core::record::Name;
-use fusee_storage::StorageError;
+use fusee_storage::{LogStore, StorageError};
 use rustc_hash::FxHashSet;
 use tokio::runtime::Handle;
 
@@ -280,7 +280,7 @@ fn drive(
         queued,
         inbox_poll,
     } = channel;
-    let flusher = Flusher::start(shard.shard, shard.flushes_max, tx.clone());
+    let flusher = Flusher::start(shard.shard, shard.log.flushes_in_flight_max(), tx.clone());
     let postman = Postman::start(&shard, tx.clone(), inbox_poll);
     let mut view = peers.view();
     let mut unsent: Vec<(u32, Input)> = Vec::new();
@@ -706,16 +706,12 @@ impl Flusher {
                 }
             }
         }
-        if spawned.is_empty() {
+        let tx = (!spawned.is_empty()).then_some(tx);
+        if tx.is_none() {
             tracing::warn!(shard, "no flusher thread: flushes run on the shard thread");
-            return Self {
-                tx: None,
-                back,
-                threads: spawned,
-            };
         }
         Self {
-            tx: Some(tx),
+            tx,
             back,
             threads: spawned,
         }

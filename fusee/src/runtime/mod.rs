@@ -380,11 +380,9 @@ pub(crate) struct ShardLoop {
     /// update asked again while its handler runs has more than one).
     update_waiters: FxHashMap<(RunId, Name), Vec<Reply<RunResult>>>,
     jobs: Vec<StepJob>,
-    /// The log flushes in flight, at most `flushes_max`.
-    flights: flights::Flights,
-    /// How many flushes the log takes at once
+    /// The log flushes in flight, at most as many as the log takes
     /// ([`fusee_storage::LogStore::flushes_in_flight_max`]).
-    flushes_max: usize,
+    flights: flights::Flights,
     durable: Lsn,
     /// A seal ticket is out (see [`ShardLoop::seal_due`]).
     sealing: bool,
@@ -545,7 +543,7 @@ impl ShardLoop {
         // batch forms while the last is in flight; with more, the next
         // batch's flush overlaps the one before.
         let covered = self.flights.last().unwrap_or(self.durable);
-        if self.flights.len() < self.flushes_max
+        if self.flights.len() < self.log.flushes_in_flight_max().max(1)
             && self.failed.is_none()
             && self.log.last_lsn() > covered
         {

@@ -118,7 +118,6 @@ impl ShardLoop {
             return Err(e);
         }
         let durable = parts.log.last_lsn();
-        let flushes_max = parts.log.flushes_in_flight_max().max(1);
         // Outputs of records already durable: replies and results have no
         // caller any more; messages go out again (targets deduplicate).
         let mut released = Vec::new();
@@ -147,7 +146,6 @@ impl ShardLoop {
             update_waiters: FxHashMap::default(),
             jobs: Vec::new(),
             flights: Default::default(),
-            flushes_max,
             durable,
             sealing: false,
             sealed: 0,

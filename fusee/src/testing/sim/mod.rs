@@ -7,8 +7,9 @@
 //!
 //! The disk is the memory backend (two flushes in flight per shard, as on
 //! PostgreSQL, completed in any order, a power cut losing those not taken
-//! back, checkpoint commits crashing at each of its commit points) or the file backend on the simulated file system
-//! (torn writes at 512-byte sectors, failed syncs): [`SimDisk`].
+//! back, checkpoint commits crashing at each of its commit points) or the
+//! file backend on the simulated file system (torn writes at 512-byte
+//! sectors, failed syncs): [`SimDisk`].
 //!
 //! Each action is one of: run a shard loop's iteration; complete one of the
 //! flushes in flight (in any order); poll one of the step tasks; deliver
@@ -84,8 +85,8 @@ pub struct SimConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimDisk {
     /// The memory backend: two flushes in flight per shard, completing out
-    /// of order, and a power cut loses those not taken back; checkpoint commits crash at each of the
-    /// backend's commit points.
+    /// of order, and a power cut loses those not taken back; checkpoint
+    /// commits crash at each of the backend's commit points.
     Memory,
     /// The file backend on the simulated file system
     /// (`fusee_storage_file::sim`): a power cut drops, keeps or tears each

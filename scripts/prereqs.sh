@@ -19,10 +19,30 @@ if ! pkg-config --exists openssl 2>/dev/null; then
     missing+=(libssl-dev)
 fi
 
+if ! command -v chromium >/dev/null 2>&1; then
+    missing+=(chromium)
+fi
+if ! command -v chromedriver >/dev/null 2>&1; then
+    missing+=(chromium-driver)
+fi
+# prometheus goes in alone, without its recommended exporters; the package
+# cannot start its own daemon here (no init), and the test starts its own
+# on loopback.
+need_prometheus=0
+command -v prometheus >/dev/null 2>&1 || need_prometheus=1
+
 if [ "${#missing[@]}" -gt 0 ]; then
-    echo "==> installing ${missing[*]} (RocksDB's build and the peer engine's TLS need them)"
+    echo "==> installing ${missing[*]} (RocksDB's build, the peer engine's TLS, the browser and scrape tests need them)"
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$need_prometheus" -eq 1 ]; then
+    echo "==> installing prometheus (the telemetry test's scrape)"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    [ "${#missing[@]}" -gt 0 ] || $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi

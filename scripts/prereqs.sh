@@ -2,7 +2,10 @@
 # Installs what a fresh Debian machine with only the Rust toolchain lacks to
 # build this workspace: clang and libclang-dev, which RocksDB's build script
 # (bindgen) needs, and libssl-dev and pkg-config, which the engine
-# comparison's peer (duroxide, through sqlx's native-tls) links against.
+# comparison's peer (duroxide, through sqlx's native-tls) links against;
+# chromium and chromium-driver, which fusee-server's browser test drives
+# headless on loopback; and prometheus, the real server the telemetry test
+# points at a test engine's exposition and queries.
 # Sourced by both README commands (scripts/compare.sh and scripts/test.sh),
 # so either works first on a fresh machine. Does nothing when they are
 # there; uses sudo when not root.

@@ -8,7 +8,7 @@
 //! | `fusee show DIR ID` | one run's journal, record by record (`--json`: the `fusee-journal` format, version 1) |
 //! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem |
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
-//! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`) |
+//! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
 //!
 //! Every command prints a table for people, or JSON with `--json`.
 //! `inspect`, `runs`, `show` and `verify` are read-only: the store is
@@ -16,10 +16,14 @@
 //! under a shared lock, and no byte or file of it changes. A store an
 //! engine holds is refused at once (locked), never waited for.
 //!
-//! Exit status: 0 done (for `verify`: no problem), 1 `verify` found
-//! problems, 2 bad arguments, 3 the command could not do its work (no
-//! store, a store an engine holds, another backend's store, damage that
-//! stops reading).
+//! Backends are Cargo features (`file`, `redb`, `rocksdb`, all on by
+//! default, as is `compare`); a directory of a backend this build leaves
+//! out is refused with the feature to enable.
+//!
+//! Exit status: 0 done (for `verify`: no problem; also when the reader of
+//! stdout closed it early, as `| head` does), 1 `verify` found problems, 2
+//! bad arguments, 3 the command could not do its work (no store, a store
+//! an engine holds, another backend's store, damage that stops reading).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +34,7 @@ use fusee::Backend;
 mod compare;
 mod disk_check;
 mod fmt;
+mod output;
 mod progress;
 mod show;
 mod store;
@@ -74,17 +79,8 @@ enum Command {
     Runs {
         #[command(flatten)]
         store: StoreArgs,
-        /// Only runs in this state: running, waiting, parked, finished, or
-        /// a finished status (ok, failed, cancelled, timed-out, terminated,
-        /// continued-as-new, reset).
-        #[arg(long)]
-        status: Option<String>,
-        /// Only runs of this workflow type.
-        #[arg(long = "type")]
-        wtype: Option<String>,
-        /// At most this many runs.
-        #[arg(long)]
-        limit: Option<usize>,
+        #[command(flatten)]
+        filter: summary::FilterArgs,
     },
     /// One run's journal (the latest run of workflow ID `ID`), record by
     /// record. With --json: the `fusee-journal` format, version 1, which
@@ -105,19 +101,51 @@ enum Command {
     DiskCheck(disk_check::Args),
     /// The cross-backend comparison, as `fusee-compare` runs it (its flags
     /// follow: --quick, --backends, --out, ...; `fusee compare -- --help`
-    /// lists them).
+    /// lists them). Needs the `compare` feature (on by default).
     Compare(compare::Args),
 }
 
-/// Why a command could not do its work.
+/// Why a command could not do its work; [`CliError::exit_code`] says how
+/// it ends.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
+    /// The command line asks for something that cannot be: exit 2.
+    #[error("{0}")]
+    Usage(String),
     /// Reading the store failed.
     #[error("{}", describe(.0))]
     Inspect(#[from] fusee::inspect::InspectError),
+    /// This build leaves out what the command needs (a backend, the
+    /// comparison): the Cargo feature that adds it.
+    #[error(
+        "{what}, and this build of `fusee` was compiled without it: install it with \
+         the `{feature}` feature (`cargo install --path fusee-cli --features {feature}`)"
+    )]
+    NotBuilt {
+        /// What is missing, with the directory that needs it.
+        what: String,
+        /// The feature to enable.
+        feature: &'static str,
+    },
+    /// Whoever reads stdout closed it (`| head`): end quietly, exit 0.
+    #[error("stdout closed")]
+    Closed,
     /// Anything else, said in words.
     #[error("{0}")]
     Other(String),
+}
+
+impl CliError {
+    /// The exit status the README promises for this error.
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Closed => ExitCode::SUCCESS,
+            CliError::Usage(_) => ExitCode::from(2),
+            CliError::Inspect(_) | CliError::NotBuilt { .. } | CliError::Other(_) => {
+                ExitCode::from(3)
+            }
+        }
+    }
 }
 
 /// The inspect error, with what to do about a lock.
@@ -135,44 +163,30 @@ fn describe(e: &fusee::inspect::InspectError) -> String {
     }
 }
 
-/// Prints `value` as pretty JSON on stdout.
-pub(crate) fn print_json(value: &serde_json::Value) {
-    match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
-        // A Value always serialises; say so rather than print nothing.
-        Err(e) => eprintln!("fusee: cannot write JSON: {e}"),
-    }
-}
-
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let outcome = match cli.command {
+fn run(command: Command) -> Result<ExitCode, CliError> {
+    match command {
         Command::Inspect(a) => summary::inspect(&a.dir, a.backend, a.json),
-        Command::Runs {
-            store,
-            status,
-            wtype,
-            limit,
-        } => summary::runs(
-            &store.dir,
-            store.backend,
-            store.json,
-            &summary::Filter {
-                status,
-                wtype,
-                limit,
-            },
-        ),
+        Command::Runs { store, filter } => {
+            summary::runs(&store.dir, store.backend, store.json, &filter.check()?)
+        }
         Command::Show { store, id } => show::show(&store.dir, store.backend, store.json, &id),
         Command::Verify(a) => verify::verify(&a.dir, a.backend, a.json),
         Command::DiskCheck(a) => disk_check::run(&a),
         Command::Compare(a) => compare::run(a),
-    };
-    match outcome {
+    }
+}
+
+fn main() -> ExitCode {
+    // clap ends bad command lines with exit 2 itself (and `--help` with 0;
+    // it ignores a closed pipe).
+    let cli = Cli::parse();
+    match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fusee: {e}");
-            ExitCode::from(3)
+            if !matches!(e, CliError::Closed) {
+                output::say(&format!("fusee: {e}"));
+            }
+            e.exit_code()
         }
     }
 }

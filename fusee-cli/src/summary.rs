@@ -4,11 +4,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use fusee::Backend;
-use fusee::inspect::{RunState, RunSummary, Waiting, status_of};
+use fusee::inspect::{RunSummary, Waiting, status_of};
 use serde_json::{Value, json};
 
+use crate::output::{emit, emit_json};
 use crate::store::{Request, count_states, gather};
-use crate::{CliError, fmt, print_json};
+use crate::{CliError, fmt};
 
 /// Bytes of the files under `path` (0 for a missing path).
 fn disk_bytes(path: &Path) -> u64 {
@@ -98,13 +99,13 @@ pub(crate) fn inspect(
                 })
             })
             .collect();
-        print_json(&json!({
+        emit_json(&json!({
             "dir": dir.display().to_string(),
             "backend": backend.name(),
             "disk_bytes": total,
             "runs": states_json(&g.runs),
             "shards": shards,
-        }));
+        }))?;
         return Ok(ExitCode::SUCCESS);
     }
     let counts = count_states(&g.runs)
@@ -112,12 +113,11 @@ pub(crate) fn inspect(
         .map(|(s, n)| format!("{s} {n}"))
         .collect::<Vec<_>>()
         .join(", ");
-    println!("store    {}", dir.display());
-    println!("backend  {backend}");
-    println!("size     {}", fmt::bytes(total));
-    println!("shards   {}", g.shards.len());
-    println!(
-        "runs     {}{}",
+    let mut out = format!(
+        "store    {}\nbackend  {backend}\nsize     {}\nshards   {}\nruns     {}{}\n",
+        dir.display(),
+        fmt::bytes(total),
+        g.shards.len(),
         g.runs.len(),
         if counts.is_empty() {
             String::new()
@@ -125,7 +125,7 @@ pub(crate) fn inspect(
             format!(" ({counts})")
         }
     );
-    let mut t = fmt::table(&[
+    let mut t = fmt::Table::new(&[
         "shard",
         "log LSNs",
         "replayed",
@@ -148,7 +148,7 @@ pub(crate) fn inspect(
             .map(|(st, n)| format!("{st} {n}"))
             .collect::<Vec<_>>()
             .join(", ");
-        t.add_row(vec![
+        t.row([
             s.shard.to_string(),
             if s.last_lsn >= s.first_lsn {
                 format!("{}..={}", s.first_lsn, s.last_lsn)
@@ -167,35 +167,68 @@ pub(crate) fn inspect(
             format!("{} ({per_state})", runs.len()),
         ]);
     }
-    println!("\n{t}");
+    out.push_str(&format!("\n{t}\n"));
+    emit(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `fusee runs` keeps.
+/// `fusee runs`' filters, as the command line gives them.
+#[derive(clap::Args, Debug)]
+pub(crate) struct FilterArgs {
+    /// Only runs in this state: running, waiting, parked, finished, or
+    /// a finished status (ok, failed, cancelled, timed-out, terminated,
+    /// continued-as-new, reset).
+    #[arg(long)]
+    status: Option<String>,
+    /// Only runs of this workflow type.
+    #[arg(long = "type")]
+    wtype: Option<String>,
+    /// At most this many runs.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// The states `--status` names besides the finished statuses.
+const STATES: [&str; 4] = ["running", "waiting", "parked", "finished"];
+
+impl FilterArgs {
+    /// The filter, once `--status` is known to name a state (else a usage
+    /// error, exit 2).
+    pub(crate) fn check(self) -> Result<Filter, CliError> {
+        if let Some(s) = &self.status
+            && !STATES.contains(&s.as_str())
+            && status_of(s).is_none()
+        {
+            return Err(CliError::Usage(format!(
+                "unknown --status {s:?}: expected running, waiting, parked, finished, ok, \
+                 failed, cancelled, timed-out, terminated, continued-as-new or reset"
+            )));
+        }
+        Ok(Filter {
+            status: self.status,
+            wtype: self.wtype,
+            limit: self.limit,
+        })
+    }
+}
+
+/// What `fusee runs` keeps: a checked [`FilterArgs`].
+#[derive(Debug)]
 pub(crate) struct Filter {
     pub(crate) status: Option<String>,
     pub(crate) wtype: Option<String>,
     pub(crate) limit: Option<usize>,
 }
 
-/// Whether `state` passes a `--status` filter.
-fn status_matches(filter: &str, state: RunState) -> bool {
-    match filter {
-        "finished" => state.is_finished(),
-        other => state.name() == other,
+impl Filter {
+    /// Whether `r` passes.
+    fn keeps(&self, r: &RunSummary) -> bool {
+        let status = self.status.as_deref().is_none_or(|s| match s {
+            "finished" => r.state.is_finished(),
+            other => r.state.name() == other,
+        });
+        status && self.wtype.as_deref().is_none_or(|t| r.workflow == t)
     }
-}
-
-/// The names `--status` accepts.
-fn check_status(s: &str) -> Result<(), CliError> {
-    let known = ["running", "waiting", "parked", "finished"];
-    if known.contains(&s) || status_of(s).is_some() {
-        return Ok(());
-    }
-    Err(CliError::Other(format!(
-        "unknown --status {s:?}: expected running, waiting, parked, finished, ok, failed, \
-         cancelled, timed-out, terminated, continued-as-new or reset"
-    )))
 }
 
 /// A run as `runs --json` writes it.
@@ -231,27 +264,23 @@ pub(crate) fn runs(
     json: bool,
     filter: &Filter,
 ) -> Result<ExitCode, CliError> {
-    if let Some(s) = &filter.status {
-        check_status(s)?;
-    }
     let (_, g) = gather(dir, expected, Request::Overview)?;
-    let runs: Vec<&RunSummary> = g
+    let runs: Vec<RunSummary> = g
         .runs
-        .iter()
-        .filter(|r| {
-            filter
-                .status
-                .as_deref()
-                .is_none_or(|s| status_matches(s, r.state))
-        })
-        .filter(|r| filter.wtype.as_deref().is_none_or(|t| r.workflow == t))
+        .into_iter()
+        .filter(|r| filter.keeps(r))
         .take(filter.limit.unwrap_or(usize::MAX))
         .collect();
+    render_runs(&runs, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `runs` as `fusee runs` does: a table, or JSON.
+pub(crate) fn render_runs(runs: &[RunSummary], json: bool) -> Result<(), CliError> {
     if json {
-        print_json(&Value::Array(runs.iter().map(|r| run_json(r)).collect()));
-        return Ok(ExitCode::SUCCESS);
+        return emit_json(&Value::Array(runs.iter().map(run_json).collect()));
     }
-    let mut t = fmt::table(&[
+    let mut t = fmt::Table::new(&[
         "shard",
         "run",
         "id",
@@ -261,8 +290,8 @@ pub(crate) fn runs(
         "finished",
         "waiting for",
     ]);
-    for r in &runs {
-        t.add_row(vec![
+    for r in runs {
+        t.row([
             r.shard.to_string(),
             r.run.to_string(),
             r.id.clone(),
@@ -277,7 +306,5 @@ pub(crate) fn runs(
                 .join(", "),
         ]);
     }
-    println!("{t}");
-    println!("{} run(s)", runs.len());
-    Ok(ExitCode::SUCCESS)
+    emit(&format!("{t}\n{} run(s)\n", runs.len()))
 }

@@ -251,3 +251,66 @@ pub fn flip(file: &Path, offset: u64) {
     bytes[i] ^= 0x5a;
     std::fs::write(file, bytes).expect("write");
 }
+
+/// What the `values` workflow returns: fields not in sorted order, as
+/// serde writes a struct (so the payload is JSON, not its sorted form).
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+pub struct Picked {
+    /// A number.
+    pub zebra: u64,
+    /// A word.
+    pub apple: String,
+}
+
+const VALUES: Workflow<(), Picked> = Workflow::new("values");
+
+/// A workflow ID of 100 KB.
+pub fn long_id() -> String {
+    format!("long-{}", "x".repeat(100_000))
+}
+
+/// A file store holding `values-1` (a run that recorded `ctx.now()`,
+/// `ctx.random()` and `ctx.uuid()` and returned a [`Picked`]), a waiting
+/// run whose workflow ID is [`long_id`], and a run cancelled with a reason.
+/// Returns the directory and the recorded random number.
+pub async fn build_readable(tag: &str) -> (PathBuf, u64) {
+    let dir = temp_dir(&format!("readable-{tag}"));
+    let clock = VirtualClock::new(START_MS);
+    let engine = Engine::open(config("file", &dir, &clock))
+        .await
+        .expect("engine opens");
+    register(&engine);
+    engine.register(VALUES, |ctx: Ctx, ()| async move {
+        let _ = ctx.now();
+        let n = ctx.random();
+        let _ = ctx.uuid();
+        let picked = ctx
+            .step("pick", move |_| async move {
+                Ok(Picked {
+                    zebra: n,
+                    apple: "red".into(),
+                })
+            })
+            .await?;
+        Ok::<_, Failure>(picked)
+    });
+    let run = engine
+        .start(VALUES, "values-1", &())
+        .await
+        .expect("start values-1");
+    let picked = run.result().await.expect("values-1 result");
+    engine
+        .start(GATE, &long_id(), &())
+        .await
+        .expect("start the long ID");
+    engine.start(GATE, "cancel-2", &()).await.expect("start");
+    engine
+        .cancel("cancel-2", "changed my mind")
+        .await
+        .expect("cancel");
+    until(&engine, "every run started", |m| m.started >= 3).await;
+    until(&engine, "cancel-2 finishes", |m| m.finished >= 2).await;
+    engine.close().await.expect("close");
+    drop(engine);
+    (dir, picked.zebra)
+}

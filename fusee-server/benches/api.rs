@@ -1,1 +1,2 @@
+//! Placeholder (the bench follows).
 fn main() {}

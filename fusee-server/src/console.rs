@@ -47,7 +47,7 @@ pre{background:#fff;border:1px solid #e3e6ea;padding:8px;overflow:auto;max-heigh
 .error{background:#ffebe9;border:1px solid #ff8182;padding:8px;margin:8px 0}
 form.inline{display:inline-block;margin:4px 8px 4px 0;padding:8px;background:#fff;border:1px solid #e3e6ea}
 .timeline td:first-child{white-space:nowrap;color:#57606a}
-.k{font-weight:600}
+.k{font-weight:600}.right{margin-left:auto}form.flat{margin:0}
 "#;
 
 /// The script, served at `/console.js`: asks for confirmation before an
@@ -187,9 +187,9 @@ fn layout(viewer: &Viewer, title: &str, content: Markup) -> Markup {
                     a href="/schedules" { "Schedules" }
                     a href="/queues" { "Queues" }
                     a href="/limits" { "Limits" }
-                    span style="margin-left:auto" id="rights" { "rights: " (viewer.access.name()) }
+                    span.right id="rights" { "rights: " (viewer.access.name()) }
                     @if viewer.access != Access::None {
-                        form method="post" action="/logout" style="margin:0" {
+                        form.flat method="post" action="/logout" {
                             input type="hidden" name="csrf" value=(viewer.csrf);
                             button type="submit" { "Log out" }
                         }

@@ -176,7 +176,8 @@ mod server {
         }
 
         /// The server's routes, to serve on a listener of the caller's (or
-        /// to call in-process in tests).
+        /// to call in-process): the caller then answers for the address
+        /// rules [`start`](Self::start) enforces.
         pub fn router(&self) -> Router {
             router(self.engine.clone(), self.tokens.clone())
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use fusee::Backend;
 use fusee::core::record::Lsn;
 use fusee::inspect::{
-    self, CheckpointInfo, InspectError, RunJournal, RunState, RunSummary, ShardView, StoreVisitor,
+    self, CheckpointInfo, InspectError, RunJournal, RunSummary, ShardView, StoreVisitor,
 };
 use fusee::storage::identity::{Identity, MARKER};
 use fusee::storage::{RunStore, Storage};
@@ -212,14 +212,4 @@ fn verify_shard<R: RunStore>(view: &mut ShardView<R>, out: &mut Gathered) {
         &mut || checked += 1,
     );
     out.checked += checked;
-}
-
-/// Runs counted by state name, in a fixed order (`running`, `waiting`,
-/// `parked`, then finished statuses).
-pub(crate) fn count_states(runs: &[RunSummary]) -> Vec<(&'static str, u64)> {
-    let mut counts: std::collections::BTreeMap<RunState, u64> = Default::default();
-    for r in runs {
-        *counts.entry(r.state).or_default() += 1;
-    }
-    counts.into_iter().map(|(s, n)| (s.name(), n)).collect()
 }

@@ -215,6 +215,65 @@ async fn pages_escape_payloads_and_forms_need_admin_and_csrf() {
     let (_, page) = admin.get("/runs/o-1").await;
     assert!(page.contains("id=\"paused\""), "the page shows the pause");
     assert!(page.contains("charge"), "the timeline shows the step");
+    let form =
+        |action: &'static str| vec![("csrf", admin.csrf.clone()), ("action", action.to_string())];
+    let post = |path: &'static str, f: Vec<(&'static str, String)>| {
+        let admin = &admin;
+        async move {
+            let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            admin.post(path, &pairs).await
+        }
+    };
+    let (_, location, _) = post("/runs/o-1/action", form("resume")).await;
+    assert!(location.contains("notice=resumed"), "{location}");
+    // Reset from the chosen step: a new run of the ID.
+    let before = engine.describe("o-1").await.unwrap().run;
+    let mut reset = form("reset");
+    reset.push(("step", "charge".into()));
+    let (_, location, _) = post("/runs/o-1/action", reset).await;
+    assert!(location.contains("notice=reset"), "{location}");
+    assert_ne!(engine.describe("o-1").await.unwrap().run, before);
+    let (_, page) = admin.get("/runs/o-1").await;
+    assert!(
+        page.contains("id=\"chain\""),
+        "the page shows the runs of the ID"
+    );
+    // A signal from the form finishes the run.
+    let mut signal = form("signal");
+    signal.push(("name", "approved".into()));
+    signal.push(("payload", "true".into()));
+    let (_, location, _) = post("/runs/o-1/action", signal).await;
+    assert!(location.contains("notice=signal"), "{location}");
+    assert_eq!(
+        engine.result_json("o-1").await.unwrap(),
+        json!("charged 1; shipped tea")
+    );
+    // An engine refusal comes back as the page's error, its text intact.
+    let (_, location, _) = post("/runs/o-1/action", form("cancel")).await;
+    assert!(
+        location.contains("error=") && location.contains("finished"),
+        "{location}"
+    );
+    // Schedules, queues, limits.
+    engine.register_flow_control();
+    engine
+        .schedule("nightly", "0 3 * * *", ECHO, &json!(1))
+        .create()
+        .await
+        .unwrap();
+    engine.queue("mail", ECHO).create().await.unwrap();
+    engine.limit("db").concurrency(1).create().await.unwrap();
+    let (_, location, _) = post("/schedules/nightly/action", form("pause")).await;
+    assert!(location.starts_with("/schedules?notice="), "{location}");
+    assert!(engine.schedules().describe("nightly").await.unwrap().paused);
+    let (_, location, _) = post("/queues/mail/action", form("pause")).await;
+    assert!(location.starts_with("/queues?notice="), "{location}");
+    assert!(engine.queues().describe("mail").await.unwrap().paused);
+    let (_, location, _) = post("/limits/db/action", form("delete")).await;
+    assert!(location.starts_with("/limits?notice="), "{location}");
+    assert!(engine.limits().list().await.unwrap().is_empty());
+    let (_, location, _) = post("/queues/nope/action", form("pause")).await;
+    assert!(location.starts_with("/queues?error="), "{location}");
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }

@@ -202,9 +202,10 @@ fn start_reply(r: &fusee::RunRef) -> StartReply {
 
 /// A page of runs passing `q`: the engine filters by status and type; an
 /// ID prefix and start times are applied here, over as many engine pages
-/// as it takes to fill the page (at most [`FILTER_ROUNDS_MAX`]), each
-/// asked for no more runs than the page still lacks, so the cursor
-/// returned is exact.
+/// as it takes to fill the page (at most [`FILTER_ROUNDS_MAX`]). A round
+/// whose matches would overfill the page is asked again for only the runs
+/// the page lacks, so the cursor returned always falls right after the
+/// last run listed.
 pub(crate) async fn runs_page(engine: &fusee::Engine, q: &RunsQuery) -> Result<RunsPage, ApiError> {
     let limit = q
         .limit
@@ -228,11 +229,34 @@ pub(crate) async fn runs_page(engine: &fusee::Engine, q: &RunsQuery) -> Result<R
     };
     let mut runs = Vec::new();
     let mut next = None;
+    // Runs asked of the engine per round: the runs the page lacks, grown
+    // while rounds match nothing, so a rare match costs few rounds.
+    let mut ask = limit;
     for _ in 0..FILTER_ROUNDS_MAX {
-        let page = engine
-            .list(filter.clone().limit(limit - runs.len()))
-            .await?;
-        runs.extend(page.runs.iter().filter(|r| passes(r)).map(summary));
+        let lacking = limit - runs.len();
+        let size = ask.max(lacking).min(ListFilter::LIMIT_MAX);
+        let mut page = engine.list(filter.clone().limit(size)).await?;
+        let mut matched: Vec<RunSummary> = page
+            .runs
+            .iter()
+            .filter(|r| passes(r))
+            .map(summary)
+            .collect();
+        if matched.len() > lacking {
+            // More than the page holds: the cursor must fall after the
+            // last run taken, so ask again for exactly what it lacks.
+            page = engine.list(filter.clone().limit(lacking)).await?;
+            matched = page
+                .runs
+                .iter()
+                .filter(|r| passes(r))
+                .map(summary)
+                .collect();
+            ask = lacking;
+        } else if matched.is_empty() {
+            ask = size.saturating_mul(4);
+        }
+        runs.extend(matched);
         next = page.next;
         match &next {
             Some(c) if runs.len() < limit => filter = filter.after(c.clone()),

@@ -254,6 +254,7 @@ pub(crate) enum Verb {
 
 impl Verb {
     /// The server and output options.
+    #[cfg_attr(not(feature = "live"), allow(dead_code))]
     pub(crate) fn remote(&self) -> (&Remote, bool) {
         let a = match self {
             Verb::Start { args, .. }
@@ -293,6 +294,7 @@ pub(crate) enum CliError {
     /// A live engine's server refused: its kind and message (exit 2 for a
     /// request it calls malformed, HTTP 400; else 3).
     #[error("the server refused: {kind}: {message} (HTTP {status})")]
+    #[cfg_attr(not(feature = "live"), allow(dead_code))]
     Server {
         /// The HTTP status.
         status: u16,

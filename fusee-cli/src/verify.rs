@@ -33,6 +33,10 @@ struct Found {
 
 /// A backend's problem (the file and key-value backends' `Problem`s have
 /// the same fields).
+#[cfg_attr(
+    not(any(feature = "file", feature = "redb", feature = "rocksdb")),
+    allow(unused_macros)
+)]
 macro_rules! found {
     ($p:expr) => {{
         let p = $p;
@@ -55,6 +59,11 @@ fn from_kv(p: fusee_storage_kv::verify::Problem) -> Found {
 }
 
 /// The backend's check of the store in `dir`.
+// A build without directory backends (live mode only) keeps the refusal.
+#[cfg_attr(
+    not(any(feature = "file", feature = "redb", feature = "rocksdb")),
+    allow(unused_variables, unreachable_code)
+)]
 fn storage_problems(dir: &Path, backend: Backend) -> Result<Vec<Found>, CliError> {
     let refused = |error| InspectError::Storage { shard: None, error };
     let bar = Bar::new(0, "rows");

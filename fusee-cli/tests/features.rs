@@ -67,3 +67,17 @@ fn compare_left_out_says_which_feature() {
         assert!(err.contains("--features compare"), "{err}");
     }
 }
+
+#[test]
+fn live_mode_left_out_says_which_feature() {
+    // Nothing listens on port 9 of loopback (discard): a live build fails
+    // to connect (exit 3); a build without `live` names the feature.
+    let out = fusee(&["runs", "--url", "http://127.0.0.1:9"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(
+        err.contains("--features live"),
+        !cfg!(feature = "live"),
+        "{err}"
+    );
+}

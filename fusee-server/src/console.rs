@@ -2,7 +2,8 @@
 //! interpolated value escaped), one stylesheet and a few lines of plain
 //! JavaScript served from this binary, nothing fetched from elsewhere.
 //!
-//! Pages: `/` (overview: shards, runs by status, a flush-latency chart),
+//! Pages: `/` (overview: shards, runs by status, an activity chart of
+//! the last two minutes, a flush-latency chart),
 //! `/runs` (filters, pagination), `/runs/{id}` (header, timeline, input
 //! and result, actions), `/schedules`, `/queues`, `/limits`, `/login`.
 //! Actions are HTML forms posted to `.../action`, each with the CSRF
@@ -327,6 +328,8 @@ async fn overview(State(app): State<App>, headers: HeaderMap) -> Response {
                 ", in memory " (metrics.loaded_runs) ", parked " (metrics.parked_runs)
                 ", flushes " (metrics.flushes) " (" (format!("{:.1}", metrics.records_per_flush())) " records each)."
             }
+            h2 { "Activity" }
+            (activity_chart(&app.activity.rates()))
             h2 { "Flush latency" }
             p { "p50 " (h.percentile(50.0)) " µs, p99 " (h.percentile(99.0)) " µs over " (h.count()) " flushes." }
             (latency_chart(&bars))
@@ -347,6 +350,50 @@ async fn overview(State(app): State<App>, headers: HeaderMap) -> Response {
         },
     );
     page(&viewer, StatusCode::OK, body)
+}
+
+/// A line chart (inline SVG) of runs started and finished and flushes per
+/// second over the samples the server took.
+fn activity_chart(rates: &[crate::activity::Rates]) -> Markup {
+    let (w, h) = (600.0f64, 140.0f64);
+    let top = rates
+        .iter()
+        .flat_map(|r| [r.started, r.finished, r.flushes])
+        .fold(1.0f64, f64::max);
+    let span = (crate::activity::SAMPLES_MAX as f64) * crate::activity::INTERVAL.as_secs_f64();
+    let line = |f: &dyn Fn(&crate::activity::Rates) -> f64| {
+        rates
+            .iter()
+            .map(|r| {
+                let x = w * (1.0 - (r.ago_s / span).min(1.0));
+                let y = h - h * f(r) / top;
+                format!("{x:.1},{y:.1}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let last = rates.last().copied();
+    html! {
+        svg id="activity-chart" width=(w) height=(h + 20.0) viewBox={ "0 0 " (w) " " (h + 20.0) }
+            xmlns="http://www.w3.org/2000/svg" role="img" {
+            title { "runs started, runs finished and flushes per second, last two minutes" }
+            rect x="0" y="0" width=(w) height=(h) fill="#fff" stroke="#e3e6ea" {}
+            polyline fill="none" stroke="#1f6feb" stroke-width="2" points=(line(&|r| r.started)) {}
+            polyline fill="none" stroke="#1a7f37" stroke-width="2" points=(line(&|r| r.finished)) {}
+            polyline fill="none" stroke="#9a6700" stroke-width="1" points=(line(&|r| r.flushes)) {}
+            text x="4" y="12" font-size="11" fill="#57606a" { (format!("{top:.0}/s")) }
+            text x="4" y=(h + 14.0) font-size="11" fill="#1f6feb" { "started/s" }
+            text x="90" y=(h + 14.0) font-size="11" fill="#1a7f37" { "finished/s" }
+            text x="180" y=(h + 14.0) font-size="11" fill="#9a6700" { "flushes/s" }
+        }
+        p id="activity" {
+            @match last {
+                Some(r) => { "Now: " (format!("{:.1}", r.started)) " runs started/s, "
+                    (format!("{:.1}", r.finished)) " finished/s, " (format!("{:.1}", r.flushes)) " flushes/s." }
+                None => { "No samples yet (one a second while the server runs)." }
+            }
+        }
+    }
 }
 
 /// A bar chart (inline SVG) of flush-latency percentiles, in µs.

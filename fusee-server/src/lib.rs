@@ -53,6 +53,8 @@
 //! `default-features = false, features = ["client"]`.
 
 #[cfg(feature = "server")]
+mod activity;
+#[cfg(feature = "server")]
 mod api;
 #[cfg(feature = "server")]
 mod auth;
@@ -136,6 +138,8 @@ mod server {
         pub(crate) engine: fusee::Engine,
         pub(crate) tokens: Arc<Tokens>,
         pub(crate) openapi: Arc<serde_json::Value>,
+        /// The engine's recent activity (sampled while the server runs).
+        pub(crate) activity: crate::activity::Activity,
     }
 
     /// A server to start: an engine, an address, tokens.
@@ -179,7 +183,7 @@ mod server {
         /// to call in-process): the caller then answers for the address
         /// rules [`start`](Self::start) enforces.
         pub fn router(&self) -> Router {
-            router(self.engine.clone(), self.tokens.clone())
+            router(self.engine.clone(), self.tokens.clone(), Default::default())
         }
 
         /// Binds the address and serves until [`ServerHandle::stop`] (or
@@ -204,7 +208,9 @@ mod server {
                 addr: self.addr,
                 source,
             })?;
-            let app = self.router();
+            let activity = crate::activity::Activity::default();
+            let sampler = crate::activity::spawn_sampler(self.engine.clone(), activity.clone());
+            let app = router(self.engine.clone(), self.tokens.clone(), activity);
             let (tx, rx) = oneshot::channel::<()>();
             let task = tokio::spawn(async move {
                 axum::serve(listener, app)
@@ -218,6 +224,7 @@ mod server {
                 addr: local,
                 stop: Some(tx),
                 task: Some(task),
+                sampler,
             })
         }
     }
@@ -228,6 +235,7 @@ mod server {
         addr: SocketAddr,
         stop: Option<oneshot::Sender<()>>,
         task: Option<JoinHandle<std::io::Result<()>>>,
+        sampler: JoinHandle<()>,
     }
 
     impl ServerHandle {
@@ -244,6 +252,7 @@ mod server {
         /// Stops taking connections, lets requests in flight finish (at
         /// most 5 s, then they are cut), and returns once it stopped.
         pub async fn stop(mut self) -> Result<(), ServerError> {
+            self.sampler.abort();
             if let Some(tx) = self.stop.take() {
                 let _ = tx.send(());
             }
@@ -264,6 +273,7 @@ mod server {
 
     impl Drop for ServerHandle {
         fn drop(&mut self) {
+            self.sampler.abort();
             if let Some(tx) = self.stop.take() {
                 let _ = tx.send(());
             }
@@ -275,7 +285,11 @@ mod server {
 
     /// Every route: the API (behind its token gate), health, the console,
     /// and JSON answers for unknown routes and wrong methods.
-    fn router(engine: fusee::Engine, tokens: Tokens) -> Router {
+    fn router(
+        engine: fusee::Engine,
+        tokens: Tokens,
+        activity: crate::activity::Activity,
+    ) -> Router {
         let (api, openapi) = crate::api::router().split_for_parts();
         let openapi = serde_json::to_value(&openapi).unwrap_or_default();
         let limit = engine.payload_limit().saturating_add(BODY_SLACK);
@@ -283,6 +297,7 @@ mod server {
             engine,
             tokens: Arc::new(tokens),
             openapi: Arc::new(openapi),
+            activity,
         };
         let gate = axum::middleware::from_fn_with_state(app.clone(), crate::auth::api_gate);
         let api = api.route_layer(gate);

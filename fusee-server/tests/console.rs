@@ -140,7 +140,14 @@ async fn pages_escape_payloads_and_forms_need_admin_and_csrf() {
     assert_eq!(anon.status().as_u16(), 303);
     assert_eq!(anon.headers()["location"], "/login");
 
+    // Two samples of the server's activity sampler make a rate.
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
     let reader = Session::login(&base, READ).await;
+    let (_, overview) = reader.get("/").await;
+    assert!(
+        overview.contains("id=\"activity-chart\"") && overview.contains("Now: "),
+        "{overview}"
+    );
     for path in [
         "/",
         "/runs",

@@ -688,9 +688,14 @@ async fn tokens_guard_every_route() {
     engine.close().await.unwrap();
 }
 
-/// A document path with its parameters filled in.
+/// A document path with its parameters filled in (a result waited for
+/// briefly: the run stays running).
 fn fill(path: &str) -> String {
-    path.replace("{id}", "t-1").replace("{name}", "q")
+    let url = path.replace("{id}", "t-1").replace("{name}", "q");
+    if url.ends_with("/result") {
+        return format!("{url}?timeout_ms=10");
+    }
+    url
 }
 
 /// Every operation in the OpenAPI document is served (not an unknown

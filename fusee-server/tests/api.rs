@@ -873,3 +873,78 @@ async fn awkward_ids_round_trip() {
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
+
+const AGAIN: fusee::Workflow<u32, u32> = fusee::Workflow::new("again");
+
+/// Journals of parked runs (read from the run store) and a chain through
+/// continue-as-new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journals_of_parked_runs_and_chains_of_continued_runs() {
+    let engine = engine_with(fusee::Config::memory().park_after(Duration::from_millis(20))).await;
+    engine.register(AGAIN, |ctx: fusee::Ctx, n: u32| async move {
+        if n < 2 {
+            return ctx.continue_as_new(&(n + 1)).await;
+        }
+        Ok(n)
+    });
+    let server = serve(&engine).await;
+    let client = Client::new(&server.url()).unwrap().token(READ);
+    engine
+        .start_json("order", "p-1", &order_input(), fusee::IdPolicy::NewOnly)
+        .await
+        .unwrap();
+    engine
+        .start_json("echo", "p-2", &json!("done"), fusee::IdPolicy::NewOnly)
+        .await
+        .unwrap();
+    engine.result_json("p-2").await.unwrap();
+    for id in ["p-1", "p-2"] {
+        until(&client, id, |d| d.parked).await;
+    }
+    // Parked and waiting: its whole journal, read from its frame.
+    let j = client.journal("p-1", None).await.unwrap();
+    assert_eq!(
+        (j["state"].as_str(), j["complete"].as_bool()),
+        (Some("parked"), Some(true))
+    );
+    assert!(
+        j["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "Wait")
+    );
+    // Parked and finished: only its start and end are kept.
+    let j = client.journal("p-2", None).await.unwrap();
+    assert_eq!(
+        (j["state"].as_str(), j["complete"].as_bool()),
+        (Some("ok"), Some(false))
+    );
+    let kinds: Vec<&str> = j["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Start", "Done"]);
+    // Continued twice: three runs, newest first, each naming the one before.
+    engine
+        .start_json("again", "c-1", &json!(0), fusee::IdPolicy::NewOnly)
+        .await
+        .unwrap();
+    assert_eq!(engine.result_json("c-1").await.unwrap(), json!(2));
+    let chain = client.chain("c-1").await.unwrap();
+    assert_eq!(chain.len(), 3, "{chain:?}");
+    assert_eq!(chain[0].status, "ok");
+    for pair in chain.windows(2) {
+        assert_eq!(pair[0].from_run, Some(pair[1].run));
+        assert_eq!(pair[0].cause.as_deref(), Some("continued-as-new"));
+        assert_eq!(pair[1].status, "continued-as-new");
+    }
+    assert_eq!(chain[2].from_run, None);
+    // An earlier run's own journal, by its number.
+    let first = client.journal("c-1", Some(chain[2].run)).await.unwrap();
+    assert_eq!(first["records"][0]["input"]["json"], json!(0));
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}

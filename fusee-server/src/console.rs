@@ -381,6 +381,13 @@ fn activity_chart(rates: &[crate::activity::Rates]) -> Markup {
             polyline fill="none" stroke="#1f6feb" stroke-width="2" points=(line(&|r| r.started)) {}
             polyline fill="none" stroke="#1a7f37" stroke-width="2" points=(line(&|r| r.finished)) {}
             polyline fill="none" stroke="#9a6700" stroke-width="1" points=(line(&|r| r.flushes)) {}
+            // The newest rates as dots, visible from the first one on.
+            @if let Some(r) = last {
+                @let x = w * (1.0 - (r.ago_s / span).min(1.0));
+                @for (v, colour) in [(r.started, "#1f6feb"), (r.finished, "#1a7f37"), (r.flushes, "#9a6700")] {
+                    circle cx=(format!("{x:.1}")) cy=(format!("{:.1}", h - h * v / top)) r="3" fill=(colour) {}
+                }
+            }
             text x="4" y="12" font-size="11" fill="#57606a" { (format!("{top:.0}/s")) }
             text x="4" y=(h + 14.0) font-size="11" fill="#1f6feb" { "started/s" }
             text x="90" y=(h + 14.0) font-size="11" fill="#1a7f37" { "finished/s" }

@@ -17,8 +17,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use crate::output::{emit, emit_json};
 use crate::progress::Bar;
-use crate::{CliError, fmt, print_json};
+use crate::{CliError, fmt};
 
 /// `fusee disk-check`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -169,6 +170,11 @@ fn check_not_held(dir: &Path) -> Result<(), CliError> {
 
 /// `fusee disk-check DIR`.
 pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
+    if args.samples == 0 || args.sizes.is_empty() || args.sizes.contains(&0) {
+        return Err(CliError::Usage(
+            "--samples and every --sizes value must be at least 1".into(),
+        ));
+    }
     let dir = &args.dir;
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
@@ -181,11 +187,6 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
         Err(e) => return Err(io_err("cannot use", dir, e)),
     }
     check_not_held(dir)?;
-    if args.samples == 0 || args.sizes.is_empty() || args.sizes.contains(&0) {
-        return Err(CliError::Other(
-            "--samples and every --sizes value must be at least 1".into(),
-        ));
-    }
     let scratch = Scratch(dir.join(format!(".fusee-disk-check-{}", std::process::id())));
     let total = (Method::ALL.len() * args.sizes.len() * args.samples) as u64;
     let bar = Bar::new(total, "writes");
@@ -219,17 +220,17 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
                     "p99_us": f.p99, "p999_us": f.p999, "max_us": f.max})
             })
             .collect();
-        print_json(&json!({
+        emit_json(&json!({
             "dir": dir.display().to_string(),
             "samples": args.samples,
             "results": rows,
             "fastest": fastest.name(),
-        }));
+        }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut t = fmt::table(&["method", "size", "p50 µs", "p99 µs", "p99.9 µs", "max µs"]);
+    let mut t = fmt::Table::new(&["method", "size", "p50 µs", "p99 µs", "p99.9 µs", "max µs"]);
     for f in &all {
-        t.add_row(vec![
+        t.row([
             f.method.name().to_string(),
             fmt::bytes(f.size),
             format!("{:.0}", f.p50),
@@ -238,11 +239,10 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
             format!("{:.0}", f.max),
         ]);
     }
-    println!("{t}");
-    println!(
-        "fastest on this disk: {} (lowest median over the sizes; {} samples each)",
+    emit(&format!(
+        "{t}\nfastest on this disk: {} (lowest median over the sizes; {} samples each)\n",
         fastest.name(),
         args.samples
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,12 @@
 //! How the command writes things for people: times, sizes, payloads and
 //! tables.
 
-use comfy_table::{ContentArrangement, Table, presets};
+use comfy_table::{ContentArrangement, presets};
+use fusee::inspect::journal;
+
+/// Characters a table cell shows at most: longer text (a 100 KB workflow
+/// ID, a payload) is cut with `…`. JSON output is never cut.
+pub(crate) const CELL_CHARS: usize = 64;
 
 /// A time in ms since the Unix epoch as `YYYY-MM-DD HH:MM:SS.mmm` UTC; `-`
 /// for 0 (no time).
@@ -9,30 +14,13 @@ pub(crate) fn time(ms: u64) -> String {
     if ms == 0 {
         return "-".into();
     }
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
-/// The date of day `z` since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || format!("{ms} ms"),
+            |t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        )
 }
 
 /// A byte count with a binary unit (`1.5 MiB`).
@@ -51,36 +39,106 @@ pub(crate) fn bytes(n: u64) -> String {
     }
 }
 
-/// Payload bytes for a table: their JSON text (compact) when they are JSON,
-/// else hex; cut to `max` characters.
-pub(crate) fn payload(b: &[u8], max: usize) -> String {
-    let text = match serde_json::from_slice::<serde_json::Value>(b) {
-        Ok(v) => v.to_string(),
-        Err(_) if b.is_empty() => String::new(),
-        Err(_) => format!("0x{}", fusee::inspect::journal::hex(b)),
-    };
-    cut(&text, max)
+/// Payload bytes of a run whose `Start` says `codec`, for a table: their
+/// JSON (compact) when the codec says JSON and they parse, else hex.
+pub(crate) fn payload(b: &[u8], codec: Option<u8>) -> String {
+    if b.is_empty() {
+        return String::new();
+    }
+    match codec.and_then(|c| journal::decoded_payload(b, c)) {
+        Some(v) => v.to_string(),
+        None => format!("0x{}", journal::hex(b)),
+    }
 }
 
-/// `s` cut to `max` characters, with `…` where it was cut.
-pub(crate) fn cut(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
+/// Text the engine writes (a cancel's reason, who ended a run): as is when
+/// it is UTF-8, else hex.
+pub(crate) fn text(b: &[u8]) -> String {
+    std::str::from_utf8(b).map_or_else(|_| format!("0x{}", journal::hex(b)), str::to_string)
+}
+
+/// A recorded value (`ctx.now()`, `random()`, `uuid()`) of `kind` for a
+/// table: a time as a time, a number as a number; a custom value as a
+/// payload.
+pub(crate) fn recorded(kind: u8, value: &[u8], codec: Option<u8>) -> String {
+    match journal::recorded(kind, value) {
+        Some(journal::Recorded::Time(ms)) => time(ms),
+        Some(journal::Recorded::Random(n)) => n.to_string(),
+        Some(journal::Recorded::Uuid(u)) => u.hyphenated().to_string(),
+        None => payload(value, codec),
     }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
+}
+
+/// `s` as a table cell: [`cut`] to [`CELL_CHARS`].
+pub(crate) fn cell(s: &str) -> String {
+    cut(s, CELL_CHARS)
+}
+
+/// `s` for a table: control characters escaped (a newline or a terminal
+/// escape in an ID must not break the table or the terminal), cut to `max`
+/// characters with `…` where it was cut.
+pub(crate) fn cut(s: &str, max: usize) -> String {
+    let mut escaped = s.chars().flat_map(|c| {
+        let e: Vec<char> = if c.is_control() {
+            c.escape_default().collect()
+        } else {
+            vec![c]
+        };
+        e
+    });
+    let mut out: String = escaped.by_ref().take(max).collect();
+    if escaped.next().is_some() {
+        out.pop();
+        out.push('…');
+    }
     out
 }
 
-/// A table with `header`, in the command's style: plain ASCII borders (the
-/// output may go to a log or a file), columns sized to the terminal when
-/// there is one.
-pub(crate) fn table(header: &[&str]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(presets::ASCII_MARKDOWN)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(header.iter().copied());
-    t
+/// A table in the command's style: plain ASCII borders (the output may go
+/// to a log or a file), columns sized to the terminal when there is one,
+/// every cell passed through [`cut`].
+pub(crate) struct Table {
+    table: comfy_table::Table,
+    max: usize,
+}
+
+impl Table {
+    /// A table with `header`, its cells cut to [`CELL_CHARS`].
+    pub(crate) fn new(header: &[&str]) -> Self {
+        let mut table = comfy_table::Table::new();
+        table
+            .load_preset(presets::ASCII_MARKDOWN)
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .set_header(header.iter().copied());
+        Self {
+            table,
+            max: CELL_CHARS,
+        }
+    }
+
+    /// The same, its cells cut to `max` characters instead (a problem's
+    /// file and description are worth their width).
+    pub(crate) fn cut_at(mut self, max: usize) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Adds a row.
+    pub(crate) fn row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        let max = self.max;
+        self.table.add_row(
+            cells
+                .into_iter()
+                .map(|c| cut(c.as_ref(), max))
+                .collect::<Vec<_>>(),
+        );
+    }
+}
+
+impl std::fmt::Display for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.table.fmt(f)
+    }
 }
 
 #[cfg(test)]
@@ -93,10 +151,37 @@ mod tests {
         assert_eq!(time(1), "1970-01-01 00:00:00.001");
         assert_eq!(time(951_782_400_123), "2000-02-29 00:00:00.123");
         assert_eq!(time(1_700_000_000_000), "2023-11-14 22:13:20.000");
+        assert_eq!(time(u64::MAX), format!("{} ms", u64::MAX));
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(payload(b"{\"a\": 1}", 40), "{\"a\":1}");
-        assert_eq!(payload(&[0xff, 1], 40), "0xff01");
-        assert_eq!(cut("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn payloads_values_and_text() {
+        assert_eq!(payload(b"{\"a\": 1}", Some(1)), "{\"a\":1}");
+        assert_eq!(payload(b"{\"a\": 1}", Some(0)), "0x7b2261223a20317d");
+        assert_eq!(payload(&[0xff, 1], Some(1)), "0xff01");
+        assert_eq!(payload(b"", Some(1)), "");
+        assert_eq!(
+            recorded(0, &1_700_000_000_000u64.to_le_bytes(), Some(1)),
+            "2023-11-14 22:13:20.000"
+        );
+        assert_eq!(recorded(1, &7u64.to_le_bytes(), Some(1)), "7");
+        assert_eq!(recorded(3, b"[1]", Some(1)), "[1]");
+        assert_eq!(text(b"client"), "client");
+        assert_eq!(text(&[0xff]), "0xff");
+    }
+
+    #[test]
+    fn cells_are_cut_and_escaped() {
+        assert_eq!(cell("abc"), "abc");
+        let exact = "x".repeat(CELL_CHARS);
+        assert_eq!(cell(&exact), exact);
+        let long = cell(&"y".repeat(100_000));
+        assert_eq!(long.chars().count(), CELL_CHARS);
+        assert!(long.ends_with('…'));
+        assert_eq!(cell("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
+        let wide = cell(&"é".repeat(CELL_CHARS + 1));
+        assert_eq!(wide.chars().count(), CELL_CHARS);
     }
 }

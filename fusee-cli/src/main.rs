@@ -8,18 +8,28 @@
 //! | `fusee show DIR ID` | one run's journal, record by record (`--json`: the `fusee-journal` format, version 1) |
 //! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem |
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
-//! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`) |
+//! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
+//! | `fusee inspect/runs/show --url URL` | the same, asked of a live engine's server (`fusee-server`) |
+//! | `fusee start/signal/cancel/terminate/pause/resume/reset --url URL ...` | act on a live engine's runs |
 //!
-//! Every command prints a table for people, or JSON with `--json`.
+//! Every command prints a table for people, or JSON with `--json`; with
+//! `--url` the same renderers print what the server answered (see
+//! `live`).
 //! `inspect`, `runs`, `show` and `verify` are read-only: the store is
 //! opened through each backend's read-only entry point (`verify` modules),
 //! under a shared lock, and no byte or file of it changes. A store an
 //! engine holds is refused at once (locked), never waited for.
 //!
-//! Exit status: 0 done (for `verify`: no problem), 1 `verify` found
-//! problems, 2 bad arguments, 3 the command could not do its work (no
-//! store, a store an engine holds, another backend's store, damage that
-//! stops reading).
+//! Backends are Cargo features (`file`, `redb`, `rocksdb`, all on by
+//! default, as are `compare` and `live`); a directory of a backend this
+//! build leaves out is refused with the feature to enable.
+//!
+//! Exit status: 0 done (for `verify`: no problem; also when the reader of
+//! stdout closed it early, as `| head` does), 1 `verify` found problems, 2
+//! bad arguments (also a request a server calls malformed, HTTP 400), 3
+//! the command could not do its work (no store, a store an engine holds,
+//! another backend's store, damage that stops reading; a server that
+//! refused or could not be reached).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +40,9 @@ use fusee::Backend;
 mod compare;
 mod disk_check;
 mod fmt;
+#[cfg(feature = "live")]
+mod live;
+mod output;
 mod progress;
 mod show;
 mod store;
@@ -65,35 +78,78 @@ struct StoreArgs {
     json: bool,
 }
 
+/// Where `inspect` and `runs` read: a store's directory, or a live
+/// engine's server (`--url`).
+#[derive(clap::Args, Debug)]
+struct ReadArgs {
+    /// The store's directory (not with --url).
+    #[arg(required_unless_present = "url", conflicts_with = "url")]
+    dir: Option<PathBuf>,
+    /// Refuse the directory unless it holds a store of this backend
+    /// (file, redb, rocksdb); by default the directory's marker says.
+    #[arg(long, conflicts_with = "url")]
+    backend: Option<Backend>,
+    #[command(flatten)]
+    remote: Remote,
+    /// JSON on stdout instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A live engine's server to ask instead of a directory.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct Remote {
+    /// A live engine's server (fusee-server), such as
+    /// http://127.0.0.1:7700, instead of a directory.
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+    /// The server's bearer token (its read token for inspect, runs and
+    /// show; its admin token for the verbs). Default: $FUSEE_TOKEN, which
+    /// keeps it out of the process list.
+    #[arg(long, value_name = "TOKEN", requires = "url")]
+    pub(crate) token: Option<String>,
+}
+
+/// What a verb on a live engine's run takes besides its own arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct VerbArgs {
+    #[command(flatten)]
+    remote: Remote,
+    /// What was done as JSON on stdout instead of words.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// The backend, shards, runs by status, log and store sizes, and each
-    /// shard's last checkpoint.
-    Inspect(StoreArgs),
+    /// shard's last checkpoint; with --url, a live engine's shards
+    /// (ownership, durable LSN, flushes) and runs by status.
+    Inspect(ReadArgs),
     /// Runs, newest first.
     Runs {
         #[command(flatten)]
-        store: StoreArgs,
-        /// Only runs in this state: running, waiting, parked, finished, or
-        /// a finished status (ok, failed, cancelled, timed-out, terminated,
-        /// continued-as-new, reset).
-        #[arg(long)]
-        status: Option<String>,
-        /// Only runs of this workflow type.
-        #[arg(long = "type")]
-        wtype: Option<String>,
-        /// At most this many runs.
-        #[arg(long)]
-        limit: Option<usize>,
+        read: ReadArgs,
+        #[command(flatten)]
+        filter: summary::FilterArgs,
     },
     /// One run's journal (the latest run of workflow ID `ID`), record by
-    /// record. With --json: the `fusee-journal` format, version 1, which
-    /// round-trips every record exactly.
+    /// record: `fusee show DIR ID`, or `fusee show --url URL ID`. With
+    /// --json: the `fusee-journal` format, version 1, which round-trips
+    /// every record exactly.
     Show {
+        /// The store's directory, then the workflow ID; with --url, the
+        /// workflow ID only.
+        #[arg(value_name = "DIR", num_args = 1..=2, required = true)]
+        args: Vec<String>,
+        /// Refuse the directory unless it holds a store of this backend.
+        #[arg(long, conflicts_with = "url")]
+        backend: Option<Backend>,
         #[command(flatten)]
-        store: StoreArgs,
-        /// The workflow ID.
-        id: String,
+        remote: Remote,
+        /// JSON on stdout instead of tables.
+        #[arg(long)]
+        json: bool,
     },
     /// Reads every byte a recovery would read and checks every checksum,
     /// without changing anything; each problem is named (file, offset,
@@ -105,19 +161,168 @@ enum Command {
     DiskCheck(disk_check::Args),
     /// The cross-backend comparison, as `fusee-compare` runs it (its flags
     /// follow: --quick, --backends, --out, ...; `fusee compare -- --help`
-    /// lists them).
+    /// lists them). Needs the `compare` feature (on by default).
     Compare(compare::Args),
+    #[command(flatten)]
+    Verb(Verb),
 }
 
-/// Why a command could not do its work.
+/// The verbs on a live engine's runs (`--url`, admin token).
+#[derive(Subcommand, Debug)]
+pub(crate) enum Verb {
+    /// Starts a run of workflow type TYPE with workflow ID ID and INPUT
+    /// (JSON; default null); answers once the start is durable.
+    Start {
+        /// The workflow type (a registered one).
+        #[arg(value_name = "TYPE")]
+        workflow: String,
+        /// The workflow ID.
+        id: String,
+        /// The input, as JSON (a string with its quotes: '"text"').
+        input: Option<String>,
+        /// If the ID exists: new-only (refuse; the default), attach, or
+        /// reuse-after-finish.
+        #[arg(long)]
+        policy: Option<String>,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+    /// Sends signal NAME with PAYLOAD (JSON; default null) to workflow ID
+    /// ID; answers once it is durable.
+    Signal {
+        /// The workflow ID.
+        id: String,
+        /// The signal's name.
+        name: String,
+        /// Its payload, as JSON.
+        payload: Option<String>,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+    /// Asks workflow ID ID's run to cancel (its code sees the
+    /// cancellation and may compensate).
+    Cancel {
+        /// The workflow ID.
+        id: String,
+        /// The reason recorded.
+        #[arg(long, default_value = "operator")]
+        reason: String,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+    /// Ends workflow ID ID's run at once, as terminated.
+    Terminate {
+        /// The workflow ID.
+        id: String,
+        /// The reason recorded.
+        #[arg(long, default_value = "operator")]
+        reason: String,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+    /// Pauses workflow ID ID's run: no new step attempt starts.
+    Pause {
+        /// The workflow ID.
+        id: String,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+    /// Lets a paused run start steps again.
+    Resume {
+        /// The workflow ID.
+        id: String,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+    /// Restarts workflow ID ID from its step STEP (that step and every
+    /// record after it run again, as a new run).
+    Reset {
+        /// The workflow ID.
+        id: String,
+        /// The step to run again.
+        step: String,
+        /// The reason recorded.
+        #[arg(long, default_value = "operator")]
+        reason: String,
+        /// Only if the ID's current run is this one (safe to repeat).
+        #[arg(long)]
+        run: Option<u64>,
+        #[command(flatten)]
+        args: VerbArgs,
+    },
+}
+
+impl Verb {
+    /// The server and output options.
+    #[cfg_attr(not(feature = "live"), allow(dead_code))]
+    pub(crate) fn remote(&self) -> (&Remote, bool) {
+        let a = match self {
+            Verb::Start { args, .. }
+            | Verb::Signal { args, .. }
+            | Verb::Cancel { args, .. }
+            | Verb::Terminate { args, .. }
+            | Verb::Pause { args, .. }
+            | Verb::Resume { args, .. }
+            | Verb::Reset { args, .. } => args,
+        };
+        (&a.remote, a.json)
+    }
+}
+
+/// Why a command could not do its work; [`CliError::exit_code`] says how
+/// it ends.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
+    /// The command line asks for something that cannot be: exit 2.
+    #[error("{0}")]
+    Usage(String),
     /// Reading the store failed.
     #[error("{}", describe(.0))]
     Inspect(#[from] fusee::inspect::InspectError),
+    /// This build leaves out what the command needs (a backend, the
+    /// comparison): the Cargo feature that adds it.
+    #[error(
+        "{what}, and this build of `fusee` was compiled without it: install it with \
+         the `{feature}` feature (`cargo install --path fusee-cli --features {feature}`)"
+    )]
+    NotBuilt {
+        /// What is missing, with the directory that needs it.
+        what: String,
+        /// The feature to enable.
+        feature: &'static str,
+    },
+    /// A live engine's server refused: its kind and message (exit 2 for a
+    /// request it calls malformed, HTTP 400; else 3).
+    #[error("the server refused: {kind}: {message} (HTTP {status})")]
+    #[cfg_attr(not(feature = "live"), allow(dead_code))]
+    Server {
+        /// The HTTP status.
+        status: u16,
+        /// The error's kind (`not_found`, `unknown_workflow`, ...).
+        kind: String,
+        /// Its message.
+        message: String,
+    },
+    /// Whoever reads stdout closed it (`| head`): end quietly, exit 0.
+    #[error("stdout closed")]
+    Closed,
     /// Anything else, said in words.
     #[error("{0}")]
     Other(String),
+}
+
+impl CliError {
+    /// The exit status the README promises for this error.
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Closed => ExitCode::SUCCESS,
+            CliError::Usage(_) | CliError::Server { status: 400, .. } => ExitCode::from(2),
+            CliError::Server { .. } => ExitCode::from(3),
+            CliError::Inspect(_) | CliError::NotBuilt { .. } | CliError::Other(_) => {
+                ExitCode::from(3)
+            }
+        }
+    }
 }
 
 /// The inspect error, with what to do about a lock.
@@ -135,44 +340,94 @@ fn describe(e: &fusee::inspect::InspectError) -> String {
     }
 }
 
-/// Prints `value` as pretty JSON on stdout.
-pub(crate) fn print_json(value: &serde_json::Value) {
-    match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
-        // A Value always serialises; say so rather than print nothing.
-        Err(e) => eprintln!("fusee: cannot write JSON: {e}"),
+/// Live mode's entry points, or, in a build without the `live` feature,
+/// its refusal.
+#[cfg(not(feature = "live"))]
+mod live {
+    use std::process::ExitCode;
+
+    use crate::summary::Filter;
+    use crate::{CliError, Remote, Verb};
+
+    fn refuse() -> Result<ExitCode, CliError> {
+        Err(CliError::NotBuilt {
+            what: "--url talks to a live engine's server".into(),
+            feature: "live",
+        })
+    }
+
+    pub(crate) fn runs(_: &Remote, _: bool, _: &Filter) -> Result<ExitCode, CliError> {
+        refuse()
+    }
+
+    pub(crate) fn inspect(_: &Remote, _: bool) -> Result<ExitCode, CliError> {
+        refuse()
+    }
+
+    pub(crate) fn show(_: &Remote, _: bool, _: &str) -> Result<ExitCode, CliError> {
+        refuse()
+    }
+
+    pub(crate) fn verb(_: Verb) -> Result<ExitCode, CliError> {
+        refuse()
+    }
+}
+
+/// `DIR ID` offline, `ID` with --url.
+fn show_target(args: Vec<String>, live: bool) -> Result<(Option<PathBuf>, String), CliError> {
+    let mut args = args.into_iter();
+    match (args.next(), args.next(), live) {
+        (Some(id), None, true) => Ok((None, id)),
+        (Some(dir), Some(id), false) => Ok((Some(PathBuf::from(dir)), id)),
+        (_, _, true) => Err(CliError::Usage(
+            "show --url takes the workflow ID only (no directory)".into(),
+        )),
+        _ => Err(CliError::Usage(
+            "show takes the store's directory and the workflow ID: fusee show DIR ID".into(),
+        )),
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode, CliError> {
+    match command {
+        Command::Inspect(a) => match a.dir {
+            Some(dir) => summary::inspect(&dir, a.backend, a.json),
+            None => live::inspect(&a.remote, a.json),
+        },
+        Command::Runs { read, filter } => {
+            let filter = filter.check()?;
+            match read.dir {
+                Some(dir) => summary::runs(&dir, read.backend, read.json, &filter),
+                None => live::runs(&read.remote, read.json, &filter),
+            }
+        }
+        Command::Show {
+            args,
+            backend,
+            remote,
+            json,
+        } => match show_target(args, remote.url.is_some())? {
+            (Some(dir), id) => show::show(&dir, backend, json, &id),
+            (None, id) => live::show(&remote, json, &id),
+        },
+        Command::Verify(a) => verify::verify(&a.dir, a.backend, a.json),
+        Command::DiskCheck(a) => disk_check::run(&a),
+        Command::Compare(a) => compare::run(a),
+        Command::Verb(v) => live::verb(v),
     }
 }
 
 fn main() -> ExitCode {
+    // clap ends bad command lines with exit 2 itself (and `--help` with 0;
+    // it ignores a closed pipe).
     let cli = Cli::parse();
-    let outcome = match cli.command {
-        Command::Inspect(a) => summary::inspect(&a.dir, a.backend, a.json),
-        Command::Runs {
-            store,
-            status,
-            wtype,
-            limit,
-        } => summary::runs(
-            &store.dir,
-            store.backend,
-            store.json,
-            &summary::Filter {
-                status,
-                wtype,
-                limit,
-            },
-        ),
-        Command::Show { store, id } => show::show(&store.dir, store.backend, store.json, &id),
-        Command::Verify(a) => verify::verify(&a.dir, a.backend, a.json),
-        Command::DiskCheck(a) => disk_check::run(&a),
-        Command::Compare(a) => compare::run(a),
-    };
-    match outcome {
+    match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fusee: {e}");
-            ExitCode::from(3)
+            if !matches!(e, CliError::Closed) {
+                output::say(&format!("fusee: {e}"));
+            }
+            e.exit_code()
         }
     }
 }

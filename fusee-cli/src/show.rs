@@ -7,33 +7,29 @@ use fusee::Backend;
 use fusee::core::record::{Payload, Record, RecordBuf, Status, WaitOutcome};
 use fusee::inspect::{InspectError, journal, status_name};
 
+use serde_json::Value;
+
+use crate::output::{emit, emit_json};
 use crate::store::{Request, gather};
-use crate::{CliError, fmt, print_json};
+use crate::{CliError, fmt};
 
-/// Characters of a payload a table cell shows.
-const PAYLOAD_CHARS: usize = 60;
-
-/// What a table row says of a record: seq, name, attempt, status, payload.
+/// What a table row says of a record: seq, name, attempt, status, and
+/// the payload column's text.
 type Row<'a> = (
     Option<u32>,
     Option<&'a str>,
     Option<u32>,
     Option<String>,
-    Option<&'a Payload>,
+    Option<String>,
 );
 
-fn describe(rec: &RecordBuf) -> Row<'_> {
+fn describe(rec: &RecordBuf, codec: Option<u8>) -> Row<'_> {
     let st = |s: &Status| Some(status_name(*s).to_string());
+    let p = |b: &Payload| Some(fmt::payload(b, codec));
     match rec {
         Record::Start {
             wtype, input, id, ..
-        } => (
-            None,
-            Some(wtype),
-            None,
-            Some(format!("id {id}")),
-            Some(input),
-        ),
+        } => (None, Some(wtype), None, Some(format!("id {id}")), p(input)),
         Record::Step {
             seq,
             name,
@@ -46,7 +42,7 @@ fn describe(rec: &RecordBuf) -> Row<'_> {
             Some(name),
             Some(*attempt),
             st(status),
-            Some(payload),
+            p(payload),
         ),
         Record::Attempt {
             seq,
@@ -64,7 +60,7 @@ fn describe(rec: &RecordBuf) -> Row<'_> {
             } else {
                 format!("retry at {}", fmt::time(*retry_at_ms))
             }),
-            Some(error),
+            p(error),
         ),
         Record::Resume { seq, .. } | Record::Fired { seq, .. } | Record::StreamEnd { seq, .. } => {
             (Some(*seq), None, None, None, None)
@@ -81,7 +77,9 @@ fn describe(rec: &RecordBuf) -> Row<'_> {
             Some(format!("fires {}", fmt::time(*fire_at_ms))),
             None,
         ),
-        Record::Signal { name, payload, .. } => (None, Some(name), None, None, Some(payload)),
+        Record::Signal {
+            name, payload, by, ..
+        } => (None, Some(name), None, by_text(by), p(payload)),
         Record::Wait {
             seq,
             name,
@@ -105,30 +103,40 @@ fn describe(rec: &RecordBuf) -> Row<'_> {
             }),
             None,
         ),
-        Record::Value { seq, value, .. } => (Some(*seq), None, None, None, Some(value)),
+        Record::Value {
+            seq, kind, value, ..
+        } => (
+            Some(*seq),
+            Some(value_kind_name(*kind)),
+            None,
+            None,
+            Some(fmt::recorded(*kind, value, codec)),
+        ),
         Record::Child {
             seq, wtype, input, ..
-        } => (Some(*seq), Some(wtype), None, None, Some(input)),
+        } => (Some(*seq), Some(wtype), None, None, p(input)),
         Record::ChildDone {
             seq,
             status,
             payload,
             ..
-        } => (Some(*seq), None, None, st(status), Some(payload)),
+        } => (Some(*seq), None, None, st(status), p(payload)),
         Record::Send {
             seq, name, payload, ..
-        } => (Some(*seq), Some(name), None, None, Some(payload)),
-        Record::Cancel { reason, .. } => (None, None, None, None, Some(reason)),
-        Record::Update { name, payload, .. } => (None, Some(name), None, None, Some(payload)),
+        } => (Some(*seq), Some(name), None, None, p(payload)),
+        Record::Cancel { reason, by, .. } => {
+            (None, None, None, by_text(by), Some(fmt::text(reason)))
+        }
+        Record::Update { name, payload, .. } => (None, Some(name), None, None, p(payload)),
         Record::UpdateDone {
             status, payload, ..
-        } => (None, None, None, st(status), Some(payload)),
+        } => (None, None, None, st(status), p(payload)),
         Record::Heartbeat {
             seq,
             attempt,
             payload,
             ..
-        } => (Some(*seq), None, Some(*attempt), None, Some(payload)),
+        } => (Some(*seq), None, Some(*attempt), None, p(payload)),
         Record::Patch { seq, id, .. } => (Some(*seq), Some(id), None, None, None),
         Record::Awaiting {
             seq, name, attempt, ..
@@ -139,12 +147,41 @@ fn describe(rec: &RecordBuf) -> Row<'_> {
             status,
             payload,
             ..
-        } => (Some(*seq), None, Some(*attempt), st(status), Some(payload)),
-        Record::Attributes { payload, .. } => (None, None, None, None, Some(payload)),
-        Record::Chunk { seq, payload, .. } => (Some(*seq), None, None, None, Some(payload)),
+        } => (Some(*seq), None, Some(*attempt), st(status), p(payload)),
+        Record::Attributes { payload, .. } => (None, None, None, None, p(payload)),
+        Record::Chunk { seq, payload, .. } => (Some(*seq), None, None, None, p(payload)),
         Record::Done {
-            status, payload, ..
-        } => (None, None, None, st(status), Some(payload)),
+            status,
+            payload,
+            by,
+            ..
+        } => (
+            None,
+            None,
+            None,
+            Some(match by_text(by) {
+                Some(by) => format!("{} {by}", status_name(*status)),
+                None => status_name(*status).to_string(),
+            }),
+            p(payload),
+        ),
+    }
+}
+
+/// Who sent a signal or ended a run, in words.
+fn by_text(by: &Option<Payload>) -> Option<String> {
+    by.as_ref().map(|b| format!("by {}", fmt::text(b)))
+}
+
+/// A `Value` record's kind as the table names it.
+fn value_kind_name(kind: u8) -> &'static str {
+    use fusee::core::record::value_kind;
+    match kind {
+        value_kind::NOW => "now",
+        value_kind::RANDOM => "random",
+        value_kind::UUID => "uuid",
+        value_kind::CUSTOM => "custom",
+        _ => "value",
     }
 }
 
@@ -159,36 +196,62 @@ pub(crate) fn show(
     let j = g
         .journal
         .ok_or_else(|| InspectError::NoSuchRun(format!("of workflow ID {id:?}")))?;
+    render(&journal::to_json(&j), json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a journal document (`fusee-journal`, version 1) as `fusee show`
+/// does: the document itself, or a header and a table of its records.
+pub(crate) fn render(doc: &Value, json: bool) -> Result<(), CliError> {
     if json {
-        print_json(&journal::to_json(&j));
-        return Ok(ExitCode::SUCCESS);
+        return emit_json(doc);
     }
-    let s = &j.summary;
-    println!("id        {}", s.id);
-    println!("workflow  {}", s.workflow);
-    println!("shard     {}  run {}", s.shard, s.run);
-    println!("status    {}", s.state.name());
-    println!("started   {}", fmt::time(s.started_ms));
-    println!("finished  {}", s.finished_ms.map_or("-".into(), fmt::time));
-    if !j.complete {
-        println!(
-            "note      a finished run parked in the run store keeps only its Start and Done records"
+    let records = journal::from_json(doc).map_err(|e| CliError::Other(e.to_string()))?;
+    let text = |k: &str| {
+        doc.get(k).map_or_else(String::new, |v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    };
+    let started = records.iter().find_map(|r| match r {
+        Record::Start { started_ms, .. } => Some(*started_ms),
+        _ => None,
+    });
+    let finished = records.iter().find_map(|r| match r {
+        Record::Done { finished_ms, .. } => Some(*finished_ms),
+        _ => None,
+    });
+    let mut out = String::new();
+    for (label, value) in [
+        ("id", text("id")),
+        ("workflow", text("workflow")),
+        ("shard", format!("{}  run {}", text("shard"), text("run"))),
+        ("status", text("state")),
+        ("started", started.map_or("-".into(), fmt::time)),
+        ("finished", finished.map_or("-".into(), fmt::time)),
+    ] {
+        out.push_str(&format!("{label:<9} {}\n", fmt::cell(&value)));
+    }
+    if doc.get("complete") == Some(&Value::Bool(false)) {
+        out.push_str(
+            "note      a finished run parked in the run store keeps only its Start and Done records\n",
         );
     }
-    let mut t = fmt::table(&["#", "seq", "kind", "name", "attempt", "status", "payload"]);
-    for (i, rec) in j.records.iter().enumerate() {
-        let (seq, name, attempt, status, payload) = describe(rec);
+    let codec = journal::codec_of(&records);
+    let mut t = fmt::Table::new(&["#", "seq", "kind", "name", "attempt", "status", "payload"]);
+    for (i, rec) in records.iter().enumerate() {
+        let (seq, name, attempt, status, payload) = describe(rec, codec);
         let opt = |v: Option<u32>| v.map_or(String::new(), |v| v.to_string());
-        t.add_row(vec![
+        t.row([
             i.to_string(),
             opt(seq),
             rec.kind_name().to_string(),
             name.unwrap_or_default().to_string(),
             opt(attempt),
             status.unwrap_or_default(),
-            payload.map_or(String::new(), |p| fmt::payload(p, PAYLOAD_CHARS)),
+            payload.unwrap_or_default(),
         ]);
     }
-    println!("\n{t}");
-    Ok(ExitCode::SUCCESS)
+    out.push_str(&format!("\n{t}\n"));
+    emit(&out)
 }

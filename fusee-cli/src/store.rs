@@ -6,10 +6,12 @@ use std::path::Path;
 use fusee::Backend;
 use fusee::core::record::Lsn;
 use fusee::inspect::{
-    self, CheckpointInfo, InspectError, RunJournal, RunState, RunSummary, ShardView, StoreVisitor,
+    self, CheckpointInfo, InspectError, RunJournal, RunSummary, ShardView, StoreVisitor,
 };
+use fusee::storage::identity::{Identity, MARKER};
 use fusee::storage::{RunStore, Storage};
 
+use crate::CliError;
 use crate::progress::Bar;
 
 /// What a command asks of the store.
@@ -54,20 +56,64 @@ pub(crate) struct Gathered {
     pub(crate) checked: u64,
 }
 
+/// The Cargo feature of this command that reads `backend`'s directories,
+/// and whether this build has it; `None` for a backend without
+/// directories.
+fn feature_of(backend: Backend) -> Option<(&'static str, bool)> {
+    match backend {
+        Backend::File => Some(("file", cfg!(feature = "file"))),
+        Backend::Redb => Some(("redb", cfg!(feature = "redb"))),
+        Backend::Rocksdb => Some(("rocksdb", cfg!(feature = "rocksdb"))),
+        _ => None,
+    }
+}
+
+/// Which backend made the store in `dir`, refused with the feature to
+/// enable when this build of the command does not read it.
+pub(crate) fn backend_of(dir: &Path) -> Result<Backend, CliError> {
+    let refuse = |backend: Backend, feature| CliError::NotBuilt {
+        what: format!("{}: a {backend} store", dir.display()),
+        feature,
+    };
+    match inspect::backend_of(dir) {
+        Ok(b) => match feature_of(b) {
+            Some((feature, false)) => Err(refuse(b, feature)),
+            _ => Ok(b),
+        },
+        Err(e) => {
+            // The library refuses a backend it was built without in words;
+            // the marker says which one, for the feature's name.
+            if let Some(b) = marked_backend(dir)
+                && let Some((feature, false)) = feature_of(b)
+            {
+                return Err(refuse(b, feature));
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// The backend `dir`'s identity marker names, if it reads as one.
+fn marked_backend(dir: &Path) -> Option<Backend> {
+    let bytes = std::fs::read(dir.join(MARKER)).ok()?;
+    Identity::decode(&bytes, MARKER).ok()?.backend.parse().ok()
+}
+
 /// The store in `dir`, opened read-only, asked `request`.
 pub(crate) fn gather(
     dir: &Path,
     expected: Option<Backend>,
     request: Request<'_>,
-) -> Result<(Backend, Gathered), InspectError> {
-    let backend = inspect::backend_of(dir)?;
+) -> Result<(Backend, Gathered), CliError> {
+    let backend = backend_of(dir)?;
     if let Some(want) = expected
         && want != backend
     {
         return Err(InspectError::NotAStore {
             path: dir.to_path_buf(),
             why: format!("it holds a store of the {backend} backend, not {want}"),
-        });
+        }
+        .into());
     }
     let visitor = Gather { request };
     let gathered = inspect::open_read_only(dir, visitor)??;
@@ -166,14 +212,4 @@ fn verify_shard<R: RunStore>(view: &mut ShardView<R>, out: &mut Gathered) {
         &mut || checked += 1,
     );
     out.checked += checked;
-}
-
-/// Runs counted by state name, in a fixed order (`running`, `waiting`,
-/// `parked`, then finished statuses).
-pub(crate) fn count_states(runs: &[RunSummary]) -> Vec<(&'static str, u64)> {
-    let mut counts: std::collections::BTreeMap<RunState, u64> = Default::default();
-    for r in runs {
-        *counts.entry(r.state).or_default() += 1;
-    }
-    counts.into_iter().map(|(s, n)| (s.name(), n)).collect()
 }

@@ -4,11 +4,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use fusee::Backend;
-use fusee::inspect::{RunState, RunSummary, Waiting, status_of};
+use fusee::inspect::{RunSummary, Waiting, status_of};
 use serde_json::{Value, json};
 
-use crate::store::{Request, count_states, gather};
-use crate::{CliError, fmt, print_json};
+use crate::output::{emit, emit_json};
+use crate::store::{Request, gather};
+use crate::{CliError, fmt};
 
 /// Bytes of the files under `path` (0 for a missing path).
 fn disk_bytes(path: &Path) -> u64 {
@@ -47,13 +48,94 @@ fn shard_bytes(dir: &Path, backend: Backend, shard: u32) -> Option<(u64, u64)> {
     Some((disk_bytes(&shard_dir.join("log")), store))
 }
 
-fn states_json(runs: &[RunSummary]) -> Value {
+/// Runs counted by status, in a fixed order (`running`, `waiting`,
+/// `parked`, the live engine's `waiting-for-code` and `stopped`, then the
+/// finished statuses; any other name last).
+pub(crate) fn count_states<'a>(runs: impl IntoIterator<Item = &'a RunRow>) -> Vec<(String, u64)> {
+    const FIRST: [&str; 5] = [
+        "running",
+        "waiting",
+        "parked",
+        "waiting-for-code",
+        "stopped",
+    ];
+    let rank = |s: &str| {
+        FIRST.iter().position(|f| *f == s).unwrap_or_else(|| {
+            FIRST.len()
+                + fusee::core::record::Status::ALL
+                    .iter()
+                    .position(|st| Some(*st) == status_of(s))
+                    .unwrap_or(usize::MAX - FIRST.len())
+        })
+    };
+    let mut counts: std::collections::BTreeMap<(usize, &str), u64> = Default::default();
+    for r in runs {
+        *counts.entry((rank(&r.status), &r.status)).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((_, s), n)| (s.to_string(), n))
+        .collect()
+}
+
+fn states_json(runs: &[&RunRow]) -> Value {
     Value::Object(
-        count_states(runs)
+        count_states(runs.iter().copied())
             .into_iter()
-            .map(|(s, n)| (s.to_string(), Value::from(n)))
+            .map(|(s, n)| (s, Value::from(n)))
             .collect(),
     )
+}
+
+fn states_text(runs: &[&RunRow]) -> String {
+    count_states(runs.iter().copied())
+        .into_iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What `fusee inspect` shows, from a store or a live engine's server.
+#[derive(Debug, Default)]
+pub(crate) struct Overview {
+    /// The store's directory (offline).
+    pub(crate) dir: Option<String>,
+    /// The server's URL (live).
+    pub(crate) url: Option<String>,
+    /// The backend (a store's marker says; the API does not).
+    pub(crate) backend: Option<String>,
+    /// The directory's bytes on disk.
+    pub(crate) disk_bytes: Option<u64>,
+    /// Every run.
+    pub(crate) runs: Vec<RunRow>,
+    /// Every shard.
+    pub(crate) shards: Vec<ShardRow>,
+}
+
+/// One shard: a store's figures, or a live engine's; what a source does
+/// not know is `None`.
+#[derive(Debug, Default)]
+pub(crate) struct ShardRow {
+    pub(crate) shard: u32,
+    // A store's: its log, what a recovery replays, its files, checkpoint.
+    pub(crate) first_lsn: Option<u64>,
+    pub(crate) last_lsn: Option<u64>,
+    pub(crate) replayed: Option<u64>,
+    pub(crate) index_records: Option<u64>,
+    pub(crate) store_position: Option<u64>,
+    pub(crate) log_bytes: Option<u64>,
+    pub(crate) store_bytes: Option<u64>,
+    pub(crate) checkpoint: Option<fusee::inspect::CheckpointInfo>,
+    // A live engine's: ownership, the durable LSN, flushes, runs in memory.
+    pub(crate) owned: Option<bool>,
+    pub(crate) sealed_lsn: Option<u64>,
+    pub(crate) flushes: Option<u64>,
+    pub(crate) flush_p50_us: Option<u64>,
+    pub(crate) flush_p99_us: Option<u64>,
+    pub(crate) loaded_runs: Option<u64>,
+    pub(crate) parked_runs: Option<u64>,
+    pub(crate) queued: Option<u64>,
+    pub(crate) last_error: Option<String>,
 }
 
 /// `fusee inspect DIR`.
@@ -63,29 +145,111 @@ pub(crate) fn inspect(
     json: bool,
 ) -> Result<ExitCode, CliError> {
     let (backend, g) = gather(dir, expected, Request::Overview)?;
-    let total = disk_bytes(dir);
+    let shards = g
+        .shards
+        .iter()
+        .map(|s| {
+            let sizes = shard_bytes(dir, backend, s.shard);
+            ShardRow {
+                shard: s.shard,
+                first_lsn: Some(s.first_lsn),
+                last_lsn: Some(s.last_lsn),
+                replayed: Some(s.replayed),
+                index_records: Some(s.index_records),
+                store_position: Some(s.store_position),
+                log_bytes: sizes.map(|b| b.0),
+                store_bytes: sizes.map(|b| b.1),
+                checkpoint: s.checkpoint.clone(),
+                ..ShardRow::default()
+            }
+        })
+        .collect();
+    let overview = Overview {
+        dir: Some(dir.display().to_string()),
+        url: None,
+        backend: Some(backend.name().to_string()),
+        disk_bytes: Some(disk_bytes(dir)),
+        runs: g.runs.into_iter().map(RunRow::from).collect(),
+        shards,
+    };
+    render_overview(&overview, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A shard's column of the `inspect` table: its header and its cell, for
+/// the rows whose source knows it.
+type Column = (&'static str, fn(&ShardRow) -> Option<String>);
+
+/// The `inspect` table's columns after `shard`; each is shown when some
+/// shard has it.
+const SHARD_COLUMNS: [Column; 13] = [
+    ("owned", |s| {
+        s.owned.map(|o| if o { "yes" } else { "no" }.into())
+    }),
+    ("log LSNs", |s| {
+        let (first, last) = (s.first_lsn?, s.last_lsn?);
+        Some(if last >= first {
+            format!("{first}..={last}")
+        } else {
+            format!("none (last {last})")
+        })
+    }),
+    ("durable LSN", |s| s.sealed_lsn.map(|l| l.to_string())),
+    ("replayed", |s| s.replayed.map(|n| n.to_string())),
+    ("log size", |s| {
+        s.first_lsn?;
+        Some(s.log_bytes.map_or("(shared)".into(), fmt::bytes))
+    }),
+    ("store size", |s| {
+        s.first_lsn?;
+        Some(s.store_bytes.map_or("(shared)".into(), fmt::bytes))
+    }),
+    ("checkpoint LSN", |s| {
+        s.first_lsn?;
+        Some(
+            s.checkpoint
+                .as_ref()
+                .map_or("none".into(), |c| c.lsn.to_string()),
+        )
+    }),
+    ("checkpoint taken", |s| {
+        s.first_lsn?;
+        Some(
+            s.checkpoint
+                .as_ref()
+                .map_or("-".into(), |c| fmt::time(c.created_ms)),
+        )
+    }),
+    ("flushes", |s| s.flushes.map(|n| n.to_string())),
+    ("flush p50/p99", |s| {
+        Some(format!("{} / {} µs", s.flush_p50_us?, s.flush_p99_us?))
+    }),
+    ("loaded", |s| s.loaded_runs.map(|n| n.to_string())),
+    ("queued", |s| s.queued.map(|n| n.to_string())),
+    ("error", |s| s.last_error.clone()),
+];
+
+/// Writes `o` as `fusee inspect` does: a header and a table of shards, or
+/// JSON (every key present; `null` for what the source does not know).
+pub(crate) fn render_overview(o: &Overview, json: bool) -> Result<(), CliError> {
+    let on = |shard: u32| -> Vec<&RunRow> { o.runs.iter().filter(|r| r.shard == shard).collect() };
+    let all: Vec<&RunRow> = o.runs.iter().collect();
     if json {
-        let shards: Vec<Value> = g
+        let shards: Vec<Value> = o
             .shards
             .iter()
             .map(|s| {
-                let runs: Vec<RunSummary> = g
-                    .runs
-                    .iter()
-                    .filter(|r| r.shard == s.shard)
-                    .cloned()
-                    .collect();
-                let sizes = shard_bytes(dir, backend, s.shard);
                 json!({
                     "shard": s.shard,
                     "first_lsn": s.first_lsn,
                     "last_lsn": s.last_lsn,
-                    "log_records": (s.last_lsn + 1).saturating_sub(s.first_lsn),
+                    "log_records": s.first_lsn.zip(s.last_lsn)
+                        .map(|(f, l)| (l + 1).saturating_sub(f)),
                     "replayed": s.replayed,
                     "index_records": s.index_records,
                     "store_position": s.store_position,
-                    "log_bytes": sizes.map(|b| b.0),
-                    "store_bytes": sizes.map(|b| b.1),
+                    "log_bytes": s.log_bytes,
+                    "store_bytes": s.store_bytes,
                     "checkpoint": s.checkpoint.as_ref().map(|c| json!({
                         "lsn": c.lsn,
                         "created_ms": c.created_ms,
@@ -94,118 +258,178 @@ pub(crate) fn inspect(
                         "index_runs": c.index_runs,
                         "bytes": c.bytes,
                     })),
-                    "runs": states_json(&runs),
+                    "owned": s.owned,
+                    "sealed_lsn": s.sealed_lsn,
+                    "flushes": s.flushes,
+                    "flush_p50_us": s.flush_p50_us,
+                    "flush_p99_us": s.flush_p99_us,
+                    "loaded_runs": s.loaded_runs,
+                    "parked_runs": s.parked_runs,
+                    "queued": s.queued,
+                    "last_error": s.last_error,
+                    "runs": states_json(&on(s.shard)),
                 })
             })
             .collect();
-        print_json(&json!({
-            "dir": dir.display().to_string(),
-            "backend": backend.name(),
-            "disk_bytes": total,
-            "runs": states_json(&g.runs),
+        return emit_json(&json!({
+            "dir": o.dir,
+            "url": o.url,
+            "backend": o.backend,
+            "disk_bytes": o.disk_bytes,
+            "runs": states_json(&all),
             "shards": shards,
         }));
-        return Ok(ExitCode::SUCCESS);
     }
-    let counts = count_states(&g.runs)
-        .into_iter()
-        .map(|(s, n)| format!("{s} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    println!("store    {}", dir.display());
-    println!("backend  {backend}");
-    println!("size     {}", fmt::bytes(total));
-    println!("shards   {}", g.shards.len());
-    println!(
-        "runs     {}{}",
-        g.runs.len(),
-        if counts.is_empty() {
-            String::new()
-        } else {
-            format!(" ({counts})")
-        }
-    );
-    let mut t = fmt::table(&[
-        "shard",
-        "log LSNs",
-        "replayed",
-        "log size",
-        "store size",
-        "checkpoint LSN",
-        "checkpoint taken",
+    let mut out = String::new();
+    let mut line = |label: &str, value: &str| {
+        out.push_str(&format!("{label:<8} {}\n", fmt::cell(value)));
+    };
+    if let Some(d) = &o.dir {
+        line("store", d);
+    }
+    if let Some(u) = &o.url {
+        line("server", u);
+    }
+    if let Some(b) = &o.backend {
+        line("backend", b);
+    }
+    if let Some(n) = o.disk_bytes {
+        line("size", &fmt::bytes(n));
+    }
+    line("shards", &o.shards.len().to_string());
+    let counts = states_text(&all);
+    line(
         "runs",
-    ]);
-    for s in &g.shards {
-        let sizes = shard_bytes(dir, backend, s.shard);
-        let runs: Vec<RunSummary> = g
-            .runs
-            .iter()
-            .filter(|r| r.shard == s.shard)
-            .cloned()
-            .collect();
-        let per_state = count_states(&runs)
-            .into_iter()
-            .map(|(st, n)| format!("{st} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        t.add_row(vec![
-            s.shard.to_string(),
-            if s.last_lsn >= s.first_lsn {
-                format!("{}..={}", s.first_lsn, s.last_lsn)
-            } else {
-                format!("none (last {})", s.last_lsn)
-            },
-            s.replayed.to_string(),
-            sizes.map_or("(shared)".into(), |b| fmt::bytes(b.0)),
-            sizes.map_or("(shared)".into(), |b| fmt::bytes(b.1)),
-            s.checkpoint
-                .as_ref()
-                .map_or("none".into(), |c| c.lsn.to_string()),
-            s.checkpoint
-                .as_ref()
-                .map_or("-".into(), |c| fmt::time(c.created_ms)),
-            format!("{} ({per_state})", runs.len()),
-        ]);
+        &if counts.is_empty() {
+            o.runs.len().to_string()
+        } else {
+            format!("{} ({counts})", o.runs.len())
+        },
+    );
+    let columns: Vec<&Column> = SHARD_COLUMNS
+        .iter()
+        .filter(|(_, cell)| o.shards.iter().any(|s| cell(s).is_some()))
+        .collect();
+    let mut header = vec!["shard"];
+    header.extend(columns.iter().map(|(h, _)| *h));
+    header.push("runs");
+    let mut t = fmt::Table::new(&header);
+    for s in &o.shards {
+        let runs = on(s.shard);
+        let mut row = vec![s.shard.to_string()];
+        row.extend(
+            columns
+                .iter()
+                .map(|(_, cell)| cell(s).unwrap_or_else(|| "-".into())),
+        );
+        row.push(format!("{} ({})", runs.len(), states_text(&runs)));
+        t.row(row);
     }
-    println!("\n{t}");
-    Ok(ExitCode::SUCCESS)
+    out.push_str(&format!("\n{t}\n"));
+    emit(&out)
 }
 
-/// What `fusee runs` keeps.
+/// `fusee runs`' filters, as the command line gives them.
+#[derive(clap::Args, Debug)]
+pub(crate) struct FilterArgs {
+    /// Only runs in this state: running, waiting, parked, finished, or
+    /// a finished status (ok, failed, cancelled, timed-out, terminated,
+    /// continued-as-new, reset).
+    #[arg(long)]
+    status: Option<String>,
+    /// Only runs of this workflow type.
+    #[arg(long = "type")]
+    wtype: Option<String>,
+    /// At most this many runs.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// The states `--status` names besides the finished statuses.
+const STATES: [&str; 4] = ["running", "waiting", "parked", "finished"];
+
+impl FilterArgs {
+    /// The filter, once `--status` is known to name a state (else a usage
+    /// error, exit 2).
+    pub(crate) fn check(self) -> Result<Filter, CliError> {
+        if let Some(s) = &self.status
+            && !STATES.contains(&s.as_str())
+            && status_of(s).is_none()
+        {
+            return Err(CliError::Usage(format!(
+                "unknown --status {s:?}: expected running, waiting, parked, finished, ok, \
+                 failed, cancelled, timed-out, terminated, continued-as-new or reset"
+            )));
+        }
+        Ok(Filter {
+            status: self.status,
+            wtype: self.wtype,
+            limit: self.limit,
+        })
+    }
+}
+
+/// What `fusee runs` keeps: a checked [`FilterArgs`].
+#[derive(Debug)]
 pub(crate) struct Filter {
     pub(crate) status: Option<String>,
     pub(crate) wtype: Option<String>,
     pub(crate) limit: Option<usize>,
 }
 
-/// Whether `state` passes a `--status` filter.
-fn status_matches(filter: &str, state: RunState) -> bool {
-    match filter {
-        "finished" => state.is_finished(),
-        other => state.name() == other,
+impl Filter {
+    /// Whether `r` passes.
+    pub(crate) fn keeps(&self, r: &RunRow) -> bool {
+        let status = self.status.as_deref().is_none_or(|s| match s {
+            "finished" => status_of(&r.status).is_some(),
+            other => r.status == other,
+        });
+        status && self.wtype.as_deref().is_none_or(|t| r.workflow == t)
     }
 }
 
-/// The names `--status` accepts.
-fn check_status(s: &str) -> Result<(), CliError> {
-    let known = ["running", "waiting", "parked", "finished"];
-    if known.contains(&s) || status_of(s).is_some() {
-        return Ok(());
+/// One run as `fusee runs` shows it, from a store or a live engine's
+/// server: what both know, and what only one does as `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunRow {
+    pub(crate) shard: u32,
+    pub(crate) run: u64,
+    pub(crate) id: String,
+    pub(crate) workflow: String,
+    /// `running`, `waiting`, `parked`, how it ended, or (live only) the
+    /// engine's `waiting-for-code` and `stopped`.
+    pub(crate) status: String,
+    pub(crate) started_ms: u64,
+    pub(crate) finished_ms: Option<u64>,
+    /// The LSN of its last record (a store only: the API does not say).
+    pub(crate) last_lsn: Option<u64>,
+    pub(crate) waiting_for: Vec<Waiting>,
+}
+
+impl From<RunSummary> for RunRow {
+    fn from(r: RunSummary) -> Self {
+        Self {
+            shard: r.shard,
+            run: r.run,
+            status: r.state.name().to_string(),
+            id: r.id,
+            workflow: r.workflow,
+            started_ms: r.started_ms,
+            finished_ms: r.finished_ms,
+            last_lsn: Some(r.last_lsn),
+            waiting_for: r.waiting_for,
+        }
     }
-    Err(CliError::Other(format!(
-        "unknown --status {s:?}: expected running, waiting, parked, finished, ok, failed, \
-         cancelled, timed-out, terminated, continued-as-new or reset"
-    )))
 }
 
 /// A run as `runs --json` writes it.
-pub(crate) fn run_json(r: &RunSummary) -> Value {
+pub(crate) fn run_json(r: &RunRow) -> Value {
     json!({
         "shard": r.shard,
         "run": r.run,
         "id": r.id,
         "workflow": r.workflow,
-        "status": r.state.name(),
+        "status": r.status,
         "started_ms": r.started_ms,
         "finished_ms": r.finished_ms,
         "last_lsn": r.last_lsn,
@@ -231,27 +455,24 @@ pub(crate) fn runs(
     json: bool,
     filter: &Filter,
 ) -> Result<ExitCode, CliError> {
-    if let Some(s) = &filter.status {
-        check_status(s)?;
-    }
     let (_, g) = gather(dir, expected, Request::Overview)?;
-    let runs: Vec<&RunSummary> = g
+    let runs: Vec<RunRow> = g
         .runs
-        .iter()
-        .filter(|r| {
-            filter
-                .status
-                .as_deref()
-                .is_none_or(|s| status_matches(s, r.state))
-        })
-        .filter(|r| filter.wtype.as_deref().is_none_or(|t| r.workflow == t))
+        .into_iter()
+        .map(RunRow::from)
+        .filter(|r| filter.keeps(r))
         .take(filter.limit.unwrap_or(usize::MAX))
         .collect();
+    render_runs(&runs, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `runs` as `fusee runs` does: a table, or JSON.
+pub(crate) fn render_runs(runs: &[RunRow], json: bool) -> Result<(), CliError> {
     if json {
-        print_json(&Value::Array(runs.iter().map(|r| run_json(r)).collect()));
-        return Ok(ExitCode::SUCCESS);
+        return emit_json(&Value::Array(runs.iter().map(run_json).collect()));
     }
-    let mut t = fmt::table(&[
+    let mut t = fmt::Table::new(&[
         "shard",
         "run",
         "id",
@@ -261,13 +482,13 @@ pub(crate) fn runs(
         "finished",
         "waiting for",
     ]);
-    for r in &runs {
-        t.add_row(vec![
+    for r in runs {
+        t.row([
             r.shard.to_string(),
             r.run.to_string(),
             r.id.clone(),
             r.workflow.clone(),
-            r.state.name().to_string(),
+            r.status.clone(),
             fmt::time(r.started_ms),
             r.finished_ms.map_or("-".into(), fmt::time),
             r.waiting_for
@@ -277,7 +498,5 @@ pub(crate) fn runs(
                 .join(", "),
         ]);
     }
-    println!("{t}");
-    println!("{} run(s)", runs.len());
-    Ok(ExitCode::SUCCESS)
+    emit(&format!("{t}\n{} run(s)\n", runs.len()))
 }

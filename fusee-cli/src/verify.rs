@@ -6,12 +6,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use fusee::Backend;
-use fusee::inspect::{InspectError, backend_of};
+use fusee::inspect::InspectError;
 use serde_json::json;
 
+use crate::output::{emit, emit_json};
 use crate::progress::Bar;
-use crate::store::{Request, gather};
-use crate::{CliError, fmt, print_json};
+use crate::store::{Request, backend_of, gather};
+use crate::{CliError, fmt};
+
+/// Characters a problem's cell shows: paths and descriptions in full,
+/// bounded only against names made to flood a terminal.
+const VERIFY_CHARS: usize = 1024;
 
 /// One problem, whichever layer found it.
 struct Found {
@@ -28,6 +33,10 @@ struct Found {
 
 /// A backend's problem (the file and key-value backends' `Problem`s have
 /// the same fields).
+#[cfg_attr(
+    not(any(feature = "file", feature = "redb", feature = "rocksdb")),
+    allow(unused_macros)
+)]
 macro_rules! found {
     ($p:expr) => {{
         let p = $p;
@@ -44,33 +53,48 @@ macro_rules! found {
     }};
 }
 
+#[cfg(any(feature = "redb", feature = "rocksdb"))]
 fn from_kv(p: fusee_storage_kv::verify::Problem) -> Found {
     found!(p)
 }
 
 /// The backend's check of the store in `dir`.
+// A build without directory backends (live mode only) keeps the refusal.
+#[cfg_attr(
+    not(any(feature = "file", feature = "redb", feature = "rocksdb")),
+    allow(unused_variables, unreachable_code)
+)]
 fn storage_problems(dir: &Path, backend: Backend) -> Result<Vec<Found>, CliError> {
     let refused = |error| InspectError::Storage { shard: None, error };
     let bar = Bar::new(0, "rows");
+    #[cfg_attr(
+        not(any(feature = "redb", feature = "rocksdb")),
+        allow(unused_variables, unused_mut)
+    )]
     let mut tick = || bar.inc();
     let found = match backend {
+        #[cfg(feature = "file")]
         Backend::File => fusee_storage_file::verify::verify_dir(dir)
             .map_err(refused)?
             .into_iter()
             .map(|p| found!(p))
             .collect(),
+        #[cfg(feature = "redb")]
         Backend::Redb => fusee_storage_redb::verify::verify_dir(dir, &mut tick)
             .map_err(refused)?
             .into_iter()
             .map(from_kv)
             .collect(),
+        #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => fusee_storage_rocksdb::verify::verify_dir(dir, &mut tick)
             .map_err(refused)?
             .into_iter()
             .map(from_kv)
             .collect(),
         // Memory stores have no directory; a backend added later needs its
-        // own check here before verify can vouch for it.
+        // own check here before verify can vouch for it. (`backend_of`
+        // refused the backends this build leaves out.)
+        #[allow(unreachable_patterns)]
         other => {
             return Err(CliError::Other(format!(
                 "{}: verify cannot check a {other} store",
@@ -108,10 +132,10 @@ pub(crate) fn verify(
     let backend = match backend_of(dir) {
         Ok(b) => b,
         // A damaged marker is damage like any other: a problem, exit 1.
-        Err(InspectError::Storage {
+        Err(CliError::Inspect(InspectError::Storage {
             error: fusee::StorageError::CorruptFile { file, what, at },
             ..
-        }) => {
+        })) => {
             let found = vec![Found {
                 layer: "storage",
                 kind: "marker".into(),
@@ -122,9 +146,9 @@ pub(crate) fn verify(
                 run: None,
                 what: what.to_string(),
             }];
-            return Ok(report(dir, None, &found, 0, json));
+            return report(dir, None, &found, 0, json);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
     if let Some(want) = expected
         && want != backend
@@ -165,7 +189,7 @@ pub(crate) fn verify(
             }
             // Opening the store at all failed where the backend's own check
             // found nothing: a problem of its own.
-            Err(e) if found.is_empty() => {
+            Err(CliError::Inspect(e)) if found.is_empty() => {
                 let (file, offset, lsn, what) = locate(&e);
                 found.push(Found {
                     layer: "core",
@@ -181,7 +205,7 @@ pub(crate) fn verify(
             Err(_) => {}
         }
     }
-    Ok(report(dir, Some(backend), &found, checked, json))
+    report(dir, Some(backend), &found, checked, json)
 }
 
 /// Prints what `verify` found and returns its exit status.
@@ -191,13 +215,26 @@ fn report(
     found: &[Found],
     checked: u64,
     json: bool,
-) -> ExitCode {
+) -> Result<ExitCode, CliError> {
+    match write_report(dir, backend, found, checked, json) {
+        // A reader that closed the pipe still gets the verdict.
+        Ok(()) | Err(CliError::Closed) => Ok(if found.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_report(
+    dir: &Path,
+    backend: Option<Backend>,
+    found: &[Found],
+    checked: u64,
+    json: bool,
+) -> Result<(), CliError> {
     let name = backend.map_or("unknown", Backend::name);
-    let code = if found.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    };
     if json {
         let problems: Vec<_> = found
             .iter()
@@ -214,26 +251,25 @@ fn report(
                 })
             })
             .collect();
-        print_json(&json!({
+        return emit_json(&json!({
             "dir": dir.display().to_string(),
             "backend": name,
             "ok": found.is_empty(),
             "records_and_frames_checked": checked,
             "problems": problems,
         }));
-        return code;
     }
     if found.is_empty() {
-        println!(
-            "ok: {name} store {}: no problem ({checked} records and frames decoded)",
+        return emit(&format!(
+            "ok: {name} store {}: no problem ({checked} records and frames decoded)\n",
             dir.display()
-        );
-        return code;
+        ));
     }
-    let mut t = fmt::table(&["layer", "kind", "file", "offset", "LSN", "shard", "what"]);
+    let mut t = fmt::Table::new(&["layer", "kind", "file", "offset", "LSN", "shard", "what"])
+        .cut_at(VERIFY_CHARS);
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for f in found {
-        t.add_row(vec![
+        t.row([
             f.layer.to_string(),
             f.kind.clone(),
             f.file
@@ -248,11 +284,9 @@ fn report(
             },
         ]);
     }
-    println!("{t}");
-    println!(
-        "{} problem(s) in {name} store {}",
+    emit(&format!(
+        "{t}\n{} problem(s) in {name} store {}\n",
         found.len(),
         dir.display()
-    );
-    code
+    ))
 }

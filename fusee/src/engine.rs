@@ -742,15 +742,7 @@ impl Engine {
         key: &str,
         input: &I,
     ) -> Result<O> {
-        if key.is_empty() {
-            return Err(Error::BadUpdateKey {
-                id: id.to_string(),
-                key: key.to_string(),
-                reason: "it is empty".to_string(),
-            });
-        }
-        // Random update IDs are bare UUIDs: a key never takes one's place.
-        self.update_as(id, update, format!("key:{key}"), input)
+        self.update_as(id, update, keyed_update_id(id, key)?, input)
             .await
     }
 
@@ -864,7 +856,7 @@ impl Engine {
         self.result_of(id).await
     }
 
-    async fn result_of<O: DeserializeOwned>(&self, id: &str) -> Result<O> {
+    pub(crate) async fn result_of<O: DeserializeOwned>(&self, id: &str) -> Result<O> {
         let r = self
             .request(id, |reply| Input::Result {
                 id: id.to_string(),
@@ -1038,9 +1030,23 @@ impl Engine {
     }
 }
 
+/// The update ID of an update keyed `key` ([`Engine::update_once`]); an
+/// empty key is [`Error::BadUpdateKey`].
+pub(crate) fn keyed_update_id(id: &str, key: &str) -> Result<String> {
+    if key.is_empty() {
+        return Err(Error::BadUpdateKey {
+            id: id.to_string(),
+            key: key.to_string(),
+            reason: "it is empty".to_string(),
+        });
+    }
+    // Random update IDs are bare UUIDs: a key never takes one's place.
+    Ok(format!("key:{key}"))
+}
+
 /// An update's result as its caller sees it: the handler's value, or its
 /// failure as [`Error::Failed`].
-fn update_result<O: DeserializeOwned>(id: &str, r: RunResult) -> Result<O> {
+pub(crate) fn update_result<O: DeserializeOwned>(id: &str, r: RunResult) -> Result<O> {
     match r.status {
         Status::Ok => decode(&r.payload).map_err(|e| Error::codec("update result", e)),
         status => Err(Error::Failed {
@@ -1139,6 +1145,33 @@ impl Engine {
     /// Every registered workflow type, sorted.
     pub(crate) fn registered_names(&self) -> Vec<String> {
         self.inner.registry.names()
+    }
+}
+
+/// What [`crate::dynamic`] needs of the engine: each shard's figures
+/// apart, where [`Engine::metrics`] sums them.
+impl Engine {
+    /// Each owned shard's figures, in shard order.
+    pub(crate) async fn metrics_by_shard(&self) -> Vec<(u32, Metrics)> {
+        let mut replies = Vec::new();
+        self.inner.shards.each_owned(|shard, h| {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(Input::Metrics { reply: tx }).is_ok() {
+                replies.push((shard, rx));
+            }
+        });
+        let mut out = Vec::with_capacity(replies.len());
+        for (shard, rx) in replies {
+            if let Ok(m) = rx.await {
+                out.push((shard, m));
+            }
+        }
+        out
+    }
+
+    /// The largest payload the engine takes ([`Config::max_payload`]).
+    pub(crate) fn max_payload(&self) -> usize {
+        self.inner.config.max_payload
     }
 }
 

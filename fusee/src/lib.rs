@@ -66,6 +66,7 @@
 //! | [`Engine::queue`], [`Engine::queues`] | a durable queue starting a workflow per item: concurrency and rate limits, priorities, fairness or serialisation by key, enqueue idempotent by a dedup key ([`queue`]) |
 //! | [`Engine::limit`], [`Step::limit`] | step limits: at most N steps under a limit at once and at most N per period, across all runs; waiting costs no thread and survives restarts ([`limit`]); [`Engine::register_flow_control`] registers the workflows behind these three |
 //! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
+//! | [`dynamic`] | the same calls by workflow, signal and handler name with JSON payloads ([`Engine::start_json`], ...), a live run's journal ([`Engine::journal_json`]), an ID's chain of runs ([`Engine::chain`]), each shard's figures: what `fusee-server` serves |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
 //! | `testing` (feature `testing`) | the test kit (`TestEngine`: virtual clock, crashes, step mocks, replay of exported journals) and `testing::sim`, the deterministic simulator |
 //!
@@ -97,6 +98,7 @@ pub mod any_storage;
 pub mod clock;
 pub mod config;
 mod ctx;
+pub mod dynamic;
 mod engine;
 mod error;
 mod flow;
@@ -126,6 +128,7 @@ pub use ctx::{
     ChildCall, ContinueAsNew, Ctx, ParentClose, Sleep, Step, StepCall, StepContext, StepError,
     WaitFor,
 };
+pub use dynamic::{Cause, ChainLink};
 pub use engine::{
     Config, CurrentStep, Description, Engine, IdPolicy, PendingChild, PendingWait, RunHandle,
     RunRef, RunStatus,

@@ -45,7 +45,8 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
-fn config(backend: &str, dir: &Path, clock: &VirtualClock) -> Config {
+/// The tests' engine configuration: two shards, runs park after 5 s.
+pub fn config(backend: &str, dir: &Path, clock: &VirtualClock) -> Config {
     let c = match backend {
         "file" => Config::file(dir),
         "redb" => Config::redb(dir),
@@ -57,7 +58,8 @@ fn config(backend: &str, dir: &Path, clock: &VirtualClock) -> Config {
         .clock(Clock::Virtual(clock.clone()))
 }
 
-fn register(engine: &Engine) {
+/// Registers the workflows of [`RUNS`].
+pub fn register(engine: &Engine) {
     engine.register(GREET, |ctx: Ctx, name: String| async move {
         let hello = ctx
             .step("hello", move |_| {
@@ -94,7 +96,7 @@ fn register(engine: &Engine) {
 }
 
 /// Waits (in real time) until `cond` holds of the engine's metrics.
-async fn until(engine: &Engine, what: &str, cond: impl Fn(&fusee::Metrics) -> bool) {
+pub async fn until(engine: &Engine, what: &str, cond: impl Fn(&fusee::Metrics) -> bool) {
     for _ in 0..3000 {
         if cond(&engine.metrics().await) {
             return;
@@ -108,8 +110,18 @@ async fn until(engine: &Engine, what: &str, cond: impl Fn(&fusee::Metrics) -> bo
 /// closes its engine cleanly. Returns the directory.
 pub async fn build(backend: &str, tag: &str) -> PathBuf {
     let dir = temp_dir(&format!("{backend}-{tag}"));
+    let engine = open_with_runs(backend, &dir).await;
+    engine.close().await.expect("close");
+    drop(engine);
+    dir
+}
+
+/// An engine on `backend` in `dir` holding [`RUNS`], still open; each run
+/// started 100 ms after the one before (so newest-first orders are the
+/// same whoever sorts them).
+pub async fn open_with_runs(backend: &str, dir: &Path) -> Engine {
     let clock = VirtualClock::new(START_MS);
-    let engine = Engine::open(config(backend, &dir, &clock))
+    let engine = Engine::open(config(backend, dir, &clock))
         .await
         .expect("engine opens");
     register(&engine);
@@ -126,18 +138,21 @@ pub async fn build(backend: &str, tag: &str) -> PathBuf {
         .await
         .expect("start ok-1");
     assert_eq!(ok.result().await.expect("ok-1 result"), "hello world");
+    clock.advance(100);
     let failed = engine.start(FAIL, "fail-1", &()).await.expect("start");
     assert!(failed.result().await.is_err(), "fail-1 fails");
+    clock.advance(100);
     engine.start(GATE, "cancel-1", &()).await.expect("start");
     engine.cancel("cancel-1", "test").await.expect("cancel");
+    clock.advance(100);
     engine.start(GATE, "wait-1", &()).await.expect("start");
+    clock.advance(100);
     engine.start(NAP, "nap-1", &()).await.expect("start");
+    clock.advance(100);
     engine.start(HANG, "hang-1", &()).await.expect("start");
     until(&engine, "every run started", |m| m.started >= 7).await;
     until(&engine, "cancel-1 finishes", |m| m.finished >= 3).await;
-    engine.close().await.expect("close");
-    drop(engine);
-    dir
+    engine
 }
 
 /// Runs the `fusee` binary with `args`.
@@ -250,4 +265,67 @@ pub fn flip(file: &Path, offset: u64) {
     );
     bytes[i] ^= 0x5a;
     std::fs::write(file, bytes).expect("write");
+}
+
+/// What the `values` workflow returns: fields not in sorted order, as
+/// serde writes a struct (so the payload is JSON, not its sorted form).
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+pub struct Picked {
+    /// A number.
+    pub zebra: u64,
+    /// A word.
+    pub apple: String,
+}
+
+const VALUES: Workflow<(), Picked> = Workflow::new("values");
+
+/// A workflow ID of 100 KB.
+pub fn long_id() -> String {
+    format!("long-{}", "x".repeat(100_000))
+}
+
+/// A file store holding `values-1` (a run that recorded `ctx.now()`,
+/// `ctx.random()` and `ctx.uuid()` and returned a [`Picked`]), a waiting
+/// run whose workflow ID is [`long_id`], and a run cancelled with a reason.
+/// Returns the directory and the recorded random number.
+pub async fn build_readable(tag: &str) -> (PathBuf, u64) {
+    let dir = temp_dir(&format!("readable-{tag}"));
+    let clock = VirtualClock::new(START_MS);
+    let engine = Engine::open(config("file", &dir, &clock))
+        .await
+        .expect("engine opens");
+    register(&engine);
+    engine.register(VALUES, |ctx: Ctx, ()| async move {
+        let _ = ctx.now();
+        let n = ctx.random();
+        let _ = ctx.uuid();
+        let picked = ctx
+            .step("pick", move |_| async move {
+                Ok(Picked {
+                    zebra: n,
+                    apple: "red".into(),
+                })
+            })
+            .await?;
+        Ok::<_, Failure>(picked)
+    });
+    let run = engine
+        .start(VALUES, "values-1", &())
+        .await
+        .expect("start values-1");
+    let picked = run.result().await.expect("values-1 result");
+    engine
+        .start(GATE, &long_id(), &())
+        .await
+        .expect("start the long ID");
+    engine.start(GATE, "cancel-2", &()).await.expect("start");
+    engine
+        .cancel("cancel-2", "changed my mind")
+        .await
+        .expect("cancel");
+    until(&engine, "every run started", |m| m.started >= 3).await;
+    until(&engine, "cancel-2 finishes", |m| m.finished >= 2).await;
+    engine.close().await.expect("close");
+    drop(engine);
+    (dir, picked.zebra)
 }

@@ -43,6 +43,25 @@
 //! [`from_json`] of [`to_json`]'s output is the same records, so the same
 //! canonical bytes. A later version may add fields; it changes `version`
 //! when a reader of this one would misread it.
+//!
+//! ## Decoded views (added within version 1)
+//!
+//! [`to_json`] writes, beside bytes the round trip keeps as `{"hex": ...}`,
+//! a `decoded` field saying what they mean, for people and scripts; a
+//! reader ignores it ([`from_json`] reads only `json` and `hex`, and
+//! [`record_to_json`] writes no view), so documents with and without views
+//! read back to the same records:
+//!
+//! | bytes | `decoded` |
+//! |---|---|
+//! | payloads and inputs of a run whose `Start` says `codec` 1 (JSON), when they parse as JSON but are not its exact compact text (keys not in sorted order, spaces) | the JSON value |
+//! | a `Value` record of `value_kind` 0 (`ctx.now()`) | the time, RFC 3339 UTC with milliseconds (`"2023-11-14T22:13:20.000Z"`) |
+//! | `value_kind` 1 (`ctx.random()`) | the number (exact: up to 2^64 - 1) |
+//! | `value_kind` 2 (`ctx.uuid()`) | the UUID, hyphenated |
+//! | `value_kind` 3 (a custom value) | as a payload |
+//! | `reason` and `by` (text the engine writes) | the text, when it is UTF-8 |
+//!
+//! Bytes that decode as none of these get no view.
 
 use std::fmt::Write as _;
 
@@ -53,6 +72,7 @@ use fusee_core::record::{
 use serde_json::{Map, Value, json};
 
 use super::{RunJournal, status_name, status_of};
+use crate::workflow::CODEC_JSON;
 
 /// The `format` field's value.
 pub const FORMAT: &str = "fusee-journal";
@@ -76,9 +96,13 @@ fn err(record: Option<usize>, why: impl Into<String>) -> JournalError {
     }
 }
 
-/// The journal document of `journal` (see the [module docs](self)).
+/// The journal document of `journal` (see the [module docs](self)), with
+/// the decoded views of its bytes.
 pub fn to_json(journal: &RunJournal) -> Value {
     let s = &journal.summary;
+    let views = Views::On {
+        codec: codec_of(&journal.records),
+    };
     json!({
         "format": FORMAT,
         "version": VERSION,
@@ -88,8 +112,91 @@ pub fn to_json(journal: &RunJournal) -> Value {
         "workflow": s.workflow,
         "state": s.state.name(),
         "complete": journal.complete,
-        "records": journal.records.iter().map(record_to_json).collect::<Vec<_>>(),
+        "records": journal.records.iter().map(|r| record_json(r, views)).collect::<Vec<_>>(),
     })
+}
+
+/// The `codec` byte of the run's `Start` record among `records`.
+pub fn codec_of(records: &[RecordBuf]) -> Option<u8> {
+    records.iter().find_map(|r| match r {
+        Record::Start { codec, .. } => Some(*codec),
+        _ => None,
+    })
+}
+
+/// What payload bytes mean when the run's `codec` says they are JSON and
+/// they parse; `None` otherwise (another codec, empty or not JSON).
+pub fn decoded_payload(b: &[u8], codec: u8) -> Option<Value> {
+    if codec != CODEC_JSON {
+        return None;
+    }
+    serde_json::from_slice(b).ok()
+}
+
+/// What a `Value` record's bytes mean, as [`Ctx`](crate::Ctx) writes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// `ctx.now()`: ms since the Unix epoch (8 bytes, little-endian).
+    Time(u64),
+    /// `ctx.random()` (8 bytes, little-endian).
+    Random(u64),
+    /// `ctx.uuid()` (16 bytes).
+    Uuid(uuid::Uuid),
+}
+
+/// A `Value` record's bytes of `kind` decoded; `None` for a custom value
+/// (a payload) or bytes of the wrong length.
+pub fn recorded(kind: u8, value: &[u8]) -> Option<Recorded> {
+    use fusee_core::record::value_kind;
+    let u64_le = || <[u8; 8]>::try_from(value).ok().map(u64::from_le_bytes);
+    match kind {
+        value_kind::NOW => u64_le().map(Recorded::Time),
+        value_kind::RANDOM => u64_le().map(Recorded::Random),
+        value_kind::UUID => uuid::Uuid::from_slice(value).ok().map(Recorded::Uuid),
+        _ => None,
+    }
+}
+
+/// A time in ms since the Unix epoch as RFC 3339 UTC with milliseconds;
+/// `None` past chrono's range.
+pub fn rfc3339(ms: u64) -> Option<String> {
+    let ms = i64::try_from(ms).ok()?;
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+impl Recorded {
+    /// The value as the `decoded` view writes it.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Recorded::Time(ms) => rfc3339(*ms).map_or_else(|| Value::from(*ms), Value::from),
+            Recorded::Random(n) => Value::from(*n),
+            Recorded::Uuid(u) => Value::from(u.hyphenated().to_string()),
+        }
+    }
+}
+
+/// Whether [`record_json`] adds `decoded` views, and the run's codec.
+#[derive(Clone, Copy)]
+enum Views {
+    /// The exact fields only.
+    Off,
+    /// Views beside bytes the round trip keeps as hex; payloads are
+    /// decoded as `codec` says.
+    On { codec: Option<u8> },
+}
+
+/// `bytes_to_json(b)`, with `decoded: view()` beside a `hex` when views
+/// are on and `view` has one.
+fn with_view(b: &[u8], views: Views, view: impl FnOnce() -> Option<Value>) -> Value {
+    let mut v = bytes_to_json(b);
+    if let (Views::On { .. }, Value::Object(m)) = (views, &mut v)
+        && m.contains_key("hex")
+        && let Some(d) = view()
+    {
+        m.insert("decoded".into(), d);
+    }
+    v
 }
 
 /// The records of a journal document (any document with `format`
@@ -174,9 +281,20 @@ fn opt<T>(v: Option<&T>, f: impl Fn(&T) -> Value) -> Value {
     v.map_or(Value::Null, f)
 }
 
-/// One record as the format writes it.
+/// One record as the format writes it: its exact fields, without the
+/// decoded views [`to_json`] adds.
 pub fn record_to_json(rec: &RecordBuf) -> Value {
-    let b = |x: &Payload| bytes_to_json(x);
+    record_json(rec, Views::Off)
+}
+
+fn record_json(rec: &RecordBuf, views: Views) -> Value {
+    let codec = match views {
+        Views::On { codec } => codec,
+        Views::Off => None,
+    };
+    let b = |x: &Payload| with_view(x, views, || codec.and_then(|c| decoded_payload(x, c)));
+    // `reason` and `by`: text the engine writes, not payloads.
+    let t = |x: &Payload| with_view(x, views, || std::str::from_utf8(x).ok().map(Value::from));
     let st = |s: &Status| Value::from(status_name(*s));
     let mut v = match rec {
         Record::Start {
@@ -240,7 +358,7 @@ pub fn record_to_json(rec: &RecordBuf) -> Value {
             payload,
             by,
         } => json!({"run": run, "name": &**name, "dedup": dedup, "payload": b(payload),
-            "by": opt(by.as_ref(), b)}),
+            "by": opt(by.as_ref(), t)}),
         Record::Wait {
             run,
             seq,
@@ -260,7 +378,13 @@ pub fn record_to_json(rec: &RecordBuf) -> Value {
             seq,
             kind,
             value,
-        } => json!({"run": run, "seq": seq, "value_kind": kind, "value": b(value)}),
+        } => {
+            let value = match recorded(*kind, value) {
+                Some(r) => with_view(value, views, || Some(r.to_json())),
+                None => b(value),
+            };
+            json!({"run": run, "seq": seq, "value_kind": kind, "value": value})
+        }
         Record::Child {
             run,
             seq,
@@ -286,7 +410,7 @@ pub fn record_to_json(rec: &RecordBuf) -> Value {
         } => json!({"run": run, "seq": seq, "target": &**target, "name": &**name,
             "payload": b(payload)}),
         Record::Cancel { run, reason, by } => {
-            json!({"run": run, "reason": b(reason), "by": opt(by.as_ref(), b)})
+            json!({"run": run, "reason": t(reason), "by": opt(by.as_ref(), t)})
         }
         Record::Update {
             run,
@@ -334,7 +458,7 @@ pub fn record_to_json(rec: &RecordBuf) -> Value {
             payload,
             by,
         } => json!({"run": run, "status": st(status), "finished_ms": finished_ms,
-            "payload": b(payload), "by": opt(by.as_ref(), b)}),
+            "payload": b(payload), "by": opt(by.as_ref(), t)}),
     };
     if let Value::Object(map) = &mut v {
         // `kind` first, for people reading the file.
@@ -862,6 +986,128 @@ mod tests {
         assert!(bytes_to_json(b"{\"b\":1,\"a\":2}").get("hex").is_some());
         assert_eq!(bytes_to_json(&[0xff]), json!({"hex": "ff"}));
         assert_eq!(bytes_to_json(b""), json!({"hex": ""}));
+    }
+
+    /// A journal of `records` as `to_json` takes it.
+    fn journal_of(records: Vec<RecordBuf>) -> RunJournal {
+        RunJournal {
+            summary: super::super::RunSummary {
+                shard: 0,
+                run: 1,
+                id: "id".into(),
+                workflow: "w".into(),
+                state: super::super::RunState::Finished(Status::Cancelled),
+                started_ms: 0,
+                finished_ms: Some(11),
+                last_lsn: 0,
+                waiting_for: Vec::new(),
+            },
+            records,
+            complete: true,
+        }
+    }
+
+    #[test]
+    fn decoded_views_sit_beside_the_exact_bytes_and_readers_ignore_them() {
+        use fusee_core::record::value_kind;
+        let uuid = uuid::Uuid::from_u128(0x0123_4567_89ab_4cde_8f01_2345_6789_abcd);
+        let records = |codec| {
+            vec![
+                Record::Start {
+                    run: 1,
+                    id: n("id"),
+                    wtype: n("w"),
+                    version: 0,
+                    codec,
+                    started_ms: 0,
+                    deadline_ms: 0,
+                    parent: None,
+                    policy: 0,
+                    from: None,
+                    copies: 0,
+                    update: None,
+                    // Fields in declaration order, as serde writes a struct.
+                    input: p(b"{\"id\":42,\"cents\":1999,\"b\":true,\"a\":1}"),
+                    meta: None,
+                },
+                Record::Value {
+                    run: 1,
+                    seq: 1,
+                    kind: value_kind::NOW,
+                    value: p(&1_700_000_000_123u64.to_le_bytes()),
+                },
+                Record::Value {
+                    run: 1,
+                    seq: 2,
+                    kind: value_kind::RANDOM,
+                    value: p(&u64::MAX.to_le_bytes()),
+                },
+                Record::Value {
+                    run: 1,
+                    seq: 3,
+                    kind: value_kind::UUID,
+                    value: p(uuid.as_bytes()),
+                },
+                Record::Value {
+                    run: 1,
+                    seq: 4,
+                    kind: value_kind::NOW,
+                    value: p(&[1, 2, 3]),
+                },
+                Record::Cancel {
+                    run: 1,
+                    reason: p(b"changed my mind"),
+                    by: Some(p(&[0xff])),
+                },
+                Record::Done {
+                    run: 1,
+                    status: Status::Cancelled,
+                    finished_ms: 11,
+                    payload: p(b"{ \"spaced\": 1 }"),
+                    by: Some(p(b"client")),
+                },
+            ]
+        };
+        let doc = to_json(&journal_of(records(CODEC_JSON)));
+        let r = &doc["records"];
+        // Keys out of sorted order are exact JSON only where serde_json
+        // keeps insertion order (its `preserve_order` feature): either way
+        // the value is shown, as `json` or as a view beside the hex.
+        let input = &r[0]["input"];
+        assert_eq!(
+            input.get("json").or(input.get("decoded")),
+            Some(&json!({"id": 42, "cents": 1999, "b": true, "a": 1})),
+            "{input}"
+        );
+        assert!(input.get("json").is_some() || input["hex"].is_string());
+        assert_eq!(r[1]["value"]["decoded"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(r[2]["value"]["decoded"], json!(u64::MAX));
+        assert_eq!(
+            r[3]["value"]["decoded"],
+            "01234567-89ab-4cde-8f01-23456789abcd"
+        );
+        assert!(r[4]["value"].get("decoded").is_none(), "3 bytes: no time");
+        assert_eq!(r[5]["reason"]["decoded"], "changed my mind");
+        assert!(r[5]["by"].get("decoded").is_none(), "not UTF-8");
+        assert_eq!(r[6]["payload"]["decoded"], json!({"spaced": 1}));
+        assert_eq!(r[6]["by"]["decoded"], "client");
+        // Read back: the same records, through text as a file carries them.
+        let text = serde_json::to_string(&doc).expect("serialises");
+        let back = from_json(&serde_json::from_str(&text).expect("parses")).expect("reads");
+        assert_eq!(back, records(CODEC_JSON));
+        // The round-trip form has no views.
+        for rec in records(CODEC_JSON) {
+            assert!(!record_to_json(&rec).to_string().contains("decoded"));
+        }
+        // Another codec: payloads are not decoded as JSON; values still are.
+        let other = to_json(&journal_of(records(7)));
+        assert!(other["records"][0]["input"].get("decoded").is_none());
+        assert!(other["records"][6]["payload"].get("decoded").is_none());
+        assert_eq!(
+            other["records"][1]["value"]["decoded"],
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(from_json(&other).expect("reads"), records(7));
     }
 
     #[test]

@@ -184,6 +184,19 @@ impl ShardLoop {
                 let page = self.list_page(&filter, below);
                 let _ = reply.send(Ok(page));
             }
+            Input::Journal { id, run, reply } => match self.live_journal(&id, run) {
+                Ok(journal) => {
+                    // Records in memory may not be durable yet.
+                    let token = self.token();
+                    self.waiting.insert(token, Waiting::Journal(reply, journal));
+                    let lsn = self.log.last_lsn();
+                    self.core.add_output(lsn, Output::Ack(token));
+                    self.release_now_if_durable();
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             Input::Terminate { id, reason, reply } => {
                 match self.running(&id, "terminate reason", reason.len(), now_ms) {
                     Ok(run) => {
@@ -821,6 +834,9 @@ impl ShardLoop {
                     }
                     Some(Waiting::Updated(r, result)) => {
                         let _ = r.send(Ok(result));
+                    }
+                    Some(Waiting::Journal(r, journal)) => {
+                        let _ = r.send(Ok(journal));
                     }
                     None => {}
                 },

@@ -225,6 +225,13 @@ pub(crate) enum Input {
         below: RunId,
         reply: Reply<crate::operator::ShardPage>,
     },
+    /// A run's journal (`crate::dynamic`): run `run` of `id`, or its
+    /// latest run.
+    Journal {
+        id: String,
+        run: Option<RunId>,
+        reply: Reply<crate::dynamic::LiveJournal>,
+    },
 }
 
 impl Input {
@@ -246,6 +253,7 @@ impl Input {
                 | Input::Reset { .. }
                 | Input::ResumeStep { .. }
                 | Input::List { .. }
+                | Input::Journal { .. }
         )
     }
 }
@@ -311,6 +319,11 @@ enum Waiting {
     /// A keyed update asked again after its handler returned: the first
     /// call's result, given once its `UpdateDone` is durable.
     Updated(Reply<RunResult>, RunResult),
+    /// A run's journal, given once the records it holds are durable.
+    Journal(
+        Reply<crate::dynamic::LiveJournal>,
+        crate::dynamic::LiveJournal,
+    ),
 }
 
 /// A run whose code is running on this shard.
@@ -667,6 +680,9 @@ impl ShardLoop {
                     let _ = r.send(Err(err(self.shard)));
                 }
                 Waiting::Updated(r, _) => {
+                    let _ = r.send(Err(err(self.shard)));
+                }
+                Waiting::Journal(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
             }

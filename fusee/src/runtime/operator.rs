@@ -589,3 +589,62 @@ impl ShardLoop {
         })
     }
 }
+
+/// A run's journal for [`crate::dynamic`] (`Input::Journal`).
+impl ShardLoop {
+    /// Run `run` of `id` (its latest run when `None`): its whole journal
+    /// as the shard holds it, and where it stands. Answered once every
+    /// record it holds is durable (the caller sends it out of the
+    /// process), as a query's answer is.
+    pub(super) fn live_journal(
+        &mut self,
+        id: &str,
+        run: Option<RunId>,
+    ) -> Result<crate::dynamic::LiveJournal, Error> {
+        use crate::inspect::RunState;
+        let not_found = || Error::NotFound { id: id.to_string() };
+        let shard = self.shard;
+        let storage = |error| Error::Storage { shard, error };
+        let run = match run {
+            Some(run) => run,
+            None => self.lookup(id)?.ok_or_else(not_found)?.0,
+        };
+        if let Some(l) = self.core.get(run) {
+            if &*l.id != id {
+                return Err(not_found());
+            }
+            let (last_lsn, done) = (l.last_lsn, l.done);
+            let journal = self.run_journal(run).map_err(storage)?;
+            let state = match done {
+                Some((status, _)) => RunState::Finished(status),
+                None if JournalView::of(&journal).waits.is_empty() => RunState::Running,
+                None => RunState::Waiting,
+            };
+            return Ok(crate::dynamic::LiveJournal {
+                shard,
+                run,
+                journal,
+                complete: true,
+                state,
+                last_lsn,
+            });
+        }
+        let Some(parked) = self.core.parked(run) else {
+            return Err(not_found());
+        };
+        let (blob, done) = (parked.blob(), parked.done());
+        let frame = self.read_frame(blob).map_err(storage)?;
+        match iter_canonical(&frame.journal).next() {
+            Some(Ok((Record::Start { id: found, .. }, _))) if found == id => {}
+            _ => return Err(not_found()),
+        }
+        Ok(crate::dynamic::LiveJournal {
+            shard,
+            run,
+            journal: frame.journal,
+            complete: done.is_none(),
+            state: done.map_or(RunState::Parked, RunState::Finished),
+            last_lsn: frame.last_lsn,
+        })
+    }
+}

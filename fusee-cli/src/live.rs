@@ -1,0 +1,350 @@
+//! Live mode: with `--url`, `inspect`, `runs` and `show` ask a running
+//! engine's server (`fusee-server`'s API, through
+//! [`fusee_server::Client`]) instead of reading a directory, and the verbs
+//! (`start`, `signal`, `cancel`, `terminate`, `pause`, `resume`, `reset`)
+//! act on its runs. What they print goes through the offline commands'
+//! renderers ([`summary::render_runs`], [`summary::render_overview`],
+//! [`show::render`]): only where the data comes from differs.
+//!
+//! The API lists runs without their finish time or what they wait for, so
+//! `runs` and `inspect` describe each listed run too (a few requests in
+//! flight at once), which also tells a waiting run from a running one as a
+//! store does.
+
+use std::process::ExitCode;
+
+use fusee::inspect::Waiting;
+use fusee_server::model::{Description, RunsQuery, ShardInfo, StartReply, StartRequest};
+use fusee_server::{Client, ClientError};
+use serde_json::{Value, json};
+
+use crate::output::{emit, emit_json};
+use crate::progress::Bar;
+use crate::summary::{Filter, Overview, RunRow, ShardRow};
+use crate::{CliError, Remote, Verb, show, summary};
+
+/// Runs asked of the server per page.
+const PAGE: usize = 1000;
+
+/// Descriptions asked at once.
+const IN_FLIGHT: usize = 16;
+
+/// The client of `remote`'s server, with its token (`--token`, else
+/// `$FUSEE_TOKEN`).
+fn client(remote: &Remote) -> Result<Client, CliError> {
+    let url = remote.url.as_deref().ok_or_else(|| {
+        CliError::Usage("this command talks to a live engine: give its server's --url".into())
+    })?;
+    let client = Client::new(url).map_err(from_client)?;
+    let token = remote
+        .token
+        .clone()
+        .or_else(|| std::env::var("FUSEE_TOKEN").ok().filter(|t| !t.is_empty()));
+    Ok(match token {
+        Some(t) => client.token(t),
+        None => client,
+    })
+}
+
+/// A client error as the command reports it: the server's kind and
+/// message, a URL that is not one as a usage error.
+fn from_client(e: ClientError) -> CliError {
+    match e {
+        ClientError::Api {
+            status,
+            kind,
+            message,
+        } => CliError::Server {
+            status,
+            kind,
+            message,
+        },
+        e @ ClientError::BadUrl { .. } => CliError::Usage(e.to_string()),
+        other => CliError::Other(other.to_string()),
+    }
+}
+
+/// Runs `work` on a runtime of this thread (the command does one thing at
+/// a time; its requests in flight are tasks of it).
+fn block_on<T>(
+    work: impl std::future::Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Other(format!("cannot start the client's runtime: {e}")))?
+        .block_on(work)
+}
+
+/// A described run's status as a store would name it: `parked` or
+/// `waiting` for an unfinished run that is, else the engine's.
+fn status_of(d: &Description) -> String {
+    match d.status.as_str() {
+        "running" if d.parked => "parked".into(),
+        "running" if !d.waits.is_empty() => "waiting".into(),
+        other => other.to_string(),
+    }
+}
+
+/// What a described run waits for, as a store says it.
+fn waiting_of(d: &Description) -> Vec<Waiting> {
+    d.waits
+        .iter()
+        .filter_map(|w| match w.kind.as_str() {
+            "signal" => Some(Waiting::Signal(w.name.clone())),
+            "timer" => w.at_ms.map(Waiting::Sleep),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A listed run, with its description when it is of the same run (a
+/// description is of the ID's latest run; an older run of the chain keeps
+/// what the listing says).
+fn row(s: fusee_server::model::RunSummary, d: Option<Description>) -> RunRow {
+    let d = d.filter(|d| d.shard == s.shard && d.run == s.run);
+    let status = match &d {
+        Some(d) => status_of(d),
+        None if s.parked && s.status == "running" => "parked".into(),
+        None => s.status.clone(),
+    };
+    RunRow {
+        shard: s.shard,
+        run: s.run,
+        status,
+        finished_ms: d.as_ref().and_then(|d| d.finished_ms),
+        // As a store lists it: a parked run's waits are in its journal
+        // (`show`), not in the listing.
+        waiting_for: d
+            .as_ref()
+            .filter(|d| !d.parked)
+            .map(waiting_of)
+            .unwrap_or_default(),
+        last_lsn: None,
+        id: s.id,
+        workflow: s.workflow,
+        started_ms: s.started_ms,
+    }
+}
+
+/// Describes `runs`, [`IN_FLIGHT`] at a time. A run gone meanwhile
+/// (`not_found`) keeps what the listing says; any other error ends it.
+async fn describe_all(
+    client: &Client,
+    runs: Vec<fusee_server::model::RunSummary>,
+    bar: &Bar,
+) -> Result<Vec<RunRow>, CliError> {
+    let mut out = Vec::with_capacity(runs.len());
+    let mut runs = runs.into_iter().peekable();
+    while runs.peek().is_some() {
+        let chunk: Vec<_> = runs.by_ref().take(IN_FLIGHT).collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, s) in chunk.iter().enumerate() {
+            let (client, id) = (client.clone(), s.id.clone());
+            tasks.spawn(async move { (i, client.describe(&id).await) });
+        }
+        let mut described: Vec<Option<Description>> = vec![None; chunk.len()];
+        while let Some(done) = tasks.join_next().await {
+            let (i, d) = done.map_err(|e| CliError::Other(format!("a description failed: {e}")))?;
+            match d {
+                Ok(d) => described[i] = Some(d),
+                Err(e) if e.kind() == Some("not_found") => {}
+                Err(e) => return Err(from_client(e)),
+            }
+            bar.inc();
+        }
+        out.extend(chunk.into_iter().zip(described).map(|(s, d)| row(s, d)));
+    }
+    Ok(out)
+}
+
+/// The runs passing `filter`, newest first, at most its limit: pages of
+/// the server's listing (filtered there by type, and by status as far as
+/// the API names it), each run described, then filtered as offline.
+async fn rows(client: &Client, filter: &Filter) -> Result<Vec<RunRow>, CliError> {
+    let status = filter.status.as_deref().map(|s| match s {
+        // The API's `running` is every unfinished run.
+        "running" | "waiting" | "parked" => "running".to_string(),
+        other => other.to_string(),
+    });
+    let limit = filter.limit.unwrap_or(usize::MAX);
+    let mut query = RunsQuery {
+        status,
+        workflow: filter.wtype.clone(),
+        ..RunsQuery::default()
+    };
+    let bar = Bar::new(0, "runs");
+    let mut out = Vec::new();
+    while out.len() < limit {
+        // No more than the limit still wants: each listed run costs a
+        // description.
+        query.limit = Some(PAGE.min(limit - out.len()));
+        let page = client.runs(&query).await.map_err(from_client)?;
+        let described = describe_all(client, page.runs, &bar).await?;
+        out.extend(described.into_iter().filter(|r| filter.keeps(r)));
+        match page.next {
+            Some(next) => query.cursor = Some(next),
+            None => break,
+        }
+    }
+    bar.finish();
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// `fusee runs --url URL`.
+pub(crate) fn runs(remote: &Remote, json: bool, filter: &Filter) -> Result<ExitCode, CliError> {
+    let client = client(remote)?;
+    let runs = block_on(rows(&client, filter))?;
+    summary::render_runs(&runs, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn shard_row(s: ShardInfo) -> ShardRow {
+    ShardRow {
+        shard: s.shard,
+        owned: Some(s.owned),
+        sealed_lsn: s.sealed_lsn,
+        flushes: Some(s.flushes),
+        flush_p50_us: Some(s.flush_p50_us),
+        flush_p99_us: Some(s.flush_p99_us),
+        loaded_runs: Some(s.loaded_runs),
+        parked_runs: Some(s.parked_runs),
+        queued: Some(s.queued),
+        last_error: s.last_error,
+        ..ShardRow::default()
+    }
+}
+
+/// `fusee inspect --url URL`.
+pub(crate) fn inspect(remote: &Remote, json: bool) -> Result<ExitCode, CliError> {
+    let client = client(remote)?;
+    let every = Filter {
+        status: None,
+        wtype: None,
+        limit: None,
+    };
+    let (shards, runs) = block_on(async {
+        let shards = client.shards().await.map_err(from_client)?;
+        Ok((shards, rows(&client, &every).await?))
+    })?;
+    let overview = Overview {
+        dir: None,
+        url: Some(client.base_url().to_string()),
+        backend: None,
+        disk_bytes: None,
+        runs,
+        shards: shards.into_iter().map(shard_row).collect(),
+    };
+    summary::render_overview(&overview, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `fusee show --url URL ID`.
+pub(crate) fn show(remote: &Remote, json: bool, id: &str) -> Result<ExitCode, CliError> {
+    let client = client(remote)?;
+    let doc = block_on(async { client.journal(id, None).await.map_err(from_client) })?;
+    show::render(&doc, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `payload`, a command-line argument, as JSON (`null` when absent).
+fn json_arg(what: &str, payload: Option<&str>) -> Result<Value, CliError> {
+    payload.map_or(Ok(Value::Null), |p| {
+        serde_json::from_str(p).map_err(|e| {
+            CliError::Usage(format!(
+                "the {what} {p:?} is not JSON ({e}); a string is written with its quotes: '\"text\"'"
+            ))
+        })
+    })
+}
+
+/// What a verb did, as `--json` writes it and in words.
+fn done(verb: &str, id: &str, reply: Option<&StartReply>, json: bool) -> Result<(), CliError> {
+    if json {
+        let mut v = json!({"verb": verb, "id": id});
+        if let (Some(r), Value::Object(m)) = (reply, &mut v) {
+            m.insert("shard".into(), r.shard.into());
+            m.insert("run".into(), r.run.into());
+            m.insert("attached".into(), r.attached.into());
+        }
+        return emit_json(&v);
+    }
+    let run = reply.map_or(String::new(), |r| {
+        format!(
+            " (shard {}, run {}{})",
+            r.shard,
+            r.run,
+            if r.attached { ", attached" } else { "" }
+        )
+    });
+    emit(&format!("{verb}: {}{run}\n", crate::fmt::cell(id)))
+}
+
+/// `fusee start|signal|cancel|terminate|pause|resume|reset --url URL ...`.
+pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
+    let (remote, json) = verb.remote();
+    let client = client(remote)?;
+    match verb {
+        Verb::Start {
+            workflow,
+            id,
+            input,
+            policy,
+            ..
+        } => {
+            let request = StartRequest {
+                workflow,
+                id: id.clone(),
+                input: json_arg("input", input.as_deref())?,
+                policy,
+            };
+            let reply = block_on(async { client.start(&request).await.map_err(from_client) })?;
+            done("started", &id, Some(&reply), json)?;
+        }
+        Verb::Signal {
+            id, name, payload, ..
+        } => {
+            let payload = json_arg("payload", payload.as_deref())?;
+            block_on(async {
+                client
+                    .signal(&id, &name, &payload)
+                    .await
+                    .map_err(from_client)
+            })?;
+            done("signalled", &id, None, json)?;
+        }
+        Verb::Cancel { id, reason, .. } => {
+            block_on(async { client.cancel(&id, &reason).await.map_err(from_client) })?;
+            done("cancel asked", &id, None, json)?;
+        }
+        Verb::Terminate { id, reason, .. } => {
+            block_on(async { client.terminate(&id, &reason).await.map_err(from_client) })?;
+            done("terminated", &id, None, json)?;
+        }
+        Verb::Pause { id, .. } => {
+            block_on(async { client.pause(&id).await.map_err(from_client) })?;
+            done("paused", &id, None, json)?;
+        }
+        Verb::Resume { id, .. } => {
+            block_on(async { client.resume(&id).await.map_err(from_client) })?;
+            done("resumed", &id, None, json)?;
+        }
+        Verb::Reset {
+            id,
+            step,
+            reason,
+            run,
+            ..
+        } => {
+            let reply = block_on(async {
+                client
+                    .reset(&id, &step, &reason, run)
+                    .await
+                    .map_err(from_client)
+            })?;
+            done("reset", &id, Some(&reply), json)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

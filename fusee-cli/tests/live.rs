@@ -1,0 +1,281 @@
+//! Live mode (issue 29): `inspect`, `runs` and `show` with `--url` ask a
+//! real `fusee_server::Server` (on 127.0.0.1, port 0) over an engine of
+//! the test, and print what the same commands print of the engine's
+//! directory once it is closed; the verbs act on its runs; the server's
+//! refusals show its kind and message with the README's exit codes.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::{RUNS, open_with_runs, temp_dir};
+use fusee::{Config, Ctx, Engine, Failure, Signal, Workflow};
+use serde_json::Value;
+
+const ADMIN: &str = "admin-token";
+const READ: &str = "read-token";
+
+/// Runs the `fusee` binary off the runtime's threads (the server answers
+/// on them meanwhile).
+async fn fusee<S: AsRef<str>>(args: &[S]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fusee"))
+            .args(&args)
+            .env_remove("FUSEE_TOKEN")
+            .output()
+            .expect("the fusee binary runs")
+    })
+    .await
+    .expect("joins")
+}
+
+/// `fusee args`' stdout, checking it exits `code`.
+async fn stdout<S: AsRef<str>>(args: &[S], code: i32) -> String {
+    let out = fusee(args).await;
+    let shown: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "fusee {shown:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+async fn json<S: AsRef<str>>(args: &[S]) -> Value {
+    let text = stdout(args, 0).await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// `v` with every `last_lsn` taken out (a store knows it, the API does
+/// not say it).
+fn without_lsn(mut v: Value) -> Value {
+    for r in v.as_array_mut().expect("an array") {
+        r.as_object_mut().expect("an object").remove("last_lsn");
+    }
+    v
+}
+
+async fn server(engine: &Engine) -> fusee_server::ServerHandle {
+    fusee_server::Server::new(engine.clone())
+        .bind("127.0.0.1:0".parse().expect("an address"))
+        .admin_token(ADMIN)
+        .read_token(READ)
+        .start()
+        .await
+        .expect("the server starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_output_is_what_the_directory_shows() {
+    let dir = temp_dir("live-same");
+    let engine = open_with_runs("file", &dir).await;
+    let handle = server(&engine).await;
+    let url = handle.url();
+    let u = url.as_str();
+    let live = |args: &[&str]| {
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.extend(["--url".into(), u.into(), "--token".into(), READ.into()]);
+        a
+    };
+
+    let runs_json = json(&live(&["runs", "--json"])).await;
+    let runs_table = stdout(&live(&["runs"]), 0).await;
+    let waiting = json(&live(&["runs", "--status", "waiting", "--json"])).await;
+    let limited = json(&live(&["runs", "--limit", "2", "--json"])).await;
+    let shown = json(&live(&["show", "ok-1", "--json"])).await;
+    let shown_table = stdout(&live(&["show", "cancel-1"]), 0).await;
+    let info = json(&live(&["inspect", "--json"])).await;
+    let info_table = stdout(&live(&["inspect"]), 0).await;
+    handle.stop().await.expect("the server stops");
+    engine.close().await.expect("close");
+    drop(engine);
+
+    // Every run, with the state a store gives it.
+    let listed = runs_json.as_array().expect("an array");
+    assert_eq!(listed.len(), RUNS.len(), "{runs_json:#}");
+    for (id, _, state) in RUNS {
+        let r = listed.iter().find(|r| r["id"] == id).expect("listed");
+        assert_eq!(r["status"], state, "{r}");
+    }
+    assert_eq!(waiting.as_array().map(Vec::len), Some(2), "{waiting:#}");
+    assert_eq!(limited.as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        info["url"].as_str().map(|s| s.trim_end_matches('/')),
+        Some(u)
+    );
+    assert_eq!(info["shards"].as_array().map(Vec::len), Some(2), "{info:#}");
+    assert_eq!(info["shards"][0]["owned"], true, "{info:#}");
+    assert_eq!(info["runs"]["waiting"], 2, "{info:#}");
+    assert!(info_table.contains("server") && info_table.contains("durable LSN"));
+
+    // The same commands on the directory, offline.
+    let d = dir.to_str().expect("utf-8");
+    let offline = common::fusee_json(&["runs", d, "--json"], 0);
+    assert_eq!(without_lsn(runs_json), without_lsn(offline));
+    assert_eq!(runs_table, stdout(&["runs", d], 0).await);
+    assert_eq!(
+        shown,
+        common::fusee_json(&["show", d, "ok-1", "--json"], 0),
+        "the journal document"
+    );
+    assert_eq!(shown_table, stdout(&["show", d, "cancel-1"], 0).await);
+    let offline_info = common::fusee_json(&["inspect", d, "--json"], 0);
+    assert_eq!(info["runs"], offline_info["runs"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const ORDER: Workflow<u32, String> = Workflow::new("order");
+const GO: Signal<String> = Signal::new("go");
+
+/// Waits for a signal, then runs a step: what the verbs act on.
+async fn order(ctx: Ctx, n: u32) -> Result<String, Failure> {
+    let word = ctx.wait_for(&GO).await?.unwrap_or_default();
+    let done = ctx
+        .step("ship", move |_| {
+            let word = word.clone();
+            async move { Ok(format!("{word} {n}")) }
+        })
+        .await?;
+    Ok(done)
+}
+
+/// Waits until `id`'s latest run ended with `status`.
+async fn until_status(engine: &Engine, id: &str, status: &str) -> fusee::Description {
+    for _ in 0..1000 {
+        if let Ok(d) = engine.describe(id).await
+            && let fusee::RunStatus::Finished(s) = d.status
+            && fusee::inspect::status_name(s) == status
+        {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{id} never {status}: {:?}", engine.describe(id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_act_on_a_live_engine_and_refusals_are_named() {
+    let engine = Engine::open(Config::memory()).await.expect("opens");
+    engine.register(ORDER, order);
+    let handle = server(&engine).await;
+    let url = handle.url();
+    let u = url.as_str();
+    let admin = |args: &[&str]| {
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.extend(["--url".into(), u.into(), "--token".into(), ADMIN.into()]);
+        a
+    };
+
+    // start, then signal: the run finishes with the signal's word.
+    let started = json(&admin(&["start", "order", "o-1", "7", "--json"])).await;
+    assert_eq!(started["verb"], "started");
+    assert_eq!(started["id"], "o-1");
+    assert!(started["run"].as_u64().is_some(), "{started}");
+    let said = stdout(&admin(&["signal", "o-1", "go", "\"shipped\""]), 0).await;
+    assert!(said.contains("o-1"), "{said}");
+    until_status(&engine, "o-1", "ok").await;
+    let run = engine.describe("o-1").await.expect("described");
+    let journal = json(&admin(&["show", "o-1", "--json"])).await;
+    let done = journal["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .find(|r| r["kind"] == "Done")
+        .expect("a Done record")
+        .clone();
+    assert_eq!(done["payload"]["json"], "shipped 7", "{done}");
+    assert_eq!(journal["run"], run.run);
+
+    // pause holds the step after the signal; resume lets it run.
+    stdout(&admin(&["start", "order", "o-2", "8"]), 0).await;
+    stdout(&admin(&["pause", "o-2"]), 0).await;
+    assert!(engine.describe("o-2").await.expect("described").paused);
+    stdout(&admin(&["signal", "o-2", "go", "\"held\""]), 0).await;
+    stdout(&admin(&["resume", "o-2"]), 0).await;
+    until_status(&engine, "o-2", "ok").await;
+
+    // reset from the step: a new run, which ends the same.
+    let reset = json(&admin(&["reset", "o-2", "ship", "--json"])).await;
+    assert_eq!(reset["verb"], "reset");
+    assert!(reset["run"].as_u64().is_some(), "{reset}");
+    for _ in 0..1000 {
+        let d = engine.describe("o-2").await.expect("o-2");
+        if Some(d.run) == reset["run"].as_u64() && d.finished_ms.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let d = engine.describe("o-2").await.expect("o-2");
+    assert_eq!(Some(d.run), reset["run"].as_u64(), "the reset's run");
+
+    // cancel and terminate.
+    stdout(&admin(&["start", "order", "o-3", "1"]), 0).await;
+    stdout(&admin(&["cancel", "o-3", "--reason", "no stock"]), 0).await;
+    until_status(&engine, "o-3", "cancelled").await;
+    stdout(&admin(&["start", "order", "o-4", "1"]), 0).await;
+    stdout(&admin(&["terminate", "o-4"]), 0).await;
+    until_status(&engine, "o-4", "terminated").await;
+
+    // Refusals: the server's kind and message; 400 is exit 2, others 3.
+    let refused = |out: &Output, code: i32, words: &[&str]| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        for w in words {
+            assert!(err.contains(w), "{w:?} not in {err}");
+        }
+    };
+    let out = fusee(&admin(&["start", "nope", "x-1"])).await;
+    refused(&out, 2, &["unknown_workflow", "order"]);
+    let out = fusee(&admin(&["signal", "nobody", "go"])).await;
+    refused(&out, 3, &["not_found", "nobody"]);
+    let out = fusee(&admin(&["start", "order", "o-1", "1"])).await;
+    refused(&out, 3, &["already_exists"]);
+    let out = fusee(&["cancel", "o-1", "--url", u, "--token", READ]).await;
+    refused(&out, 3, &["HTTP 403"]);
+    let out = fusee(&["runs", "--url", u]).await;
+    refused(&out, 3, &["HTTP 401"]);
+    let out = fusee(&["runs", "--url", u, "--token", "wrong"]).await;
+    refused(&out, 3, &["HTTP 401"]);
+    // Bad arguments, before any request.
+    let out = fusee(&admin(&["signal", "o-1", "go", "not json"])).await;
+    refused(&out, 2, &["not JSON"]);
+    refused(&fusee(&["cancel", "o-1"]).await, 2, &["--url"]);
+    refused(&fusee(&["runs", "--token", ADMIN]).await, 2, &["--url"]);
+    refused(
+        &fusee(&["runs", "--url", "not a url"]).await,
+        2,
+        &["not a url"],
+    );
+    refused(
+        &fusee(&["show", "some-dir", "o-1", "--url", u]).await,
+        2,
+        &["ID only"],
+    );
+    // The token from the environment.
+    let out = tokio::task::spawn_blocking({
+        let u = u.to_string();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_fusee"))
+                .args(["runs", "--url", &u, "--json"])
+                .env("FUSEE_TOKEN", READ)
+                .output()
+                .expect("runs")
+        }
+    })
+    .await
+    .expect("joins");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A server that is gone: exit 3, naming the URL.
+    handle.stop().await.expect("stops");
+    let out = fusee(&["runs", "--url", u, "--token", READ]).await;
+    refused(&out, 3, &[u.trim_end_matches('/')]);
+    engine.close().await.expect("close");
+}

@@ -1,0 +1,1152 @@
+//! The web console at `/`: pages rendered on the server with maud (every
+//! interpolated value escaped), one stylesheet and a few lines of plain
+//! JavaScript served from this binary, nothing fetched from elsewhere.
+//!
+//! Pages: `/` (overview: shards, runs by status, an activity chart of
+//! the last two minutes, a flush-latency chart),
+//! `/runs` (filters, pagination), `/runs/{id}` (header, timeline, input
+//! and result, actions), `/schedules`, `/queues`, `/limits`, `/login`.
+//! Actions are HTML forms posted to `.../action`, each with the CSRF
+//! token and a confirmation; the answer is a redirect back to the page
+//! with a notice.
+//!
+//! Rights: the token a person logged in with (a cookie) or a bearer
+//! header, as for the API: reading needs the read token, actions the
+//! admin one. Without tokens configured everything is open (loopback).
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
+use serde_json::Value;
+use subtle::ConstantTimeEq;
+
+use crate::App;
+use crate::auth::{Access, CSRF_COOKIE, TOKEN_COOKIE, cookie, random_token};
+use crate::model::RunsQuery;
+
+/// The overview counts runs of each status up to this many ("1000+").
+const STATUS_COUNT_MAX: usize = 1000;
+
+/// The stylesheet, served at `/console.css`.
+const CSS: &str = r#"
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d232a;background:#f6f7f9}
+header{background:#1d232a;color:#fff;padding:8px 16px;display:flex;gap:18px;align-items:center}
+header a{color:#cfe3ff;text-decoration:none}header b{margin-right:12px}
+main{padding:16px;max-width:1200px}
+table{border-collapse:collapse;background:#fff;width:100%;margin:8px 0 16px}
+th,td{border-bottom:1px solid #e3e6ea;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f4;font-weight:600}
+.st{padding:1px 6px;border-radius:3px;font-size:12px;font-weight:600;color:#fff;background:#6b7785}
+.st-running{background:#1f6feb}.st-ok{background:#1a7f37}.st-failed{background:#cf222e}
+.st-cancelled,.st-terminated{background:#9a6700}.st-timed-out{background:#bc4c00}
+.st-continued-as-new,.st-reset{background:#8250df}.st-stopped{background:#cf222e}
+pre{background:#fff;border:1px solid #e3e6ea;padding:8px;overflow:auto;max-height:320px;margin:4px 0}
+.notice{background:#ddf4ff;border:1px solid #54aeff;padding:8px;margin:8px 0}
+.error{background:#ffebe9;border:1px solid #ff8182;padding:8px;margin:8px 0}
+form.inline{display:inline-block;margin:4px 8px 4px 0;padding:8px;background:#fff;border:1px solid #e3e6ea}
+.timeline td:first-child{white-space:nowrap;color:#57606a}
+.k{font-weight:600}.right{margin-left:auto}form.flat{margin:0}
+"#;
+
+/// The script, served at `/console.js`: asks for confirmation before an
+/// action form is sent.
+const JS: &str = r#"
+document.addEventListener('submit', function (e) {
+  var f = e.target;
+  var what = f.getAttribute('data-confirm');
+  if (what && !window.confirm(what)) { e.preventDefault(); }
+});
+"#;
+
+/// The console's routes.
+pub(crate) fn router() -> Router<App> {
+    Router::new()
+        .route("/", get(overview))
+        .route("/console.css", get(css))
+        .route("/console.js", get(js))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/runs", get(runs_page))
+        .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/action", post(run_action))
+        .route("/schedules", get(schedules_page))
+        .route("/schedules/{id}/action", post(schedule_action))
+        .route("/queues", get(queues_page))
+        .route("/queues/{name}/action", post(queue_action))
+        .route("/limits", get(limits_page))
+        .route("/limits/{name}/action", post(limit_action))
+}
+
+async fn css() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS)
+}
+
+async fn js() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        JS,
+    )
+}
+
+/// Who is looking, and the CSRF token their forms carry.
+struct Viewer {
+    access: Access,
+    csrf: String,
+    /// A CSRF cookie to set (first visit).
+    new_csrf: bool,
+}
+
+impl Viewer {
+    fn of(app: &App, headers: &HeaderMap) -> Self {
+        let token = cookie(headers, TOKEN_COOKIE)
+            .and_then(unhex)
+            .or_else(|| crate::auth::bearer(headers).map(str::to_string));
+        let access = app.tokens.access(token.as_deref());
+        match cookie(headers, CSRF_COOKIE).filter(|c| c.len() == 64) {
+            Some(c) => Viewer {
+                access,
+                csrf: c.to_string(),
+                new_csrf: false,
+            },
+            None => Viewer {
+                access,
+                csrf: random_token(),
+                new_csrf: true,
+            },
+        }
+    }
+
+    /// Whether a form's CSRF field is this viewer's cookie.
+    fn csrf_ok(&self, field: &str) -> bool {
+        !self.new_csrf && bool::from(self.csrf.as_bytes().ct_eq(field.as_bytes()))
+    }
+}
+
+/// Cookie attributes: never readable by scripts, never sent from another
+/// site.
+const COOKIE_ATTRS: &str = "; HttpOnly; SameSite=Strict; Path=/";
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|d| u8::from_str_radix(d, 16).ok()))
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// A page as a response: its CSRF cookie set on a first visit, and headers
+/// that keep it from being framed or running scripts from elsewhere.
+fn page(viewer: &Viewer, status: StatusCode, body: Markup) -> Response {
+    let mut resp = (status, Html(body.into_string())).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if viewer.new_csrf
+        && let Ok(v) =
+            HeaderValue::from_str(&format!("{CSRF_COOKIE}={}{COOKIE_ATTRS}", viewer.csrf))
+    {
+        h.append(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+/// The frame every page shares.
+fn layout(viewer: &Viewer, title: &str, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · Fusee" }
+                link rel="stylesheet" href="/console.css";
+                script src="/console.js" defer {}
+            }
+            body {
+                header {
+                    b { "Fusee" }
+                    a href="/" { "Overview" }
+                    a href="/runs" { "Runs" }
+                    a href="/schedules" { "Schedules" }
+                    a href="/queues" { "Queues" }
+                    a href="/limits" { "Limits" }
+                    span.right id="rights" { "rights: " (viewer.access.name()) }
+                    @if viewer.access != Access::None {
+                        form.flat method="post" action="/logout" {
+                            input type="hidden" name="csrf" value=(viewer.csrf);
+                            button type="submit" { "Log out" }
+                        }
+                    } @else {
+                        a href="/login" { "Log in" }
+                    }
+                }
+                main { (content) }
+            }
+        }
+    }
+}
+
+/// A page refused for want of rights: reading without a token goes to the
+/// login page.
+fn refused(viewer: &Viewer, need: Access) -> Response {
+    if viewer.access == Access::None {
+        return Redirect::to("/login").into_response();
+    }
+    let body = layout(
+        viewer,
+        "Refused",
+        html! {
+            div.error id="refused" {
+                "Refused: this needs the " (need.name()) " token; you are logged in with the "
+                (viewer.access.name()) " token."
+            }
+        },
+    );
+    page(viewer, StatusCode::FORBIDDEN, body)
+}
+
+/// Shown where a page could not be made (the engine's error).
+fn failed(viewer: &Viewer, what: &str, e: &fusee::Error) -> Response {
+    let (status, kind) = crate::error::engine_error(e);
+    let body = layout(
+        viewer,
+        what,
+        html! { div.error { (what) ": " (e.to_string()) " (" (kind) ")" } },
+    );
+    page(viewer, status, body)
+}
+
+fn time(ms: u64) -> String {
+    match chrono::DateTime::from_timestamp_millis(ms as i64) {
+        Some(t) if ms > 0 => t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
+        _ => "-".to_string(),
+    }
+}
+
+fn status_badge(status: &str) -> Markup {
+    html! { span class={ "st st-" (status) } { (status) } }
+}
+
+/// A journal-format bytes value (`{"json": v}` or `{"hex": ...}`) shown
+/// as people read it: the JSON pretty-printed, else the hex.
+fn payload_text(v: &Value) -> String {
+    match v.get("json") {
+        Some(j) => serde_json::to_string_pretty(j).unwrap_or_default(),
+        None => match v.get("hex").and_then(Value::as_str) {
+            Some(h) => format!("(bytes) {h}"),
+            None => v.to_string(),
+        },
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Notice {
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+fn notices(n: &Notice) -> Markup {
+    html! {
+        @if let Some(m) = &n.notice { div.notice id="notice" { (m) } }
+        @if let Some(m) = &n.error { div.error id="error" { (m) } }
+    }
+}
+
+async fn overview(State(app): State<App>, headers: HeaderMap) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if viewer.access < Access::Read {
+        return refused(&viewer, Access::Read);
+    }
+    let shards = crate::api::shard_infos(&app.engine).await;
+    let metrics = app.engine.metrics().await;
+    // Runs by status: one listing per status, its count capped (a parked
+    // run listed costs a frame read: the page stays cheap with millions).
+    let mut by_status = Vec::new();
+    for s in [
+        "running",
+        "ok",
+        "failed",
+        "cancelled",
+        "timed-out",
+        "terminated",
+        "continued-as-new",
+        "reset",
+    ] {
+        let q = RunsQuery {
+            status: Some(s.to_string()),
+            limit: Some(STATUS_COUNT_MAX),
+            ..RunsQuery::default()
+        };
+        match crate::api::runs_page(&app.engine, &q).await {
+            Ok(p) => by_status.push((s, p.runs.len(), p.next.is_some())),
+            Err(e) => return failed(&viewer, "Runs by status", &fusee::Error::Config(e.message)),
+        }
+    }
+    let h = &metrics.flush_micros;
+    let bars = [
+        ("p50", h.percentile(50.0)),
+        ("p90", h.percentile(90.0)),
+        ("p99", h.percentile(99.0)),
+        ("p99.9", h.percentile(99.9)),
+        ("max", h.max()),
+    ];
+    let body = layout(
+        &viewer,
+        "Overview",
+        html! {
+            h1 { "Overview" }
+            h2 { "Runs by status" }
+            table id="by-status" {
+                tr { @for (s, _, _) in &by_status { th { (status_badge(s)) } } }
+                tr { @for (s, n, more) in &by_status {
+                    td { a href={ "/runs?status=" (s) } { (n) @if *more { "+" } } }
+                } }
+            }
+            p {
+                "Started " (metrics.started) ", finished " (metrics.finished)
+                ", in memory " (metrics.loaded_runs) ", parked " (metrics.parked_runs)
+                ", flushes " (metrics.flushes) " (" (format!("{:.1}", metrics.records_per_flush())) " records each)."
+            }
+            h2 { "Activity" }
+            (activity_chart(&app.activity.rates()))
+            h2 { "Flush latency" }
+            p { "p50 " (h.percentile(50.0)) " µs, p99 " (h.percentile(99.0)) " µs over " (h.count()) " flushes." }
+            (latency_chart(&bars))
+            h2 { "Shards" }
+            table id="shards" {
+                tr { th { "shard" } th { "owned" } th { "sealed LSN" } th { "flushes" }
+                     th { "flush p50 µs" } th { "flush p99 µs" } th { "in memory" } th { "parked" } th { "queued" } th { "last error" } }
+                @for s in &shards {
+                    tr {
+                        td { (s.shard) } td { (if s.owned { "yes" } else { "no" }) }
+                        td { (s.sealed_lsn.map_or("-".to_string(), |l| l.to_string())) }
+                        td { (s.flushes) } td { (s.flush_p50_us) } td { (s.flush_p99_us) }
+                        td { (s.loaded_runs) } td { (s.parked_runs) } td { (s.queued) }
+                        td { (s.last_error.clone().unwrap_or_default()) }
+                    }
+                }
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+/// A line chart (inline SVG) of runs started and finished and flushes per
+/// second over the samples the server took.
+fn activity_chart(rates: &[crate::activity::Rates]) -> Markup {
+    let (w, h) = (600.0f64, 140.0f64);
+    let top = rates
+        .iter()
+        .flat_map(|r| [r.started, r.finished, r.flushes])
+        .fold(1.0f64, f64::max);
+    let span = (crate::activity::SAMPLES_MAX as f64) * crate::activity::INTERVAL.as_secs_f64();
+    let line = |f: &dyn Fn(&crate::activity::Rates) -> f64| {
+        rates
+            .iter()
+            .map(|r| {
+                let x = w * (1.0 - (r.ago_s / span).min(1.0));
+                let y = h - h * f(r) / top;
+                format!("{x:.1},{y:.1}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let last = rates.last().copied();
+    html! {
+        svg id="activity-chart" width=(w) height=(h + 20.0) viewBox={ "0 0 " (w) " " (h + 20.0) }
+            xmlns="http://www.w3.org/2000/svg" role="img" {
+            title { "runs started, runs finished and flushes per second, last two minutes" }
+            rect x="0" y="0" width=(w) height=(h) fill="#fff" stroke="#e3e6ea" {}
+            polyline fill="none" stroke="#1f6feb" stroke-width="2" points=(line(&|r| r.started)) {}
+            polyline fill="none" stroke="#1a7f37" stroke-width="2" points=(line(&|r| r.finished)) {}
+            polyline fill="none" stroke="#9a6700" stroke-width="1" points=(line(&|r| r.flushes)) {}
+            // The newest rates as dots, visible from the first one on.
+            @if let Some(r) = last {
+                @let x = w * (1.0 - (r.ago_s / span).min(1.0));
+                @for (v, colour) in [(r.started, "#1f6feb"), (r.finished, "#1a7f37"), (r.flushes, "#9a6700")] {
+                    circle cx=(format!("{x:.1}")) cy=(format!("{:.1}", h - h * v / top)) r="3" fill=(colour) {}
+                }
+            }
+            text x="4" y="12" font-size="11" fill="#57606a" { (format!("{top:.0}/s")) }
+            text x="4" y=(h + 14.0) font-size="11" fill="#1f6feb" { "started/s" }
+            text x="90" y=(h + 14.0) font-size="11" fill="#1a7f37" { "finished/s" }
+            text x="180" y=(h + 14.0) font-size="11" fill="#9a6700" { "flushes/s" }
+        }
+        p id="activity" {
+            @match last {
+                Some(r) => { "Now: " (format!("{:.1}", r.started)) " runs started/s, "
+                    (format!("{:.1}", r.finished)) " finished/s, " (format!("{:.1}", r.flushes)) " flushes/s." }
+                None => { "No samples yet (one a second while the server runs)." }
+            }
+        }
+    }
+}
+
+/// A bar chart (inline SVG) of flush-latency percentiles, in µs.
+fn latency_chart(bars: &[(&str, u64)]) -> Markup {
+    let top = bars.iter().map(|b| b.1).max().unwrap_or(0).max(1);
+    let (w, h, bw) = (420u64, 160u64, 60u64);
+    html! {
+        svg id="latency-chart" width=(w) height=(h + 30) viewBox={ "0 0 " (w) " " (h + 30) }
+            xmlns="http://www.w3.org/2000/svg" role="img" {
+            title { "flush latency percentiles (µs)" }
+            @for (i, (label, v)) in bars.iter().enumerate() {
+                @let bh = v * h / top;
+                @let x = 10 + i as u64 * (bw + 20);
+                rect x=(x) y=(h - bh) width=(bw) height=(bh.max(1)) fill="#1f6feb" {}
+                text x=(x) y=(h + 14) font-size="11" { (label) }
+                text x=(x) y=(h + 27) font-size="11" fill="#57606a" { (v) " µs" }
+            }
+        }
+    }
+}
+
+async fn runs_page(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<RunsQuery>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if viewer.access < Access::Read {
+        return refused(&viewer, Access::Read);
+    }
+    let mut q = q;
+    q.limit = Some(q.limit.unwrap_or(50).clamp(1, 1000));
+    let types = app.engine.workflow_types();
+    let listed = crate::api::runs_page(&app.engine, &q).await;
+    let field = |v: &Option<String>| v.clone().unwrap_or_default();
+    let next_href = |cursor: &str| {
+        let mut next = q.clone();
+        next.cursor = Some(cursor.to_string());
+        format!("/runs?{}", query_string(&next))
+    };
+    let body = layout(
+        &viewer,
+        "Runs",
+        html! {
+            h1 { "Runs" }
+            form method="get" action="/runs" id="filters" {
+                label { "status " select name="status" {
+                    @for s in ["", "running", "finished", "ok", "failed", "cancelled", "timed-out", "terminated", "continued-as-new", "reset"] {
+                        option value=(s) selected[q.status.as_deref().unwrap_or("") == s] { (if s.is_empty() { "any" } else { s }) }
+                    }
+                } }
+                " "
+                label { "type " select name="workflow" {
+                    option value="" { "any" }
+                    @for t in &types { option value=(t) selected[q.workflow.as_deref() == Some(t.as_str())] { (t) } }
+                } }
+                " "
+                label { "ID prefix " input type="text" name="id_prefix" value=(field(&q.id_prefix)); }
+                " "
+                button type="submit" id="apply" { "Filter" }
+            }
+            @match &listed {
+                Err(e) => div.error { (e.message) }
+                Ok(p) => {
+                    table id="runs" {
+                        tr { th { "ID" } th { "type" } th { "status" } th { "started" } th { "shard/run" } th { "parked" } }
+                        @for r in &p.runs {
+                            tr {
+                                td { a href={ "/runs/" (path_segment(&r.id)) } { (r.id) } }
+                                td { (r.workflow) }
+                                td { (status_badge(&r.status)) }
+                                td { (time(r.started_ms)) }
+                                td { (r.shard) "/" (r.run) }
+                                td { (if r.parked { "yes" } else { "" }) }
+                            }
+                        }
+                    }
+                    @if p.runs.is_empty() { p { "No runs." } }
+                    @if let Some(c) = &p.next { a id="next-page" href=(next_href(c)) { "Next page →" } }
+                }
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+/// A listing's parameters as a query string.
+fn query_string(q: &RunsQuery) -> String {
+    let mut parts = Vec::new();
+    let mut put = |k: &str, v: Option<String>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            parts.push(format!("{k}={}", url_encode(&v)));
+        }
+    };
+    put("status", q.status.clone());
+    put("workflow", q.workflow.clone());
+    put("id_prefix", q.id_prefix.clone());
+    put("limit", q.limit.map(|l| l.to_string()));
+    put("cursor", q.cursor.clone());
+    parts.join("&")
+}
+
+/// Percent-encodes everything but unreserved characters.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A workflow ID as one path segment.
+fn path_segment(id: &str) -> String {
+    url_encode(id)
+}
+
+#[derive(Deserialize, Default)]
+struct RunPageQuery {
+    run: Option<u64>,
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+async fn run_page(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<RunPageQuery>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if viewer.access < Access::Read {
+        return refused(&viewer, Access::Read);
+    }
+    let journal = match app.engine.journal_json(&id, q.run).await {
+        Ok(j) => j,
+        Err(e) => return failed(&viewer, "Run", &e),
+    };
+    // The description is of the latest run; an older run shows its journal.
+    let described = match q.run {
+        None => app.engine.describe(&id).await.ok(),
+        Some(_) => None,
+    };
+    let chain = app.engine.chain(&id).await.unwrap_or_default();
+    let records: Vec<Value> = journal["records"].as_array().cloned().unwrap_or_default();
+    let state = journal["state"].as_str().unwrap_or("").to_string();
+    let input = records
+        .iter()
+        .find(|r| r["kind"] == "Start")
+        .map(|r| payload_text(&r["input"]));
+    let done = records.iter().find(|r| r["kind"] == "Done");
+    let last_error = records
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "Attempt" || (r["kind"] == "Step" && r["status"] != "ok"))
+        .map(|r| {
+            let e = if r["kind"] == "Attempt" {
+                &r["error"]
+            } else {
+                &r["payload"]
+            };
+            format!(
+                "step {}: {}",
+                r["name"].as_str().unwrap_or(""),
+                payload_text(e)
+            )
+        })
+        .or_else(|| {
+            done.filter(|d| d["status"] != "ok")
+                .map(|d| payload_text(&d["payload"]))
+        });
+    let steps: Vec<String> = {
+        let mut seen = Vec::new();
+        for r in &records {
+            if r["kind"] == "Step" || r["kind"] == "Attempt" || r["kind"] == "Awaiting" {
+                let n = r["name"].as_str().unwrap_or("").to_string();
+                if !seen.contains(&n) {
+                    seen.push(n);
+                }
+            }
+        }
+        seen
+    };
+    let notice = Notice {
+        notice: q.notice.clone(),
+        error: q.error.clone(),
+    };
+    let seg = path_segment(&id);
+    let finished = done.is_some();
+    let paused = described.as_ref().is_some_and(|d| d.paused);
+    let body = layout(
+        &viewer,
+        &id,
+        html! {
+            (notices(&notice))
+            h1 { "Run " span id="run-id" { (id) } }
+            table id="header" {
+                tr { th { "workflow" } td { (journal["workflow"].as_str().unwrap_or("")) } }
+                tr { th { "status" } td id="status" {
+                    @if let Some(d) = &described { (status_badge(&crate::api::status_of(d))) } @else { (status_badge(&state)) }
+                    @if paused { " " span.st id="paused" { "paused" } }
+                } }
+                tr { th { "shard / run" } td { (journal["shard"]) " / " (journal["run"]) } }
+                tr { th { "started" } td { (time(records.first().and_then(|r| r["started_ms"].as_u64()).unwrap_or(0))) } }
+                tr { th { "finished" } td { (done.and_then(|d| d["finished_ms"].as_u64()).map_or("-".to_string(), time)) } }
+                tr { th { "current step" } td id="current-step" {
+                    @if let Some(s) = described.as_ref().and_then(|d| d.step.as_ref()) {
+                        (s.name) " attempt " (s.attempt)
+                        @if s.running { " (running)" } @if s.paused { " (paused: attempts ran out)" }
+                    } @else { "-" }
+                } }
+                tr { th { "last error" } td id="last-error" { (last_error.clone().unwrap_or_else(|| "-".into())) } }
+                @if !journal["complete"].as_bool().unwrap_or(true) {
+                    tr { th { "journal" } td { "finished and parked: only its start and end are kept" } }
+                }
+            }
+            @if chain.len() > 1 {
+                h2 { "Runs of this ID" }
+                table id="chain" {
+                    tr { th { "run" } th { "status" } th { "started" } th { "from" } }
+                    @for l in &chain {
+                        tr {
+                            td { a href={ "/runs/" (seg) "?run=" (l.run) } { (l.run) } }
+                            td { (status_badge(l.finished.map_or("running", |(s, _)| fusee::inspect::status_name(s)))) }
+                            td { (time(l.started_ms)) }
+                            td { @if let Some((r, c)) = l.from { (r) " (" (format!("{c:?}")) ")" } }
+                        }
+                    }
+                }
+            }
+            h2 { "Input" }
+            pre id="input" { (input.unwrap_or_default()) }
+            @if let Some(d) = done {
+                h2 { (if d["status"] == "ok" { "Result" } else { "Failure" }) }
+                pre id="result" { (payload_text(&d["payload"])) }
+            }
+            h2 { "Timeline" }
+            (timeline(&records))
+            @if !finished {
+                h2 { "Actions" }
+                (run_actions(&viewer, &seg, &steps, paused))
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+/// The forms acting on a run, each confirmed in the browser first.
+fn run_actions(viewer: &Viewer, seg: &str, steps: &[String], paused: bool) -> Markup {
+    let action = format!("/runs/{seg}/action");
+    html! {
+        form.inline method="post" action=(action) id="signal-form" data-confirm="Send this signal?" {
+            input type="hidden" name="csrf" value=(viewer.csrf);
+            input type="hidden" name="action" value="signal";
+            label { "signal " input type="text" name="name" id="signal-name" required; }
+            " "
+            label { "payload (JSON) " input type="text" name="payload" id="signal-payload" value="null"; }
+            " " button type="submit" id="signal-send" { "Send signal" }
+        }
+        @if paused {
+            (simple_action(viewer, &action, "resume", "Resume", "Resume this run?"))
+        } @else {
+            (simple_action(viewer, &action, "pause", "Pause", "Pause this run? No new step will start."))
+        }
+        (simple_action(viewer, &action, "cancel", "Cancel", "Cancel this run?"))
+        (simple_action(viewer, &action, "terminate", "Terminate", "Terminate this run now? Its code runs no further."))
+        @if !steps.is_empty() {
+            form.inline method="post" action=(action) id="reset-form" data-confirm="Reset this run to the chosen step?" {
+                input type="hidden" name="csrf" value=(viewer.csrf);
+                input type="hidden" name="action" value="reset";
+                label { "reset from step " select name="step" {
+                    @for s in steps { option value=(s) { (s) } }
+                } }
+                " " button type="submit" id="reset" { "Reset" }
+            }
+        }
+    }
+}
+
+fn simple_action(viewer: &Viewer, action: &str, name: &str, label: &str, confirm: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(action) id={ (name) "-form" } data-confirm=(confirm) {
+            input type="hidden" name="csrf" value=(viewer.csrf);
+            input type="hidden" name="action" value=(name);
+            button type="submit" id=(name) { (label) }
+        }
+    }
+}
+
+/// A run's records as rows: what each means, with its payloads.
+fn timeline(records: &[Value]) -> Markup {
+    // Steps' and timers' names by sequence number, for the records that
+    // name only the sequence (a timer firing, a wait ending).
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    for r in records {
+        if let (Some(seq), Some(name)) = (r["seq"].as_u64(), r["name"].as_str()) {
+            names.entry(seq).or_insert_with(|| name.to_string());
+        }
+    }
+    let name_of = |r: &Value| {
+        r["seq"]
+            .as_u64()
+            .and_then(|s| names.get(&s).cloned())
+            .unwrap_or_default()
+    };
+    html! {
+        table.timeline id="timeline" {
+            tr { th { "#" } th { "record" } th { "what" } th { "payload" } }
+            @for (i, r) in records.iter().enumerate() {
+                @let kind = r["kind"].as_str().unwrap_or("?");
+                tr class={ "rec rec-" (kind) } {
+                    td { (i + 1) }
+                    td.k { (kind) }
+                    td { (describe_record(kind, r, &name_of(r))) }
+                    td { (record_payload(kind, r)) }
+                }
+            }
+        }
+    }
+}
+
+fn describe_record(kind: &str, r: &Value, seq_name: &str) -> Markup {
+    let s = |f: &str| r[f].as_str().unwrap_or("").to_string();
+    let n = |f: &str| r[f].as_u64().unwrap_or(0);
+    html! {
+        @match kind {
+            "Start" => { "started " (s("wtype")) " at " (time(n("started_ms")))
+                @if let Some(from) = r["from"].as_object() { " (from run " (from.get("run").cloned().unwrap_or_default()) ")" } }
+            "Step" => { "step " b { (s("name")) } " attempt " (n("attempt")) ": " (status_badge(&s("status"))) }
+            "Attempt" => { "step " b { (s("name")) } " attempt " (n("attempt")) " failed; retry at " (time(n("retry_at_ms"))) }
+            "Awaiting" => { "step " b { (s("name")) } " attempt " (n("attempt")) " awaits an outside completion" }
+            "Completed" => { "step " b { (seq_name) } " attempt " (n("attempt")) " completed: " (status_badge(&s("status"))) }
+            "Timer" => { "timer " b { (s("name")) } " fires at " (time(n("fire_at_ms"))) }
+            "Fired" => { "timer " b { (seq_name) } " fired" }
+            "Signal" => { "signal " b { (s("name")) } " received" }
+            "Wait" => { "waits for signal " b { (s("name")) }
+                @if n("deadline_ms") > 0 { " until " (time(n("deadline_ms"))) } }
+            "Waited" => { "wait for " b { (seq_name) } " ended: " (r["outcome"].to_string()) }
+            "Child" => { "child " a href={ "/runs/" (path_segment(&s("id"))) } { (s("id")) } " (" (s("wtype")) ") started" }
+            "ChildDone" => { "child " b { (seq_name) } " ended: " (status_badge(&s("status"))) }
+            "Send" => { "sent signal " b { (s("name")) } " to " a href={ "/runs/" (path_segment(&s("target"))) } { (s("target")) } }
+            "Cancel" => { "cancel asked" }
+            "Update" => { "update " b { (s("name")) } " (" (s("id")) ")" }
+            "UpdateDone" => { "update #" (n("ordinal")) " done: " (status_badge(&s("status"))) }
+            "Done" => { "finished " (status_badge(&s("status"))) " at " (time(n("finished_ms"))) }
+            "Attributes" => { "attributes set" }
+            "Patch" => { "patch " (s("id")) }
+            _ => { (kind) }
+        }
+    }
+}
+
+fn record_payload(kind: &str, r: &Value) -> Markup {
+    let field = match kind {
+        "Start" | "Child" => "input",
+        "Attempt" => "error",
+        "Cancel" => "reason",
+        "Value" => "value",
+        _ => "payload",
+    };
+    match r.get(field) {
+        Some(v) if v.is_object() => html! { pre { (payload_text(v)) } },
+        _ => html! {},
+    }
+}
+
+#[derive(Deserialize)]
+struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    action: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    payload: String,
+    #[serde(default)]
+    step: String,
+    #[serde(default)]
+    note: String,
+}
+
+/// Checks a form's rights and CSRF token; the refusal page if they fail.
+fn check_form(viewer: &Viewer, csrf: &str) -> Option<Response> {
+    if viewer.access < Access::Admin {
+        return Some(refused(viewer, Access::Admin));
+    }
+    if !viewer.csrf_ok(csrf) {
+        let body = layout(
+            viewer,
+            "Refused",
+            html! { div.error id="refused" { "Refused: the form's CSRF token is missing or stale; reload the page and try again." } },
+        );
+        return Some(page(viewer, StatusCode::FORBIDDEN, body));
+    }
+    None
+}
+
+/// Back to `page` with a notice or an error.
+fn back(page: &str, outcome: Result<String, String>) -> Response {
+    let sep = if page.contains('?') { '&' } else { '?' };
+    let to = match outcome {
+        Ok(m) => format!("{page}{sep}notice={}", url_encode(&m)),
+        Err(m) => format!("{page}{sep}error={}", url_encode(&m)),
+    };
+    Redirect::to(&to).into_response()
+}
+
+async fn run_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if let Some(r) = check_form(&viewer, &f.csrf) {
+        return r;
+    }
+    let e = &app.engine;
+    let outcome = match f.action.as_str() {
+        "signal" => match serde_json::from_str::<Value>(&f.payload) {
+            Ok(v) => e
+                .signal_json(&id, &f.name, &v)
+                .await
+                .map(|()| format!("signal {} sent", f.name)),
+            Err(err) => {
+                return back(
+                    &format!("/runs/{}", path_segment(&id)),
+                    Err(format!("the payload is not JSON: {err}")),
+                );
+            }
+        },
+        "pause" => e.pause(&id).await.map(|()| "paused".to_string()),
+        "resume" => e.resume(&id).await.map(|()| "resumed".to_string()),
+        "cancel" => e
+            .cancel(&id, "operator (console)")
+            .await
+            .map(|()| "cancel asked".to_string()),
+        "terminate" => e
+            .terminate(&id, "operator (console)")
+            .await
+            .map(|()| "terminated".to_string()),
+        "reset" => e
+            .reset(&id, &f.step, "operator (console)")
+            .await
+            .map(|r| format!("reset from step {}: new run {}", f.step, r.run)),
+        other => Err(fusee::Error::Config(format!("unknown action {other:?}"))),
+    };
+    back(
+        &format!("/runs/{}", path_segment(&id)),
+        outcome.map_err(|e| e.to_string()),
+    )
+}
+
+async fn schedules_page(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(n): Query<Notice>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if viewer.access < Access::Read {
+        return refused(&viewer, Access::Read);
+    }
+    let s = app.engine.schedules();
+    let ids = match s.list().await {
+        Ok(ids) => ids,
+        Err(e) => return failed(&viewer, "Schedules", &e),
+    };
+    let mut rows = Vec::new();
+    for id in ids {
+        if let Ok(d) = s.describe(&id).await {
+            rows.push(crate::api::schedule_info(d));
+        }
+    }
+    let body = layout(
+        &viewer,
+        "Schedules",
+        html! {
+            (notices(&n))
+            h1 { "Schedules" }
+            @if rows.is_empty() { p { "No schedules." } }
+            table id="schedules" {
+                tr { th { "ID" } th { "workflow" } th { "spec" } th { "zone" } th { "state" } th { "next fire" } th { "fired / skipped" } th { "last error" } th { "actions" } }
+                @for d in &rows {
+                    @let action = format!("/schedules/{}/action", path_segment(&d.id));
+                    tr {
+                        td { (d.id) } td { (d.workflow) } td { (d.spec) } td { (d.time_zone) }
+                        td { (if d.paused { "paused" } else { "active" }) @if let Some(note) = &d.note { " (" (note) ")" } }
+                        td { (d.next_fires_ms.first().map_or("-".to_string(), |t| time(*t))) }
+                        td { (d.fired) " / " (d.skipped) }
+                        td { (d.last_error.clone().unwrap_or_default()) }
+                        td {
+                            @if d.paused { (simple_action(&viewer, &action, "resume", "Resume", "Resume this schedule?")) }
+                            @else { (simple_action(&viewer, &action, "pause", "Pause", "Pause this schedule?")) }
+                            (simple_action(&viewer, &action, "delete", "Delete", "Delete this schedule?"))
+                        }
+                    }
+                }
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+async fn schedule_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if let Some(r) = check_form(&viewer, &f.csrf) {
+        return r;
+    }
+    let s = app.engine.schedules();
+    let outcome = match f.action.as_str() {
+        "pause" => s
+            .pause(&id, &f.note)
+            .await
+            .map(|()| format!("schedule {id} paused")),
+        "resume" => s
+            .resume(&id)
+            .await
+            .map(|()| format!("schedule {id} resumed")),
+        "delete" => s
+            .delete(&id)
+            .await
+            .map(|()| format!("schedule {id} deleted")),
+        other => Err(fusee::Error::Config(format!("unknown action {other:?}"))),
+    };
+    back("/schedules", outcome.map_err(|e| e.to_string()))
+}
+
+async fn queues_page(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(n): Query<Notice>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if viewer.access < Access::Read {
+        return refused(&viewer, Access::Read);
+    }
+    let q = app.engine.queues();
+    let names = match q.list().await {
+        Ok(n) => n,
+        Err(e) => return failed(&viewer, "Queues", &e),
+    };
+    let mut rows = Vec::new();
+    for name in names {
+        if let Ok(d) = q.describe(&name).await {
+            rows.push(crate::api::queue_info(d));
+        }
+    }
+    let body = layout(
+        &viewer,
+        "Queues",
+        html! {
+            (notices(&n))
+            h1 { "Queues" }
+            @if rows.is_empty() { p { "No queues." } }
+            table id="queues" {
+                tr { th { "name" } th { "workflow" } th { "state" } th { "pending" } th { "running" } th { "enqueued / started / completed / failed" } th { "limits" } th { "last error" } th { "actions" } }
+                @for d in &rows {
+                    @let action = format!("/queues/{}/action", path_segment(&d.name));
+                    tr {
+                        td { (d.name) } td { (d.workflow) }
+                        td { (if d.paused { "paused" } else { "active" }) }
+                        td { (d.pending) } td { (d.running) }
+                        td { (d.enqueued) " / " (d.started) " / " (d.completed) " / " (d.failed) }
+                        td {
+                            @if let Some(c) = d.concurrency { "at most " (c) " at once " }
+                            @if let Some((n, per)) = d.rate { (n) " per " (per) " ms" }
+                        }
+                        td { (d.last_error.clone().unwrap_or_default()) }
+                        td {
+                            @if d.paused { (simple_action(&viewer, &action, "resume", "Resume", "Resume this queue?")) }
+                            @else { (simple_action(&viewer, &action, "pause", "Pause", "Pause this queue?")) }
+                            (simple_action(&viewer, &action, "delete", "Delete", "Delete this queue and the items waiting in it?"))
+                        }
+                    }
+                }
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+async fn queue_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if let Some(r) = check_form(&viewer, &f.csrf) {
+        return r;
+    }
+    let q = app.engine.queues();
+    let outcome = match f.action.as_str() {
+        "pause" => q
+            .pause(&name)
+            .await
+            .map(|()| format!("queue {name} paused")),
+        "resume" => q
+            .resume(&name)
+            .await
+            .map(|()| format!("queue {name} resumed")),
+        "delete" => q
+            .delete(&name)
+            .await
+            .map(|n| format!("queue {name} deleted ({n} items dropped)")),
+        other => Err(fusee::Error::Config(format!("unknown action {other:?}"))),
+    };
+    back("/queues", outcome.map_err(|e| e.to_string()))
+}
+
+async fn limits_page(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(n): Query<Notice>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if viewer.access < Access::Read {
+        return refused(&viewer, Access::Read);
+    }
+    let l = app.engine.limits();
+    let names = match l.list().await {
+        Ok(n) => n,
+        Err(e) => return failed(&viewer, "Limits", &e),
+    };
+    let mut rows = Vec::new();
+    for name in names {
+        if let Ok(d) = l.describe(&name).await {
+            rows.push(crate::api::limit_info(d));
+        }
+    }
+    let body = layout(
+        &viewer,
+        "Limits",
+        html! {
+            (notices(&n))
+            h1 { "Step limits" }
+            @if rows.is_empty() { p { "No step limits." } }
+            table id="limits" {
+                tr { th { "name" } th { "limits" } th { "holders" } th { "waiting" } th { "granted" } th { "actions" } }
+                @for d in &rows {
+                    @let action = format!("/limits/{}/action", path_segment(&d.name));
+                    tr {
+                        td { (d.name) }
+                        td {
+                            @if let Some(c) = d.concurrency { "at most " (c) " at once " }
+                            @if let Some((n, per)) = d.rate { (n) " per " (per) " ms" }
+                        }
+                        td { (d.holders.join(", ")) } td { (d.waiting) } td { (d.granted) }
+                        td { (simple_action(&viewer, &action, "delete", "Delete", "Delete this step limit?")) }
+                    }
+                }
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+async fn limit_action(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if let Some(r) = check_form(&viewer, &f.csrf) {
+        return r;
+    }
+    let outcome = match f.action.as_str() {
+        "delete" => app
+            .engine
+            .limits()
+            .delete(&name)
+            .await
+            .map(|()| format!("limit {name} deleted")),
+        other => Err(fusee::Error::Config(format!("unknown action {other:?}"))),
+    };
+    back("/limits", outcome.map_err(|e| e.to_string()))
+}
+
+async fn login_page(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(n): Query<Notice>,
+) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    let body = layout(
+        &viewer,
+        "Log in",
+        html! {
+            (notices(&n))
+            h1 { "Log in" }
+            p { "Give the server's read token (to look) or admin token (to act)." }
+            form method="post" action="/login" id="login" {
+                input type="hidden" name="csrf" value=(viewer.csrf);
+                label { "token " input type="password" name="token" id="token" autocomplete="off" required; }
+                " " button type="submit" id="login-submit" { "Log in" }
+            }
+        },
+    );
+    page(&viewer, StatusCode::OK, body)
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    #[serde(default)]
+    csrf: String,
+    token: String,
+}
+
+async fn login(State(app): State<App>, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if !viewer.csrf_ok(&f.csrf) {
+        return back("/login", Err("the form was stale: try again".into()));
+    }
+    if app.tokens.access(Some(&f.token)) == Access::None {
+        return back("/login", Err("that token is not this server's".into()));
+    }
+    let mut resp = Redirect::to("/").into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("{TOKEN_COOKIE}={}{COOKIE_ATTRS}", hex(&f.token)))
+    {
+        resp.headers_mut().append(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+#[derive(Deserialize)]
+struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(State(app): State<App>, headers: HeaderMap, Form(f): Form<LogoutForm>) -> Response {
+    let viewer = Viewer::of(&app, &headers);
+    if !viewer.csrf_ok(&f.csrf) {
+        return back("/", Err("the form was stale: try again".into()));
+    }
+    let mut resp = Redirect::to("/login").into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("{TOKEN_COOKIE}=; Max-Age=0{COOKIE_ATTRS}")) {
+        resp.headers_mut().append(header::SET_COOKIE, v);
+    }
+    resp
+}

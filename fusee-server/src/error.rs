@@ -1,0 +1,104 @@
+//! Errors as HTTP replies: [`ApiError`], and [`engine_error`], the one
+//! mapping of each [`fusee::Error`] kind to an HTTP status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::model::ErrorBody;
+
+/// An error reply: a status and the JSON body `{"kind", "message"}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The body's `kind`.
+    pub kind: &'static str,
+    /// The body's `message`.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error of the server's own (not the engine's): bad requests,
+    /// refused tokens, unknown routes.
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A request the server cannot read: bad JSON, a bad parameter.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl From<fusee::Error> for ApiError {
+    fn from(e: fusee::Error) -> Self {
+        let (status, kind) = engine_error(&e);
+        Self {
+            status,
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            kind: self.kind.to_string(),
+            message: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The HTTP status and `kind` of an engine error: the kind is the
+/// variant's name in snake case. Bad input is 4xx (400 malformed or
+/// naming nothing registered, 404 no such thing, 409 a state that refuses
+/// it, 413 too large, 422 refused by the workflow or ended without a
+/// result); a condition to retry later is 503; a failure of the engine or
+/// its storage is 500.
+pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
+    use fusee::Error as E;
+    match e {
+        E::UnknownWorkflow { .. } => (StatusCode::BAD_REQUEST, "unknown_workflow"),
+        E::AlreadyExists { .. } => (StatusCode::CONFLICT, "already_exists"),
+        E::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+        E::UnknownUpdate { .. } => (StatusCode::BAD_REQUEST, "unknown_update"),
+        E::UnknownQuery { .. } => (StatusCode::BAD_REQUEST, "unknown_query"),
+        E::Rejected { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "rejected"),
+        E::Finished { .. } => (StatusCode::CONFLICT, "finished"),
+        E::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        E::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+        E::Closed => (StatusCode::SERVICE_UNAVAILABLE, "closed"),
+        E::Codec { .. } => (StatusCode::BAD_REQUEST, "codec"),
+        E::Failed { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "failed"),
+        E::Determinism(_) => (StatusCode::INTERNAL_SERVER_ERROR, "determinism"),
+        E::Open(_) => (StatusCode::INTERNAL_SERVER_ERROR, "open"),
+        E::Storage { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
+        E::Config(_) => (StatusCode::BAD_REQUEST, "config"),
+        E::BadPromiseId { .. } => (StatusCode::BAD_REQUEST, "bad_promise_id"),
+        E::UnknownPromise { .. } => (StatusCode::NOT_FOUND, "unknown_promise"),
+        E::PromiseCompleted { .. } => (StatusCode::CONFLICT, "promise_completed"),
+        E::PromiseClosed { .. } => (StatusCode::CONFLICT, "promise_closed"),
+        E::UnknownStep { .. } => (StatusCode::BAD_REQUEST, "unknown_step"),
+        E::StepNotPaused { .. } => (StatusCode::CONFLICT, "step_not_paused"),
+        E::CannotReset { .. } => (StatusCode::CONFLICT, "cannot_reset"),
+        E::InvalidSchedule { .. } => (StatusCode::BAD_REQUEST, "invalid_schedule"),
+        E::ScheduleExists { .. } => (StatusCode::CONFLICT, "schedule_exists"),
+        E::UnknownSchedule { .. } => (StatusCode::NOT_FOUND, "unknown_schedule"),
+        E::InvalidQueue { .. } => (StatusCode::BAD_REQUEST, "invalid_queue"),
+        E::UnknownQueue { .. } => (StatusCode::NOT_FOUND, "unknown_queue"),
+        E::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
+        E::InvalidLimit { .. } => (StatusCode::BAD_REQUEST, "invalid_limit"),
+        E::UnknownLimit { .. } => (StatusCode::NOT_FOUND, "unknown_limit"),
+        E::NotOwner { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_owner"),
+        E::BadUpdateKey { .. } => (StatusCode::BAD_REQUEST, "bad_update_key"),
+        // A kind added to the engine after this server was written.
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}

@@ -1,0 +1,457 @@
+//! The API's JSON bodies, shared by the server (which writes them) and
+//! the [client](crate::client) (which reads them). Every field is
+//! documented here once; the OpenAPI document takes its schemas from these
+//! types.
+//!
+//! Times are milliseconds since the Unix epoch. A status is a string: for
+//! a run, `running` or how it ended (`ok`, `failed`, `cancelled`,
+//! `timed-out`, `terminated`, `continued-as-new`, `reset`, the names of
+//! the journal format); a description adds `waiting-for-code` and
+//! `stopped`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[cfg(feature = "server")]
+use utoipa::{IntoParams, ToSchema};
+
+/// Every error's body: `kind` names the error for code to match on (for
+/// engine errors, the [`fusee::Error`] variant in snake case, such as
+/// `not_found`), `message` is its text for people (for engine errors,
+/// exactly the Rust error's `Display`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ErrorBody {
+    /// The error's kind.
+    pub kind: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// One run in a listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct RunSummary {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number in the shard.
+    pub run: u64,
+    /// When it started.
+    pub started_ms: u64,
+    /// `running`, or how it ended.
+    pub status: String,
+    /// Whether it is parked in the run store (idle, out of memory).
+    pub parked: bool,
+}
+
+/// A page of runs, newest start first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct RunsPage {
+    /// The runs.
+    pub runs: Vec<RunSummary>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    pub next: Option<String>,
+}
+
+/// Which runs a listing returns (query parameters of `GET /api/v1/runs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(IntoParams))]
+pub struct RunsQuery {
+    /// `running`, `finished`, or an end status (`ok`, `failed`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Only runs of this workflow type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Only workflow IDs starting with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_prefix: Option<String>,
+    /// Only runs started at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_after_ms: Option<u64>,
+    /// Only runs started before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_before_ms: Option<u64>,
+    /// Runs per page (1 to 10,000; default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Where the previous page ended (its `next`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// The step a run is at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct CurrentStep {
+    /// The step's name.
+    pub name: String,
+    /// The attempt running or next.
+    pub attempt: u32,
+    /// Whether an attempt runs now.
+    pub running: bool,
+    /// Whether its retry policy ran out and it waits to be resumed.
+    pub paused: bool,
+}
+
+/// A child a run started that has not finished.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct PendingChild {
+    /// The child's workflow ID.
+    pub id: String,
+    /// Its workflow type.
+    pub workflow: String,
+}
+
+/// A timer or signal a run waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct PendingWait {
+    /// `timer` or `signal`.
+    pub kind: String,
+    /// The sleep's or signal's name.
+    pub name: String,
+    /// When the timer fires, or the wait times out (absent: never).
+    pub at_ms: Option<u64>,
+}
+
+/// Where a run stands (`GET /api/v1/runs/{id}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct Description {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number.
+    pub run: u64,
+    /// `running`, `waiting-for-code`, `stopped`, or how it ended.
+    pub status: String,
+    /// When it started.
+    pub started_ms: u64,
+    /// When it finished.
+    pub finished_ms: Option<u64>,
+    /// Its current step.
+    pub step: Option<CurrentStep>,
+    /// Why its code stopped (status `stopped`).
+    pub stopped_because: Option<String>,
+    /// Whether it is parked.
+    pub parked: bool,
+    /// Whether an operator paused it.
+    pub paused: bool,
+    /// Its journal's size in bytes.
+    pub journal_bytes: u64,
+    /// Its journal's record count.
+    pub journal_records: u64,
+    /// Children not finished.
+    pub children: Vec<PendingChild>,
+    /// Timers and signals it waits for.
+    pub waits: Vec<PendingWait>,
+}
+
+/// One run of an ID's chain (`GET /api/v1/runs/{id}/chain`), newest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ChainLink {
+    /// Its run number.
+    pub run: u64,
+    /// Its workflow type.
+    pub workflow: String,
+    /// When it started.
+    pub started_ms: u64,
+    /// `running`, or how it ended.
+    pub status: String,
+    /// When it ended.
+    pub finished_ms: Option<u64>,
+    /// The run it came from.
+    pub from_run: Option<u64>,
+    /// How: `continued-as-new`, `reset`, or `cause-N`.
+    pub cause: Option<String>,
+}
+
+/// `POST /api/v1/runs`: start a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct StartRequest {
+    /// The workflow type (a registered one).
+    pub workflow: String,
+    /// The workflow ID.
+    pub id: String,
+    /// Its input.
+    #[serde(default)]
+    pub input: Value,
+    /// `new-only` (default), `attach` or `reuse-after-finish`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+/// A run a start created or attached to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct StartReply {
+    /// The workflow ID.
+    pub id: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number.
+    pub run: u64,
+    /// Whether the start attached to an existing run.
+    pub attached: bool,
+}
+
+/// `POST /api/v1/execute`: start a run and wait for its result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ExecuteRequest {
+    /// What to start.
+    #[serde(flatten)]
+    pub start: StartRequest,
+    /// How long to wait for the result (default 30,000). On timeout the
+    /// answer is kind `timeout` and the run goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A run's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ResultReply {
+    /// The run.
+    pub run: StartReply,
+    /// Its result.
+    pub result: Value,
+}
+
+/// `POST /api/v1/runs/{id}/signal`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct SignalRequest {
+    /// The signal's name.
+    pub name: String,
+    /// Its payload.
+    #[serde(default)]
+    pub payload: Value,
+}
+
+/// `POST /api/v1/runs/{id}/update`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct UpdateRequest {
+    /// The update handler's name.
+    pub name: String,
+    /// Its argument.
+    #[serde(default)]
+    pub arg: Value,
+    /// A key making the update safe to repeat (`update_once`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// `POST /api/v1/runs/{id}/query`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct QueryRequest {
+    /// The query handler's name.
+    pub name: String,
+    /// Its argument.
+    #[serde(default)]
+    pub arg: Value,
+}
+
+/// A handler's answer (update, query) or a run's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ValueReply {
+    /// The value.
+    pub value: Value,
+}
+
+/// `cancel` and `terminate`: why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ReasonRequest {
+    /// The reason recorded (default `operator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST /api/v1/runs/{id}/reset`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ResetRequest {
+    /// The step to run again (and every record after it).
+    pub step: String,
+    /// The reason recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The run to reset: safe to repeat (`reset_run`); absent, the ID's
+    /// current run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<u64>,
+}
+
+/// `POST /api/v1/bulk`: cancel or terminate every running run of a
+/// workflow type, or count them first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct BulkRequest {
+    /// `cancel` or `terminate`.
+    pub action: String,
+    /// Only runs of this type (absent: every running run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The reason recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Count the runs it would act on, and act on none.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What a bulk action did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct BulkReply {
+    /// Runs counted (dry run) or acted on.
+    pub count: u64,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+}
+
+/// A shard as this engine sees it (`GET /api/v1/shards`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ShardInfo {
+    /// The shard.
+    pub shard: u32,
+    /// Whether this engine owns it (holds its lease, under leases).
+    pub owned: bool,
+    /// How often this engine opened it.
+    pub opens: u64,
+    /// How often this engine lost it.
+    pub losses: u64,
+    /// Why it is not owned, if it failed.
+    pub last_error: Option<String>,
+    /// The LSN the shard's last seal recorded: every record through it is
+    /// durable (absent when not owned, 0 before the first seal).
+    pub sealed_lsn: Option<u64>,
+    /// Flushes since it opened.
+    pub flushes: u64,
+    /// Flush latency, median, in microseconds.
+    pub flush_p50_us: u64,
+    /// Flush latency, 99th percentile, in microseconds.
+    pub flush_p99_us: u64,
+    /// Runs in memory.
+    pub loaded_runs: u64,
+    /// Runs parked.
+    pub parked_runs: u64,
+    /// Requests waiting in its queue.
+    pub queued: u64,
+}
+
+/// A schedule (`GET /api/v1/schedules/{id}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct ScheduleInfo {
+    /// Its ID.
+    pub id: String,
+    /// The workflow type it starts.
+    pub workflow: String,
+    /// Its cron expression or interval.
+    pub spec: String,
+    /// Its time zone.
+    pub time_zone: String,
+    /// Its overlap policy.
+    pub overlap: String,
+    /// Its catch-up policy.
+    pub catch_up: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// The note given when paused.
+    pub note: Option<String>,
+    /// Its next fire times.
+    pub next_fires_ms: Vec<u64>,
+    /// Workflow IDs of its runs still running.
+    pub running: Vec<String>,
+    /// Fires done.
+    pub fired: u64,
+    /// Fires skipped.
+    pub skipped: u64,
+    /// Its last error.
+    pub last_error: Option<String>,
+}
+
+/// A queue (`GET /api/v1/queues/{name}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct QueueInfo {
+    /// Its name.
+    pub name: String,
+    /// The workflow type it starts.
+    pub workflow: String,
+    /// At most this many runs at once.
+    pub concurrency: Option<u32>,
+    /// At most this many starts per period: `(count, period_ms)`.
+    pub rate: Option<(u32, u64)>,
+    /// One run per key at a time.
+    pub one_per_key: bool,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Items waiting.
+    pub pending: u64,
+    /// Runs running.
+    pub running: u64,
+    /// Items enqueued.
+    pub enqueued: u64,
+    /// Runs started.
+    pub started: u64,
+    /// Runs completed.
+    pub completed: u64,
+    /// Runs failed.
+    pub failed: u64,
+    /// Its last error.
+    pub last_error: Option<String>,
+}
+
+/// A step limit (`GET /api/v1/limits/{name}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct LimitInfo {
+    /// Its name.
+    pub name: String,
+    /// At most this many steps at once.
+    pub concurrency: Option<u32>,
+    /// At most this many per period: `(count, period_ms)`.
+    pub rate: Option<(u32, u64)>,
+    /// Runs holding it.
+    pub holders: Vec<String>,
+    /// Steps waiting for it.
+    pub waiting: u64,
+    /// Grants made.
+    pub granted: u64,
+}
+
+/// `POST /api/v1/schedules/{id}/pause`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct PauseRequest {
+    /// A note shown with the paused schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A queue deleted: the items it dropped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct Deleted {
+    /// Items dropped (queues); 0 otherwise.
+    pub dropped: u64,
+}

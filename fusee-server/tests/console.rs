@@ -1,0 +1,327 @@
+//! The console over plain HTTP: pages, escaping, login cookies, CSRF and
+//! rights on its forms. (The browser test drives the same pages in
+//! Chromium.)
+
+mod common;
+
+use common::*;
+use fusee::IdPolicy;
+use serde_json::json;
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// A browser's session: the CSRF cookie from a first page, and a login.
+struct Session {
+    http: reqwest::Client,
+    base: String,
+    cookies: String,
+    csrf: String,
+}
+
+impl Session {
+    async fn login(base: &str, token: &str) -> Session {
+        let http = no_redirects();
+        let first = http.get(format!("{base}/login")).send().await.unwrap();
+        let set: Vec<String> = first
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect();
+        let csrf_cookie = set
+            .iter()
+            .find(|c| c.starts_with("fusee_csrf="))
+            .expect("csrf cookie");
+        assert!(csrf_cookie.contains("HttpOnly") && csrf_cookie.contains("SameSite=Strict"));
+        let csrf = csrf_cookie["fusee_csrf=".len()..]
+            .split(';')
+            .next()
+            .unwrap()
+            .to_string();
+        let page = first.text().await.unwrap();
+        assert!(
+            page.contains(&csrf),
+            "the login form carries the CSRF token"
+        );
+        let resp = http
+            .post(format!("{base}/login"))
+            .header("cookie", format!("fusee_csrf={csrf}"))
+            .form(&[("csrf", csrf.as_str()), ("token", token)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 303);
+        let token_cookie = resp
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .find(|c| c.starts_with("fusee_token="))
+            .expect("token cookie");
+        assert!(token_cookie.contains("HttpOnly") && token_cookie.contains("SameSite=Strict"));
+        assert!(
+            !token_cookie.contains(token),
+            "the cookie does not hold the token as given"
+        );
+        let value = token_cookie.split(';').next().unwrap().to_string();
+        Session {
+            http,
+            base: base.to_string(),
+            cookies: format!("fusee_csrf={csrf}; {value}"),
+            csrf,
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("cookie", &self.cookies)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)]) -> (u16, String, String) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", &self.cookies)
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        let location = r
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (r.status().as_u16(), location, r.text().await.unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_escape_payloads_and_forms_need_admin_and_csrf() {
+    let engine = engine().await;
+    let server = serve(&engine).await;
+    let base = server.url();
+    engine
+        .start_json(
+            "echo",
+            "<b>xss</b>",
+            &json!("<script>alert(1)</script>"),
+            IdPolicy::NewOnly,
+        )
+        .await
+        .unwrap();
+    engine.result_json("<b>xss</b>").await.unwrap();
+    engine
+        .start_json(
+            "order",
+            "o-1",
+            &json!({"sku": "tea", "cents": 1}),
+            IdPolicy::NewOnly,
+        )
+        .await
+        .unwrap();
+
+    // Without a login the pages send a person to the login page.
+    let anon = no_redirects()
+        .get(format!("{base}/runs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon.status().as_u16(), 303);
+    assert_eq!(anon.headers()["location"], "/login");
+
+    // Two samples of the server's activity sampler make a rate.
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    let reader = Session::login(&base, READ).await;
+    let (_, overview) = reader.get("/").await;
+    assert!(
+        overview.contains("id=\"activity-chart\"") && overview.contains("Now: "),
+        "{overview}"
+    );
+    for path in [
+        "/",
+        "/runs",
+        "/runs?status=ok",
+        "/schedules",
+        "/queues",
+        "/limits",
+        "/runs/o-1",
+    ] {
+        let (status, body) = reader.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(body.contains("rights: read"), "{path}");
+    }
+    let (status, list) = reader.get("/runs").await;
+    assert_eq!(status, 200);
+    assert!(list.contains("&lt;b&gt;xss&lt;/b&gt;") && !list.contains("<b>xss</b>"));
+    let (status, page) = reader.get("/runs/%3Cb%3Exss%3C%2Fb%3E").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert"), "an unescaped payload");
+
+    // The read token's action is refused and changes nothing.
+    let (status, _, body) = reader
+        .post(
+            "/runs/o-1/action",
+            &[("csrf", reader.csrf.as_str()), ("action", "terminate")],
+        )
+        .await;
+    assert_eq!(status, 403);
+    assert!(body.contains("Refused"), "{body}");
+    assert_eq!(
+        engine.describe("o-1").await.unwrap().status,
+        fusee::RunStatus::Running
+    );
+
+    let admin = Session::login(&base, ADMIN).await;
+    // A form without the CSRF token, or with another, is refused.
+    for csrf in ["", "0000"] {
+        let (status, _, _) = admin
+            .post("/runs/o-1/action", &[("csrf", csrf), ("action", "pause")])
+            .await;
+        assert_eq!(status, 403);
+    }
+    assert!(!engine.describe("o-1").await.unwrap().paused);
+    let (status, location, _) = admin
+        .post(
+            "/runs/o-1/action",
+            &[("csrf", admin.csrf.as_str()), ("action", "pause")],
+        )
+        .await;
+    assert_eq!(
+        (status, location.starts_with("/runs/o-1?notice=")),
+        (303, true)
+    );
+    assert!(engine.describe("o-1").await.unwrap().paused);
+    // A bad JSON payload is refused with an error, and records nothing.
+    let (_, location, _) = admin
+        .post(
+            "/runs/o-1/action",
+            &[
+                ("csrf", admin.csrf.as_str()),
+                ("action", "signal"),
+                ("name", "approved"),
+                ("payload", "{oops"),
+            ],
+        )
+        .await;
+    assert!(location.contains("error="), "{location}");
+    let (_, page) = admin.get("/runs/o-1").await;
+    assert!(page.contains("id=\"paused\""), "the page shows the pause");
+    assert!(page.contains("charge"), "the timeline shows the step");
+    let form =
+        |action: &'static str| vec![("csrf", admin.csrf.clone()), ("action", action.to_string())];
+    let post = |path: &'static str, f: Vec<(&'static str, String)>| {
+        let admin = &admin;
+        async move {
+            let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            admin.post(path, &pairs).await
+        }
+    };
+    let (_, location, _) = post("/runs/o-1/action", form("resume")).await;
+    assert!(location.contains("notice=resumed"), "{location}");
+    // Reset from the chosen step: a new run of the ID.
+    let before = engine.describe("o-1").await.unwrap().run;
+    let mut reset = form("reset");
+    reset.push(("step", "charge".into()));
+    let (_, location, _) = post("/runs/o-1/action", reset).await;
+    assert!(location.contains("notice=reset"), "{location}");
+    assert_ne!(engine.describe("o-1").await.unwrap().run, before);
+    let (_, page) = admin.get("/runs/o-1").await;
+    assert!(
+        page.contains("id=\"chain\""),
+        "the page shows the runs of the ID"
+    );
+    // A signal from the form finishes the run.
+    let mut signal = form("signal");
+    signal.push(("name", "approved".into()));
+    signal.push(("payload", "true".into()));
+    let (_, location, _) = post("/runs/o-1/action", signal).await;
+    assert!(location.contains("notice=signal"), "{location}");
+    assert_eq!(
+        engine.result_json("o-1").await.unwrap(),
+        json!("charged 1; shipped tea")
+    );
+    // An engine refusal comes back as the page's error, its text intact.
+    let (_, location, _) = post("/runs/o-1/action", form("cancel")).await;
+    assert!(
+        location.contains("error=") && location.contains("finished"),
+        "{location}"
+    );
+    // Schedules, queues, limits.
+    engine.register_flow_control();
+    engine
+        .schedule("nightly", "0 3 * * *", ECHO, &json!(1))
+        .create()
+        .await
+        .unwrap();
+    engine.queue("mail", ECHO).create().await.unwrap();
+    engine.limit("db").concurrency(1).create().await.unwrap();
+    let (_, location, _) = post("/schedules/nightly/action", form("pause")).await;
+    assert!(location.starts_with("/schedules?notice="), "{location}");
+    assert!(engine.schedules().describe("nightly").await.unwrap().paused);
+    let (_, location, _) = post("/queues/mail/action", form("pause")).await;
+    assert!(location.starts_with("/queues?notice="), "{location}");
+    assert!(engine.queues().describe("mail").await.unwrap().paused);
+    let (_, location, _) = post("/limits/db/action", form("delete")).await;
+    assert!(location.starts_with("/limits?notice="), "{location}");
+    assert!(engine.limits().list().await.unwrap().is_empty());
+    let (_, location, _) = post("/queues/nope/action", form("pause")).await;
+    assert!(location.starts_with("/queues?error="), "{location}");
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_does_not_log_in() {
+    let engine = engine().await;
+    let server = serve(&engine).await;
+    let base = server.url();
+    let http = no_redirects();
+    let first = http.get(format!("{base}/login")).send().await.unwrap();
+    let csrf = first
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find_map(|c| {
+            c.strip_prefix("fusee_csrf=")
+                .map(|c| c.split(';').next().unwrap().to_string())
+        })
+        .unwrap();
+    let resp = http
+        .post(format!("{base}/login"))
+        .header("cookie", format!("fusee_csrf={csrf}"))
+        .form(&[("csrf", csrf.as_str()), ("token", "guess")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    assert!(
+        resp.headers()["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/login?error=")
+    );
+    assert!(
+        resp.headers()
+            .get_all("set-cookie")
+            .iter()
+            .all(|c| !c.to_str().unwrap().starts_with("fusee_token="))
+    );
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}

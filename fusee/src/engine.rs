@@ -350,7 +350,8 @@ pub enum RunStatus {
     /// Its workflow type has no code registered in this engine yet.
     WaitingForCode,
     /// Its code departed from its journal and stopped (see
-    /// [`Description::stopped_because`]).
+    /// [`Description::stopped_because`]); a caller waiting on its result
+    /// gets [`Error::Determinism`].
     Stopped,
     /// It ended, with this status.
     Finished(Status),
@@ -661,7 +662,9 @@ impl Engine {
         })
     }
 
-    /// Starts `workflow` as `id` and waits for its result.
+    /// Starts `workflow` as `id` and waits for its result (as
+    /// [`Engine::result`] does: a run whose code stops is an error, not a
+    /// wait for ever).
     pub async fn execute<I: Serialize, O: DeserializeOwned>(
         &self,
         workflow: Workflow<I, O>,
@@ -854,7 +857,11 @@ impl Engine {
         .await
     }
 
-    /// Waits for the result of workflow `id`'s latest run.
+    /// Waits for the result of workflow `id`'s latest run. A run whose
+    /// code stopped ([`RunStatus::Stopped`]) never ends by itself: while it
+    /// is stopped, waiting on it is [`Error::Determinism`] (or
+    /// [`Error::Stopped`]) at once; once an engine with fixed code replays
+    /// it, waiting ends with its result again.
     pub async fn result<I, O: DeserializeOwned>(
         &self,
         workflow: Workflow<I, O>,

@@ -77,14 +77,14 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
 use fusee_core::record::{Lsn, Name, RecordBuf, RunId, Status, encode_canonical};
-use fusee_core::shard::{Mode, ShardCore};
+use fusee_core::shard::{Mode, Output, ShardCore};
 use fusee_storage::{FlushTicket, LogStore, SealTicket};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::oneshot;
 
 use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
-use crate::ctx::{RunState, StepError};
+use crate::ctx::{Fault, RunState, StepError};
 use crate::engine::{Description, IdPolicy, RunRef, RunResult};
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
@@ -311,6 +311,9 @@ enum Waiting {
     /// A keyed update asked again after its handler returned: the first
     /// call's result, given once its `UpdateDone` is durable.
     Updated(Reply<RunResult>, RunResult),
+    /// A result asked of a run whose code stopped: the error, given once
+    /// the records it was judged on are durable.
+    Stopped(Reply<RunResult>, Error),
 }
 
 /// A run whose code is running on this shard.
@@ -321,7 +324,7 @@ struct LiveRun {
     /// Update handlers running, by the update's ordinal.
     handlers: Vec<(u64, RunFuture)>,
     /// Why its code stopped without finishing (a determinism error).
-    stopped: Option<String>,
+    stopped: Option<Fault>,
     /// When its code last ran or a record was appended for it.
     active_ms: u64,
     /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
@@ -621,7 +624,8 @@ impl ShardLoop {
             live.active_ms = live.state.borrow().now_ms.max(live.active_ms);
             let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
             if let Err(e) = refused {
-                stop(live, run, e.to_string());
+                stop(live, run, Fault::Refused(e.to_string()));
+                self.answer_stopped(run);
             }
         }
         Some(lsn)
@@ -666,7 +670,7 @@ impl ShardLoop {
                 Waiting::Answer(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
-                Waiting::Updated(r, _) => {
+                Waiting::Updated(r, _) | Waiting::Stopped(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
             }
@@ -711,13 +715,64 @@ impl ShardLoop {
 }
 
 /// Stops a run's code for good (a determinism error or a refused record):
-/// it stays where it is, and `describe` says why.
-fn stop(live: &mut LiveRun, run: RunId, why: String) {
+/// it stays where it is, `describe` says why, and callers waiting on its
+/// result get the error ([`ShardLoop::answer_stopped`], which every caller
+/// of this calls next).
+fn stop(live: &mut LiveRun, run: RunId, why: impl Into<Fault>) {
     if live.stopped.is_none() {
+        let why = why.into();
         tracing::error!(run, reason = %why, "workflow code stopped");
         live.stopped = Some(why);
     }
     live.future = None;
+}
+
+impl ShardLoop {
+    /// The error a caller waiting on `run`'s result gets while its code is
+    /// stopped; `None` while it is not.
+    fn stopped_error(&self, run: RunId) -> Option<Error> {
+        let why = self.live.get(&run)?.stopped.as_ref()?;
+        Some(match why {
+            Fault::Determinism(e) => Error::Determinism(e.clone()),
+            Fault::Refused(reason) => Error::Stopped {
+                id: self
+                    .core
+                    .get(run)
+                    .map(|l| l.id.to_string())
+                    .unwrap_or_default(),
+                run,
+                reason: reason.clone(),
+            },
+        })
+    }
+
+    /// Answers the callers waiting on `run`'s result with its stop, if its
+    /// code stopped: a stopped run never ends by itself, so waiting would
+    /// be for ever. Given once the records so far are durable, as any
+    /// answer resting on them.
+    fn answer_stopped(&mut self, run: RunId) {
+        if self.stopped_error(run).is_none() {
+            return;
+        }
+        for reply in self.results.remove(&run).unwrap_or_default() {
+            if let Some(err) = self.stopped_error(run) {
+                self.refuse_result_after_durable(reply, err);
+            }
+        }
+    }
+
+    /// Sends `err` to a result's caller once every record appended so far
+    /// is durable.
+    fn refuse_result_after_durable(&mut self, reply: Reply<RunResult>, err: Error) {
+        if self.log.last_lsn() == self.durable {
+            let _ = reply.send(Err(err));
+            return;
+        }
+        let token = self.token();
+        self.waiting.insert(token, Waiting::Stopped(reply, err));
+        let lsn = self.log.last_lsn();
+        self.core.add_output(lsn, Output::Ack(token));
+    }
 }
 
 /// Names for statuses in errors.

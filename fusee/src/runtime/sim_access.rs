@@ -29,7 +29,7 @@ impl ShardLoop {
         let mut out: Vec<(RunId, String)> = self
             .live
             .iter()
-            .filter_map(|(run, l)| l.stopped.clone().map(|why| (*run, why)))
+            .filter_map(|(run, l)| l.stopped.as_ref().map(|why| (*run, why.to_string())))
             .collect();
         out.sort();
         out

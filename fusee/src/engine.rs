@@ -57,7 +57,10 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Shards, each with its own thread, log and flusher (default 4). The
     /// count is fixed when the store is created: opening it with another is
-    /// an error.
+    /// [`Error::Config`], even for a store that never recorded anything
+    /// once it was closed. (A store that never closed and never recorded
+    /// anything, as a first open interrupted while it made its shards
+    /// leaves it, takes a larger count: that open makes the rest.)
     pub shards: u32,
     /// Log bytes after which a checkpoint is taken (default 64 MiB): the
     /// most a restart replays.
@@ -517,9 +520,12 @@ impl Engine {
     /// to create the rest. A shard that holds anything means the store
     /// was whole once: the missing ones are damage, refused.
     ///
-    /// What this cannot tell from an interrupted creation: a store that
-    /// never closed cleanly (a clean close commits every shard), whose
-    /// only records were in trailing shards that were then deleted.
+    /// A clean close commits a checkpoint in every shard, even an empty
+    /// one, so a closed store is never taken for an interrupted creation.
+    /// What this cannot tell from one: a store that never closed cleanly
+    /// and never recorded anything (a crash right after its first open
+    /// made every shard), or whose only records were in trailing shards
+    /// that were then deleted.
     fn interrupted_creation(storage: &AnyStorage, n: u32) -> Result<bool> {
         use fusee_storage::LogStore;
         for shard in 0..n {
@@ -605,13 +611,22 @@ impl Engine {
         })
     }
 
-    /// Registers `f` as the code of `workflow` (replacing an earlier
-    /// registration). Runs of that type recovered at open, waiting for
-    /// their code, start now.
+    /// Registers `f` as the code of `workflow`. Runs of that type
+    /// recovered at open, waiting for their code, start now.
     ///
     /// `f` is called on the run's shard thread with the run's [`Ctx`] and
     /// input, once per run and again (replaying) after every restart; its
     /// future need not be `Send`.
+    ///
+    /// # Panics
+    ///
+    /// If a workflow of this name is registered in this engine already
+    /// (whatever its types): a second registration would silently replace
+    /// the code runs replay against, so it is a bug at start-up, as a
+    /// duplicate route is in a web router. [`Engine::try_register`] returns
+    /// the error instead. An engine opened again (after a restart, on the
+    /// same store) starts with no registrations.
+    #[track_caller]
     pub fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F)
     where
         I: DeserializeOwned + 'static,
@@ -619,10 +634,26 @@ impl Engine {
         F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
     {
-        self.inner.registry.register(workflow, f);
+        if let Err(e) = self.try_register(workflow, f) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Engine::register`], with a name registered before refused as
+    /// [`Error::AlreadyRegistered`] (the first registration stands) rather
+    /// than a panic.
+    pub fn try_register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F) -> Result<()>
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
+    {
+        self.inner.registry.register(workflow, f)?;
         self.inner.shards.each_owned(|_, h| {
             let _ = h.tx.send(Input::Registered);
         });
+        Ok(())
     }
 
     /// Starts `workflow` as `id` with `input` (a new ID only: see
@@ -638,6 +669,10 @@ impl Engine {
     }
 
     /// Starts `workflow` as `id`, or attaches to its run, as `policy` says.
+    /// When `workflow` is registered in this engine, `input` must decode as
+    /// its registered input type ([`Error::Codec`] otherwise, recording
+    /// nothing: the ID stays free), whatever type the `Workflow` constant
+    /// the caller holds says.
     pub async fn start_with<I: Serialize, O>(
         &self,
         workflow: Workflow<I, O>,
@@ -646,6 +681,7 @@ impl Engine {
         policy: IdPolicy,
     ) -> Result<RunHandle<O>> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        self.check_input(workflow.name(), &input)?;
         let run = self
             .request(id, |reply| Input::Start {
                 wtype: workflow.name().to_string(),
@@ -806,6 +842,7 @@ impl Engine {
         arg: &UI,
     ) -> Result<UO> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        self.check_input(workflow.name(), &input)?;
         let payload = encode(arg).map_err(|e| Error::codec("update argument", e))?;
         let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
             .into_uuid()
@@ -982,6 +1019,20 @@ impl Engine {
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// [`Error::Codec`] if `input` does not decode as the input type
+    /// `wtype` is registered with here, so a start that would only fail
+    /// records nothing and leaves its ID free. A type not registered here
+    /// (its code comes later, or another process runs it) is not checked.
+    fn check_input(&self, wtype: &str, input: &[u8]) -> Result<()> {
+        match self.inner.registry.check_input(wtype, input) {
+            Some(Err(e)) => Err(Error::Codec {
+                what: "workflow input",
+                detail: format!("it does not decode as {wtype:?}'s registered input type: {e}"),
+            }),
+            Some(Ok(())) | None => Ok(()),
         }
     }
 

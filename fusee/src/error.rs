@@ -19,6 +19,15 @@ pub enum Error {
         /// The types registered, sorted.
         registered: Vec<String>,
     },
+    /// A workflow type registered twice in one engine
+    /// ([`crate::Engine::try_register`]); the first registration stands.
+    #[error(
+        "workflow type {wtype:?} is already registered in this engine; each name takes one registration"
+    )]
+    AlreadyRegistered {
+        /// The workflow type.
+        wtype: String,
+    },
     /// A workflow ID already used, under an ID policy that refuses it.
     #[error("workflow {id:?} already exists (run {run})")]
     AlreadyExists {

@@ -410,6 +410,11 @@ pub(crate) struct ShardLoop {
     /// Log bytes since the last checkpoint, and when it was.
     since_checkpoint: u64,
     checkpoint_ms: u64,
+    /// Whether the shard holds a checkpoint (recovered, or taken since). A
+    /// close takes one if not, so a cleanly closed store, even an empty
+    /// one, is never taken for one whose first open was interrupted (which
+    /// may be opened with more shards: see `Engine::interrupted_creation`).
+    checkpointed: bool,
     /// When housekeeping (parking, retention) runs next.
     housekeeping_ms: u64,
     /// The earliest time a parking scan could find a run to park (see

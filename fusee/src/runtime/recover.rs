@@ -61,6 +61,7 @@ impl ShardLoop {
         core.index_loaded();
         let mut after: Lsn = 0;
         let mut outbox = Outbox::default();
+        let checkpointed = checkpoint.is_some();
         if let Some(cp) = checkpoint {
             core.set_next_run_id(cp.next_run);
             for run in &cp.runs {
@@ -160,6 +161,7 @@ impl ShardLoop {
             fenced: false,
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
+            checkpointed,
             housekeeping_ms: now_ms,
             park_scan_ms: now_ms,
             store_written: 0,

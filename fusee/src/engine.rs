@@ -583,6 +583,7 @@ impl Engine {
             compact_after_bytes: config.compact_after_bytes,
             seal_idle_ms: config.seal_after_idle.as_millis() as u64,
             seal_interval_ms: config.seal_interval.as_millis() as u64,
+            stopwatch: Some(std::time::Instant::now),
             #[cfg(feature = "testing")]
             sabotage: None,
         };

@@ -568,6 +568,41 @@ async fn a_start_whose_input_does_not_decode_records_nothing() {
     engine.close().await.unwrap();
 }
 
+/// The flush latency an engine reports is the time until its records are
+/// durable, on every backend: a workload's median flush took time.
+async fn flushes_take_time(config: Config) {
+    let engine = Engine::open(config.shards(1)).await.unwrap();
+    register_add(&engine);
+    execute_adds(&engine, 20).await;
+    let m = engine.metrics().await;
+    assert!(m.flushes >= 20, "{} flushes", m.flushes);
+    assert!(
+        m.flush_micros.percentile(50.0) > 0 && m.flush_micros.percentile(99.0) > 0,
+        "p50 {} us, p99 {} us over {} flushes",
+        m.flush_micros.percentile(50.0),
+        m.flush_micros.percentile(99.0),
+        m.flush_micros.count()
+    );
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_flush_latency_is_the_time_until_durable() {
+    let dir = temp_dir("flush-time-file");
+    flushes_take_time(Config::file(&dir)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// redb makes a batch durable in `begin_flush` itself (its ticket has no
+/// I/O left): that is what is timed.
+#[cfg(feature = "redb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redb_flush_latency_is_the_time_until_durable() {
+    let dir = temp_dir("flush-time-redb");
+    flushes_take_time(Config::redb(&dir)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs `add` as `a-0` to `a-{n-1}` to the end.
 async fn execute_adds(engine: &Engine, n: u64) {
     for i in 0..n {

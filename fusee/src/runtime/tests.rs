@@ -29,6 +29,7 @@ fn config() -> LoopConfig {
         compact_after_bytes: u64::MAX,
         seal_idle_ms: 20,
         seal_interval_ms: 1000,
+        stopwatch: None,
         #[cfg(feature = "testing")]
         sabotage: None,
     }

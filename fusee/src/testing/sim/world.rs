@@ -214,6 +214,7 @@ impl World {
             compact_after_bytes: 1 << 20,
             seal_idle_ms: 20,
             seal_interval_ms: 1000,
+            stopwatch: None,
             sabotage: cfg.sabotage,
         };
         let mut world = World {

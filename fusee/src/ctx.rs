@@ -449,6 +449,11 @@ impl Ctx {
     /// or a crash before its result was durable): make its effects
     /// idempotent with [`StepContext::key`].
     ///
+    /// A panic in `f` (or in its future) does not take the engine down: it
+    /// is a failed attempt, retryable, of kind `"panic"` with the panic's
+    /// message, retried by the step's policy like any other failed attempt
+    /// ([`RetryPolicy::non_retryable`] with `"panic"` makes it final).
+    ///
     /// Each attempt's future is polled once on the shard's thread (in the
     /// runtime's context) before it becomes a task: a step that ends
     /// without waiting costs no task. So its code up to its first await

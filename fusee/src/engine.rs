@@ -159,6 +159,13 @@ impl Config {
         Self::new(StorageConfig::new(Backend::Rocksdb, dir))
     }
 
+    /// Opens an existing store only: a missing or empty directory is an
+    /// error instead of a new store ([`StorageConfig::existing_only`]).
+    pub fn existing_only(mut self) -> Self {
+        self.storage = self.storage.existing_only();
+        self
+    }
+
     /// Sets the shard count (for a new store).
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;

@@ -54,7 +54,8 @@ async fn a_workflow_of_steps_returns_its_result() {
     register_add(&engine);
     assert_eq!(engine.execute(ADD, "add-1", &(20, 2)).await.unwrap(), 42);
     let d = engine.describe("add-1").await.unwrap();
-    assert!(matches!(d.status, RunStatus::Finished(s) if s == fusee::core::Status::Ok));
+    // `Status` is the crate's own: no path into fusee-core to match it.
+    assert!(matches!(d.status, RunStatus::Finished(fusee::Status::Ok)));
     let m = engine.metrics().await;
     assert!(m.flushes > 0 && m.flushed_records >= 4, "{m:?}");
     engine.close().await.unwrap();
@@ -444,6 +445,11 @@ async fn an_empty_closed_store_refuses_another_shard_count() {
         other => panic!("an empty closed store must refuse {asked} shards, found {other:?}"),
     };
     let dir = temp_dir("empty-closed");
+    assert!(
+        Engine::open(Config::file(&dir).existing_only()).await.is_err(),
+        "existing_only opens no new store"
+    );
+    assert!(!dir.join("FUSEE").exists(), "and made nothing");
     let engine = Engine::open(Config::file(&dir).shards(4)).await.unwrap();
     engine.close().await.unwrap();
     drop(engine);

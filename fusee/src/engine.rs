@@ -68,8 +68,28 @@ pub struct Config {
     /// Time after which a checkpoint is taken if anything was logged
     /// (default 60 s).
     pub checkpoint_interval: Duration,
-    /// How long a finished run is kept (default 7 days).
+    /// How long a finished run is kept (default 7 days): its result, its
+    /// status and its ID, then it is forgotten.
     pub retention: Duration,
+    /// How long after it finished a run keeps its whole journal (default 3
+    /// days, at most [`Config::retention`]): every step, its result and
+    /// attempts, timers, signals and compensations, for
+    /// [`Engine::describe`], queries and `fusee show` after the end. Then
+    /// only its `Start` and `Done` records (its input and result) are kept
+    /// until its retention ends. A run in memory keeps it whole anyway; this
+    /// is what a finished run keeps once it parks ([`Config::park_after`]).
+    /// The cost is the journal's bytes in the run store for this long: 186
+    /// bytes a run more than its 100-byte summary for a run of 10 steps
+    /// with small results, growing with the payloads (measured by `cargo
+    /// bench -p fusee --bench history`; `benches/RESULTS.md`, "A finished
+    /// run's history"). After an open, each finished parked run's frame is
+    /// read once to learn when its history ends.
+    pub history_retention: Duration,
+    /// The largest journal, in bytes, a finished run keeps whole for
+    /// [`Config::history_retention`] (default 1 MiB): a larger one keeps
+    /// only its summary as soon as it parks, so the history kept is
+    /// bounded by this per run.
+    pub history_max_bytes: u64,
     /// Client requests a shard queues before [`Error::Busy`] (default
     /// 4,096).
     pub queue_capacity: usize,
@@ -128,6 +148,8 @@ impl Config {
             checkpoint_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(60),
             retention: Duration::from_secs(7 * 24 * 3600),
+            history_retention: Duration::from_secs(3 * 24 * 3600),
+            history_max_bytes: 1 << 20,
             queue_capacity: 4096,
             park_after: Duration::from_secs(10),
             compact_after_bytes: 8 << 20,
@@ -193,6 +215,20 @@ impl Config {
     /// Sets how long finished runs are kept.
     pub fn retention(mut self, d: Duration) -> Self {
         self.retention = d;
+        self
+    }
+
+    /// Sets how long a finished run keeps its whole journal
+    /// ([`Config::history_retention`]); zero keeps only the summary.
+    pub fn history_retention(mut self, d: Duration) -> Self {
+        self.history_retention = d;
+        self
+    }
+
+    /// Sets the largest journal a finished run keeps whole
+    /// ([`Config::history_max_bytes`]).
+    pub fn history_max_bytes(mut self, bytes: u64) -> Self {
+        self.history_max_bytes = bytes;
         self
     }
 
@@ -586,6 +622,8 @@ impl Engine {
             checkpoint_bytes: config.checkpoint_bytes,
             checkpoint_interval_ms: config.checkpoint_interval.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
+            history_ms: config.history_retention.as_millis() as u64,
+            history_max_bytes: config.history_max_bytes,
             park_after_ms: config.park_after.as_millis() as u64,
             compact_after_bytes: config.compact_after_bytes,
             seal_idle_ms: config.seal_after_idle.as_millis() as u64,

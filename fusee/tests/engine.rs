@@ -446,7 +446,9 @@ async fn an_empty_closed_store_refuses_another_shard_count() {
     };
     let dir = temp_dir("empty-closed");
     assert!(
-        Engine::open(Config::file(&dir).existing_only()).await.is_err(),
+        Engine::open(Config::file(&dir).existing_only())
+            .await
+            .is_err(),
         "existing_only opens no new store"
     );
     assert!(!dir.join("FUSEE").exists(), "and made nothing");

@@ -280,6 +280,10 @@ pub(crate) struct LoopConfig {
     pub(crate) checkpoint_bytes: u64,
     pub(crate) checkpoint_interval_ms: u64,
     pub(crate) retention_ms: u64,
+    /// How long a finished run keeps its whole journal after it finished
+    /// (then only its `Start` and `Done`), and the largest journal kept.
+    pub(crate) history_ms: u64,
+    pub(crate) history_max_bytes: u64,
     pub(crate) park_after_ms: u64,
     pub(crate) compact_after_bytes: u64,
     /// How long the log stays idle after a flush before it is sealed.
@@ -416,6 +420,10 @@ pub(crate) struct ShardLoop {
     /// Log bytes since the last checkpoint, and when it was.
     since_checkpoint: u64,
     checkpoint_ms: u64,
+    /// Finished runs parked with their whole journal, by when their
+    /// history time ends (after an open, every parked finished run, due at
+    /// once: its frame says when it finished). See `parking`.
+    histories: std::collections::BinaryHeap<std::cmp::Reverse<(u64, RunId)>>,
     /// Whether the shard holds a checkpoint (recovered, or taken since). A
     /// close takes one if not, so a cleanly closed store, even an empty
     /// one, is never taken for one whose first open was interrupted (which
@@ -547,6 +555,7 @@ impl ShardLoop {
             self.housekeeping_ms = now_ms + HOUSEKEEPING_MS;
             self.park_idle(now_ms);
             self.expire(now_ms);
+            self.drop_histories(now_ms);
         }
         let mut effects = Effects {
             more,

@@ -14,7 +14,7 @@ pub(crate) struct RunView {
     /// How it ended, once its `Done` is durable.
     pub(crate) done: Option<Status>,
     /// Its journal, when the shard still has it (a finished run parked
-    /// keeps only its `Start` and `Done`).
+    /// past its history time keeps only its `Start` and `Done`).
     pub(crate) journal: Vec<RecordBuf>,
 }
 

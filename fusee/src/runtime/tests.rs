@@ -25,6 +25,8 @@ fn config() -> LoopConfig {
         checkpoint_bytes: u64::MAX,
         checkpoint_interval_ms: u64::MAX / 2,
         retention_ms: 60_000,
+        history_ms: 30_000,
+        history_max_bytes: 1 << 20,
         park_after_ms: u64::MAX / 2,
         compact_after_bytes: u64::MAX,
         seal_idle_ms: 20,

@@ -11,7 +11,9 @@
 //!
 //! A departure from the journal ([`fusee_core::run::DeterminismError`])
 //! stops the run where it is: the operation never completes, nothing is
-//! recorded for it, and [`crate::Engine::describe`] shows the error.
+//! recorded for it, [`crate::Engine::describe`] shows the error, and a
+//! caller waiting on the run's result gets it as
+//! [`crate::Error::Determinism`] until the run replays with fixed code.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -166,11 +168,32 @@ pub(crate) enum Outcome {
 }
 
 /// Why a run's code cannot go on.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
-    /// The code departed from its journal (or the machine refused a
-    /// record).
-    Determinism(String),
+    /// The code departed from its journal: kept whole, as callers waiting
+    /// on the run get it ([`crate::Error::Determinism`]).
+    Determinism(Box<fusee_core::run::DeterminismError>),
+    /// The machine refused a call or a record, or a completion does not
+    /// fit its operation.
+    Refused(String),
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Determinism(e) => e.fmt(f),
+            Fault::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<OpError> for Fault {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::Determinism(d) => Fault::Determinism(d),
+            other => Fault::Refused(other.to_string()),
+        }
+    }
 }
 
 /// The state a run's code and its shard loop share, on the shard thread.
@@ -375,7 +398,7 @@ impl RunState {
 
     fn fail(&mut self, e: OpError) {
         if self.fault.is_none() {
-            self.fault = Some(Fault::Determinism(e.to_string()));
+            self.fault = Some(Fault::from(e));
         }
     }
 }
@@ -425,6 +448,11 @@ impl Ctx {
     /// with [`Step::retry`]. `f` may run more than once (a retried attempt,
     /// or a crash before its result was durable): make its effects
     /// idempotent with [`StepContext::key`].
+    ///
+    /// A panic in `f` (or in its future) does not take the engine down: it
+    /// is a failed attempt, retryable, of kind `"panic"` with the panic's
+    /// message, retried by the step's policy like any other failed attempt
+    /// ([`RetryPolicy::non_retryable`] with `"panic"` makes it final).
     ///
     /// Each attempt's future is polled once on the shard's thread (in the
     /// runtime's context) before it becomes a task: a step that ends
@@ -889,7 +917,7 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
                 }))
             }
             Some(other) => {
-                s.fault = Some(Fault::Determinism(format!(
+                s.fault = Some(Fault::Refused(format!(
                     "operation {seq} is a step but completed as {other:?}"
                 )));
                 Poll::Pending

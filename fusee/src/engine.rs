@@ -57,7 +57,10 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Shards, each with its own thread, log and flusher (default 4). The
     /// count is fixed when the store is created: opening it with another is
-    /// an error.
+    /// [`Error::Config`], even for a store that never recorded anything
+    /// once it was closed. (A store that never closed and never recorded
+    /// anything, as a first open interrupted while it made its shards
+    /// leaves it, takes a larger count: that open makes the rest.)
     pub shards: u32,
     /// Log bytes after which a checkpoint is taken (default 64 MiB): the
     /// most a restart replays.
@@ -65,8 +68,28 @@ pub struct Config {
     /// Time after which a checkpoint is taken if anything was logged
     /// (default 60 s).
     pub checkpoint_interval: Duration,
-    /// How long a finished run is kept (default 7 days).
+    /// How long a finished run is kept (default 7 days): its result, its
+    /// status and its ID, then it is forgotten.
     pub retention: Duration,
+    /// How long after it finished a run keeps its whole journal (default 3
+    /// days, at most [`Config::retention`]): every step, its result and
+    /// attempts, timers, signals and compensations, for
+    /// [`Engine::describe`], queries and `fusee show` after the end. Then
+    /// only its `Start` and `Done` records (its input and result) are kept
+    /// until its retention ends. A run in memory keeps it whole anyway; this
+    /// is what a finished run keeps once it parks ([`Config::park_after`]).
+    /// The cost is the journal's bytes in the run store for this long: 186
+    /// bytes a run more than its 100-byte summary for a run of 10 steps
+    /// with small results, growing with the payloads (measured by `cargo
+    /// bench -p fusee --bench history`; `benches/RESULTS.md`, "A finished
+    /// run's history"). After an open, each finished parked run's frame is
+    /// read once to learn when its history ends.
+    pub history_retention: Duration,
+    /// The largest journal, in bytes, a finished run keeps whole for
+    /// [`Config::history_retention`] (default 1 MiB): a larger one keeps
+    /// only its summary as soon as it parks, so the history kept is
+    /// bounded by this per run.
+    pub history_max_bytes: u64,
     /// Client requests a shard queues before [`Error::Busy`] (default
     /// 4,096).
     pub queue_capacity: usize,
@@ -125,6 +148,8 @@ impl Config {
             checkpoint_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(60),
             retention: Duration::from_secs(7 * 24 * 3600),
+            history_retention: Duration::from_secs(3 * 24 * 3600),
+            history_max_bytes: 1 << 20,
             queue_capacity: 4096,
             park_after: Duration::from_secs(10),
             compact_after_bytes: 8 << 20,
@@ -156,6 +181,13 @@ impl Config {
         Self::new(StorageConfig::new(Backend::Rocksdb, dir))
     }
 
+    /// Opens an existing store only: a missing or empty directory is an
+    /// error instead of a new store ([`StorageConfig::existing_only`]).
+    pub fn existing_only(mut self) -> Self {
+        self.storage = self.storage.existing_only();
+        self
+    }
+
     /// Sets the shard count (for a new store).
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
@@ -183,6 +215,20 @@ impl Config {
     /// Sets how long finished runs are kept.
     pub fn retention(mut self, d: Duration) -> Self {
         self.retention = d;
+        self
+    }
+
+    /// Sets how long a finished run keeps its whole journal
+    /// ([`Config::history_retention`]); zero keeps only the summary.
+    pub fn history_retention(mut self, d: Duration) -> Self {
+        self.history_retention = d;
+        self
+    }
+
+    /// Sets the largest journal a finished run keeps whole
+    /// ([`Config::history_max_bytes`]).
+    pub fn history_max_bytes(mut self, bytes: u64) -> Self {
+        self.history_max_bytes = bytes;
         self
     }
 
@@ -350,7 +396,8 @@ pub enum RunStatus {
     /// Its workflow type has no code registered in this engine yet.
     WaitingForCode,
     /// Its code departed from its journal and stopped (see
-    /// [`Description::stopped_because`]).
+    /// [`Description::stopped_because`]); a caller waiting on its result
+    /// gets [`Error::Determinism`].
     Stopped,
     /// It ended, with this status.
     Finished(Status),
@@ -516,9 +563,12 @@ impl Engine {
     /// to create the rest. A shard that holds anything means the store
     /// was whole once: the missing ones are damage, refused.
     ///
-    /// What this cannot tell from an interrupted creation: a store that
-    /// never closed cleanly (a clean close commits every shard), whose
-    /// only records were in trailing shards that were then deleted.
+    /// A clean close commits a checkpoint in every shard, even an empty
+    /// one, so a closed store is never taken for an interrupted creation.
+    /// What this cannot tell from one: a store that never closed cleanly
+    /// and never recorded anything (a crash right after its first open
+    /// made every shard), or whose only records were in trailing shards
+    /// that were then deleted.
     fn interrupted_creation(storage: &AnyStorage, n: u32) -> Result<bool> {
         use fusee_storage::LogStore;
         for shard in 0..n {
@@ -572,10 +622,13 @@ impl Engine {
             checkpoint_bytes: config.checkpoint_bytes,
             checkpoint_interval_ms: config.checkpoint_interval.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
+            history_ms: config.history_retention.as_millis() as u64,
+            history_max_bytes: config.history_max_bytes,
             park_after_ms: config.park_after.as_millis() as u64,
             compact_after_bytes: config.compact_after_bytes,
             seal_idle_ms: config.seal_after_idle.as_millis() as u64,
             seal_interval_ms: config.seal_interval.as_millis() as u64,
+            stopwatch: Some(std::time::Instant::now),
             #[cfg(feature = "testing")]
             sabotage: None,
         };
@@ -604,13 +657,22 @@ impl Engine {
         })
     }
 
-    /// Registers `f` as the code of `workflow` (replacing an earlier
-    /// registration). Runs of that type recovered at open, waiting for
-    /// their code, start now.
+    /// Registers `f` as the code of `workflow`. Runs of that type
+    /// recovered at open, waiting for their code, start now.
     ///
     /// `f` is called on the run's shard thread with the run's [`Ctx`] and
     /// input, once per run and again (replaying) after every restart; its
     /// future need not be `Send`.
+    ///
+    /// # Panics
+    ///
+    /// If a workflow of this name is registered in this engine already
+    /// (whatever its types): a second registration would silently replace
+    /// the code runs replay against, so it is a bug at start-up, as a
+    /// duplicate route is in a web router. [`Engine::try_register`] returns
+    /// the error instead. An engine opened again (after a restart, on the
+    /// same store) starts with no registrations.
+    #[track_caller]
     pub fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F)
     where
         I: DeserializeOwned + 'static,
@@ -618,10 +680,26 @@ impl Engine {
         F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
     {
-        self.inner.registry.register(workflow, f);
+        if let Err(e) = self.try_register(workflow, f) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Engine::register`], with a name registered before refused as
+    /// [`Error::AlreadyRegistered`] (the first registration stands) rather
+    /// than a panic.
+    pub fn try_register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F) -> Result<()>
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
+    {
+        self.inner.registry.register(workflow, f)?;
         self.inner.shards.each_owned(|_, h| {
             let _ = h.tx.send(Input::Registered);
         });
+        Ok(())
     }
 
     /// Starts `workflow` as `id` with `input` (a new ID only: see
@@ -637,6 +715,10 @@ impl Engine {
     }
 
     /// Starts `workflow` as `id`, or attaches to its run, as `policy` says.
+    /// When `workflow` is registered in this engine, `input` must decode as
+    /// its registered input type ([`Error::Codec`] otherwise, recording
+    /// nothing: the ID stays free), whatever type the `Workflow` constant
+    /// the caller holds says.
     pub async fn start_with<I: Serialize, O>(
         &self,
         workflow: Workflow<I, O>,
@@ -645,6 +727,7 @@ impl Engine {
         policy: IdPolicy,
     ) -> Result<RunHandle<O>> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        self.check_input(workflow.name(), &input)?;
         let run = self
             .request(id, |reply| Input::Start {
                 wtype: workflow.name().to_string(),
@@ -661,7 +744,9 @@ impl Engine {
         })
     }
 
-    /// Starts `workflow` as `id` and waits for its result.
+    /// Starts `workflow` as `id` and waits for its result (as
+    /// [`Engine::result`] does: a run whose code stops is an error, not a
+    /// wait for ever).
     pub async fn execute<I: Serialize, O: DeserializeOwned>(
         &self,
         workflow: Workflow<I, O>,
@@ -795,6 +880,7 @@ impl Engine {
         arg: &UI,
     ) -> Result<UO> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        self.check_input(workflow.name(), &input)?;
         let payload = encode(arg).map_err(|e| Error::codec("update argument", e))?;
         let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
             .into_uuid()
@@ -846,7 +932,11 @@ impl Engine {
         .await
     }
 
-    /// Waits for the result of workflow `id`'s latest run.
+    /// Waits for the result of workflow `id`'s latest run. A run whose
+    /// code stopped ([`RunStatus::Stopped`]) never ends by itself: while it
+    /// is stopped, waiting on it is [`Error::Determinism`] (or
+    /// [`Error::Stopped`]) at once; once an engine with fixed code replays
+    /// it, waiting ends with its result again.
     pub async fn result<I, O: DeserializeOwned>(
         &self,
         workflow: Workflow<I, O>,
@@ -967,6 +1057,20 @@ impl Engine {
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// [`Error::Codec`] if `input` does not decode as the input type
+    /// `wtype` is registered with here, so a start that would only fail
+    /// records nothing and leaves its ID free. A type not registered here
+    /// (its code comes later, or another process runs it) is not checked.
+    fn check_input(&self, wtype: &str, input: &[u8]) -> Result<()> {
+        match self.inner.registry.check_input(wtype, input) {
+            Some(Err(e)) => Err(Error::Codec {
+                what: "workflow input",
+                detail: format!("it does not decode as {wtype:?}'s registered input type: {e}"),
+            }),
+            Some(Ok(())) | None => Ok(()),
         }
     }
 

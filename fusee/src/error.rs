@@ -19,6 +19,15 @@ pub enum Error {
         /// The types registered, sorted.
         registered: Vec<String>,
     },
+    /// A workflow type registered twice in one engine
+    /// ([`crate::Engine::try_register`]); the first registration stands.
+    #[error(
+        "workflow type {wtype:?} is already registered in this engine; each name takes one registration"
+    )]
+    AlreadyRegistered {
+        /// The workflow type.
+        wtype: String,
+    },
     /// A workflow ID already used, under an ID policy that refuses it.
     #[error("workflow {id:?} already exists (run {run})")]
     AlreadyExists {
@@ -109,10 +118,27 @@ pub enum Error {
         /// Why.
         failure: Failure,
     },
-    /// The run's code did something its journal says it did not: it is
-    /// stuck until its code is fixed (or the run is reset).
+    /// The run's code did something its journal says it did not (the
+    /// error names the run, the sequence number, the operation the journal
+    /// holds there and the one the code did): it is stopped until its code
+    /// is fixed (an engine opened with the fixed code replays it) or the
+    /// run is reset. A caller waiting on its result gets this at once, and
+    /// again on every call while the run stays stopped.
     #[error(transparent)]
     Determinism(Box<DeterminismError>),
+    /// The run's code stopped for another reason than a departure from its
+    /// journal (its journal does not replay, or the run's machine refused
+    /// a record): as [`Error::Determinism`], it stays stopped until its
+    /// code is fixed or it is reset.
+    #[error("workflow {id:?} (run {run}) is stopped: {reason}")]
+    Stopped {
+        /// The workflow ID.
+        id: String,
+        /// The run.
+        run: u64,
+        /// Why its code stopped.
+        reason: String,
+    },
     /// Opening the storage failed.
     #[error(transparent)]
     Open(#[from] OpenError),

@@ -540,9 +540,12 @@ pub struct RunJournal {
     pub summary: RunSummary,
     /// Its records, oldest first.
     pub records: Vec<RecordBuf>,
-    /// False for a finished run parked in the run store, whose frame keeps
-    /// only its `Start` and `Done` records (the rest was let go when it
-    /// parked).
+    /// False for a finished run parked in the run store whose frame keeps
+    /// only its `Start` and `Done` records: its history time
+    /// (`Config::history_retention`) passed, or its journal was over
+    /// `Config::history_max_bytes`, and the rest was let go. (A run whose
+    /// whole journal is those two records reads as incomplete too: a frame
+    /// does not say which it is.)
     pub complete: bool,
 }
 
@@ -672,6 +675,9 @@ impl<R: RunStore> ShardView<R> {
         };
         let records = decode_canonical_all(&bytes)
             .map_err(|e| InspectError::damaged(shard, "run journal", None, e))?;
+        // A finished run's frame holding more than its summary (`Start`,
+        // `Done`) holds its whole journal: its history is kept.
+        let complete = complete || records.len() > 2;
         Ok(RunJournal {
             summary,
             records,

@@ -134,6 +134,8 @@ pub use engine::{
     RunRef, RunStatus,
 };
 pub use error::{Error, Result};
+/// How a run ended, as [`RunStatus::Finished`] holds it.
+pub use fusee_core::record::Status;
 pub use fusee_storage::StorageError;
 pub use limit::{LimitBuilder, LimitDescription, LimitedStep, Limits};
 pub use metrics::{Histogram, Metrics, ShardMetrics};

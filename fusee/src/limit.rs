@@ -597,8 +597,9 @@ impl Shared {
 }
 
 /// Registers the limit workflow in `engine`.
+/// Registered already by an earlier call, it is the same code: no change.
 pub(crate) fn register(engine: &Engine) {
-    engine.register(WORKFLOW, run);
+    let _ = engine.try_register(WORKFLOW, run);
 }
 
 /// A limit's code.

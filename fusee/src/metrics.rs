@@ -111,7 +111,9 @@ pub struct ShardMetrics {
     pub flushes: u64,
     /// Records those flushes made durable.
     pub flushed_records: u64,
-    /// How long each flush's I/O took.
+    /// How long each flush took until its records were durable, on every
+    /// backend: a split flush's I/O (file, PostgreSQL), or the commit that
+    /// redb and RocksDB make when the flush begins.
     pub flush_micros: Histogram,
     /// Runs in memory.
     pub loaded_runs: u64,

@@ -964,8 +964,9 @@ struct Running {
 }
 
 /// Registers the queue workflow in `engine`.
+/// Registered already by an earlier call, it is the same code: no change.
 pub(crate) fn register(engine: &Engine) {
-    engine.register(WORKFLOW, run);
+    let _ = engine.try_register(WORKFLOW, run);
 }
 
 /// A queue's code.

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ctx::Ctx;
+use crate::error::Error;
 use crate::workflow::{Failure, Workflow, decode, encode};
 
 /// A run's code, started: its result encoded, or its failure.
@@ -24,19 +25,35 @@ pub(crate) type Handler = Arc<dyn Fn(Ctx, &[u8]) -> RunFuture + Send + Sync>;
 #[cfg(feature = "testing")]
 pub(crate) type StepWrap = Arc<dyn Fn(crate::ctx::StepFn) -> crate::ctx::StepFn + Send + Sync>;
 
+/// Whether bytes decode as a workflow's input type, type-erased: what a
+/// start is checked by before anything is recorded.
+pub(crate) type InputCheck = fn(&[u8]) -> Result<(), serde_json::Error>;
+
+/// One registered workflow type: its code, and its input type's check.
+#[derive(Clone)]
+struct Entry {
+    handler: Handler,
+    check_input: InputCheck,
+}
+
+/// `check_input` of a workflow whose input type is `I`.
+fn decodes_as<I: DeserializeOwned>(input: &[u8]) -> Result<(), serde_json::Error> {
+    decode::<I>(input).map(drop)
+}
+
 /// The registered workflow types, shared by the engine and its shards.
 #[derive(Clone, Default)]
 pub(crate) struct Registry {
-    handlers: Arc<RwLock<BTreeMap<String, Handler>>>,
+    handlers: Arc<RwLock<BTreeMap<String, Entry>>>,
     /// Step mocks by step name (the test kit's; `Ctx::step` asks).
     #[cfg(feature = "testing")]
     mocks: Arc<RwLock<BTreeMap<String, StepWrap>>>,
 }
 
 impl Registry {
-    /// Registers `f` as the code of `workflow`, replacing an earlier
-    /// registration.
-    pub(crate) fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F)
+    /// Registers `f` as the code of `workflow`; a name registered before is
+    /// [`Error::AlreadyRegistered`] and changes nothing.
+    pub(crate) fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F) -> Result<(), Error>
     where
         I: DeserializeOwned + 'static,
         O: Serialize + 'static,
@@ -63,10 +80,19 @@ impl Registry {
                 }
             }
         });
-        self.handlers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(workflow.name().to_string(), handler);
+        let mut handlers = self.handlers.write().unwrap_or_else(|e| e.into_inner());
+        match handlers.entry(workflow.name().to_string()) {
+            std::collections::btree_map::Entry::Occupied(e) => Err(Error::AlreadyRegistered {
+                wtype: e.key().clone(),
+            }),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(Entry {
+                    handler,
+                    check_input: decodes_as::<I>,
+                });
+                Ok(())
+            }
+        }
     }
 
     /// The code of `wtype`, if registered.
@@ -75,7 +101,23 @@ impl Registry {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(wtype)
-            .cloned()
+            .map(|e| Arc::clone(&e.handler))
+    }
+
+    /// Whether `input` decodes as the input type of `wtype`; `None` when
+    /// `wtype` is not registered here (nothing to check against).
+    pub(crate) fn check_input(
+        &self,
+        wtype: &str,
+        input: &[u8],
+    ) -> Option<Result<(), serde_json::Error>> {
+        let check = self
+            .handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(wtype)?
+            .check_input;
+        Some(check(input))
     }
 
     /// Whether `wtype` is registered.

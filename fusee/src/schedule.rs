@@ -920,8 +920,9 @@ enum Woke {
 }
 
 /// Registers the schedule workflow in `engine`.
+/// Registered already by an earlier call, it is the same code: no change.
 pub(crate) fn register(engine: &Engine) {
-    engine.register(WORKFLOW, run);
+    let _ = engine.try_register(WORKFLOW, run);
 }
 
 /// A schedule's code.

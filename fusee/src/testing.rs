@@ -620,10 +620,10 @@ impl TestEngine {
     /// engine crashes and opens again, as [`crash`](Self::crash) does
     /// (take it after the run ended and nothing is lost). A finished run
     /// that parked (idle past [`Config::park_after`], 10 s of virtual time
-    /// by default) and was checkpointed keeps only its `Start` and `Done`:
-    /// its journal is [incomplete](Journal::is_complete), nothing to
-    /// replay. Export soon after the run ends, or set a longer
-    /// `park_after` in [`TestEngineBuilder::config`].
+    /// by default) keeps its whole journal for
+    /// [`Config::history_retention`] (3 days by default); past that, once
+    /// checkpointed, only its `Start` and `Done`: its journal is then
+    /// [incomplete](Journal::is_complete), nothing to replay.
     pub async fn export_journal(&mut self, id: &str) -> Result<Journal, TestError> {
         let restarted = self.memory.crash();
         self.stop().await;

@@ -5,7 +5,12 @@
 //! A [`Workflow<I, O>`] is a name with the input and output types attached,
 //! declared once as a `const` and used by both sides, so a caller cannot
 //! start a workflow with the wrong input type or read its result as the
-//! wrong type:
+//! wrong type, as long as both sides share that one constant. The types
+//! are the constant's, not the name's: two constants of one name with
+//! other types compile. An engine in which the workflow is registered
+//! checks a start's input against the registered type and refuses one
+//! that does not decode ([`crate::Error::Codec`], recording nothing); a
+//! result read as the wrong type is a codec error when read:
 //!
 //! ```
 //! use fusee::{Signal, Workflow};

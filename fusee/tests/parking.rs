@@ -348,3 +348,145 @@ async fn more_runs_parked_than_a_delta_holds_survive_a_restart() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const TEN: Workflow<(), u64> = Workflow::new("ten-steps");
+
+fn register_ten(engine: &Engine) {
+    engine.register(TEN, |ctx: Ctx, ()| async move {
+        let mut sum = 0u64;
+        for i in 0..10u64 {
+            sum += ctx
+                .step(&format!("step-{i}"), move |_| async move { Ok(i) })
+                .await?;
+        }
+        Ok::<_, Failure>(sum)
+    });
+}
+
+/// `id`'s description once `cond` holds of it (in real time).
+async fn described(
+    engine: &Engine,
+    id: &str,
+    what: &str,
+    cond: impl Fn(&fusee::Description) -> bool,
+) -> fusee::Description {
+    for _ in 0..1000 {
+        let d = engine.describe(id).await.unwrap();
+        if cond(&d) {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{id}: {what}: {:?}", engine.describe(id).await);
+}
+
+/// `id`'s journal as `fusee show` reads it (the store read-only, the
+/// engine closed): its record count, and whether it is whole.
+fn shown(dir: &std::path::Path, id: &str, now_ms: u64) -> (usize, bool) {
+    struct Show<'a>(&'a str, u64);
+    impl fusee::inspect::StoreVisitor for Show<'_> {
+        type Out = (usize, bool);
+        fn visit<S: fusee::storage::Storage>(
+            self,
+            _: fusee::Backend,
+            storage: &S,
+        ) -> (usize, bool) {
+            let shard = fusee::core::shard::shard_of(self.0, 2);
+            let mut view = fusee::inspect::rebuild(storage, shard, self.1, &mut |_| {}).unwrap();
+            let run = view.find(self.0).unwrap().expect("the run is in the store");
+            let journal = view.journal(run).unwrap();
+            (journal.records.len(), journal.complete)
+        }
+    }
+    fusee::inspect::open_read_only(dir, Show(id, now_ms)).unwrap()
+}
+
+/// A finished run keeps its whole journal once parked, across a restart,
+/// for the history time; then only its `Start` and `Done` (its result
+/// still read back), whether the time passes while the engine runs or
+/// while it is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_keeps_its_history_for_the_history_time_then_its_summary() {
+    const HOUR_MS: u64 = 3_600_000;
+    let dir = temp_dir("history");
+    let clock = VirtualClock::new(START_MS);
+    let config = || {
+        config(&dir, &clock)
+            .history_retention(Duration::from_secs(3600))
+            .retention(Duration::from_secs(24 * 3600))
+    };
+    let open = || async {
+        let engine = Engine::open(config()).await.unwrap();
+        register_ten(&engine);
+        engine
+    };
+    let parked_whole = |d: &fusee::Description| d.parked && d.journal_records > 10;
+    let summary = |d: &fusee::Description| d.parked && d.journal_records == 2;
+
+    let engine = open().await;
+    assert_eq!(engine.execute(TEN, "ten-1", &()).await.unwrap(), 45);
+    let whole = engine.describe("ten-1").await.unwrap().journal_records;
+    assert!(whole > 10, "Start, 10 steps, Done: {whole} records");
+    let d = described(&engine, "ten-1", "parked whole", parked_whole).await;
+    assert_eq!(d.journal_records, whole, "parked with every record");
+    assert_eq!(d.status, RunStatus::Finished(fusee::Status::Ok));
+    engine.close().await.unwrap();
+    drop(engine);
+    assert_eq!(
+        shown(&dir, "ten-1", clock.now_ms()),
+        (whole as usize, true),
+        "`fusee show` reads the whole journal"
+    );
+
+    // Within the history time a restart keeps it whole.
+    clock.advance(HOUR_MS / 2);
+    let engine = open().await;
+    let d = described(&engine, "ten-1", "parked whole", parked_whole).await;
+    assert_eq!(d.journal_records, whole);
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // The history time passed while closed: the open drops it.
+    clock.advance(HOUR_MS);
+    let engine = open().await;
+    described(&engine, "ten-1", "summary after the open", summary).await;
+    assert_eq!(engine.result(TEN, "ten-1").await.unwrap(), 45);
+
+    // And while running.
+    assert_eq!(engine.execute(TEN, "ten-2", &()).await.unwrap(), 45);
+    described(&engine, "ten-2", "parked whole", parked_whole).await;
+    clock.advance(HOUR_MS / 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let d = engine.describe("ten-2").await.unwrap();
+    assert_eq!(d.journal_records, whole, "kept within the history time");
+    clock.advance(HOUR_MS);
+    described(&engine, "ten-2", "summary while running", summary).await;
+    assert_eq!(engine.result(TEN, "ten-2").await.unwrap(), 45);
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // The summary is what the store holds now.
+    assert_eq!(shown(&dir, "ten-2", clock.now_ms()), (2, false));
+    let engine = open().await;
+    for id in ["ten-1", "ten-2"] {
+        described(&engine, id, "summary after a restart", summary).await;
+    }
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A journal over `history_max_bytes` parks as its summary at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_over_the_history_size_keeps_only_its_summary() {
+    let dir = temp_dir("history-size");
+    let clock = VirtualClock::new(START_MS);
+    let engine = Engine::open(config(&dir, &clock).history_max_bytes(200))
+        .await
+        .unwrap();
+    register_ten(&engine);
+    assert_eq!(engine.execute(TEN, "big", &()).await.unwrap(), 45);
+    let d = described(&engine, "big", "parked", |d| d.parked).await;
+    assert_eq!(d.journal_records, 2, "{d:?}");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -190,6 +190,64 @@ async fn a_run_that_cannot_end_is_stalled_not_a_hang() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+const RENAMED: Workflow<(), String> = Workflow::new("renamed");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_a_code_change_is_a_determinism_error_not_a_stall() {
+    // The code's step name, switched between crashes as a deploy would.
+    let renamed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&renamed);
+    let mut kit = TestEngine::open(move |engine: &Engine| {
+        let flag = Arc::clone(&flag);
+        engine.register(RENAMED, move |ctx: Ctx, ()| {
+            let name = if flag.load(Ordering::SeqCst) {
+                "new"
+            } else {
+                "old"
+            };
+            async move {
+                let got = ctx.step(name, |_| async { Ok(1u32) }).await?;
+                let more = ctx.wait_for(&ANSWER).await?.unwrap_or_default();
+                Ok::<_, Failure>(format!("{got}:{more}"))
+            }
+        });
+    })
+    .await
+    .expect("open");
+    kit.engine()
+        .start(RENAMED, "deployed", &())
+        .await
+        .expect("start");
+    kit.settle().await.expect("settle");
+    renamed.store(true, Ordering::SeqCst);
+    kit.crash().await.expect("crash");
+    let started = Instant::now();
+    for _ in 0..2 {
+        match kit.result(RENAMED, "deployed").await {
+            Err(TestError::Engine(Error::Determinism(e))) => {
+                let why = e.to_string();
+                assert!(why.contains("\"old\"") && why.contains("\"new\""), "{why}");
+            }
+            other => panic!("expected a determinism error, got {other:?}"),
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered at once"
+    );
+    // The fix: the run replays and ends.
+    renamed.store(false, Ordering::SeqCst);
+    kit.crash().await.expect("crash");
+    kit.engine()
+        .signal("deployed", ANSWER, &"yes".to_string())
+        .await
+        .expect("signal");
+    assert_eq!(
+        kit.result(RENAMED, "deployed").await.expect("result"),
+        "1:yes"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_on_other_shards_are_waited_for() {
     let effects = Effects::default();
@@ -524,7 +582,10 @@ async fn crash_everywhere_catches_code_that_changes_across_a_crash() {
             ..
         } => {
             let why = source.to_string();
-            assert!(why.contains("Stopped"), "{why}");
+            assert!(
+                matches!(**source, TestError::Engine(Error::Determinism(_))),
+                "the stopped run's caller gets the determinism error: {why}"
+            );
             assert!(why.contains("operation 1"), "{why}");
             assert!(why.contains("step \"a\""), "{why}");
         }

@@ -352,6 +352,74 @@ async fn patched_keeps_old_runs_on_the_old_branch_and_renames_are_determinism_er
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The result of `id`, which must come within a few seconds.
+async fn result_soon(engine: &Engine, id: &str) -> Result<String, Error> {
+    tokio::time::timeout(Duration::from_secs(5), engine.result(VERSIONED, id))
+        .await
+        .unwrap_or_else(|_| panic!("waiting on {id:?} did not end"))
+}
+
+/// The determinism error a caller waiting on the stopped "stopped-run"
+/// gets: the run, the operation and both sides.
+fn assert_departure(got: Result<String, Error>) {
+    match got {
+        Err(Error::Determinism(e)) => {
+            assert_eq!(e.seq, 1, "{e}");
+            let why = e.to_string();
+            assert!(
+                why.contains("operation 1")
+                    && why.contains("\"old\"")
+                    && why.contains("\"renamed\""),
+                "the error names the operation and both sides: {why}"
+            );
+            assert!(
+                why.contains(&format!("run {}", e.run)),
+                "and the run: {why}"
+            );
+        }
+        other => panic!("expected a determinism error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_waiting_on_a_stopped_run_get_the_determinism_error_until_it_is_fixed() {
+    let dir = temp_dir("stopped-wait");
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned(&engine, false, false);
+    engine.start(VERSIONED, "stopped-run", &()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // A deploy that renames the step: a caller already waiting (the run
+    // waits for its code) is answered when the run stops, and every later
+    // caller at once.
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    let waiting = {
+        let engine = engine.clone();
+        tokio::spawn(async move { result_soon(&engine, "stopped-run").await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    register_versioned(&engine, false, true);
+    assert_departure(waiting.await.unwrap());
+    assert_departure(result_soon(&engine, "stopped-run").await);
+    assert_departure(result_soon(&engine, "stopped-run").await);
+    assert_eq!(
+        engine.describe("stopped-run").await.unwrap().status,
+        RunStatus::Stopped
+    );
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // The fix deployed: the run replays and waiting ends with its result.
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned(&engine, false, false);
+    engine.signal("stopped-run", PING, &7).await.unwrap();
+    assert_eq!(result_soon(&engine, "stopped-run").await.unwrap(), "old:7");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
 const ADD_ITEM: fusee::Update<String, usize> = fusee::Update::new("add-item");
 const ITEMS: fusee::Query<(), Vec<String>> = fusee::Query::new("items");

@@ -29,6 +29,7 @@ impl ShardLoop {
         let taken = if self.since_checkpoint > 0
             || self.core.index_pending() > 0
             || self.compaction_wanted()
+            || (closing && !self.checkpointed)
         {
             // Frames moved by a compaction are committed by this checkpoint.
             self.maybe_compact()
@@ -130,6 +131,7 @@ impl ShardLoop {
         }
         self.since_checkpoint = 0;
         self.checkpoint_ms = now_ms;
+        self.checkpointed = true;
         self.metrics.checkpoints += 1;
         tracing::debug!(shard = self.shard, lsn, "checkpoint");
         Ok(())

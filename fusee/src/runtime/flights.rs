@@ -19,6 +19,9 @@ struct Flight {
     last: Lsn,
     /// How many records it covers.
     records: u64,
+    /// The µs its `begin_flush` took when that did the durable work itself
+    /// (a backend without a split flush: redb, RocksDB), else 0.
+    begin_micros: u64,
     /// Its ticket once its I/O came back, with the I/O's time in µs.
     back: Option<(FlushTicket, u64)>,
 }
@@ -32,7 +35,8 @@ pub(super) struct Flights {
 /// A flush whose turn came: its ticket, for the log's `finish_flush`.
 pub(super) struct Landed {
     pub(super) ticket: FlushTicket,
-    /// The I/O's time in µs.
+    /// The time in µs until its records were durable: its `begin_flush`'s
+    /// when that did the durable work, plus its ticket's I/O.
     pub(super) micros: u64,
     /// How many records it covers.
     pub(super) records: u64,
@@ -54,8 +58,9 @@ impl Flights {
         self.queue.back().map(|f| f.last)
     }
 
-    /// A flush began: its ticket covers `records` records through `last`.
-    pub(super) fn begun(&mut self, last: Lsn, records: u64) {
+    /// A flush began: its ticket covers `records` records through `last`;
+    /// `begin_micros` is the durable work its `begin_flush` did, if any.
+    pub(super) fn begun(&mut self, last: Lsn, records: u64, begin_micros: u64) {
         debug_assert!(
             self.last().is_none_or(|l| l < last),
             "flushes begin in LSN order"
@@ -63,6 +68,7 @@ impl Flights {
         self.queue.push_back(Flight {
             last,
             records,
+            begin_micros,
             back: None,
         });
     }
@@ -92,7 +98,7 @@ impl Flights {
         let (ticket, micros) = flight.back?;
         Some(Landed {
             ticket,
-            micros,
+            micros: flight.begin_micros.saturating_add(micros),
             records: flight.records,
         })
     }
@@ -105,8 +111,8 @@ mod tests {
     #[test]
     fn tickets_back_early_wait_for_those_begun_before_them() {
         let mut f = Flights::default();
-        f.begun(10, 10);
-        f.begun(15, 5);
+        f.begun(10, 10, 0);
+        f.begun(15, 5, 3);
         assert_eq!((f.len(), f.last()), (2, Some(15)));
         assert!(f.back(FlushTicket::done(15), 7).is_none());
         assert!(f.next_landed().is_none(), "15 waits for 10");
@@ -119,7 +125,8 @@ mod tests {
         let second = f.next_landed().expect("15 landed");
         assert_eq!(
             (second.ticket.last_lsn(), second.micros, second.records),
-            (15, 7, 5)
+            (15, 3 + 7, 5),
+            "a flush whose begin did durable work counts it"
         );
         assert!(f.is_empty());
     }
@@ -127,7 +134,7 @@ mod tests {
     #[test]
     fn a_ticket_of_no_flight_is_handed_back() {
         let mut f = Flights::default();
-        f.begun(10, 10);
+        f.begun(10, 10, 0);
         assert!(f.back(FlushTicket::done(11), 1).is_some());
         assert!(f.back(FlushTicket::done(10), 1).is_none());
         assert!(f.back(FlushTicket::done(10), 1).is_some(), "back twice");

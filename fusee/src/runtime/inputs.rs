@@ -68,7 +68,10 @@ impl ShardLoop {
                     Some(r) => {
                         let _ = reply.send(Ok(r));
                     }
-                    None => self.results.entry(run).or_default().push(reply),
+                    None => {
+                        self.results.entry(run).or_default().push(reply);
+                        self.answer_stopped(run);
+                    }
                 },
                 Ok(Some((run, true))) => match self.parked_done(run) {
                     Ok(Some(RecordBuf::Done {
@@ -729,7 +732,7 @@ impl ShardLoop {
             return Err(Error::NotFound { id: id.to_string() });
         };
         let live = self.live.get(&run);
-        let stopped = live.and_then(|l| l.stopped.clone());
+        let stopped = live.and_then(|l| l.stopped.as_ref().map(ToString::to_string));
         // Only durable state is shown: a `Done` not yet durable may still
         // be taken back by a crash.
         let done = l.done.filter(|_| l.last_lsn <= self.durable);
@@ -837,6 +840,9 @@ impl ShardLoop {
                     }
                     Some(Waiting::Journal(r, journal)) => {
                         let _ = r.send(Ok(journal));
+                    }
+                    Some(Waiting::Stopped(r, e)) => {
+                        let _ = r.send(Err(e));
                     }
                     None => {}
                 },

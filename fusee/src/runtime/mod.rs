@@ -77,14 +77,14 @@ use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
 use fusee_core::record::{Lsn, Name, RecordBuf, RunId, Status, encode_canonical};
-use fusee_core::shard::{Mode, ShardCore};
+use fusee_core::shard::{Mode, Output, ShardCore};
 use fusee_storage::{FlushTicket, LogStore, SealTicket};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::oneshot;
 
 use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
-use crate::ctx::{RunState, StepError};
+use crate::ctx::{Fault, RunState, StepError};
 use crate::engine::{Description, IdPolicy, RunRef, RunResult};
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
@@ -288,6 +288,10 @@ pub(crate) struct LoopConfig {
     pub(crate) checkpoint_bytes: u64,
     pub(crate) checkpoint_interval_ms: u64,
     pub(crate) retention_ms: u64,
+    /// How long a finished run keeps its whole journal after it finished
+    /// (then only its `Start` and `Done`), and the largest journal kept.
+    pub(crate) history_ms: u64,
+    pub(crate) history_max_bytes: u64,
     pub(crate) park_after_ms: u64,
     pub(crate) compact_after_bytes: u64,
     /// How long the log stays idle after a flush before it is sealed.
@@ -295,6 +299,12 @@ pub(crate) struct LoopConfig {
     /// The longest a durable record waits for a seal under continuous
     /// load.
     pub(crate) seal_interval_ms: u64,
+    /// Where flush latencies are timed from (`Instant::now` under the
+    /// production driver): the only time the loop reads itself, for the
+    /// flush-latency metric alone (a backend may do its durable work in
+    /// `begin_flush`, on the loop's thread). `None` (the simulator, unit
+    /// tests): not timed, and the loop reads no clock.
+    pub(crate) stopwatch: Option<fn() -> std::time::Instant>,
     /// A deliberate bug switched on, for the simulator to catch.
     #[cfg(feature = "testing")]
     pub(crate) sabotage: Option<sabotage::Sabotage>,
@@ -324,6 +334,9 @@ enum Waiting {
         Reply<crate::dynamic::LiveJournal>,
         crate::dynamic::LiveJournal,
     ),
+    /// A result asked of a run whose code stopped: the error, given once
+    /// the records it was judged on are durable.
+    Stopped(Reply<RunResult>, Error),
 }
 
 /// A run whose code is running on this shard.
@@ -334,7 +347,7 @@ struct LiveRun {
     /// Update handlers running, by the update's ordinal.
     handlers: Vec<(u64, RunFuture)>,
     /// Why its code stopped without finishing (a determinism error).
-    stopped: Option<String>,
+    stopped: Option<Fault>,
     /// When its code last ran or a record was appended for it.
     active_ms: u64,
     /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
@@ -420,6 +433,15 @@ pub(crate) struct ShardLoop {
     /// Log bytes since the last checkpoint, and when it was.
     since_checkpoint: u64,
     checkpoint_ms: u64,
+    /// Finished runs parked with their whole journal, by when their
+    /// history time ends (after an open, every parked finished run, due at
+    /// once: its frame says when it finished). See `parking`.
+    histories: std::collections::BinaryHeap<std::cmp::Reverse<(u64, RunId)>>,
+    /// Whether the shard holds a checkpoint (recovered, or taken since). A
+    /// close takes one if not, so a cleanly closed store, even an empty
+    /// one, is never taken for one whose first open was interrupted (which
+    /// may be opened with more shards: see `Engine::interrupted_creation`).
+    checkpointed: bool,
     /// When housekeeping (parking, retention) runs next.
     housekeeping_ms: u64,
     /// The earliest time a parking scan could find a run to park (see
@@ -546,6 +568,7 @@ impl ShardLoop {
             self.housekeeping_ms = now_ms + HOUSEKEEPING_MS;
             self.park_idle(now_ms);
             self.expire(now_ms);
+            self.drop_histories(now_ms);
         }
         let mut effects = Effects {
             more,
@@ -561,9 +584,17 @@ impl ShardLoop {
             && self.log.last_lsn() > covered
         {
             let records = self.log.last_lsn() - covered;
+            let started = self.config.stopwatch.map(|now| now());
             match self.log.begin_flush() {
                 Ok(ticket) => {
-                    self.flights.begun(ticket.last_lsn(), records);
+                    // A backend without a split flush (redb, RocksDB) made
+                    // the batch durable in `begin_flush`: that is the
+                    // flush's time, not its ticket's empty I/O.
+                    let begin_micros = match started {
+                        Some(t) if ticket.has_run() => t.elapsed().as_micros() as u64,
+                        _ => 0,
+                    };
+                    self.flights.begun(ticket.last_lsn(), records, begin_micros);
                     effects.flush = Some(ticket);
                 }
                 Err(e) => self.fail(e),
@@ -634,7 +665,8 @@ impl ShardLoop {
             live.active_ms = live.state.borrow().now_ms.max(live.active_ms);
             let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
             if let Err(e) = refused {
-                stop(live, run, e.to_string());
+                stop(live, run, Fault::Refused(e.to_string()));
+                self.answer_stopped(run);
             }
         }
         Some(lsn)
@@ -679,7 +711,7 @@ impl ShardLoop {
                 Waiting::Answer(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
-                Waiting::Updated(r, _) => {
+                Waiting::Updated(r, _) | Waiting::Stopped(r, _) => {
                     let _ = r.send(Err(err(self.shard)));
                 }
                 Waiting::Journal(r, _) => {
@@ -727,13 +759,64 @@ impl ShardLoop {
 }
 
 /// Stops a run's code for good (a determinism error or a refused record):
-/// it stays where it is, and `describe` says why.
-fn stop(live: &mut LiveRun, run: RunId, why: String) {
+/// it stays where it is, `describe` says why, and callers waiting on its
+/// result get the error ([`ShardLoop::answer_stopped`], which every caller
+/// of this calls next).
+fn stop(live: &mut LiveRun, run: RunId, why: impl Into<Fault>) {
     if live.stopped.is_none() {
+        let why = why.into();
         tracing::error!(run, reason = %why, "workflow code stopped");
         live.stopped = Some(why);
     }
     live.future = None;
+}
+
+impl ShardLoop {
+    /// The error a caller waiting on `run`'s result gets while its code is
+    /// stopped; `None` while it is not.
+    fn stopped_error(&self, run: RunId) -> Option<Error> {
+        let why = self.live.get(&run)?.stopped.as_ref()?;
+        Some(match why {
+            Fault::Determinism(e) => Error::Determinism(e.clone()),
+            Fault::Refused(reason) => Error::Stopped {
+                id: self
+                    .core
+                    .get(run)
+                    .map(|l| l.id.to_string())
+                    .unwrap_or_default(),
+                run,
+                reason: reason.clone(),
+            },
+        })
+    }
+
+    /// Answers the callers waiting on `run`'s result with its stop, if its
+    /// code stopped: a stopped run never ends by itself, so waiting would
+    /// be for ever. Given once the records so far are durable, as any
+    /// answer resting on them.
+    fn answer_stopped(&mut self, run: RunId) {
+        if self.stopped_error(run).is_none() {
+            return;
+        }
+        for reply in self.results.remove(&run).unwrap_or_default() {
+            if let Some(err) = self.stopped_error(run) {
+                self.refuse_result_after_durable(reply, err);
+            }
+        }
+    }
+
+    /// Sends `err` to a result's caller once every record appended so far
+    /// is durable.
+    fn refuse_result_after_durable(&mut self, reply: Reply<RunResult>, err: Error) {
+        if self.log.last_lsn() == self.durable {
+            let _ = reply.send(Err(err));
+            return;
+        }
+        let token = self.token();
+        self.waiting.insert(token, Waiting::Stopped(reply, err));
+        let lsn = self.log.last_lsn();
+        self.core.add_output(lsn, Output::Ack(token));
+    }
 }
 
 /// Names for statuses in errors.

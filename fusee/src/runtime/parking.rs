@@ -5,8 +5,15 @@
 //! timers) or, when it was loaded from the store before, as a `Delta` frame
 //! of the records since, chained to the frame before (at most
 //! [`MAX_DEPTH`] deep, then written whole again). A finished run parks as a
-//! `Done` frame holding its `Start` and `Done` records: enough to answer
-//! for its result until its retention ends. The core keeps only the run's
+//! `Done` frame holding its whole journal while its history is kept
+//! (`history_ms` since it finished, for a journal of at most
+//! `history_max_bytes`): what `describe`, queries and `fusee show` read
+//! after the end. Once its history time passes, the frame is rewritten
+//! with only its `Start` and `Done` records, enough to answer for its
+//! result until its retention ends ([`ShardLoop::drop_histories`]; the new
+//! frame, like every frame, is referenced only once a checkpoint commits
+//! the index with it, so a crash leaves the whole frame or the summary,
+//! never a broken one). The core keeps only the run's
 //! 32-byte table entry; the persisted index records it at the next
 //! checkpoint, which also makes the frame durable (until then a crash
 //! rebuilds the run from the checkpoint and the log, as if it never left).
@@ -14,6 +21,8 @@
 //! A run parks only when nothing about it is in flight: its records are
 //! durable, its code is quiescent (no delivery waiting, no record asked
 //! for, no step attempt running or due), and no event for it is queued.
+
+use std::cmp::Reverse;
 
 use fusee_core::record::{Lsn, Record, RecordBuf, RunId, iter_canonical};
 use fusee_core::shard::BlobRef;
@@ -94,7 +103,7 @@ impl ShardLoop {
         }
         self.park_scan_ms = next_scan;
         for run in candidates {
-            if let Err(e) = self.park(run) {
+            if let Err(e) = self.park(run, now_ms) {
                 self.fail(e);
                 return;
             }
@@ -124,7 +133,7 @@ impl ShardLoop {
     }
 
     /// Writes `run`'s frame and parks it.
-    fn park(&mut self, run: RunId) -> Result<(), StorageError> {
+    fn park(&mut self, run: RunId, now_ms: u64) -> Result<(), StorageError> {
         let Some(l) = self.core.get(run) else {
             return Ok(());
         };
@@ -139,17 +148,14 @@ impl ShardLoop {
         let mut released = Vec::new();
         let encoded = if let Some((status, finished_ms)) = done {
             let whole = self.run_journal(run)?;
-            let mut kept = Vec::new();
-            let mut walk = iter_canonical(&whole);
-            if let Some(Ok((_, start))) = walk.next() {
-                kept.extend_from_slice(start);
-            }
-            if let Some((_, done)) = walk
-                .filter_map(Result::ok)
-                .find(|(r, _)| matches!(r, Record::Done { .. }))
-            {
-                kept.extend_from_slice(done);
-            }
+            let history_until = finished_ms.saturating_add(self.config.history_ms);
+            let kept =
+                if history_until > now_ms && whole.len() as u64 <= self.config.history_max_bytes {
+                    self.histories.push(Reverse((history_until, run)));
+                    whole
+                } else {
+                    summary(&whole)
+                };
             released.extend(self.chain_of(run)?);
             let entry = EntryRef::Done {
                 run,
@@ -332,6 +338,71 @@ impl ShardLoop {
         }
     }
 
+    /// Rewrites the frames of finished runs whose history time passed with
+    /// only their `Start` and `Done` ([`summary`]), within a budget: the
+    /// rest waits for the next housekeeping. A run loaded since is judged
+    /// again when it parks; one expired since is gone.
+    pub(super) fn drop_histories(&mut self, now_ms: u64) {
+        for _ in 0..HISTORY_BUDGET {
+            match self.histories.peek() {
+                Some(&Reverse((due, run))) if due <= now_ms => {
+                    self.histories.pop();
+                    if let Err(e) = self.drop_history(run, now_ms) {
+                        self.fail(e);
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// [`drop_histories`](Self::drop_histories) of one run.
+    fn drop_history(&mut self, run: RunId, now_ms: u64) -> Result<(), StorageError> {
+        let Some(parked) = self.core.parked(run).filter(|p| p.done().is_some()) else {
+            return Ok(());
+        };
+        let blob = parked.blob();
+        let mut buf = Vec::new();
+        self.store.read(blob, &mut buf)?;
+        let EntryRef::Done {
+            last_lsn,
+            id_hash,
+            status,
+            finished_ms,
+            journal,
+            ..
+        } = decode_entry(&buf).map_err(|_| corrupt("run frame", blob.offset))?
+        else {
+            return Err(corrupt("finished run's frame of another kind", blob.offset));
+        };
+        // After an open every finished run is looked at once: its frame
+        // says when it finished.
+        let due = finished_ms.saturating_add(self.config.history_ms);
+        if due > now_ms {
+            self.histories.push(Reverse((due, run)));
+            return Ok(());
+        }
+        let kept = summary(journal);
+        if kept.len() == journal.len() {
+            return Ok(());
+        }
+        let mut frame = Vec::new();
+        let entry = EntryRef::Done {
+            run,
+            last_lsn,
+            id_hash,
+            status,
+            finished_ms,
+            journal: &kept,
+        };
+        encode_entry_into(&entry, &mut frame).map_err(|_| corrupt("run frame (encode)", run))?;
+        let new = self.store_frame(&frame)?;
+        self.release_frame(blob)?;
+        self.core.reparked(run, new);
+        Ok(())
+    }
+
     /// Releases the frame at `blob` and the chain before it.
     pub(super) fn release_chain(&mut self, blob: BlobRef) -> Result<(), StorageError> {
         for frame in self.chain(blob)? {
@@ -353,6 +424,27 @@ impl ShardLoop {
         self.store_released += u64::from(blob.len);
         Ok(())
     }
+}
+
+/// Finished runs whose history is dropped per call of
+/// [`ShardLoop::drop_histories`].
+const HISTORY_BUDGET: usize = 1024;
+
+/// A finished run's summary: its `Start` and `Done` records out of its
+/// whole journal `whole`.
+fn summary(whole: &[u8]) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut walk = iter_canonical(whole);
+    if let Some(Ok((_, start))) = walk.next() {
+        kept.extend_from_slice(start);
+    }
+    if let Some((_, done)) = walk
+        .filter_map(Result::ok)
+        .find(|(r, _)| matches!(r, Record::Done { .. }))
+    {
+        kept.extend_from_slice(done);
+    }
+    kept
 }
 
 /// Reads the frame at `blob` from `store` and the chain before it: the

@@ -61,6 +61,7 @@ impl ShardLoop {
         core.index_loaded();
         let mut after: Lsn = 0;
         let mut outbox = Outbox::default();
+        let checkpointed = checkpoint.is_some();
         if let Some(cp) = checkpoint {
             core.set_next_run_id(cp.next_run);
             for run in &cp.runs {
@@ -127,6 +128,17 @@ impl ShardLoop {
         }
         while core.take_event().is_some() {}
         tracing::info!(shard, replayed, checkpoint_lsn = after, "shard recovered");
+        // Which parked finished runs still hold their whole journal is in
+        // their frames: each is looked at once, unless runs expire before
+        // their history time would end.
+        let histories = if config.history_ms < config.retention_ms {
+            core.parked_runs()
+                .filter(|(_, p)| p.done().is_some())
+                .map(|(run, _)| std::cmp::Reverse((0, run)))
+                .collect()
+        } else {
+            Default::default()
+        };
         let mut this = Self {
             shard,
             config,
@@ -160,6 +172,8 @@ impl ShardLoop {
             fenced: false,
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
+            checkpointed,
+            histories,
             housekeeping_ms: now_ms,
             park_scan_ms: now_ms,
             store_written: 0,

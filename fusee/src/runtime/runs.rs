@@ -162,8 +162,13 @@ impl ShardLoop {
                     #[cfg(feature = "testing")]
                     held: None,
                 };
-                stop(&mut live, run, format!("its journal does not replay: {e}"));
+                stop(
+                    &mut live,
+                    run,
+                    Fault::Refused(format!("its journal does not replay: {e}")),
+                );
                 self.live.insert(run, live);
+                self.answer_stopped(run);
                 return;
             }
         };
@@ -294,10 +299,11 @@ impl ShardLoop {
             }
             self.append_quiet(&rec);
         }
-        if let Some(Fault::Determinism(why)) = fault {
+        if let Some(why) = fault {
             if let Some(live) = self.live.get_mut(&run) {
                 stop(live, run, why);
             }
+            self.answer_stopped(run);
             return;
         }
         for (ordinal, result) in returned {
@@ -389,7 +395,8 @@ impl ShardLoop {
                 },
                 Err(e) => {
                     drop(guard);
-                    stop(live, run, e.to_string());
+                    stop(live, run, Fault::Determinism(e));
+                    self.answer_stopped(run);
                     return;
                 }
             };
@@ -523,7 +530,10 @@ impl ShardLoop {
                 });
             }
             Ok(Answer::Recorded) => {}
-            Err(e) => stop(live, run, e.to_string()),
+            Err(e) => {
+                stop(live, run, e);
+                self.answer_stopped(run);
+            }
         }
     }
 }
@@ -617,7 +627,10 @@ impl ShardLoop {
                 });
             }
             Ok(Answer::Recorded) => {}
-            Err(e) => stop(live, run, e.to_string()),
+            Err(e) => {
+                stop(live, run, e);
+                self.answer_stopped(run);
+            }
         }
     }
 }

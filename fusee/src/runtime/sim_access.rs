@@ -14,7 +14,7 @@ pub(crate) struct RunView {
     /// How it ended, once its `Done` is durable.
     pub(crate) done: Option<Status>,
     /// Its journal, when the shard still has it (a finished run parked
-    /// keeps only its `Start` and `Done`).
+    /// past its history time keeps only its `Start` and `Done`).
     pub(crate) journal: Vec<RecordBuf>,
 }
 
@@ -29,7 +29,7 @@ impl ShardLoop {
         let mut out: Vec<(RunId, String)> = self
             .live
             .iter()
-            .filter_map(|(run, l)| l.stopped.clone().map(|why| (*run, why)))
+            .filter_map(|(run, l)| l.stopped.as_ref().map(|why| (*run, why.to_string())))
             .collect();
         out.sort();
         out

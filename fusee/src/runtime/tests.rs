@@ -25,10 +25,13 @@ fn config() -> LoopConfig {
         checkpoint_bytes: u64::MAX,
         checkpoint_interval_ms: u64::MAX / 2,
         retention_ms: 60_000,
+        history_ms: 30_000,
+        history_max_bytes: 1 << 20,
         park_after_ms: u64::MAX / 2,
         compact_after_bytes: u64::MAX,
         seal_idle_ms: 20,
         seal_interval_ms: 1000,
+        stopwatch: None,
         #[cfg(feature = "testing")]
         sabotage: None,
     }
@@ -71,10 +74,12 @@ fn settle(shard: &mut ShardLoop, now_ms: u64) {
 fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
     let storage = AnyStorage::Memory(MemoryStorage::new());
     let registry = Registry::default();
-    registry.register(WAITER, |ctx: Ctx, ()| async move {
-        let got = ctx.wait_for(&GO).timeout(Duration::from_secs(10)).await?;
-        Ok::<_, Failure>(got.unwrap_or_else(|| "timed out".into()))
-    });
+    registry
+        .register(WAITER, |ctx: Ctx, ()| async move {
+            let got = ctx.wait_for(&GO).timeout(Duration::from_secs(10)).await?;
+            Ok::<_, Failure>(got.unwrap_or_else(|| "timed out".into()))
+        })
+        .expect("a fresh registry");
     let mut shard = ShardLoop::open(&storage, 0, config(), registry, START_MS).unwrap();
     let (reply, _started) = oneshot::channel();
     shard.handle(Input::Start {
@@ -127,14 +132,16 @@ fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
 fn a_cancel_sent_twice_is_recorded_once() {
     let storage = AnyStorage::Memory(MemoryStorage::new());
     let registry = Registry::default();
-    registry.register(WAITER, |ctx: Ctx, ()| async move {
-        // Waits on, whatever happens: each cancellation is caught.
-        loop {
-            if let Ok(Some(v)) = ctx.wait_for(&GO).await {
-                return Ok::<_, Failure>(v);
+    registry
+        .register(WAITER, |ctx: Ctx, ()| async move {
+            // Waits on, whatever happens: each cancellation is caught.
+            loop {
+                if let Ok(Some(v)) = ctx.wait_for(&GO).await {
+                    return Ok::<_, Failure>(v);
+                }
             }
-        }
-    });
+        })
+        .expect("a fresh registry");
     let mut config = config();
     config.park_after_ms = 0;
     let mut shard = ShardLoop::open(&storage, 0, config, registry, START_MS).unwrap();
@@ -192,9 +199,11 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
     const PARK_AFTER_MS: u64 = 10_000;
     let storage = AnyStorage::Memory(MemoryStorage::new());
     let registry = Registry::default();
-    registry.register(WAITER, |ctx: Ctx, ()| async move {
-        Ok::<_, Failure>(ctx.wait_for(&GO).await?.unwrap_or_default())
-    });
+    registry
+        .register(WAITER, |ctx: Ctx, ()| async move {
+            Ok::<_, Failure>(ctx.wait_for(&GO).await?.unwrap_or_default())
+        })
+        .expect("a fresh registry");
     let mut config = config();
     config.park_after_ms = PARK_AFTER_MS;
     let mut shard = ShardLoop::open(&storage, 0, config, registry, START_MS).unwrap();

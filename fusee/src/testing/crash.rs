@@ -77,8 +77,9 @@ impl TestEngine {
     ///
     /// The engines use this kit's workflows, mocks and settings, with one
     /// shard and no checkpoints. A run that does not end
-    /// ([`TestError::Stalled`], [`TestError::Timeout`]) is an error naming
-    /// its crash point.
+    /// ([`TestError::Stalled`], [`TestError::Timeout`]) or whose code
+    /// departs from its journal ([`Error::Determinism`](crate::Error::Determinism))
+    /// is an error naming its crash point.
     pub async fn crash_everywhere<I: Serialize, O: DeserializeOwned>(
         &self,
         workflow: Workflow<I, O>,

@@ -24,7 +24,7 @@ use fusee_core::run::{Answer, Delivery, OpError, RunMachine};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::ctx::{Ctx, Fault, Outcome, RunState, Stopped};
+use crate::ctx::{Ctx, Outcome, RunState, Stopped};
 use crate::inspect::journal as format;
 use crate::registry::{Registry, RunFuture};
 use crate::workflow::{Failure, decode, encode};
@@ -305,8 +305,8 @@ pub(crate) fn replay(registry: &Registry, journal: &Journal) -> Result<Replayed,
                 .handle_record(lsn, rec)
                 .map_err(|e| diverged(e.to_string()))?;
         }
-        if let Some(Fault::Determinism(why)) = fault {
-            return Err(diverged(why));
+        if let Some(fault) = fault {
+            return Err(diverged(fault.to_string()));
         }
         for (ordinal, result) in returned {
             let answer = state.borrow_mut().machine.update_done(ordinal);

@@ -183,7 +183,7 @@ pub(super) fn register(
     programs: Arc<Vec<Program>>,
     service: Arc<Mutex<Service>>,
 ) {
-    registry.register(SIM, move |ctx: Ctx, (p, generation): (u32, u32)| {
+    let fresh = registry.register(SIM, move |ctx: Ctx, (p, generation): (u32, u32)| {
         let programs = Arc::clone(&programs);
         let service = Arc::clone(&service);
         async move {
@@ -268,6 +268,8 @@ pub(super) fn register(
             Ok(mix(state, added.get()))
         }
     });
+    // Each world makes its own registry and registers SIM in it once.
+    debug_assert!(fresh.is_ok(), "SIM registered twice in one registry");
 }
 
 /// Runs a saga of `steps` service calls, each undone by another call when

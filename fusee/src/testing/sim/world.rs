@@ -210,10 +210,15 @@ impl World {
             checkpoint_bytes: 2048 + rng.u64(0..8192),
             checkpoint_interval_ms: 1000,
             retention_ms: 24 * 3_600_000,
+            // Under the parking times the seed chooses (0 to 2 s): some
+            // runs park with their history and drop it later, some without.
+            history_ms: 1_000,
+            history_max_bytes: 1 << 20,
             park_after_ms: rng.u64(0..2000),
             compact_after_bytes: 1 << 20,
             seal_idle_ms: 20,
             seal_interval_ms: 1000,
+            stopwatch: None,
             sabotage: cfg.sabotage,
         };
         let mut world = World {

@@ -59,7 +59,7 @@ impl IntoResponse for ApiError {
 /// The HTTP status and `kind` of an engine error: the kind is the
 /// variant's name in snake case. Bad input is 4xx (400 malformed or
 /// naming nothing registered, 404 no such thing, 409 a state that refuses
-/// it, 413 too large, 422 refused by the workflow or ended without a
+/// it (a run stopped by a code change included), 413 too large, 422 refused by the workflow or ended without a
 /// result); a condition to retry later is 503; a failure of the engine or
 /// its storage is 500.
 pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
@@ -77,7 +77,11 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::Closed => (StatusCode::SERVICE_UNAVAILABLE, "closed"),
         E::Codec { .. } => (StatusCode::BAD_REQUEST, "codec"),
         E::Failed { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "failed"),
-        E::Determinism(_) => (StatusCode::INTERNAL_SERVER_ERROR, "determinism"),
+        // A run whose code departs from its journal, or stopped otherwise,
+        // is the run's state, not a fault of the server: 409 until fixed.
+        E::Determinism(_) => (StatusCode::CONFLICT, "determinism"),
+        E::Stopped { .. } => (StatusCode::CONFLICT, "stopped"),
+        E::AlreadyRegistered { .. } => (StatusCode::CONFLICT, "already_registered"),
         E::Open(_) => (StatusCode::INTERNAL_SERVER_ERROR, "open"),
         E::Storage { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
         E::Config(_) => (StatusCode::BAD_REQUEST, "config"),

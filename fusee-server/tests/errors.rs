@@ -100,8 +100,22 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
                 journal: Held::UnrecordedStep,
                 code: Did::Quiescent,
             })),
-            500,
+            409,
             "determinism",
+        ),
+        (
+            Error::Stopped {
+                id: s(),
+                run: 4,
+                reason: s(),
+            },
+            409,
+            "stopped",
+        ),
+        (
+            Error::AlreadyRegistered { wtype: s() },
+            409,
+            "already_registered",
         ),
         (
             Error::Open(OpenError::FeatureDisabled {

@@ -6,6 +6,19 @@
 //! allocation), [`RecordBuf`] owns shared [`Name`]s and [`Payload`]s (what
 //! decoding a stored journal yields).
 //!
+//! # One table
+//!
+//! The kinds are written once, in the table of [`kind`] (`record_kinds!`:
+//! each kind's name, tag, and fields with their Rust and wire types, in
+//! canonical order). Everything that goes kind by kind is generated from it:
+//! [`Record`] itself, the tag constants and names, [`Record::run`],
+//! [`Record::seq`], [`Record::kind`], [`Record::map`] (and so
+//! [`Record::to_ref`], [`Record::to_buf`]), and two field walks:
+//! [`Record::write_fields`] into a [`FieldSink`] (the canonical encoder, its
+//! length count and [`check_limits`] are sinks) and [`Record::read_fields`]
+//! from a [`FieldSource`] (the canonical decoder is one). Adding a kind is
+//! one entry in the table and a new tag.
+//!
 //! Every record has exactly one byte form, the *canonical encoding*,
 //! documented byte by byte in [`canonical`]: the same bytes go to a run's
 //! journal, to the log, to the run store, to checkpoints and over the

@@ -9,6 +9,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`storage`] | [`FileStorage`]: the directory, its lock, opening shards |
+//! | [`shared`] | what a shard's parts share, options, the guard marking a shard open (a leaf: imports no module above it) |
 //! | [`log`] | log segments: writing, flushing, recovery, discard |
 //! | [`manifest`] | the log manifest: the newest segment started and the first LSN the log must hold |
 //! | `pair` | a small record kept in two files written in turn (slots, manifest) |

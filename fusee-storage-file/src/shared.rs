@@ -1,9 +1,12 @@
 //! What a shard's three parts share: the file system, the shard's paths,
-//! the options, and the storage's closed flag.
+//! the options, the storage's closed flag and the guard that marks the
+//! shard open. A leaf: the storage and every part import it, it imports
+//! none of them.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use fusee_storage::StorageError;
 pub use fusee_storage::identity::Create;
@@ -62,6 +65,37 @@ impl Default for FileOptions {
     }
 }
 
+/// The shards of one storage that are open (have a part alive).
+pub(crate) type OpenShards = Arc<Mutex<BTreeSet<u32>>>;
+
+/// Marks a shard open while any of its parts lives.
+pub(crate) struct ShardGuard {
+    open: OpenShards,
+    shard: u32,
+}
+
+impl ShardGuard {
+    /// Marks `shard` open in `open`; `None` if it already is.
+    pub(crate) fn claim(open: &OpenShards, shard: u32) -> Option<Self> {
+        lock(open).insert(shard).then(|| Self {
+            open: open.clone(),
+            shard,
+        })
+    }
+}
+
+impl Drop for ShardGuard {
+    fn drop(&mut self) {
+        lock(&self.open).remove(&self.shard);
+    }
+}
+
+/// Locks `m`, even after a thread panicked holding it: each change to what
+/// it guards (a set of shard numbers, a lock handle) is a single call.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A shard's shared context.
 pub(crate) struct Shared<I: Io> {
     pub(crate) io: Arc<I>,
@@ -70,7 +104,7 @@ pub(crate) struct Shared<I: Io> {
     pub(crate) options: FileOptions,
     pub(crate) closed: Arc<AtomicBool>,
     /// Frees the shard for the next open once every part has dropped.
-    pub(crate) _guard: Arc<crate::storage::ShardGuard>,
+    pub(crate) _guard: Arc<ShardGuard>,
     /// The directory's lock: held while any part lives, even after the
     /// storage dropped, so no other open can write the shard meanwhile.
     pub(crate) _lock: Arc<I::Lock>,

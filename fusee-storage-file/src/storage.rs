@@ -36,7 +36,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use fusee_storage::identity::{self, Found, Verdict};
 use fusee_storage::{Recovered, Result, ShardParts, Storage, StorageError};
@@ -45,7 +45,7 @@ use crate::checkpoint::FileCheckpoint;
 use crate::error::{FileError, IoContext};
 use crate::io::{Io, IoFile, OpenMode, RealIo};
 use crate::log::FileLog;
-use crate::shared::{FileOptions, Shared};
+use crate::shared::{FileOptions, OpenShards, ShardGuard, Shared, lock};
 use crate::store::{FileRuns, StoreMark, position_of};
 
 /// The file backend's format version, in its identity marker. Version 2:
@@ -66,29 +66,13 @@ fn parse_shard_name(name: &str) -> Option<u32> {
         .flatten()
 }
 
-/// Marks a shard open while any of its parts lives.
-pub struct ShardGuard {
-    open: Arc<Mutex<BTreeSet<u32>>>,
-    shard: u32,
-}
-
-impl Drop for ShardGuard {
-    fn drop(&mut self) {
-        lock(&self.open).remove(&self.shard);
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A storage in a directory of plain files. See the [module docs](self).
 pub struct FileStorage<I: Io = RealIo> {
     io: Arc<I>,
     dir: PathBuf,
     options: FileOptions,
     closed: Arc<AtomicBool>,
-    open: Arc<Mutex<BTreeSet<u32>>>,
+    open: OpenShards,
     /// The storage's share of the directory lock; every part holds one too.
     lock: Mutex<Option<Arc<I::Lock>>>,
 }
@@ -237,20 +221,16 @@ impl<I: Io> Storage for FileStorage<I> {
         let Some(dir_lock) = lock(&self.lock).clone() else {
             return Err(StorageError::Closed { what: "storage" });
         };
-        if !lock(&self.open).insert(shard) {
+        let Some(guard) = ShardGuard::claim(&self.open, shard) else {
             return Err(StorageError::AlreadyOpen { shard });
-        }
-        let guard = Arc::new(ShardGuard {
-            open: self.open.clone(),
-            shard,
-        });
+        };
         let shared = Arc::new(Shared {
             io: self.io.clone(),
             shard,
             dir: self.dir.join(shard_name(shard)),
             options: self.options.clone(),
             closed: self.closed.clone(),
-            _guard: guard,
+            _guard: Arc::new(guard),
             _lock: dir_lock,
         });
         // On failure the guard drops with `shared`, freeing the shard.

@@ -42,18 +42,16 @@
 //! timer (a connection pooler in transaction mode, for one, does not carry
 //! `LISTEN`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fusee_storage::{Result, StorageError};
 use fusee_storage_kv::layout::{check_crc, with_crc};
-use fusee_storage_kv::lock;
 use postgres::fallible_iterator::FallibleIterator;
 
 use crate::shard::{PgShard, i64_of};
-use crate::storage::{Conn, Shared};
+use crate::shared::{Conn, Shared};
 
 /// The notification channel of the store in `schema`: `fusee_inbox_` and a
 /// hash of the schema's name (a channel's name is at most 63 bytes, and a
@@ -66,61 +64,6 @@ pub(crate) fn channel(schema: &str) -> String {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("fusee_inbox_{h:016x}")
-}
-
-/// A callback [`PgInbox::on_posted`] registered.
-type Wake = Arc<dyn Fn() + Send + Sync>;
-
-/// A storage's listener: the callbacks by shard, and whether its thread
-/// runs.
-#[derive(Default)]
-pub(crate) struct Listener {
-    wakers: Mutex<HashMap<u32, Vec<(u64, Wake)>>>,
-    next: AtomicU64,
-    started: AtomicBool,
-}
-
-impl Listener {
-    fn register(&self, shard: u32, wake: Wake) -> u64 {
-        let token = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.wakers)
-            .entry(shard)
-            .or_default()
-            .push((token, wake));
-        token
-    }
-
-    fn unregister(&self, shard: u32, token: u64) {
-        let mut wakers = lock(&self.wakers);
-        if let Some(list) = wakers.get_mut(&shard) {
-            list.retain(|(t, _)| *t != token);
-            if list.is_empty() {
-                wakers.remove(&shard);
-            }
-        }
-    }
-
-    /// Calls the callbacks of `shard` (all of them with `None`), outside
-    /// the lock: a callback may take its time.
-    fn wake(&self, shard: Option<u32>) {
-        let calls: Vec<Wake> = {
-            let wakers = lock(&self.wakers);
-            match shard {
-                Some(s) => wakers
-                    .get(&s)
-                    .map(|l| l.iter().map(|(_, w)| Arc::clone(w)).collect())
-                    .unwrap_or_default(),
-                None => wakers
-                    .values()
-                    .flatten()
-                    .map(|(_, w)| Arc::clone(w))
-                    .collect(),
-            }
-        };
-        for call in calls {
-            call();
-        }
-    }
 }
 
 /// How long the listener blocks for a notification before it looks

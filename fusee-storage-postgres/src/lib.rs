@@ -95,6 +95,7 @@ mod log;
 mod options;
 mod schema;
 mod shard;
+mod shared;
 mod storage;
 
 #[cfg(test)]
@@ -108,7 +109,8 @@ pub use log::{PgLog, STATEMENT_BYTES};
 pub use options::{DEFAULT_URL, FLUSHES_IN_FLIGHT_MAX, PgOptions, SyncCommit};
 pub use schema::{BACKEND, SCHEMA_VERSION};
 pub use shard::PgShard;
-pub use storage::{PgStorage, ServerPids};
+pub use shared::ServerPids;
+pub use storage::PgStorage;
 
 /// The backend's run-store part.
 pub type PgRuns = fusee_storage_kv::KvRuns<PgShard>;

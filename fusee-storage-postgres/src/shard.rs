@@ -19,7 +19,7 @@ use postgres::Transaction;
 
 use crate::NAMES;
 use crate::error::map;
-use crate::storage::{Conn, Shared};
+use crate::shared::{Conn, Shared};
 
 /// A number as the `int8` columns hold it; numbers past `i64::MAX` never
 /// occur (LSNs, frame numbers and runs stay far below), so one is a

@@ -1,6 +1,6 @@
 //! A process stalled inside a transaction must not keep its shard from a
 //! new owner past its lease (the session timeouts of
-//! [`crate::storage::session_setup`]). Needs the server `FUSEE_PG_URL`
+//! [`crate::shared::session_setup`]). Needs the server `FUSEE_PG_URL`
 //! names (`source scripts/postgres.sh`); skipped without one outside CI.
 
 use std::sync::mpsc;

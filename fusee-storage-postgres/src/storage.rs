@@ -2,183 +2,21 @@
 //! open shards and the thread renewing them, and opening a shard (taking
 //! its lease, cleaning what no flush or commit made its own).
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fusee_core::record::Lsn;
 use fusee_storage::{Result, ShardParts, Storage, StorageError};
 use fusee_storage_kv::{CommitRow, FaultSwitches, KvCheckpoint, KvRuns, LogRow, ShardState, lock};
-use postgres::{Client, NoTls};
 
 use crate::error::{PgError, map};
 use crate::options::FLUSHES_IN_FLIGHT_MAX;
 use crate::schema::{Sql, check_name, prepare};
 use crate::shard::{PgShard, ShardInner, i64_of};
+use crate::shared::{Conn, Lease, ServerPids, Shared};
 use crate::{NAMES, PgCheckpoint, PgLog, PgOptions, PgRuns};
-
-/// One connection to the server, with the server process serving it.
-pub(crate) struct Conn {
-    pub(crate) client: Client,
-    pub(crate) pid: i32,
-    /// The flush statement, prepared on this connection once, so a flush
-    /// is one round trip (bind and execute) rather than two.
-    pub(crate) flush: Option<postgres::Statement>,
-}
-
-/// What a storage and its shards' parts share.
-pub(crate) struct Shared {
-    pub(crate) options: PgOptions,
-    config: postgres::Config,
-    /// The server, database and schema, for errors (never a password).
-    pub(crate) place: String,
-    pub(crate) owner: String,
-    pub(crate) sql: Sql,
-    pub(crate) closed: AtomicBool,
-    /// Set by [`PgStorage::kill`]: parts dropped afterwards release
-    /// nothing, as when the process dies.
-    pub(crate) dead: AtomicBool,
-    pool: Mutex<Vec<Conn>>,
-    pub(crate) open: fusee_storage_kv::OpenShards,
-    pub(crate) faults: FaultSwitches,
-    /// The leases of the open shards, which the renewal thread renews.
-    pub(crate) leases: Mutex<HashMap<u32, Lease>>,
-    /// Whether renewal is paused ([`PgStorage::pause_renewal`]).
-    paused: AtomicBool,
-    /// Wakes the renewal thread early (to stop).
-    wake: (Mutex<bool>, Condvar),
-    /// Names each log, so a flush ticket finds its way home.
-    pub(crate) next_log: AtomicU64,
-    /// Who wants to hear of rows posted to which shard's inbox, and the
-    /// thread listening for them (see [`crate::inbox`]).
-    pub(crate) listener: crate::inbox::Listener,
-}
-
-/// An open shard's lease, as the storage renews it.
-#[derive(Clone, Debug)]
-pub(crate) struct Lease {
-    pub(crate) epoch: i64,
-    pub(crate) fenced: Arc<AtomicBool>,
-    pub(crate) pids: ServerPids,
-}
-
-/// The session settings of every connection, as one batch.
-///
-/// Besides the commit level, two timeouts keep a stalled process from
-/// holding a shard's rows past its lease. A process paused (SIGSTOP, a
-/// long GC-like stall, a debugger) in the middle of a multi-statement
-/// write keeps its transaction open, and with it the row locks of its
-/// shard, until its connection dies, which on a healthy network is never:
-/// the takeover's `UPDATE` of the `shards` row would wait behind it for
-/// ever. `idle_in_transaction_session_timeout` of one lease makes the
-/// server end such a session once the lease it wrote under has lapsed
-/// anyway; its transaction rolls back (a flush or commit not acknowledged,
-/// which the contract allows), and the paused process, when it runs again,
-/// finds its connection gone and its part latched. `lock_timeout` of three
-/// leases is the backstop, longer than the idle timeout so that a takeover
-/// outlasts the stalled session it waits for: no statement of ours waits
-/// longer than that for a lock, whatever holds it; the caller gets
-/// `Locked` (the statement did nothing) and tries again.
-/// Our own transactions never sit idle between statements for anything
-/// but the client's CPU, far below a lease.
-pub(crate) fn session_setup(options: &PgOptions) -> String {
-    let lease_ms = options.lease.as_millis().max(1);
-    format!(
-        "SET synchronous_commit = '{}'; \
-         SET idle_in_transaction_session_timeout = {lease_ms}; \
-         SET lock_timeout = {}",
-        options.synchronous_commit.as_sql(),
-        lease_ms.saturating_mul(3)
-    )
-}
-
-/// The server processes serving an open shard's connections: for
-/// `pg_stat_activity`, or for `pg_terminate_backend` in a drill.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerPids {
-    /// The connection of its reads, run store and commits.
-    pub main: i32,
-    /// The connections its log flushes run on, one per flush that may be
-    /// in flight ([`PgOptions::flushes_in_flight`]), in the order flushes
-    /// take them.
-    pub flushers: Vec<i32>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("place", &self.place)
-            .field("owner", &self.owner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Shared {
-    /// `Closed { what }` once the storage closed (or was killed).
-    pub(crate) fn check_open(&self, what: &'static str) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(StorageError::Closed { what });
-        }
-        Ok(())
-    }
-
-    /// A new connection with the storage's session settings.
-    pub(crate) fn connect(&self) -> Result<Conn> {
-        let doing = "connecting";
-        let mut client = self
-            .config
-            .connect(NoTls)
-            .map_err(|e| map(&e, doing, &self.place))?;
-        let setup = session_setup(&self.options);
-        let pid = client
-            .batch_execute(&setup)
-            .and_then(|()| client.query_one("SELECT pg_backend_pid()", &[]))
-            .and_then(|row| row.try_get::<_, i32>(0))
-            .map_err(|e| map(&e, "setting up a connection", &self.place))?;
-        Ok(Conn {
-            client,
-            pid,
-            flush: None,
-        })
-    }
-
-    /// A pooled connection, or a new one.
-    pub(crate) fn take_conn(&self) -> Result<Conn> {
-        loop {
-            let Some(conn) = lock(&self.pool).pop() else {
-                return self.connect();
-            };
-            if !conn.client.is_closed() {
-                return Ok(conn);
-            }
-        }
-    }
-
-    /// Keeps `conn` for the next shard open, if it is healthy, outside a
-    /// transaction and the pool has room.
-    pub(crate) fn give_back(&self, conn: Conn) {
-        if conn.client.is_closed() || self.closed.load(Ordering::Acquire) {
-            return;
-        }
-        let mut pool = lock(&self.pool);
-        if pool.len() < self.options.pool_size {
-            pool.push(conn);
-        }
-    }
-
-    fn stop_renewal(&self) {
-        let (flag, cv) = &self.wake;
-        *lock(flag) = true;
-        cv.notify_all();
-    }
-
-    /// The lease duration in seconds, as the statements take it.
-    pub(crate) fn lease_secs(&self) -> f64 {
-        self.options.lease.as_secs_f64()
-    }
-}
 
 /// A Fusee storage on a PostgreSQL schema, shared with any number of other
 /// processes: each shard is owned by whoever holds its lease.
@@ -260,23 +98,7 @@ impl PgStorage {
         }
         let place = place_of(&config, &options.schema);
         let sql = Sql::new(&options.schema);
-        let shared = Arc::new(Shared {
-            options: options.clone(),
-            config,
-            place,
-            owner,
-            sql,
-            closed: AtomicBool::new(false),
-            dead: AtomicBool::new(false),
-            pool: Mutex::new(Vec::new()),
-            open: Default::default(),
-            faults: FaultSwitches::default(),
-            leases: Mutex::new(HashMap::new()),
-            paused: AtomicBool::new(false),
-            wake: (Mutex::new(false), Condvar::new()),
-            next_log: AtomicU64::new(1),
-            listener: crate::inbox::Listener::default(),
-        });
+        let shared = Arc::new(Shared::new(options.clone(), config, place, owner, sql));
         let mut conn = shared.connect()?;
         prepare(
             &mut conn.client,
@@ -332,7 +154,7 @@ impl PgStorage {
     fn close_inner(&self) {
         self.shared.closed.store(true, Ordering::Release);
         self.shared.stop_renewal();
-        lock(&self.shared.pool).clear();
+        self.shared.clear_pool();
     }
 
     /// Takes `shard`'s lease and cleans the shard, in one transaction:
@@ -567,7 +389,7 @@ impl Drop for PgStorage {
         // Parts may outlive the storage: the renewal thread keeps their
         // leases while they live (it holds only a weak reference, and
         // ends when the last part does).
-        lock(&self.shared.pool).clear();
+        self.shared.clear_pool();
     }
 }
 

@@ -29,11 +29,11 @@
 //! | `bytes` | a `v64` length `n <=` [`MAX_PAYLOAD`], then `n` bytes |
 //! | `opt<T>` | `u8` 0 for `None`, or `u8` 1 followed by `T`; any other byte is an error |
 //! | `status` | `u8`: the [`Status`] tag, 0 (`Ok`) to 6 (`Reset`) |
-//! | `parent` | [`ParentRef`]: `shard: v32`, `run: run`, `seq: v32` |
-//! | `origin` | [`Origin`]: `run: run`, `cause: u8` |
+//! | `parent` | [`ParentRef`](super::ParentRef): `shard: v32`, `run: run`, `seq: v32` |
+//! | `origin` | [`Origin`](super::Origin): `run: run`, `cause: u8` |
 //! | `outcome` | [`WaitOutcome`]: `u8` 0 then the signal ordinal `v64` (`Signal`); `u8` 1 (`TimedOut`); `u8` 2 (`Abandoned`) |
-//! | `update` | [`StartUpdate`]: `id: str`, `name: str`, `payload: bytes` |
-//! | `meta` | [`StartMeta`]: `attributes: bytes`, `memo: bytes` |
+//! | `update` | [`StartUpdate`](super::StartUpdate): `id: str`, `name: str`, `payload: bytes` |
+//! | `meta` | [`StartMeta`](super::StartMeta): `attributes: bytes`, `memo: bytes` |
 //!
 //! The `u8` fields `codec`, `policy`, `flags`, `kind` and an origin's
 //! `cause` are stored as given: their meaning belongs to the shard (see
@@ -43,35 +43,16 @@
 //!
 //! # Bodies
 //!
-//! Every body is the kind tag ([`kind`]) as one byte, then `run: run`, then
-//! the kind's other fields in this order (the order of [`Record`]'s fields):
-//!
-//! | tag | kind | fields after `tag`, `run` |
-//! |---|---|---|
-//! | 1 | `Start` | `id: str`, `wtype: str`, `version: v32`, `codec: u8`, `started_ms: v64`, `deadline_ms: v64`, `parent: opt<parent>`, `policy: u8`, `from: opt<origin>`, `copies: v32`, `update: opt<update>`, `input: bytes`, `meta: opt<meta>` |
-//! | 2 | `Step` | `seq: v32`, `name: str`, `attempt: v32`, `status: status`, `payload: bytes` |
-//! | 3 | `Attempt` | `seq: v32`, `name: str`, `attempt: v32`, `retry_at_ms: v64` ([`PAUSED`](super::PAUSED) is 10 bytes), `error: bytes` |
-//! | 4 | `Resume` | `seq: v32` |
-//! | 5 | `Timer` | `seq: v32`, `name: str`, `fire_at_ms: v64` |
-//! | 6 | `Fired` | `seq: v32` |
-//! | 7 | `Signal` | `name: str`, `dedup: v64`, `payload: bytes`, `by: opt<bytes>` |
-//! | 8 | `Wait` | `seq: v32`, `name: str`, `deadline_ms: v64` |
-//! | 9 | `Waited` | `seq: v32`, `outcome: outcome` |
-//! | 10 | `Value` | `seq: v32`, `kind: u8`, `value: bytes` |
-//! | 11 | `Child` | `seq: v32`, `wtype: str`, `id: str`, `flags: u8`, `deadline_ms: v64`, `input: bytes` |
-//! | 12 | `ChildDone` | `seq: v32`, `status: status`, `payload: bytes` |
-//! | 13 | `Send` | `seq: v32`, `target: str`, `name: str`, `payload: bytes` |
-//! | 14 | `Cancel` | `reason: bytes`, `by: opt<bytes>` |
-//! | 15 | `Update` | `id: str`, `name: str`, `payload: bytes`, `caller: opt<parent>` |
-//! | 16 | `UpdateDone` | `ordinal: v64`, `status: status`, `payload: bytes` |
-//! | 17 | `Heartbeat` | `seq: v32`, `attempt: v32`, `payload: bytes` |
-//! | 18 | `Patch` | `seq: v32`, `id: str` |
-//! | 19 | `Awaiting` | `seq: v32`, `name: str`, `attempt: v32` |
-//! | 20 | `Completed` | `seq: v32`, `attempt: v32`, `status: status`, `payload: bytes` |
-//! | 21 | `Attributes` | `payload: bytes` |
-//! | 22 | `Chunk` | `seq: v32`, `payload: bytes` |
-//! | 23 | `StreamEnd` | `seq: v32` |
-//! | 24 | `Done` | `status: status`, `finished_ms: v64`, `payload: bytes`, `by: opt<bytes>` |
+//! Every body is the kind tag ([`kind`](super::kind)) as one byte, then
+//! `run: run`, then the kind's other fields in the order of [`Record`]'s
+//! fields. That order and each field's wire type are written once, in the
+//! record table (`record_kinds!` in `record/kind.rs`), which generates the
+//! encoder and decoder walks; each [`Record`] variant's documentation shows
+//! the line the table gives it (for example `Step`: tag 2; body: `tag`,
+//! `run: run`, `seq: v32`, `name: str`, `attempt: v32`, `status: status`,
+//! `payload: bytes`). [`PAUSED`](super::PAUSED) as an `Attempt`'s
+//! `retry_at_ms` takes 10 bytes. The golden test `tests/record_golden.rs`
+//! pins every kind's bytes.
 //!
 //! Example: `Step { run: 1, seq: 2, name: "a", attempt: 1, status: Ok,
 //! payload: b"hi" }` is the 11 bytes `0a 02 01 02 01 61 01 00 02 68 69`:
@@ -108,10 +89,8 @@
 
 use thiserror::Error;
 
-use super::{
-    MAX_RUN, Origin, ParentRef, Record, RecordRef, RunId, StartMeta, StartUpdate, Status,
-    WaitOutcome, kind,
-};
+use super::fields::{OUTCOME_ABANDONED, OUTCOME_SIGNAL, OUTCOME_TIMED_OUT};
+use super::{FieldSink, FieldSource, MAX_RUN, Record, RecordRef, RunId, Status, WaitOutcome};
 use crate::wire::{self, DecodeError, DecodeResult, MAX_PAYLOAD, varint_len};
 
 /// The largest canonical body: room for one payload at the limit
@@ -163,46 +142,35 @@ pub enum LimitError {
     },
 }
 
-/// Where a body's fields go: the one description of the field order
-/// ([`write_body`]) drives encoding, measuring and limit checking, so the
-/// three cannot disagree.
-trait Sink {
-    fn u8(&mut self, v: u8);
-    fn varint(&mut self, v: u64);
-    fn bytes(&mut self, field: &'static str, b: &[u8]);
-    fn run(&mut self, _field: &'static str, v: RunId) {
-        self.varint(v);
-    }
-    fn str(&mut self, field: &'static str, s: &str) {
-        self.bytes(field, s.as_bytes());
-    }
-}
+/// The canonical body writer: the tag, then the fields as
+/// [`Record::write_fields`] hands them over.
+struct Write<'a>(&'a mut Vec<u8>);
 
-impl Sink for Vec<u8> {
+impl FieldSink for Write<'_> {
     #[inline]
-    fn u8(&mut self, v: u8) {
-        self.push(v);
+    fn u8(&mut self, _field: &'static str, v: u8) {
+        self.0.push(v);
     }
     #[inline]
-    fn varint(&mut self, v: u64) {
-        wire::put_varint(self, v);
+    fn v64(&mut self, _field: &'static str, v: u64) {
+        wire::put_varint(self.0, v);
     }
     #[inline]
     fn bytes(&mut self, _field: &'static str, b: &[u8]) {
-        wire::put_bytes(self, b);
+        wire::put_bytes(self.0, b);
     }
 }
 
 /// Counts the bytes a body takes.
 struct Count(usize);
 
-impl Sink for Count {
+impl FieldSink for Count {
     #[inline]
-    fn u8(&mut self, _v: u8) {
+    fn u8(&mut self, _field: &'static str, _v: u8) {
         self.0 += 1;
     }
     #[inline]
-    fn varint(&mut self, v: u64) {
+    fn v64(&mut self, _field: &'static str, v: u64) {
         self.0 += varint_len(v);
     }
     #[inline]
@@ -225,11 +193,11 @@ impl Check {
     }
 }
 
-impl Sink for Check {
-    fn u8(&mut self, _v: u8) {
+impl FieldSink for Check {
+    fn u8(&mut self, _field: &'static str, _v: u8) {
         self.len += 1;
     }
-    fn varint(&mut self, v: u64) {
+    fn v64(&mut self, _field: &'static str, v: u64) {
         self.len += varint_len(v);
     }
     fn bytes(&mut self, field: &'static str, b: &[u8]) {
@@ -255,272 +223,18 @@ impl Sink for Check {
                 max: MAX_RUN,
             });
         }
-        self.varint(v);
+        self.v64(field, v);
     }
 }
 
+/// Writes `rec`'s body (tag, then `run` and the fields) to `w`: the one
+/// walk behind encoding, measuring and limit checking, so the three cannot
+/// disagree.
 #[inline]
-fn opt<T, W: Sink>(w: &mut W, v: Option<T>, f: impl FnOnce(&mut W, T)) {
-    match v {
-        None => w.u8(0),
-        Some(v) => {
-            w.u8(1);
-            f(w, v);
-        }
-    }
+fn write_body<S: AsRef<str>, B: AsRef<[u8]>, W: FieldSink>(rec: &Record<S, B>, w: &mut W) {
+    w.u8("tag", rec.kind());
+    rec.write_fields(w);
 }
-
-#[inline]
-fn parent<W: Sink>(w: &mut W, field: &'static str, p: &ParentRef) {
-    w.varint(u64::from(p.shard));
-    w.run(field, p.run);
-    w.varint(u64::from(p.seq));
-}
-
-/// Writes `rec`'s body (tag, run, fields) to `w`, in the documented order.
-#[inline]
-fn write_body<S: AsRef<str>, B: AsRef<[u8]>, W: Sink>(rec: &Record<S, B>, w: &mut W) {
-    w.u8(rec.kind());
-    w.run("run", rec.run());
-    let v32 = |w: &mut W, v: u32| w.varint(u64::from(v));
-    match rec {
-        Record::Start {
-            run: _,
-            id,
-            wtype,
-            version,
-            codec,
-            started_ms,
-            deadline_ms,
-            parent: p,
-            policy,
-            from,
-            copies,
-            update,
-            input,
-            meta,
-        } => {
-            w.str("id", id.as_ref());
-            w.str("wtype", wtype.as_ref());
-            v32(w, *version);
-            w.u8(*codec);
-            w.varint(*started_ms);
-            w.varint(*deadline_ms);
-            opt(w, p.as_ref(), |w, p| parent(w, "parent.run", p));
-            w.u8(*policy);
-            opt(w, from.as_ref(), |w, o: &Origin| {
-                w.run("from.run", o.run);
-                w.u8(o.cause);
-            });
-            v32(w, *copies);
-            opt(w, update.as_deref(), |w, u| {
-                w.str("update.id", u.id.as_ref());
-                w.str("update.name", u.name.as_ref());
-                w.bytes("update.payload", u.payload.as_ref());
-            });
-            w.bytes("input", input.as_ref());
-            opt(w, meta.as_deref(), |w, m| {
-                w.bytes("meta.attributes", m.attributes.as_ref());
-                w.bytes("meta.memo", m.memo.as_ref());
-            });
-        }
-        Record::Step {
-            seq,
-            name,
-            attempt,
-            status,
-            payload,
-            ..
-        } => {
-            v32(w, *seq);
-            w.str("name", name.as_ref());
-            v32(w, *attempt);
-            w.u8(*status as u8);
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Attempt {
-            seq,
-            name,
-            attempt,
-            retry_at_ms,
-            error,
-            ..
-        } => {
-            v32(w, *seq);
-            w.str("name", name.as_ref());
-            v32(w, *attempt);
-            w.varint(*retry_at_ms);
-            w.bytes("error", error.as_ref());
-        }
-        Record::Resume { seq, .. } | Record::Fired { seq, .. } | Record::StreamEnd { seq, .. } => {
-            v32(w, *seq)
-        }
-        Record::Timer {
-            seq,
-            name,
-            fire_at_ms: at,
-            ..
-        }
-        | Record::Wait {
-            seq,
-            name,
-            deadline_ms: at,
-            ..
-        } => {
-            v32(w, *seq);
-            w.str("name", name.as_ref());
-            w.varint(*at);
-        }
-        Record::Signal {
-            name,
-            dedup,
-            payload,
-            by,
-            ..
-        } => {
-            w.str("name", name.as_ref());
-            w.varint(*dedup);
-            w.bytes("payload", payload.as_ref());
-            opt(w, by.as_ref(), |w, b| w.bytes("by", b.as_ref()));
-        }
-        Record::Waited { seq, outcome, .. } => {
-            v32(w, *seq);
-            match outcome {
-                WaitOutcome::Signal(ordinal) => {
-                    w.u8(OUTCOME_SIGNAL);
-                    w.varint(*ordinal);
-                }
-                WaitOutcome::TimedOut => w.u8(OUTCOME_TIMED_OUT),
-                WaitOutcome::Abandoned => w.u8(OUTCOME_ABANDONED),
-            }
-        }
-        Record::Value {
-            seq, kind, value, ..
-        } => {
-            v32(w, *seq);
-            w.u8(*kind);
-            w.bytes("value", value.as_ref());
-        }
-        Record::Child {
-            seq,
-            wtype,
-            id,
-            flags,
-            deadline_ms,
-            input,
-            ..
-        } => {
-            v32(w, *seq);
-            w.str("wtype", wtype.as_ref());
-            w.str("id", id.as_ref());
-            w.u8(*flags);
-            w.varint(*deadline_ms);
-            w.bytes("input", input.as_ref());
-        }
-        Record::ChildDone {
-            seq,
-            status,
-            payload,
-            ..
-        } => {
-            v32(w, *seq);
-            w.u8(*status as u8);
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Send {
-            seq,
-            target,
-            name,
-            payload,
-            ..
-        } => {
-            v32(w, *seq);
-            w.str("target", target.as_ref());
-            w.str("name", name.as_ref());
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Cancel { reason, by, .. } => {
-            w.bytes("reason", reason.as_ref());
-            opt(w, by.as_ref(), |w, b| w.bytes("by", b.as_ref()));
-        }
-        Record::Update {
-            id,
-            name,
-            payload,
-            caller,
-            ..
-        } => {
-            w.str("id", id.as_ref());
-            w.str("name", name.as_ref());
-            w.bytes("payload", payload.as_ref());
-            opt(w, caller.as_ref(), |w, p| parent(w, "caller.run", p));
-        }
-        Record::UpdateDone {
-            ordinal,
-            status,
-            payload,
-            ..
-        } => {
-            w.varint(*ordinal);
-            w.u8(*status as u8);
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Heartbeat {
-            seq,
-            attempt,
-            payload,
-            ..
-        } => {
-            v32(w, *seq);
-            v32(w, *attempt);
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Patch { seq, id, .. } => {
-            v32(w, *seq);
-            w.str("id", id.as_ref());
-        }
-        Record::Awaiting {
-            seq, name, attempt, ..
-        } => {
-            v32(w, *seq);
-            w.str("name", name.as_ref());
-            v32(w, *attempt);
-        }
-        Record::Completed {
-            seq,
-            attempt,
-            status,
-            payload,
-            ..
-        } => {
-            v32(w, *seq);
-            v32(w, *attempt);
-            w.u8(*status as u8);
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Attributes { payload, .. } => w.bytes("payload", payload.as_ref()),
-        Record::Chunk { seq, payload, .. } => {
-            v32(w, *seq);
-            w.bytes("payload", payload.as_ref());
-        }
-        Record::Done {
-            status,
-            finished_ms,
-            payload,
-            by,
-            ..
-        } => {
-            w.u8(*status as u8);
-            w.varint(*finished_ms);
-            w.bytes("payload", payload.as_ref());
-            opt(w, by.as_ref(), |w, b| w.bytes("by", b.as_ref()));
-        }
-    }
-}
-
-const OUTCOME_SIGNAL: u8 = 0;
-const OUTCOME_TIMED_OUT: u8 = 1;
-const OUTCOME_ABANDONED: u8 = 2;
 
 /// The length of `rec`'s canonical body (without the length prefix): what
 /// [`encode_body`] appends.
@@ -541,7 +255,7 @@ pub fn canonical_len<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>) -> usize
 /// to `out`, for containers that carry the length themselves.
 pub fn encode_body<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: &mut Vec<u8>) {
     let before = out.len();
-    write_body(rec, out);
+    write_body(rec, &mut Write(out));
     debug_assert_eq!(out.len() - before, body_len(rec));
 }
 
@@ -552,7 +266,7 @@ pub fn encode_canonical<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: 
     out.reserve(varint_len(len as u64) + len);
     wire::put_varint(out, len as u64);
     let before = out.len();
-    write_body(rec, out);
+    write_body(rec, &mut Write(out));
     debug_assert_eq!(out.len() - before, len, "body_len disagrees with encode");
 }
 
@@ -589,9 +303,11 @@ struct Body<'a> {
     pos: usize,
 }
 
-impl<'a> Body<'a> {
+impl<'a> FieldSource<&'a str, &'a [u8]> for Body<'a> {
+    type Error = DecodeError;
+
     #[inline]
-    fn u8(&mut self) -> DecodeResult<u8> {
+    fn u8(&mut self, _field: &'static str) -> DecodeResult<u8> {
         let b = *self
             .bytes
             .get(self.pos)
@@ -601,18 +317,18 @@ impl<'a> Body<'a> {
     }
 
     #[inline]
-    fn v64(&mut self) -> DecodeResult<u64> {
+    fn v64(&mut self, _field: &'static str) -> DecodeResult<u64> {
         strict_varint(self.bytes, &mut self.pos)
     }
 
     #[inline]
-    fn v32(&mut self) -> DecodeResult<u32> {
-        u32::try_from(self.v64()?).map_err(|_| DecodeError::new("varint overflows 32 bits"))
+    fn v32(&mut self, field: &'static str) -> DecodeResult<u32> {
+        u32::try_from(self.v64(field)?).map_err(|_| DecodeError::new("varint overflows 32 bits"))
     }
 
     #[inline]
-    fn run(&mut self) -> DecodeResult<RunId> {
-        let v = self.v64()?;
+    fn run(&mut self, field: &'static str) -> DecodeResult<RunId> {
+        let v = self.v64(field)?;
         if (1..=MAX_RUN).contains(&v) {
             Ok(v)
         } else {
@@ -621,8 +337,8 @@ impl<'a> Body<'a> {
     }
 
     #[inline]
-    fn bytes(&mut self) -> DecodeResult<&'a [u8]> {
-        let n = self.v64()?;
+    fn bytes(&mut self, field: &'static str) -> DecodeResult<&'a [u8]> {
+        let n = self.v64(field)?;
         if n > MAX_PAYLOAD as u64 {
             return Err(DecodeError::new("length over the payload limit"));
         }
@@ -637,13 +353,13 @@ impl<'a> Body<'a> {
     }
 
     #[inline]
-    fn str(&mut self) -> DecodeResult<&'a str> {
-        std::str::from_utf8(self.bytes()?).map_err(|_| DecodeError::new("string is not UTF-8"))
+    fn str(&mut self, field: &'static str) -> DecodeResult<&'a str> {
+        std::str::from_utf8(self.bytes(field)?).map_err(|_| DecodeError::new("string is not UTF-8"))
     }
 
     #[inline]
-    fn present(&mut self) -> DecodeResult<bool> {
-        match self.u8()? {
+    fn present(&mut self, field: &'static str) -> DecodeResult<bool> {
+        match self.u8(field)? {
             0 => Ok(false),
             1 => Ok(true),
             _ => Err(DecodeError::new("option marker is neither 0 nor 1")),
@@ -651,31 +367,17 @@ impl<'a> Body<'a> {
     }
 
     #[inline]
-    fn status(&mut self) -> DecodeResult<Status> {
-        Status::from_u8(self.u8()?)
+    fn status(&mut self, field: &'static str) -> DecodeResult<Status> {
+        Status::from_u8(self.u8(field)?)
     }
 
-    fn parent(&mut self) -> DecodeResult<ParentRef> {
-        Ok(ParentRef {
-            shard: self.v32()?,
-            run: self.run()?,
-            seq: self.v32()?,
-        })
-    }
-
-    fn opt_bytes(&mut self) -> DecodeResult<Option<&'a [u8]>> {
-        Ok(if self.present()? {
-            Some(self.bytes()?)
-        } else {
-            None
-        })
-    }
-
-    fn opt_parent(&mut self) -> DecodeResult<Option<ParentRef>> {
-        Ok(if self.present()? {
-            Some(self.parent()?)
-        } else {
-            None
+    #[inline]
+    fn outcome(&mut self, field: &'static str) -> DecodeResult<WaitOutcome> {
+        Ok(match self.u8(field)? {
+            OUTCOME_SIGNAL => WaitOutcome::Signal(self.v64(field)?),
+            OUTCOME_TIMED_OUT => WaitOutcome::TimedOut,
+            OUTCOME_ABANDONED => WaitOutcome::Abandoned,
+            _ => return Err(DecodeError::new("unknown wait outcome")),
         })
     }
 }
@@ -730,185 +432,8 @@ pub fn decode_body(body: &[u8]) -> DecodeResult<RecordRef<'_>> {
         bytes: body,
         pos: 0,
     };
-    let tag = d.u8()?;
-    let run = d.run()?;
-    // Struct expressions evaluate their fields in the order written, which
-    // is the encoding order.
-    let rec = match tag {
-        kind::START => Record::Start {
-            run,
-            id: d.str()?,
-            wtype: d.str()?,
-            version: d.v32()?,
-            codec: d.u8()?,
-            started_ms: d.v64()?,
-            deadline_ms: d.v64()?,
-            parent: d.opt_parent()?,
-            policy: d.u8()?,
-            from: if d.present()? {
-                Some(Origin {
-                    run: d.run()?,
-                    cause: d.u8()?,
-                })
-            } else {
-                None
-            },
-            copies: d.v32()?,
-            update: if d.present()? {
-                Some(Box::new(StartUpdate {
-                    id: d.str()?,
-                    name: d.str()?,
-                    payload: d.bytes()?,
-                }))
-            } else {
-                None
-            },
-            input: d.bytes()?,
-            meta: if d.present()? {
-                Some(Box::new(StartMeta {
-                    attributes: d.bytes()?,
-                    memo: d.bytes()?,
-                }))
-            } else {
-                None
-            },
-        },
-        kind::STEP => Record::Step {
-            run,
-            seq: d.v32()?,
-            name: d.str()?,
-            attempt: d.v32()?,
-            status: d.status()?,
-            payload: d.bytes()?,
-        },
-        kind::ATTEMPT => Record::Attempt {
-            run,
-            seq: d.v32()?,
-            name: d.str()?,
-            attempt: d.v32()?,
-            retry_at_ms: d.v64()?,
-            error: d.bytes()?,
-        },
-        kind::RESUME => Record::Resume { run, seq: d.v32()? },
-        kind::TIMER => Record::Timer {
-            run,
-            seq: d.v32()?,
-            name: d.str()?,
-            fire_at_ms: d.v64()?,
-        },
-        kind::FIRED => Record::Fired { run, seq: d.v32()? },
-        kind::SIGNAL => Record::Signal {
-            run,
-            name: d.str()?,
-            dedup: d.v64()?,
-            payload: d.bytes()?,
-            by: d.opt_bytes()?,
-        },
-        kind::WAIT => Record::Wait {
-            run,
-            seq: d.v32()?,
-            name: d.str()?,
-            deadline_ms: d.v64()?,
-        },
-        kind::WAITED => Record::Waited {
-            run,
-            seq: d.v32()?,
-            outcome: match d.u8()? {
-                OUTCOME_SIGNAL => WaitOutcome::Signal(d.v64()?),
-                OUTCOME_TIMED_OUT => WaitOutcome::TimedOut,
-                OUTCOME_ABANDONED => WaitOutcome::Abandoned,
-                _ => return Err(DecodeError::new("unknown wait outcome")),
-            },
-        },
-        kind::VALUE => Record::Value {
-            run,
-            seq: d.v32()?,
-            kind: d.u8()?,
-            value: d.bytes()?,
-        },
-        kind::CHILD => Record::Child {
-            run,
-            seq: d.v32()?,
-            wtype: d.str()?,
-            id: d.str()?,
-            flags: d.u8()?,
-            deadline_ms: d.v64()?,
-            input: d.bytes()?,
-        },
-        kind::CHILD_DONE => Record::ChildDone {
-            run,
-            seq: d.v32()?,
-            status: d.status()?,
-            payload: d.bytes()?,
-        },
-        kind::SEND => Record::Send {
-            run,
-            seq: d.v32()?,
-            target: d.str()?,
-            name: d.str()?,
-            payload: d.bytes()?,
-        },
-        kind::CANCEL => Record::Cancel {
-            run,
-            reason: d.bytes()?,
-            by: d.opt_bytes()?,
-        },
-        kind::UPDATE => Record::Update {
-            run,
-            id: d.str()?,
-            name: d.str()?,
-            payload: d.bytes()?,
-            caller: d.opt_parent()?,
-        },
-        kind::UPDATE_DONE => Record::UpdateDone {
-            run,
-            ordinal: d.v64()?,
-            status: d.status()?,
-            payload: d.bytes()?,
-        },
-        kind::HEARTBEAT => Record::Heartbeat {
-            run,
-            seq: d.v32()?,
-            attempt: d.v32()?,
-            payload: d.bytes()?,
-        },
-        kind::PATCH => Record::Patch {
-            run,
-            seq: d.v32()?,
-            id: d.str()?,
-        },
-        kind::AWAITING => Record::Awaiting {
-            run,
-            seq: d.v32()?,
-            name: d.str()?,
-            attempt: d.v32()?,
-        },
-        kind::COMPLETED => Record::Completed {
-            run,
-            seq: d.v32()?,
-            attempt: d.v32()?,
-            status: d.status()?,
-            payload: d.bytes()?,
-        },
-        kind::ATTRIBUTES => Record::Attributes {
-            run,
-            payload: d.bytes()?,
-        },
-        kind::CHUNK => Record::Chunk {
-            run,
-            seq: d.v32()?,
-            payload: d.bytes()?,
-        },
-        kind::STREAM_END => Record::StreamEnd { run, seq: d.v32()? },
-        kind::DONE => Record::Done {
-            run,
-            status: d.status()?,
-            finished_ms: d.v64()?,
-            payload: d.bytes()?,
-            by: d.opt_bytes()?,
-        },
-        _ => return Err(DecodeError::new("unknown record kind")),
-    };
+    let tag = d.u8("tag")?;
+    let rec = Record::read_fields(tag, &mut d)?.ok_or(DecodeError::new("unknown record kind"))?;
     if d.pos != body.len() {
         return Err(DecodeError::new("trailing bytes"));
     }

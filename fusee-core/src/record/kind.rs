@@ -1,117 +1,303 @@
-//! Record kind tags: the first byte of every canonical record body.
+//! The record kinds: the one table every per-kind piece of code is derived
+//! from, and the kind tags it assigns.
+//!
+//! `record_kinds!` lists each kind once: its variant name, its tag (the
+//! first byte of every canonical body) and its fields after `run`, in
+//! canonical order, each with its Rust type and its wire type (the notation
+//! of [`canonical`](super::canonical)). From it are generated the
+//! [`Record`](super::Record) enum, these tag constants, [`name`], the
+//! accessors and conversions (`run`, `set_run`, `seq`, `kind`, `map`), and
+//! the two field walks every encoder and decoder is built on
+//! ([`Record::write_fields`](super::Record::write_fields),
+//! [`Record::read_fields`](super::Record::read_fields)). Adding a kind is
+//! one entry here.
 //!
 //! Tags are part of the stored format: a tag, once assigned, never changes
-//! meaning. Tag 0 is never a record (a zeroed byte is garbage, not a kind);
-//! the tags follow [`Record`](super::Record)'s variant order from 1 to 24.
+//! meaning, and a field's place and wire type never change. Tag 0 is never a
+//! record (a zeroed byte is garbage, not a kind); the tags follow
+//! [`Record`](super::Record)'s variant order from 1 to 24. The golden test
+//! `tests/record_golden.rs` pins every kind's bytes.
 
-/// [`Record::Start`](super::Record::Start).
-pub const START: u8 = 1;
-/// [`Record::Step`](super::Record::Step).
-pub const STEP: u8 = 2;
-/// [`Record::Attempt`](super::Record::Attempt).
-pub const ATTEMPT: u8 = 3;
-/// [`Record::Resume`](super::Record::Resume).
-pub const RESUME: u8 = 4;
-/// [`Record::Timer`](super::Record::Timer).
-pub const TIMER: u8 = 5;
-/// [`Record::Fired`](super::Record::Fired).
-pub const FIRED: u8 = 6;
-/// [`Record::Signal`](super::Record::Signal).
-pub const SIGNAL: u8 = 7;
-/// [`Record::Wait`](super::Record::Wait).
-pub const WAIT: u8 = 8;
-/// [`Record::Waited`](super::Record::Waited).
-pub const WAITED: u8 = 9;
-/// [`Record::Value`](super::Record::Value).
-pub const VALUE: u8 = 10;
-/// [`Record::Child`](super::Record::Child).
-pub const CHILD: u8 = 11;
-/// [`Record::ChildDone`](super::Record::ChildDone).
-pub const CHILD_DONE: u8 = 12;
-/// [`Record::Send`](super::Record::Send).
-pub const SEND: u8 = 13;
-/// [`Record::Cancel`](super::Record::Cancel).
-pub const CANCEL: u8 = 14;
-/// [`Record::Update`](super::Record::Update).
-pub const UPDATE: u8 = 15;
-/// [`Record::UpdateDone`](super::Record::UpdateDone).
-pub const UPDATE_DONE: u8 = 16;
-/// [`Record::Heartbeat`](super::Record::Heartbeat).
-pub const HEARTBEAT: u8 = 17;
-/// [`Record::Patch`](super::Record::Patch).
-pub const PATCH: u8 = 18;
-/// [`Record::Awaiting`](super::Record::Awaiting).
-pub const AWAITING: u8 = 19;
-/// [`Record::Completed`](super::Record::Completed).
-pub const COMPLETED: u8 = 20;
-/// [`Record::Attributes`](super::Record::Attributes).
-pub const ATTRIBUTES: u8 = 21;
-/// [`Record::Chunk`](super::Record::Chunk).
-pub const CHUNK: u8 = 22;
-/// [`Record::StreamEnd`](super::Record::StreamEnd).
-pub const STREAM_END: u8 = 23;
-/// [`Record::Done`](super::Record::Done).
-pub const DONE: u8 = 24;
-
-/// Every valid tag, in order (`ALL[i] == i + 1`).
-pub const ALL: [u8; 24] = [
-    START,
-    STEP,
-    ATTEMPT,
-    RESUME,
-    TIMER,
-    FIRED,
-    SIGNAL,
-    WAIT,
-    WAITED,
-    VALUE,
-    CHILD,
-    CHILD_DONE,
-    SEND,
-    CANCEL,
-    UPDATE,
-    UPDATE_DONE,
-    HEARTBEAT,
-    PATCH,
-    AWAITING,
-    COMPLETED,
-    ATTRIBUTES,
-    CHUNK,
-    STREAM_END,
-    DONE,
-];
-
-/// The variant name of tag `tag` (for messages), or `None` for a byte that
-/// is not a kind.
-pub const fn name(tag: u8) -> Option<&'static str> {
-    Some(match tag {
-        START => "Start",
-        STEP => "Step",
-        ATTEMPT => "Attempt",
-        RESUME => "Resume",
-        TIMER => "Timer",
-        FIRED => "Fired",
-        SIGNAL => "Signal",
-        WAIT => "Wait",
-        WAITED => "Waited",
-        VALUE => "Value",
-        CHILD => "Child",
-        CHILD_DONE => "ChildDone",
-        SEND => "Send",
-        CANCEL => "Cancel",
-        UPDATE => "Update",
-        UPDATE_DONE => "UpdateDone",
-        HEARTBEAT => "Heartbeat",
-        PATCH => "Patch",
-        AWAITING => "Awaiting",
-        COMPLETED => "Completed",
-        ATTRIBUTES => "Attributes",
-        CHUNK => "Chunk",
-        STREAM_END => "StreamEnd",
-        DONE => "Done",
-        _ => return None,
-    })
+/// Calls the macro `$gen` with the table of record kinds, in tag order:
+///
+/// ```text
+/// /// docs
+/// Kind = tag (CONST) { /// docs
+///                      field: RustType [wire], ... }
+/// ```
+///
+/// Every kind also has `run: RunId [run]` first, which the generators add.
+/// Wire types are `u8`, `v32`, `v64`, `str`, `bytes`, `status`, `outcome`
+/// and `opt<bytes|parent|origin|update|meta>`.
+macro_rules! record_kinds {
+    ($gen:ident) => {
+        $gen! {
+            /// A run begins (fresh, continue-as-new, reset or update-with-start).
+            Start = 1 (START) {
+                /// The workflow ID.
+                id: S [str],
+                /// The workflow type.
+                wtype: S [str],
+                /// The workflow code version.
+                version: u32 [v32],
+                /// How payloads are encoded (host-defined).
+                codec: u8 [u8],
+                /// When it started.
+                started_ms: u64 [v64],
+                /// When it times out; 0 = never.
+                deadline_ms: u64 [v64],
+                /// The run that started it as a child.
+                parent: Option<ParentRef> [opt<parent>],
+                /// See [`policy`].
+                policy: u8 [u8],
+                /// The run it replaces.
+                from: Option<Origin> [opt<origin>],
+                /// How many records after this one are copied from `from`'s journal.
+                copies: u32 [v32],
+                /// The update of an update-with-start.
+                update: Option<Box<StartUpdate<S, B>>> [opt<update>],
+                /// The input.
+                input: B [bytes],
+                /// Rare fields.
+                meta: Option<Box<StartMeta<B>>> [opt<meta>],
+            }
+            /// A step's final result.
+            Step = 2 (STEP) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The step's name.
+                name: S [str],
+                /// The attempt that produced the result, from 1.
+                attempt: u32 [v32],
+                /// How it ended.
+                status: Status [status],
+                /// Its result or error.
+                payload: B [bytes],
+            }
+            /// A failed attempt of a step that will be retried.
+            Attempt = 3 (ATTEMPT) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The step's name.
+                name: S [str],
+                /// The attempt that failed, from 1.
+                attempt: u32 [v32],
+                /// When the next attempt runs; [`PAUSED`]: after a `Resume`.
+                retry_at_ms: u64 [v64],
+                /// The error.
+                error: B [bytes],
+            }
+            /// A paused step may go on.
+            Resume = 4 (RESUME) {
+                /// The paused step.
+                seq: Seq [v32],
+            }
+            /// A durable sleep armed.
+            Timer = 5 (TIMER) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The timer's name.
+                name: S [str],
+                /// When it fires.
+                fire_at_ms: u64 [v64],
+            }
+            /// A durable sleep fired.
+            Fired = 6 (FIRED) {
+                /// The timer's operation.
+                seq: Seq [v32],
+            }
+            /// A signal delivered to the run.
+            Signal = 7 (SIGNAL) {
+                /// The signal's name.
+                name: S [str],
+                /// Dedup key; 0 = none.
+                dedup: u64 [v64],
+                /// The signal's payload.
+                payload: B [bytes],
+                /// Who sent it.
+                by: Option<B> [opt<bytes>],
+            }
+            /// The code began waiting for a signal.
+            Wait = 8 (WAIT) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The signal name waited for.
+                name: S [str],
+                /// When the wait times out; 0 = never.
+                deadline_ms: u64 [v64],
+            }
+            /// A wait ended.
+            Waited = 9 (WAITED) {
+                /// The wait's operation.
+                seq: Seq [v32],
+                /// How.
+                outcome: WaitOutcome [outcome],
+            }
+            /// A recorded nondeterministic value.
+            Value = 10 (VALUE) {
+                /// The operation.
+                seq: Seq [v32],
+                /// See [`value_kind`].
+                kind: u8 [u8],
+                /// The value.
+                value: B [bytes],
+            }
+            /// A child workflow started.
+            Child = 11 (CHILD) {
+                /// The operation waiting for the child.
+                seq: Seq [v32],
+                /// The child's workflow type.
+                wtype: S [str],
+                /// The child's workflow ID.
+                id: S [str],
+                /// The child's start policy (see [`policy`]).
+                flags: u8 [u8],
+                /// The child's deadline; 0 = none.
+                deadline_ms: u64 [v64],
+                /// The child's input.
+                input: B [bytes],
+            }
+            /// A child's result.
+            ChildDone = 12 (CHILD_DONE) {
+                /// The operation that started the child.
+                seq: Seq [v32],
+                /// How the child ended.
+                status: Status [status],
+                /// Its result.
+                payload: B [bytes],
+            }
+            /// A signal sent to another workflow ([`crate::shard::CANCEL_SIGNAL`]
+            /// cancels it).
+            Send = 13 (SEND) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The target workflow ID.
+                target: S [str],
+                /// The signal's name.
+                name: S [str],
+                /// The signal's payload.
+                payload: B [bytes],
+            }
+            /// Cancellation requested.
+            Cancel = 14 (CANCEL) {
+                /// Why.
+                reason: B [bytes],
+                /// Who asked.
+                by: Option<B> [opt<bytes>],
+            }
+            /// An update accepted.
+            Update = 15 (UPDATE) {
+                /// The update's ID.
+                id: S [str],
+                /// The handler's name.
+                name: S [str],
+                /// Its argument.
+                payload: B [bytes],
+                /// The workflow operation waiting for the result, if a workflow
+                /// called.
+                caller: Option<ParentRef> [opt<parent>],
+            }
+            /// An update's handler returned.
+            UpdateDone = 16 (UPDATE_DONE) {
+                /// The update's ordinal (its position among the run's updates).
+                ordinal: u64 [v64],
+                /// How the handler ended.
+                status: Status [status],
+                /// Its result.
+                payload: B [bytes],
+            }
+            /// A long step's progress.
+            Heartbeat = 17 (HEARTBEAT) {
+                /// The step.
+                seq: Seq [v32],
+                /// The attempt.
+                attempt: u32 [v32],
+                /// Progress details.
+                payload: B [bytes],
+            }
+            /// A versioning marker.
+            Patch = 18 (PATCH) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The patch ID.
+                id: S [str],
+            }
+            /// An async completion token handed out.
+            Awaiting = 19 (AWAITING) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The operation's name.
+                name: S [str],
+                /// The attempt the token belongs to, from 1.
+                attempt: u32 [v32],
+            }
+            /// An async completion token used.
+            Completed = 20 (COMPLETED) {
+                /// The operation.
+                seq: Seq [v32],
+                /// The attempt the token belonged to.
+                attempt: u32 [v32],
+                /// How the operation ended.
+                status: Status [status],
+                /// Its result.
+                payload: B [bytes],
+            }
+            /// Search attributes set.
+            Attributes = 21 (ATTRIBUTES) {
+                /// The attributes object.
+                payload: B [bytes],
+            }
+            /// A stream's chunk.
+            Chunk = 22 (CHUNK) {
+                /// The stream's operation.
+                seq: Seq [v32],
+                /// The chunk.
+                payload: B [bytes],
+            }
+            /// A stream's end.
+            StreamEnd = 23 (STREAM_END) {
+                /// The stream's operation.
+                seq: Seq [v32],
+            }
+            /// The run ended. For a handover status the payload is the next run's
+            /// `Start`, canonically encoded.
+            Done = 24 (DONE) {
+                /// How it ended.
+                status: Status [status],
+                /// When.
+                finished_ms: u64 [v64],
+                /// Its result (or the next run's `Start`).
+                payload: B [bytes],
+                /// Who ended it from outside.
+                by: Option<B> [opt<bytes>],
+            }
+        }
+    };
 }
+pub(crate) use record_kinds;
+
+/// Generates the tag constants, [`ALL`] and [`name`] from the table.
+macro_rules! tags {
+    ($( $(#[$doc:meta])* $kind:ident = $tag:literal ($konst:ident) { $($fields:tt)* } )*) => {
+        $(
+            #[doc = concat!("[`Record::", stringify!($kind), "`](super::Record::", stringify!($kind), ").")]
+            pub const $konst: u8 = $tag;
+        )*
+
+        /// Every valid tag, in order (`ALL[i] == i + 1`).
+        pub const ALL: [u8; [$($konst),*].len()] = [$($konst),*];
+
+        /// The variant name of tag `tag` (for messages), or `None` for a byte
+        /// that is not a kind.
+        pub const fn name(tag: u8) -> Option<&'static str> {
+            Some(match tag {
+                $( $konst => stringify!($kind), )*
+                _ => return None,
+            })
+        }
+    };
+}
+record_kinds!(tags);
 
 #[cfg(test)]
 mod tests {
@@ -119,6 +305,7 @@ mod tests {
 
     #[test]
     fn tags_are_dense_from_one_and_named() {
+        assert_eq!(ALL.len(), 24);
         for (i, &tag) in ALL.iter().enumerate() {
             assert_eq!(usize::from(tag), i + 1);
             assert!(name(tag).is_some(), "tag {tag} has no name");

@@ -6,6 +6,19 @@
 //! allocation), [`RecordBuf`] owns shared [`Name`]s and [`Payload`]s (what
 //! decoding a stored journal yields).
 //!
+//! # One table
+//!
+//! The kinds are written once, in the table of [`kind`] (`record_kinds!`:
+//! each kind's name, tag, and fields with their Rust and wire types, in
+//! canonical order). Everything that goes kind by kind is generated from it:
+//! [`Record`] itself, the tag constants and names, [`Record::run`],
+//! [`Record::seq`], [`Record::kind`], [`Record::map`] (and so
+//! [`Record::to_ref`], [`Record::to_buf`]), and two field walks:
+//! [`Record::write_fields`] into a [`FieldSink`] (the canonical encoder, its
+//! length count and [`check_limits`] are sinks) and [`Record::read_fields`]
+//! from a [`FieldSource`] (the canonical decoder is one). Adding a kind is
+//! one entry in the table and a new tag.
+//!
 //! Every record has exactly one byte form, the *canonical encoding*,
 //! documented byte by byte in [`canonical`]: the same bytes go to a run's
 //! journal, to the log, to the run store, to checkpoints and over the
@@ -24,6 +37,7 @@ use crate::wire::DecodeResult;
 
 pub mod canonical;
 mod convert;
+mod fields;
 mod inline;
 pub mod kind;
 
@@ -31,6 +45,7 @@ pub use canonical::{
     CanonicalIter, LimitError, MAX_BODY, body_len, canonical_len, check_limits, decode_body,
     decode_canonical_all, encode_body, encode_canonical, iter_canonical,
 };
+pub use fields::{FieldSink, FieldSource};
 pub use inline::InlineDecoder;
 
 /// A run's number within its shard, from 1 (0 marks a free table slot).
@@ -218,298 +233,40 @@ pub struct StartMeta<B> {
     pub memo: B,
 }
 
-/// One fact about one run, generic over its string type `S` and bytes type
-/// `B`: [`RecordRef`] borrows, [`RecordBuf`] owns.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Record<S, B> {
-    /// A run begins (fresh, continue-as-new, reset or update-with-start).
-    Start {
-        /// The run.
-        run: RunId,
-        /// The workflow ID.
-        id: S,
-        /// The workflow type.
-        wtype: S,
-        /// The workflow code version.
-        version: u32,
-        /// How payloads are encoded (host-defined).
-        codec: u8,
-        /// When it started.
-        started_ms: u64,
-        /// When it times out; 0 = never.
-        deadline_ms: u64,
-        /// The run that started it as a child.
-        parent: Option<ParentRef>,
-        /// See [`policy`].
-        policy: u8,
-        /// The run it replaces.
-        from: Option<Origin>,
-        /// How many records after this one are copied from `from`'s journal.
-        copies: u32,
-        /// The update of an update-with-start.
-        update: Option<Box<StartUpdate<S, B>>>,
-        /// The input.
-        input: B,
-        /// Rare fields.
-        meta: Option<Box<StartMeta<B>>>,
-    },
-    /// A step's final result.
-    Step {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The step's name.
-        name: S,
-        /// The attempt that produced the result, from 1.
-        attempt: u32,
-        /// How it ended.
-        status: Status,
-        /// Its result or error.
-        payload: B,
-    },
-    /// A failed attempt of a step that will be retried.
-    Attempt {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The step's name.
-        name: S,
-        /// The attempt that failed, from 1.
-        attempt: u32,
-        /// When the next attempt runs; [`PAUSED`]: after a `Resume`.
-        retry_at_ms: u64,
-        /// The error.
-        error: B,
-    },
-    /// A paused step may go on.
-    Resume {
-        /// The run.
-        run: RunId,
-        /// The paused step.
-        seq: Seq,
-    },
-    /// A durable sleep armed.
-    Timer {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The timer's name.
-        name: S,
-        /// When it fires.
-        fire_at_ms: u64,
-    },
-    /// A durable sleep fired.
-    Fired {
-        /// The run.
-        run: RunId,
-        /// The timer's operation.
-        seq: Seq,
-    },
-    /// A signal delivered to the run.
-    Signal {
-        /// The run.
-        run: RunId,
-        /// The signal's name.
-        name: S,
-        /// Dedup key; 0 = none.
-        dedup: u64,
-        /// The signal's payload.
-        payload: B,
-        /// Who sent it.
-        by: Option<B>,
-    },
-    /// The code began waiting for a signal.
-    Wait {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The signal name waited for.
-        name: S,
-        /// When the wait times out; 0 = never.
-        deadline_ms: u64,
-    },
-    /// A wait ended.
-    Waited {
-        /// The run.
-        run: RunId,
-        /// The wait's operation.
-        seq: Seq,
-        /// How.
-        outcome: WaitOutcome,
-    },
-    /// A recorded nondeterministic value.
-    Value {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// See [`value_kind`].
-        kind: u8,
-        /// The value.
-        value: B,
-    },
-    /// A child workflow started.
-    Child {
-        /// The run.
-        run: RunId,
-        /// The operation waiting for the child.
-        seq: Seq,
-        /// The child's workflow type.
-        wtype: S,
-        /// The child's workflow ID.
-        id: S,
-        /// The child's start policy (see [`policy`]).
-        flags: u8,
-        /// The child's deadline; 0 = none.
-        deadline_ms: u64,
-        /// The child's input.
-        input: B,
-    },
-    /// A child's result.
-    ChildDone {
-        /// The run.
-        run: RunId,
-        /// The operation that started the child.
-        seq: Seq,
-        /// How the child ended.
-        status: Status,
-        /// Its result.
-        payload: B,
-    },
-    /// A signal sent to another workflow ([`crate::shard::CANCEL_SIGNAL`]
-    /// cancels it).
-    Send {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The target workflow ID.
-        target: S,
-        /// The signal's name.
-        name: S,
-        /// The signal's payload.
-        payload: B,
-    },
-    /// Cancellation requested.
-    Cancel {
-        /// The run.
-        run: RunId,
-        /// Why.
-        reason: B,
-        /// Who asked.
-        by: Option<B>,
-    },
-    /// An update accepted.
-    Update {
-        /// The run.
-        run: RunId,
-        /// The update's ID.
-        id: S,
-        /// The handler's name.
-        name: S,
-        /// Its argument.
-        payload: B,
-        /// The workflow operation waiting for the result, if a workflow
-        /// called.
-        caller: Option<ParentRef>,
-    },
-    /// An update's handler returned.
-    UpdateDone {
-        /// The run.
-        run: RunId,
-        /// The update's ordinal (its position among the run's updates).
-        ordinal: u64,
-        /// How the handler ended.
-        status: Status,
-        /// Its result.
-        payload: B,
-    },
-    /// A long step's progress.
-    Heartbeat {
-        /// The run.
-        run: RunId,
-        /// The step.
-        seq: Seq,
-        /// The attempt.
-        attempt: u32,
-        /// Progress details.
-        payload: B,
-    },
-    /// A versioning marker.
-    Patch {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The patch ID.
-        id: S,
-    },
-    /// An async completion token handed out.
-    Awaiting {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The operation's name.
-        name: S,
-        /// The attempt the token belongs to, from 1.
-        attempt: u32,
-    },
-    /// An async completion token used.
-    Completed {
-        /// The run.
-        run: RunId,
-        /// The operation.
-        seq: Seq,
-        /// The attempt the token belonged to.
-        attempt: u32,
-        /// How the operation ended.
-        status: Status,
-        /// Its result.
-        payload: B,
-    },
-    /// Search attributes set.
-    Attributes {
-        /// The run.
-        run: RunId,
-        /// The attributes object.
-        payload: B,
-    },
-    /// A stream's chunk.
-    Chunk {
-        /// The run.
-        run: RunId,
-        /// The stream's operation.
-        seq: Seq,
-        /// The chunk.
-        payload: B,
-    },
-    /// A stream's end.
-    StreamEnd {
-        /// The run.
-        run: RunId,
-        /// The stream's operation.
-        seq: Seq,
-    },
-    /// The run ended. For a handover status the payload is the next run's
-    /// `Start`, canonically encoded.
-    Done {
-        /// The run.
-        run: RunId,
-        /// How it ended.
-        status: Status,
-        /// When.
-        finished_ms: u64,
-        /// Its result (or the next run's `Start`).
-        payload: B,
-        /// Who ended it from outside.
-        by: Option<B>,
-    },
+/// Generates [`Record`] from the table ([`kind::record_kinds!`]): each
+/// variant gets `run` first, then the table's fields, and a line naming its
+/// tag and wire types.
+macro_rules! record_enum {
+    ($(
+        $(#[$doc:meta])*
+        $kind:ident = $tag:literal ($konst:ident) {
+            $( $(#[$fdoc:meta])* $field:ident : $ty:ty [$($wire:tt)+] ),* $(,)?
+        }
+    )*) => {
+        /// One fact about one run, generic over its string type `S` and bytes
+        /// type `B`: [`RecordRef`] borrows, [`RecordBuf`] owns.
+        ///
+        /// Each variant's fields are in canonical order; its doc names its
+        /// tag and each field's wire type (see [`canonical`]).
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum Record<S, B> {
+            $(
+                $(#[$doc])*
+                ///
+                #[doc = concat!(
+                    "Tag ", stringify!($tag), " ([`kind::", stringify!($konst),
+                    "`]); body: `tag`, `run: run`", $(", `", stringify!($field), ": ", stringify!($($wire)+), "`",)* "."
+                )]
+                $kind {
+                    /// The run.
+                    run: RunId,
+                    $( $(#[$fdoc])* $field: $ty, )*
+                },
+            )*
+        }
+    };
 }
+kind::record_kinds!(record_enum);
 
 /// A record borrowing its strings and bytes (the hot encode path).
 pub type RecordRef<'a> = Record<&'a str, &'a [u8]>;

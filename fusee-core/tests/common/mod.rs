@@ -2,9 +2,10 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::convert::Infallible;
+
 use fusee_core::record::{
-    MAX_RUN, Name, Origin, PAUSED, ParentRef, Payload, Record, RecordBuf, StartMeta, StartUpdate,
-    Status, WaitOutcome, kind,
+    FieldSource, MAX_RUN, Name, PAUSED, Payload, Record, RecordBuf, Status, WaitOutcome,
 };
 
 /// `name` parsed from the environment, or `default`.
@@ -88,199 +89,60 @@ fn run(rng: &mut fastrand::Rng) -> u64 {
     }
 }
 
-fn status(rng: &mut fastrand::Rng) -> Status {
-    Status::ALL[rng.usize(0..Status::ALL.len())]
+/// Draws every field at random, in the order the record table asks for
+/// them: every `Option` arm, status and outcome possible.
+struct Random<'a> {
+    rng: &'a mut fastrand::Rng,
+    big: bool,
 }
 
-fn parent(rng: &mut fastrand::Rng) -> Option<ParentRef> {
-    rng.bool().then(|| ParentRef {
-        shard: u32x(rng),
-        run: run(rng),
-        seq: u32x(rng),
-    })
+impl FieldSource<Name, Payload> for Random<'_> {
+    type Error = Infallible;
+
+    fn u8(&mut self, _field: &'static str) -> Result<u8, Infallible> {
+        Ok(self.rng.u8(..))
+    }
+    fn v32(&mut self, _field: &'static str) -> Result<u32, Infallible> {
+        Ok(u32x(self.rng))
+    }
+    fn v64(&mut self, field: &'static str) -> Result<u64, Infallible> {
+        // A paused attempt half the time: the one reserved value.
+        if field == "retry_at_ms" && self.rng.bool() {
+            return Ok(PAUSED);
+        }
+        Ok(u64x(self.rng))
+    }
+    fn run(&mut self, _field: &'static str) -> Result<u64, Infallible> {
+        Ok(run(self.rng))
+    }
+    fn str(&mut self, _field: &'static str) -> Result<Name, Infallible> {
+        Ok(Name::from(string(self.rng)))
+    }
+    fn bytes(&mut self, _field: &'static str) -> Result<Payload, Infallible> {
+        Ok(Payload::from(bytes(self.rng, self.big)))
+    }
+    fn status(&mut self, _field: &'static str) -> Result<Status, Infallible> {
+        Ok(Status::ALL[self.rng.usize(0..Status::ALL.len())])
+    }
+    fn outcome(&mut self, _field: &'static str) -> Result<WaitOutcome, Infallible> {
+        Ok(match self.rng.u8(0..3) {
+            0 => WaitOutcome::Signal(u64x(self.rng)),
+            1 => WaitOutcome::TimedOut,
+            _ => WaitOutcome::Abandoned,
+        })
+    }
+    fn present(&mut self, _field: &'static str) -> Result<bool, Infallible> {
+        Ok(self.rng.bool())
+    }
 }
 
-/// A random record of kind `tag` (one of [`kind::ALL`]), every field
+/// A random record of kind `tag` (one of `kind::ALL`), every field
 /// random, every `Option` arm and status possible.
 pub fn record(rng: &mut fastrand::Rng, tag: u8, big: bool) -> RecordBuf {
-    let s = |rng: &mut fastrand::Rng| Name::from(string(rng));
-    let b = |rng: &mut fastrand::Rng| Payload::from(bytes(rng, big));
-    let ob = |rng: &mut fastrand::Rng| rng.bool().then(|| Payload::from(bytes(rng, big)));
-    let run = run(rng);
-    match tag {
-        kind::START => Record::Start {
-            run,
-            id: s(rng),
-            wtype: s(rng),
-            version: u32x(rng),
-            codec: rng.u8(..),
-            started_ms: u64x(rng),
-            deadline_ms: u64x(rng),
-            parent: parent(rng),
-            policy: rng.u8(..),
-            from: rng.bool().then(|| Origin {
-                run: self::run(rng),
-                cause: rng.u8(..),
-            }),
-            copies: u32x(rng),
-            update: rng.bool().then(|| {
-                Box::new(StartUpdate {
-                    id: s(rng),
-                    name: s(rng),
-                    payload: b(rng),
-                })
-            }),
-            input: b(rng),
-            meta: rng.bool().then(|| {
-                Box::new(StartMeta {
-                    attributes: b(rng),
-                    memo: b(rng),
-                })
-            }),
-        },
-        kind::STEP => Record::Step {
-            run,
-            seq: u32x(rng),
-            name: s(rng),
-            attempt: u32x(rng),
-            status: status(rng),
-            payload: b(rng),
-        },
-        kind::ATTEMPT => Record::Attempt {
-            run,
-            seq: u32x(rng),
-            name: s(rng),
-            attempt: u32x(rng),
-            retry_at_ms: if rng.bool() { PAUSED } else { u64x(rng) },
-            error: b(rng),
-        },
-        kind::RESUME => Record::Resume {
-            run,
-            seq: u32x(rng),
-        },
-        kind::TIMER => Record::Timer {
-            run,
-            seq: u32x(rng),
-            name: s(rng),
-            fire_at_ms: u64x(rng),
-        },
-        kind::FIRED => Record::Fired {
-            run,
-            seq: u32x(rng),
-        },
-        kind::SIGNAL => Record::Signal {
-            run,
-            name: s(rng),
-            dedup: u64x(rng),
-            payload: b(rng),
-            by: ob(rng),
-        },
-        kind::WAIT => Record::Wait {
-            run,
-            seq: u32x(rng),
-            name: s(rng),
-            deadline_ms: u64x(rng),
-        },
-        kind::WAITED => Record::Waited {
-            run,
-            seq: u32x(rng),
-            outcome: match rng.u8(0..3) {
-                0 => WaitOutcome::Signal(u64x(rng)),
-                1 => WaitOutcome::TimedOut,
-                _ => WaitOutcome::Abandoned,
-            },
-        },
-        kind::VALUE => Record::Value {
-            run,
-            seq: u32x(rng),
-            kind: rng.u8(..),
-            value: b(rng),
-        },
-        kind::CHILD => Record::Child {
-            run,
-            seq: u32x(rng),
-            wtype: s(rng),
-            id: s(rng),
-            flags: rng.u8(..),
-            deadline_ms: u64x(rng),
-            input: b(rng),
-        },
-        kind::CHILD_DONE => Record::ChildDone {
-            run,
-            seq: u32x(rng),
-            status: status(rng),
-            payload: b(rng),
-        },
-        kind::SEND => Record::Send {
-            run,
-            seq: u32x(rng),
-            target: s(rng),
-            name: s(rng),
-            payload: b(rng),
-        },
-        kind::CANCEL => Record::Cancel {
-            run,
-            reason: b(rng),
-            by: ob(rng),
-        },
-        kind::UPDATE => Record::Update {
-            run,
-            id: s(rng),
-            name: s(rng),
-            payload: b(rng),
-            caller: parent(rng),
-        },
-        kind::UPDATE_DONE => Record::UpdateDone {
-            run,
-            ordinal: u64x(rng),
-            status: status(rng),
-            payload: b(rng),
-        },
-        kind::HEARTBEAT => Record::Heartbeat {
-            run,
-            seq: u32x(rng),
-            attempt: u32x(rng),
-            payload: b(rng),
-        },
-        kind::PATCH => Record::Patch {
-            run,
-            seq: u32x(rng),
-            id: s(rng),
-        },
-        kind::AWAITING => Record::Awaiting {
-            run,
-            seq: u32x(rng),
-            name: s(rng),
-            attempt: u32x(rng),
-        },
-        kind::COMPLETED => Record::Completed {
-            run,
-            seq: u32x(rng),
-            attempt: u32x(rng),
-            status: status(rng),
-            payload: b(rng),
-        },
-        kind::ATTRIBUTES => Record::Attributes {
-            run,
-            payload: b(rng),
-        },
-        kind::CHUNK => Record::Chunk {
-            run,
-            seq: u32x(rng),
-            payload: b(rng),
-        },
-        kind::STREAM_END => Record::StreamEnd {
-            run,
-            seq: u32x(rng),
-        },
-        kind::DONE => Record::Done {
-            run,
-            status: status(rng),
-            finished_ms: u64x(rng),
-            payload: b(rng),
-            by: ob(rng),
-        },
-        other => panic!("no record kind {other}"),
+    match Record::read_fields(tag, &mut Random { rng, big }) {
+        Ok(Some(rec)) => rec,
+        Ok(None) => panic!("no record kind {tag}"),
+        Err(never) => match never {},
     }
 }
 

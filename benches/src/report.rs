@@ -29,6 +29,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::engine::peers::report::PeersReport;
 use crate::engine::report::EngineReport;
 use crate::error::{BenchError, Result};
 use crate::machine::Machine;
@@ -78,6 +79,8 @@ pub struct Report {
     pub seconds: f64,
     /// The engine section, when the engine workloads ran.
     pub engine: Option<EngineReport>,
+    /// The engine peers' section (`--peers`).
+    pub peers: Option<PeersReport>,
 }
 
 impl Report {
@@ -183,14 +186,6 @@ impl Report {
             }
             rows.push(row);
         }
-        let widths: Vec<usize> = (0..rows[0].len())
-            .map(|c| {
-                rows.iter()
-                    .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
         let mut out = String::new();
         let _ = writeln!(out, "Fusee backend comparison, {}", self.date);
         let _ = writeln!(out, "command: {}", self.command);
@@ -205,30 +200,12 @@ impl Report {
             // `--engine-only`: no storage table of empty columns.
             let _ = writeln!(
                 out,
-                "\nstorage section not run (--engine-only)\nrun took {:.1} s",
+                "\nstorage section not run (--engine-only or --peers)\nrun took {:.1} s",
                 self.seconds
             );
         } else {
             let _ = writeln!(out);
-            for (i, row) in rows.iter().enumerate() {
-                let line: Vec<String> = row
-                    .iter()
-                    .zip(&widths)
-                    .enumerate()
-                    .map(|(c, (s, w))| {
-                        if c < 2 {
-                            format!("{s:<w$}")
-                        } else {
-                            format!("{s:>w$}")
-                        }
-                    })
-                    .collect();
-                let _ = writeln!(out, "{}", line.join("  ").trim_end());
-                if i == 0 {
-                    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-                    let _ = writeln!(out, "{}", "-".repeat(total));
-                }
-            }
+            out.push_str(&aligned(&rows));
             let _ = writeln!(
                 out,
                 "\nwhere the group-commit time goes (µs per batch; × = to the floor's):"
@@ -257,6 +234,9 @@ impl Report {
         }
         if let Some(e) = &self.engine {
             out.push_str(&e.text());
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&p.text());
         }
         out
     }
@@ -343,12 +323,18 @@ impl Report {
         }
         if self.subjects.is_empty() {
             // `--engine-only`: no storage table of empty columns.
-            let _ = writeln!(out, "\nThe storage section was not run (`--engine-only`).");
+            let _ = writeln!(
+                out,
+                "\nThe storage section was not run (`--engine-only` or `--peers`)."
+            );
         } else {
             self.storage_markdown(&mut out);
         }
         if let Some(e) = &self.engine {
             out.push_str(&e.markdown());
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&p.markdown());
         }
         out
     }
@@ -578,6 +564,41 @@ impl Report {
     }
 }
 
+/// `rows` as an aligned text table: the first two columns (metric, unit)
+/// left-aligned, the others right-aligned, a rule under the header row.
+pub fn aligned(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (s, w))| {
+                if c < 2 {
+                    format!("{s:<w$}")
+                } else {
+                    format!("{s:>w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        if i == 0 {
+            let total = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+            let _ = writeln!(out, "{}", "-".repeat(total));
+        }
+    }
+    out
+}
+
 /// `v` with three significant digits (values above 100 as whole numbers).
 pub fn sig3(v: f64) -> String {
     if !v.is_finite() {
@@ -784,6 +805,7 @@ mod tests {
             table_bytes_per_run: 40.0,
             seconds: 1.0,
             engine: None,
+            peers: None,
         }
     }
 

@@ -254,11 +254,28 @@ impl Server {
                 sh.push_str(" >>'");
                 sh.push_str(&dir.join("server.log").display().to_string());
                 sh.push_str("' 2>&1");
-                let child = Command::new("unshare")
+                let mut child = Command::new("unshare")
                     .args(["--net", "--", "sh", "-c", &sh])
                     .stdin(Stdio::null())
                     .spawn()
                     .map_err(|e| format!("starting the Restate server: {e}"))?;
+                // The program joins the server's namespace by its pid: only
+                // once the pid runs the server is that namespace the new one
+                // with its loopback up (a program that joined earlier sat in
+                // the machine's namespace, its calls refused for 90 s).
+                let exe = PathBuf::from(format!("/proc/{}/exe", child.id()));
+                let deadline = Instant::now() + START_PATIENCE;
+                while !std::fs::read_link(&exe)
+                    .is_ok_and(|p| p.file_name().is_some_and(|n| n == "restate-server"))
+                {
+                    if let Some(status) = child.try_wait()? {
+                        return Err(format!("the Restate server exited ({status}) at start").into());
+                    }
+                    if Instant::now() > deadline {
+                        return Err("the Restate server never started".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 server.child = Some(child);
                 for (k, v) in [
                     ("FUSEE_PEER_RESTATE_ADMIN", "http://127.0.0.1:19070"),

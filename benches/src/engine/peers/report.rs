@@ -119,7 +119,9 @@ impl PeersReport {
         };
         let mut cell = sig3(v);
         let mut ratios = Vec::new();
+        // The floor is a reference, not a contender: no ratio to Fusee.
         if s.name != FUSEE
+            && s.name != "floor"
             && let Some(r) = self.value(FUSEE, m).and_then(|f| m.cost_ratio(v, f))
         {
             ratios.push(format!("×{} fusee", sig3(r)));

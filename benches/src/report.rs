@@ -172,6 +172,14 @@ impl Report {
         self.table_bytes_per_run / fusee_storage::INDEX_RECORD as f64
     }
 
+    /// What was run: the peers' plan under `--peers`, else the plan's.
+    fn workload(&self) -> String {
+        match &self.peers {
+            Some(p) => p.plan.describe(),
+            None => self.plan.describe(),
+        }
+    }
+
     /// The results as an aligned text table, with the run's description
     /// above it.
     pub fn text(&self) -> String {
@@ -189,7 +197,7 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(out, "Fusee backend comparison, {}", self.date);
         let _ = writeln!(out, "command: {}", self.command);
-        let _ = writeln!(out, "workload: {}", self.plan.describe());
+        let _ = writeln!(out, "workload: {}", self.workload());
         for (k, v) in self.machine.fields() {
             let _ = writeln!(out, "{k}: {v}");
         }
@@ -312,7 +320,7 @@ impl Report {
             out,
             "- workload: {}; log records {:.0} bytes on average, run-store frames {:.0} bytes \
              (whole journals: Start, 10 Steps, Done)",
-            self.plan.describe(),
+            self.workload(),
             self.record_bytes,
             self.frame_bytes
         );
@@ -464,29 +472,40 @@ impl Report {
                 }
             })
             .collect();
+        let groups = |chart: Vec<crate::engine::report::ChartGroup>| -> Vec<Group> {
+            chart
+                .into_iter()
+                .map(|(label, bars)| Group {
+                    label,
+                    bars: bars
+                        .into_iter()
+                        .map(|(name, ratio, value)| Bar {
+                            name: name.to_string(),
+                            ratio,
+                            value,
+                        })
+                        .collect(),
+                })
+                .collect()
+        };
         let engine: Vec<Group> = self
             .engine
             .as_ref()
-            .map(|e| {
-                e.chart_groups()
-                    .into_iter()
-                    .map(|(label, bars)| Group {
-                        label,
-                        bars: bars
-                            .into_iter()
-                            .map(|(name, ratio, value)| Bar {
-                                name: name.to_string(),
-                                ratio,
-                                value,
-                            })
-                            .collect(),
-                    })
-                    .collect()
-            })
+            .map(|e| groups(e.chart_groups()))
             .unwrap_or_default();
-        // One colour per subject name, the same in both panels.
+        let peers: Vec<Group> = self
+            .peers
+            .as_ref()
+            .map(|p| groups(p.chart_groups()))
+            .unwrap_or_default();
+        // One colour per subject name, the same in every panel.
         let mut names: Vec<String> = Vec::new();
-        for b in storage.iter().chain(&engine).flat_map(|g| &g.bars) {
+        for b in storage
+            .iter()
+            .chain(&engine)
+            .chain(&peers)
+            .flat_map(|g| &g.bars)
+        {
             if !names.contains(&b.name) {
                 names.push(b.name.clone());
             }
@@ -511,6 +530,15 @@ impl Report {
                 y,
                 "Engine: cost relative to the floor (chain), the ideal (timers) or the best durable backend",
                 &engine,
+                &names,
+            );
+        }
+        if !peers.is_empty() {
+            y = panel(
+                &mut body,
+                y,
+                "Engine peers: cost relative to Fusee on the file backend (1×)",
+                &peers,
                 &names,
             );
         }

@@ -232,6 +232,26 @@ impl PeersPlan {
         }
     }
 
+    /// One line naming the rounds and Fusee's counts (each peer's are in
+    /// its row of the report).
+    pub fn describe(&self) -> String {
+        let f = self.fusee;
+        format!(
+            "engine peers: chain of {} steps x {} rounds, fanout of {} workflows x {FANOUT_STEPS} \
+             steps x {} rounds, {} timers of {} s, recovery after SIGKILL mid-fanout of {} \
+             workflows (Fusee's counts; the peers' fewer, per peer in the report); flush calls \
+             counted on a chain of {} steps",
+            f.chain_steps,
+            self.chain_rounds,
+            f.fanout_runs,
+            self.fanout_rounds,
+            f.timers,
+            TIMER_SLEEP.as_secs_f64(),
+            f.fanout_runs,
+            self.fsync_steps
+        )
+    }
+
     /// `subject`'s counts (the floor's are Fusee's chain).
     pub fn counts(&self, subject: PeersSubject) -> Counts {
         match subject {
@@ -279,6 +299,9 @@ struct Books {
     beside: Latencies,
     fanout_steps: u64,
     fanout_time: Duration,
+    /// This process's CPU time during Fusee's fanouts (a peer's runs in
+    /// processes of its own: not measured).
+    fanout_cpu: Duration,
     result: SubjectFigures,
 }
 
@@ -374,6 +397,7 @@ pub fn measure_peers(
                 beside: Latencies::default(),
                 fanout_steps: 0,
                 fanout_time: Duration::ZERO,
+                fanout_cpu: Duration::ZERO,
                 result,
             })
         })
@@ -490,6 +514,12 @@ pub fn measure_peers(
             b.result.figures.set(
                 EngineMetric::FanoutRate,
                 b.fanout_steps as f64 / b.fanout_time.as_secs_f64().max(1e-9),
+            );
+        }
+        if b.fanout_cpu > Duration::ZERO && b.fanout_steps > 0 {
+            b.result.figures.set(
+                EngineMetric::FanoutCpu,
+                b.fanout_cpu.as_secs_f64() * 1e6 / b.fanout_steps as f64,
             );
         }
         if b.subject == PeersSubject::Floor {
@@ -694,7 +724,7 @@ fn fanout_turn(run: &Run<'_>, b: &mut Books, round: u32) -> Result<()> {
     let subject = b.subject;
     let runs = run.plan.counts(subject).fanout_runs;
     let prefix = format!("fan-{}-{round}", run.nonce);
-    let elapsed = match subject {
+    let (elapsed, cpu) = match subject {
         PeersSubject::Floor => return Ok(()),
         PeersSubject::FuseeFile | PeersSubject::FuseePostgres => {
             let config = fusee_config(run, subject, &b.dir, &format!("fanout{round}"));
@@ -704,8 +734,9 @@ fn fanout_turn(run: &Run<'_>, b: &mut Books, round: u32) -> Result<()> {
                     workload::register(&engine, &Stamps::default());
                     let r = workload::fanout(&engine, &prefix, runs, FANOUT_STEPS).await?;
                     engine.close().await?;
-                    WorkResult::Ok(r.elapsed)
+                    WorkResult::Ok(r)
                 })
+                .map(|r| (r.elapsed, r.cpu))
                 .map_err(|e| measure_err(subject, "peers fanout", e))?
         }
         PeersSubject::Peer(_) => {
@@ -718,11 +749,15 @@ fn fanout_turn(run: &Run<'_>, b: &mut Books, round: u32) -> Result<()> {
                 Ok(protocol::fanout_elapsed(&p.result()?, runs, FANOUT_STEPS)?)
             })();
             server.stop();
-            r.map_err(|e| measure_err(subject, "peers fanout", e))?
+            (
+                r.map_err(|e| measure_err(subject, "peers fanout", e))?,
+                Duration::ZERO,
+            )
         }
     };
     b.fanout_steps += u64::from(runs) * u64::from(FANOUT_STEPS);
     b.fanout_time += elapsed;
+    b.fanout_cpu += cpu;
     Ok(())
 }
 

@@ -8,17 +8,20 @@
 use std::fmt::Write as _;
 
 use super::{Counts, PeersPlan};
+use crate::engine::report::ChartGroup;
 use crate::engine::{EngineFigures, EngineMetric};
 use crate::report::{aligned, sig3};
 
 /// The figures of the peers' comparison, in table order: the engine
 /// section's metrics (labels, units, directions, ratios).
-pub const METRICS: [EngineMetric; 7] = [
+pub const METRICS: [EngineMetric; 8] = [
     EngineMetric::ChainP50,
     EngineMetric::ChainP99,
     EngineMetric::ChainFloorP50,
     EngineMetric::ChainFloorP99,
     EngineMetric::FanoutRate,
+    // Fusee's only: a peer's work runs in processes of its own.
+    EngineMetric::FanoutCpu,
     EngineMetric::TimersDone,
     EngineMetric::Recovery,
 ];
@@ -203,6 +206,35 @@ impl PeersReport {
             20.0,
         );
         goals
+    }
+
+    /// The chart's groups: per figure, each subject but the floor with its
+    /// cost ratio to fusee-file (1 for fusee-file itself).
+    pub fn chart_groups(&self) -> Vec<ChartGroup> {
+        [
+            EngineMetric::ChainP50,
+            EngineMetric::ChainP99,
+            EngineMetric::FanoutRate,
+            EngineMetric::TimersDone,
+            EngineMetric::Recovery,
+        ]
+        .into_iter()
+        .map(|m| {
+            let fusee = self.value(FUSEE, m);
+            let bars = self
+                .subjects
+                .iter()
+                .filter(|s| s.name != "floor")
+                .map(|s| {
+                    let v = s.figures.get(m);
+                    let ratio = v.zip(fusee).and_then(|(v, f)| m.cost_ratio(v, f));
+                    let value = v.map_or_else(String::new, |v| format!("{} {}", sig3(v), m.unit()));
+                    (s.name, ratio, value)
+                })
+                .collect();
+            (m.label().to_string(), bars)
+        })
+        .collect()
     }
 
     fn counts_text(&self, s: &SubjectFigures) -> String {
@@ -391,6 +423,13 @@ mod tests {
         let text = r.text();
         assert!(text.contains("restate"), "{text}");
         assert!(r.markdown().contains("| chain: step p50 | µs |"));
+        let chart = r.chart_groups();
+        let fanout = chart.iter().find(|(l, _)| l == "fanout: steps/s");
+        let temporal = fanout.and_then(|(_, bars)| bars.iter().find(|b| b.0 == "temporal"));
+        assert_eq!(
+            temporal.and_then(|b| b.1).map(|x| x.round()),
+            Some(16_667.0)
+        );
     }
 
     #[test]

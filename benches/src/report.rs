@@ -316,14 +316,19 @@ impl Report {
         let _ = writeln!(out, "# Fusee backend comparison\n");
         let _ = writeln!(out, "- date: {}", self.date);
         let _ = writeln!(out, "- command: `{}`", self.command);
-        let _ = writeln!(
-            out,
-            "- workload: {}; log records {:.0} bytes on average, run-store frames {:.0} bytes \
-             (whole journals: Start, 10 Steps, Done)",
-            self.workload(),
-            self.record_bytes,
-            self.frame_bytes
-        );
+        if self.peers.is_some() {
+            // No records or frames of the storage section were written.
+            let _ = writeln!(out, "- workload: {}", self.workload());
+        } else {
+            let _ = writeln!(
+                out,
+                "- workload: {}; log records {:.0} bytes on average, run-store frames {:.0} bytes \
+                 (whole journals: Start, 10 Steps, Done)",
+                self.workload(),
+                self.record_bytes,
+                self.frame_bytes
+            );
+        }
         let _ = writeln!(out, "- run took {:.1} s\n", self.seconds);
         let _ = writeln!(out, "## Machine\n\n| | |\n|---|---|");
         for (k, v) in self.machine.fields() {

@@ -125,8 +125,8 @@ impl PeerKind {
                  a step's output committed before the workflow goes on"
             }
             PeerKind::DbosPostgres => {
-                "PostgreSQL as the run's server is set (its settings checked below); a step's \
-                 output committed before the workflow goes on"
+                "PostgreSQL as the run's server is set (its settings, read from it, beside the \
+                 version); a step's output committed before the workflow goes on"
             }
         }
     }

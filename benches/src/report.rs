@@ -24,7 +24,10 @@
 //! ratio to the index record in `ratio_to_floor`. The engine section's rows
 //! follow, with the same columns and keys starting `engine_`
 //! ([`crate::engine::EngineMetric::key`]; ratios as in
-//! [`crate::engine::report`]).
+//! [`crate::engine::report`]). Under `--peers`, the peers' rows instead:
+//! keys `peers_` and the engine's key, or `peers_flush_calls_per_step`;
+//! `ratio_to_best_backend` holds the ratio to Fusee on the file backend
+//! ([`crate::engine::peers::report`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -296,16 +299,22 @@ impl Report {
             }
         }
         let m = Metric::TableBytes;
-        let _ = writeln!(
-            out,
-            "{},{},core,core,{:.6},{:.6},",
-            m.key(),
-            m.unit(),
-            self.table_bytes_per_run,
-            self.table_ratio()
-        );
+        // Under `--peers` the core's table was not measured.
+        if self.peers.is_none() {
+            let _ = writeln!(
+                out,
+                "{},{},core,core,{:.6},{:.6},",
+                m.key(),
+                m.unit(),
+                self.table_bytes_per_run,
+                self.table_ratio()
+            );
+        }
         if let Some(e) = &self.engine {
             out.push_str(&e.csv_rows());
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&p.csv_rows());
         }
         out
     }

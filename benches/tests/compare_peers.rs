@@ -126,4 +126,10 @@ fn peers_not_installed_are_reported_and_fusee_is_measured() {
     let md = std::fs::read_to_string(out.join("compare.md")).expect("compare.md");
     assert!(md.contains("## Engine peers"), "{md}");
     assert!(md.contains("### Goals (issue 34)"), "{md}");
+    // The CSV (what `fusee compare --json` reads) has the peers' rows.
+    let csv = std::fs::read_to_string(out.join("compare.csv")).expect("compare.csv");
+    assert!(
+        csv.contains("peers_engine_fanout_steps_per_s,steps/s,fusee-file,backend,"),
+        "{csv}"
+    );
 }

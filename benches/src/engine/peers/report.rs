@@ -114,20 +114,12 @@ impl PeersReport {
         self.subject(name)?.figures.get(m)
     }
 
-    /// `s`'s cell for `m`: the value, its ratio to Fusee on file and to
-    /// the floor.
-    fn cell(&self, s: &SubjectFigures, m: EngineMetric) -> String {
-        let Some(v) = s.figures.get(m) else {
-            return "-".into();
-        };
-        let mut cell = sig3(v);
-        let mut ratios = Vec::new();
-        // The floor is a reference, not a contender: no ratio to Fusee.
-        if s.name != FUSEE
-            && s.name != "floor"
-            && let Some(r) = self.value(FUSEE, m).and_then(|f| m.cost_ratio(v, f))
-        {
-            ratios.push(format!("×{} fusee", sig3(r)));
+    /// `s`'s cost ratios for its value `v` of `m`: to the floor (the chain:
+    /// the floor beside its turns; timers: the sleep) and to fusee-file
+    /// (none for fusee-file itself, nor for the floor, a reference).
+    fn ratios(&self, s: &SubjectFigures, m: EngineMetric, v: f64) -> (Option<f64>, Option<f64>) {
+        if s.name == "floor" {
+            return (None, None);
         }
         let floor = match m {
             EngineMetric::ChainP50 => s.figures.get(EngineMetric::ChainFloorP50),
@@ -135,9 +127,26 @@ impl PeersReport {
             EngineMetric::TimersDone => self.value("floor", m),
             _ => None,
         };
-        if s.name != "floor"
-            && let Some(r) = floor.and_then(|f| m.cost_ratio(v, f))
-        {
+        let fusee = (s.name != FUSEE)
+            .then(|| self.value(FUSEE, m))
+            .flatten()
+            .and_then(|f| m.cost_ratio(v, f));
+        (floor.and_then(|f| m.cost_ratio(v, f)), fusee)
+    }
+
+    /// `s`'s cell for `m`: the value, its ratio to Fusee on file and to
+    /// the floor.
+    fn cell(&self, s: &SubjectFigures, m: EngineMetric) -> String {
+        let Some(v) = s.figures.get(m) else {
+            return "-".into();
+        };
+        let mut cell = sig3(v);
+        let (floor, fusee) = self.ratios(s, m, v);
+        let mut ratios = Vec::new();
+        if let Some(r) = fusee {
+            ratios.push(format!("×{} fusee", sig3(r)));
+        }
+        if let Some(r) = floor {
             ratios.push(format!("×{} floor", sig3(r)));
         }
         if !ratios.is_empty() {
@@ -206,6 +215,49 @@ impl PeersReport {
             20.0,
         );
         goals
+    }
+
+    /// The CSV rows (columns in [`crate::report`]): per figure, the value,
+    /// its ratio to the floor and (in the last column) to fusee-file; then
+    /// each subject's counted flush calls per step.
+    pub fn csv_rows(&self) -> String {
+        let mut out = String::new();
+        let opt = |r: Option<f64>| r.map_or(String::new(), |r| format!("{r:.6}"));
+        let role = |name: &str| match name {
+            "floor" => "floor",
+            n if n.starts_with("fusee-") => "backend",
+            _ => "peer",
+        };
+        for m in METRICS {
+            for s in &self.subjects {
+                let Some(v) = s.figures.get(m) else { continue };
+                let (floor, fusee) = self.ratios(s, m, v);
+                let _ = writeln!(
+                    out,
+                    "peers_{},{},{},{},{v:.6},{},{}",
+                    m.key(),
+                    m.unit(),
+                    s.name,
+                    role(s.name),
+                    opt(floor),
+                    opt(fusee)
+                );
+            }
+        }
+        for s in &self.subjects {
+            let Some((steps, calls)) = &s.fsyncs else {
+                continue;
+            };
+            let total: u64 = calls.iter().map(|(_, n)| n).sum();
+            let _ = writeln!(
+                out,
+                "peers_flush_calls_per_step,calls,{},{},{:.6},,",
+                s.name,
+                role(s.name),
+                total as f64 / f64::from((*steps).max(1))
+            );
+        }
+        out
     }
 
     /// The chart's groups: per figure, each subject but the floor with its
@@ -423,6 +475,17 @@ mod tests {
         let text = r.text();
         assert!(text.contains("restate"), "{text}");
         assert!(r.markdown().contains("| chain: step p50 | µs |"));
+        let csv = r.csv_rows();
+        assert!(
+            csv.contains(
+                "peers_engine_chain_step_p50_us,µs,restate,peer,2000.000000,20.000000,13.333333"
+            ),
+            "{csv}"
+        );
+        assert!(
+            csv.contains("peers_flush_calls_per_step,calls,restate,peer,3.000000,,"),
+            "{csv}"
+        );
         let chart = r.chart_groups();
         let fanout = chart.iter().find(|(l, _)| l == "fanout: steps/s");
         let temporal = fanout.and_then(|(_, bars)| bars.iter().find(|b| b.0 == "temporal"));

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::backend::backends;
 use crate::engine::EngineSubject;
 use crate::engine::measure::measure_engines;
+use crate::engine::peers::{PeerKind, PeersPlan, measure_peers};
 use crate::engine::report::{EngineReport, EngineResult};
 use crate::error::{BenchError, Result};
 use crate::floor::Floor;
@@ -28,6 +29,7 @@ SQLite and a peer engine (duroxide)
 usage: fusee-compare [--quick] [--backends a,b,...] [--dir PATH] [--out DIR]
                      [--records N] [--samples N] [--frames N] [--parked N] [--seed N]
                      [--steps N] [--runs N] [--timers N] [--no-engine | --engine-only] [--quiet]
+       fusee-compare --peers temporal,restate,dbos-sqlite,dbos-postgres [--quick] [--dir PATH] [--out DIR]
 
   --quick        the quick plan (under two minutes); default: the full plan
   --backends L   subjects to measure, comma-separated, from: memory, file, redb, rocksdb
@@ -49,6 +51,12 @@ usage: fusee-compare [--quick] [--backends a,b,...] [--dir PATH] [--out DIR]
   --no-engine    the storage measurements only
   --engine-only  the engine workloads only
   --quiet        no progress on stderr
+  --peers L      instead of the sections above: the engines users would pick instead, from
+                 temporal, restate, dbos-sqlite, dbos-postgres (installed by scripts/peers.sh
+                 under target/peers/), each server on 127.0.0.1, taking turns with Fusee on file
+                 (and on PostgreSQL beside DBOS on it, the server of FUSEE_PG_SINGLE_URL or
+                 FUSEE_PG_URL: `source scripts/postgres.sh`); fewer workflows for the slow peers
+                 (the report says which counts each ran); their flush calls counted with strace
 ";
 
 /// What the command line asked for.
@@ -68,6 +76,8 @@ pub struct Options {
     pub engine_only: bool,
     /// `--help` was given: print [`USAGE`] and stop.
     pub help: bool,
+    /// `--peers`: the engine peers to measure instead of the other sections.
+    pub peers: Option<Vec<PeerKind>>,
     /// The command line as typed, for the report.
     pub command: String,
 }
@@ -99,6 +109,7 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
     let mut help = false;
     let (mut no_engine, mut engine_only) = (false, false);
     let (mut steps, mut runs, mut timers) = (None, None, None);
+    let mut peers = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -110,6 +121,12 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
             "--runs" => runs = Some(number(&a, it.next())?),
             "--timers" => timers = Some(number(&a, it.next())?),
             "--help" | "-h" => help = true,
+            "--peers" => {
+                let list = it
+                    .next()
+                    .ok_or_else(|| BenchError::Usage("--peers needs a list".into()))?;
+                peers = Some(PeerKind::parse_list(&list).map_err(BenchError::Usage)?);
+            }
             "--backends" => {
                 let list = it
                     .next()
@@ -191,6 +208,7 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
         quiet,
         engine_only,
         help,
+        peers,
         command,
     })
 }
@@ -295,6 +313,25 @@ pub fn run(opts: &Options) -> Result<Report> {
         fresh_dir(&dir)?;
         dirs.push(dir);
     }
+    if let Some(peers) = &opts.peers {
+        let plan = PeersPlan::new(opts.plan.quick);
+        let dir = scratch.0.join("peers");
+        fresh_dir(&dir)?;
+        let report = measure_peers(peers, &plan, &dir, &progress)?;
+        return Ok(Report {
+            date,
+            command: opts.command.clone(),
+            machine,
+            plan: opts.plan.clone(),
+            record_bytes: LogRecords::new().mean_len(),
+            frame_bytes: 0.0,
+            subjects: Vec::new(),
+            table_bytes_per_run: 0.0,
+            seconds: started.elapsed().as_secs_f64(),
+            engine: None,
+            peers: Some(report),
+        });
+    }
     let refs: Vec<&dyn Subject> = subjects.iter().map(|s| s.as_ref()).collect();
     let figures = if opts.engine_only {
         Vec::new()
@@ -351,6 +388,7 @@ pub fn run(opts: &Options) -> Result<Report> {
         table_bytes_per_run: table,
         seconds: started.elapsed().as_secs_f64(),
         engine,
+        peers: None,
     })
 }
 
@@ -378,6 +416,13 @@ mod tests {
         );
         assert!(parse_args("x", args("--records")).is_err());
         assert!(parse_args("x", args("--bogus")).is_err());
+        let p = parse_args("x", args("--peers temporal,dbos-sqlite --quick"))?;
+        assert_eq!(
+            p.peers,
+            Some(vec![PeerKind::Temporal, PeerKind::DbosSqlite])
+        );
+        assert!(parse_args("x", args("--peers nope")).is_err());
+        assert!(parse_args("x", args("--peers")).is_err());
         Ok(())
     }
 

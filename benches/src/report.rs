@@ -24,11 +24,15 @@
 //! ratio to the index record in `ratio_to_floor`. The engine section's rows
 //! follow, with the same columns and keys starting `engine_`
 //! ([`crate::engine::EngineMetric::key`]; ratios as in
-//! [`crate::engine::report`]).
+//! [`crate::engine::report`]). Under `--peers`, the peers' rows instead:
+//! keys `peers_` and the engine's key, or `peers_flush_calls_per_step`;
+//! `ratio_to_best_backend` holds the ratio to Fusee on the file backend
+//! ([`crate::engine::peers::report`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::engine::peers::report::PeersReport;
 use crate::engine::report::EngineReport;
 use crate::error::{BenchError, Result};
 use crate::machine::Machine;
@@ -78,6 +82,8 @@ pub struct Report {
     pub seconds: f64,
     /// The engine section, when the engine workloads ran.
     pub engine: Option<EngineReport>,
+    /// The engine peers' section (`--peers`).
+    pub peers: Option<PeersReport>,
 }
 
 impl Report {
@@ -169,6 +175,14 @@ impl Report {
         self.table_bytes_per_run / fusee_storage::INDEX_RECORD as f64
     }
 
+    /// What was run: the peers' plan under `--peers`, else the plan's.
+    fn workload(&self) -> String {
+        match &self.peers {
+            Some(p) => p.plan.describe(),
+            None => self.plan.describe(),
+        }
+    }
+
     /// The results as an aligned text table, with the run's description
     /// above it.
     pub fn text(&self) -> String {
@@ -183,18 +197,10 @@ impl Report {
             }
             rows.push(row);
         }
-        let widths: Vec<usize> = (0..rows[0].len())
-            .map(|c| {
-                rows.iter()
-                    .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
         let mut out = String::new();
         let _ = writeln!(out, "Fusee backend comparison, {}", self.date);
         let _ = writeln!(out, "command: {}", self.command);
-        let _ = writeln!(out, "workload: {}", self.plan.describe());
+        let _ = writeln!(out, "workload: {}", self.workload());
         for (k, v) in self.machine.fields() {
             let _ = writeln!(out, "{k}: {v}");
         }
@@ -205,30 +211,12 @@ impl Report {
             // `--engine-only`: no storage table of empty columns.
             let _ = writeln!(
                 out,
-                "\nstorage section not run (--engine-only)\nrun took {:.1} s",
+                "\nstorage section not run (--engine-only or --peers)\nrun took {:.1} s",
                 self.seconds
             );
         } else {
             let _ = writeln!(out);
-            for (i, row) in rows.iter().enumerate() {
-                let line: Vec<String> = row
-                    .iter()
-                    .zip(&widths)
-                    .enumerate()
-                    .map(|(c, (s, w))| {
-                        if c < 2 {
-                            format!("{s:<w$}")
-                        } else {
-                            format!("{s:>w$}")
-                        }
-                    })
-                    .collect();
-                let _ = writeln!(out, "{}", line.join("  ").trim_end());
-                if i == 0 {
-                    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-                    let _ = writeln!(out, "{}", "-".repeat(total));
-                }
-            }
+            out.push_str(&aligned(&rows));
             let _ = writeln!(
                 out,
                 "\nwhere the group-commit time goes (µs per batch; × = to the floor's):"
@@ -257,6 +245,9 @@ impl Report {
         }
         if let Some(e) = &self.engine {
             out.push_str(&e.text());
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&p.text());
         }
         out
     }
@@ -308,16 +299,22 @@ impl Report {
             }
         }
         let m = Metric::TableBytes;
-        let _ = writeln!(
-            out,
-            "{},{},core,core,{:.6},{:.6},",
-            m.key(),
-            m.unit(),
-            self.table_bytes_per_run,
-            self.table_ratio()
-        );
+        // Under `--peers` the core's table was not measured.
+        if self.peers.is_none() {
+            let _ = writeln!(
+                out,
+                "{},{},core,core,{:.6},{:.6},",
+                m.key(),
+                m.unit(),
+                self.table_bytes_per_run,
+                self.table_ratio()
+            );
+        }
         if let Some(e) = &self.engine {
             out.push_str(&e.csv_rows());
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&p.csv_rows());
         }
         out
     }
@@ -328,14 +325,19 @@ impl Report {
         let _ = writeln!(out, "# Fusee backend comparison\n");
         let _ = writeln!(out, "- date: {}", self.date);
         let _ = writeln!(out, "- command: `{}`", self.command);
-        let _ = writeln!(
-            out,
-            "- workload: {}; log records {:.0} bytes on average, run-store frames {:.0} bytes \
-             (whole journals: Start, 10 Steps, Done)",
-            self.plan.describe(),
-            self.record_bytes,
-            self.frame_bytes
-        );
+        if self.peers.is_some() {
+            // No records or frames of the storage section were written.
+            let _ = writeln!(out, "- workload: {}", self.workload());
+        } else {
+            let _ = writeln!(
+                out,
+                "- workload: {}; log records {:.0} bytes on average, run-store frames {:.0} bytes \
+                 (whole journals: Start, 10 Steps, Done)",
+                self.workload(),
+                self.record_bytes,
+                self.frame_bytes
+            );
+        }
         let _ = writeln!(out, "- run took {:.1} s\n", self.seconds);
         let _ = writeln!(out, "## Machine\n\n| | |\n|---|---|");
         for (k, v) in self.machine.fields() {
@@ -343,12 +345,18 @@ impl Report {
         }
         if self.subjects.is_empty() {
             // `--engine-only`: no storage table of empty columns.
-            let _ = writeln!(out, "\nThe storage section was not run (`--engine-only`).");
+            let _ = writeln!(
+                out,
+                "\nThe storage section was not run (`--engine-only` or `--peers`)."
+            );
         } else {
             self.storage_markdown(&mut out);
         }
         if let Some(e) = &self.engine {
             out.push_str(&e.markdown());
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&p.markdown());
         }
         out
     }
@@ -478,29 +486,40 @@ impl Report {
                 }
             })
             .collect();
+        let groups = |chart: Vec<crate::engine::report::ChartGroup>| -> Vec<Group> {
+            chart
+                .into_iter()
+                .map(|(label, bars)| Group {
+                    label,
+                    bars: bars
+                        .into_iter()
+                        .map(|(name, ratio, value)| Bar {
+                            name: name.to_string(),
+                            ratio,
+                            value,
+                        })
+                        .collect(),
+                })
+                .collect()
+        };
         let engine: Vec<Group> = self
             .engine
             .as_ref()
-            .map(|e| {
-                e.chart_groups()
-                    .into_iter()
-                    .map(|(label, bars)| Group {
-                        label,
-                        bars: bars
-                            .into_iter()
-                            .map(|(name, ratio, value)| Bar {
-                                name: name.to_string(),
-                                ratio,
-                                value,
-                            })
-                            .collect(),
-                    })
-                    .collect()
-            })
+            .map(|e| groups(e.chart_groups()))
             .unwrap_or_default();
-        // One colour per subject name, the same in both panels.
+        let peers: Vec<Group> = self
+            .peers
+            .as_ref()
+            .map(|p| groups(p.chart_groups()))
+            .unwrap_or_default();
+        // One colour per subject name, the same in every panel.
         let mut names: Vec<String> = Vec::new();
-        for b in storage.iter().chain(&engine).flat_map(|g| &g.bars) {
+        for b in storage
+            .iter()
+            .chain(&engine)
+            .chain(&peers)
+            .flat_map(|g| &g.bars)
+        {
             if !names.contains(&b.name) {
                 names.push(b.name.clone());
             }
@@ -525,6 +544,15 @@ impl Report {
                 y,
                 "Engine: cost relative to the floor (chain), the ideal (timers) or the best durable backend",
                 &engine,
+                &names,
+            );
+        }
+        if !peers.is_empty() {
+            y = panel(
+                &mut body,
+                y,
+                "Engine peers: cost relative to Fusee on the file backend (1×)",
+                &peers,
                 &names,
             );
         }
@@ -576,6 +604,41 @@ impl Report {
         }
         Ok(paths)
     }
+}
+
+/// `rows` as an aligned text table: the first two columns (metric, unit)
+/// left-aligned, the others right-aligned, a rule under the header row.
+pub fn aligned(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (s, w))| {
+                if c < 2 {
+                    format!("{s:<w$}")
+                } else {
+                    format!("{s:>w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        if i == 0 {
+            let total = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+            let _ = writeln!(out, "{}", "-".repeat(total));
+        }
+    }
+    out
 }
 
 /// `v` with three significant digits (values above 100 as whole numbers).
@@ -784,6 +847,7 @@ mod tests {
             table_bytes_per_run: 40.0,
             seconds: 1.0,
             engine: None,
+            peers: None,
         }
     }
 

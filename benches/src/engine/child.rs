@@ -170,21 +170,26 @@ async fn reopen(subject: EngineSubject, dir: &Path) -> WorkResult<()> {
 }
 
 /// Lines of a child's stdout, read on a thread so a silent child cannot
-/// hang the parent.
-struct Lines {
+/// hang the parent (the peers' programs are read the same way,
+/// [`super::peers`]).
+pub(crate) struct Lines {
     child: std::process::Child,
     rx: mpsc::Receiver<String>,
 }
 
 impl Lines {
     fn spawn(program: &Path, args: &[String]) -> WorkResult<Self> {
-        let mut child = Command::new(program)
-            .arg(CHILD_FLAG)
-            .args(args)
+        let mut command = Command::new(program);
+        command.arg(CHILD_FLAG).args(args).stderr(Stdio::inherit());
+        Self::start(command)
+    }
+
+    /// Starts `command` with its stdout piped and read line by line.
+    pub(crate) fn start(mut command: Command) -> WorkResult<Self> {
+        let mut child = command
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| format!("starting {} {args:?}: {e}", program.display()))?;
+            .map_err(|e| format!("starting {command:?}: {e}"))?;
         let stdout = child
             .stdout
             .take()
@@ -201,8 +206,13 @@ impl Lines {
         Ok(Lines { child, rx })
     }
 
+    /// The child process (its pid, its stdin).
+    pub(crate) fn child(&mut self) -> &mut std::process::Child {
+        &mut self.child
+    }
+
     /// The next line; `None` at the end of the child's output.
-    fn next(&mut self) -> WorkResult<Option<String>> {
+    pub(crate) fn next(&mut self) -> WorkResult<Option<String>> {
         match self.rx.recv_timeout(PATIENCE) {
             Ok(line) => match line.strip_prefix("error ") {
                 Some(e) => Err(format!("the child failed: {e}").into()),
@@ -218,7 +228,7 @@ impl Lines {
     /// Kills the child with SIGKILL (if it still runs) and reaps it. A
     /// child that does not die within [`REAP`] (stuck in the kernel) is an
     /// error, not a hang.
-    fn kill(&mut self) -> WorkResult<()> {
+    pub(crate) fn kill(&mut self) -> WorkResult<()> {
         if self.child.try_wait()?.is_some() {
             return Ok(());
         }

@@ -67,7 +67,7 @@ fn at<T>(subject: EngineSubject, phase: &'static str, r: WorkResult<T>) -> Resul
 
 /// The order of the subjects in turn `turn`: all of them, the first
 /// rotating.
-fn rotation(n: usize, turn: usize) -> impl Iterator<Item = usize> {
+pub(crate) fn rotation(n: usize, turn: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |j| (turn + j) % n.max(1))
 }
 
@@ -293,7 +293,7 @@ pub fn measure_engines(
 /// floor block right after the storage section's SQLite recovery, or
 /// after the peer's WAL checkpoints, was slowed by them. Without a `sync`
 /// program the turns run unsettled.
-fn settle() {
+pub(crate) fn settle() {
     let _ = std::process::Command::new("sync")
         .stdin(std::process::Stdio::null())
         .status();
@@ -367,7 +367,7 @@ fn chain_turn(
 
 /// How many floor writes go just before a subject's chain turn and how
 /// many just after: `steps` in all, the odd one before.
-fn floor_halves(steps: u32) -> (u32, u32) {
+pub(crate) fn floor_halves(steps: u32) -> (u32, u32) {
     (steps - steps / 2, steps / 2)
 }
 
@@ -572,6 +572,29 @@ fn parked_turn(
     Ok(())
 }
 
+/// Reopens `backend`'s store in `dir` after its child was killed mid-fanout
+/// and waits for all `runs` results: the time from the open to the last.
+pub(crate) async fn finish_killed_fanout(
+    backend: fusee::Backend,
+    dir: &Path,
+    runs: u32,
+) -> WorkResult<Duration> {
+    let t = std::time::Instant::now();
+    let engine = Engine::open(workload::config(backend, dir)).await?;
+    workload::register(&engine, &Stamps::default());
+    workload::await_all(
+        &engine,
+        STEPS,
+        FANOUT_PREFIX,
+        u64::from(runs),
+        &FANOUT_STEPS,
+    )
+    .await?;
+    let took = t.elapsed();
+    engine.close().await?;
+    Ok(took)
+}
+
 fn recovery_turn(
     runtime: &tokio::runtime::Runtime,
     b: &mut Books,
@@ -600,19 +623,7 @@ fn recovery_turn(
             let t = std::time::Instant::now();
             match subject {
                 EngineSubject::Fusee(backend) => {
-                    let engine = Engine::open(workload::config(backend, &dir)).await?;
-                    workload::register(&engine, &Stamps::default());
-                    workload::await_all(
-                        &engine,
-                        STEPS,
-                        FANOUT_PREFIX,
-                        u64::from(runs),
-                        &FANOUT_STEPS,
-                    )
-                    .await?;
-                    let took = t.elapsed();
-                    engine.close().await?;
-                    Ok((took, 0))
+                    Ok((finish_killed_fanout(backend, &dir, runs).await?, 0))
                 }
                 EngineSubject::Duroxide => {
                     let peer = Peer::open(&dir, &Stamps::default(), &failures).await?;

@@ -20,6 +20,7 @@
 //! |---|---|
 //! | [`workload`] | the Fusee workflows and the drivers the criterion `engine` bench shares |
 //! | [`peer`] | duroxide: the same workflows as orchestrations and activities |
+//! | [`peers`] | Temporal, Restate and DBOS, servers on loopback (`--peers`) |
 //! | [`child`] | the child process the recovery and parked workloads need |
 //! | [`measure`] | the turns, and the figures of each subject |
 //! | [`report`] | the engine section of the report: rows, ratios, goals |
@@ -27,6 +28,7 @@
 pub mod child;
 pub mod measure;
 pub mod peer;
+pub mod peers;
 pub mod report;
 pub mod workload;
 

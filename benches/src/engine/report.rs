@@ -304,39 +304,13 @@ impl EngineReport {
             row.extend(self.subjects.iter().map(|s| self.cell(m, s, false)));
             rows.push(row);
         }
-        let widths: Vec<usize> = (0..rows[0].len())
-            .map(|c| {
-                rows.iter()
-                    .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
         let mut out = String::new();
         let _ = writeln!(out, "\nengine workloads: {}", self.plan.describe());
         for s in &self.subjects {
             let _ = writeln!(out, "durability, {}: {}", s.name(), s.subject.durability());
         }
         let _ = writeln!(out);
-        for (i, row) in rows.iter().enumerate() {
-            let line: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(c, (s, w))| {
-                    if c < 2 {
-                        format!("{s:<w$}")
-                    } else {
-                        format!("{s:>w$}")
-                    }
-                })
-                .collect();
-            let _ = writeln!(out, "{}", line.join("  ").trim_end());
-            if i == 0 {
-                let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-                let _ = writeln!(out, "{}", "-".repeat(total));
-            }
-        }
+        out.push_str(&crate::report::aligned(&rows));
         for n in self.notes() {
             let _ = writeln!(out, "  {n}");
         }

@@ -303,14 +303,19 @@ pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
             done("started", &id, Some(&reply), json)?;
         }
         Verb::Signal {
-            id, name, payload, ..
+            id,
+            name,
+            payload,
+            dedup,
+            ..
         } => {
             let payload = json_arg("payload", payload.as_deref())?;
             block_on(async {
-                client
-                    .signal(&id, &name, &payload)
-                    .await
-                    .map_err(from_client)
+                match &dedup {
+                    Some(key) => client.signal_once(&id, &name, key, &payload).await,
+                    None => client.signal(&id, &name, &payload).await,
+                }
+                .map_err(from_client)
             })?;
             done("signalled", &id, None, json)?;
         }

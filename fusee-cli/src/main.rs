@@ -196,6 +196,10 @@ pub(crate) enum Verb {
         name: String,
         /// Its payload, as JSON.
         payload: Option<String>,
+        /// A deduplication key: sent again with the same key (a retry
+        /// after a lost reply), the signal is recorded once.
+        #[arg(long)]
+        dedup: Option<String>,
         #[command(flatten)]
         args: VerbArgs,
     },

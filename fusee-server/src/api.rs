@@ -547,7 +547,9 @@ async fn signal(
     Path(id): Path<String>,
     Body(r): Body<SignalRequest>,
 ) -> Reply<Value> {
-    app.engine.signal_json(&id, &r.name, &r.payload).await?;
+    app.engine
+        .signal_json(&id, &r.name, &r.payload, r.key.as_deref())
+        .await?;
     Ok(Json(serde_json::json!({})))
 }
 

@@ -226,10 +226,36 @@ impl Client {
     }
 
     /// Sends signal `name` with `payload` to `id`; returns once durable.
+    /// Without a key a repeated call records the signal twice: see
+    /// [`Client::signal_once`].
     pub async fn signal(&self, id: &str, name: &str, payload: &Value) -> Result<(), ClientError> {
+        self.send_signal(id, name, payload, None).await
+    }
+
+    /// Sends signal `name` with `payload` to `id` under deduplication
+    /// `key`: the run records it once however often it is sent (a retry
+    /// after a lost reply is safe). Returns once durable.
+    pub async fn signal_once(
+        &self,
+        id: &str,
+        name: &str,
+        key: &str,
+        payload: &Value,
+    ) -> Result<(), ClientError> {
+        self.send_signal(id, name, payload, Some(key)).await
+    }
+
+    async fn send_signal(
+        &self,
+        id: &str,
+        name: &str,
+        payload: &Value,
+        key: Option<&str>,
+    ) -> Result<(), ClientError> {
         let body = SignalRequest {
             name: name.to_string(),
             payload: payload.clone(),
+            key: key.map(str::to_string),
         };
         self.post_empty(&["api", "v1", "runs", id, "signal"], &body)
             .await

@@ -824,7 +824,7 @@ async fn run_action(
     let outcome = match f.action.as_str() {
         "signal" => match serde_json::from_str::<Value>(&f.payload) {
             Ok(v) => e
-                .signal_json(&id, &f.name, &v)
+                .signal_json(&id, &f.name, &v, None)
                 .await
                 .map(|()| format!("signal {} sent", f.name)),
             Err(err) => {

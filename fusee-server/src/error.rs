@@ -102,6 +102,7 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::UnknownLimit { .. } => (StatusCode::NOT_FOUND, "unknown_limit"),
         E::NotOwner { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_owner"),
         E::BadUpdateKey { .. } => (StatusCode::BAD_REQUEST, "bad_update_key"),
+        E::BadSignalKey { .. } => (StatusCode::BAD_REQUEST, "bad_signal_key"),
         // A kind added to the engine after this server was written.
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }

@@ -239,6 +239,10 @@ pub struct SignalRequest {
     /// Its payload.
     #[serde(default)]
     pub payload: Value,
+    /// A deduplication key: a signal sent again with a key the run has
+    /// already accepted is acknowledged and not recorded twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// `POST /api/v1/runs/{id}/update`.

@@ -294,10 +294,22 @@ async fn signals_updates_and_queries() {
         kind(client.signal("nobody", "approved", &json!(true)).await),
         (404, "not_found".into())
     );
-    client
-        .signal("s-1", "approved", &json!(true))
-        .await
-        .unwrap();
+    assert_eq!(
+        kind(
+            client
+                .signal_once("s-1", "approved", "", &json!(true))
+                .await
+        ),
+        (400, "bad_signal_key".into())
+    );
+    // Keyed, twice: the second is acknowledged and the run still ends
+    // once (its one wait took the first).
+    for _ in 0..2 {
+        client
+            .signal_once("s-1", "approved", "k-approve", &json!(true))
+            .await
+            .unwrap();
+    }
     client.result("s-1", Some(10_000)).await.unwrap();
     assert_eq!(
         kind(client.signal("s-1", "approved", &json!(true)).await),
@@ -914,11 +926,11 @@ async fn journals_of_parked_runs_and_chains_of_continued_runs() {
             .iter()
             .any(|r| r["kind"] == "Wait")
     );
-    // Parked and finished: only its start and end are kept.
+    // Parked and finished, within its history time: its whole journal.
     let j = client.journal("p-2", None).await.unwrap();
     assert_eq!(
         (j["state"].as_str(), j["complete"].as_bool()),
-        (Some("ok"), Some(false))
+        (Some("ok"), Some(true))
     );
     let kinds: Vec<&str> = j["records"]
         .as_array()
@@ -926,7 +938,7 @@ async fn journals_of_parked_runs_and_chains_of_continued_runs() {
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["Start", "Done"]);
+    assert_eq!(kinds, ["Start", "Step", "Done"]);
     // Continued twice: three runs, newest first, each naming the one before.
     engine
         .start_json("again", "c-1", &json!(0), fusee::IdPolicy::NewOnly)

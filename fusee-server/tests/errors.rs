@@ -118,6 +118,15 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "already_registered",
         ),
         (
+            Error::BadSignalKey {
+                id: s(),
+                key: String::new(),
+                reason: s(),
+            },
+            400,
+            "bad_signal_key",
+        ),
+        (
             Error::Open(OpenError::FeatureDisabled {
                 backend: Backend::Redb,
                 feature: "redb",

@@ -118,18 +118,21 @@ impl Engine {
         .await
     }
 
-    /// [`Engine::signal`] of signal `name` with a JSON value. Returns once
-    /// the signal is durable. (The client API has no deduplication key for
-    /// signals: a repeated call records the signal twice.)
-    pub async fn signal_json(&self, id: &str, name: &str, value: &Value) -> Result<()> {
-        let payload = json_bytes(value);
-        self.request(id, |reply| Input::Signal {
-            id: id.to_string(),
-            name: name.to_string(),
-            payload,
-            reply,
-        })
-        .await
+    /// [`Engine::signal`] of signal `name` with a JSON value, or
+    /// [`Engine::signal_once`] with `key`. Returns once the signal is
+    /// durable. Without a key a repeated call records the signal twice.
+    pub async fn signal_json(
+        &self,
+        id: &str,
+        name: &str,
+        value: &Value,
+        key: Option<&str>,
+    ) -> Result<()> {
+        let dedup = match key {
+            Some(key) => crate::engine::signal_dedup(id, key)?,
+            None => 0,
+        };
+        self.signal_bytes(id, name, json_bytes(value), dedup).await
     }
 
     /// [`Engine::update`] of handler `name` with a JSON argument, or
@@ -185,8 +188,9 @@ impl Engine {
     /// Run `run` of workflow `id` (its latest run when `None`) as a
     /// `fusee-journal` version 1 document ([`crate::inspect::journal`]),
     /// the format `fusee show --json` prints: every record the engine
-    /// holds of it, each durable. A finished run that parked keeps only
-    /// its `Start` and `Done` (`"complete": false`). A run number that is
+    /// holds of it, each durable. A finished run that parked keeps its
+    /// whole journal for its history time (`Config::history_retention`),
+    /// then only its `Start` and `Done` (`"complete": false`). A run number that is
     /// not a run of `id` is [`Error::NotFound`].
     pub async fn journal_json(&self, id: &str, run: Option<RunId>) -> Result<Value> {
         let journal = self.live_journal(id, run).await?;

@@ -758,12 +758,47 @@ impl Engine {
 
     /// Sends `signal` with `value` to workflow `id`. Returns once the signal
     /// is durable in the workflow's journal.
+    /// Without a key a repeated call records the signal twice: see
+    /// [`Engine::signal_once`].
     pub async fn signal<T: Serialize>(&self, id: &str, signal: Signal<T>, value: &T) -> Result<()> {
         let payload = encode(value).map_err(|e| Error::codec("signal", e))?;
+        self.signal_bytes(id, signal.name(), payload, 0).await
+    }
+
+    /// Sends `signal` with `value` to workflow `id` under the caller's
+    /// deduplication `key`: the run records the first call with that key
+    /// and acknowledges every later one without recording it again, so a
+    /// client retrying after a lost reply delivers once. Returns once the
+    /// signal is durable. Keys are remembered per run (a new run of the
+    /// ID, after continue-as-new or a reset, has none); a retry that finds
+    /// the run finished is acknowledged while the run is in memory, and is
+    /// [`Error::Finished`] once it has parked. An empty key is
+    /// [`Error::BadSignalKey`].
+    pub async fn signal_once<T: Serialize>(
+        &self,
+        id: &str,
+        signal: Signal<T>,
+        key: &str,
+        value: &T,
+    ) -> Result<()> {
+        let dedup = signal_dedup(id, key)?;
+        let payload = encode(value).map_err(|e| Error::codec("signal", e))?;
+        self.signal_bytes(id, signal.name(), payload, dedup).await
+    }
+
+    /// The one way a client signal reaches its shard (typed, JSON or keyed).
+    pub(crate) async fn signal_bytes(
+        &self,
+        id: &str,
+        name: &str,
+        payload: Vec<u8>,
+        dedup: u64,
+    ) -> Result<()> {
         self.request(id, |reply| Input::Signal {
             id: id.to_string(),
-            name: signal.name().to_string(),
+            name: name.to_string(),
             payload,
+            dedup,
             reply,
         })
         .await
@@ -1146,6 +1181,22 @@ pub(crate) fn keyed_update_id(id: &str, key: &str) -> Result<String> {
     }
     // Random update IDs are bare UUIDs: a key never takes one's place.
     Ok(format!("key:{key}"))
+}
+
+/// The dedup key of a client signal keyed `key` ([`Engine::signal_once`]):
+/// never 0 (no key), and in a domain of its own, apart from the keys of
+/// signals workflow code sends (`send_dedup`); an empty key is
+/// [`Error::BadSignalKey`].
+pub(crate) fn signal_dedup(id: &str, key: &str) -> Result<u64> {
+    if key.is_empty() {
+        return Err(Error::BadSignalKey {
+            id: id.to_string(),
+            key: key.to_string(),
+            reason: "it is empty".to_string(),
+        });
+    }
+    let hash = fusee_core::wire::checksum64(&[b"fusee.signal-key", key.as_bytes()]);
+    Ok(hash.max(1))
 }
 
 /// An update's result as its caller sees it: the handler's value, or its

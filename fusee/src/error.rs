@@ -311,6 +311,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A signal's deduplication key cannot name it
+    /// ([`crate::Engine::signal_once`]).
+    #[error("signal key {key:?} for workflow {id:?} is invalid: {reason}")]
+    BadSignalKey {
+        /// The workflow ID.
+        id: String,
+        /// The key given.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -620,3 +620,54 @@ async fn execute_adds(engine: &Engine, n: u64) {
             .unwrap();
     }
 }
+
+const TWO_NAMES: Workflow<(), String> = Workflow::new("two-names");
+
+fn register_two_names(engine: &Engine) {
+    engine.register(TWO_NAMES, |ctx: Ctx, ()| async move {
+        let mut names = Vec::new();
+        for _ in 0..2 {
+            let who = ctx.wait_for(&NAME).await?;
+            names.push(who.ok_or_else(|| Failure::new("no name"))?);
+        }
+        Ok::<_, Failure>(names.join("+"))
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_signal_sent_again_is_recorded_once_across_a_reopen() {
+    let dir = temp_dir("signal-once");
+    let engine = Engine::open(Config::file(&dir)).await.unwrap();
+    register_two_names(&engine);
+    engine.start(TWO_NAMES, "two", &()).await.unwrap();
+    engine
+        .signal_once("two", NAME, "k-ada", &"ada".to_string())
+        .await
+        .unwrap();
+    // A retry after a lost reply: acknowledged, not delivered again.
+    engine
+        .signal_once("two", NAME, "k-ada", &"ada".to_string())
+        .await
+        .unwrap();
+    assert!(matches!(
+        engine.signal_once("two", NAME, "", &"x".to_string()).await,
+        Err(Error::BadSignalKey { .. })
+    ));
+    engine.close().await.unwrap();
+    // The keys a run accepted are in its journal: a reopened engine
+    // (the run parked or replayed) still knows them.
+    let engine = Engine::open(Config::file(&dir)).await.unwrap();
+    register_two_names(&engine);
+    engine
+        .signal_once("two", NAME, "k-ada", &"ada".to_string())
+        .await
+        .unwrap();
+    engine
+        .signal_once("two", NAME, "k-bob", &"bob".to_string())
+        .await
+        .unwrap();
+    let got: String = engine.result(TWO_NAMES, "two").await.unwrap();
+    assert_eq!(got, "ada+bob");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

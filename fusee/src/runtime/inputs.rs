@@ -33,20 +33,29 @@ impl ShardLoop {
                 id,
                 name: signal,
                 payload,
+                dedup,
                 reply,
             } => match self.running(&id, "signal", payload.len(), now_ms) {
                 Ok(_) if self.sabotaged(Sabotage::DropSignal) => {
                     let _ = reply.send(Ok(()));
                 }
+                // Sent again (a caller retrying after a lost reply): the
+                // first one's record answers, once it is durable.
+                Ok(run) if self.core.seen_signal(run, dedup) => self.ack_when_durable(reply),
                 Ok(run) => {
                     let rec = RecordBuf::Signal {
                         run,
                         name: name(&signal),
-                        dedup: 0,
+                        dedup,
                         payload: Payload::from(payload.as_slice()),
                         by: None,
                     };
                     self.ack_after(&rec, reply);
+                }
+                // A keyed retry whose first call the run took before it
+                // finished: acknowledged while the run is in memory.
+                Err(Error::Finished { .. }) if matches!(self.core.find(&id), Some(Found::Loaded(run)) if self.core.seen_signal(run, dedup)) => {
+                    self.ack_when_durable(reply)
                 }
                 Err(e) => self.refuse_after_durable(reply, e),
             },
@@ -665,6 +674,19 @@ impl ShardLoop {
     }
 
     /// Appends `rec` and acknowledges `reply` once it is durable.
+    /// Acknowledges once everything appended so far is durable: a request
+    /// that records nothing because an earlier record already answers it.
+    fn ack_when_durable(&mut self, reply: super::Reply<()>) {
+        let lsn = self.log.last_lsn();
+        if lsn == self.durable {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        let token = self.token();
+        self.waiting.insert(token, Waiting::Done(reply));
+        self.core.add_output(lsn, Output::Ack(token));
+    }
+
     pub(super) fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {
         if let Some(lsn) = self.append(rec) {
             let token = self.token();

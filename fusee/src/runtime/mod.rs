@@ -110,6 +110,9 @@ pub(crate) enum Input {
         id: String,
         name: String,
         payload: Vec<u8>,
+        /// The caller's deduplication key (0 = none): a signal whose key
+        /// the run has already accepted is acknowledged, not recorded again.
+        dedup: u64,
         reply: Reply<()>,
     },
     /// Ask a workflow to cancel.

@@ -638,11 +638,14 @@ impl ShardLoop {
             Some(Ok((Record::Start { id: found, .. }, _))) if found == id => {}
             _ => return Err(not_found()),
         }
+        // A finished run's frame keeps its whole journal for its history
+        // time, then only Start and Done (the rule `fusee::inspect` reads).
+        let complete = done.is_none() || iter_canonical(&frame.journal).nth(2).is_some();
         Ok(crate::dynamic::LiveJournal {
             shard,
             run,
             journal: frame.journal,
-            complete: done.is_none(),
+            complete,
             state: done.map_or(RunState::Parked, RunState::Finished),
             last_lsn: frame.last_lsn,
         })

@@ -95,6 +95,7 @@ fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
         id: "w".into(),
         name: GO.name().into(),
         payload: b"\"go\"".to_vec(),
+        dedup: 0,
         reply,
     });
     // The clock passed the timeout too: one iteration sees both.

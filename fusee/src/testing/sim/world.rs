@@ -563,6 +563,7 @@ impl World {
                     id,
                     name: SIGNALS[k].name().to_string(),
                     payload: serde_json::to_vec(&nonce).unwrap_or_default(),
+                    dedup: 0,
                     reply,
                 });
                 self.busy[shard] = true;

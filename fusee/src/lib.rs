@@ -67,6 +67,7 @@
 //! | [`Engine::limit`], [`Step::limit`] | step limits: at most N steps under a limit at once and at most N per period, across all runs; waiting costs no thread and survives restarts ([`limit`]); [`Engine::register_flow_control`] registers the workflows behind these three |
 //! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
+//! | [`telemetry`] | the engine's figures in the Prometheus text format ([`telemetry::render`]), counted from durable records: one table of every metric name |
 //! | `testing` (feature `testing`) | the test kit (`TestEngine`: virtual clock, crashes, step mocks, replay of exported journals) and `testing::sim`, the deterministic simulator |
 //!
 //! # Choosing a backend
@@ -112,6 +113,7 @@ mod retry;
 mod runtime;
 pub mod saga;
 pub mod schedule;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod workflow;

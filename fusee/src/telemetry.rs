@@ -95,13 +95,14 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use fusee_core::record::{Lsn, Name, PAUSED, RecordBuf, Status};
-use fusee_core::shard::{LoadedRun, TimerKind};
+use fusee_core::shard::{LoadedRun, ShardCore, TimerKind};
 use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use rustc_hash::FxHashMap;
 
 use crate::engine::Engine;
 use crate::metrics::ShardMetrics;
@@ -329,11 +330,17 @@ impl Default for Telemetry {
 impl Telemetry {
     /// The figures of shard `shard`'s loop.
     pub(crate) fn shard(self: &Arc<Self>, shard: u32) -> ShardTelemetry {
+        let label = ShardLabel { shard };
         ShardTelemetry {
+            flush_duration: self.flush_duration.get_or_create_owned(&label),
+            flush_records: self.flush_records.get_or_create_owned(&label),
             shared: Arc::clone(self),
             shard,
             now_ms: 0,
             pending: VecDeque::new(),
+            steps: FxHashMap::default(),
+            starts: FxHashMap::default(),
+            ends: FxHashMap::default(),
         }
     }
 
@@ -455,6 +462,16 @@ pub(crate) struct ShardTelemetry {
     /// time of their own but a few).
     now_ms: u64,
     pending: VecDeque<(Lsn, Note)>,
+    /// The shared counters this shard adds to, by label set, with what
+    /// the flush being counted adds: a flush of a thousand steps touches
+    /// a shared counter (its cache line) once, and its family (lock and
+    /// hash) only the first time the label set is seen.
+    steps: FxHashMap<StepLabels, (Counter, u64)>,
+    starts: FxHashMap<Name, (Counter, u64)>,
+    ends: FxHashMap<EndLabels, (Counter, u64)>,
+    /// This shard's flush histograms.
+    flush_duration: Histogram,
+    flush_records: Histogram,
 }
 
 impl ShardTelemetry {
@@ -463,9 +480,18 @@ impl ShardTelemetry {
         self.now_ms = now_ms;
     }
 
-    /// Record `rec` was appended at `lsn`, for run `run` as the core had
-    /// it before the record (`None` before its `Start`).
-    pub(crate) fn appended(&mut self, lsn: Lsn, rec: &RecordBuf, run: Option<&LoadedRun>) {
+    /// Record `rec` was appended at `lsn`, before `core` applied it.
+    pub(crate) fn appended(&mut self, lsn: Lsn, rec: &RecordBuf, core: &ShardCore) {
+        // Most records count nothing: only those that do look their run up.
+        let run = match rec {
+            RecordBuf::Start { .. } => None,
+            RecordBuf::Step { .. }
+            | RecordBuf::Attempt { .. }
+            | RecordBuf::Done { .. }
+            | RecordBuf::Fired { .. }
+            | RecordBuf::Child { .. } => core.get(rec.run()),
+            _ => return,
+        };
         let note = match (rec, run) {
             (RecordBuf::Start { wtype, .. }, _) => Note::Start {
                 wtype: wtype.clone(),
@@ -535,14 +561,9 @@ impl ShardTelemetry {
     /// A flush of `records` records, whose I/O took `micros`, made the log
     /// durable through `durable`.
     pub(crate) fn durable(&mut self, durable: Lsn, records: u64, micros: u64) {
-        let shard = ShardLabel { shard: self.shard };
         let t = &*self.shared;
-        t.flush_duration
-            .get_or_create(&shard)
-            .observe(micros as f64 / 1e6);
-        t.flush_records
-            .get_or_create(&shard)
-            .observe(records as f64);
+        self.flush_duration.observe(micros as f64 / 1e6);
+        self.flush_records.observe(records as f64);
         while let Some((lsn, _)) = self.pending.front()
             && *lsn <= durable
         {
@@ -550,35 +571,37 @@ impl ShardTelemetry {
                 break;
             };
             match note {
-                Note::Start { wtype } => {
-                    t.run_starts
-                        .get_or_create(&WorkflowLabel { workflow: wtype })
-                        .inc();
-                }
+                Note::Start { wtype } => add(&mut self.starts, wtype, |w| {
+                    t.run_starts.get_or_create_owned(&WorkflowLabel {
+                        workflow: w.clone(),
+                    })
+                }),
                 Note::Step {
                     wtype,
                     step,
                     outcome,
                 } => {
-                    t.step_attempts
-                        .get_or_create(&StepLabels {
-                            workflow: wtype,
-                            step,
-                            outcome,
-                        })
-                        .inc();
+                    let labels = StepLabels {
+                        workflow: wtype,
+                        step,
+                        outcome,
+                    };
+                    add(&mut self.steps, labels, |l| {
+                        t.step_attempts.get_or_create_owned(l)
+                    });
                 }
                 Note::End {
                     wtype,
                     status,
                     seconds,
                 } => {
-                    t.run_ends
-                        .get_or_create(&EndLabels {
-                            workflow: wtype.clone(),
-                            status: status_label(status),
-                        })
-                        .inc();
+                    let labels = EndLabels {
+                        workflow: wtype.clone(),
+                        status: status_label(status),
+                    };
+                    add(&mut self.ends, labels, |l| {
+                        t.run_ends.get_or_create_owned(l)
+                    });
                     t.run_duration
                         .get_or_create(&WorkflowLabel { workflow: wtype })
                         .observe(seconds);
@@ -606,6 +629,9 @@ impl ShardTelemetry {
                 }
             }
         }
+        publish(&mut self.steps);
+        publish(&mut self.starts);
+        publish(&mut self.ends);
     }
 
     /// The storage refused a write: another owner fenced this one off.
@@ -614,6 +640,31 @@ impl ShardTelemetry {
             .fencing_refusals
             .get_or_create(&ShardLabel { shard: self.shard })
             .inc();
+    }
+}
+
+/// Adds one to what the flush being counted adds to `key`'s counter
+/// (found in its family by `counter` the first time).
+fn add<K: std::hash::Hash + Eq>(
+    counters: &mut FxHashMap<K, (Counter, u64)>,
+    key: K,
+    counter: impl FnOnce(&K) -> Counter,
+) {
+    match counters.get_mut(&key) {
+        Some((_, n)) => *n += 1,
+        None => {
+            let c = counter(&key);
+            counters.insert(key, (c, 1));
+        }
+    }
+}
+
+/// Adds what the flush counted to the shared counters.
+fn publish<K>(counters: &mut FxHashMap<K, (Counter, u64)>) {
+    for (c, n) in counters.values_mut() {
+        if *n > 0 {
+            c.inc_by(std::mem::take(n));
+        }
     }
 }
 

@@ -627,7 +627,7 @@ impl ShardLoop {
         self.since_checkpoint += self.encode.len() as u64;
         let run = rec.run();
         if let Some(t) = &mut self.telemetry {
-            t.appended(lsn, rec, self.core.get(run));
+            t.appended(lsn, rec, &self.core);
         }
         self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         if let Some(live) = self.live.get_mut(&run) {

@@ -23,10 +23,13 @@
 //!
 //! With [`Config::metrics`](crate::Config::metrics) off (it is on by
 //! default) the shard pays one branch per record appended. With it on, a
-//! record of the kinds above costs a note (two reference-count increments
-//! and a push) when appended and a counter increment when durable; a flush
-//! costs two histogram observations. The benchmark pair in
-//! `benches/src/engine/` measures both against each other.
+//! record of the kinds above costs a note (a look-up of its run, two
+//! reference-count increments and a push) when appended, and a local count
+//! when durable; a flush costs two histogram observations and one shared
+//! counter increment per label set it touched. The `telemetry` figure of
+//! `benches/benches/engine.rs` measures the chain and the fanout with
+//! metrics on against off, in one run (`cargo bench -p fusee-benches
+//! --no-default-features --features file --bench engine -- telemetry`).
 //!
 //! # Why `prometheus-client`
 //!

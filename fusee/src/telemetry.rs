@@ -98,7 +98,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use fusee_core::record::{Lsn, Name, PAUSED, RecordBuf, Status};
-use fusee_core::shard::{LoadedRun, ShardCore, TimerKind};
+use fusee_core::shard::{LoadedRun, ShardCore};
 use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -339,7 +339,6 @@ impl Telemetry {
             flush_records: self.flush_records.get_or_create_owned(&label),
             shared: Arc::clone(self),
             shard,
-            now_ms: 0,
             pending: VecDeque::new(),
             steps: FxHashMap::default(),
             starts: FxHashMap::default(),
@@ -461,9 +460,6 @@ enum Note {
 pub(crate) struct ShardTelemetry {
     shared: Arc<Telemetry>,
     shard: u32,
-    /// The loop's time (set at each run of the loop; records carry no
-    /// time of their own but a few).
-    now_ms: u64,
     pending: VecDeque<(Lsn, Note)>,
     /// The shared counters this shard adds to, by label set, with what
     /// the flush being counted adds: a flush of a thousand steps touches
@@ -478,11 +474,6 @@ pub(crate) struct ShardTelemetry {
 }
 
 impl ShardTelemetry {
-    /// The loop runs at `now_ms`.
-    pub(crate) fn at(&mut self, now_ms: u64) {
-        self.now_ms = now_ms;
-    }
-
     /// Record `rec` was appended at `lsn`, before `core` applied it.
     pub(crate) fn appended(&mut self, lsn: Lsn, rec: &RecordBuf, core: &ShardCore) {
         // Most records count nothing: only those that do look their run up.
@@ -491,7 +482,6 @@ impl ShardTelemetry {
             RecordBuf::Step { .. }
             | RecordBuf::Attempt { .. }
             | RecordBuf::Done { .. }
-            | RecordBuf::Fired { .. }
             | RecordBuf::Child { .. } => core.get(rec.run()),
             _ => return,
         };
@@ -530,17 +520,6 @@ impl ShardTelemetry {
                 status: *status,
                 seconds: finished_ms.saturating_sub(l.started_ms) as f64 / 1000.0,
             },
-            (RecordBuf::Fired { seq, .. }, Some(l)) => {
-                // The core disarmed the timer when it fired: its due time
-                // is in the run's journal.
-                let Some(due) = sleep_due(l, *seq) else {
-                    return;
-                };
-                Note::Fired {
-                    wtype: l.wtype.clone(),
-                    late_ms: self.now_ms.saturating_sub(due),
-                }
-            }
             (RecordBuf::Child { wtype, .. }, Some(l)) => {
                 if let Some(name) = flow_name(l, crate::schedule::SCHEDULE_WORKFLOW) {
                     Note::Fire {
@@ -559,6 +538,16 @@ impl ShardTelemetry {
             _ => return,
         };
         self.pending.push_back((lsn, note));
+    }
+
+    /// A durable sleep of run `run` fired `late_ms` after it was due: its
+    /// `Fired` was appended at `lsn`.
+    pub(crate) fn slept(&mut self, lsn: Lsn, run: Option<&LoadedRun>, late_ms: u64) {
+        if let Some(l) = run {
+            let wtype = l.wtype.clone();
+            self.pending
+                .push_back((lsn, Note::Fired { wtype, late_ms }));
+        }
     }
 
     /// A flush of `records` records, whose I/O took `micros`, made the log
@@ -682,27 +671,6 @@ fn status_label(status: Status) -> &'static str {
         Status::ContinuedAsNew => "continued_as_new",
         Status::Reset => "reset",
     }
-}
-
-/// The due time of run `l`'s sleep `seq`: still armed (a `Fired` appended
-/// by a test's hand), or its `Timer` record in the journal the run keeps in
-/// memory (a sleep armed before the run was last parked is in the run
-/// store, and not counted).
-fn sleep_due(l: &LoadedRun, seq: u32) -> Option<u64> {
-    if let Some((_, _, at)) = l
-        .armed_timers()
-        .find(|&(s, k, _)| s == seq && k == TimerKind::Sleep)
-    {
-        return Some(at);
-    }
-    fusee_core::record::iter_canonical(&l.journal)
-        .filter_map(Result::ok)
-        .find_map(|(rec, _)| match rec {
-            fusee_core::record::Record::Timer {
-                seq: s, fire_at_ms, ..
-            } if s == seq => Some(fire_at_ms),
-            _ => None,
-        })
 }
 
 /// The schedule's or queue's name when run `l` is one (its ID is the

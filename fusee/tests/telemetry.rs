@@ -601,3 +601,90 @@ async fn prometheus_scrapes_the_engine() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Schedule fires, queue starts and durable sleeps are counted by the name
+/// of the schedule or queue, on the test kit's virtual clock.
+#[cfg(feature = "testing")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_fires_queue_starts_and_timers_are_counted() {
+    use fusee::testing::TestEngine;
+    const REPORT: Workflow<String, ()> = Workflow::new("report");
+    const SEND: Workflow<String, ()> = Workflow::new("send-email");
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(REPORT, |_: Ctx, _team: String| async {
+            Ok::<_, Failure>(())
+        });
+        engine.register(SEND, |_: Ctx, _to: String| async { Ok::<_, Failure>(()) });
+        engine.register_flow_control();
+    })
+    .await
+    .unwrap();
+    let engine = kit.engine();
+    engine
+        .schedule(
+            "sales-daily",
+            "0 9 * * MON-FRI",
+            REPORT,
+            &"sales".to_string(),
+        )
+        .create()
+        .await
+        .unwrap();
+    kit.advance(Duration::from_secs(7 * 86_400)).await.unwrap();
+    assert_eq!(
+        engine
+            .schedules()
+            .describe("sales-daily")
+            .await
+            .unwrap()
+            .fired,
+        5
+    );
+    let emails = engine.queue("emails", SEND).create().await.unwrap();
+    for to in ["ada", "bob", "eve"] {
+        emails.enqueue(&to.to_string(), to).await.unwrap();
+        kit.result(SEND, &format!("emails/{to}")).await.unwrap();
+    }
+    let s = parse(&fusee::telemetry::render(engine).await);
+    assert_eq!(
+        value(
+            &s,
+            "fusee_schedule_fires_total",
+            &[("schedule", "sales-daily"), ("workflow", "report")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "fusee_queue_starts_total",
+            &[("queue", "emails"), ("workflow", "send-email")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "fusee_run_ends_total",
+            &[("workflow", "report"), ("status", "ok")]
+        ),
+        5.0
+    );
+    // The schedule sleeps between fires; the virtual clock fires each
+    // sleep when it is due.
+    let sleeps = value(
+        &s,
+        "fusee_timer_lateness_seconds_count",
+        &[("workflow", "fusee.schedule")],
+    );
+    assert!(sleeps >= 5.0, "{sleeps} sleeps counted");
+    assert_eq!(
+        value(
+            &s,
+            "fusee_timer_lateness_seconds_bucket",
+            &[("workflow", "fusee.schedule"), ("le", "0.001")]
+        ),
+        sleeps
+    );
+    kit.close().await.unwrap();
+}

@@ -498,9 +498,6 @@ impl ShardLoop {
             self.refuse_all();
             return Effects::default();
         }
-        if let Some(t) = &mut self.telemetry {
-            t.at(now_ms);
-        }
         self.core.poll_timers(now_ms);
         // A checkpoint due holds new records back until the log is wholly
         // durable (a checkpoint must hold no record a crash could take

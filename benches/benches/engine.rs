@@ -19,6 +19,13 @@
 //!    timed from the first request until every run finished: runs per
 //!    second both ways and their ratio, on the file backend.
 //!
+//! 5. **telemetry**: the chain (file backend) and the fanout (memory and
+//!    file backends) with [`Config::metrics`] on against off, two engines
+//!    open side by side and measured in alternating rounds (which one goes
+//!    first alternates too): the median of the rounds' on/off time ratios
+//!    (goal: at most 1.05 on each). A render of the exposition after
+//!    each round with metrics on is part of its time.
+//!
 //! `cargo bench -p fusee-benches --no-default-features --features file,redb --bench engine`
 //! (RocksDB too with its feature, after its 25-minute release build).
 //! `FUSEE_ENGINE_BENCH=quick` runs small counts (CI-sized);
@@ -103,6 +110,143 @@ async fn fanout(name: &str, config: Config) -> WorkResult<()> {
     );
     engine.close().await?;
     Ok(())
+}
+
+/// Opens an engine on `config` with the workloads registered (the chain's
+/// steps stamping `stamps`).
+async fn opened(config: Config, stamps: &Stamps) -> WorkResult<Engine> {
+    let engine = Engine::open(config).await?;
+    workload::register(&engine, stamps);
+    Ok(engine)
+}
+
+/// One round's wall and process CPU times, on then off (or the other way
+/// round): their on/off ratios.
+async fn round_pair<F, Fut>(round: u32, mut timed: F) -> WorkResult<[f64; 2]>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = WorkResult<[f64; 2]>>,
+{
+    let (first, second) = if round.is_multiple_of(2) {
+        (true, false)
+    } else {
+        (false, true)
+    };
+    let a = timed(first).await?;
+    let b = timed(second).await?;
+    let (on, off) = if first { (a, b) } else { (b, a) };
+    Ok([on[0] / off[0], on[1] / off[1].max(1e-9)])
+}
+
+/// Figure 5: the chain and fanout with telemetry on against off.
+async fn telemetry(dir: &Path) -> WorkResult<()> {
+    // Round 0 warms both engines up and is not counted.
+    let (rounds, steps, runs) = if quick() {
+        (5, 50, 200)
+    } else {
+        (21, 300, 2000)
+    };
+    let chain_config = |on: bool| {
+        let name = if on {
+            "telemetry-chain-on"
+        } else {
+            "telemetry-chain-off"
+        };
+        workload::config(Backend::File, &fresh(dir, name))
+            .shards(1)
+            .metrics(on)
+    };
+    let stamps = Stamps::default();
+    let engines = [
+        opened(chain_config(false), &stamps).await?,
+        opened(chain_config(true), &stamps).await?,
+    ];
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let ratio = round_pair(round, |on| {
+            let engine = engines[usize::from(on)].clone();
+            let stamps = stamps.clone();
+            async move {
+                let id = format!("chain-{round}");
+                let cpu = workload::process_cpu();
+                let run = workload::chain(&engine, &stamps, &id, steps).await?;
+                if on {
+                    std::hint::black_box(fusee::telemetry::render(&engine).await);
+                }
+                let cpu = workload::process_cpu().saturating_sub(cpu);
+                Ok([run.total.as_secs_f64(), cpu.as_secs_f64()])
+            }
+        })
+        .await?;
+        if round > 0 {
+            ratios.push(ratio);
+        }
+    }
+    for e in engines {
+        e.close().await?;
+    }
+    report_ratio(&format!("chain (file), {steps} steps"), ratios);
+    type MakeConfig = fn(&Path, bool) -> Config;
+    let backends: [(&str, MakeConfig); 2] = [
+        ("memory", |_, on| Config::memory().metrics(on)),
+        ("file", |dir, on| {
+            let name = if on {
+                "telemetry-fanout-on"
+            } else {
+                "telemetry-fanout-off"
+            };
+            Config::file(fresh(dir, name)).metrics(on)
+        }),
+    ];
+    for (name, config) in backends {
+        let stamps = Stamps::default();
+        let engines = [
+            opened(config(dir, false), &stamps).await?,
+            opened(config(dir, true), &stamps).await?,
+        ];
+        let mut ratios = Vec::new();
+        for round in 0..rounds {
+            let ratio = round_pair(round, |on| {
+                let engine = engines[usize::from(on)].clone();
+                async move {
+                    let prefix = format!("ten-{round}");
+                    let cpu = workload::process_cpu();
+                    let t = std::time::Instant::now();
+                    workload::fanout(&engine, &prefix, runs, FANOUT_STEPS).await?;
+                    if on {
+                        std::hint::black_box(fusee::telemetry::render(&engine).await);
+                    }
+                    let cpu = workload::process_cpu().saturating_sub(cpu);
+                    Ok([t.elapsed().as_secs_f64(), cpu.as_secs_f64()])
+                }
+            })
+            .await?;
+            if round > 0 {
+                ratios.push(ratio);
+            }
+        }
+        for e in engines {
+            e.close().await?;
+        }
+        report_ratio(
+            &format!("fanout ({name}), {runs} workflows x {FANOUT_STEPS} steps"),
+            ratios,
+        );
+    }
+    Ok(())
+}
+
+/// Prints a telemetry figure: the median on/off ratios of wall and CPU
+/// time, and every round's wall ratio.
+fn report_ratio(what: &str, ratios: Vec<[f64; 2]>) {
+    let all: Vec<String> = ratios.iter().map(|r| format!("{:.3}", r[0])).collect();
+    println!(
+        "telemetry {what}: metrics on / off, median of {} rounds: wall {:.3}, process CPU {:.3} (wall by round: {})",
+        ratios.len(),
+        median(ratios.iter().map(|r| r[0]).collect()),
+        median(ratios.iter().map(|r| r[1]).collect()),
+        all.join(" ")
+    );
 }
 
 /// A no-op workflow for the queue figure.
@@ -243,6 +387,9 @@ fn main() -> ExitCode {
         }
         if wanted("queue") {
             queue(&dir).await?;
+        }
+        if wanted("telemetry") {
+            telemetry(&dir).await?;
         }
         WorkResult::Ok(())
     });

@@ -42,10 +42,12 @@ use crate::clock::Clock;
 use crate::config::{Backend, StorageConfig, open_storage};
 use crate::ctx::Ctx;
 use crate::error::{Error, Result};
+use crate::metrics::ShardMetrics;
 use crate::ownership::{DEFAULT_LEASE, Ownership, ShardStatus, Shards};
 use crate::registry::Registry;
 use crate::runtime::driver;
 use crate::runtime::{Input, LoopConfig};
+use crate::telemetry::Telemetry;
 use crate::workflow::{Failure, Signal, Workflow, decode, encode};
 use crate::{AnyStorage, Metrics};
 
@@ -137,6 +139,12 @@ pub struct Config {
     /// in the sender's outbox until both shards are in one process. See
     /// [`Ownership`] and `fusee-storage-postgres/DEPLOYMENT.md`.
     pub ownership: Ownership,
+    /// Whether the engine counts the figures [`crate::telemetry::render`]
+    /// exposes beyond [`Engine::metrics`]: step attempts, run starts and
+    /// ends, timers, schedule fires, queue starts (from durable records),
+    /// flush histograms, fencing refusals, open times (default on; off,
+    /// a shard pays one branch per record).
+    pub metrics: bool,
 }
 
 impl Config {
@@ -158,6 +166,7 @@ impl Config {
             seal_interval: Duration::from_secs(1),
             clock: Clock::System,
             ownership: Ownership::All,
+            metrics: true,
         }
     }
 
@@ -191,6 +200,13 @@ impl Config {
     /// Sets the shard count (for a new store).
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
+        self
+    }
+
+    /// Sets whether the engine counts its telemetry figures
+    /// ([`Config::metrics`]).
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.metrics = on;
         self
     }
 
@@ -506,6 +522,7 @@ struct Inner {
     registry: Registry,
     storage: Arc<AnyStorage>,
     shards: Arc<Shards>,
+    telemetry: Option<Arc<Telemetry>>,
     closed: AtomicBool,
 }
 
@@ -632,7 +649,9 @@ impl Engine {
             #[cfg(feature = "testing")]
             sabotage: None,
         };
+        let telemetry = config.metrics.then(|| Arc::new(Telemetry::default()));
         let context = driver::Context {
+            telemetry: telemetry.clone(),
             storage: Arc::clone(&storage),
             config: loop_config,
             registry: registry.clone(),
@@ -652,6 +671,7 @@ impl Engine {
                 registry,
                 storage,
                 shards,
+                telemetry,
                 closed: AtomicBool::new(false),
             }),
         })
@@ -1013,19 +1033,33 @@ impl Engine {
     /// but under [`Ownership::Lease`]; [`Engine::owned_shards`] says which).
     pub async fn metrics(&self) -> Metrics {
         let mut total = Metrics::default();
-        let mut replies = Vec::new();
-        self.inner.shards.each_owned(|_, h| {
-            let (tx, rx) = oneshot::channel();
-            if h.tx.send(Input::Metrics { reply: tx }).is_ok() {
-                replies.push(rx);
-            }
-        });
-        for rx in replies {
-            if let Ok(m) = rx.await {
-                total.merge(&m);
-            }
+        for (_, m) in self.shard_metrics().await {
+            total.merge(&m);
         }
         total
+    }
+
+    /// Each owned shard's figures, by shard.
+    pub(crate) async fn shard_metrics(&self) -> Vec<(u32, ShardMetrics)> {
+        let mut replies = Vec::new();
+        self.inner.shards.each_owned(|shard, h| {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(Input::Metrics { reply: tx }).is_ok() {
+                replies.push((shard, rx));
+            }
+        });
+        let mut out = Vec::with_capacity(replies.len());
+        for (shard, rx) in replies {
+            if let Ok(m) = rx.await {
+                out.push((shard, m));
+            }
+        }
+        out
+    }
+
+    /// The engine's telemetry figures (`None`: [`Config::metrics`] off).
+    pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
+        self.inner.telemetry.as_deref()
     }
 
     /// The shards this engine owns now, in order: every shard but under

@@ -68,6 +68,7 @@
 //! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
 //! | [`dynamic`] | the same calls by workflow, signal and handler name with JSON payloads ([`Engine::start_json`], ...), a live run's journal ([`Engine::journal_json`]), an ID's chain of runs ([`Engine::chain`]), each shard's figures: what `fusee-server` serves |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
+//! | [`telemetry`] | the engine's figures in the Prometheus text format ([`telemetry::render`]), counted from durable records: one table of every metric name |
 //! | `testing` (feature `testing`) | the test kit (`TestEngine`: virtual clock, crashes, step mocks, replay of exported journals) and `testing::sim`, the deterministic simulator |
 //!
 //! # Choosing a backend
@@ -114,6 +115,7 @@ mod retry;
 mod runtime;
 pub mod saga;
 pub mod schedule;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod workflow;

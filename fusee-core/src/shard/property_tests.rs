@@ -723,7 +723,7 @@ fn every_timer_fires_once_on_time_under_a_simulated_clock() {
                         loads += 1;
                         host.unpark(&mut core, run, lsn, now);
                     }
-                    Event::Timer { run, seq, kind } => {
+                    Event::Timer { run, seq, kind, .. } => {
                         timers_fired += 1;
                         assert_eq!(kind, TimerKind::Sleep, "seed {seed}");
                         let (want_seq, at) = due.remove(&run).unwrap_or_else(|| {

@@ -455,7 +455,8 @@ fn a_parked_runs_due_timer_asks_for_one_load() {
         Some(Event::Timer {
             run: 1,
             seq: 0,
-            kind: TimerKind::Sleep
+            kind: TimerKind::Sleep,
+            due_ms: 10
         })
     );
     assert!(!core.get(1).unwrap().has_queued_events());
@@ -497,7 +498,8 @@ fn far_timers_wait_in_their_bucket_until_it_comes_within_the_horizon() {
             Event::Timer {
                 run: 3,
                 seq: 0,
-                kind: TimerKind::Sleep
+                kind: TimerKind::Sleep,
+                due_ms: far
             }
         ]
     );
@@ -507,7 +509,8 @@ fn far_timers_wait_in_their_bucket_until_it_comes_within_the_horizon() {
         Some(Event::Timer {
             run: 1,
             seq: 0,
-            kind: TimerKind::Sleep
+            kind: TimerKind::Sleep,
+            due_ms: far
         })
     );
 }
@@ -639,7 +642,8 @@ fn the_workflow_deadline_fires_as_a_timer() {
         Some(Event::Timer {
             run: 1,
             seq: 0,
-            kind: TimerKind::Deadline
+            kind: TimerKind::Deadline,
+            due_ms: 30
         })
     );
 }

@@ -215,12 +215,13 @@ impl ShardCore {
         else {
             return;
         };
-        l.armed.swap_remove(i);
+        let (_, _, due_ms) = l.armed.swap_remove(i);
         l.queued += 1;
         self.events.push_back(Event::Timer {
             run: key.run,
             seq: key.seq,
             kind: key.kind,
+            due_ms,
         });
     }
 

@@ -74,6 +74,9 @@ pub enum Event {
         seq: Seq,
         /// What it is for.
         kind: TimerKind,
+        /// When it was due (ms): how late it fires is the host's time
+        /// less this.
+        due_ms: u64,
     },
     /// A buffered signal is offered to a pending wait.
     SignalReady {

@@ -74,6 +74,8 @@ pub(crate) struct Context {
     pub(crate) peers: Arc<Peers>,
     /// How often a shard's postman reads its inbox table (PostgreSQL).
     pub(crate) inbox_poll: Duration,
+    /// The engine's telemetry (`None`: [`crate::Config::metrics`] off).
+    pub(crate) telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// How a shard under [`crate::Ownership::Lease`] ends: after a storage
@@ -193,6 +195,7 @@ pub(crate) fn spawn(
         runtime,
         peers,
         inbox_poll,
+        telemetry,
     } = context.clone();
     if let Clock::Virtual(v) = &clock {
         let poke = tx.clone();
@@ -203,9 +206,14 @@ pub(crate) fn spawn(
     let thread = std::thread::Builder::new()
         .name(format!("fusee-shard-{shard}"))
         .spawn(move || {
+            let began = Instant::now();
             let opened = ShardLoop::open(&storage, shard, config, registry, clock.now_ms());
             let shard_loop = match opened {
-                Ok(l) => {
+                Ok(mut l) => {
+                    if let Some(t) = &telemetry {
+                        t.opened(shard, began.elapsed().as_secs_f64());
+                        l.attach_telemetry(t.shard(shard));
+                    }
                     peers.join(shard, incarnation, thread_tx.clone());
                     let _ = ready_tx.send(Ok(()));
                     l

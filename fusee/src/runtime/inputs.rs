@@ -814,6 +814,9 @@ impl ShardLoop {
                     self.metrics.flushes += 1;
                     self.metrics.flushed_records += landed.records;
                     self.metrics.flush_micros.record(landed.micros);
+                    if let Some(t) = &mut self.telemetry {
+                        t.durable(durable, landed.records, landed.micros);
+                    }
                     tracing::trace!(
                         shard = self.shard,
                         durable,

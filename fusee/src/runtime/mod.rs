@@ -465,6 +465,8 @@ pub(crate) struct ShardLoop {
     /// [`Effects::inbox_done`]).
     inbox_done: Vec<u64>,
     metrics: ShardMetrics,
+    /// The engine's telemetry (`None`: off, or a test driver's loop).
+    telemetry: Option<crate::telemetry::ShardTelemetry>,
     encode: Vec<u8>,
 }
 
@@ -472,6 +474,11 @@ impl ShardLoop {
     /// Takes an input; [`run`](Self::run) acts on it.
     pub(crate) fn handle(&mut self, input: Input) {
         self.inbox.push_back(input);
+    }
+
+    /// Counts this shard's durable records into `telemetry` from now on.
+    pub(crate) fn attach_telemetry(&mut self, telemetry: crate::telemetry::ShardTelemetry) {
+        self.telemetry = Some(telemetry);
     }
 
     /// Whether the loop has stopped (closed, crashed or failed) and its
@@ -662,8 +669,11 @@ impl ShardLoop {
             return None;
         }
         self.since_checkpoint += self.encode.len() as u64;
-        self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         let run = rec.run();
+        if let Some(t) = &mut self.telemetry {
+            t.appended(lsn, rec, &self.core);
+        }
+        self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         if let Some(live) = self.live.get_mut(&run) {
             live.active_ms = live.state.borrow().now_ms.max(live.active_ms);
             let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
@@ -680,6 +690,9 @@ impl ShardLoop {
         tracing::error!(shard = self.shard, error = %e, "storage failed; the shard stops");
         if self.failed.is_none() {
             self.fenced = matches!(e, fusee_storage::StorageError::Fenced { .. });
+            if let Some(t) = self.telemetry.as_ref().filter(|_| self.fenced) {
+                t.fenced();
+            }
             self.failed = Some(e.to_string());
         }
         self.refuse_all();

@@ -186,6 +186,7 @@ impl ShardLoop {
                 recovered_records: replayed,
                 ..ShardMetrics::default()
             },
+            telemetry: None,
             encode: Vec::new(),
         };
         let unfinished: Vec<u64> = this

@@ -31,9 +31,17 @@ impl ShardLoop {
             }
             match ev {
                 Event::Started { run } => self.start_code(run),
-                Event::Timer { run, seq, kind } => match kind {
+                Event::Timer {
+                    run,
+                    seq,
+                    kind,
+                    due_ms,
+                } => match kind {
                     TimerKind::Sleep => {
-                        self.append(&RecordBuf::Fired { run, seq });
+                        let fired = self.append(&RecordBuf::Fired { run, seq });
+                        if let (Some(lsn), Some(t)) = (fired, &mut self.telemetry) {
+                            t.slept(lsn, self.core.get(run), now_ms.saturating_sub(due_ms));
+                        }
                     }
                     TimerKind::WaitTimeout => {
                         self.append(&RecordBuf::Waited {
@@ -100,6 +108,7 @@ impl ShardLoop {
                 run,
                 seq,
                 kind: TimerKind::WaitTimeout,
+                ..
             } => ended_wait(*run, *seq),
             Event::Timer { run, .. } => finished(*run),
             _ => false,

@@ -250,3 +250,47 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
     settle(&mut shard, START_MS + 5_000 + PARK_AFTER_MS);
     assert_eq!(shard.core.parked_len(), 2, "\"b\" parks on time");
 }
+
+/// Telemetry counts a record when the flush that makes it durable comes
+/// back, not when it is appended; one a crash takes back never.
+#[test]
+fn telemetry_counts_records_when_durable_and_not_before() {
+    let storage = AnyStorage::Memory(MemoryStorage::new());
+    let registry = Registry::default();
+    registry.register(WAITER, |ctx: Ctx, ()| async move {
+        ctx.wait_for(&GO).await?;
+        Ok::<_, Failure>(String::new())
+    });
+    let telemetry = std::sync::Arc::new(crate::telemetry::Telemetry::default());
+    let starts = || {
+        telemetry
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("fusee_run_starts_total{workflow=\"waiter\"} "))
+            .map_or(0, |v| v.parse::<u64>().unwrap())
+    };
+    let mut shard = ShardLoop::open(&storage, 0, config(), registry, START_MS).unwrap();
+    shard.attach_telemetry(telemetry.shard(0));
+    let start = |shard: &mut ShardLoop, id: &str| {
+        let (reply, _) = oneshot::channel();
+        shard.handle(Input::Start {
+            wtype: "waiter".into(),
+            id: id.into(),
+            input: b"null".to_vec(),
+            policy: IdPolicy::NewOnly,
+            reply,
+        });
+    };
+    start(&mut shard, "a");
+    let mut ticket = shard.run(START_MS).flush.expect("a flush begins");
+    assert_eq!(starts(), 0, "counted before durable");
+    ticket.run();
+    shard.handle(Input::Flushed { ticket, micros: 7 });
+    let _ = shard.run(START_MS + 1);
+    assert_eq!(starts(), 1);
+    // A second start appended, then a crash before its flush comes back.
+    start(&mut shard, "b");
+    let ticket = shard.run(START_MS + 2).flush.expect("a flush begins");
+    drop((ticket, shard));
+    assert_eq!(starts(), 1, "a record lost to a crash was counted");
+}

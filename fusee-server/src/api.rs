@@ -36,6 +36,7 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(openapi_json))
+        .routes(routes!(metrics))
         .routes(routes!(list_runs, start_run))
         .routes(routes!(execute))
         .routes(routes!(bulk))
@@ -331,6 +332,23 @@ async fn wait_result(engine: &fusee::Engine, id: &str, timeout_ms: u64) -> Resul
             format!("workflow {id:?} did not finish within {timeout_ms} ms; it goes on"),
         )),
     }
+}
+
+/// The engine's figures in the Prometheus text exposition format, as
+/// [`fusee::telemetry::render`] makes them (read token).
+#[utoipa::path(get, path = "/metrics", tag = "health", responses(
+    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String)))]
+async fn metrics(State(app): State<App>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let text = fusee::telemetry::render(&app.engine).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            fusee::telemetry::CONTENT_TYPE,
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// The server answers.

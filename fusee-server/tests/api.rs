@@ -755,6 +755,7 @@ const SERVED: &[&str] = &[
     "GET /healthz",
     "GET /readyz",
     "GET /api/v1/openapi.json",
+    "GET /metrics",
     "GET /api/v1/runs",
     "POST /api/v1/runs",
     "POST /api/v1/execute",
@@ -957,6 +958,36 @@ async fn journals_of_parked_runs_and_chains_of_continued_runs() {
     // An earlier run's own journal, by its number.
     let first = client.journal("c-1", Some(chain[2].run)).await.unwrap();
     assert_eq!(first["records"][0]["input"]["json"], json!(0));
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_in_the_prometheus_format_to_the_read_token() {
+    let (engine, server, client) = setup().await;
+    client
+        .start(&start("order", "m-1", order_input()))
+        .await
+        .unwrap();
+    let url = format!("{}/metrics", server.url());
+    let (s, body) = raw(Method::GET, &url, None, None).await;
+    assert_eq!((s, body["kind"].as_str()), (401, Some("unauthorized")));
+    let resp = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth(READ)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
+    assert_eq!(ct, fusee::telemetry::CONTENT_TYPE);
+    let text = resp.text().await.unwrap();
+    // The start is durable once `start` returned: counted by workflow.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fusee_run_starts_total{") && l.contains("workflow=\"order\"")),
+        "{text}"
+    );
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }

@@ -223,7 +223,7 @@ impl Engine {
     /// Each owned shard's figures apart, in shard order (what
     /// [`Engine::metrics`] sums).
     pub async fn shard_metrics(&self) -> Vec<(u32, Metrics)> {
-        self.metrics_by_shard().await
+        self.per_shard_metrics().await
     }
 
     async fn live_journal(&self, id: &str, run: Option<RunId>) -> Result<RunJournal> {

@@ -1033,14 +1033,15 @@ impl Engine {
     /// but under [`Ownership::Lease`]; [`Engine::owned_shards`] says which).
     pub async fn metrics(&self) -> Metrics {
         let mut total = Metrics::default();
-        for (_, m) in self.shard_metrics().await {
+        for (_, m) in self.per_shard_metrics().await {
             total.merge(&m);
         }
         total
     }
 
-    /// Each owned shard's figures, by shard.
-    pub(crate) async fn shard_metrics(&self) -> Vec<(u32, ShardMetrics)> {
+    /// Each owned shard's figures, in shard order: what [`Engine::metrics`]
+    /// sums, the telemetry renders and `shard_metrics` answers.
+    pub(crate) async fn per_shard_metrics(&self) -> Vec<(u32, ShardMetrics)> {
         let mut replies = Vec::new();
         self.inner.shards.each_owned(|shard, h| {
             let (tx, rx) = oneshot::channel();
@@ -1337,27 +1338,8 @@ impl Engine {
     }
 }
 
-/// What [`crate::dynamic`] needs of the engine: each shard's figures
-/// apart, where [`Engine::metrics`] sums them.
+/// What [`crate::dynamic`] needs of the engine.
 impl Engine {
-    /// Each owned shard's figures, in shard order.
-    pub(crate) async fn metrics_by_shard(&self) -> Vec<(u32, Metrics)> {
-        let mut replies = Vec::new();
-        self.inner.shards.each_owned(|shard, h| {
-            let (tx, rx) = oneshot::channel();
-            if h.tx.send(Input::Metrics { reply: tx }).is_ok() {
-                replies.push((shard, rx));
-            }
-        });
-        let mut out = Vec::with_capacity(replies.len());
-        for (shard, rx) in replies {
-            if let Ok(m) = rx.await {
-                out.push((shard, m));
-            }
-        }
-        out
-    }
-
     /// The largest payload the engine takes ([`Config::max_payload`]).
     pub(crate) fn max_payload(&self) -> usize {
         self.inner.config.max_payload

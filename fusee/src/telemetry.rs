@@ -119,7 +119,7 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// its figures, as [`Engine::metrics`] does; a closed engine's text has
 /// its record-derived figures only.
 pub async fn render(engine: &Engine) -> String {
-    let shards = engine.shard_metrics().await;
+    let shards = engine.per_shard_metrics().await;
     let status = engine.shard_status();
     let mut registry = Registry::default();
     if let Some(t) = engine.telemetry() {

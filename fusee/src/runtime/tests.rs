@@ -257,10 +257,12 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
 fn telemetry_counts_records_when_durable_and_not_before() {
     let storage = AnyStorage::Memory(MemoryStorage::new());
     let registry = Registry::default();
-    registry.register(WAITER, |ctx: Ctx, ()| async move {
-        ctx.wait_for(&GO).await?;
-        Ok::<_, Failure>(String::new())
-    });
+    registry
+        .register(WAITER, |ctx: Ctx, ()| async move {
+            ctx.wait_for(&GO).await?;
+            Ok::<_, Failure>(String::new())
+        })
+        .expect("a fresh registry");
     let telemetry = std::sync::Arc::new(crate::telemetry::Telemetry::default());
     let starts = || {
         telemetry

@@ -34,9 +34,10 @@ impl Drop for TempDir {
     }
 }
 
-#[test]
-fn peers_not_installed_are_reported_and_fusee_is_measured() {
-    let tmp = TempDir::new("compare_peers");
+/// Runs `fusee-compare --peers temporal,dbos-sqlite --quick` in `tmp` with
+/// no peer installed, Fusee on PostgreSQL at `pg` (left out without), and
+/// returns its stdout once it succeeded.
+fn run_peers(tmp: &TempDir, pg: Option<&str>) -> String {
     let (data, out, empty) = (
         tmp.0.join("data"),
         tmp.0.join("out"),
@@ -47,7 +48,8 @@ fn peers_not_installed_are_reported_and_fusee_is_measured() {
     }
     let (stdout_path, stderr_path) = (tmp.0.join("stdout"), tmp.0.join("stderr"));
     let file = |p: &Path| Stdio::from(std::fs::File::create(p).expect("create output file"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fusee-compare"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fusee-compare"));
+    command
         .args(["--peers", "temporal,dbos-sqlite", "--quick", "--dir"])
         .arg(&data)
         .arg("--out")
@@ -56,9 +58,11 @@ fn peers_not_installed_are_reported_and_fusee_is_measured() {
         .env_remove("FUSEE_PG_URL")
         .env_remove("FUSEE_PG_SINGLE_URL")
         .stdout(file(&stdout_path))
-        .stderr(file(&stderr_path))
-        .spawn()
-        .expect("run fusee-compare");
+        .stderr(file(&stderr_path));
+    if let Some(url) = pg {
+        command.env("FUSEE_PG_URL", url);
+    }
+    let mut child = command.spawn().expect("run fusee-compare");
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait for fusee-compare") {
@@ -80,6 +84,31 @@ fn peers_not_installed_are_reported_and_fusee_is_measured() {
         status.success(),
         "fusee-compare failed: {status:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
+    stdout
+}
+
+/// The row of `stdout` that starts with `label`.
+fn row(stdout: &str, label: &str) -> String {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} row:\n{stdout}"))
+        .to_string()
+}
+
+/// The figures (positive numbers) in a row.
+fn figures(row: &str) -> Vec<f64> {
+    row.split_whitespace()
+        .filter_map(|c| c.parse::<f64>().ok())
+        .filter(|v| *v > 0.0)
+        .collect()
+}
+
+#[test]
+fn peers_not_installed_are_reported_and_fusee_is_measured() {
+    let tmp = TempDir::new("compare_peers");
+    let stdout = run_peers(&tmp, None);
+    let out = tmp.0.join("out");
     for word in [
         "engine peers",
         "temporal: not measured",
@@ -96,27 +125,17 @@ fn peers_not_installed_are_reported_and_fusee_is_measured() {
         );
     }
     // Fusee on file has every figure, and the chain's ratio to the floor.
-    let row = |label: &str| {
-        stdout
-            .lines()
-            .find(|l| l.starts_with(label))
-            .unwrap_or_else(|| panic!("no {label:?} row:\n{stdout}"))
-            .to_string()
-    };
-    assert!(row("chain: step p50").contains("floor)"), "{stdout}");
+    assert!(
+        row(&stdout, "chain: step p50").contains("floor)"),
+        "{stdout}"
+    );
     for label in [
         "fanout: steps/s",
         "timers: all done",
         "recovery after SIGKILL",
     ] {
-        let r = row(label);
-        let cells: Vec<&str> = r.split_whitespace().collect();
-        assert!(
-            cells
-                .iter()
-                .any(|c| c.parse::<f64>().is_ok_and(|v| v > 0.0)),
-            "{label}: no figure in {r:?}"
-        );
+        let r = row(&stdout, label);
+        assert!(!figures(&r).is_empty(), "{label}: no figure in {r:?}");
     }
     // Without peers, every goal is unjudged, never met or missed.
     assert!(
@@ -132,4 +151,30 @@ fn peers_not_installed_are_reported_and_fusee_is_measured() {
         csv.contains("peers_engine_fanout_steps_per_s,steps/s,fusee-file,backend,"),
         "{csv}"
     );
+}
+
+/// Fusee on PostgreSQL beside Fusee on file (the servers `.ci/run` starts):
+/// every workload measured on both, the recovery too (its child process
+/// opens the same schema the parent reopens).
+#[test]
+fn fusee_on_postgres_is_measured_recovery_included() {
+    let Ok(url) = std::env::var("FUSEE_PG_URL") else {
+        eprintln!("FUSEE_PG_URL is not set (source scripts/postgres.sh): skipped");
+        return;
+    };
+    let tmp = TempDir::new("compare_peers_pg");
+    let stdout = run_peers(&tmp, Some(&url));
+    assert!(!stdout.contains("fusee-postgres: not measured"), "{stdout}");
+    assert!(!stdout.contains("file stores only"), "{stdout}");
+    for label in [
+        "fanout: steps/s",
+        "timers: all done",
+        "recovery after SIGKILL",
+    ] {
+        let r = row(&stdout, label);
+        assert!(
+            figures(&r).len() >= 2,
+            "{label}: fusee-file and fusee-postgres should both have a figure in {r:?}\n{stdout}"
+        );
+    }
 }

@@ -1,14 +1,15 @@
 //! The child process of the recovery and parked workloads: the comparison
 //! binary started again with [`CHILD_FLAG`] as its first argument.
 //!
-//! - `--engine-child fanout SUBJECT DIR RUNS STEPS`: opens SUBJECT's engine
-//!   in DIR, starts RUNS workflows of STEPS no-op steps (`fan-0`, ...), then
+//! - `--engine-child fanout STORE RUNS STEPS`: opens the engine STORE names
+//!   ([`ChildStore`]: `SUBJECT DIR`, or `postgres URL SCHEMA` for Fusee on a
+//!   PostgreSQL schema), starts RUNS workflows of STEPS no-op steps (`fan-0`, ...), then
 //!   waits for their results in order, writing `done I` on stdout after
 //!   each (flushed at once). The parent kills it with SIGKILL part way.
 //!   A start the peer engine gave up ([`super::peer`], counted as an
 //!   infrastructure failure) is a `lost I` line before any `done`: the
 //!   parent does not wait for that run after the reopen.
-//! - `--engine-child reopen SUBJECT DIR`: opens the store in DIR, writes
+//! - `--engine-child reopen STORE`: opens the store, writes
 //!   `opened SECONDS RESIDENT_BYTES PARKED` and closes it: an open in a
 //!   fresh process, whose memory is the store's alone.
 //!
@@ -22,7 +23,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use fusee::Engine;
+use fusee::{Config, Engine};
 
 use super::EngineSubject;
 use super::peer::{Peer, PeerFailures};
@@ -69,6 +70,66 @@ pub fn program() -> Option<PathBuf> {
     sibling.is_file().then_some(sibling)
 }
 
+/// The store a child opens, as its arguments name it: a subject's store in
+/// a directory, or Fusee on a schema of a PostgreSQL server (which has no
+/// directory, so the URL and schema stand in its place).
+#[derive(Clone, Copy, Debug)]
+pub enum ChildStore<'a> {
+    /// `SUBJECT DIR`.
+    Dir(EngineSubject, &'a Path),
+    /// `postgres URL SCHEMA`.
+    Postgres {
+        /// The server's URL.
+        url: &'a str,
+        /// The schema the store lives in.
+        schema: &'a str,
+    },
+}
+
+impl ChildStore<'_> {
+    /// The word naming Fusee on PostgreSQL in a child's arguments.
+    const POSTGRES: &'static str = "postgres";
+
+    fn args(self) -> Vec<String> {
+        match self {
+            ChildStore::Dir(subject, dir) => {
+                vec![subject.name().to_string(), dir.display().to_string()]
+            }
+            ChildStore::Postgres { url, schema } => {
+                vec![Self::POSTGRES.into(), url.into(), schema.into()]
+            }
+        }
+    }
+}
+
+/// What a child's workload runs on, parsed from its [`ChildStore`].
+enum Opened {
+    Fusee(Box<Config>),
+    Duroxide(PathBuf),
+}
+
+/// Splits a [`ChildStore`]'s arguments off the front of `args`.
+fn parse_store(args: &[String]) -> WorkResult<(Opened, &[String])> {
+    match args {
+        [word, url, schema, rest @ ..] if word == ChildStore::POSTGRES => Ok((
+            Opened::Fusee(Box::new(workload::postgres_config(url, schema))),
+            rest,
+        )),
+        [subject, dir, rest @ ..] => {
+            let opened = match EngineSubject::parse(subject) {
+                Some(EngineSubject::Fusee(backend)) => {
+                    Opened::Fusee(Box::new(workload::config(backend, Path::new(dir))))
+                }
+                Some(EngineSubject::Duroxide) => Opened::Duroxide(PathBuf::from(dir)),
+                Some(EngineSubject::Floor) => return Err("the floor runs no workflows".into()),
+                None => return Err(format!("unknown subject {subject:?}").into()),
+            };
+            Ok((opened, rest))
+        }
+        _ => Err(format!("no store in the child's arguments {args:?}").into()),
+    }
+}
+
 /// Runs the child `args` (after [`CHILD_FLAG`]) describe.
 fn main(args: &[String]) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -83,20 +144,14 @@ fn main(args: &[String]) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match args {
-            [mode, subject, dir, rest @ ..] => {
-                let subject = EngineSubject::parse(subject)
-                    .ok_or_else(|| format!("unknown subject {subject:?}"))?;
-                let dir = Path::new(dir);
-                match (mode.as_str(), rest) {
-                    ("fanout", [runs, steps]) => {
-                        fanout(subject, dir, runs.parse()?, steps.parse()?).await
-                    }
-                    ("reopen", []) => reopen(subject, dir).await,
-                    _ => Err(format!("unknown child mode {mode:?} {rest:?}").into()),
-                }
-            }
-            _ => Err(format!("bad child arguments {args:?}").into()),
+        let [mode, store @ ..] = args else {
+            return Err(format!("bad child arguments {args:?}").into());
+        };
+        let (opened, rest) = parse_store(store)?;
+        match (mode.as_str(), rest) {
+            ("fanout", [runs, steps]) => fanout(opened, runs.parse()?, steps.parse()?).await,
+            ("reopen", []) => reopen(opened).await,
+            _ => Err(format!("unknown child mode {mode:?} {rest:?}").into()),
         }
     });
     match result {
@@ -116,10 +171,10 @@ fn say(line: &str) {
     }
 }
 
-async fn fanout(subject: EngineSubject, dir: &Path, runs: u64, steps: u32) -> WorkResult<()> {
-    match subject {
-        EngineSubject::Fusee(backend) => {
-            let engine = Engine::open(workload::config(backend, dir)).await?;
+async fn fanout(opened: Opened, runs: u64, steps: u32) -> WorkResult<()> {
+    match opened {
+        Opened::Fusee(config) => {
+            let engine = Engine::open(*config).await?;
             workload::register(&engine, &Stamps::default());
             workload::start_all(&engine, STEPS, FANOUT_PREFIX, runs, steps).await?;
             for i in 0..runs {
@@ -132,8 +187,8 @@ async fn fanout(subject: EngineSubject, dir: &Path, runs: u64, steps: u32) -> Wo
             }
             engine.close().await?;
         }
-        EngineSubject::Duroxide => {
-            let peer = Peer::open(dir, &Stamps::default(), &PeerFailures::default()).await?;
+        Opened::Duroxide(dir) => {
+            let peer = Peer::open(&dir, &Stamps::default(), &PeerFailures::default()).await?;
             let lost = peer
                 .start_all("steps", FANOUT_PREFIX, runs, &steps.to_string())
                 .await?;
@@ -149,18 +204,17 @@ async fn fanout(subject: EngineSubject, dir: &Path, runs: u64, steps: u32) -> Wo
             }
             peer.close().await;
         }
-        EngineSubject::Floor => return Err("the floor runs no workflows".into()),
     }
     say("finished");
     Ok(())
 }
 
-async fn reopen(subject: EngineSubject, dir: &Path) -> WorkResult<()> {
-    let EngineSubject::Fusee(backend) = subject else {
-        return Err(format!("{} has no parked workload", subject.name()).into());
+async fn reopen(opened: Opened) -> WorkResult<()> {
+    let Opened::Fusee(config) = opened else {
+        return Err("the peer has no parked workload".into());
     };
     let t = Instant::now();
-    let engine = Engine::open(workload::config(backend, dir)).await?;
+    let engine = Engine::open(*config).await?;
     let open = t.elapsed();
     let rss = workload::resident_bytes();
     let parked = engine.metrics().await.parked_runs;
@@ -267,23 +321,18 @@ pub struct Killed {
 }
 
 /// Runs the fanout of `runs` workflows of `steps` steps in a child on
-/// `subject` in `dir`, and kills it with SIGKILL once `kill_after` of them
-/// reported their result.
+/// `store`, and kills it with SIGKILL once `kill_after` of them reported
+/// their result.
 pub fn kill_mid_fanout(
     program: &Path,
-    subject: EngineSubject,
-    dir: &Path,
+    store: ChildStore<'_>,
     runs: u32,
     steps: u32,
     kill_after: u32,
 ) -> WorkResult<Killed> {
-    let args = [
-        "fanout".to_string(),
-        subject.name().to_string(),
-        dir.display().to_string(),
-        runs.to_string(),
-        steps.to_string(),
-    ];
+    let mut args = vec!["fanout".to_string()];
+    args.extend(store.args());
+    args.extend([runs.to_string(), steps.to_string()]);
     let mut child = Lines::spawn(program, &args)?;
     let mut killed = Killed::default();
     while killed.done < kill_after {
@@ -334,11 +383,8 @@ impl Reopened {
 
 /// Opens the store of `subject` in `dir` in a fresh process.
 pub fn reopen_in_child(program: &Path, subject: EngineSubject, dir: &Path) -> WorkResult<Reopened> {
-    let args = [
-        "reopen".to_string(),
-        subject.name().to_string(),
-        dir.display().to_string(),
-    ];
+    let mut args = vec!["reopen".to_string()];
+    args.extend(ChildStore::Dir(subject, dir).args());
     let mut child = Lines::spawn(program, &args)?;
     let line = child.next()?.ok_or("the child exited without a word")?;
     let r = Reopened::parse(&line).ok_or_else(|| format!("the child wrote {line:?}"))?;
@@ -354,6 +400,28 @@ pub fn reopen_in_child(program: &Path, subject: EngineSubject, dir: &Path) -> Wo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_store_parses_back_from_its_arguments() {
+        let pg = ChildStore::Postgres {
+            url: "postgresql://postgres@127.0.0.1:1/postgres",
+            schema: "peers_1_recovery",
+        };
+        let mut args = pg.args();
+        args.extend(["10".to_string(), "3".to_string()]);
+        let (opened, rest) = parse_store(&args).expect("postgres store");
+        assert!(matches!(opened, Opened::Fusee(_)));
+        assert_eq!(rest, ["10", "3"]);
+
+        let args = ChildStore::Dir(EngineSubject::Duroxide, Path::new("/d")).args();
+        let (opened, rest) = parse_store(&args).expect("duroxide store");
+        assert!(matches!(opened, Opened::Duroxide(ref d) if d == Path::new("/d")));
+        assert!(rest.is_empty());
+
+        let floor = ChildStore::Dir(EngineSubject::Floor, Path::new("/d")).args();
+        assert!(parse_store(&floor).is_err());
+        assert!(parse_store(&["bogus".to_string(), "/d".to_string()]).is_err());
+    }
 
     #[test]
     fn the_open_line_parses() {

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fusee::Engine;
+use fusee::{Config, Engine};
 
 use super::child::{self, FANOUT_PREFIX};
 use super::peer::{FailureCounts, Peer, PeerFailures};
@@ -572,15 +572,11 @@ fn parked_turn(
     Ok(())
 }
 
-/// Reopens `backend`'s store in `dir` after its child was killed mid-fanout
+/// Reopens the store `config` names after its child was killed mid-fanout
 /// and waits for all `runs` results: the time from the open to the last.
-pub(crate) async fn finish_killed_fanout(
-    backend: fusee::Backend,
-    dir: &Path,
-    runs: u32,
-) -> WorkResult<Duration> {
+pub(crate) async fn finish_killed_fanout(config: Config, runs: u32) -> WorkResult<Duration> {
     let t = std::time::Instant::now();
-    let engine = Engine::open(workload::config(backend, dir)).await?;
+    let engine = Engine::open(config).await?;
     workload::register(&engine, &Stamps::default());
     workload::await_all(
         &engine,
@@ -613,7 +609,13 @@ fn recovery_turn(
     let killed = at(
         subject,
         phase,
-        child::kill_mid_fanout(program, subject, &dir, runs, FANOUT_STEPS, runs / 2),
+        child::kill_mid_fanout(
+            program,
+            child::ChildStore::Dir(subject, &dir),
+            runs,
+            FANOUT_STEPS,
+            runs / 2,
+        ),
     )?;
     let failures = b.peer_failures.clone();
     let took = at(
@@ -623,7 +625,8 @@ fn recovery_turn(
             let t = std::time::Instant::now();
             match subject {
                 EngineSubject::Fusee(backend) => {
-                    Ok((finish_killed_fanout(backend, &dir, runs).await?, 0))
+                    let config = workload::config(backend, &dir);
+                    Ok((finish_killed_fanout(config, runs).await?, 0))
                 }
                 EngineSubject::Duroxide => {
                     let peer = Peer::open(&dir, &Stamps::default(), &failures).await?;

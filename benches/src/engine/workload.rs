@@ -62,6 +62,17 @@ pub fn config(backend: fusee::Backend, dir: &Path) -> Config {
     Config::new(StorageConfig::new(backend, dir))
 }
 
+/// The engine configuration of Fusee on `schema` of the PostgreSQL server
+/// at `url`. The lease holder is named after the schema, so a process
+/// opening it after another was killed (the recovery's reopen) takes the
+/// shards back at once, as a restarted deployment given its predecessor's
+/// name does, instead of waiting for the dead one's leases to lapse.
+pub fn postgres_config(url: &str, schema: &str) -> Config {
+    let mut storage = StorageConfig::postgres(url.to_string()).postgres_schema(schema.to_string());
+    storage.postgres.owner = Some(format!("fusee-compare-{schema}"));
+    Config::new(storage)
+}
+
 /// Registers the three workflows; the chain's steps stamp `stamps`.
 pub fn register(engine: &Engine, stamps: &Stamps) {
     let chain_stamps = stamps.clone();

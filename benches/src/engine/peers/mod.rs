@@ -31,7 +31,7 @@ pub mod report;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fusee::{Config, Engine, StorageConfig};
+use fusee::{Config, Engine};
 
 use self::process::{Install, Program, Server, Strace};
 use self::report::{PeersReport, SubjectFigures};
@@ -656,12 +656,17 @@ fn floor_block(books: &mut [Books], floor: &mut FloorFile, i: usize, count: u32)
     Ok(())
 }
 
+/// The PostgreSQL schema of Fusee's `what` turn: a schema per turn, so no
+/// turn waits for another's leases.
+fn pg_schema(run: &Run<'_>, what: &str) -> String {
+    format!("peers_{}_{what}", run.nonce)
+}
+
 fn fusee_config(run: &Run<'_>, subject: PeersSubject, dir: &Path, what: &str) -> Config {
     match subject {
-        PeersSubject::FuseePostgres => Config::new(
-            StorageConfig::postgres(run.pg_url.clone().unwrap_or_default())
-                // A schema per turn: no turn waits for another's leases.
-                .postgres_schema(format!("peers_{}_{what}", run.nonce)),
+        PeersSubject::FuseePostgres => workload::postgres_config(
+            run.pg_url.as_deref().unwrap_or_default(),
+            &pg_schema(run, what),
         ),
         _ => workload::config(fusee::Backend::File, &dir.join(what)),
     }
@@ -802,14 +807,7 @@ fn recovery_turn(run: &Run<'_>, b: &mut Books) -> Result<()> {
     let phase = "peers recovery";
     let took = match subject {
         PeersSubject::Floor => return Ok(()),
-        PeersSubject::FuseePostgres => {
-            b.result.figures.notes.push(
-                "recovery: not measured (the recovery's child process opens file stores only)"
-                    .into(),
-            );
-            return Ok(());
-        }
-        PeersSubject::FuseeFile => {
+        PeersSubject::FuseeFile | PeersSubject::FuseePostgres => {
             let Some(program) = child::program() else {
                 b.result
                     .figures
@@ -819,11 +817,24 @@ fn recovery_turn(run: &Run<'_>, b: &mut Books) -> Result<()> {
             };
             let dir = b.dir.join("recovery");
             std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
-            let subject_e = EngineSubject::Fusee(fusee::Backend::File);
-            child::kill_mid_fanout(&program, subject_e, &dir, runs, FANOUT_STEPS, runs / 2)
+            let schema = pg_schema(run, "recovery");
+            let store = match (subject, run.pg_url.as_deref()) {
+                (PeersSubject::FuseePostgres, Some(url)) => child::ChildStore::Postgres {
+                    url,
+                    schema: &schema,
+                },
+                (PeersSubject::FuseePostgres, None) => {
+                    return Err(measure_err(subject, phase, "no PostgreSQL URL"));
+                }
+                _ => child::ChildStore::Dir(EngineSubject::Fusee(fusee::Backend::File), &dir),
+            };
+            child::kill_mid_fanout(&program, store, runs, FANOUT_STEPS, runs / 2)
                 .map_err(|e| measure_err(subject, phase, e))?;
+            // The same store the child used: fusee_config names the schema
+            // as pg_schema does, and file stores under dir/recovery.
+            let config = fusee_config(run, subject, &b.dir, "recovery");
             run.runtime
-                .block_on(finish_killed_fanout(fusee::Backend::File, &dir, runs))
+                .block_on(finish_killed_fanout(config, runs))
                 .map_err(|e| measure_err(subject, phase, e))?
         }
         PeersSubject::Peer(_) => {
@@ -853,11 +864,17 @@ fn recovery_turn(run: &Run<'_>, b: &mut Books) -> Result<()> {
     b.result
         .figures
         .set(EngineMetric::Recovery, took.as_secs_f64());
-    if let PeersSubject::Peer(k) = subject {
-        b.result.figures.notes.push(format!(
+    match subject {
+        PeersSubject::Peer(k) => b.result.figures.notes.push(format!(
             "recovery: killed (SIGKILL) at half of {runs} results; waits for {}",
             k.recovery()
-        ));
+        )),
+        PeersSubject::FuseePostgres => b.result.figures.notes.push(format!(
+            "recovery: killed (SIGKILL) at half of {runs} results; the new process takes the \
+             lease holder name of the killed one, so it takes its shards back at once (another \
+             name would wait for their leases to lapse)"
+        )),
+        _ => {}
     }
     Ok(())
 }

@@ -660,6 +660,10 @@ fn run_actions(viewer: &Viewer, seg: &str, steps: &[String], paused: bool) -> Ma
             label { "signal " input type="text" name="name" id="signal-name" required; }
             " "
             label { "payload (JSON) " input type="text" name="payload" id="signal-payload" value="null"; }
+            " "
+            label title="A signal sent again with the same key is recorded once: safe to retry." {
+                "dedup key (optional) " input type="text" name="key" id="signal-key";
+            }
             " " button type="submit" id="signal-send" { "Send signal" }
         }
         @if paused {
@@ -778,6 +782,9 @@ struct ActionForm {
     name: String,
     #[serde(default)]
     payload: String,
+    /// A signal's deduplication key; empty = none.
+    #[serde(default)]
+    key: String,
     #[serde(default)]
     step: String,
     #[serde(default)]
@@ -824,7 +831,12 @@ async fn run_action(
     let outcome = match f.action.as_str() {
         "signal" => match serde_json::from_str::<Value>(&f.payload) {
             Ok(v) => e
-                .signal_json(&id, &f.name, &v, None)
+                .signal_json(
+                    &id,
+                    &f.name,
+                    &v,
+                    Some(f.key.as_str()).filter(|k| !k.is_empty()),
+                )
                 .await
                 .map(|()| format!("signal {} sent", f.name)),
             Err(err) => {

@@ -245,6 +245,24 @@ async fn pages_escape_payloads_and_forms_need_admin_and_csrf() {
         page.contains("id=\"chain\""),
         "the page shows the runs of the ID"
     );
+    // A signal with a deduplication key, sent twice from the form (a retry
+    // after a lost reply), is recorded once; without a key, twice.
+    for key in ["retry-1", "retry-1", "", ""] {
+        let mut keyed = form("signal");
+        keyed.push(("name", "ping".into()));
+        keyed.push(("payload", "1".into()));
+        keyed.push(("key", key.into()));
+        let (_, location, _) = post("/runs/o-1/action", keyed).await;
+        assert!(location.contains("notice=signal"), "{location}");
+    }
+    let journal = engine.journal_json("o-1", None).await.unwrap();
+    let pings = journal["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "Signal" && r["name"] == "ping")
+        .count();
+    assert_eq!(pings, 3, "{journal}");
     // A signal from the form finishes the run.
     let mut signal = form("signal");
     signal.push(("name", "approved".into()));

@@ -31,13 +31,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fusee_core::record::{RunId, Status};
+use fusee_core::record::Status;
 use fusee_core::shard::shard_of;
 use fusee_storage::Storage;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
+use crate::client::{Description, IdPolicy, RunRef, RunResult};
 use crate::clock::Clock;
 use crate::config::{Backend, StorageConfig, open_storage};
 use crate::ctx::Ctx;
@@ -348,34 +349,6 @@ impl Config {
     }
 }
 
-/// Which run a start returns when the workflow ID is taken.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum IdPolicy {
-    /// Start only a new workflow: an ID ever used is [`Error::AlreadyExists`]
-    /// (the default).
-    #[default]
-    NewOnly,
-    /// Attach to the ID's latest run if there is one, else start it.
-    Attach,
-    /// Start a new run unless the ID's latest run is still running
-    /// ([`Error::AlreadyExists`] then): an ID used once a day, say, by a
-    /// daily job.
-    ReuseAfterFinish,
-}
-
-/// A run a start created or attached to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunRef {
-    /// The workflow ID.
-    pub id: String,
-    /// Its shard.
-    pub shard: u32,
-    /// The run's number in its shard.
-    pub run: RunId,
-    /// Whether the start attached to an existing run.
-    pub attached: bool,
-}
-
 /// A started run, typed by its workflow's output.
 #[derive(Debug)]
 pub struct RunHandle<O> {
@@ -394,111 +367,6 @@ impl<O: DeserializeOwned> RunHandle<O> {
     pub async fn result(&self) -> Result<O> {
         self.engine.result_of(&self.run.id).await
     }
-}
-
-/// How a finished run ended, and its payload (its encoded result, or its
-/// failure).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RunResult {
-    pub(crate) status: Status,
-    pub(crate) payload: Vec<u8>,
-}
-
-/// Where a run stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunStatus {
-    /// Its code runs (or waits for a step, a timer, a signal).
-    Running,
-    /// Its workflow type has no code registered in this engine yet.
-    WaitingForCode,
-    /// Its code departed from its journal and stopped (see
-    /// [`Description::stopped_because`]); a caller waiting on its result
-    /// gets [`Error::Determinism`].
-    Stopped,
-    /// It ended, with this status.
-    Finished(Status),
-}
-
-/// The step a run is at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CurrentStep {
-    /// The step's name.
-    pub name: String,
-    /// The attempt running or next.
-    pub attempt: u32,
-    /// Whether an attempt is running now.
-    pub running: bool,
-    /// Whether its retry policy ran out of attempts and it waits for
-    /// [`Engine::resume_step`].
-    pub paused: bool,
-}
-
-/// What [`Engine::describe`] says about a run. More fields may come;
-/// match it with `..`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Description {
-    /// The workflow ID.
-    pub id: String,
-    /// The workflow type.
-    pub workflow: String,
-    /// Its shard.
-    pub shard: u32,
-    /// Its run number.
-    pub run: RunId,
-    /// Where it stands.
-    pub status: RunStatus,
-    /// When it started (ms since the Unix epoch).
-    pub started_ms: u64,
-    /// When it finished.
-    pub finished_ms: Option<u64>,
-    /// Its current step, if one is pending.
-    pub step: Option<CurrentStep>,
-    /// Why its code stopped, for [`RunStatus::Stopped`].
-    pub stopped_because: Option<String>,
-    /// Whether it is parked in the run store (idle, out of memory).
-    pub parked: bool,
-    /// Whether an operator paused it ([`Engine::pause`]): no step starts.
-    pub paused: bool,
-    /// Its journal's size in bytes (canonical records): what replaying it
-    /// costs, and how close a long-lived run is to wanting
-    /// continue-as-new.
-    pub journal_bytes: u64,
-    /// How many records its journal holds.
-    pub journal_records: u64,
-    /// Children it started that have not finished (as far as its journal
-    /// knows).
-    pub children: Vec<PendingChild>,
-    /// What its code waits for besides steps: timers and signals.
-    pub waits: Vec<PendingWait>,
-}
-
-/// A child a run started and has no result from yet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingChild {
-    /// The child's workflow ID.
-    pub id: String,
-    /// The child's workflow type.
-    pub workflow: String,
-}
-
-/// A timer or a signal a run's code waits for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PendingWait {
-    /// A sleep, and when it fires (ms since the Unix epoch).
-    Timer {
-        /// The sleep's name.
-        name: String,
-        /// When it fires.
-        fire_at_ms: u64,
-    },
-    /// A wait for a signal, and its deadline if it has one.
-    Signal {
-        /// The signal's name.
-        name: String,
-        /// When the wait times out, if ever.
-        deadline_ms: Option<u64>,
-    },
 }
 
 /// The engine: shards over one storage, and the client API. Cheap to clone;

@@ -96,6 +96,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+mod client;
 pub mod clock;
 pub mod config;
 mod ctx;
@@ -121,6 +122,10 @@ pub mod testing;
 mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use client::{
+    CurrentStep, Cursor, Description, IdPolicy, ListFilter, Page, PendingChild, PendingWait,
+    RunRef, RunStatus, RunSummary, StatusFilter,
+};
 pub use clock::{Clock, VirtualClock};
 pub use config::{
     Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
@@ -131,17 +136,13 @@ pub use ctx::{
     WaitFor,
 };
 pub use dynamic::{Cause, ChainLink};
-pub use engine::{
-    Config, CurrentStep, Description, Engine, IdPolicy, PendingChild, PendingWait, RunHandle,
-    RunRef, RunStatus,
-};
+pub use engine::{Config, Engine, RunHandle};
 pub use error::{Error, Result};
 /// How a run ended, as [`RunStatus::Finished`] holds it.
 pub use fusee_core::record::Status;
 pub use fusee_storage::StorageError;
 pub use limit::{LimitBuilder, LimitDescription, LimitedStep, Limits};
 pub use metrics::{Histogram, Metrics, ShardMetrics};
-pub use operator::{Cursor, ListFilter, Page, RunSummary, StatusFilter};
 pub use ownership::{Ownership, ShardStatus};
 pub use promise::{Promise, PromiseWait};
 pub use queue::{Enqueued, ItemOptions, Queue, QueueBuilder, QueueDescription, Queues};

@@ -81,8 +81,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::client::RunStatus;
 use crate::ctx::{Ctx, Step, StepError};
-use crate::engine::{Engine, RunStatus};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::flow::{MOVING, Notify, Rate, Timer, Window, engine_for, now_ms};
 use crate::workflow::{Failure, Update, Workflow, encode};

@@ -86,8 +86,9 @@ use std::time::Duration;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+use crate::client::{IdPolicy, RunStatus};
 use crate::ctx::{ChildCall, Ctx, ParentClose, StepError};
-use crate::engine::{Engine, IdPolicy, RunStatus};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::flow::{MOVING, Notify, Rate, Timer, Window, intern, now_ms, poll_once};
 use crate::workflow::{Failure, Update, Workflow};

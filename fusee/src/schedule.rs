@@ -86,8 +86,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+use crate::client::IdPolicy;
 use crate::ctx::{ChildCall, Ctx, ParentClose};
-use crate::engine::{Engine, IdPolicy};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::flow::{Notify, Timer, intern, now_ms, poll_once, time_of};
 use crate::workflow::{Failure, Query, Update, Workflow};

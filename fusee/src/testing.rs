@@ -231,8 +231,9 @@ pub use replay::{Journal, ReplayError, Replayed};
 
 use self::timers::Timers;
 use crate::AnyStorage;
+use crate::client::{Description, IdPolicy};
 use crate::clock::{Clock, VirtualClock};
-use crate::engine::{Config, Description, Engine, IdPolicy};
+use crate::engine::{Config, Engine};
 use crate::error::Error;
 use crate::workflow::{Failure, Workflow};
 

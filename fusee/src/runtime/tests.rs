@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::{Effects, HOUSEKEEPING_MS, Input, LoopConfig, ShardLoop};
 use crate::any_storage::AnyStorage;
-use crate::engine::IdPolicy;
+use crate::client::IdPolicy;
 use crate::registry::Registry;
 use crate::{Ctx, Failure, Signal, Workflow};
 

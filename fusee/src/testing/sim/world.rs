@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::workload::{self, Op, Program, SIGNALS, Service};
 use super::{SimConfig, SimDisk, SimFailure, SimReport};
 use crate::AnyStorage;
-use crate::engine::{IdPolicy, RunRef, RunResult};
+use crate::client::{IdPolicy, RunRef, RunResult};
 use crate::error::Result as EngineResult;
 use crate::registry::Registry;
 use crate::runtime::{Effects, Input, LoopConfig, ShardLoop, StepJob};

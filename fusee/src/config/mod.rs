@@ -1,0 +1,5 @@
+//! Configuration: the storage to open ([`StorageConfig`], [`open_storage`]).
+
+mod storage;
+
+pub use storage::*;

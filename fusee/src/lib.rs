@@ -127,6 +127,7 @@ pub use client::{
     RunRef, RunStatus, RunSummary, StatusFilter,
 };
 pub use clock::{Clock, VirtualClock};
+pub use config::Config;
 pub use config::{
     Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
     open_storage,
@@ -136,7 +137,7 @@ pub use ctx::{
     WaitFor,
 };
 pub use dynamic::{Cause, ChainLink};
-pub use engine::{Config, Engine, RunHandle};
+pub use engine::{Engine, RunHandle};
 pub use error::{Error, Result};
 /// How a run ended, as [`RunStatus::Finished`] holds it.
 pub use fusee_core::record::Status;

@@ -233,7 +233,8 @@ use self::timers::Timers;
 use crate::AnyStorage;
 use crate::client::{Description, IdPolicy};
 use crate::clock::{Clock, VirtualClock};
-use crate::engine::{Config, Engine};
+use crate::config::Config;
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::workflow::{Failure, Workflow};
 

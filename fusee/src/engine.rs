@@ -39,10 +39,10 @@ use tokio::sync::oneshot;
 use crate::client::{Description, IdPolicy, RunRef, RunResult};
 use crate::config::{Config, open_storage};
 use crate::ctx::Ctx;
+use crate::ctx::Registry;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::ownership::{Ownership, ShardStatus, Shards};
-use crate::registry::Registry;
 use crate::runtime::driver;
 use crate::runtime::{Input, LoopConfig};
 use crate::telemetry::Telemetry;
@@ -880,19 +880,36 @@ impl Engine {
     }
 }
 
+/// The engine is the host of its registry's code: a run's context reaches
+/// the engine it runs in through the registry it shares with it (set by
+/// [`Engine::register_flow_control`]). Said here, the one module that
+/// knows both the engine and the context, so neither `ctx.rs` nor
+/// `registry.rs` imports the other's side.
+impl crate::registry::Code for Ctx {
+    type Host = WeakEngine;
+    #[cfg(feature = "testing")]
+    type StepMock = crate::ctx::StepWrap;
+}
+
 /// What schedules, queues and step limits (`crate::flow`) need of the
 /// engine: a handle their workflows' code and steps can hold without
-/// keeping a dropped engine open, and the identity of its registry (which
-/// a run's context shares, so a step finds the engine it runs in).
+/// keeping a dropped engine open, set as its registry's host (which a
+/// run's context shares, so a step finds the engine it runs in).
 impl Engine {
     /// A handle that does not keep the engine alive.
     pub(crate) fn downgrade(&self) -> WeakEngine {
         WeakEngine(Arc::downgrade(&self.inner))
     }
 
-    /// The identity of the engine's registry ([`Registry::key`]).
-    pub(crate) fn registry_key(&self) -> usize {
-        self.inner.registry.key()
+    /// Makes this engine the host its runs' code reaches
+    /// ([`crate::flow::EngineRef`]); a second call changes nothing.
+    pub(crate) fn host_flow_control(&self) {
+        self.inner.registry.set_host(self.downgrade());
+    }
+
+    /// Whether [`Engine::register_flow_control`] was called.
+    pub(crate) fn hosts_flow_control(&self) -> bool {
+        self.inner.registry.host().is_some()
     }
 
     /// Whether workflow type `wtype` is registered.

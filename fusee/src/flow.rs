@@ -21,7 +21,7 @@
 //! run.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -45,20 +45,23 @@ pub(crate) const MOVING: &str = "fusee: moving to a new run; send again";
 /// before giving up (each retry reaches the next run, so one is the norm).
 const MOVING_RETRIES: u32 = 64;
 
-/// Engines by the identity of their registry ([`Engine::registry_key`]), so
-/// a step of a run finds the engine it runs in. Filled by
-/// [`Engine::register_flow_control`]; entries whose engine is gone are
-/// dropped at the next registration.
-static ENGINES: LazyLock<Mutex<HashMap<usize, WeakEngine>>> = LazyLock::new(Mutex::default);
+/// The engine a run belongs to, as its steps hold it: read from the run's
+/// context (its registry's host, set by [`Engine::register_flow_control`]),
+/// weak so a step in flight does not keep a dropped engine open.
+#[derive(Clone)]
+pub(crate) struct EngineRef(Option<WeakEngine>);
 
-/// The engine of the run whose registry has identity `key`, while it
-/// lives and has registered flow control.
-pub(crate) fn engine_for(key: usize) -> Option<Engine> {
-    ENGINES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .and_then(WeakEngine::upgrade)
+impl EngineRef {
+    /// The engine of the run `ctx` is the context of (none yet when flow
+    /// control is not registered).
+    pub(crate) fn of(ctx: &Ctx) -> Self {
+        Self(ctx.registry().host())
+    }
+
+    /// The engine, while it lives and has registered flow control.
+    pub(crate) fn get(&self) -> Option<Engine> {
+        self.0.as_ref().and_then(WeakEngine::upgrade)
+    }
 }
 
 impl Engine {
@@ -90,11 +93,7 @@ impl Engine {
     /// # }
     /// ```
     pub fn register_flow_control(&self) {
-        {
-            let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
-            engines.retain(|_, weak| weak.upgrade().is_some());
-            engines.insert(self.registry_key(), self.downgrade());
-        }
+        self.host_flow_control();
         crate::schedule::register(self);
         crate::queue::register(self);
         crate::limit::register(self);
@@ -104,7 +103,7 @@ impl Engine {
     /// registered in this engine and `wtype` (a workflow a schedule or
     /// queue will start) is registered.
     pub(crate) fn check_flow(&self, internal: &str, wtype: Option<&str>) -> Result<()> {
-        let registered = engine_for(self.registry_key()).is_some();
+        let registered = self.hosts_flow_control();
         for name in std::iter::once(internal).chain(wtype) {
             let known = if name == internal {
                 registered

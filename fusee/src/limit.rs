@@ -85,7 +85,7 @@ use crate::client::RunStatus;
 use crate::ctx::{Ctx, Step, StepError};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::flow::{MOVING, Notify, Rate, Timer, Window, engine_for, now_ms};
+use crate::flow::{EngineRef, MOVING, Notify, Rate, Timer, Window, now_ms};
 use crate::workflow::{Failure, Update, Workflow, encode};
 
 /// The workflow type behind every step limit.
@@ -416,7 +416,7 @@ async fn run_limited<T: DeserializeOwned + 'static>(
     limit: String,
 ) -> std::result::Result<T, StepError> {
     let ctx = step.ctx().clone();
-    let key = ctx.registry_key();
+    let host = EngineRef::of(&ctx);
     // Recorded: the same request after a replay, unique across runs.
     let request = ctx.uuid().hyphenated().to_string();
     let req = Request {
@@ -427,10 +427,10 @@ async fn run_limited<T: DeserializeOwned + 'static>(
     };
     let limiter = workflow_id(&limit);
     let granted = {
-        let (limiter, req) = (limiter.clone(), req.clone());
+        let (limiter, req, host) = (limiter.clone(), req.clone(), host.clone());
         ctx.step("fusee.limit.acquire", move |_| {
-            let (limiter, req) = (limiter.clone(), req.clone());
-            async move { acquire(key, &limiter, &req).await }
+            let (limiter, req, host) = (limiter.clone(), req.clone(), host.clone());
+            async move { acquire(&host, &limiter, &req).await }
         })
         .await?
     };
@@ -450,7 +450,7 @@ async fn run_limited<T: DeserializeOwned + 'static>(
                 return Err(StepError::fatal("the wait for a permit ended without one"));
             }
             Err(cancelled) => {
-                give_back(&ctx, key, &limiter, &request).await;
+                give_back(&ctx, &host, &limiter, &request).await;
                 return Err(StepError {
                     message: cancelled.message,
                     kind: cancelled.kind,
@@ -460,21 +460,22 @@ async fn run_limited<T: DeserializeOwned + 'static>(
         }
     }
     let out = step.await;
-    give_back(&ctx, key, &limiter, &request).await;
+    give_back(&ctx, &host, &limiter, &request).await;
     out
 }
 
 /// Gives permit `request` back (a step; a limit gone has nothing to take).
-async fn give_back(ctx: &Ctx, key: usize, limiter: &str, request: &str) {
-    let (limiter, request) = (limiter.to_string(), request.to_string());
+async fn give_back(ctx: &Ctx, host: &EngineRef, limiter: &str, request: &str) {
+    let (limiter, request, host) = (limiter.to_string(), request.to_string(), host.clone());
     // A release that fails for good leaves the permit to the limit's
     // look at old holders; the step's own outcome stands.
     let _ = ctx
         .step("fusee.limit.release", move |_| {
-            let (limiter, request) = (limiter.clone(), request.clone());
+            let (limiter, request, host) = (limiter.clone(), request.clone(), host.clone());
             async move {
-                let engine =
-                    engine_for(key).ok_or_else(|| StepError::retryable("the engine is closing"))?;
+                let engine = host
+                    .get()
+                    .ok_or_else(|| StepError::retryable("the engine is closing"))?;
                 match engine.update_entity(&limiter, RELEASE, &request).await {
                     Ok(()) | Err(Error::NotFound { .. } | Error::Finished { .. }) => Ok(()),
                     Err(e) => Err(StepError::retryable(e.to_string())),
@@ -486,8 +487,12 @@ async fn give_back(ctx: &Ctx, key: usize, limiter: &str, request: &str) {
 
 /// The acquire step: asks the limit for a permit; `true` if it is the
 /// step's now.
-async fn acquire(key: usize, limiter: &str, req: &Request) -> std::result::Result<bool, StepError> {
-    let engine = engine_for(key).ok_or_else(|| {
+async fn acquire(
+    host: &EngineRef,
+    limiter: &str,
+    req: &Request,
+) -> std::result::Result<bool, StepError> {
+    let engine = host.get().ok_or_else(|| {
         StepError::fatal(
             "flow control is not registered in this engine (Engine::register_flow_control)",
         )
@@ -705,13 +710,14 @@ async fn sweep(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, now: u64) {
         .filter(|h| h.since_ms.saturating_add(SWEEP_AFTER_MS) <= now)
         .map(|h| (h.req.holder.clone(), h.req.run))
         .collect();
-    let key = ctx.registry_key();
+    let host = EngineRef::of(ctx);
     let looked = ctx
         .step("fusee.limit.sweep", move |_| {
-            let old = old.clone();
+            let (old, host) = (old.clone(), host.clone());
             async move {
-                let engine =
-                    engine_for(key).ok_or_else(|| StepError::retryable("the engine is closing"))?;
+                let engine = host
+                    .get()
+                    .ok_or_else(|| StepError::retryable("the engine is closing"))?;
                 let mut gone = Vec::new();
                 for (id, run) in old {
                     match engine.describe(&id).await {

@@ -1290,12 +1290,12 @@ impl QueueRun {
             .iter()
             .map(|a| a.id.clone())
             .collect();
-        let key = self.ctx.registry_key();
+        let host = crate::flow::EngineRef::of(&self.ctx);
         let looked = self
             .ctx
             .step("fusee.queue.sweep", move |_| {
-                let ids = ids.clone();
-                async move { ended_of(key, &ids).await }
+                let (ids, host) = (ids.clone(), host.clone());
+                async move { ended_of(&host, &ids).await }
             })
             .await;
         let now = now_ms(&self.ctx);
@@ -1396,8 +1396,12 @@ impl QueueRun {
 }
 
 /// The IDs among `ids` whose workflow has ended (or is gone).
-async fn ended_of(key: usize, ids: &[String]) -> std::result::Result<Vec<String>, StepError> {
-    let engine = crate::flow::engine_for(key)
+async fn ended_of(
+    host: &crate::flow::EngineRef,
+    ids: &[String],
+) -> std::result::Result<Vec<String>, StepError> {
+    let engine = host
+        .get()
         .ok_or_else(|| StepError::retryable("the queue's engine is closing"))?;
     let mut ended = Vec::new();
     for id in ids {

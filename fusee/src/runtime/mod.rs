@@ -85,10 +85,11 @@ use tokio::sync::oneshot;
 use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
 use crate::client::{Description, IdPolicy, ListFilter, LiveJournal, RunRef, RunResult, ShardPage};
+use crate::ctx::Registry;
 use crate::ctx::{Fault, RunState, StepError};
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
-use crate::registry::{Registry, RunFuture};
+use crate::registry::RunFuture;
 
 pub(crate) use steps::StepJob;
 

@@ -105,17 +105,12 @@ mod engine;
 mod error;
 mod flow;
 pub mod inspect;
-pub mod limit;
 mod metrics;
 mod operator;
 pub mod ownership;
-pub mod promise;
-pub mod queue;
 mod registry;
 mod retry;
 mod runtime;
-pub mod saga;
-pub mod schedule;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -139,6 +134,8 @@ pub use ctx::{
 pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, RunHandle};
 pub use error::{Error, Result};
+/// Flow control, in `flow/`: its modules keep their paths at the root.
+pub use flow::{limit, promise, queue, saga, schedule};
 /// How a run ended, as [`RunStatus::Finished`] holds it.
 pub use fusee_core::record::Status;
 pub use fusee_storage::StorageError;

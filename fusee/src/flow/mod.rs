@@ -1,5 +1,8 @@
-//! What schedules ([`crate::schedule`]), queues ([`crate::queue`]) and step
-//! limits ([`crate::limit`]) share: their registration, the engine a run
+//! Flow control: schedules ([`crate::schedule`]), queues
+//! ([`crate::queue`]), step limits ([`crate::limit`]), durable promises
+//! ([`crate::promise`]) and sagas ([`crate::saga`]), each a module of this
+//! folder (re-exported at the crate root, where the public paths stay).
+//! This module holds what the first three share: their registration, the engine a run
 //! belongs to, a sliding-window rate, and the small futures their entity
 //! workflows wait with.
 //!
@@ -19,6 +22,12 @@
 //! to continue as new (the decision and the run's end are one shard step),
 //! and the client side sends a refused update again: it reaches the next
 //! run.
+
+pub mod limit;
+pub mod promise;
+pub mod queue;
+pub mod saga;
+pub mod schedule;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};

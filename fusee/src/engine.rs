@@ -902,7 +902,7 @@ impl Engine {
     }
 
     /// Makes this engine the host its runs' code reaches
-    /// ([`crate::flow::EngineRef`]); a second call changes nothing.
+    /// ([`crate::flow::shared::EngineRef`]); a second call changes nothing.
     pub(crate) fn host_flow_control(&self) {
         self.inner.registry.set_host(self.downgrade());
     }

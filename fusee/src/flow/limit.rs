@@ -85,7 +85,7 @@ use crate::client::RunStatus;
 use crate::ctx::{Ctx, Step, StepError};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::flow::{EngineRef, MOVING, Notify, Rate, Timer, Window, now_ms};
+use crate::flow::shared::{EngineRef, MOVING, Notify, Rate, Timer, Window, now_ms};
 use crate::workflow::{Failure, Update, Workflow, encode};
 
 /// The workflow type behind every step limit.

@@ -90,7 +90,7 @@ use crate::client::{IdPolicy, RunStatus};
 use crate::ctx::{ChildCall, Ctx, ParentClose, StepError};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::flow::{MOVING, Notify, Rate, Timer, Window, intern, now_ms, poll_once};
+use crate::flow::shared::{MOVING, Notify, Rate, Timer, Window, intern, now_ms, poll_once};
 use crate::workflow::{Failure, Update, Workflow};
 
 /// The workflow type behind every queue.
@@ -1290,7 +1290,7 @@ impl QueueRun {
             .iter()
             .map(|a| a.id.clone())
             .collect();
-        let host = crate::flow::EngineRef::of(&self.ctx);
+        let host = crate::flow::shared::EngineRef::of(&self.ctx);
         let looked = self
             .ctx
             .step("fusee.queue.sweep", move |_| {
@@ -1397,7 +1397,7 @@ impl QueueRun {
 
 /// The IDs among `ids` whose workflow has ended (or is gone).
 async fn ended_of(
-    host: &crate::flow::EngineRef,
+    host: &crate::flow::shared::EngineRef,
     ids: &[String],
 ) -> std::result::Result<Vec<String>, StepError> {
     let engine = host

@@ -90,7 +90,7 @@ use crate::client::IdPolicy;
 use crate::ctx::{ChildCall, Ctx, ParentClose};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::flow::{Notify, Timer, intern, now_ms, poll_once, time_of};
+use crate::flow::shared::{Notify, Timer, intern, now_ms, poll_once, time_of};
 use crate::workflow::{Failure, Query, Update, Workflow};
 
 /// The workflow type behind every schedule.
@@ -968,7 +968,7 @@ fn register_handlers(
         let shared = Rc::clone(shared);
         move || -> std::result::Result<(), String> {
             if shared.borrow().moving {
-                return Err(crate::flow::MOVING.to_string());
+                return Err(crate::flow::shared::MOVING.to_string());
             }
             Ok(())
         }
@@ -1411,7 +1411,7 @@ impl Schedule {
 /// An RFC 3339 time in ms since the Unix epoch (for tests of this module).
 #[cfg(test)]
 fn at(text: &str) -> u64 {
-    crate::flow::ms_of(SystemTime::from(
+    crate::flow::shared::ms_of(SystemTime::from(
         DateTime::parse_from_rfc3339(text).expect("an RFC 3339 time"),
     ))
 }

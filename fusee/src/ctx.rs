@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::registry::Registry;
+use crate::registry::RunFuture;
 use crate::retry::RetryPolicy;
 use crate::workflow::{Failure, Query, Signal, Update, Workflow, decode, encode};
 
@@ -138,6 +138,14 @@ impl StepContext {
 pub(crate) type StepFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, StepError>> + Send>>;
 /// A step function, type-erased.
 pub(crate) type StepFn = Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
+
+/// A step mock (feature `testing`): given the step's real function, the
+/// function to run instead (which may call the real one).
+#[cfg(feature = "testing")]
+pub(crate) type StepWrap = Arc<dyn Fn(StepFn) -> StepFn + Send + Sync>;
+
+/// The registered workflow types, whose code is called with a [`Ctx`].
+pub(crate) type Registry = crate::registry::Registry<Ctx>;
 
 /// A live step the shard must run: the function and its policy, kept until
 /// the step's final record.
@@ -245,7 +253,7 @@ pub(crate) struct UpdateHandler {
 pub(crate) type Validator = Box<dyn Fn(&[u8]) -> Result<(), String>>;
 
 /// Starts an update handler's code from the argument's bytes.
-pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> crate::registry::RunFuture>;
+pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> RunFuture>;
 
 /// A query handler, type-erased: argument bytes to result bytes.
 pub(crate) type QueryHandler = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, Failure>>;
@@ -743,7 +751,7 @@ impl Ctx {
         F: Fn(I) -> Fut + 'static,
         Fut: Future<Output = Result<O, Failure>> + 'static,
     {
-        let start = Box::new(move |bytes: &[u8]| -> crate::registry::RunFuture {
+        let start = Box::new(move |bytes: &[u8]| -> RunFuture {
             match decode::<I>(bytes) {
                 Ok(input) => {
                     let fut = handler(input);
@@ -1252,10 +1260,10 @@ impl Ctx {
 /// What `crate::flow` (schedules, queues, step limits) needs of a run
 /// beyond its public operations.
 impl Ctx {
-    /// The identity of the registry the run's engine shares
-    /// ([`Registry::key`]): which engine the run belongs to.
-    pub(crate) fn registry_key(&self) -> usize {
-        self.state.borrow().registry.key()
+    /// The registry the run's engine shares: its host is the engine the
+    /// run belongs to, once flow control is registered.
+    pub(crate) fn registry(&self) -> Registry {
+        self.state.borrow().registry.clone()
     }
 
     /// [`Ctx::signal`] with a name made at run time and a payload already

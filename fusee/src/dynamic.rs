@@ -34,24 +34,11 @@ use fusee_core::record::{Record, RunId, Status, decode_canonical_all, origin};
 use serde_json::Value;
 
 use crate::Metrics;
-use crate::engine::{Engine, IdPolicy, RunRef, keyed_update_id, update_result};
+use crate::client::{IdPolicy, RunRef};
+use crate::engine::{Engine, keyed_update_id, update_result};
 use crate::error::{Error, Result};
 use crate::inspect::{RunJournal, RunState, RunSummary};
 use crate::runtime::Input;
-
-/// A run's journal as its shard answers `Input::Journal`: every record of
-/// the run it holds (canonical encoding), durable when sent.
-#[derive(Debug)]
-pub(crate) struct LiveJournal {
-    pub(crate) shard: u32,
-    pub(crate) run: RunId,
-    pub(crate) journal: Vec<u8>,
-    /// False for a finished parked run, whose frame keeps only its
-    /// `Start` and `Done`.
-    pub(crate) complete: bool,
-    pub(crate) state: RunState,
-    pub(crate) last_lsn: u64,
-}
 
 /// How a run came from the run before it of the same ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,355 +26,28 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use fusee_core::record::{RunId, Status};
+use fusee_core::record::Status;
 use fusee_core::shard::shard_of;
 use fusee_storage::Storage;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use crate::clock::Clock;
-use crate::config::{Backend, StorageConfig, open_storage};
+use crate::client::{Description, IdPolicy, RunRef, RunResult};
+use crate::config::{Config, open_storage};
 use crate::ctx::Ctx;
+use crate::ctx::Registry;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
-use crate::ownership::{DEFAULT_LEASE, Ownership, ShardStatus, Shards};
-use crate::registry::Registry;
+use crate::ownership::{Ownership, ShardStatus, Shards};
 use crate::runtime::driver;
 use crate::runtime::{Input, LoopConfig};
 use crate::telemetry::Telemetry;
 use crate::workflow::{Failure, Signal, Workflow, decode, encode};
 use crate::{AnyStorage, Metrics};
-
-/// The engine's settings. Defaults serve a laptop; each builder method says
-/// what it changes.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Where runs are stored.
-    pub storage: StorageConfig,
-    /// Shards, each with its own thread, log and flusher (default 4). The
-    /// count is fixed when the store is created: opening it with another is
-    /// [`Error::Config`], even for a store that never recorded anything
-    /// once it was closed. (A store that never closed and never recorded
-    /// anything, as a first open interrupted while it made its shards
-    /// leaves it, takes a larger count: that open makes the rest.)
-    pub shards: u32,
-    /// Log bytes after which a checkpoint is taken (default 64 MiB): the
-    /// most a restart replays.
-    pub checkpoint_bytes: u64,
-    /// Time after which a checkpoint is taken if anything was logged
-    /// (default 60 s).
-    pub checkpoint_interval: Duration,
-    /// How long a finished run is kept (default 7 days): its result, its
-    /// status and its ID, then it is forgotten.
-    pub retention: Duration,
-    /// How long after it finished a run keeps its whole journal (default 3
-    /// days, at most [`Config::retention`]): every step, its result and
-    /// attempts, timers, signals and compensations, for
-    /// [`Engine::describe`], queries and `fusee show` after the end. Then
-    /// only its `Start` and `Done` records (its input and result) are kept
-    /// until its retention ends. A run in memory keeps it whole anyway; this
-    /// is what a finished run keeps once it parks ([`Config::park_after`]).
-    /// The cost is the journal's bytes in the run store for this long: 186
-    /// bytes a run more than its 100-byte summary for a run of 10 steps
-    /// with small results, growing with the payloads (measured by `cargo
-    /// bench -p fusee --bench history`; `benches/RESULTS.md`, "A finished
-    /// run's history"). After an open, each finished parked run's frame is
-    /// read once to learn when its history ends.
-    pub history_retention: Duration,
-    /// The largest journal, in bytes, a finished run keeps whole for
-    /// [`Config::history_retention`] (default 1 MiB): a larger one keeps
-    /// only its summary as soon as it parks, so the history kept is
-    /// bounded by this per run.
-    pub history_max_bytes: u64,
-    /// Client requests a shard queues before [`Error::Busy`] (default
-    /// 4,096).
-    pub queue_capacity: usize,
-    /// How long a run is idle (waiting for a timer or a signal, or
-    /// finished) before it leaves memory for the run store (default
-    /// 10 s). A parked run costs a 32-byte table entry.
-    pub park_after: Duration,
-    /// Run-store bytes released (by runs loaded back, finished or
-    /// expired) after which the store is compacted at the next checkpoint,
-    /// if they are most of what was written since the last compaction
-    /// (default 8 MiB: copying the live frames costs about what they
-    /// weigh, so a small gain is not worth it).
-    pub compact_after_bytes: u64,
-    /// Largest input, signal, step result or workflow result, in bytes
-    /// (default 4 MiB; at most 64 MiB, the record limit).
-    pub max_payload: usize,
-    /// How long a shard's log stays idle after a flush before the shard
-    /// seals it (default 20 ms). A seal is one small write and `fdatasync`
-    /// of a file apart from the log (run on the shard's flusher thread),
-    /// recording that every record so far is durable; it is what lets the
-    /// next open tell damage that lost acknowledged records (the newest
-    /// batch zeroed by the disk, redb's newest commit lost to a flipped
-    /// header byte, RocksDB's WAL damaged before its replay) from a torn,
-    /// unacknowledged tail, and fail with
-    /// [`crate::StorageError::LostRecords`] instead of opening with less
-    /// data. Records acknowledged since the last seal are not covered: the
-    /// window is this long after the shard goes idle, and at most
-    /// [`Config::seal_interval`] under continuous load. A closed engine is
-    /// always sealed. Shorter: a smaller window, more seals for a shard
-    /// whose records come in bursts this far apart.
-    pub seal_after_idle: Duration,
-    /// The longest a durable record waits for a seal while the shard never
-    /// goes idle (default 1 s): one extra small `fdatasync` per interval
-    /// under load.
-    pub seal_interval: Duration,
-    /// Where time comes from (default: the system clock).
-    pub clock: Clock,
-    /// Which shards this engine owns (default [`Ownership::All`]: every
-    /// shard, this process alone on its store). [`Ownership::Lease`] shares
-    /// a PostgreSQL store between processes, each owning the shards whose
-    /// leases it holds and taking over those of a process that dies; a
-    /// call for a shard owned elsewhere is [`Error::NotOwner`]. Messages
-    /// between workflows on shards of different processes (children,
-    /// `ctx.signal`, cancels) are not carried between processes: they wait
-    /// in the sender's outbox until both shards are in one process. See
-    /// [`Ownership`] and `fusee-storage-postgres/DEPLOYMENT.md`.
-    pub ownership: Ownership,
-    /// Whether the engine counts the figures [`crate::telemetry::render`]
-    /// exposes beyond [`Engine::metrics`]: step attempts, run starts and
-    /// ends, timers, schedule fires, queue starts (from durable records),
-    /// flush histograms, fencing refusals, open times (default on; off,
-    /// a shard pays one branch per record).
-    pub metrics: bool,
-}
-
-impl Config {
-    /// Settings for `storage`, everything else by default.
-    pub fn new(storage: StorageConfig) -> Self {
-        Self {
-            storage,
-            shards: 4,
-            checkpoint_bytes: 64 << 20,
-            checkpoint_interval: Duration::from_secs(60),
-            retention: Duration::from_secs(7 * 24 * 3600),
-            history_retention: Duration::from_secs(3 * 24 * 3600),
-            history_max_bytes: 1 << 20,
-            queue_capacity: 4096,
-            park_after: Duration::from_secs(10),
-            compact_after_bytes: 8 << 20,
-            max_payload: 4 << 20,
-            seal_after_idle: Duration::from_millis(20),
-            seal_interval: Duration::from_secs(1),
-            clock: Clock::System,
-            ownership: Ownership::All,
-            metrics: true,
-        }
-    }
-
-    /// In memory: nothing survives the process (tests, examples).
-    pub fn memory() -> Self {
-        Self::new(StorageConfig::new(Backend::Memory, ""))
-    }
-
-    /// The file backend in `dir` (feature `file`, the default).
-    pub fn file(dir: impl Into<PathBuf>) -> Self {
-        Self::new(StorageConfig::new(Backend::File, dir))
-    }
-
-    /// The redb backend in `dir` (feature `redb`).
-    pub fn redb(dir: impl Into<PathBuf>) -> Self {
-        Self::new(StorageConfig::new(Backend::Redb, dir))
-    }
-
-    /// The RocksDB backend in `dir` (feature `rocksdb`).
-    pub fn rocksdb(dir: impl Into<PathBuf>) -> Self {
-        Self::new(StorageConfig::new(Backend::Rocksdb, dir))
-    }
-
-    /// Opens an existing store only: a missing or empty directory is an
-    /// error instead of a new store ([`StorageConfig::existing_only`]).
-    pub fn existing_only(mut self) -> Self {
-        self.storage = self.storage.existing_only();
-        self
-    }
-
-    /// Sets the shard count (for a new store).
-    pub fn shards(mut self, n: u32) -> Self {
-        self.shards = n;
-        self
-    }
-
-    /// Sets whether the engine counts its telemetry figures
-    /// ([`Config::metrics`]).
-    pub fn metrics(mut self, on: bool) -> Self {
-        self.metrics = on;
-        self
-    }
-
-    /// Sets where time comes from.
-    pub fn clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Sets the log bytes between checkpoints.
-    pub fn checkpoint_bytes(mut self, bytes: u64) -> Self {
-        self.checkpoint_bytes = bytes;
-        self
-    }
-
-    /// Sets the time between checkpoints.
-    pub fn checkpoint_interval(mut self, d: Duration) -> Self {
-        self.checkpoint_interval = d;
-        self
-    }
-
-    /// Sets how long finished runs are kept.
-    pub fn retention(mut self, d: Duration) -> Self {
-        self.retention = d;
-        self
-    }
-
-    /// Sets how long a finished run keeps its whole journal
-    /// ([`Config::history_retention`]); zero keeps only the summary.
-    pub fn history_retention(mut self, d: Duration) -> Self {
-        self.history_retention = d;
-        self
-    }
-
-    /// Sets the largest journal a finished run keeps whole
-    /// ([`Config::history_max_bytes`]).
-    pub fn history_max_bytes(mut self, bytes: u64) -> Self {
-        self.history_max_bytes = bytes;
-        self
-    }
-
-    /// Sets how long the log stays idle after a flush before it is sealed
-    /// ([`Config::seal_after_idle`]).
-    pub fn seal_after_idle(mut self, d: Duration) -> Self {
-        self.seal_after_idle = d;
-        self
-    }
-
-    /// Sets the longest a durable record waits for a seal under load
-    /// ([`Config::seal_interval`]).
-    pub fn seal_interval(mut self, d: Duration) -> Self {
-        self.seal_interval = d;
-        self
-    }
-
-    /// Sets how long a run is idle before it parks.
-    pub fn park_after(mut self, d: Duration) -> Self {
-        self.park_after = d;
-        self
-    }
-
-    /// Sets the released run-store bytes that trigger a compaction.
-    pub fn compact_after_bytes(mut self, bytes: u64) -> Self {
-        self.compact_after_bytes = bytes;
-        self
-    }
-
-    /// Sets the request queue's capacity per shard.
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
-        self
-    }
-
-    /// Sets the largest payload.
-    pub fn max_payload(mut self, bytes: usize) -> Self {
-        self.max_payload = bytes;
-        self
-    }
-
-    /// Sets which shards the engine owns: [`Ownership::Lease`] for a store
-    /// shared by several processes.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> fusee::Result<()> {
-    /// use std::time::Duration;
-    /// use fusee::{Config, Engine, Ownership, StorageConfig};
-    ///
-    /// let mut storage = StorageConfig::postgres("postgresql://fusee@db.internal/app")
-    ///     .postgres_lease(Duration::from_secs(5));
-    /// // Unique per live process; a restarted process may reuse its
-    /// // predecessor's name to take its shards back at once.
-    /// storage.postgres.owner = Some("worker-1".into());
-    /// let engine = Engine::open(Config::new(storage).shards(8).ownership(Ownership::Lease {
-    ///     retry: Some(Duration::from_secs(1)),
-    ///     prefer: Some(vec![0, 1, 2, 3]),
-    /// }))
-    /// .await?;
-    /// println!("this process owns shards {:?}", engine.owned_shards());
-    /// # Ok(()) }
-    /// ```
-    pub fn ownership(mut self, ownership: Ownership) -> Self {
-        self.ownership = ownership;
-        self
-    }
-
-    /// The store's lease time, as the engine times its tries by it
-    /// ([`PostgresSettings::lease`](crate::config::PostgresSettings::lease), or
-    /// the backend's default).
-    fn lease(&self) -> Duration {
-        self.storage.postgres.lease.unwrap_or(DEFAULT_LEASE)
-    }
-
-    fn check(&self) -> Result<()> {
-        if self.shards == 0 || self.shards > 4096 {
-            return Err(Error::Config(format!(
-                "shards must be 1 to 4096, not {}",
-                self.shards
-            )));
-        }
-        if self.queue_capacity == 0 {
-            return Err(Error::Config("queue_capacity must be at least 1".into()));
-        }
-        self.ownership.check(self.shards)?;
-        if let Some(p) = self.storage.postgres.inbox_poll
-            && p < Duration::from_millis(1)
-        {
-            return Err(Error::Config(format!(
-                "the inbox poll interval of {p:?} is below 1 ms"
-            )));
-        }
-        let limit = fusee_core::wire::MAX_PAYLOAD;
-        if self.max_payload > limit {
-            return Err(Error::Config(format!(
-                "max_payload of {} exceeds the record limit of {limit} bytes",
-                self.max_payload
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Which run a start returns when the workflow ID is taken.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum IdPolicy {
-    /// Start only a new workflow: an ID ever used is [`Error::AlreadyExists`]
-    /// (the default).
-    #[default]
-    NewOnly,
-    /// Attach to the ID's latest run if there is one, else start it.
-    Attach,
-    /// Start a new run unless the ID's latest run is still running
-    /// ([`Error::AlreadyExists`] then): an ID used once a day, say, by a
-    /// daily job.
-    ReuseAfterFinish,
-}
-
-/// A run a start created or attached to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunRef {
-    /// The workflow ID.
-    pub id: String,
-    /// Its shard.
-    pub shard: u32,
-    /// The run's number in its shard.
-    pub run: RunId,
-    /// Whether the start attached to an existing run.
-    pub attached: bool,
-}
 
 /// A started run, typed by its workflow's output.
 #[derive(Debug)]
@@ -394,111 +67,6 @@ impl<O: DeserializeOwned> RunHandle<O> {
     pub async fn result(&self) -> Result<O> {
         self.engine.result_of(&self.run.id).await
     }
-}
-
-/// How a finished run ended, and its payload (its encoded result, or its
-/// failure).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RunResult {
-    pub(crate) status: Status,
-    pub(crate) payload: Vec<u8>,
-}
-
-/// Where a run stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunStatus {
-    /// Its code runs (or waits for a step, a timer, a signal).
-    Running,
-    /// Its workflow type has no code registered in this engine yet.
-    WaitingForCode,
-    /// Its code departed from its journal and stopped (see
-    /// [`Description::stopped_because`]); a caller waiting on its result
-    /// gets [`Error::Determinism`].
-    Stopped,
-    /// It ended, with this status.
-    Finished(Status),
-}
-
-/// The step a run is at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CurrentStep {
-    /// The step's name.
-    pub name: String,
-    /// The attempt running or next.
-    pub attempt: u32,
-    /// Whether an attempt is running now.
-    pub running: bool,
-    /// Whether its retry policy ran out of attempts and it waits for
-    /// [`Engine::resume_step`].
-    pub paused: bool,
-}
-
-/// What [`Engine::describe`] says about a run. More fields may come;
-/// match it with `..`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Description {
-    /// The workflow ID.
-    pub id: String,
-    /// The workflow type.
-    pub workflow: String,
-    /// Its shard.
-    pub shard: u32,
-    /// Its run number.
-    pub run: RunId,
-    /// Where it stands.
-    pub status: RunStatus,
-    /// When it started (ms since the Unix epoch).
-    pub started_ms: u64,
-    /// When it finished.
-    pub finished_ms: Option<u64>,
-    /// Its current step, if one is pending.
-    pub step: Option<CurrentStep>,
-    /// Why its code stopped, for [`RunStatus::Stopped`].
-    pub stopped_because: Option<String>,
-    /// Whether it is parked in the run store (idle, out of memory).
-    pub parked: bool,
-    /// Whether an operator paused it ([`Engine::pause`]): no step starts.
-    pub paused: bool,
-    /// Its journal's size in bytes (canonical records): what replaying it
-    /// costs, and how close a long-lived run is to wanting
-    /// continue-as-new.
-    pub journal_bytes: u64,
-    /// How many records its journal holds.
-    pub journal_records: u64,
-    /// Children it started that have not finished (as far as its journal
-    /// knows).
-    pub children: Vec<PendingChild>,
-    /// What its code waits for besides steps: timers and signals.
-    pub waits: Vec<PendingWait>,
-}
-
-/// A child a run started and has no result from yet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingChild {
-    /// The child's workflow ID.
-    pub id: String,
-    /// The child's workflow type.
-    pub workflow: String,
-}
-
-/// A timer or a signal a run's code waits for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PendingWait {
-    /// A sleep, and when it fires (ms since the Unix epoch).
-    Timer {
-        /// The sleep's name.
-        name: String,
-        /// When it fires.
-        fire_at_ms: u64,
-    },
-    /// A wait for a signal, and its deadline if it has one.
-    Signal {
-        /// The signal's name.
-        name: String,
-        /// When the wait times out, if ever.
-        deadline_ms: Option<u64>,
-    },
 }
 
 /// The engine: shards over one storage, and the client API. Cheap to clone;
@@ -1312,19 +880,36 @@ impl Engine {
     }
 }
 
+/// The engine is the host of its registry's code: a run's context reaches
+/// the engine it runs in through the registry it shares with it (set by
+/// [`Engine::register_flow_control`]). Said here, the one module that
+/// knows both the engine and the context, so neither `ctx.rs` nor
+/// `registry.rs` imports the other's side.
+impl crate::registry::Code for Ctx {
+    type Host = WeakEngine;
+    #[cfg(feature = "testing")]
+    type StepMock = crate::ctx::StepWrap;
+}
+
 /// What schedules, queues and step limits (`crate::flow`) need of the
 /// engine: a handle their workflows' code and steps can hold without
-/// keeping a dropped engine open, and the identity of its registry (which
-/// a run's context shares, so a step finds the engine it runs in).
+/// keeping a dropped engine open, set as its registry's host (which a
+/// run's context shares, so a step finds the engine it runs in).
 impl Engine {
     /// A handle that does not keep the engine alive.
     pub(crate) fn downgrade(&self) -> WeakEngine {
         WeakEngine(Arc::downgrade(&self.inner))
     }
 
-    /// The identity of the engine's registry ([`Registry::key`]).
-    pub(crate) fn registry_key(&self) -> usize {
-        self.inner.registry.key()
+    /// Makes this engine the host its runs' code reaches
+    /// ([`crate::flow::shared::EngineRef`]); a second call changes nothing.
+    pub(crate) fn host_flow_control(&self) {
+        self.inner.registry.set_host(self.downgrade());
+    }
+
+    /// Whether [`Engine::register_flow_control`] was called.
+    pub(crate) fn hosts_flow_control(&self) -> bool {
+        self.inner.registry.host().is_some()
     }
 
     /// Whether workflow type `wtype` is registered.

@@ -96,6 +96,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+mod client;
 pub mod clock;
 pub mod config;
 mod ctx;
@@ -104,24 +105,24 @@ mod engine;
 mod error;
 mod flow;
 pub mod inspect;
-pub mod limit;
 mod metrics;
 mod operator;
 pub mod ownership;
-pub mod promise;
-pub mod queue;
 mod registry;
 mod retry;
 mod runtime;
-pub mod saga;
-pub mod schedule;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use client::{
+    CurrentStep, Cursor, Description, IdPolicy, ListFilter, Page, PendingChild, PendingWait,
+    RunRef, RunStatus, RunSummary, StatusFilter,
+};
 pub use clock::{Clock, VirtualClock};
+pub use config::Config;
 pub use config::{
     Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
     open_storage,
@@ -131,17 +132,15 @@ pub use ctx::{
     WaitFor,
 };
 pub use dynamic::{Cause, ChainLink};
-pub use engine::{
-    Config, CurrentStep, Description, Engine, IdPolicy, PendingChild, PendingWait, RunHandle,
-    RunRef, RunStatus,
-};
+pub use engine::{Engine, RunHandle};
 pub use error::{Error, Result};
+/// Flow control, in `flow/`: its modules keep their paths at the root.
+pub use flow::{limit, promise, queue, saga, schedule};
 /// How a run ended, as [`RunStatus::Finished`] holds it.
 pub use fusee_core::record::Status;
 pub use fusee_storage::StorageError;
 pub use limit::{LimitBuilder, LimitDescription, LimitedStep, Limits};
 pub use metrics::{Histogram, Metrics, ShardMetrics};
-pub use operator::{Cursor, ListFilter, Page, RunSummary, StatusFilter};
 pub use ownership::{Ownership, ShardStatus};
 pub use promise::{Promise, PromiseWait};
 pub use queue::{Enqueued, ItemOptions, Queue, QueueBuilder, QueueDescription, Queues};

@@ -49,74 +49,14 @@ use std::time::{Duration, Instant};
 
 use fusee_storage::StorageError;
 
+use crate::config::DEFAULT_LEASE;
 use crate::error::{Error, Result};
 use crate::runtime::Input;
 use crate::runtime::driver::{self, Context, Leased, ShardHandle};
 
-/// Which shards of the store an engine owns, and how it comes to own them
-/// ([`Config::ownership`](crate::Config::ownership)).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Ownership {
-    /// Every shard (the default): the engine is its store's only process.
-    /// A shard another process holds fails [`Engine::open`](crate::Engine::open)
-    /// (`StorageError::Locked`), and a shard whose storage fails stays
-    /// stopped, answering [`Error::Storage`](crate::Error::Storage), until
-    /// the engine is opened again.
-    #[default]
-    All,
-    /// The shards whose leases this engine holds, shared with other
-    /// processes on one store (the PostgreSQL backend; with another
-    /// backend every shard simply opens). See the [module docs](self):
-    /// the open takes what it can and returns, a thread takes the rest as
-    /// their leases lapse, a shard lost to another owner stops (its
-    /// callers get [`Error::NotOwner`](crate::Error::NotOwner)) and is
-    /// tried again after a back-off, and a call for a shard owned
-    /// elsewhere is `NotOwner`, for the caller to send to its owner.
-    ///
-    /// Each process needs its own lease holder name
-    /// ([`PostgresSettings::owner`](crate::config::PostgresSettings::owner), by
-    /// default a new one per open); a restarted process given its
-    /// predecessor's name takes that one's shards back at once instead of
-    /// waiting for their leases to lapse. Every process must use the same
-    /// shard count.
-    ///
-    /// Messages between workflows on shards of different processes (a
-    /// child start, a child's result, a `ctx.signal`, a cancel) go through
-    /// the PostgreSQL store's inbox table, exactly once into the target's
-    /// journal (see the [module docs](self); each hop adds a few round
-    /// trips to the server, or up to
-    /// [`inbox_poll`](crate::config::PostgresSettings::inbox_poll) when a
-    /// notification goes unheard).
-    /// Calls over every shard
-    /// ([`Engine::list`](crate::Engine::list) and what uses it) fail with
-    /// `NotOwner` while a shard is owned elsewhere.
-    Lease {
-        /// How often the engine tries again to open a shard it does not
-        /// own (default: one lease time,
-        /// [`PostgresSettings::lease`](crate::config::PostgresSettings::lease),
-        /// 10 s by default). A shard whose owner died is taken over within
-        /// its lease plus this. Each try of a shard held elsewhere costs
-        /// one short transaction on the server.
-        retry: Option<Duration>,
-        /// The shards this engine opens at once (default: every shard).
-        /// The others it first tries one lease time after the open, then
-        /// every `retry`: processes started together with disjoint
-        /// preferences split the shards between them, and each is a
-        /// standby for the others' shards. Nothing is given back: a shard
-        /// taken over stays with its new owner while that owner lives.
-        prefer: Option<Vec<u32>>,
-    },
-}
+pub use crate::config::Ownership;
 
 impl Ownership {
-    /// [`Ownership::Lease`] with every setting by default.
-    pub fn lease() -> Self {
-        Ownership::Lease {
-            retry: None,
-            prefer: None,
-        }
-    }
-
     /// Checks the settings against the engine's `shards`.
     pub(crate) fn check(&self, shards: u32) -> Result<()> {
         if let Ownership::Lease { retry, prefer } = self {
@@ -155,10 +95,6 @@ pub struct ShardStatus {
     /// while it is not owned (`None` when owned, or never tried yet).
     pub last_error: Option<String>,
 }
-
-/// The lease of a store when the configuration does not name one: the
-/// PostgreSQL backend's default.
-pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
 /// The timings of [`Ownership::Lease`], resolved.
 #[derive(Clone, Copy, Debug)]

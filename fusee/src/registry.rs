@@ -1,15 +1,20 @@
 //! The workflow types an engine knows: each a name and a type-erased
-//! function from a [`Ctx`] and the run's input bytes to the run's future.
+//! function from a run's context and its input bytes to the run's future.
+//!
+//! The table is generic over the context its code is called with
+//! ([`Code`]): the workflow API (`ctx.rs`) holds a registry, so the
+//! registry must not name `Ctx` (that was an import circle). `engine.rs`
+//! says what `Ctx`'s host and step mocks are: the one module that knows
+//! both the engine and the context.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::ctx::Ctx;
 use crate::error::Error;
 use crate::workflow::{Failure, Workflow, decode, encode};
 
@@ -17,22 +22,29 @@ use crate::workflow::{Failure, Workflow, decode, encode};
 pub(crate) type RunFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>>>>;
 
 /// A workflow's code, type-erased: called once per run (and again, in
-/// replay, after each restart), on the run's shard thread.
-pub(crate) type Handler = Arc<dyn Fn(Ctx, &[u8]) -> RunFuture + Send + Sync>;
+/// replay, after each restart), on the run's shard thread, with the run's
+/// context `C`.
+pub(crate) type Handler<C> = Arc<dyn Fn(C, &[u8]) -> RunFuture + Send + Sync>;
 
-/// A step mock (feature `testing`): given the step's real function,
-/// the function to run instead (which may call the real one).
-#[cfg(feature = "testing")]
-pub(crate) type StepWrap = Arc<dyn Fn(crate::ctx::StepFn) -> crate::ctx::StepFn + Send + Sync>;
+/// The context workflow code is called with, and what a registry of such
+/// code keeps beside it.
+pub(crate) trait Code: 'static {
+    /// The engine the code runs in, as flow control's code reaches it
+    /// (set once, by `Engine::register_flow_control`).
+    type Host: Clone + Send + Sync + 'static;
+    /// A step mock (feature `testing`): given the step's real function,
+    /// the function to run instead.
+    #[cfg(feature = "testing")]
+    type StepMock: Clone + Send + Sync + 'static;
+}
 
 /// Whether bytes decode as a workflow's input type, type-erased: what a
 /// start is checked by before anything is recorded.
 pub(crate) type InputCheck = fn(&[u8]) -> Result<(), serde_json::Error>;
 
 /// One registered workflow type: its code, and its input type's check.
-#[derive(Clone)]
-struct Entry {
-    handler: Handler,
+struct Entry<C> {
+    handler: Handler<C>,
     check_input: InputCheck,
 }
 
@@ -42,25 +54,50 @@ fn decodes_as<I: DeserializeOwned>(input: &[u8]) -> Result<(), serde_json::Error
 }
 
 /// The registered workflow types, shared by the engine and its shards.
-#[derive(Clone, Default)]
-pub(crate) struct Registry {
-    handlers: Arc<RwLock<BTreeMap<String, Entry>>>,
+pub(crate) struct Registry<C: Code> {
+    handlers: Arc<RwLock<BTreeMap<String, Entry<C>>>>,
+    /// The engine the code runs in, once flow control is registered.
+    host: Arc<OnceLock<C::Host>>,
     /// Step mocks by step name (the test kit's; `Ctx::step` asks).
     #[cfg(feature = "testing")]
-    mocks: Arc<RwLock<BTreeMap<String, StepWrap>>>,
+    mocks: Arc<RwLock<BTreeMap<String, C::StepMock>>>,
 }
 
-impl Registry {
+// By hand: a derive would ask `C: Clone`/`C: Default`, and a clone is the
+// same table (every field an `Arc`).
+impl<C: Code> Clone for Registry<C> {
+    fn clone(&self) -> Self {
+        Self {
+            handlers: Arc::clone(&self.handlers),
+            host: Arc::clone(&self.host),
+            #[cfg(feature = "testing")]
+            mocks: Arc::clone(&self.mocks),
+        }
+    }
+}
+
+impl<C: Code> Default for Registry<C> {
+    fn default() -> Self {
+        Self {
+            handlers: Arc::default(),
+            host: Arc::default(),
+            #[cfg(feature = "testing")]
+            mocks: Arc::default(),
+        }
+    }
+}
+
+impl<C: Code> Registry<C> {
     /// Registers `f` as the code of `workflow`; a name registered before is
     /// [`Error::AlreadyRegistered`] and changes nothing.
     pub(crate) fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F) -> Result<(), Error>
     where
         I: DeserializeOwned + 'static,
         O: Serialize + 'static,
-        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        F: Fn(C, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, Failure>> + 'static,
     {
-        let handler: Handler = Arc::new(move |ctx: Ctx, input: &[u8]| -> RunFuture {
+        let handler: Handler<C> = Arc::new(move |ctx: C, input: &[u8]| -> RunFuture {
             match decode::<I>(input) {
                 Ok(input) => {
                     let fut = f(ctx, input);
@@ -96,7 +133,7 @@ impl Registry {
     }
 
     /// The code of `wtype`, if registered.
-    pub(crate) fn get(&self, wtype: &str) -> Option<Handler> {
+    pub(crate) fn get(&self, wtype: &str) -> Option<Handler<C>> {
         self.handlers
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -142,10 +179,10 @@ impl Registry {
 /// Step mocks (feature `testing`): the test kit replaces a step's function
 /// by name; `Ctx::step` looks here when the code calls a step.
 #[cfg(feature = "testing")]
-impl Registry {
+impl<C: Code> Registry<C> {
     /// Steps named `name` run `wrap`'s function from now on (replacing an
     /// earlier mock of that name).
-    pub(crate) fn set_step_mock(&self, name: &str, wrap: StepWrap) {
+    pub(crate) fn set_step_mock(&self, name: &str, wrap: C::StepMock) {
         self.mocks
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -161,7 +198,7 @@ impl Registry {
     }
 
     /// The mock of steps named `name`, if any.
-    pub(crate) fn step_mock(&self, name: &str) -> Option<StepWrap> {
+    pub(crate) fn step_mock(&self, name: &str) -> Option<C::StepMock> {
         self.mocks
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -170,12 +207,17 @@ impl Registry {
     }
 }
 
-/// What `crate::flow` needs: the registry's identity, shared by an engine
-/// and every run of it (its clones point at the same table).
-impl Registry {
-    /// The same for every clone of this registry, different from every
-    /// other registry alive.
-    pub(crate) fn key(&self) -> usize {
-        Arc::as_ptr(&self.handlers) as *const () as usize
+/// What flow control needs: the engine the code runs in, reached from a
+/// run's context (no map of engines: each registry holds its own).
+impl<C: Code> Registry<C> {
+    /// Sets the engine this registry's code runs in; a second call keeps
+    /// the first (one registry belongs to one engine).
+    pub(crate) fn set_host(&self, host: C::Host) {
+        let _ = self.host.set(host);
+    }
+
+    /// The engine this registry's code runs in, once set.
+    pub(crate) fn host(&self) -> Option<C::Host> {
+        self.host.get().cloned()
     }
 }

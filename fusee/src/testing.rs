@@ -231,8 +231,10 @@ pub use replay::{Journal, ReplayError, Replayed};
 
 use self::timers::Timers;
 use crate::AnyStorage;
+use crate::client::{Description, IdPolicy};
 use crate::clock::{Clock, VirtualClock};
-use crate::engine::{Config, Description, Engine, IdPolicy};
+use crate::config::Config;
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::workflow::{Failure, Workflow};
 

@@ -36,8 +36,8 @@ use super::postman::Postman;
 use super::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 use crate::AnyStorage;
 use crate::clock::Clock;
+use crate::ctx::Registry;
 use crate::ctx::StepError;
-use crate::registry::Registry;
 
 /// The client's side of a running shard.
 pub(crate) struct ShardHandle {

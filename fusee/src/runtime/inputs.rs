@@ -9,8 +9,8 @@ use super::messages::Origin;
 use super::operator::JournalView;
 use super::sabotage::Sabotage;
 use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
+use crate::client::{CurrentStep, Description, IdPolicy, RunRef, RunResult, RunStatus};
 use crate::ctx::{catch_panic, with_query_handler, with_update_handler};
-use crate::engine::{Description, IdPolicy, RunRef, RunStatus};
 use crate::error::Error;
 use crate::workflow::{CODEC_JSON, Failure};
 
@@ -86,7 +86,7 @@ impl ShardLoop {
                     Ok(Some(RecordBuf::Done {
                         status, payload, ..
                     })) => {
-                        let _ = reply.send(Ok(crate::engine::RunResult {
+                        let _ = reply.send(Ok(RunResult {
                             status,
                             payload: payload.to_vec(),
                         }));
@@ -520,7 +520,7 @@ impl ShardLoop {
     fn known_update(&self, run: u64, update_id: &str) -> Option<Accepted> {
         let (_, slot) = self.core.get(run)?.update(update_id)?;
         Some(match &slot.result {
-            Some((status, payload, _)) => Accepted::Returned(crate::engine::RunResult {
+            Some((status, payload, _)) => Accepted::Returned(RunResult {
                 status: *status,
                 payload: payload.to_vec(),
             }),
@@ -534,7 +534,7 @@ impl ShardLoop {
         &mut self,
         accepted: Result<Accepted, Error>,
         update_id: &str,
-        reply: super::Reply<crate::engine::RunResult>,
+        reply: super::Reply<RunResult>,
     ) {
         match accepted {
             Ok(Accepted::Waiting(run)) => self
@@ -563,7 +563,7 @@ impl ShardLoop {
         &mut self,
         start: UpdateStart,
         payload: Vec<u8>,
-        reply: super::Reply<crate::engine::RunResult>,
+        reply: super::Reply<RunResult>,
         now_ms: u64,
     ) {
         match self.lookup(&start.id) {
@@ -769,7 +769,7 @@ impl ShardLoop {
             s.steps
                 .iter()
                 .min_by_key(|(seq, _)| **seq)
-                .map(|(_, spec)| crate::engine::CurrentStep {
+                .map(|(_, spec)| CurrentStep {
                     name: spec.name.to_string(),
                     attempt: spec.next.map_or(0, |(a, _)| a),
                     running: spec.running,
@@ -893,7 +893,7 @@ impl ShardLoop {
                         Some(next) => self.results.entry(next).or_default().extend(waiting),
                         None => {
                             for r in waiting {
-                                let _ = r.send(Ok(crate::engine::RunResult {
+                                let _ = r.send(Ok(RunResult {
                                     status,
                                     payload: payload.to_vec(),
                                 }));
@@ -909,7 +909,7 @@ impl ShardLoop {
                     ..
                 } => {
                     for r in self.update_waiters.remove(&(run, id)).unwrap_or_default() {
-                        let _ = r.send(Ok(crate::engine::RunResult {
+                        let _ = r.send(Ok(RunResult {
                             status,
                             payload: payload.to_vec(),
                         }));
@@ -932,7 +932,7 @@ enum Accepted {
     Waiting(u64),
     /// Accepted and answered before (a keyed update asked again): its
     /// result.
-    Returned(crate::engine::RunResult),
+    Returned(RunResult),
 }
 
 /// What an update-with-start starts when the workflow has no run.

@@ -84,11 +84,12 @@ use tokio::sync::oneshot;
 
 use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
+use crate::client::{Description, IdPolicy, ListFilter, LiveJournal, RunRef, RunResult, ShardPage};
+use crate::ctx::Registry;
 use crate::ctx::{Fault, RunState, StepError};
-use crate::engine::{Description, IdPolicy, RunRef, RunResult};
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
-use crate::registry::{Registry, RunFuture};
+use crate::registry::RunFuture;
 
 pub(crate) use steps::StepJob;
 
@@ -224,16 +225,16 @@ pub(crate) enum Input {
     },
     /// A page of this shard's runs below a run number.
     List {
-        filter: crate::operator::ListFilter,
+        filter: ListFilter,
         below: RunId,
-        reply: Reply<crate::operator::ShardPage>,
+        reply: Reply<ShardPage>,
     },
     /// A run's journal (`crate::dynamic`): run `run` of `id`, or its
     /// latest run.
     Journal {
         id: String,
         run: Option<RunId>,
-        reply: Reply<crate::dynamic::LiveJournal>,
+        reply: Reply<LiveJournal>,
     },
 }
 
@@ -333,10 +334,7 @@ enum Waiting {
     /// call's result, given once its `UpdateDone` is durable.
     Updated(Reply<RunResult>, RunResult),
     /// A run's journal, given once the records it holds are durable.
-    Journal(
-        Reply<crate::dynamic::LiveJournal>,
-        crate::dynamic::LiveJournal,
-    ),
+    Journal(Reply<LiveJournal>, LiveJournal),
     /// A result asked of a run whose code stopped: the error, given once
     /// the records it was judged on are durable.
     Stopped(Reply<RunResult>, Error),

@@ -55,9 +55,11 @@ use fusee_core::shard::Output;
 use fusee_storage::LogStore;
 
 use super::{ShardLoop, Waiting};
-use crate::engine::{PendingChild, PendingWait, RunRef};
+use crate::client::{
+    LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef, RunSummary,
+    ShardPage,
+};
 use crate::error::Error;
-use crate::operator::{LIST_VISITS_MAX, ListFilter, RunSummary, ShardPage};
 
 /// The attribute key that pauses a run.
 const PAUSED_KEY: &str = "fusee.paused";
@@ -600,7 +602,7 @@ impl ShardLoop {
         &mut self,
         id: &str,
         run: Option<RunId>,
-    ) -> Result<crate::dynamic::LiveJournal, Error> {
+    ) -> Result<LiveJournal, Error> {
         use crate::inspect::RunState;
         let not_found = || Error::NotFound { id: id.to_string() };
         let shard = self.shard;
@@ -620,7 +622,7 @@ impl ShardLoop {
                 None if JournalView::of(&journal).waits.is_empty() => RunState::Running,
                 None => RunState::Waiting,
             };
-            return Ok(crate::dynamic::LiveJournal {
+            return Ok(LiveJournal {
                 shard,
                 run,
                 journal,
@@ -641,7 +643,7 @@ impl ShardLoop {
         // A finished run's frame keeps its whole journal for its history
         // time, then only Start and Done (the rule `fusee::inspect` reads).
         let complete = done.is_none() || iter_canonical(&frame.journal).nth(2).is_some();
-        Ok(crate::dynamic::LiveJournal {
+        Ok(LiveJournal {
             shard,
             run,
             journal: frame.journal,

@@ -16,8 +16,8 @@ use super::messages::{Message, Outbox};
 use super::parking::read_chain;
 use super::{LoopConfig, ShardLoop};
 use crate::AnyStorage;
+use crate::ctx::Registry;
 use crate::metrics::ShardMetrics;
-use crate::registry::Registry;
 
 impl ShardLoop {
     /// Opens shard `shard` of `storage` and recovers it at time `now_ms`.

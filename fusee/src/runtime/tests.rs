@@ -10,8 +10,8 @@ use tokio::sync::oneshot;
 
 use super::{Effects, HOUSEKEEPING_MS, Input, LoopConfig, ShardLoop};
 use crate::any_storage::AnyStorage;
-use crate::engine::IdPolicy;
-use crate::registry::Registry;
+use crate::client::IdPolicy;
+use crate::ctx::Registry;
 use crate::{Ctx, Failure, Signal, Workflow};
 
 const WAITER: Workflow<(), String> = Workflow::new("waiter");

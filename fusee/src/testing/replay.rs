@@ -24,9 +24,10 @@ use fusee_core::run::{Answer, Delivery, OpError, RunMachine};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::ctx::Registry;
 use crate::ctx::{Ctx, Outcome, RunState, Stopped};
 use crate::inspect::journal as format;
-use crate::registry::{Registry, RunFuture};
+use crate::registry::RunFuture;
 use crate::workflow::{Failure, decode, encode};
 
 /// Polls a replay gives its code before giving up on code that keeps

@@ -21,8 +21,8 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::ctx::Registry;
 use crate::ctx::StepError;
-use crate::registry::Registry;
 use crate::{Ctx, Failure, Saga, Signal, Update, Workflow};
 
 /// The one workflow type: input (program, generation).

@@ -16,9 +16,9 @@ use tokio::sync::oneshot;
 use super::workload::{self, Op, Program, SIGNALS, Service};
 use super::{SimConfig, SimDisk, SimFailure, SimReport};
 use crate::AnyStorage;
-use crate::engine::{IdPolicy, RunRef, RunResult};
+use crate::client::{IdPolicy, RunRef, RunResult};
+use crate::ctx::Registry;
 use crate::error::Result as EngineResult;
-use crate::registry::Registry;
 use crate::runtime::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 
 /// The simulated disk under the shards.

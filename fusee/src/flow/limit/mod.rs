@@ -81,11 +81,18 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::client::RunStatus;
 use crate::ctx::{Ctx, Step, StepError};
-use crate::engine::{Engine, RunStatus};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::flow::{MOVING, Notify, Rate, Timer, Window, engine_for, now_ms};
+use crate::flow::shared::{EngineRef, MOVING, Notify, Rate, Timer, Window, now_ms};
 use crate::workflow::{Failure, Update, Workflow, encode};
+
+/// The workflow that implements step limits; this file is their client
+/// side (what callers call on `Engine`, and `Step::limit`, which asks
+/// for a permit from inside a run) and the protocol between the two.
+mod workflow;
+pub(crate) use workflow::register;
 
 /// The workflow type behind every step limit.
 pub const LIMIT_WORKFLOW: &str = "fusee.limit";
@@ -415,7 +422,7 @@ async fn run_limited<T: DeserializeOwned + 'static>(
     limit: String,
 ) -> std::result::Result<T, StepError> {
     let ctx = step.ctx().clone();
-    let key = ctx.registry_key();
+    let host = EngineRef::of(&ctx);
     // Recorded: the same request after a replay, unique across runs.
     let request = ctx.uuid().hyphenated().to_string();
     let req = Request {
@@ -426,10 +433,10 @@ async fn run_limited<T: DeserializeOwned + 'static>(
     };
     let limiter = workflow_id(&limit);
     let granted = {
-        let (limiter, req) = (limiter.clone(), req.clone());
+        let (limiter, req, host) = (limiter.clone(), req.clone(), host.clone());
         ctx.step("fusee.limit.acquire", move |_| {
-            let (limiter, req) = (limiter.clone(), req.clone());
-            async move { acquire(key, &limiter, &req).await }
+            let (limiter, req, host) = (limiter.clone(), req.clone(), host.clone());
+            async move { acquire(&host, &limiter, &req).await }
         })
         .await?
     };
@@ -449,7 +456,7 @@ async fn run_limited<T: DeserializeOwned + 'static>(
                 return Err(StepError::fatal("the wait for a permit ended without one"));
             }
             Err(cancelled) => {
-                give_back(&ctx, key, &limiter, &request).await;
+                give_back(&ctx, &host, &limiter, &request).await;
                 return Err(StepError {
                     message: cancelled.message,
                     kind: cancelled.kind,
@@ -459,21 +466,22 @@ async fn run_limited<T: DeserializeOwned + 'static>(
         }
     }
     let out = step.await;
-    give_back(&ctx, key, &limiter, &request).await;
+    give_back(&ctx, &host, &limiter, &request).await;
     out
 }
 
 /// Gives permit `request` back (a step; a limit gone has nothing to take).
-async fn give_back(ctx: &Ctx, key: usize, limiter: &str, request: &str) {
-    let (limiter, request) = (limiter.to_string(), request.to_string());
+async fn give_back(ctx: &Ctx, host: &EngineRef, limiter: &str, request: &str) {
+    let (limiter, request, host) = (limiter.to_string(), request.to_string(), host.clone());
     // A release that fails for good leaves the permit to the limit's
     // look at old holders; the step's own outcome stands.
     let _ = ctx
         .step("fusee.limit.release", move |_| {
-            let (limiter, request) = (limiter.clone(), request.clone());
+            let (limiter, request, host) = (limiter.clone(), request.clone(), host.clone());
             async move {
-                let engine =
-                    engine_for(key).ok_or_else(|| StepError::retryable("the engine is closing"))?;
+                let engine = host
+                    .get()
+                    .ok_or_else(|| StepError::retryable("the engine is closing"))?;
                 match engine.update_entity(&limiter, RELEASE, &request).await {
                     Ok(()) | Err(Error::NotFound { .. } | Error::Finished { .. }) => Ok(()),
                     Err(e) => Err(StepError::retryable(e.to_string())),
@@ -485,8 +493,12 @@ async fn give_back(ctx: &Ctx, key: usize, limiter: &str, request: &str) {
 
 /// The acquire step: asks the limit for a permit; `true` if it is the
 /// step's now.
-async fn acquire(key: usize, limiter: &str, req: &Request) -> std::result::Result<bool, StepError> {
-    let engine = engine_for(key).ok_or_else(|| {
+async fn acquire(
+    host: &EngineRef,
+    limiter: &str,
+    req: &Request,
+) -> std::result::Result<bool, StepError> {
+    let engine = host.get().ok_or_else(|| {
         StepError::fatal(
             "flow control is not registered in this engine (Engine::register_flow_control)",
         )
@@ -542,285 +554,4 @@ struct Input {
     settings: Settings,
     #[serde(default)]
     state: State,
-}
-
-struct Shared {
-    name: String,
-    settings: Settings,
-    s: State,
-    deleted: bool,
-    moving: bool,
-}
-
-impl Shared {
-    /// `None` if a permit may go out at `now`; else when the rate lets one
-    /// (`Some(None)`: when one comes back).
-    fn blocked(&mut self, now: u64) -> Option<Option<u64>> {
-        if let Some(n) = self.settings.concurrency
-            && self.s.holders.len() >= n as usize
-        {
-            return Some(None);
-        }
-        if let Some(rate) = self.settings.rate
-            && let Some(at) = self.s.window.wait(rate, now)
-        {
-            return Some(Some(at));
-        }
-        None
-    }
-
-    fn grant(&mut self, req: Request, now: u64) {
-        self.s.window.record(now);
-        self.s.granted += 1;
-        self.s.holders.push(Holder { req, since_ms: now });
-    }
-
-    fn describe(&self) -> LimitDescription {
-        LimitDescription {
-            name: self.name.clone(),
-            concurrency: self.settings.concurrency,
-            rate: self
-                .settings
-                .rate
-                .map(|r| (r.count, Duration::from_millis(r.per_ms))),
-            holders: self
-                .s
-                .holders
-                .iter()
-                .map(|h| h.req.holder.clone())
-                .collect(),
-            waiting: self.s.waiting.len() as u64,
-            granted: self.s.granted,
-            reclaimed: self.s.reclaimed,
-        }
-    }
-}
-
-/// Registers the limit workflow in `engine`.
-/// Registered already by an earlier call, it is the same code: no change.
-pub(crate) fn register(engine: &Engine) {
-    let _ = engine.try_register(WORKFLOW, run);
-}
-
-/// A limit's code.
-async fn run(ctx: Ctx, input: Input) -> std::result::Result<(), Failure> {
-    let shared = Rc::new(RefCell::new(Shared {
-        name: input.name,
-        settings: input.settings,
-        s: input.state,
-        deleted: false,
-        moving: false,
-    }));
-    let notify = Notify::default();
-    register_handlers(&ctx, &shared, &notify);
-    let mut timer = Timer::default();
-    let mut wakes = 0u32;
-    let mut now = now_ms(&ctx);
-    loop {
-        if shared.borrow().deleted {
-            let waiting: Vec<Request> = shared.borrow_mut().s.waiting.drain(..).collect();
-            for req in waiting {
-                signal_grant(&ctx, &req, Grant::Closed)?;
-            }
-            return Ok(());
-        }
-        if ctx.cancels() > 0 {
-            return Err(Failure::with_kind(
-                "cancelled",
-                "the limit's workflow was cancelled",
-            ));
-        }
-        // Hand out what may go now, in request order.
-        let mut wait_until = None;
-        loop {
-            let mut sh = shared.borrow_mut();
-            if sh.s.waiting.is_empty() {
-                break;
-            }
-            if let Some(at) = sh.blocked(now) {
-                wait_until = at;
-                break;
-            }
-            let Some(req) = sh.s.waiting.pop_front() else {
-                break;
-            };
-            sh.grant(req.clone(), now);
-            drop(sh);
-            signal_grant(&ctx, &req, Grant::Granted)?;
-        }
-        // Holders older than a minute: does their run still run?
-        let oldest = shared.borrow().s.holders.iter().map(|h| h.since_ms).min();
-        let sweep_at = oldest.map(|t| t.saturating_add(SWEEP_AFTER_MS));
-        if sweep_at.is_some_and(|t| t <= now) {
-            sweep(&ctx, &shared, now).await;
-            now = now_ms(&ctx);
-            continue;
-        }
-        if wakes >= CONTINUE_EVERY {
-            let next = {
-                let mut sh = shared.borrow_mut();
-                sh.moving = true;
-                Input {
-                    name: sh.name.clone(),
-                    settings: sh.settings.clone(),
-                    state: sh.s.clone(),
-                }
-            };
-            return ctx.continue_as_new(&next).await;
-        }
-        let target = [wait_until, sweep_at].into_iter().flatten().min();
-        timer.set(&ctx, "fusee.limit.wait", target, now);
-        let fired = std::future::poll_fn(|cx| {
-            if notify.poll_take(cx) {
-                return Poll::Ready(Ok(()));
-            }
-            timer.poll_fired(cx)
-        })
-        .await;
-        fired?;
-        wakes += 1;
-        now = now_ms(&ctx);
-    }
-}
-
-/// Tells a waiting step its permit came (or never will).
-fn signal_grant(ctx: &Ctx, req: &Request, grant: Grant) -> std::result::Result<(), Failure> {
-    let payload = encode(&grant).map_err(|e| Failure::with_kind("codec", e.to_string()))?;
-    ctx.signal_named(
-        &req.holder,
-        &format!("{GRANT_PREFIX}{}", req.request),
-        payload,
-    )
-}
-
-/// Takes back the permits of holders older than a minute whose run has
-/// ended (a step asks the engine; its answer is recorded).
-async fn sweep(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, now: u64) {
-    let old: Vec<(String, u64)> = shared
-        .borrow()
-        .s
-        .holders
-        .iter()
-        .filter(|h| h.since_ms.saturating_add(SWEEP_AFTER_MS) <= now)
-        .map(|h| (h.req.holder.clone(), h.req.run))
-        .collect();
-    let key = ctx.registry_key();
-    let looked = ctx
-        .step("fusee.limit.sweep", move |_| {
-            let old = old.clone();
-            async move {
-                let engine =
-                    engine_for(key).ok_or_else(|| StepError::retryable("the engine is closing"))?;
-                let mut gone = Vec::new();
-                for (id, run) in old {
-                    match engine.describe(&id).await {
-                        Ok(d) if d.run != run || matches!(d.status, RunStatus::Finished(_)) => {
-                            gone.push((id, run));
-                        }
-                        Ok(_) => {}
-                        Err(Error::NotFound { .. }) => gone.push((id, run)),
-                        Err(e) => return Err(StepError::retryable(e.to_string())),
-                    }
-                }
-                Ok(gone)
-            }
-        })
-        .await;
-    let gone: Vec<(String, u64)> = looked.unwrap_or_default();
-    let mut sh = shared.borrow_mut();
-    let before = sh.s.holders.len();
-    sh.s.holders.retain(|h| {
-        !gone
-            .iter()
-            .any(|(id, run)| *id == h.req.holder && *run == h.req.run)
-    });
-    sh.s.reclaimed += (before - sh.s.holders.len()) as u64;
-    // Holders still running are looked at again a minute later.
-    for h in sh.s.holders.iter_mut() {
-        if h.since_ms.saturating_add(SWEEP_AFTER_MS) <= now {
-            h.since_ms = now;
-        }
-    }
-}
-
-fn register_handlers(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, notify: &Notify) {
-    let moving = {
-        let shared = Rc::clone(shared);
-        move || -> std::result::Result<(), String> {
-            if shared.borrow().moving {
-                return Err(MOVING.to_string());
-            }
-            Ok(())
-        }
-    };
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            CONFIGURE,
-            move |_| check(),
-            move |settings: Settings| {
-                shared.borrow_mut().settings = settings;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            ACQUIRE,
-            move |_| check(),
-            move |req: Request| {
-                let mut sh = shared.borrow_mut();
-                // Asked again (a crash before the asking step's answer was
-                // durable): the same answer.
-                if sh.s.holders.iter().any(|h| h.req.request == req.request) {
-                    return std::future::ready(Ok(true));
-                }
-                // Permits go out from the code's loop only, in request
-                // order, at the time it records: a handler reading the
-                // time beside the loop would interleave its records with
-                // the loop's.
-                if !sh.s.waiting.iter().any(|r| r.request == req.request) {
-                    sh.s.waiting.push_back(req);
-                }
-                drop(sh);
-                notify.notify();
-                std::future::ready(Ok(false))
-            },
-        );
-    }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            RELEASE,
-            move |_| check(),
-            move |request: String| {
-                let mut sh = shared.borrow_mut();
-                sh.s.holders.retain(|h| h.req.request != request);
-                sh.s.waiting.retain(|r| r.request != request);
-                drop(sh);
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            DELETE,
-            move |_| check(),
-            move |()| {
-                shared.borrow_mut().deleted = true;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    let shared = Rc::clone(shared);
-    ctx.on_update_validated(
-        DESCRIBE,
-        move |_| moving(),
-        move |()| std::future::ready(Ok(shared.borrow().describe())),
-    );
 }

@@ -1,27 +1,11 @@
-//! What schedules ([`crate::schedule`]), queues ([`crate::queue`]) and step
-//! limits ([`crate::limit`]) share: their registration, the engine a run
-//! belongs to, a sliding-window rate, and the small futures their entity
-//! workflows wait with.
-//!
-//! Each of the three is an entity workflow of the engine's own (IDs
-//! `fusee.schedule/<id>`, `fusee.queue/<name>`, `fusee.limit/<name>`)
-//! built on the public workflow API: durability, exactly-once and crash
-//! safety come from the engine, and no storage code is added. Callers talk
-//! to them through updates (recorded, validated before anything is
-//! written) and queries.
-//!
-//! # Continue-as-new and updates
-//!
-//! Each entity continues as new now and then to keep its journal short.
-//! An update accepted by a run that then continues as new before the
-//! update is delivered would be lost, so every update handler of theirs
-//! has a validator that refuses with [`MOVING`] once the code has decided
-//! to continue as new (the decision and the run's end are one shard step),
-//! and the client side sends a refused update again: it reaches the next
-//! run.
+//! What schedules, queues and step limits share (see the [folder's
+//! docs](super)): the engine a run belongs to ([`EngineRef`]), the
+//! client side of their updates ([`MOVING`]), a sliding-window rate, and
+//! the small futures their entity workflows wait with. It imports none of
+//! them: they import it.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -45,66 +29,31 @@ pub(crate) const MOVING: &str = "fusee: moving to a new run; send again";
 /// before giving up (each retry reaches the next run, so one is the norm).
 const MOVING_RETRIES: u32 = 64;
 
-/// Engines by the identity of their registry ([`Engine::registry_key`]), so
-/// a step of a run finds the engine it runs in. Filled by
-/// [`Engine::register_flow_control`]; entries whose engine is gone are
-/// dropped at the next registration.
-static ENGINES: LazyLock<Mutex<HashMap<usize, WeakEngine>>> = LazyLock::new(Mutex::default);
+/// The engine a run belongs to, as its steps hold it: read from the run's
+/// context (its registry's host, set by [`Engine::register_flow_control`]),
+/// weak so a step in flight does not keep a dropped engine open.
+#[derive(Clone)]
+pub(crate) struct EngineRef(Option<WeakEngine>);
 
-/// The engine of the run whose registry has identity `key`, while it
-/// lives and has registered flow control.
-pub(crate) fn engine_for(key: usize) -> Option<Engine> {
-    ENGINES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .and_then(WeakEngine::upgrade)
+impl EngineRef {
+    /// The engine of the run `ctx` is the context of (none yet when flow
+    /// control is not registered).
+    pub(crate) fn of(ctx: &Ctx) -> Self {
+        Self(ctx.registry().host())
+    }
+
+    /// The engine, while it lives and has registered flow control.
+    pub(crate) fn get(&self) -> Option<Engine> {
+        self.0.as_ref().and_then(WeakEngine::upgrade)
+    }
 }
 
 impl Engine {
-    /// Registers the workflows behind schedules, queues and step limits
-    /// (`fusee.schedule`, `fusee.queue`, `fusee.limit`), so the ones this
-    /// store holds carry on and new ones can be made. Call it once after
-    /// opening the engine, **after registering the workflows your schedules
-    /// and queues start**: a recovered schedule or queue replays its
-    /// journal as soon as its code is registered, and its journal names
-    /// those workflows. Calling it again changes nothing.
-    ///
-    /// Without it, [`Engine::schedule`], [`Engine::queue`] and
-    /// [`Engine::limit`] fail with [`Error::UnknownWorkflow`] naming the
-    /// workflow missing, and a limited step ([`crate::Step::limit`]) fails.
-    ///
-    /// ```
-    /// use fusee::{Config, Ctx, Engine, Failure, Workflow};
-    ///
-    /// const REPORT: Workflow<(), ()> = Workflow::new("report");
-    ///
-    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-    /// # async fn main() -> Result<(), fusee::Error> {
-    /// let engine = Engine::open(Config::memory()).await?;
-    /// engine.register(REPORT, |_: Ctx, ()| async { Ok::<_, Failure>(()) });
-    /// engine.register_flow_control();
-    /// engine.schedule("nightly", "0 3 * * *", REPORT, &()).create().await?;
-    /// # engine.close().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn register_flow_control(&self) {
-        {
-            let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
-            engines.retain(|_, weak| weak.upgrade().is_some());
-            engines.insert(self.registry_key(), self.downgrade());
-        }
-        crate::schedule::register(self);
-        crate::queue::register(self);
-        crate::limit::register(self);
-    }
-
     /// `Err` ([`Error::UnknownWorkflow`]) unless flow control is
     /// registered in this engine and `wtype` (a workflow a schedule or
     /// queue will start) is registered.
     pub(crate) fn check_flow(&self, internal: &str, wtype: Option<&str>) -> Result<()> {
-        let registered = engine_for(self.registry_key()).is_some();
+        let registered = self.hosts_flow_control();
         for name in std::iter::once(internal).chain(wtype) {
             let known = if name == internal {
                 registered

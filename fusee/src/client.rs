@@ -1,0 +1,343 @@
+//! The client vocabulary: what callers name runs by and what they learn
+//! about them ([`RunRef`], [`RunStatus`], [`Description`], [`ListFilter`],
+//! [`Page`], [`RunSummary`], [`IdPolicy`]), and the answers a shard sends
+//! back to the engine handle (`RunResult`, `ShardPage`, `LiveJournal`).
+//!
+//! A leaf: the engine handle (`engine.rs`, `operator.rs`, `dynamic.rs`)
+//! and the runtime (`runtime/*`) both import it, and it imports neither,
+//! so the shard side never depends on the client API that drives it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use fusee_core::record::{RunId, Status};
+
+use crate::error::{Error, Result};
+use crate::inspect::RunState;
+
+/// Which run a start returns when the workflow ID is taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdPolicy {
+    /// Start only a new workflow: an ID ever used is [`Error::AlreadyExists`](crate::Error::AlreadyExists)
+    /// (the default).
+    #[default]
+    NewOnly,
+    /// Attach to the ID's latest run if there is one, else start it.
+    Attach,
+    /// Start a new run unless the ID's latest run is still running
+    /// ([`Error::AlreadyExists`](crate::Error::AlreadyExists) then): an ID used once a day, say, by a
+    /// daily job.
+    ReuseAfterFinish,
+}
+
+/// A run a start created or attached to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRef {
+    /// The workflow ID.
+    pub id: String,
+    /// Its shard.
+    pub shard: u32,
+    /// The run's number in its shard.
+    pub run: RunId,
+    /// Whether the start attached to an existing run.
+    pub attached: bool,
+}
+
+/// How a finished run ended, and its payload (its encoded result, or its
+/// failure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunResult {
+    pub(crate) status: Status,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// Where a run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Its code runs (or waits for a step, a timer, a signal).
+    Running,
+    /// Its workflow type has no code registered in this engine yet.
+    WaitingForCode,
+    /// Its code departed from its journal and stopped (see
+    /// [`Description::stopped_because`]); a caller waiting on its result
+    /// gets [`Error::Determinism`](crate::Error::Determinism).
+    Stopped,
+    /// It ended, with this status.
+    Finished(Status),
+}
+
+/// The step a run is at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentStep {
+    /// The step's name.
+    pub name: String,
+    /// The attempt running or next.
+    pub attempt: u32,
+    /// Whether an attempt is running now.
+    pub running: bool,
+    /// Whether its retry policy ran out of attempts and it waits for
+    /// [`Engine::resume_step`](crate::Engine::resume_step).
+    pub paused: bool,
+}
+
+/// What [`Engine::describe`](crate::Engine::describe) says about a run. More fields may come;
+/// match it with `..`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Description {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number.
+    pub run: RunId,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// When it started (ms since the Unix epoch).
+    pub started_ms: u64,
+    /// When it finished.
+    pub finished_ms: Option<u64>,
+    /// Its current step, if one is pending.
+    pub step: Option<CurrentStep>,
+    /// Why its code stopped, for [`RunStatus::Stopped`].
+    pub stopped_because: Option<String>,
+    /// Whether it is parked in the run store (idle, out of memory).
+    pub parked: bool,
+    /// Whether an operator paused it ([`Engine::pause`](crate::Engine::pause)): no step starts.
+    pub paused: bool,
+    /// Its journal's size in bytes (canonical records): what replaying it
+    /// costs, and how close a long-lived run is to wanting
+    /// continue-as-new.
+    pub journal_bytes: u64,
+    /// How many records its journal holds.
+    pub journal_records: u64,
+    /// Children it started that have not finished (as far as its journal
+    /// knows).
+    pub children: Vec<PendingChild>,
+    /// What its code waits for besides steps: timers and signals.
+    pub waits: Vec<PendingWait>,
+}
+
+/// A child a run started and has no result from yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingChild {
+    /// The child's workflow ID.
+    pub id: String,
+    /// The child's workflow type.
+    pub workflow: String,
+}
+
+/// A timer or a signal a run's code waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingWait {
+    /// A sleep, and when it fires (ms since the Unix epoch).
+    Timer {
+        /// The sleep's name.
+        name: String,
+        /// When it fires.
+        fire_at_ms: u64,
+    },
+    /// A wait for a signal, and its deadline if it has one.
+    Signal {
+        /// The signal's name.
+        name: String,
+        /// When the wait times out, if ever.
+        deadline_ms: Option<u64>,
+    },
+}
+
+/// Which runs [`Engine::list`](crate::Engine::list) returns: a status, a workflow type, a page
+/// size, and where the previous page ended.
+///
+/// ```
+/// # use fusee::{ListFilter, StatusFilter};
+/// let first = ListFilter::new().status(StatusFilter::Running).workflow("checkout").limit(50);
+/// # let _ = first;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListFilter {
+    status: Option<StatusFilter>,
+    workflow: Option<String>,
+    pub(crate) limit: usize,
+    pub(crate) after: Option<Cursor>,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ListFilter {
+    /// The default page size.
+    pub const LIMIT_DEFAULT: usize = 100;
+    /// The largest page [`Engine::list`](crate::Engine::list) returns (a longer `limit` is cut
+    /// to it), so one call holds each shard for a bounded time.
+    pub const LIMIT_MAX: usize = 10_000;
+
+    /// Every run, newest first, [`LIMIT_DEFAULT`](Self::LIMIT_DEFAULT) per
+    /// page.
+    pub fn new() -> Self {
+        Self {
+            status: None,
+            workflow: None,
+            limit: Self::LIMIT_DEFAULT,
+            after: None,
+        }
+    }
+
+    /// Only runs with this status.
+    pub fn status(mut self, status: StatusFilter) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only runs of this workflow type.
+    pub fn workflow(mut self, wtype: impl Into<String>) -> Self {
+        self.workflow = Some(wtype.into());
+        self
+    }
+
+    /// At most `n` runs per page (1 to [`LIMIT_MAX`](Self::LIMIT_MAX)).
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = n.clamp(1, Self::LIMIT_MAX);
+        self
+    }
+
+    /// The page after the one `cursor` ended ([`Page::next`]).
+    pub fn after(mut self, cursor: Cursor) -> Self {
+        self.after = Some(cursor);
+        self
+    }
+
+    /// The page size.
+    pub(crate) fn limit_value(&self) -> usize {
+        self.limit
+    }
+
+    /// Whether a run with this end (`None`: running) passes the status
+    /// part of the filter.
+    pub(crate) fn admits_status(&self, done: Option<Status>) -> bool {
+        match self.status {
+            None => true,
+            Some(StatusFilter::Running) => done.is_none(),
+            Some(StatusFilter::Finished) => done.is_some(),
+            Some(StatusFilter::Ended(s)) => done == Some(s),
+        }
+    }
+
+    /// Whether a run with this status and type passes the filter.
+    pub(crate) fn admits(&self, done: Option<Status>, wtype: Option<&str>) -> bool {
+        let status_ok = self.admits_status(done);
+        let type_ok = match (&self.workflow, wtype) {
+            (Some(want), Some(have)) => want == have,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        status_ok && type_ok
+    }
+}
+
+/// Which statuses [`ListFilter::status`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// Runs not finished (running, waiting, paused, stopped, waiting for
+    /// code).
+    Running,
+    /// Runs finished, however they ended.
+    Finished,
+    /// Runs that ended with this status.
+    Ended(Status),
+}
+
+/// One run as [`Engine::list`](crate::Engine::list) shows it: what the shard knows without
+/// loading the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number in its shard.
+    pub run: RunId,
+    /// When it started (ms since the Unix epoch).
+    pub started_ms: u64,
+    /// How it ended, once it has (durably).
+    pub finished: Option<Status>,
+    /// Whether it is parked in the run store.
+    pub parked: bool,
+}
+
+/// A page of [`Engine::list`](crate::Engine::list): runs newest first, and where to go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The runs, newest start first.
+    pub runs: Vec<RunSummary>,
+    /// Pass to [`ListFilter::after`] for the next page; `None` on the last.
+    pub next: Option<Cursor>,
+}
+
+/// Where a listing stopped: for each shard, the run number below which it
+/// goes on. Opaque to callers; its text form ([`fmt::Display`],
+/// [`FromStr`]) survives a trip through a URL or a command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub(crate) below: Vec<RunId>,
+}
+
+impl fmt::Display for Cursor {
+    /// The per-shard run numbers joined by `.`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, b) in self.below.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            write!(f, "{b}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let below = s
+            .split('.')
+            .map(|part| part.parse::<RunId>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Config(format!("cursor {s:?} does not parse: {e}")))?;
+        Ok(Cursor { below })
+    }
+}
+
+/// What one shard answers for a page: its runs (newest first, at most the
+/// limit) and where it would go on (`None`: nothing below).
+#[derive(Debug, Default)]
+pub(crate) struct ShardPage {
+    pub(crate) runs: Vec<RunSummary>,
+    pub(crate) resume: Option<RunId>,
+}
+
+/// Listing runs past this many runs visited per shard and page returns what
+/// it found so far, with a cursor to go on: a filter that matches few runs
+/// must not hold a shard for a pass over millions.
+pub(crate) const LIST_VISITS_MAX: usize = 100_000;
+
+/// A run's journal as its shard answers `Input::Journal`: every record of
+/// the run it holds (canonical encoding), durable when sent.
+#[derive(Debug)]
+pub(crate) struct LiveJournal {
+    pub(crate) shard: u32,
+    pub(crate) run: RunId,
+    pub(crate) journal: Vec<u8>,
+    /// False for a finished parked run, whose frame keeps only its
+    /// `Start` and `Done`.
+    pub(crate) complete: bool,
+    pub(crate) state: RunState,
+    pub(crate) last_lsn: u64,
+}

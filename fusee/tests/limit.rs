@@ -147,3 +147,67 @@ async fn bad_input_is_a_named_error_and_records_nothing() {
         page.runs
     );
 }
+
+/// Pause and resume (issue 29): a paused limit hands out no permit, also
+/// after a crash; its steps wait and run once it is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_limit_grants_nothing_until_resumed_across_a_crash() {
+    let mut kit = TestEngine::open(|engine: &Engine| {
+        engine.register(CALL, |ctx: Ctx, n: u32| async move {
+            let out = ctx
+                .step("call-api", move |_| async move { Ok(n * 2) })
+                .limit("api")
+                .await?;
+            Ok::<_, Failure>(out)
+        });
+        engine.register_flow_control();
+    })
+    .await
+    .expect("the test engine opens");
+    let engine = kit.engine().clone();
+    engine
+        .limit("api")
+        .concurrency(3)
+        .create()
+        .await
+        .expect("created");
+    engine
+        .limits()
+        .pause("api", "the API is down")
+        .await
+        .expect("pause");
+    for n in 0..2 {
+        engine
+            .start(CALL, &format!("p{n}"), &n)
+            .await
+            .expect("started");
+    }
+    kit.advance(Duration::from_secs(10)).await.expect("advance");
+    kit.crash().await.expect("crash");
+    kit.advance(Duration::from_secs(10)).await.expect("advance");
+    let engine = kit.engine().clone();
+    let about = engine.limits().describe("api").await.expect("describe");
+    assert_eq!(
+        (
+            about.paused,
+            about.note.as_deref(),
+            about.granted,
+            about.waiting
+        ),
+        (true, Some("the API is down"), 0, 2),
+        "{about:?}"
+    );
+    for n in 0..2 {
+        let d = engine.describe(&format!("p{n}")).await.expect("describe");
+        assert_eq!(d.status, fusee::RunStatus::Running, "p{n}");
+    }
+    engine.limits().resume("api").await.expect("resume");
+    for n in 0..2 {
+        assert_eq!(
+            kit.result(CALL, &format!("p{n}")).await.expect("result"),
+            n * 2
+        );
+    }
+    let about = engine.limits().describe("api").await.expect("describe");
+    assert_eq!((about.paused, about.granted, about.waiting), (false, 2, 0));
+}

@@ -373,3 +373,90 @@ async fn bad_input_is_a_named_error_and_records_nothing() {
         page.runs
     );
 }
+
+/// Trigger now (issue 29): a yearly schedule fired by hand starts a fire
+/// at once, named after the moment; a trigger while that fire runs goes
+/// through the overlap policy (skipped under `Skip`, and said so); a crash
+/// after the triggers fires nothing again; a paused schedule refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_fires_now_under_the_overlap_policy_and_a_paused_schedule_refuses() {
+    let mut kit = kit().await;
+    kit.engine()
+        .schedule("y", "0 0 1 1 *", JOB, &100)
+        .overlap(Overlap::Skip)
+        .create()
+        .await
+        .expect("created");
+    // Each fire is named after the time the schedule woke for it: the
+    // virtual clock stands still between advances.
+    kit.engine()
+        .schedules()
+        .trigger("y")
+        .await
+        .expect("trigger");
+    let first = fire_id("y", START_MS);
+    kit.advance(Duration::from_secs(10)).await.expect("advance");
+    kit.engine()
+        .schedules()
+        .trigger("y")
+        .await
+        .expect("trigger");
+    let second = fire_id("y", START_MS + 10_000);
+    kit.advance(Duration::from_secs(200))
+        .await
+        .expect("advance");
+    kit.crash().await.expect("crash");
+    kit.advance(Duration::from_secs(200))
+        .await
+        .expect("advance");
+    let runs = jobs(kit.engine()).await;
+    assert_eq!(runs.keys().collect::<Vec<_>>(), [&first], "{runs:?}");
+    assert_eq!(runs[&first].len(), 1);
+    assert!(runs[&first][0].finished.is_some());
+    let about = kit
+        .engine()
+        .schedules()
+        .describe("y")
+        .await
+        .expect("describe");
+    assert_eq!((about.fired, about.skipped), (1, 1), "{about:?}");
+    assert!(
+        about
+            .recent
+            .iter()
+            .any(|r| r.workflow_id == second && r.outcome == FireOutcome::SkippedOverlap),
+        "{about:?}"
+    );
+    kit.engine()
+        .schedules()
+        .pause("y", "frozen")
+        .await
+        .expect("pause");
+    let refused = kit.engine().schedules().trigger("y").await;
+    assert!(
+        matches!(&refused, Err(Error::Rejected { reason, .. }) if reason.contains("paused")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        kit.engine().schedules().trigger("nope").await,
+        Err(Error::UnknownSchedule { .. })
+    ));
+    // Resumed, parked and crashed: the schedule's run replays its journal
+    // (updates included) without diverging, and still counts its fire.
+    kit.engine().schedules().resume("y").await.expect("resume");
+    kit.advance(Duration::from_secs(60)).await.expect("advance");
+    kit.crash().await.expect("crash");
+    let run = kit
+        .engine()
+        .describe("fusee.schedule/y")
+        .await
+        .expect("describe the run");
+    assert_eq!(run.stopped_because, None, "{run:?}");
+    let about = kit
+        .engine()
+        .schedules()
+        .describe("y")
+        .await
+        .expect("describe");
+    assert_eq!((about.paused, about.fired), (false, 1), "{about:?}");
+}

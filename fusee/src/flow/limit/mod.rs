@@ -105,6 +105,8 @@ const CONFIGURE: Update<Settings, ()> = Update::new("fusee.limit.configure");
 const ACQUIRE: Update<Request, bool> = Update::new("fusee.limit.acquire");
 const RELEASE: Update<String, ()> = Update::new("fusee.limit.release");
 const DELETE: Update<(), ()> = Update::new("fusee.limit.delete");
+const PAUSE: Update<String, ()> = Update::new("fusee.limit.pause");
+const RESUME: Update<(), ()> = Update::new("fusee.limit.resume");
 const DESCRIBE: Update<(), LimitDescription> = Update::new("fusee.limit.describe");
 
 /// Wake-ups after which a limit continues as new.
@@ -143,6 +145,10 @@ pub struct LimitDescription {
     pub granted: u64,
     /// Permits taken back from runs that ended holding them.
     pub reclaimed: u64,
+    /// Paused: no permit goes out until resumed.
+    pub paused: bool,
+    /// The note given when it was paused.
+    pub note: Option<String>,
 }
 
 /// What [`Engine::limit`] makes: set its limits, then
@@ -181,7 +187,8 @@ impl Engine {
         }
     }
 
-    /// The step limits of this engine: describe, delete, list.
+    /// The step limits of this engine: describe, pause, resume, delete,
+    /// list.
     ///
     /// ```
     /// # use fusee::{Config, Engine};
@@ -310,6 +317,47 @@ impl Limits {
         let r = self
             .engine
             .update_entity(&workflow_id(name), DESCRIBE, &())
+            .await;
+        r.map_err(|e| limit_error(name, e))
+    }
+
+    /// Pauses limit `name`, with a note for people: no permit goes out
+    /// until [`resume`](Self::resume), so its steps wait (durably, in
+    /// request order, as for a full limit) while steps holding a permit
+    /// run on. For stopping calls to a service that is down without
+    /// failing the runs. Pausing a paused limit changes only its note.
+    ///
+    /// ```
+    /// # use fusee::{Config, Engine};
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> Result<(), fusee::Error> {
+    /// # let engine = Engine::open(Config::memory()).await?;
+    /// engine.register_flow_control();
+    /// engine.limit("api").concurrency(2).create().await?;
+    /// engine.limits().pause("api", "the API is down").await?;
+    /// let about = engine.limits().describe("api").await?;
+    /// assert!(about.paused);
+    /// assert_eq!(about.note.as_deref(), Some("the API is down"));
+    /// engine.limits().resume("api").await?;
+    /// assert!(!engine.limits().describe("api").await?.paused);
+    /// # engine.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn pause(&self, name: &str, note: &str) -> Result<()> {
+        let r = self
+            .engine
+            .update_entity(&workflow_id(name), PAUSE, &note.to_string())
+            .await;
+        r.map_err(|e| limit_error(name, e))
+    }
+
+    /// Resumes limit `name`: permits go out again to the steps waiting, in
+    /// request order. Resuming a limit that is not paused changes nothing.
+    pub async fn resume(&self, name: &str) -> Result<()> {
+        let r = self
+            .engine
+            .update_entity(&workflow_id(name), RESUME, &())
             .await;
         r.map_err(|e| limit_error(name, e))
     }
@@ -546,6 +594,10 @@ struct State {
     window: Window,
     granted: u64,
     reclaimed: u64,
+    /// Paused ([`Limits::pause`]), with the operator's note: no permit
+    /// goes out. Absent from inputs written before pausing existed.
+    #[serde(default)]
+    paused: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -16,8 +16,11 @@ struct Shared {
 
 impl Shared {
     /// `None` if a permit may go out at `now`; else when the rate lets one
-    /// (`Some(None)`: when one comes back).
+    /// (`Some(None)`: when one comes back, or the limit is resumed).
     fn blocked(&mut self, now: u64) -> Option<Option<u64>> {
+        if self.s.paused.is_some() {
+            return Some(None);
+        }
         if let Some(n) = self.settings.concurrency
             && self.s.holders.len() >= n as usize
         {
@@ -54,6 +57,8 @@ impl Shared {
             waiting: self.s.waiting.len() as u64,
             granted: self.s.granted,
             reclaimed: self.s.reclaimed,
+            paused: self.s.paused.is_some(),
+            note: self.s.paused.clone(),
         }
     }
 }
@@ -263,6 +268,30 @@ fn register_handlers(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, notify: &Notify) {
                 sh.s.holders.retain(|h| h.req.request != request);
                 sh.s.waiting.retain(|r| r.request != request);
                 drop(sh);
+                notify.notify();
+                std::future::ready(Ok(()))
+            },
+        );
+    }
+    {
+        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
+        ctx.on_update_validated(
+            PAUSE,
+            move |_| check(),
+            move |note: String| {
+                shared.borrow_mut().s.paused = Some(note);
+                notify.notify();
+                std::future::ready(Ok(()))
+            },
+        );
+    }
+    {
+        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
+        ctx.on_update_validated(
+            RESUME,
+            move |_| check(),
+            move |()| {
+                shared.borrow_mut().s.paused = None;
                 notify.notify();
                 std::future::ready(Ok(()))
             },

@@ -56,7 +56,7 @@
 //! - **Catch-up** ([`CatchUp`]): what happens to fire times the schedule
 //!   slept through: it woke more than [`ScheduleBuilder::missed_after`]
 //!   after them (the engine was down, or very busy).
-//! - **Pause, resume, delete, describe** through [`Engine::schedules`]:
+//! - **Pause, resume, trigger now, delete, describe** through [`Engine::schedules`]:
 //!   each an update (recorded) or a query of the schedule's workflow, so
 //!   they are durable and ordered with its fires.
 //!
@@ -109,6 +109,7 @@ const WORKFLOW: Workflow<Input, ()> = Workflow::new(SCHEDULE_WORKFLOW);
 const PAUSE: Update<Option<String>, ()> = Update::new("fusee.schedule.pause");
 const RESUME: Update<(), ()> = Update::new("fusee.schedule.resume");
 const DELETE: Update<(), ()> = Update::new("fusee.schedule.delete");
+const TRIGGER: Update<(), ()> = Update::new("fusee.schedule.trigger");
 const DESCRIBE: Query<(), ScheduleDescription> = Query::new("fusee.schedule.describe");
 
 /// Wake-ups after which a schedule continues as new (when no fire it
@@ -627,6 +628,45 @@ impl Schedules {
         r.map_err(|e| unknown(id, e))
     }
 
+    /// Fires schedule `id` now, out of its timetable: once the trigger is
+    /// durable, the schedule wakes and admits a fire at the time it wakes,
+    /// named `<schedule ID>/<that time in UTC>` as any fire, so the overlap
+    /// policy applies (with [`Overlap::Skip`] and a fire running it is
+    /// skipped) and [`ScheduleDescription::recent`] shows what became of
+    /// it. Triggers that arrive before the schedule wakes make one fire. A
+    /// paused schedule refuses ([`Error::Rejected`]): resume it first, or
+    /// start the workflow by hand.
+    ///
+    /// ```
+    /// # use fusee::{Config, Ctx, Engine, Failure, Workflow};
+    /// # const W: Workflow<(), ()> = Workflow::new("w");
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> Result<(), fusee::Error> {
+    /// # let engine = Engine::open(Config::memory()).await?;
+    /// # engine.register(W, |_: Ctx, ()| async { Ok::<_, Failure>(()) });
+    /// # engine.register_flow_control();
+    /// engine.schedule("yearly", "0 0 1 1 *", W, &()).create().await?;
+    /// engine.schedules().trigger("yearly").await?;
+    /// let fire = loop {
+    ///     if let Some(r) = engine.schedules().describe("yearly").await?.recent.first() {
+    ///         break r.workflow_id.clone();
+    ///     }
+    ///     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    /// };
+    /// assert!(fire.starts_with("yearly/"));
+    /// engine.result(W, &fire).await?;
+    /// # engine.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn trigger(&self, id: &str) -> Result<()> {
+        let r = self
+            .engine
+            .update_entity(&workflow_id(id), TRIGGER, &())
+            .await;
+        r.map_err(|e| unknown(id, e))
+    }
+
     /// Deletes schedule `id`: it fires no more and its workflow ends (fires
     /// running go on). Its ID can then be used for a new schedule.
     ///
@@ -686,6 +726,12 @@ fn unknown(id: &str, e: Error) -> Error {
         }
         other => other,
     }
+}
+
+/// The workflow ID of schedule `id`'s fire at `at_ms`:
+/// `<schedule ID>/<fire time in UTC>`.
+pub(crate) fn fire_workflow_id(id: &str, at_ms: u64) -> String {
+    format!("{id}/{}", fire_time_text(at_ms))
 }
 
 /// A fire time as its workflow ID has it: RFC 3339 in UTC, whole seconds

@@ -14,6 +14,12 @@ struct Shared {
     p: Progress,
     /// Fires that run: time and workflow ID.
     running: Vec<(u64, String)>,
+    /// A [`TRIGGER`] came: the loop fires once at the time it wakes. Not
+    /// carried over a continue-as-new: the loop takes it before it decides.
+    triggered: bool,
+    /// A [`RESUME`] of a paused schedule came: the loop moves its cursor to
+    /// the time it wakes.
+    resumed: bool,
     deleted: bool,
     /// The code decided to continue as new: updates are refused (sent
     /// again, they reach the next run).
@@ -22,7 +28,7 @@ struct Shared {
 
 impl Shared {
     fn note(&mut self, at: u64, outcome: FireOutcome) {
-        let workflow_id = format!("{}/{}", self.plan.id, fire_time_text(at));
+        let workflow_id = fire_workflow_id(&self.plan.id, at);
         if let Some(r) = self
             .p
             .recent
@@ -108,6 +114,8 @@ async fn run(ctx: Ctx, input: Input) -> std::result::Result<(), Failure> {
         plan: input.plan,
         p: input.progress,
         running: Vec::new(),
+        triggered: false,
+        resumed: false,
         deleted: false,
         moving: false,
     }));
@@ -158,34 +166,50 @@ fn register_handlers(
         );
     }
     {
-        let (shared, notify, refuse, ctx2) = (
-            Rc::clone(shared),
-            notify.clone(),
-            refuse.clone(),
-            ctx.clone(),
-        );
+        let (shared, notify, refuse) = (Rc::clone(shared), notify.clone(), refuse.clone());
         ctx.on_update_validated(
             RESUME,
             move |_| refuse(),
             move |()| {
-                let (shared, notify, ctx) = (Rc::clone(&shared), notify.clone(), ctx2.clone());
-                // Run when polled, not when the handler is made: reading the
-                // time is an operation of the run.
-                async move {
-                    if shared.borrow().p.paused {
-                        // Fire times passed while paused are neither fired
-                        // nor missed: the schedule goes on from now.
-                        let now = now_ms(&ctx);
-                        let mut s = shared.borrow_mut();
-                        s.p.cursor_ms = s.p.cursor_ms.max(now);
-                        s.p.paused = false;
-                        s.p.note = None;
-                    }
-                    notify.notify();
-                    Ok(())
+                let mut s = shared.borrow_mut();
+                if s.p.paused {
+                    // Fire times passed while paused are neither fired nor
+                    // missed: the loop moves its cursor to the time it
+                    // wakes at (the handler reads no time, as TRIGGER's).
+                    s.p.paused = false;
+                    s.p.note = None;
+                    s.resumed = true;
                 }
+                drop(s);
+                notify.notify();
+                std::future::ready(Ok(()))
             },
         );
+    }
+    {
+        let check = {
+            let (shared, refuse) = (Rc::clone(shared), refuse.clone());
+            move |_: &()| {
+                refuse()?;
+                let sh = shared.borrow();
+                if sh.p.paused {
+                    return Err(format!(
+                        "schedule {} is paused: resume it to trigger it",
+                        sh.plan.id
+                    ));
+                }
+                Ok(())
+            }
+        };
+        let (shared, notify) = (Rc::clone(shared), notify.clone());
+        ctx.on_update_validated(TRIGGER, check, move |()| {
+            // No operation of the run here (the loop reads the time and
+            // starts the fire when it wakes): a handler's operations would
+            // interleave with the loop's one way live and another on replay.
+            shared.borrow_mut().triggered = true;
+            notify.notify();
+            std::future::ready(Ok(()))
+        });
     }
     {
         let (shared, notify) = (Rc::clone(shared), notify.clone());
@@ -248,7 +272,17 @@ impl Schedule {
                     "the schedule's workflow was cancelled",
                 ));
             }
+            let triggered = {
+                let mut sh = self.shared.borrow_mut();
+                if std::mem::take(&mut sh.resumed) {
+                    sh.p.cursor_ms = sh.p.cursor_ms.max(now);
+                }
+                std::mem::take(&mut sh.triggered)
+            };
             self.take_due(now);
+            if triggered {
+                self.admit(now);
+            }
             if let Err(Stop::Unregistered(at, why)) = self.start_waiting(now) {
                 return self.retry_later(at, why).await;
             }
@@ -475,7 +509,7 @@ impl Schedule {
         let (id, wtype, input) = {
             let sh = self.shared.borrow();
             (
-                format!("{}/{}", sh.plan.id, fire_time_text(t)),
+                fire_workflow_id(&sh.plan.id, t),
                 intern(&sh.plan.workflow),
                 sh.plan.input.clone(),
             )

@@ -58,12 +58,15 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(describe_schedule, delete_schedule))
         .routes(routes!(pause_schedule))
         .routes(routes!(resume_schedule))
+        .routes(routes!(trigger_schedule))
         .routes(routes!(list_queues))
         .routes(routes!(describe_queue, delete_queue))
         .routes(routes!(pause_queue))
         .routes(routes!(resume_queue))
         .routes(routes!(list_limits))
         .routes(routes!(describe_limit, delete_limit))
+        .routes(routes!(pause_limit))
+        .routes(routes!(resume_limit))
 }
 
 /// A JSON request body: bad JSON is `bad_request`, a body over the limit
@@ -777,6 +780,18 @@ async fn resume_schedule(State(app): State<App>, Path(id): Path<String>) -> Repl
     Ok(Json(serde_json::json!({})))
 }
 
+/// Fires schedule `id` now, under its overlap policy (the fire shows in
+/// the schedule's `recent` once it woke). A paused schedule refuses (422
+/// `rejected`).
+#[utoipa::path(post, path = "/api/v1/schedules/{id}/trigger", tag = "schedules",
+    params(("id" = String, Path, description = "The schedule's ID")),
+    responses((status = 200, body = Value), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+async fn trigger_schedule(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
+    app.engine.schedules().trigger(&id).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
 /// The queues' names.
 #[utoipa::path(get, path = "/api/v1/queues", tag = "queues",
     responses((status = 200, body = Vec<String>)))]
@@ -854,6 +869,8 @@ pub(crate) fn limit_info(d: fusee::LimitDescription) -> LimitInfo {
         holders: d.holders,
         waiting: d.waiting,
         granted: d.granted,
+        paused: d.paused,
+        note: d.note,
     }
 }
 
@@ -871,5 +888,31 @@ async fn describe_limit(State(app): State<App>, Path(name): Path<String>) -> Rep
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
 async fn delete_limit(State(app): State<App>, Path(name): Path<String>) -> Reply<Value> {
     app.engine.limits().delete(&name).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+/// Pauses step limit `name`: no permit goes out until resumed; its steps
+/// wait.
+#[utoipa::path(post, path = "/api/v1/limits/{name}/pause", tag = "limits",
+    params(("name" = String, Path, description = "The limit's name")), request_body = PauseRequest,
+    responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+async fn pause_limit(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    OptBody(r): OptBody<PauseRequest>,
+) -> Reply<Value> {
+    app.engine
+        .limits()
+        .pause(&name, r.note.as_deref().unwrap_or(""))
+        .await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+/// Resumes step limit `name`.
+#[utoipa::path(post, path = "/api/v1/limits/{name}/resume", tag = "limits",
+    params(("name" = String, Path, description = "The limit's name")),
+    responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+async fn resume_limit(State(app): State<App>, Path(name): Path<String>) -> Reply<Value> {
+    app.engine.limits().resume(&name).await?;
     Ok(Json(serde_json::json!({})))
 }

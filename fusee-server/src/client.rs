@@ -384,6 +384,15 @@ impl Client {
         .await
     }
 
+    /// Fires schedule `id` now, under its overlap policy.
+    pub async fn trigger_schedule(&self, id: &str) -> Result<(), ClientError> {
+        self.post_empty(
+            &["api", "v1", "schedules", id, "trigger"],
+            &serde_json::json!({}),
+        )
+        .await
+    }
+
     /// Deletes schedule `id`.
     pub async fn delete_schedule(&self, id: &str) -> Result<(), ClientError> {
         self.call::<(), Value>(Method::DELETE, &["api", "v1", "schedules", id], None, None)
@@ -435,6 +444,24 @@ impl Client {
     /// Step limit `name`.
     pub async fn limit(&self, name: &str) -> Result<LimitInfo, ClientError> {
         self.get(&["api", "v1", "limits", name]).await
+    }
+
+    /// Pauses step limit `name` with a note: no permit goes out.
+    pub async fn pause_limit(&self, name: &str, note: &str) -> Result<(), ClientError> {
+        let body = PauseRequest {
+            note: Some(note.to_string()),
+        };
+        self.post_empty(&["api", "v1", "limits", name, "pause"], &body)
+            .await
+    }
+
+    /// Resumes step limit `name`.
+    pub async fn resume_limit(&self, name: &str) -> Result<(), ClientError> {
+        self.post_empty(
+            &["api", "v1", "limits", name, "resume"],
+            &serde_json::json!({}),
+        )
+        .await
     }
 
     /// Deletes step limit `name`.

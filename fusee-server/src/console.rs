@@ -907,7 +907,10 @@ async fn schedules_page(
                         td { (d.last_error.clone().unwrap_or_default()) }
                         td {
                             @if d.paused { (simple_action(&viewer, &action, "resume", "Resume", "Resume this schedule?")) }
-                            @else { (simple_action(&viewer, &action, "pause", "Pause", "Pause this schedule?")) }
+                            @else {
+                                (simple_action(&viewer, &action, "trigger", "Trigger now", "Fire this schedule now?"))
+                                (simple_action(&viewer, &action, "pause", "Pause", "Pause this schedule?"))
+                            }
                             (simple_action(&viewer, &action, "delete", "Delete", "Delete this schedule?"))
                         }
                     }
@@ -938,6 +941,10 @@ async fn schedule_action(
             .resume(&id)
             .await
             .map(|()| format!("schedule {id} resumed")),
+        "trigger" => s
+            .trigger(&id)
+            .await
+            .map(|()| format!("schedule {id} triggered")),
         "delete" => s
             .delete(&id)
             .await
@@ -1058,7 +1065,7 @@ async fn limits_page(
             h1 { "Step limits" }
             @if rows.is_empty() { p { "No step limits." } }
             table id="limits" {
-                tr { th { "name" } th { "limits" } th { "holders" } th { "waiting" } th { "granted" } th { "actions" } }
+                tr { th { "name" } th { "limits" } th { "state" } th { "holders" } th { "waiting" } th { "granted" } th { "actions" } }
                 @for d in &rows {
                     @let action = format!("/limits/{}/action", path_segment(&d.name));
                     tr {
@@ -1067,8 +1074,13 @@ async fn limits_page(
                             @if let Some(c) = d.concurrency { "at most " (c) " at once " }
                             @if let Some((n, per)) = d.rate { (n) " per " (per) " ms" }
                         }
+                        td { (if d.paused { "paused" } else { "active" }) @if let Some(note) = &d.note { " (" (note) ")" } }
                         td { (d.holders.join(", ")) } td { (d.waiting) } td { (d.granted) }
-                        td { (simple_action(&viewer, &action, "delete", "Delete", "Delete this step limit?")) }
+                        td {
+                            @if d.paused { (simple_action(&viewer, &action, "resume", "Resume", "Resume this step limit?")) }
+                            @else { (simple_action(&viewer, &action, "pause", "Pause", "Pause this step limit? Its steps wait until it is resumed.")) }
+                            (simple_action(&viewer, &action, "delete", "Delete", "Delete this step limit?"))
+                        }
                     }
                 }
             }
@@ -1087,10 +1099,17 @@ async fn limit_action(
     if let Some(r) = check_form(&viewer, &f.csrf) {
         return r;
     }
+    let l = app.engine.limits();
     let outcome = match f.action.as_str() {
-        "delete" => app
-            .engine
-            .limits()
+        "pause" => l
+            .pause(&name, &f.note)
+            .await
+            .map(|()| format!("limit {name} paused")),
+        "resume" => l
+            .resume(&name)
+            .await
+            .map(|()| format!("limit {name} resumed")),
+        "delete" => l
             .delete(&name)
             .await
             .map(|()| format!("limit {name} deleted")),

@@ -441,13 +441,19 @@ pub struct LimitInfo {
     pub waiting: u64,
     /// Grants made.
     pub granted: u64,
+    /// Paused: no permit goes out.
+    #[serde(default)]
+    pub paused: bool,
+    /// The note given when it was paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
-/// `POST /api/v1/schedules/{id}/pause`.
+/// `POST /api/v1/schedules/{id}/pause` and `/api/v1/limits/{name}/pause`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(ToSchema))]
 pub struct PauseRequest {
-    /// A note shown with the paused schedule.
+    /// A note shown with the paused schedule or limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }

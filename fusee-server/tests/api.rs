@@ -586,8 +586,35 @@ async fn schedules_queues_and_limits() {
     let s = client.schedule("nightly").await.unwrap();
     assert!(s.paused);
     assert_eq!(s.note.as_deref(), Some("maintenance"));
+    // Paused, it refuses a trigger: nothing fires.
+    assert_eq!(
+        kind(client.trigger_schedule("nightly").await),
+        (422, "rejected".into())
+    );
     client.resume_schedule("nightly").await.unwrap();
     assert!(!client.schedule("nightly").await.unwrap().paused);
+    // Fired now, out of its timetable: the fire runs and is counted.
+    client.trigger_schedule("nightly").await.unwrap();
+    let fire = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            let page = engine
+                .list(fusee::ListFilter::new().workflow("echo"))
+                .await
+                .unwrap();
+            if let Some(r) = page.runs.first() {
+                return r.id.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the trigger's fire starts");
+    assert!(fire.starts_with("nightly/"), "{fire}");
+    assert_eq!(
+        client.result(&fire, Some(10_000)).await.unwrap(),
+        json!("n")
+    );
+    assert_eq!(client.schedule("nightly").await.unwrap().fired, 1);
     client.delete_schedule("nightly").await.unwrap();
     // (Describing the deleted one answers `unknown_query` while its
     // finished run stays in memory: the engine's `Schedules::describe`
@@ -607,6 +634,10 @@ async fn schedules_queues_and_limits() {
     );
     assert_eq!(
         kind(client.delete_schedule("nightly").await),
+        (404, "unknown_schedule".into())
+    );
+    assert_eq!(
+        kind(client.trigger_schedule("nightly").await),
         (404, "unknown_schedule".into())
     );
 
@@ -635,15 +666,23 @@ async fn schedules_queues_and_limits() {
     engine.limit("db").concurrency(3).create().await.unwrap();
     assert_eq!(client.limits().await.unwrap(), ["db"]);
     assert_eq!(client.limit("db").await.unwrap().concurrency, Some(3));
+    client.pause_limit("db", "database down").await.unwrap();
+    let l = client.limit("db").await.unwrap();
+    assert_eq!((l.paused, l.note.as_deref()), (true, Some("database down")));
+    client.resume_limit("db").await.unwrap();
+    assert!(!client.limit("db").await.unwrap().paused);
     client.delete_limit("db").await.unwrap();
     assert_eq!(
         kind(client.limit("db").await),
         (404, "unknown_limit".into())
     );
-    assert_eq!(
-        kind(client.delete_limit("db").await),
-        (404, "unknown_limit".into())
-    );
+    for r in [
+        client.delete_limit("db").await,
+        client.pause_limit("db", "x").await,
+        client.resume_limit("db").await,
+    ] {
+        assert_eq!(kind(r), (404, "unknown_limit".into()));
+    }
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
@@ -779,6 +818,7 @@ const SERVED: &[&str] = &[
     "DELETE /api/v1/schedules/{id}",
     "POST /api/v1/schedules/{id}/pause",
     "POST /api/v1/schedules/{id}/resume",
+    "POST /api/v1/schedules/{id}/trigger",
     "GET /api/v1/queues",
     "GET /api/v1/queues/{name}",
     "DELETE /api/v1/queues/{name}",
@@ -787,6 +827,8 @@ const SERVED: &[&str] = &[
     "GET /api/v1/limits",
     "GET /api/v1/limits/{name}",
     "DELETE /api/v1/limits/{name}",
+    "POST /api/v1/limits/{name}/pause",
+    "POST /api/v1/limits/{name}/resume",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

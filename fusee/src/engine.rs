@@ -556,7 +556,7 @@ impl Engine {
     }
 
     /// Waits for the result of workflow `id`'s latest run. A run whose
-    /// code stopped ([`RunStatus::Stopped`]) never ends by itself: while it
+    /// code stopped ([`RunStatus::Stopped`](crate::RunStatus::Stopped)) never ends by itself: while it
     /// is stopped, waiting on it is [`Error::Determinism`] (or
     /// [`Error::Stopped`]) at once; once an engine with fixed code replays
     /// it, waiting ends with its result again.

@@ -13,11 +13,10 @@
 //! [`journal`] has its versioned JSON form), and the core's checks of every
 //! stored byte ([`ShardView::verify`]).
 //!
-//! Why a copy of the recovery, not a call into it: the engine's recovery
-//! lives in its shard loop, which starts workflow code as it goes; this
-//! module only reads. The order of steps is the same, and a change there
-//! must be made here too (`tests` of `fusee-cli` compare what this reads
-//! with what an engine wrote).
+//! The recovery is the engine's own (`crate::recovery`, which the shard
+//! loop calls too, then starts workflow code): one copy, so what this
+//! reads is what an engine would recover (`tests` of `fusee-cli` compare
+//! what this reads with what an engine wrote).
 //!
 //! Runs' status here: **running** (loaded, unfinished, no wait or sleep
 //! pending: a step in flight or due), **waiting** (loaded, waiting for a
@@ -29,18 +28,15 @@ use std::path::{Path, PathBuf};
 use fusee_core::record::{
     Lsn, Record, RecordBuf, RunId, Status, decode_canonical_all, iter_canonical,
 };
-use fusee_core::shard::{BlobRef, Found, Mode, ShardCore, TimerKind};
-use fusee_core::store::{Checkpoint, EntryRef, decode_entry};
+use fusee_core::shard::{BlobRef, Found, ShardCore, TimerKind};
+use fusee_core::store::Checkpoint;
 use fusee_storage::identity::{Identity, MARKER};
-use fusee_storage::{CheckpointStore, LogStore, RunStore, Storage, StorageError};
+use fusee_storage::{LogStore, RunStore, Storage, StorageError};
 
 use crate::Backend;
+use crate::recovery::{self, ChainError, Damage};
 
 pub mod journal;
-
-/// Frames a `Delta` chain may have before a run is written whole (the
-/// engine's limit; a longer chain is damage).
-const MAX_DEPTH: u8 = 8;
 
 /// Why looking inside a store failed.
 #[derive(Debug, thiserror::Error)]
@@ -192,54 +188,12 @@ pub struct Frame {
 }
 
 /// Reads the frame at `blob` and the chain of `Delta` frames before it, as
-/// the engine does when it loads a parked run.
+/// the engine does when it loads a parked run (the same function).
 pub fn read_chain<R: RunStore>(runs: &mut R, blob: BlobRef) -> Result<Frame, FrameError> {
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let mut last_lsn = None;
-    let mut next = blob;
-    let mut buf = Vec::new();
-    for _ in 0..=MAX_DEPTH {
-        runs.read(next, &mut buf).map_err(FrameError::Storage)?;
-        let entry = decode_entry(&buf).map_err(|e| FrameError::Decode {
-            offset: next.offset,
-            detail: e.to_string(),
-        })?;
-        let (lsn, journal, prev) = match entry {
-            EntryRef::Park {
-                last_lsn, journal, ..
-            }
-            | EntryRef::Done {
-                last_lsn, journal, ..
-            } => (last_lsn, journal, None),
-            EntryRef::Delta {
-                last_lsn,
-                journal,
-                prev,
-                ..
-            } => (last_lsn, journal, Some(prev)),
-            _ => {
-                return Err(FrameError::Decode {
-                    offset: next.offset,
-                    detail: "a frame of another kind than a run's".into(),
-                });
-            }
-        };
-        last_lsn.get_or_insert(lsn);
-        parts.push(journal.to_vec());
-        match prev {
-            Some(p) => next = p,
-            None => {
-                parts.reverse();
-                return Ok(Frame {
-                    journal: parts.concat(),
-                    last_lsn: last_lsn.unwrap_or(lsn),
-                });
-            }
-        }
-    }
-    Err(FrameError::Decode {
-        offset: blob.offset,
-        detail: "frame chain deeper than its limit".into(),
+    let chain = recovery::read_chain(runs, blob)?;
+    Ok(Frame {
+        journal: chain.journal,
+        last_lsn: chain.last_lsn,
     })
 }
 
@@ -257,6 +211,42 @@ pub enum FrameError {
         /// What is wrong.
         detail: String,
     },
+}
+
+impl From<ChainError> for FrameError {
+    fn from(e: ChainError) -> Self {
+        let decode = |offset, detail: String| FrameError::Decode { offset, detail };
+        match e {
+            ChainError::Store(e) => FrameError::Storage(e),
+            ChainError::Entry { offset, error } => decode(offset, error.to_string()),
+            ChainError::OtherKind { offset } => {
+                decode(offset, "a frame of another kind than a run's".into())
+            }
+            ChainError::TooDeep { offset } => {
+                decode(offset, "frame chain deeper than its limit".into())
+            }
+        }
+    }
+}
+
+/// Recovery's failure as this module reports it: naming the shard, what
+/// is damaged, and the LSN for a log record.
+fn damage(shard: u32, d: Damage) -> InspectError {
+    match d {
+        Damage::Store(e) => InspectError::storage(shard)(e),
+        Damage::Index(e) => InspectError::damaged(shard, "index records", None, e),
+        Damage::Frame { lsn, error } => {
+            InspectError::damaged(shard, "run frame", lsn, FrameError::from(error))
+        }
+        Damage::FrameJournal { lsn, error } => {
+            InspectError::damaged(shard, "run frame journal", lsn, error)
+        }
+        Damage::CheckpointJournal(e) => InspectError::damaged(shard, "checkpoint journal", None, e),
+        Damage::LogRecord { lsn, error } => match error {
+            Some(e) => InspectError::damaged(shard, "log record", Some(lsn), e),
+            None => InspectError::damaged(shard, "log record", Some(lsn), "empty"),
+        },
+    }
 }
 
 /// What a shard's last checkpoint says.
@@ -329,22 +319,9 @@ pub fn rebuild<S: Storage>(
         .map_err(|e| InspectError::damaged(shard, "checkpoint", None, e))?;
     let shards = checkpoint.as_ref().map_or(1, |c| c.shards.max(1));
     let mut core = ShardCore::new(shard, shards, 0, now_ms);
-    let mut index_err = None;
-    let index_records = parts
-        .checkpoint
-        .read_index(&mut |chunk| {
-            if let Err(e) = core.load_index(chunk) {
-                index_err.get_or_insert(e);
-            }
-            Ok(())
-        })
-        .map_err(InspectError::storage(shard))?;
-    if let Some(e) = index_err {
-        return Err(InspectError::damaged(shard, "index records", None, e));
-    }
-    core.index_loaded();
+    let index_records =
+        recovery::load_index(&mut core, &mut parts.checkpoint).map_err(|d| damage(shard, d))?;
     let mut after: Lsn = 0;
-    let frame_err = |e: FrameError| InspectError::damaged(shard, "run frame", None, e);
     if let Some(cp) = &checkpoint {
         if cp.shard != shard {
             return Err(InspectError::damaged(
@@ -354,77 +331,18 @@ pub fn rebuild<S: Storage>(
                 format!("it is shard {}'s", cp.shard),
             ));
         }
-        core.set_next_run_id(cp.next_run);
-        for run in &cp.runs {
-            if let Some(blob) = run.blob {
-                let prefix = read_chain(&mut parts.runs, blob).map_err(frame_err)?;
-                let records = decode_canonical_all(&prefix.journal)
-                    .map_err(|e| InspectError::damaged(shard, "run frame journal", None, e))?;
-                for rec in &records {
-                    core.apply(run.last_lsn, rec, Mode::BLOB);
-                }
-                core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
-            }
-            let records = decode_canonical_all(&run.journal)
-                .map_err(|e| InspectError::damaged(shard, "checkpoint journal", None, e))?;
-            for rec in &records {
-                core.apply(run.last_lsn, rec, Mode::SUFFIX);
-            }
-        }
+        recovery::load_checkpoint(&mut core, &mut parts.runs, cp).map_err(|d| damage(shard, d))?;
         after = cp.lsn;
     }
-    let mut replayed = 0u64;
-    let mut bad: Option<InspectError> = None;
-    if parts.log.last_lsn() > after {
-        let runs = &mut parts.runs;
-        parts
-            .log
-            .read(after, &mut |lsn, bytes| {
-                if bad.is_some() {
-                    return Ok(());
-                }
-                let rec = match iter_canonical(bytes).next() {
-                    Some(Ok((rec, _))) => rec,
-                    Some(Err(e)) => {
-                        bad = Some(InspectError::damaged(shard, "log record", Some(lsn), e));
-                        return Ok(());
-                    }
-                    None => {
-                        bad = Some(InspectError::damaged(
-                            shard,
-                            "log record",
-                            Some(lsn),
-                            "empty",
-                        ));
-                        return Ok(());
-                    }
-                };
-                let run = rec.run();
-                if let Some(parked) = core.parked(run).filter(|p| p.done().is_none()) {
-                    let loaded = read_chain(runs, parked.blob())
-                        .map_err(|e| InspectError::damaged(shard, "run frame", Some(lsn), e))
-                        .and_then(|frame| {
-                            let records = decode_canonical_all(&frame.journal).map_err(|e| {
-                                InspectError::damaged(shard, "run frame journal", Some(lsn), e)
-                            })?;
-                            core.unpark(run, frame.last_lsn, &records, now_ms);
-                            Ok(())
-                        });
-                    if let Err(e) = loaded {
-                        bad = Some(e);
-                        return Ok(());
-                    }
-                }
-                core.apply(lsn, &rec, Mode::RECOVER);
-                replayed += 1;
-                progress(lsn);
-                Ok(())
-            })
-            .map_err(InspectError::storage(shard))?;
-    }
-    if let Some(e) = bad {
-        return Err(e);
-    }
+    let replayed = recovery::replay_log(
+        &mut core,
+        &mut parts.log,
+        &mut parts.runs,
+        after,
+        now_ms,
+        progress,
+    )
+    .map_err(|d| damage(shard, d))?;
     let mut dropped = Vec::new();
     core.release(parts.log.last_lsn(), &mut dropped);
     while core.take_event().is_some() {}

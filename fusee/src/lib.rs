@@ -108,6 +108,7 @@ pub mod inspect;
 mod metrics;
 mod operator;
 pub mod ownership;
+mod recovery;
 mod registry;
 mod retry;
 mod runtime;

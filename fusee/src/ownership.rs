@@ -16,10 +16,10 @@
 //!   (a shard it does not prefer is first tried one lease time after the
 //!   open, so a process that prefers it and starts meanwhile gets it);
 //! - answers a call for a shard it does not own with
-//!   [`Error::NotOwner`](crate::Error::NotOwner) at once;
+//!   [`Error::NotOwner`] at once;
 //! - stops a shard whose storage fails: `Fenced` (another owner took it
 //!   over) answers its waiting callers with `NotOwner`, any other failure
-//!   with [`Error::Storage`](crate::Error::Storage); no caller is told a
+//!   with [`Error::Storage`]; no caller is told a
 //!   success its records do not back (outputs leave only once their records
 //!   are durable, and a failed flush makes nothing durable). The shard is
 //!   tried again after a back-off: a lease time after `Fenced` (its new

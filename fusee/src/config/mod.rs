@@ -155,7 +155,7 @@ pub struct Config {
     /// How long after it finished a run keeps its whole journal (default 3
     /// days, at most [`Config::retention`]): every step, its result and
     /// attempts, timers, signals and compensations, for
-    /// [`Engine::describe`], queries and `fusee show` after the end. Then
+    /// [`Engine::describe`](crate::Engine::describe), queries and `fusee show` after the end. Then
     /// only its `Start` and `Done` records (its input and result) are kept
     /// until its retention ends. A run in memory keeps it whole anyway; this
     /// is what a finished run keeps once it parks ([`Config::park_after`]).
@@ -219,7 +219,7 @@ pub struct Config {
     /// [`Ownership`] and `fusee-storage-postgres/DEPLOYMENT.md`.
     pub ownership: Ownership,
     /// Whether the engine counts the figures [`crate::telemetry::render`]
-    /// exposes beyond [`Engine::metrics`]: step attempts, run starts and
+    /// exposes beyond [`Engine::metrics`](crate::Engine::metrics): step attempts, run starts and
     /// ends, timers, schedule fires, queue starts (from durable records),
     /// flush histograms, fencing refusals, open times (default on; off,
     /// a shard pays one branch per record).
@@ -434,7 +434,7 @@ pub enum Ownership {
     /// Every shard (the default): the engine is its store's only process.
     /// A shard another process holds fails [`Engine::open`](crate::Engine::open)
     /// (`StorageError::Locked`), and a shard whose storage fails stays
-    /// stopped, answering [`Error::Storage`](crate::Error::Storage), until
+    /// stopped, answering [`Error::Storage`], until
     /// the engine is opened again.
     #[default]
     All,
@@ -443,7 +443,7 @@ pub enum Ownership {
     /// backend every shard simply opens). See the [module docs](crate::ownership):
     /// the open takes what it can and returns, a thread takes the rest as
     /// their leases lapse, a shard lost to another owner stops (its
-    /// callers get [`Error::NotOwner`](crate::Error::NotOwner)) and is
+    /// callers get [`Error::NotOwner`]) and is
     /// tried again after a back-off, and a call for a shard owned
     /// elsewhere is `NotOwner`, for the caller to send to its owner.
     ///

@@ -54,6 +54,7 @@ mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
 mod flights;
+pub(crate) mod host;
 mod inputs;
 pub(crate) mod messages;
 pub(crate) mod operator;

@@ -24,7 +24,7 @@
 
 use std::cmp::Reverse;
 
-use fusee_core::record::{Lsn, Record, RecordBuf, RunId, iter_canonical};
+use fusee_core::record::{Record, RecordBuf, RunId, iter_canonical};
 use fusee_core::shard::BlobRef;
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
 use fusee_core::wire::hash_id;
@@ -32,24 +32,16 @@ use fusee_storage::{RunStore, StorageError};
 
 use super::ShardLoop;
 use crate::AnyRuns;
+use crate::recovery::ChainError;
 
 /// Frames a `Delta` chain may have before the run is written whole.
-pub(super) const MAX_DEPTH: u8 = 8;
+pub(super) use crate::recovery::MAX_DEPTH;
 
 /// Runs parked per call of [`ShardLoop::park_idle`].
 const PARK_BUDGET: usize = 1024;
 
 /// A frame read back: what it says about its run.
-pub(super) struct Frame {
-    /// The run's canonical records, oldest first (the whole chain's).
-    pub(super) journal: Vec<u8>,
-    /// The LSN of the run's last record.
-    pub(super) last_lsn: Lsn,
-    /// How many frames the newest one extends (0: it is whole).
-    pub(super) depth: u8,
-    /// The bytes of every frame of the chain.
-    pub(super) chain_bytes: u64,
-}
+pub(super) use crate::recovery::Chain as Frame;
 
 fn corrupt(what: &'static str, at: u64) -> StorageError {
     StorageError::Corrupt { what, at }
@@ -450,49 +442,15 @@ fn summary(whole: &[u8]) -> Vec<u8> {
 /// Reads the frame at `blob` from `store` and the chain before it: the
 /// run's stored journal, oldest record first, and its last LSN.
 pub(super) fn read_chain(store: &mut AnyRuns, blob: BlobRef) -> Result<Frame, StorageError> {
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let mut last_lsn = None;
-    let mut next = blob;
-    let mut buf = Vec::new();
-    let mut chain_bytes = 0u64;
-    for _ in 0..=MAX_DEPTH {
-        store.read(next, &mut buf)?;
-        chain_bytes += buf.len() as u64;
-        let entry = decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))?;
-        let (lsn, journal, prev) = match entry {
-            EntryRef::Park {
-                last_lsn, journal, ..
-            }
-            | EntryRef::Done {
-                last_lsn, journal, ..
-            } => (last_lsn, journal, None),
-            EntryRef::Delta {
-                last_lsn,
-                journal,
-                prev,
-                ..
-            } => (last_lsn, journal, Some(prev)),
-            _ => return Err(corrupt("run frame of another kind", next.offset)),
-        };
-        last_lsn.get_or_insert(lsn);
-        parts.push(journal.to_vec());
-        match prev {
-            Some(p) => next = p,
-            None => {
-                // At most MAX_DEPTH + 1 frames were read.
-                let depth = u8::try_from(parts.len() - 1).unwrap_or(MAX_DEPTH);
-                parts.reverse();
-                return Ok(Frame {
-                    journal: parts.concat(),
-                    last_lsn: last_lsn.unwrap_or(lsn),
-                    depth,
-                    chain_bytes,
-                });
-            }
-        }
+    crate::recovery::read_chain(store, blob).map_err(chain_error)
+}
+
+/// A frame chain's failure as the engine reports it.
+pub(super) fn chain_error(e: ChainError) -> StorageError {
+    match e {
+        ChainError::Store(e) => e,
+        ChainError::Entry { offset, .. } => corrupt("run frame", offset),
+        ChainError::OtherKind { offset } => corrupt("run frame of another kind", offset),
+        ChainError::TooDeep { offset } => corrupt("run frame chain deeper than its limit", offset),
     }
-    Err(corrupt(
-        "run frame chain deeper than its limit",
-        blob.offset,
-    ))
 }

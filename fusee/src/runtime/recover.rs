@@ -6,18 +6,19 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use fusee_core::record::{Lsn, decode_canonical_all, iter_canonical};
-use fusee_core::shard::{Mode, ShardCore};
+use fusee_core::record::Lsn;
+use fusee_core::shard::ShardCore;
 use fusee_core::store::Checkpoint;
-use fusee_storage::{CheckpointStore, LogStore, Storage, StorageError};
+use fusee_storage::{LogStore, Storage, StorageError};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::messages::{Message, Outbox};
-use super::parking::read_chain;
+use super::parking::chain_error;
 use super::{LoopConfig, ShardLoop};
 use crate::AnyStorage;
 use crate::ctx::Registry;
 use crate::metrics::ShardMetrics;
+use crate::recovery::{self, Damage};
 
 impl ShardLoop {
     /// Opens shard `shard` of `storage` and recovers it at time `now_ms`.
@@ -48,76 +49,25 @@ impl ShardLoop {
         // (a million parked runs took 5 s to open instead of about 1).
         let counted = checkpoint.as_ref().map_or(0, |cp| cp.index_runs);
         core.reserve_runs(usize::try_from(counted).unwrap_or(0).min(RESERVE_RUNS_MAX));
-        let mut index_err = None;
-        parts.checkpoint.read_index(&mut |chunk| {
-            if let Err(e) = core.load_index(chunk) {
-                index_err = Some(e);
-            }
-            Ok(())
-        })?;
-        if index_err.is_some() {
-            return Err(corrupt("index records"));
-        }
-        core.index_loaded();
+        recovery::load_index(&mut core, &mut parts.checkpoint).map_err(damage)?;
         let mut after: Lsn = 0;
         let mut outbox = Outbox::default();
         let checkpointed = checkpoint.is_some();
         if let Some(cp) = checkpoint {
-            core.set_next_run_id(cp.next_run);
-            for run in &cp.runs {
-                // A run loaded from the store keeps its prefix there.
-                if let Some(blob) = run.blob {
-                    let prefix = read_chain(&mut parts.runs, blob)?;
-                    let records = decode_canonical_all(&prefix.journal)
-                        .map_err(|_| corrupt("run frame journal"))?;
-                    for rec in &records {
-                        core.apply(run.last_lsn, rec, Mode::BLOB);
-                    }
-                    core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
-                }
-                let records = decode_canonical_all(&run.journal)
-                    .map_err(|_| corrupt("checkpoint journal"))?;
-                for rec in &records {
-                    core.apply(run.last_lsn, rec, Mode::SUFFIX);
-                }
-            }
+            recovery::load_checkpoint(&mut core, &mut parts.runs, &cp).map_err(damage)?;
             after = cp.lsn;
             outbox = Outbox::decode(&cp.outbox).map_err(|_| corrupt("checkpoint outbox"))?;
         }
-        // The log after the checkpoint, through the same transition. A
-        // record for a run parked at the checkpoint loads the run first, as
-        // the live shard did before appending it.
-        let mut replayed = 0u64;
-        let mut bad: Option<StorageError> = None;
-        if parts.log.last_lsn() > after {
-            let runs = &mut parts.runs;
-            parts.log.read(after, &mut |lsn, bytes| {
-                let Some(Ok((rec, _))) = iter_canonical(bytes).next() else {
-                    bad.get_or_insert(corrupt("log record (decode)"));
-                    return Ok(());
-                };
-                let run = rec.run();
-                if let Some(parked) = core.parked(run).filter(|p| p.done().is_none()) {
-                    let loaded = read_chain(runs, parked.blob()).and_then(|frame| {
-                        let records = decode_canonical_all(&frame.journal)
-                            .map_err(|_| corrupt("run frame journal"))?;
-                        core.unpark(run, frame.last_lsn, &records, now_ms);
-                        core.set_blob(run, parked.blob(), frame.chain_bytes, frame.depth);
-                        Ok(())
-                    });
-                    if let Err(e) = loaded {
-                        bad.get_or_insert(e);
-                        return Ok(());
-                    }
-                }
-                core.apply(lsn, &rec, Mode::RECOVER);
-                replayed += 1;
-                Ok(())
-            })?;
-        }
-        if let Some(e) = bad {
-            return Err(e);
-        }
+        // The log after the checkpoint, through the same transition.
+        let replayed = recovery::replay_log(
+            &mut core,
+            &mut parts.log,
+            &mut parts.runs,
+            after,
+            now_ms,
+            &mut |_| {},
+        )
+        .map_err(damage)?;
         let durable = parts.log.last_lsn();
         // Outputs of records already durable: replies and results have no
         // caller any more; messages go out again (targets deduplicate).
@@ -217,3 +167,17 @@ impl ShardLoop {
 /// count comes from disk (checksummed, yet not trusted with an allocation
 /// of any size); a bigger index grows the table as it loads.
 const RESERVE_RUNS_MAX: usize = 4 << 20;
+
+/// Recovery's failure as the engine reports it: the store's own error, or
+/// what is damaged.
+fn damage(d: Damage) -> StorageError {
+    let corrupt = |what: &'static str| StorageError::Corrupt { what, at: 0 };
+    match d {
+        Damage::Store(e) => e,
+        Damage::Index(_) => corrupt("index records"),
+        Damage::Frame { error, .. } => chain_error(error),
+        Damage::FrameJournal { .. } => corrupt("run frame journal"),
+        Damage::CheckpointJournal(_) => corrupt("checkpoint journal"),
+        Damage::LogRecord { .. } => corrupt("log record (decode)"),
+    }
+}

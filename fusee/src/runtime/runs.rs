@@ -3,20 +3,18 @@
 //! handing it its deliveries one at a time, and finishing it.
 
 use std::cell::RefCell;
-use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical};
-use fusee_core::run::{Answer, Delivery, RunMachine};
+use fusee_core::run::{Answer, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
+use super::host::{Taken, poll_code, take_delivery};
 use super::sabotage::Sabotage;
 use super::{LiveRun, RunWaker, ShardLoop, stop};
-use crate::ctx::{
-    Ctx, Fault, Outcome, RunState, Stopped, catch_panic, panic_message, with_update_handler,
-};
+use crate::ctx::{Ctx, Fault, RunState, catch_panic, with_update_handler};
 use crate::workflow::{Failure, encode};
 
 /// How many polls [`ShardLoop::settle`] gives one run before a query reads it.
@@ -350,58 +348,16 @@ impl ShardLoop {
             self.wake(run);
             return;
         }
-        let mut cancel = None;
-        let mut update = None;
-        let stopped = {
+        let update = {
             let mut guard = live.state.borrow_mut();
             let state = &mut *guard;
-            let outcome = match state.machine.poll_delivery() {
+            let Taken {
+                outcome,
+                cancel,
+                update,
+            } = match take_delivery(state) {
                 Ok(None) => return,
-                Ok(Some(d)) => match d {
-                    Delivery::Step {
-                        seq,
-                        status,
-                        payload,
-                        ..
-                    } => Some((
-                        seq,
-                        Outcome::Step {
-                            status,
-                            payload: payload.to_vec(),
-                        },
-                    )),
-                    Delivery::Fired { seq } => Some((seq, Outcome::Fired)),
-                    Delivery::Waited {
-                        seq,
-                        outcome: WaitOutcome::Signal(_),
-                        payload,
-                    } => Some((seq, Outcome::Signal(payload.to_vec()))),
-                    Delivery::Waited { seq, .. } => Some((seq, Outcome::TimedOut)),
-                    Delivery::Cancel { reason } => {
-                        cancel = Some(String::from_utf8_lossy(reason).into_owned());
-                        None
-                    }
-                    Delivery::Child {
-                        seq,
-                        status,
-                        payload,
-                    } => Some((
-                        seq,
-                        Outcome::Child {
-                            status,
-                            payload: payload.to_vec(),
-                        },
-                    )),
-                    Delivery::Update {
-                        ordinal,
-                        name,
-                        payload,
-                        ..
-                    } => {
-                        update = Some((ordinal, name.to_string(), payload.to_vec()));
-                        None
-                    }
-                },
+                Ok(Some(taken)) => taken,
                 Err(e) => {
                     drop(guard);
                     stop(live, run, Fault::Determinism(e));
@@ -436,14 +392,11 @@ impl ShardLoop {
             }
             // Cancellation reaches the code as an error at its pending
             // operations, which it may catch to clean up.
-            if let Some(reason) = cancel.take() {
+            if let Some(reason) = cancel {
                 state.cancel(reason);
             }
-            false
+            update
         };
-        if stopped {
-            return;
-        }
         if let Some((ordinal, name, payload)) = update {
             self.start_handler(run, ordinal, &name, &payload);
         }
@@ -641,24 +594,6 @@ impl ShardLoop {
                 self.answer_stopped(run);
             }
         }
-    }
-}
-
-/// Polls workflow code (a run's main future or an update handler) once:
-/// its result if it finished; a panic is a failure with its message; the
-/// unwinding of an operation that found the run cannot go on is not.
-fn poll_code(
-    future: &mut crate::registry::RunFuture,
-    cx: &mut Context<'_>,
-) -> Option<Result<Vec<u8>, Failure>> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-        Ok(Poll::Pending) => None,
-        Ok(Poll::Ready(result)) => Some(result),
-        Err(panic) if panic.is::<Stopped>() => None,
-        Err(panic) => Some(Err(Failure::with_kind(
-            "panic",
-            format!("workflow code panicked: {}", panic_message(&*panic)),
-        ))),
     }
 }
 

@@ -11,23 +11,21 @@
 //! it called next is reported.
 
 use std::cell::RefCell;
-use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Wake, Waker};
 
-use fusee_core::record::{
-    Lsn, Record, RecordBuf, RunId, Seq, Status, WaitOutcome, encode_canonical,
-};
-use fusee_core::run::{Answer, Delivery, OpError, RunMachine};
+use fusee_core::record::{Lsn, Record, RecordBuf, RunId, Seq, Status, encode_canonical};
+use fusee_core::run::{Answer, OpError, RunMachine};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ctx::Registry;
-use crate::ctx::{Ctx, Outcome, RunState, Stopped};
+use crate::ctx::{Ctx, RunState};
 use crate::inspect::journal as format;
 use crate::registry::RunFuture;
+use crate::runtime::host::{Taken, poll_code, take_delivery};
 use crate::workflow::{Failure, decode, encode};
 
 /// Polls a replay gives its code before giving up on code that keeps
@@ -426,65 +424,22 @@ fn ordered(mut next: Vec<(Seq, String)>, state: &Rc<RefCell<RunState>>) -> Vec<S
         .collect()
 }
 
-/// Hands the code its next delivery, if one waits (as the shard loop's
-/// `deliver_next`). True if it did.
+/// Hands the code its next delivery, if one waits (taken as the shard
+/// loop takes it: `runtime::host`). True if it did.
 fn deliver_next(
     state: &Rc<RefCell<RunState>>,
     handlers: &mut Vec<(u64, RunFuture)>,
 ) -> Result<bool, String> {
-    let mut cancel = None;
-    let mut update = None;
-    {
+    let update = {
         let mut guard = state.borrow_mut();
         let s = &mut *guard;
-        let outcome = match s.machine.poll_delivery() {
-            Ok(None) => return Ok(false),
-            Ok(Some(d)) => match d {
-                Delivery::Step {
-                    seq,
-                    status,
-                    payload,
-                    ..
-                } => Some((
-                    seq,
-                    Outcome::Step {
-                        status,
-                        payload: payload.to_vec(),
-                    },
-                )),
-                Delivery::Fired { seq } => Some((seq, Outcome::Fired)),
-                Delivery::Waited {
-                    seq,
-                    outcome: WaitOutcome::Signal(_),
-                    payload,
-                } => Some((seq, Outcome::Signal(payload.to_vec()))),
-                Delivery::Waited { seq, .. } => Some((seq, Outcome::TimedOut)),
-                Delivery::Child {
-                    seq,
-                    status,
-                    payload,
-                } => Some((
-                    seq,
-                    Outcome::Child {
-                        status,
-                        payload: payload.to_vec(),
-                    },
-                )),
-                Delivery::Cancel { reason } => {
-                    cancel = Some(String::from_utf8_lossy(reason).into_owned());
-                    None
-                }
-                Delivery::Update {
-                    ordinal,
-                    name,
-                    payload,
-                    ..
-                } => {
-                    update = Some((ordinal, name.to_string(), payload.to_vec()));
-                    None
-                }
-            },
-            Err(e) => return Err(e.to_string()),
+        let Some(Taken {
+            outcome,
+            cancel,
+            update,
+        }) = take_delivery(s).map_err(|e| e.to_string())?
+        else {
+            return Ok(false);
         };
         if let Some((seq, outcome)) = outcome {
             s.deliver(seq, outcome);
@@ -492,7 +447,8 @@ fn deliver_next(
         if let Some(reason) = cancel {
             s.cancel(reason);
         }
-    }
+        update
+    };
     if let Some((ordinal, name, payload)) = update {
         let started = state
             .borrow()
@@ -511,24 +467,6 @@ fn deliver_next(
         }
     }
     Ok(true)
-}
-
-/// Polls code once (as the shard loop's `poll_code`): its result if it
-/// finished; a panic is a failure; the unwinding of an operation that
-/// found the run cannot go on is not.
-fn poll_code(future: &mut RunFuture, cx: &mut Context<'_>) -> Option<Result<Vec<u8>, Failure>> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-        Ok(Poll::Pending) => None,
-        Ok(Poll::Ready(result)) => Some(result),
-        Err(panic) if panic.is::<Stopped>() => None,
-        Err(panic) => {
-            let msg = crate::ctx::panic_message(&*panic);
-            Some(Err(Failure::with_kind(
-                "panic",
-                format!("workflow code panicked: {msg}"),
-            )))
-        }
-    }
 }
 
 /// The status and payload code's result records (as the shard loop's

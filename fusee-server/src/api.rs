@@ -191,6 +191,7 @@ fn summary(r: &fusee::RunSummary) -> RunSummary {
         run: r.run,
         started_ms: r.started_ms,
         status: r.finished.map_or("running", status_name).to_string(),
+        finished_ms: r.finished_ms,
         parked: r.parked,
     }
 }
@@ -205,7 +206,7 @@ fn start_reply(r: &fusee::RunRef) -> StartReply {
 }
 
 /// A page of runs passing `q`: the engine filters by status and type; an
-/// ID prefix and start times are applied here, over as many engine pages
+/// ID prefix and start and finish times are applied here, over as many engine pages
 /// as it takes to fill the page (at most [`FILTER_ROUNDS_MAX`]). A round
 /// whose matches would overfill the page is asked again for only the runs
 /// the page lacks, so the cursor returned always falls right after the
@@ -230,6 +231,10 @@ pub(crate) async fn runs_page(engine: &fusee::Engine, q: &RunsQuery) -> Result<R
         prefix.is_none_or(|p| r.id.starts_with(p))
             && q.started_after_ms.is_none_or(|t| r.started_ms >= t)
             && q.started_before_ms.is_none_or(|t| r.started_ms < t)
+            && q.finished_after_ms
+                .is_none_or(|t| r.finished_ms.is_some_and(|f| f >= t))
+            && q.finished_before_ms
+                .is_none_or(|t| r.finished_ms.is_some_and(|f| f < t))
     };
     let mut runs = Vec::new();
     let mut next = None;

@@ -163,6 +163,14 @@ impl Client {
             "started_before_ms",
             query.started_before_ms.map(|v| v.to_string()),
         );
+        put(
+            "finished_after_ms",
+            query.finished_after_ms.map(|v| v.to_string()),
+        );
+        put(
+            "finished_before_ms",
+            query.finished_before_ms.map(|v| v.to_string()),
+        );
         put("limit", query.limit.map(|v| v.to_string()));
         put("cursor", query.cursor.clone());
         self.call::<(), _>(Method::GET, &["api", "v1", "runs"], Some(&pairs), None)

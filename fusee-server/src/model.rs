@@ -44,6 +44,9 @@ pub struct RunSummary {
     pub started_ms: u64,
     /// `running`, or how it ended.
     pub status: String,
+    /// When it ended (absent while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<u64>,
     /// Whether it is parked in the run store (idle, out of memory).
     pub parked: bool,
 }
@@ -77,6 +80,12 @@ pub struct RunsQuery {
     /// Only runs started before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_before_ms: Option<u64>,
+    /// Only runs that finished at or after this time (no running run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_after_ms: Option<u64>,
+    /// Only runs that finished before this time (no running run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_before_ms: Option<u64>,
     /// Runs per page (1 to 10,000; default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,

@@ -486,6 +486,27 @@ async fn listing_filters() {
         .len(),
         4
     );
+    // Finish times: a running run has none, so it never passes.
+    let finished = client
+        .runs(&q(|q| q.finished_after_ms = Some(1)))
+        .await
+        .unwrap();
+    assert_eq!(finished.runs.len(), 3, "{finished:?}");
+    assert!(
+        finished
+            .runs
+            .iter()
+            .all(|r| r.finished_ms.is_some_and(|f| f >= r.started_ms)),
+        "{finished:?}"
+    );
+    assert_eq!(
+        ids(client
+            .runs(&q(|q| q.finished_before_ms = Some(1)))
+            .await
+            .unwrap())
+        .len(),
+        0
+    );
     assert_eq!(
         kind(client.runs(&q(|q| q.status = Some("bogus".into()))).await),
         (400, "bad_request".into())

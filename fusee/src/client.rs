@@ -268,6 +268,8 @@ pub struct RunSummary {
     pub started_ms: u64,
     /// How it ended, once it has (durably).
     pub finished: Option<Status>,
+    /// When it ended (ms since the Unix epoch), once it has (durably).
+    pub finished_ms: Option<u64>,
     /// Whether it is parked in the run store.
     pub parked: bool,
 }

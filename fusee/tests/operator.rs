@@ -731,3 +731,47 @@ async fn a_step_paused_by_its_policy_runs_again_when_resumed() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A listing tells when each run finished (issue 29's finish-time filter
+/// rests on it): a loaded finished run from its `Done`, a parked one from
+/// its table entry (no frame read), across a reopen; a running run has
+/// none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_tells_when_each_run_finished_loaded_parked_and_reopened() {
+    use fusee::testing::TestEngine;
+    let mut kit = TestEngine::builder()
+        .config(Config::memory().park_after(Duration::from_secs(5)))
+        .open(|engine: &Engine| {
+            engine.register(QUICK, |_: Ctx, n: u32| async move { Ok::<_, Failure>(n) });
+            engine.register(IDLE, |ctx: Ctx, ()| async move {
+                ctx.sleep("long", Duration::from_secs(86_400)).await?;
+                Ok::<_, Failure>(())
+            });
+        })
+        .await
+        .expect("the test engine opens");
+    let t0 = kit.now_ms();
+    kit.engine().start(IDLE, "idle", &()).await.expect("start");
+    kit.engine().start(QUICK, "q", &7).await.expect("start");
+    assert_eq!(kit.result(QUICK, "q").await.expect("result"), 7);
+    let finished_at = |page: &fusee::Page, id: &str| {
+        page.runs
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| (r.parked, r.finished_ms))
+    };
+    let page = kit.engine().list(ListFilter::new()).await.expect("list");
+    assert_eq!(finished_at(&page, "q"), Some((false, Some(t0))), "{page:?}");
+    assert_eq!(finished_at(&page, "idle"), Some((false, None)), "{page:?}");
+    kit.advance(Duration::from_secs(60)).await.expect("advance");
+    let page = kit.engine().list(ListFilter::new()).await.expect("list");
+    assert_eq!(finished_at(&page, "q"), Some((true, Some(t0))), "{page:?}");
+    kit.crash().await.expect("crash");
+    let page = kit.engine().list(ListFilter::new()).await.expect("list");
+    assert_eq!(finished_at(&page, "q"), Some((true, Some(t0))), "{page:?}");
+    assert_eq!(
+        finished_at(&page, "idle").map(|f| f.1),
+        Some(None),
+        "{page:?}"
+    );
+}

@@ -247,6 +247,14 @@ impl ShardCore {
         self.parked_entry(run).map(ParkedRun::of)
     }
 
+    /// When parked run `run` finished (ms since the Unix epoch), from its
+    /// table entry (no frame read); `None` if it is not parked, or parked
+    /// unfinished (the entry's time is then its earliest timer).
+    pub fn parked_finished_ms(&self, run: RunId) -> Option<u64> {
+        let e = self.parked_entry(run)?;
+        e.done().map(|_| e.time())
+    }
+
     /// Whether `run` is parked.
     pub fn is_parked(&self, run: RunId) -> bool {
         self.parked_entry(run).is_some()

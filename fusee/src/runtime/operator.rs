@@ -544,10 +544,8 @@ impl ShardLoop {
     fn summary(&mut self, run: RunId, filter: &ListFilter) -> Option<RunSummary> {
         if let Some(l) = self.core.get(run) {
             // Only a durable end counts, as in `describe`.
-            let done = l
-                .done
-                .filter(|_| l.last_lsn <= self.durable)
-                .map(|(s, _)| s);
+            let ended = l.done.filter(|_| l.last_lsn <= self.durable);
+            let done = ended.map(|(s, _)| s);
             if !filter.admits(done, Some(&l.wtype)) {
                 return None;
             }
@@ -558,6 +556,7 @@ impl ShardLoop {
                 run,
                 started_ms: l.started_ms,
                 finished: done,
+                finished_ms: ended.map(|(_, ms)| ms),
                 parked: false,
             });
         }
@@ -587,6 +586,7 @@ impl ShardLoop {
             run,
             started_ms,
             finished: done,
+            finished_ms: self.core.parked_finished_ms(run),
             parked: true,
         })
     }

@@ -101,6 +101,7 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::InvalidLimit { .. } => (StatusCode::BAD_REQUEST, "invalid_limit"),
         E::UnknownLimit { .. } => (StatusCode::NOT_FOUND, "unknown_limit"),
         E::NotOwner { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_owner"),
+        E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         E::BadUpdateKey { .. } => (StatusCode::BAD_REQUEST, "bad_update_key"),
         E::BadSignalKey { .. } => (StatusCode::BAD_REQUEST, "bad_signal_key"),
         // A kind added to the engine after this server was written.

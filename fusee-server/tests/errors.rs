@@ -238,6 +238,15 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
         (Error::UnknownLimit { name: s() }, 404, "unknown_limit"),
         (Error::NotOwner { shard: 3 }, 503, "not_owner"),
         (
+            Error::Unavailable {
+                shard: 3,
+                cause: s(),
+                maybe_recorded: true,
+            },
+            503,
+            "unavailable",
+        ),
+        (
             Error::BadUpdateKey {
                 id: s(),
                 key: s(),

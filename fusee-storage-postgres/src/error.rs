@@ -67,17 +67,51 @@ const NO_RIGHT: &str = "42501";
 /// (`lock_not_available`).
 const LOCK_TIMEOUT: &str = "55P03";
 
+/// SQLSTATE of a session the server ended because it sat idle inside a
+/// transaction past `idle_in_transaction_session_timeout`
+/// (`idle_in_transaction_session_timeout`): its transaction rolled back.
+pub(crate) const IDLE_IN_TRANSACTION: &str = "25P03";
+
+/// Whether a server error says the session is over rather than that the
+/// statement was wrong: class 08 (connection exception), 57P01 to 57P05
+/// (the server shutting down, restarting after a crash, not accepting
+/// connections yet, a dropped database, an idle session ended), 25P03 (an
+/// idle transaction ended) and 53300 (too many connections). A server that
+/// dies answers statements in flight with these (`57P01 terminating
+/// connection due to administrator command`), so they are the same case
+/// as a connection that breaks: `Io`.
+fn session_over(code: &str) -> bool {
+    code.starts_with("08")
+        || matches!(
+            code,
+            "57P01" | "57P02" | "57P03" | "57P04" | "57P05" | IDLE_IN_TRANSACTION | "53300"
+        )
+}
+
 /// `e`, met while `doing` on `place`, in the storage vocabulary: a missing
 /// database is `NotFound`, a lock another session held past the
 /// connection's `lock_timeout` `Locked` (what a takeover meets while a
 /// stalled owner's transaction holds the shard: try again, as for a live
-/// lease; the statement did nothing), a missing right `PermissionDenied`, another
-/// server error `Server`, and anything else (the connection refused, lost
-/// or timed out) `Io`, because whether the statement took effect is then
-/// unknown and the engine treats it as a failed write.
+/// lease; the statement did nothing), a missing right `PermissionDenied`,
+/// and the connection refused, lost, timed out or ended by the server
+/// (`session_over`: a restart, a shutdown) `Io` of kind
+/// `ConnectionAborted` (or the system's kind), because whether the
+/// statement took effect is then unknown and the engine treats it as a
+/// failed write whose caller may retry. Any other server error is
+/// `Server`.
 pub(crate) fn map(e: &postgres::Error, doing: &str, place: &str) -> StorageError {
     if let Some(db) = e.as_db_error() {
-        return match db.code().code() {
+        let code = db.code().code();
+        if session_over(code) {
+            return StorageError::io(
+                format!("{doing} on {place}"),
+                std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    format!("the server ended the session: {code} {}", db.message()),
+                ),
+            );
+        }
+        return match code {
             NO_DATABASE => StorageError::NotFound {
                 path: place.to_owned(),
             },

@@ -76,16 +76,30 @@
 //!
 //! # Errors
 //!
-//! The storage vocabulary's: `Fenced` (another owner took the shard over),
-//! `Locked` (another owner's lease is live: open the shard again once it
-//! lapses), `AlreadyOpen` (this storage holds the shard), `NotFound` (no
+//! The storage vocabulary's: `Fenced` (another owner took the shard over;
+//! also a session the server ended after this process stalled a whole
+//! lease inside a transaction, once the lease is no longer this open's),
+//! `Leased` (another owner's lease is live: it names the holder and when
+//! the lease ends; open the shard again once it lapses), `Locked` (a
+//! stalled owner's transaction held the shard past `lock_timeout`: try
+//! again), `AlreadyOpen` (this storage holds the shard), `NotFound` (no
 //! such database, or no store in the schema with
 //! [`fusee_storage::identity::Create::Never`]), `UnsupportedFormat`
 //! (another schema version), `WrongBackend`, `NotAStore` (a schema with
-//! other tables), `Io` (the connection refused, lost or timed out: the
-//! statement may or may not have run), `Latched`, `Closed`, `Corrupt` (a
-//! value failed its CRC); and [`PgError`] inside `Backend` for a URL that
-//! does not parse, a bad option, a missing right, or another server error.
+//! other tables), `Io` (the connection refused, lost or timed out, or
+//! ended by the server: a shutdown, a restart or a crash answers the
+//! statements in flight with `57P01`, `57P02`, `57P03` or a class `08`
+//! code, which are mapped to `Io` too; the statement may or may not have
+//! run; the kind is `ConnectionAborted` unless the system gave one),
+//! `Latched`, `Closed`, `Corrupt` (a value failed its CRC); and
+//! [`PgError`] inside `Backend` for a URL that does not parse, a bad
+//! option, a missing right, or another server error (a statement the
+//! server refused).
+//!
+//! A lost connection also empties the storage's pool, and a pooled
+//! connection is checked (an empty statement) before a shard open takes
+//! it, so a shard reopened after the server came back does not fail on a
+//! connection the old server process held.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -100,6 +114,21 @@ mod storage;
 
 #[cfg(test)]
 mod renewal_tests;
+/// The server `FUSEE_PG_URL` names, for the crate's own tests of `what`;
+/// `None` (the test prints SKIPPED) without one outside CI.
+#[cfg(test)]
+fn test_server(what: &str) -> Option<String> {
+    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
+    if url.is_empty() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
+        );
+        eprintln!("SKIPPED {what}: no PostgreSQL server (FUSEE_PG_URL unset)");
+        return None;
+    }
+    Some(url)
+}
 #[cfg(test)]
 mod stall_tests;
 
@@ -109,7 +138,7 @@ pub use log::{PgLog, STATEMENT_BYTES};
 pub use options::{DEFAULT_URL, FLUSHES_IN_FLIGHT_MAX, PgOptions, SyncCommit};
 pub use schema::{BACKEND, SCHEMA_VERSION};
 pub use shard::PgShard;
-pub use shared::ServerPids;
+pub use shared::{ServerPids, ShardLease};
 pub use storage::PgStorage;
 
 /// The backend's run-store part.

@@ -181,6 +181,20 @@ impl PgLog {
         }
     }
 
+    /// The epoch of the shard's lease this open holds: every open of the
+    /// shard moves it, so it grows with every change of owner (a fencing
+    /// token for the outside services the shard's steps write to).
+    pub fn epoch(&self) -> u64 {
+        // Epochs start at 0 and only grow.
+        u64::try_from(self.shard.0.epoch).unwrap_or(0)
+    }
+
+    /// The open shard behind this log, for the crate's tests.
+    #[cfg(test)]
+    pub(crate) fn shard_inner(&self) -> &Arc<ShardInner> {
+        &self.shard.0
+    }
+
     /// The shard's inbox ([`crate::PgInbox`]): messages from shards other
     /// processes own, and the way to theirs, on a connection of its own.
     pub fn inbox(&self) -> crate::PgInbox {
@@ -304,9 +318,7 @@ impl FlushWork for FlushJob {
     fn run(&mut self) -> Result<()> {
         let h = &*self.shard;
         let (first, last) = (self.batch.first, self.batch.last());
-        let doing = format!(
-            "flushing log records {first} to {last} (if the connection failed, they may or may not be durable)"
-        );
+        let doing = format!("flushing log records {first} to {last}");
         h.check(NAMES.log)?;
         if h.shared.faults.take_flush(h.id) {
             return Err(injected("flushing the log", h.id));

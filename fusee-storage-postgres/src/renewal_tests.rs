@@ -16,15 +16,9 @@ use crate::{PgOptions, PgStorage};
 
 #[test]
 fn a_renewal_after_the_release_does_not_take_the_lease_back() {
-    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-    if url.is_empty() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-        );
-        eprintln!("SKIPPED renewal after release: no PostgreSQL server (FUSEE_PG_URL unset)");
+    let Some(url) = crate::test_server("renewal after release") else {
         return;
-    }
+    };
     let schema = format!("t_renew_{}", std::process::id());
     let options = |owner: &str| {
         PgOptions::new(&url)

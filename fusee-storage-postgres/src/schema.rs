@@ -117,6 +117,7 @@ pub(crate) struct Sql {
     pub(crate) log_tail: String,
     pub(crate) set_last: String,
     pub(crate) epoch: String,
+    pub(crate) lease_of: String,
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) shards: String,
@@ -211,6 +212,10 @@ impl Sql {
             ),
             set_last: format!("UPDATE {s}.shards SET log_last = $2 WHERE shard = $1"),
             epoch: format!("SELECT epoch FROM {s}.shards WHERE shard = $1 FOR KEY SHARE"),
+            lease_of: format!(
+                "SELECT epoch, owner, expires > now(), expires::text FROM {s}.shards
+                 WHERE shard = $1"
+            ),
             // Never a released lease (`expires = '-infinity'`, which only a
             // release writes once a lease was taken): a renewal that read
             // the shard among its leases just before its part was dropped

@@ -18,7 +18,7 @@ use fusee_storage_kv::{
 use postgres::Transaction;
 
 use crate::NAMES;
-use crate::error::map;
+use crate::error::{IDLE_IN_TRANSACTION, map};
 use crate::shared::{Conn, Shared};
 
 /// A number as the `int8` columns hold it; numbers past `i64::MAX` never
@@ -103,13 +103,36 @@ impl ShardInner {
         Ok(())
     }
 
-    /// `e` met while `doing`, in the storage vocabulary.
+    /// `e` met while `doing`, in the storage vocabulary (the shard is the
+    /// caller's to name: the engine's errors and logs carry it). A lost
+    /// connection also empties the pool: its connections are likely as
+    /// dead, and a reopen must not take one. A session the server ended
+    /// for idling in a transaction a whole lease (this process stalled) is
+    /// `Fenced` when the lease is no longer this open's.
     pub(crate) fn err(&self, doing: &str, e: &postgres::Error) -> StorageError {
-        map(
-            e,
-            &format!("{doing} (shard {})", self.id),
-            &self.shared.place,
-        )
+        if e.as_db_error().map(|d| d.code().code()) == Some(IDLE_IN_TRANSACTION)
+            && let Some(fenced) = self.lease_gone()
+        {
+            return fenced;
+        }
+        let mapped = map(e, doing, &self.shared.place);
+        if matches!(mapped, StorageError::Io { .. }) {
+            self.shared.clear_pool();
+        }
+        mapped
+    }
+
+    /// `Fenced` (and the shard marked so) if this open's lease has lapsed
+    /// or moved to another epoch, asked on a new connection; `None` if it
+    /// is still this open's, or the server cannot be asked. Only after the
+    /// server ended a transaction of ours, which rolled back: nothing of
+    /// it was written, as `Fenced` promises.
+    fn lease_gone(&self) -> Option<StorageError> {
+        let mut conn = self.shared.connect().ok()?;
+        let lease = self.shared.lease_row(&mut conn, self.id).ok()?;
+        self.shared.give_back(conn);
+        let ours = lease.is_some_and(|l| l.epoch == self.epoch as u64 && l.live);
+        (!ours).then(|| self.fence())
     }
 
     /// A live connection from `slot`, or the `Io` error of one that was
@@ -123,7 +146,7 @@ impl ShardInner {
         match slot.as_mut() {
             Some(c) if !c.client.is_closed() => Ok(c),
             _ => Err(StorageError::io(
-                format!("{doing} (shard {}) on {}", self.id, self.shared.place),
+                format!("{doing} on {}", self.shared.place),
                 std::io::Error::new(
                     std::io::ErrorKind::NotConnected,
                     "the shard's connection was lost earlier; reopen the shard",

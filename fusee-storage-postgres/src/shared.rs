@@ -90,6 +90,24 @@ pub(crate) fn session_setup(options: &PgOptions) -> String {
     )
 }
 
+/// How long a pooled connection may take to answer its check before it
+/// is dropped for a new one.
+const POOL_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A shard's lease as the store holds it ([`PgStorage::lease`](crate::PgStorage::lease)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardLease {
+    /// The lease's epoch: moved by every open of the shard.
+    pub epoch: u64,
+    /// The holder's name (empty before the first open).
+    pub holder: String,
+    /// When the lease ends unless renewed, by the server's clock
+    /// (`-infinity` once released).
+    pub until: String,
+    /// Whether it has not ended yet, by the server's clock.
+    pub live: bool,
+}
+
 /// The server processes serving an open shard's connections: for
 /// `pg_stat_activity`, or for `pg_terminate_backend` in a drill.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,16 +191,46 @@ impl Shared {
         })
     }
 
-    /// A pooled connection, or a new one.
+    /// A pooled connection that answers, or a new one. A pooled
+    /// connection is checked with an empty statement (one round trip)
+    /// before it is handed out: one the server dropped while it sat in the
+    /// pool (a restart) does not look closed until used, and a shard
+    /// opened on it would fail its first write.
     pub(crate) fn take_conn(&self) -> Result<Conn> {
         loop {
-            let Some(conn) = lock(&self.pool).pop() else {
+            let Some(mut conn) = lock(&self.pool).pop() else {
                 return self.connect();
             };
-            if !conn.client.is_closed() {
+            if !conn.client.is_closed() && conn.client.is_valid(POOL_CHECK).is_ok() {
                 return Ok(conn);
             }
+            // Dead: the others pooled with it likely are too.
+            self.clear_pool();
         }
+    }
+
+    /// Shard `shard`'s lease as the `shards` table holds it now (`None`:
+    /// the shard was never opened), read on `conn`.
+    pub(crate) fn lease_row(&self, conn: &mut Conn, shard: u32) -> Result<Option<ShardLease>> {
+        let doing = "reading a shard's lease";
+        let err = |e: postgres::Error| map(&e, doing, &self.place);
+        let Some(row) = conn
+            .client
+            .query_opt(self.sql.lease_of.as_str(), &[&i64::from(shard)])
+            .map_err(err)?
+        else {
+            return Ok(None);
+        };
+        let epoch: i64 = row.try_get(0).map_err(err)?;
+        Ok(Some(ShardLease {
+            epoch: u64::try_from(epoch).map_err(|_| StorageError::Corrupt {
+                what: "postgres shard row: negative epoch, for shard",
+                at: u64::from(shard),
+            })?,
+            holder: row.try_get(1).map_err(err)?,
+            live: row.try_get(2).map_err(err)?,
+            until: row.try_get(3).map_err(err)?,
+        }))
     }
 
     /// Keeps `conn` for the next shard open, if it is healthy, outside a

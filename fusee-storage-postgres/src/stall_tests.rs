@@ -1,12 +1,14 @@
 //! A process stalled inside a transaction must not keep its shard from a
 //! new owner past its lease (the session timeouts of
-//! [`crate::shared::session_setup`]). Needs the server `FUSEE_PG_URL`
+//! [`crate::shared::session_setup`]), and once it runs again it learns it
+//! lost the shard (`Fenced`), not the server's word for the session it
+//! ended. Needs the server `FUSEE_PG_URL`
 //! names (`source scripts/postgres.sh`); skipped without one outside CI.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fusee_storage::{LogStore, Storage};
+use fusee_storage::{LogStore, Storage, StorageError};
 
 use crate::{PgOptions, PgStorage};
 
@@ -19,15 +21,9 @@ fn options(url: &str, schema: &str, owner: &str) -> PgOptions {
 
 #[test]
 fn an_owner_stalled_in_a_transaction_loses_its_shard_once_its_lease_lapses() {
-    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-    if url.is_empty() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-        );
-        eprintln!("SKIPPED stalled owner: no PostgreSQL server (FUSEE_PG_URL unset)");
+    let Some(url) = crate::test_server("stalled owner") else {
         return;
-    }
+    };
     let schema = format!("t_stall_{}", std::process::id());
     let a = PgStorage::open(&options(&url, &schema, "a")).expect("open a");
     let parts = a.open_shard(0).expect("a opens shard 0");
@@ -72,6 +68,57 @@ fn an_owner_stalled_in_a_transaction_loses_its_shard_once_its_lease_lapses() {
         stalled.client.batch_execute("SELECT 1").is_err(),
         "the stalled session outlived its lease by {waited:?}"
     );
+    drop(parts);
+    if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
+        let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+    }
+}
+
+#[test]
+fn a_write_after_the_server_ended_a_stalled_transaction_is_fenced() {
+    let Some(url) = crate::test_server("stalled owner's write") else {
+        return;
+    };
+    let schema = format!("t_stall_write_{}", std::process::id());
+    let a = PgStorage::open(&options(&url, &schema, "a")).expect("open a");
+    let mut parts = a.open_shard(0).expect("a opens shard 0");
+    // The stall: a's own connection left inside a transaction holding the
+    // shard's row, as a write paused between statements leaves it, and no
+    // renewal.
+    {
+        let mut slot = parts.log.shard_inner().main();
+        let conn = slot.as_mut().expect("a's connection");
+        conn.client
+            .batch_execute(&format!(
+                "BEGIN; SELECT epoch FROM \"{schema}\".shards WHERE shard = 0 FOR KEY SHARE"
+            ))
+            .expect("the stalled transaction");
+    }
+    a.pause_renewal(true);
+    // b takes the shard once the server ended a's session (a lease idle)
+    // and the lease lapsed.
+    let b = PgStorage::open(&options(&url, &schema, "b")).expect("open b");
+    let started = Instant::now();
+    let b_parts = loop {
+        match b.open_shard(0) {
+            Ok(p) => break p,
+            Err(e) if started.elapsed() > Duration::from_secs(10) => {
+                panic!("b did not take the shard: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    // a wakes and writes on its connection (a seal runs on it): the
+    // server ended that session (25P03); a is told it lost the shard.
+    let sealed = parts
+        .log
+        .begin_seal()
+        .and_then(|t| parts.log.finish_seal(t));
+    match sealed {
+        Err(StorageError::Fenced { shard: 0, .. }) => {}
+        other => panic!("a's write after its stalled session ended: {other:?}"),
+    }
+    drop(b_parts);
     drop(parts);
     if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
         let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));

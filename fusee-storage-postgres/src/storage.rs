@@ -15,7 +15,7 @@ use crate::error::{PgError, map};
 use crate::options::FLUSHES_IN_FLIGHT_MAX;
 use crate::schema::{Sql, check_name, prepare};
 use crate::shard::{PgShard, ShardInner, i64_of};
-use crate::shared::{Conn, Lease, ServerPids, Shared};
+use crate::shared::{Conn, Lease, ServerPids, ShardLease, Shared};
 use crate::{NAMES, PgCheckpoint, PgLog, PgOptions, PgRuns};
 
 /// A Fusee storage on a PostgreSQL schema, shared with any number of other
@@ -117,6 +117,18 @@ impl PgStorage {
         &self.shared.owner
     }
 
+    /// Shard `shard`'s lease as the store holds it now, whoever holds it
+    /// (`None`: the shard was never opened): for an operator, or to name
+    /// the owner that took a shard over. One query on a pooled connection.
+    pub fn lease(&self, shard: u32) -> Result<Option<ShardLease>> {
+        let sh = &self.shared;
+        sh.check_open("postgres storage")?;
+        let mut conn = sh.take_conn()?;
+        let lease = sh.lease_row(&mut conn, shard);
+        sh.give_back(conn);
+        lease
+    }
+
     /// The server processes serving an open shard's connections (`None`
     /// if this storage has not opened it).
     pub fn server_pids(&self, shard: u32) -> Option<ServerPids> {
@@ -174,11 +186,11 @@ impl PgStorage {
         let live: bool = row.try_get(2).map_err(err)?;
         if live && holder != sh.owner {
             let until: String = row.try_get(5).map_err(err)?;
-            return Err(StorageError::Locked {
-                path: format!(
-                    "shard {shard} of {} (leased by {holder:?} until {until})",
-                    sh.place
-                ),
+            return Err(StorageError::Leased {
+                shard,
+                place: sh.place.clone(),
+                holder,
+                until,
             });
         }
         let corrupt = || StorageError::Corrupt {

@@ -158,6 +158,25 @@ pub enum StorageError {
         /// The directory or database file that is locked.
         path: String,
     },
+    /// The shard's lease is held by another owner (a backend whose shards
+    /// are shared by many processes under leases: PostgreSQL). Unlike
+    /// [`StorageError::Locked`] nothing in this process has to let go: the
+    /// holder renews its lease while it lives, and the shard can be opened
+    /// here once that lease lapses (its holder died or stalled: within one
+    /// lease time) or its holder releases it. Nothing was written.
+    #[error(
+        "shard {shard} of {place} is leased by {holder:?} until {until}: another process holds it (or held it and stopped); it can be taken here once that lease lapses or is released"
+    )]
+    Leased {
+        /// The shard.
+        shard: u32,
+        /// The store (never with a password).
+        place: String,
+        /// The lease holder's name.
+        holder: String,
+        /// When the lease ends unless renewed, by the store's clock.
+        until: String,
+    },
     /// The path is not a store this backend can open or create: an empty
     /// path, a file where a directory belongs, or a non-empty directory
     /// without a Fusee identity marker (another program's files). Nothing

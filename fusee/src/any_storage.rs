@@ -158,6 +158,35 @@ impl AnyStorage {
             AnyStorage::Postgres(_) => Backend::Postgres,
         }
     }
+
+    /// Who holds `shard`'s lease now, with a backend whose shards are
+    /// leased (PostgreSQL: one query); `None` with the others, or when the
+    /// store cannot be asked.
+    pub(crate) fn lease_holder(&self, shard: u32) -> Option<String> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyStorage::Postgres(s) => s.lease(shard).ok().flatten().map(|l| l.holder),
+            #[allow(unreachable_patterns)] // every backend is leased
+            _ => {
+                let _ = shard;
+                None
+            }
+        }
+    }
+}
+
+impl AnyLog {
+    /// The shard's fencing token as this open holds it: the lease's epoch
+    /// with PostgreSQL (it grows with every open of the shard, so with
+    /// every change of owner), 0 with a backend one process owns whole.
+    pub(crate) fn fencing_token(&self) -> u64 {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyLog::Postgres(l) => l.epoch(),
+            #[allow(unreachable_patterns)] // every backend is leased
+            _ => 0,
+        }
+    }
 }
 
 /// Wraps one backend's parts into the `Any` enums' `$variant`.

@@ -107,17 +107,75 @@ impl From<StepError> for Failure {
     }
 }
 
-/// What a step function is told: which attempt this is, and the step's
-/// idempotency key.
+/// What a step function is told: which attempt this is, the step's
+/// idempotency key, and the fencing token of its run's shard.
 #[derive(Clone, Debug)]
 pub struct StepContext {
     key: Arc<str>,
     attempt: u32,
+    fencing_token: u64,
 }
 
 impl StepContext {
     pub(crate) fn new(key: Arc<str>, attempt: u32) -> Self {
-        Self { key, attempt }
+        Self {
+            key,
+            attempt,
+            fencing_token: 0,
+        }
+    }
+
+    /// The same context carrying `token` ([`StepContext::fencing_token`]).
+    pub(crate) fn with_fencing_token(mut self, token: u64) -> Self {
+        self.fencing_token = token;
+        self
+    }
+
+    /// A number that grows with every change of owner of the run's shard
+    /// (under [`crate::Ownership::Lease`] on PostgreSQL: the shard's lease
+    /// epoch, which every open of the shard moves), so an outside service
+    /// can refuse a late write from a process that lost the shard.
+    ///
+    /// A step runs at least once: a process paused past its lease may
+    /// finish a step after another process took the shard and ran the same
+    /// step again. Its token is then lower than the new owner's. A service
+    /// that keeps, per idempotency key ([`StepContext::key`]), the highest
+    /// token it has seen and refuses a write carrying a lower one applies
+    /// only the current owner's write. Compare tokens of one key only:
+    /// each shard counts its own. With a backend one process owns whole
+    /// (files, RocksDB, redb, memory) it is 0, and only one process can run
+    /// the step at a time.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::Mutex;
+    ///
+    /// /// An outside service's ledger: per key, the highest token seen.
+    /// #[derive(Default)]
+    /// struct Ledger(Mutex<HashMap<String, u64>>);
+    ///
+    /// impl Ledger {
+    ///     /// Applies a write unless a newer owner's write came first.
+    ///     fn write(&self, key: &str, token: u64) -> Result<(), String> {
+    ///         let mut seen = self.0.lock().unwrap();
+    ///         let highest = seen.entry(key.to_owned()).or_insert(0);
+    ///         if token < *highest {
+    ///             return Err(format!("stale token {token} < {highest}"));
+    ///         }
+    ///         *highest = token;
+    ///         Ok(()) // ...apply the effect
+    ///     }
+    /// }
+    ///
+    /// let ledger = Ledger::default();
+    /// // The new owner (epoch 8) ran the step, then the old one (epoch 7)
+    /// // woke up and finished its attempt: refused.
+    /// assert!(ledger.write("order-1/1/2", 8).is_ok());
+    /// assert!(ledger.write("order-1/1/2", 7).is_err());
+    /// // In a step: `ledger.write(step.key(), step.fencing_token())`.
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
     }
 
     /// The step's idempotency key: the same on every attempt and after

@@ -301,6 +301,36 @@ pub enum Error {
         /// The shard.
         shard: u32,
     },
+    /// Under [`crate::Ownership::Lease`], the shard's storage could not be
+    /// reached (a lost connection, a database server restarting or failing
+    /// over), so the shard stopped here; the engine opens it again after
+    /// its retry interval (or another process takes it once its lease
+    /// lapses). Retryable: try the call again shortly, here or at the
+    /// shard's owner. (With [`crate::Ownership::All`] a stopped shard
+    /// stays stopped until the engine is opened again, and the same
+    /// failure is [`Error::Storage`].) `maybe_recorded` says whether what the call asked
+    /// for (a start, signal or update waiting to become durable) may have
+    /// been recorded anyway (the flush that failed may have committed):
+    /// repeat it in a form that is safe to repeat (a start that attaches,
+    /// a signal or update with a deduplication key). When `false`, nothing
+    /// this call asked for was recorded (a result, a query, a request the
+    /// shard had not taken yet).
+    #[error(
+        "shard {shard} is unavailable: {cause}; {}",
+        if *maybe_recorded {
+            "what this call asked for may or may not have been recorded (it was waiting to become durable): try again shortly in a form safe to repeat (a start that attaches, a signal or update with a key)"
+        } else {
+            "nothing this call asked for was recorded: try it again shortly"
+        }
+    )]
+    Unavailable {
+        /// The shard.
+        shard: u32,
+        /// What happened to its storage.
+        cause: String,
+        /// Whether what the call asked for may have been recorded.
+        maybe_recorded: bool,
+    },
     /// An update's key cannot name it ([`crate::Engine::update_once`]).
     #[error("update key {key:?} for workflow {id:?} is invalid: {reason}")]
     BadUpdateKey {

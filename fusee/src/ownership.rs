@@ -18,14 +18,21 @@
 //! - answers a call for a shard it does not own with
 //!   [`Error::NotOwner`] at once;
 //! - stops a shard whose storage fails: `Fenced` (another owner took it
-//!   over) answers its waiting callers with `NotOwner`, any other failure
-//!   with [`Error::Storage`]; no caller is told a
+//!   over) answers its waiting callers with `NotOwner` and is logged once,
+//!   at WARN, naming the new owner; a storage out of reach (a lost
+//!   connection, a server restarting) with
+//!   [`Error::Unavailable`](crate::Error::Unavailable), which says whether
+//!   what the caller asked for may have been recorded; any other failure
+//!   with [`Error::Storage`](crate::Error::Storage). No caller is told a
 //!   success its records do not back (outputs leave only once their records
 //!   are durable, and a failed flush makes nothing durable). The shard is
 //!   tried again after a back-off: a lease time after `Fenced` (its new
-//!   owner holds a live lease; trying sooner only finds it `Locked`), one
+//!   owner holds a live lease; trying sooner only finds it `Leased`), one
 //!   retry interval after another failure (a lost connection: the same
-//!   owner takes the lease again at once).
+//!   owner takes the lease again at once, if it has not lapsed);
+//! - opens shards up to eight at a time, at the open and when several fall
+//!   due together (a dead process's shards), so a takeover of many shards
+//!   takes about as long as one of few.
 //!
 //! Messages between shards (a child started, its result, `ctx.signal`, a
 //! cancel) travel through memory between shards running in the same
@@ -42,7 +49,7 @@
 //! (no inbox) a message for a shard not in the process waits in its
 //! sender's outbox until both shards are in one process.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,6 +101,29 @@ pub struct ShardStatus {
     /// Why the last attempt to open it failed, or why it last stopped,
     /// while it is not owned (`None` when owned, or never tried yet).
     pub last_error: Option<String>,
+}
+
+/// How many shards an engine opens at once (at its open, and when it
+/// takes over a dead process's shards): each open mostly waits for the
+/// store, so 10 shards taken over together come up in about the time of
+/// two opens rather than ten (see `fusee-storage-postgres/DEPLOYMENT.md`).
+const OPEN_AT_ONCE: usize = 8;
+
+/// Whether an open failed only because another owner holds the shard:
+/// tried again later, without alarm.
+fn held_elsewhere(e: &StorageError) -> bool {
+    matches!(e, StorageError::Leased { .. } | StorageError::Locked { .. })
+}
+
+/// What the engine says, once, when another owner took a shard over.
+fn taken_over(shard: u32, holder: Option<&str>) -> String {
+    let who = match holder {
+        Some(h) => format!("{h:?}"),
+        None => "another owner".to_owned(),
+    };
+    format!(
+        "shard {shard} was taken over by {who} (this engine's lease lapsed): it stopped here, and is tried again once that owner's lease lapses"
+    )
 }
 
 /// The timings of [`Ownership::Lease`], resolved.
@@ -158,7 +188,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shards {
     /// Opens the engine's `count` shards as `ownership` says (see the
     /// [module docs](self)); `lease` is the store's lease time. Under a
-    /// lease, a shard another holds (`Locked`) is left for the keeper
+    /// lease, a shard another holds (`Leased`) is left for the keeper
     /// thread, which this starts; any other failure fails the open, as
     /// every failure does with [`Ownership::All`].
     pub(crate) fn open(
@@ -197,6 +227,7 @@ impl Shards {
             keeper_thread: Mutex::new(None),
             next_incarnation: AtomicU64::new(1),
         });
+        let mut first = Vec::with_capacity(count as usize);
         for shard in 0..count {
             if let (Some(plan), Some(prefer)) = (plan, &prefer)
                 && !prefer.contains(&shard)
@@ -204,17 +235,24 @@ impl Shards {
                 lock(&shards.slots[shard as usize]).retry_at = now + plan.lease.max(plan.retry);
                 continue;
             }
-            match shards.start(shard) {
+            first.push(shard);
+        }
+        let mut failed = None;
+        for (shard, opened) in shards.start_many(&first) {
+            match opened {
                 Ok(()) => {}
-                Err(e @ StorageError::Locked { .. }) if plan.is_some() => {
+                Err(e) if plan.is_some() && held_elsewhere(&e) => {
                     tracing::info!(shard, error = %e, "shard held elsewhere; trying again later");
                     shards.retry_later(shard, &e);
                 }
                 Err(error) => {
-                    shards.crash_all();
-                    return Err(Error::Storage { shard, error });
+                    failed.get_or_insert(Error::Storage { shard, error });
                 }
             }
+        }
+        if let Some(e) = failed {
+            shards.crash_all();
+            return Err(e);
         }
         shards.tick_all();
         if plan.is_some() {
@@ -334,6 +372,35 @@ impl Shards {
         });
     }
 
+    /// Opens `shards`, up to [`OPEN_AT_ONCE`] at a time (each open is
+    /// mostly waiting for the store: a lease transaction, connections, the
+    /// log's replay), and says how each went, in shard order.
+    fn start_many(&self, shards: &[u32]) -> Vec<(u32, Result<(), StorageError>)> {
+        let next = AtomicUsize::new(0);
+        let done = Mutex::new(Vec::with_capacity(shards.len()));
+        let work = || {
+            while let Some(&shard) = shards.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let opened = self.start(shard);
+                lock(&done).push((shard, opened));
+            }
+        };
+        if shards.len() > 1 {
+            std::thread::scope(|scope| {
+                for _ in 0..OPEN_AT_ONCE.min(shards.len()) {
+                    // A thread that cannot be spawned leaves its share to
+                    // the others, or to this thread below.
+                    let _ = std::thread::Builder::new()
+                        .name("fusee-shard-open".to_owned())
+                        .spawn_scoped(scope, work);
+                }
+            });
+        }
+        work();
+        let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        done.sort_by_key(|(shard, _)| *shard);
+        done
+    }
+
     /// Opens shard `shard` and puts it in its slot, among the peers.
     fn start(&self, shard: u32) -> Result<(), StorageError> {
         let incarnation = self.next_incarnation.fetch_add(1, Ordering::Relaxed);
@@ -396,16 +463,26 @@ impl Shards {
             };
             slot.retry_at = Instant::now() + back_off;
             slot.losses += 1;
-            slot.last_error = Some(lost.why.clone());
             handle
         };
         self.context.peers.leave(lost.shard, lost.incarnation);
-        tracing::warn!(
-            shard = lost.shard,
-            fenced = lost.fenced,
-            reason = %lost.why,
-            "shard lost; trying it again later"
-        );
+        let why = if lost.fenced {
+            // Expected under leases: one line, naming who took it.
+            let holder = self.context.storage.lease_holder(lost.shard);
+            let why = taken_over(lost.shard, holder.as_deref());
+            tracing::warn!(shard = lost.shard, new_owner = holder.as_deref(), "{why}");
+            why
+        } else {
+            tracing::warn!(
+                shard = lost.shard,
+                reason = %lost.why,
+                "shard lost; trying it again later"
+            );
+            lost.why
+        };
+        if let Some(slot) = self.slots.get(lost.shard as usize) {
+            lock(slot).last_error = Some(why);
+        }
         if let Some(t) = handle.thread {
             // Its report was the thread's last act.
             let _ = t.join();
@@ -462,21 +539,26 @@ impl Shards {
                 self.lost(l);
             }
             let now = Instant::now();
-            for shard in 0..self.count() {
-                let due = {
+            let due: Vec<u32> = (0..self.count())
+                .filter(|&shard| {
                     let s = lock(&self.slots[shard as usize]);
                     s.handle.is_none() && s.retry_at <= now
-                };
-                if !due {
-                    continue;
-                }
-                if lock(&self.keeper.state).stop {
-                    return;
-                }
-                match self.start(shard) {
-                    Ok(()) => self.tick_all(),
+                })
+                .collect();
+            if due.is_empty() {
+                continue;
+            }
+            if lock(&self.keeper.state).stop {
+                return;
+            }
+            // A dead process's shards come due together: opened side by
+            // side, the last is up about when the first is.
+            let mut opened = false;
+            for (shard, result) in self.start_many(&due) {
+                match result {
+                    Ok(()) => opened = true,
                     Err(e) => {
-                        if matches!(e, StorageError::Locked { .. }) {
+                        if held_elsewhere(&e) {
                             tracing::debug!(shard, error = %e, "shard still held elsewhere");
                         } else {
                             tracing::warn!(shard, error = %e, "opening a shard failed; trying again later");
@@ -484,6 +566,9 @@ impl Shards {
                         self.retry_later(shard, &e);
                     }
                 }
+            }
+            if opened {
+                self.tick_all();
             }
         }
     }

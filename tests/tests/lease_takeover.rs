@@ -38,6 +38,11 @@
 //! - after the last children close cleanly, an engine opening every shard
 //!   replays nothing and finds every run's result as reported.
 //!
+//! A second test times a takeover of many shards: a child owning ten is
+//! SIGKILLed, and an engine in the test's process must own all ten within
+//! lease + retry + 0.5 s (they open side by side), the fencing token of a
+//! step on one of them above the dead owner's lease epoch.
+//!
 //! Counts: `FUSEE_LEASE_RUNS` runs per round (default 120),
 //! `FUSEE_LEASE_ROUNDS` rounds (default 2, each a takedown: even rounds
 //! kill; odd ones pause a victim that checkpoints only at close, as the
@@ -51,7 +56,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child as Process, ChildStdin, Command as Spawn, ExitStatus, Stdio};
+use std::process::{
+    Child as Process, ChildStdin, ChildStdout, Command as Spawn, ExitStatus, Stdio,
+};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -181,23 +188,14 @@ impl Fleet {
         // child's docs); the others every 100 ms, so takedowns land in
         // checkpoints too.
         let checkpoints = if tag % 2 == 1 { "never" } else { "often" };
-        let mut process = Spawn::new(env!("CARGO_BIN_EXE_lease-child"))
-            .arg(&self.url)
-            .arg(&self.schema)
-            .arg(format!("lease-test-{}-{tag}", std::process::id()))
-            .arg(tag.to_string())
-            .arg(&self.ledger)
-            .arg(LEASE.as_millis().to_string())
-            .arg(RETRY.as_millis().to_string())
-            .arg(prefer)
-            .arg(checkpoints)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn lease-child");
-        let stdout = process.stdout.take().expect("piped stdout");
-        let stdin = process.stdin.take();
+        let (child, stdout) = start_child(
+            &self.url,
+            &self.schema,
+            &format!("lease-test-{}-{tag}", std::process::id()),
+            tag,
+            &self.ledger,
+            &[prefer, checkpoints],
+        );
         let tx = self.lines_tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -212,17 +210,7 @@ impl Fleet {
             }
             let _ = tx.send((tag, Line::End));
         });
-        self.children.push(Child {
-            tag,
-            process,
-            stdin,
-            state: State::Live,
-            opened: false,
-            closed: false,
-            ended: false,
-            owns: BTreeSet::new(),
-            down_at: None,
-        });
+        self.children.push(child);
         tag
     }
 
@@ -453,6 +441,48 @@ impl Fleet {
     }
 }
 
+/// Starts a `lease-child` as `owner` numbered `tag`, with this file's
+/// lease and retry and the arguments after them (`PREFER CHECKPOINTS
+/// [SHARDS]`); returns it and its stdout (which must be read to its end:
+/// a child whose stdout closes exits).
+fn start_child(
+    url: &str,
+    schema: &str,
+    owner: &str,
+    tag: u64,
+    ledger: &Path,
+    rest: &[&str],
+) -> (Child, ChildStdout) {
+    let mut process = Spawn::new(env!("CARGO_BIN_EXE_lease-child"))
+        .arg(url)
+        .arg(schema)
+        .arg(owner)
+        .arg(tag.to_string())
+        .arg(ledger)
+        .arg(LEASE.as_millis().to_string())
+        .arg(RETRY.as_millis().to_string())
+        .args(rest)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn lease-child");
+    let stdout = process.stdout.take().expect("piped stdout");
+    let stdin = process.stdin.take();
+    let child = Child {
+        tag,
+        process,
+        stdin,
+        state: State::Live,
+        opened: false,
+        closed: false,
+        ended: false,
+        owns: BTreeSet::new(),
+        down_at: None,
+    };
+    (child, stdout)
+}
+
 /// Every ledger line the children wrote.
 fn read_ledgers(dir: &Path) -> Vec<LedgerLine> {
     let mut lines = Vec::new();
@@ -674,5 +704,158 @@ fn engines_split_shards_and_take_over_those_of_one_taken_down() {
         fleet.schema
     );
     // The schema stays (a throwaway server's); the ledgers go.
+    let _ = std::fs::remove_dir_all(&ledger);
+}
+
+/// Shards of the process [`a_dead_processs_ten_shards_come_up_together`]
+/// kills.
+const MANY: u32 = 10;
+/// What taking over [`MANY`] shards may take beyond lease + retry: the
+/// shards are opened side by side (eight at a time), so about two opens.
+const TOGETHER: Duration = Duration::from_millis(500);
+
+/// Hands back a step's fencing token.
+const TOKEN: Workflow<(), u64> = Workflow::new("fencing-token");
+
+/// A `lease-child` owning [`MANY`] shards is killed; an engine in this
+/// process, refused every shard while the child lives, owns all of them
+/// within lease + retry + [`TOGETHER`] of the kill (a serial takeover
+/// needs about 100 ms a shard more), and a step on a shard it took over
+/// gets a fencing token above the dead owner's epoch: the lease epoch the
+/// takeover moved.
+#[test]
+fn a_dead_processs_ten_shards_come_up_together() {
+    use fusee::{Ctx, Failure, Ownership, StepError};
+    use fusee_core::shard::shard_of;
+
+    let Some(url) = fusee_tests::pg_url_or_skip("parallel lease takeover") else {
+        return;
+    };
+    let schema = unique_schema();
+    let ledger = std::env::temp_dir().join(format!("fusee-{schema}"));
+    std::fs::create_dir_all(&ledger).expect("the ledger directory");
+    let owner = format!("lease-many-{}", std::process::id());
+    let many = MANY.to_string();
+    let (mut victim, stdout) =
+        start_child(&url, &schema, &owner, 0, &ledger, &["all", "often", &many]);
+    // Read to the end: a child whose stdout closes exits.
+    let (reports, owned) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = reports.send(Report::parse(&line));
+        }
+    });
+    let all: Vec<u32> = (0..MANY).collect();
+    loop {
+        match owned.recv_timeout(PATIENCE) {
+            Ok(Some(Report::Owns(shards))) if shards == all => break,
+            Ok(_) => {}
+            Err(e) => panic!("the child never owned all {MANY} shards: {e}"),
+        }
+    }
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("an admin connection");
+    let epochs = |admin: &mut postgres::Client| -> Vec<u64> {
+        admin
+            .query(
+                &format!("SELECT epoch FROM \"{schema}\".shards ORDER BY shard"),
+                &[],
+            )
+            .expect("the shards' epochs")
+            .iter()
+            .map(|r| r.get::<_, i64>(0) as u64)
+            .collect()
+    };
+    let dead_epochs = epochs(&mut admin);
+    assert_eq!(dead_epochs.len(), MANY as usize);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let (engine, took, spread, opens) = runtime.block_on(async {
+        let mut storage = StorageConfig::postgres(&url)
+            .postgres_schema(&schema)
+            .postgres_lease(LEASE);
+        storage.postgres.owner = Some(format!("{owner}-survivor"));
+        let config = Config::new(storage)
+            .shards(MANY)
+            .ownership(Ownership::Lease {
+                retry: Some(RETRY),
+                prefer: None,
+            });
+        let engine = Engine::open(config).await.expect("the survivor opens");
+        assert!(
+            engine.owned_shards().is_empty(),
+            "the survivor took shards of a live owner: {:?}",
+            engine.owned_shards()
+        );
+        engine.register(TOKEN, |ctx: Ctx, ()| async move {
+            Ok::<_, Failure>(
+                ctx.step("token", |step| async move {
+                    Ok::<_, StepError>(step.fencing_token())
+                })
+                .await?,
+            )
+        });
+        victim.process.kill().expect("SIGKILL the child");
+        let killed = Instant::now();
+        let mut first = None;
+        while engine.owned_shards().len() < MANY as usize {
+            if first.is_none() && !engine.owned_shards().is_empty() {
+                first = Some(killed.elapsed());
+            }
+            assert!(
+                killed.elapsed() < PATIENCE,
+                "the dead child's shards never came"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let took = killed.elapsed();
+        // What the opens cost one by one: each shard's open (lease
+        // transaction, connections, replay), as the engine measured it.
+        let opens: f64 = fusee::telemetry::render(&engine)
+            .await
+            .lines()
+            .filter(|l| l.starts_with("fusee_shard_open_duration_seconds{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (
+            engine,
+            took,
+            took - first.unwrap_or(took),
+            Duration::from_secs_f64(opens),
+        )
+    });
+    eprintln!(
+        "parallel takeover: {MANY} shards of a dead process owned {took:?} after the kill (lease {LEASE:?}, retry {RETRY:?}); the last {spread:?} after the first; their opens took {opens:?} together"
+    );
+    assert!(
+        took <= LEASE + RETRY + TOGETHER,
+        "{MANY} shards of a dead process were owned {took:?} after the kill, over lease + retry + {TOGETHER:?} (the last {spread:?} after the first)"
+    );
+    // Side by side: the last came up well before the opens' sum (one after
+    // another, it comes about that sum after the first).
+    assert!(
+        spread < opens / 2,
+        "the {MANY} shards came up {spread:?} apart, their opens taking {opens:?} together: not opened side by side"
+    );
+    // The fencing token grew across the takeover.
+    let id = (0..)
+        .map(|i| format!("token-{i}"))
+        .find(|id| shard_of(id, MANY) == 3)
+        .unwrap_or_default();
+    let token = runtime
+        .block_on(engine.execute(TOKEN, &id, &()))
+        .expect("a step on a shard taken over");
+    let now = epochs(&mut admin);
+    assert!(
+        token > dead_epochs[3] && token == now[3],
+        "the fencing token after the takeover is {token}; the dead owner's epoch was {}, the lease's is {}",
+        dead_epochs[3],
+        now[3]
+    );
+    runtime.block_on(engine.close()).expect("close");
     let _ = std::fs::remove_dir_all(&ledger);
 }

@@ -7,7 +7,8 @@
 //!
 //! "Another owner" is another process's storage on the same store
 //! ([`super::Harness::open_other_owner`]); its refusal while a lease lives
-//! is [`StorageError::Locked`], and a stale owner's write after a takeover
+//! is [`StorageError::Leased`] (naming the holder and when its lease
+//! ends), and a stale owner's write after a takeover
 //! is [`StorageError::Fenced`], having written nothing.
 
 use std::io::Write;
@@ -74,18 +75,21 @@ fn append<L: LogStore>(log: &mut L, from: Lsn, to: Lsn) {
 }
 
 /// Opens `shard` on `s`, retrying while another owner's lease is live
-/// (`Locked`), for at most `limit`; fails the clause on any other error
+/// (`Leased`, or `Locked` while a stalled owner's transaction holds the
+/// shard), for at most `limit`; fails the clause on any other error
 /// or when the limit passes.
 fn open_when_free<S: Storage>(s: &S, shard: u32, limit: Duration) -> crate::ShardParts<S> {
     let start = Instant::now();
     loop {
         match s.open_shard(shard) {
             Ok(p) => return p,
-            Err(StorageError::Locked { .. }) if start.elapsed() < limit => {
+            Err(StorageError::Leased { .. } | StorageError::Locked { .. })
+                if start.elapsed() < limit =>
+            {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(e) => fail(format_args!(
-                "open_shard({shard}) by another owner, retried for {:?} while Locked: expected Ok once the lease lapsed; found Err({e:?})",
+                "open_shard({shard}) by another owner, retried for {:?} while Leased: expected Ok once the lease lapsed; found Err({e:?})",
                 start.elapsed()
             )),
         }
@@ -98,7 +102,7 @@ fn takeover_limit<H: Harness>(h: &H) -> Duration {
     h.lease_time() * 3 + Duration::from_secs(10)
 }
 
-/// A second owner is refused (`Locked`) while the first holds the shard's
+/// A second owner is refused (`Leased`) while the first holds the shard's
 /// lease, and opens it, with everything flushed and committed, once the
 /// first lets it go.
 pub fn lease_second_owner_refused<H: Harness>(h: &mut H) {
@@ -117,16 +121,16 @@ pub fn lease_second_owner_refused<H: Harness>(h: &mut H) {
     let other = must!(h.open_other_owner(), "opening the store as another owner");
     check_matches!(
         other.open_shard(2).map(drop),
-        Err(StorageError::Locked { .. }),
-        "Err(Locked)",
+        Err(StorageError::Leased { .. }),
+        "Err(Leased)",
         "open_shard(2) by another owner while the first holds its lease"
     );
     // The lease stays the first owner's while it lives, past renewals.
     std::thread::sleep(h.lease_time() + h.lease_time() / 2);
     check_matches!(
         other.open_shard(2).map(drop),
-        Err(StorageError::Locked { .. }),
-        "Err(Locked)",
+        Err(StorageError::Leased { .. }),
+        "Err(Leased)",
         "open_shard(2) by another owner after one lease time, the first still renewing"
     );
     append(&mut p.log, 21, 22);

@@ -433,7 +433,7 @@ impl Config {
 pub enum Ownership {
     /// Every shard (the default): the engine is its store's only process.
     /// A shard another process holds fails [`Engine::open`](crate::Engine::open)
-    /// (`StorageError::Locked`), and a shard whose storage fails stays
+    /// (`StorageError::Leased`), and a shard whose storage fails stays
     /// stopped, answering [`Error::Storage`], until
     /// the engine is opened again.
     #[default]

@@ -415,15 +415,26 @@ pub enum OpenError {
         feature: &'static str,
     },
     /// The backend failed to open the storage.
-    #[error("opening the {backend} storage in {}: {error}", dir.display())]
+    #[error("opening the {backend} storage{}: {error}", in_dir(dir))]
     Storage {
         /// The backend.
         backend: Backend,
-        /// The directory given.
+        /// The directory given (empty for a backend without one,
+        /// PostgreSQL, whose error names its server instead).
         dir: PathBuf,
         /// The backend's error.
         error: StorageError,
     },
+}
+
+/// ` in DIR` for an error's message, or nothing for a backend without a
+/// directory (PostgreSQL: its errors name the server and schema).
+fn in_dir(dir: &std::path::Path) -> String {
+    if dir.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!(" in {}", dir.display())
+    }
 }
 
 /// Opens the storage `config` names. A backend whose feature is off is
@@ -520,6 +531,30 @@ mod tests {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A PostgreSQL open that fails names the server, not an empty
+    /// directory (the backend has none).
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_failed_postgres_open_names_its_server() {
+        // Nothing listens on port 1: the connection is refused at once.
+        let config = StorageConfig::postgres("postgresql://fusee@127.0.0.1:1/app");
+        match open_storage(&config) {
+            Err(e @ OpenError::Storage { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(
+                        "opening the postgres storage: I/O error while connecting on postgresql://fusee@127.0.0.1:1/app schema fusee: "
+                    ),
+                    "{text}"
+                );
+            }
+            other => panic!(
+                "opening a server that is not there: {:?}",
+                other.map(|_| ())
+            ),
+        }
     }
 
     /// The PostgreSQL backend opens from its settings (`dir` unused) on the

@@ -690,7 +690,7 @@ where
 {
     let (key, f) = (Arc::clone(key), Arc::clone(f));
     ctx.step(name, move |sc: StepContext| {
-        f(StepContext::new(Arc::clone(&key), sc.attempt()))
+        f(StepContext::new(Arc::clone(&key), sc.attempt()).with_fencing_token(sc.fencing_token()))
     })
     .retry(policy.clone())
 }

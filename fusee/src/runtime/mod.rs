@@ -48,7 +48,8 @@
 //! - A client request refused records nothing.
 //! - A storage failure stops the shard: every waiting caller gets
 //!   [`crate::Error::Storage`] ([`crate::Error::NotOwner`] when the
-//!   storage answered `Fenced`), and nothing more is appended.
+//!   storage answered `Fenced`, [`crate::Error::Unavailable`] when it was
+//!   out of reach), and nothing more is appended.
 
 mod checkpoint;
 mod compaction;
@@ -432,6 +433,15 @@ pub(crate) struct ShardLoop {
     /// waiting callers get [`Error::NotOwner`] (nothing of theirs was
     /// written) rather than a storage error.
     fenced: bool,
+    /// The failure was the storage out of reach (a lost connection, see
+    /// [`out_of_reach`]) and the engine opens the shard again: waiting
+    /// callers get [`Error::Unavailable`], a retryable error, rather than
+    /// a storage error.
+    unavailable: bool,
+    /// The engine opens this shard again after a storage failure (under
+    /// [`crate::Ownership::Lease`]); otherwise it stays stopped until the
+    /// engine is opened again, and no failure is retryable.
+    reopened_after_failure: bool,
     /// Log bytes since the last checkpoint, and when it was.
     since_checkpoint: u64,
     checkpoint_ms: u64,
@@ -686,13 +696,20 @@ impl ShardLoop {
 
     /// The storage failed: stop taking work (see the module docs).
     fn fail(&mut self, e: fusee_storage::StorageError) {
-        tracing::error!(shard = self.shard, error = %e, "storage failed; the shard stops");
         if self.failed.is_none() {
             self.fenced = matches!(e, fusee_storage::StorageError::Fenced { .. });
+            self.unavailable = self.reopened_after_failure && out_of_reach(&e);
             if let Some(t) = self.telemetry.as_ref().filter(|_| self.fenced) {
                 t.fenced();
             }
             self.failed = Some(e.to_string());
+        }
+        if self.fenced {
+            // Expected under a lease: the engine logs the takeover once,
+            // naming the new owner (`ownership`).
+            tracing::debug!(shard = self.shard, error = %e, "shard fenced; it stops");
+        } else {
+            tracing::error!(shard = self.shard, error = %e, "storage failed; the shard stops");
         }
         self.refuse_all();
     }
@@ -702,10 +719,18 @@ impl ShardLoop {
         let Some(msg) = self.failed.clone() else {
             return;
         };
-        let fenced = self.fenced;
-        let err = |shard| {
+        let (fenced, unavailable) = (self.fenced, self.unavailable);
+        // `maybe`: what the caller asked for was recorded and waits to be
+        // durable, so the failed flush may have made it so.
+        let err = |shard, maybe_recorded| {
             if fenced {
                 Error::NotOwner { shard }
+            } else if unavailable {
+                Error::Unavailable {
+                    shard,
+                    cause: msg.clone(),
+                    maybe_recorded,
+                }
             } else {
                 Error::Storage {
                     shard,
@@ -715,33 +740,43 @@ impl ShardLoop {
         };
         for (_, w) in self.waiting.drain() {
             match w {
-                Waiting::Started(r, _) | Waiting::Refused(r, _) => {
-                    let _ = r.send(Err(err(self.shard)));
+                Waiting::Started(r, _) => {
+                    let _ = r.send(Err(err(self.shard, true)));
                 }
-                Waiting::Done(r) | Waiting::RefusedDone(r, _) => {
-                    let _ = r.send(Err(err(self.shard)));
+                Waiting::Refused(r, _) => {
+                    let _ = r.send(Err(err(self.shard, false)));
+                }
+                Waiting::Done(r) => {
+                    let _ = r.send(Err(err(self.shard, true)));
+                }
+                Waiting::RefusedDone(r, _) => {
+                    let _ = r.send(Err(err(self.shard, false)));
                 }
                 // Unacknowledged, the sender sends it again after a restart.
                 Waiting::Message { .. } => {}
                 Waiting::Answer(r, _) => {
-                    let _ = r.send(Err(err(self.shard)));
+                    let _ = r.send(Err(err(self.shard, false)));
                 }
-                Waiting::Updated(r, _) | Waiting::Stopped(r, _) => {
-                    let _ = r.send(Err(err(self.shard)));
+                Waiting::Updated(r, _) => {
+                    let _ = r.send(Err(err(self.shard, true)));
+                }
+                Waiting::Stopped(r, _) => {
+                    let _ = r.send(Err(err(self.shard, false)));
                 }
                 Waiting::Journal(r, _) => {
-                    let _ = r.send(Err(err(self.shard)));
+                    let _ = r.send(Err(err(self.shard, false)));
                 }
             }
         }
         for (_, rs) in self.results.drain() {
             for r in rs {
-                let _ = r.send(Err(err(self.shard)));
+                let _ = r.send(Err(err(self.shard, false)));
             }
         }
+        // An update accepted and waiting for its handler: recorded.
         for (_, rs) in self.update_waiters.drain() {
             for r in rs {
-                let _ = r.send(Err(err(self.shard)));
+                let _ = r.send(Err(err(self.shard, true)));
             }
         }
         while let Some(input) = self.inbox.pop_front() {
@@ -750,14 +785,15 @@ impl ShardLoop {
                 // whoever drops or closes the engine) waits for that.
                 Input::Crash => self.closed = true,
                 Input::Close { reply } => {
-                    let _ = reply.send(Err(err(self.shard)));
+                    let _ = reply.send(Err(err(self.shard, false)));
                     self.closed = true;
                 }
-                other => inputs::refuse(other, || err(self.shard)),
+                // Not taken yet: nothing of it was recorded.
+                other => inputs::refuse(other, || err(self.shard, false)),
             }
         }
         if let Some(r) = self.closing.take() {
-            let _ = r.send(Err(err(self.shard)));
+            let _ = r.send(Err(err(self.shard, false)));
             self.closed = true;
         }
     }
@@ -771,6 +807,30 @@ impl ShardLoop {
             payload: l.result.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
         })
     }
+}
+
+/// Whether `e` says the storage is out of reach rather than broken: an
+/// I/O error of a connection (lost, refused, reset, timed out), as the
+/// PostgreSQL backend reports a server that went away. The shard stops
+/// all the same; its callers are told to retry ([`Error::Unavailable`]).
+fn out_of_reach(e: &fusee_storage::StorageError) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e,
+        fusee_storage::StorageError::Io { error, .. } if matches!(
+            error.kind(),
+            K::ConnectionRefused
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::NotConnected
+                | K::BrokenPipe
+                | K::TimedOut
+                | K::HostUnreachable
+                | K::NetworkUnreachable
+                | K::NetworkDown
+                | K::UnexpectedEof
+        )
+    )
 }
 
 /// Stops a run's code for good (a determinism error or a refused record):

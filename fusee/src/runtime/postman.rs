@@ -169,6 +169,9 @@ fn carry(
     let mut broken = false;
     let mut retry_at: Option<Instant> = None;
     let mut next_read = Instant::now();
+    // Another owner took the shard: its inbox is that owner's to read, and
+    // the driver drops this postman soon.
+    let mut lost = false;
     loop {
         let now = Instant::now();
         if retry_at.is_some_and(|at| at <= now) {
@@ -179,7 +182,7 @@ fn carry(
                 return;
             }
         }
-        if next_read <= now {
+        if next_read <= now && !lost {
             let skip: Vec<u64> = handed.iter().copied().collect();
             let full = match inbox.read(&skip) {
                 Ok(rows) => {
@@ -225,6 +228,14 @@ fn carry(
                     }
                     full
                 }
+                Err(fusee_storage::StorageError::Fenced { .. }) => {
+                    tracing::debug!(
+                        shard,
+                        "the shard was taken over; its inbox is no longer read here"
+                    );
+                    lost = true;
+                    false
+                }
                 Err(e) => {
                     tracing::warn!(shard, error = %e, "reading the shard's inbox failed; trying again");
                     false
@@ -232,9 +243,10 @@ fn carry(
             };
             next_read = if full { now } else { now + poll };
         }
+        let read_at = if lost { now + poll } else { next_read };
         let until = match retry_at {
-            Some(at) => at.min(next_read),
-            None => next_read,
+            Some(at) => at.min(read_at),
+            None => read_at,
         };
         let wait = until.saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
@@ -269,9 +281,15 @@ fn carry(
                         handed.remove(&row);
                     }
                 }
+                Err(fusee_storage::StorageError::Fenced { .. }) => {
+                    // The rows are the new owner's.
+                    lost = true;
+                    for row in rows {
+                        handed.remove(&row);
+                    }
+                }
                 Err(e) => {
-                    // Fenced: the rows are the new owner's. Another
-                    // failure: read again and acknowledged again.
+                    // Read again and acknowledged again.
                     tracing::warn!(shard, error = %e, "deleting inbox rows failed");
                     for row in rows {
                         handed.remove(&row);

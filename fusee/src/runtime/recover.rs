@@ -120,6 +120,8 @@ impl ShardLoop {
             closed: false,
             failed: None,
             fenced: false,
+            unavailable: false,
+            reopened_after_failure: false,
             since_checkpoint: 0,
             checkpoint_ms: now_ms,
             checkpointed,

@@ -37,6 +37,7 @@ impl ShardLoop {
             return;
         }
         let early = self.sabotaged(super::sabotage::Sabotage::EarlyStep);
+        let token = self.log.fencing_token();
         let runs: Vec<RunId> = self.stepping.iter().copied().collect();
         for run in runs {
             // A paused run starts nothing; resuming puts it back.
@@ -78,7 +79,7 @@ impl ShardLoop {
                 spec.running = true;
                 spec.first_ms.get_or_insert(now_ms);
                 let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
-                let future = (spec.f)(StepContext::new(key, attempt));
+                let future = (spec.f)(StepContext::new(key, attempt).with_fencing_token(token));
                 self.jobs.push(StepJob {
                     run,
                     seq,

@@ -1,5 +1,5 @@
 //! The child of the lease harness (`tests/lease_takeover.rs`):
-//! `lease-child URL SCHEMA OWNER TAG LEDGER_DIR LEASE_MS RETRY_MS PREFER CHECKPOINTS`.
+//! `lease-child URL SCHEMA OWNER TAG LEDGER_DIR LEASE_MS RETRY_MS PREFER CHECKPOINTS [SHARDS]`.
 //!
 //! Opens an engine on the PostgreSQL store in SCHEMA at URL under
 //! [`Ownership::Lease`], as lease holder OWNER, with leases of LEASE_MS,
@@ -8,7 +8,8 @@
 //! `never` (only at close: a process the parent pauses with SIGSTOP must
 //! not be paused inside a write transaction, which a takeover would wait
 //! for). TAG (a number) names this child in what it reports and in what
-//! its steps record.
+//! its steps record. SHARDS is the store's shard count (default
+//! [`SHARDS`]).
 //!
 //! It reads [`Command`]s on stdin (end of input: it exits at once, as the
 //! parent is gone) and reports [`Report`]s on stdout, a line each, flushed
@@ -58,6 +59,8 @@ struct Args {
     retry: Duration,
     prefer: Option<Vec<u32>>,
     checkpoints_often: bool,
+    /// The store's shard count ([`SHARDS`] unless a tenth argument says).
+    shards: u32,
 }
 
 fn parse_args() -> Option<Args> {
@@ -84,7 +87,12 @@ fn parse_args() -> Option<Args> {
         "never" => false,
         _ => return None,
     };
+    let shards = match next() {
+        Some(n) => n.parse().ok()?,
+        None => SHARDS,
+    };
     Some(Args {
+        shards,
         url,
         schema,
         owner,
@@ -100,7 +108,7 @@ fn parse_args() -> Option<Args> {
 fn main() -> ExitCode {
     let Some(args) = parse_args() else {
         eprintln!(
-            "usage: lease-child URL SCHEMA OWNER TAG LEDGER_DIR LEASE_MS RETRY_MS PREFER CHECKPOINTS"
+            "usage: lease-child URL SCHEMA OWNER TAG LEDGER_DIR LEASE_MS RETRY_MS PREFER CHECKPOINTS [SHARDS]"
         );
         return ExitCode::from(2);
     };
@@ -170,7 +178,7 @@ async fn run(args: Args) -> Result<(), Error> {
         Duration::from_secs(24 * 3600)
     };
     let config = Config::new(storage)
-        .shards(SHARDS)
+        .shards(args.shards)
         .checkpoint_interval(interval)
         .ownership(Ownership::Lease {
             retry: Some(args.retry),
@@ -239,7 +247,8 @@ async fn run(args: Args) -> Result<(), Error> {
 
 /// What to do after a call's error.
 enum Next {
-    /// Try again shortly: the shard is another process's, or busy.
+    /// Try again shortly: the shard is another process's, busy, or its
+    /// storage out of reach.
     Retry,
     /// The engine closed: stop quietly.
     Stop,
@@ -249,7 +258,7 @@ enum Next {
 
 fn next_after(what: &str, e: &Error) -> Next {
     match e {
-        Error::NotOwner { .. } | Error::Busy { .. } => Next::Retry,
+        Error::NotOwner { .. } | Error::Busy { .. } | Error::Unavailable { .. } => Next::Retry,
         Error::Closed => Next::Stop,
         e => Next::Fail(format!("{what}: {e}")),
     }

@@ -92,6 +92,7 @@
 mod error;
 mod inbox;
 mod log;
+pub mod migration;
 mod options;
 mod schema;
 mod shard;

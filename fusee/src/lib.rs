@@ -106,6 +106,7 @@ mod flow;
 pub mod inspect;
 pub mod limit;
 mod metrics;
+pub mod migrate;
 mod operator;
 pub mod ownership;
 pub mod promise;

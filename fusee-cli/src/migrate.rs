@@ -47,7 +47,9 @@ fn is_url(s: &str) -> bool {
 /// Runs `fusee migrate`.
 pub(crate) fn run(a: &Args) -> Result<ExitCode, CliError> {
     let source = if is_url(&a.source) {
-        Source::Config(StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema))
+        Source::Config(Box::new(
+            StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema),
+        ))
     } else {
         Source::Dir(PathBuf::from(&a.source))
     };

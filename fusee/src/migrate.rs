@@ -244,7 +244,7 @@ pub enum Source {
     /// read-only.
     Dir(PathBuf),
     /// A store opened through its configuration (PostgreSQL).
-    Config(StorageConfig),
+    Config(Box<StorageConfig>),
 }
 
 /// What a migration did.

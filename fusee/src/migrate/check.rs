@@ -96,7 +96,7 @@ pub fn compare<A: Storage, B: Storage>(
                 seen += 1;
                 out.journal_bytes += journal.len() as u64;
                 *out.by_state.entry(state).or_default() += 1;
-                if seen % 4096 == 0 {
+                if seen.is_multiple_of(4096) {
                     report(progress, Event::Checked(seen))?;
                 }
             }

@@ -184,7 +184,7 @@ fn copy_shard<S: Storage, D: Storage>(
                             return Ok(());
                         }
                     }
-                    if parked % 4096 == 0
+                    if parked.is_multiple_of(4096)
                         && let Err(e) = report(progress, Event::Frames(parked))
                     {
                         failed = Some(e);
@@ -265,7 +265,7 @@ fn copy_shard<S: Storage, D: Storage>(
                     return Ok(());
                 }
                 copied += 1;
-                if copied % 65536 == 0
+                if copied.is_multiple_of(65536)
                     && let Err(e) = report(progress, Event::LogRecords(copied))
                 {
                     failed = Some(e);

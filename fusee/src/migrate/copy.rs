@@ -333,62 +333,39 @@ fn copy_frame<R: RunStore, W: RunStore>(
     frame: &mut Vec<u8>,
 ) -> Result<BlobRef, FrameFail> {
     from.read(blob, buf).map_err(FrameFail::Source)?;
-    let entry = decode_entry(buf).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
+    // Outlives `entry`, which borrows a chain's journal from it.
     let chained;
-    let entry = match entry {
-        EntryRef::Park {
-            run,
-            last_lsn,
-            id_hash,
-            timers,
-            journal,
-        } => EntryRef::Park {
-            run,
-            last_lsn: last_lsn.saturating_sub(base),
-            id_hash,
-            timers,
-            journal,
-        },
-        EntryRef::Done {
-            run,
-            last_lsn,
-            id_hash,
-            status,
-            finished_ms,
-            journal,
-        } => EntryRef::Done {
-            run,
-            last_lsn: last_lsn.saturating_sub(base),
-            id_hash,
-            status,
-            finished_ms,
-            journal,
-        },
-        EntryRef::Delta {
-            run,
-            last_lsn,
-            id_hash,
-            timers,
-            ..
-        } => {
-            let timers: Vec<_> = timers.into_owned();
-            chained = read_chain(from, blob)
-                .map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
-            EntryRef::Park {
-                run,
-                last_lsn: last_lsn.saturating_sub(base),
-                id_hash,
-                timers: Cow::Owned(timers),
-                journal: &chained.journal,
-            }
-        }
+    let mut entry =
+        decode_entry(buf).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
+    match &mut entry {
+        EntryRef::Park { last_lsn, .. }
+        | EntryRef::Done { last_lsn, .. }
+        | EntryRef::Delta { last_lsn, .. } => *last_lsn = last_lsn.saturating_sub(base),
         _ => {
             return Err(FrameFail::Damaged(
                 "run frame",
                 format!("frame at {} is not a run's", blob.offset),
             ));
         }
-    };
+    }
+    if let EntryRef::Delta {
+        run,
+        last_lsn,
+        id_hash,
+        timers,
+        ..
+    } = entry
+    {
+        chained =
+            read_chain(from, blob).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
+        entry = EntryRef::Park {
+            run,
+            last_lsn,
+            id_hash,
+            timers: Cow::Owned(timers.into_owned()),
+            journal: &chained.journal,
+        };
+    }
     frame.clear();
     encode_entry_into(&entry, frame).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
     to.append(frame).map_err(FrameFail::Dest)

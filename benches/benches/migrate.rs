@@ -7,7 +7,8 @@
 //!
 //! `cargo bench -p fusee-benches --no-default-features --features file,redb --bench migrate`
 //! (`FUSEE_MIGRATE_PARKED` sets the sleepers; `FUSEE_MIGRATE_TO=redb`
-//! migrates into redb instead.)
+//! migrates into redb instead; `FUSEE_MIGRATE_TO=postgres` into the schema
+//! `fusee_migrate_bench` at `FUSEE_PG_URL`, with `--features postgres`.)
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,13 +18,37 @@ use fusee::migrate::{Source, migrate};
 use fusee::{Backend, Config, Engine, StorageConfig};
 use fusee_benches::engine::workload::{self, Stamps, WorkResult};
 
+/// The destination: a directory of `to`, or for PostgreSQL the URL `dst`
+/// and the schema [`SCHEMA`].
+fn target(dst: &str, to: Backend) -> StorageConfig {
+    match to {
+        Backend::Postgres => StorageConfig::postgres(dst).postgres_schema(SCHEMA),
+        _ => StorageConfig::new(to, dst),
+    }
+}
+
+/// The PostgreSQL schema the bench migrates into (dropped before and after).
+const SCHEMA: &str = "fusee_migrate_bench";
+
+/// Drops [`SCHEMA`] at `url` with `psql`.
+fn drop_schema(url: &str) {
+    let _ = std::process::Command::new("psql")
+        .args([
+            url,
+            "-q",
+            "-c",
+            &format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"),
+        ])
+        .status();
+}
+
 /// The child: migrates `src` into `dst` and prints its seconds and peak
 /// memory on stdout.
-fn child(src: &Path, dst: &Path, to: Backend) -> ExitCode {
+fn child(src: &Path, dst: &str, to: Backend) -> ExitCode {
     let t = Instant::now();
     let r = migrate(
         &Source::Dir(src.to_path_buf()),
-        &StorageConfig::new(to, dst),
+        &target(dst, to),
         &mut |_| std::ops::ControlFlow::Continue(()),
     );
     match r {
@@ -81,7 +106,7 @@ fn main() -> ExitCode {
             .get(4)
             .and_then(|b| b.parse().ok())
             .unwrap_or(Backend::File);
-        return child(Path::new(&args[2]), Path::new(&args[3]), to);
+        return child(Path::new(&args[2]), &args[3], to);
     }
     let n: u64 = std::env::var("FUSEE_MIGRATE_PARKED")
         .ok()
@@ -116,12 +141,24 @@ fn main() -> ExitCode {
         let copy_s = t.elapsed().as_secs_f64();
         let _ = std::fs::remove_dir_all(dir.join("copy"));
         let exe = std::env::current_exe()?;
+        let dst = match to {
+            Backend::Postgres => {
+                let url = std::env::var("FUSEE_PG_URL")
+                    .map_err(|_| "FUSEE_MIGRATE_TO=postgres needs FUSEE_PG_URL")?;
+                drop_schema(&url);
+                url
+            }
+            _ => dir.join("dst").to_string_lossy().into_owned(),
+        };
         let out = std::process::Command::new(exe)
             .arg("--migrate-child")
             .arg(&src)
-            .arg(dir.join("dst"))
+            .arg(&dst)
             .arg(to.name())
             .output()?;
+        if to == Backend::Postgres {
+            drop_schema(&dst);
+        }
         if !out.status.success() {
             return Err(
                 format!("the child failed: {}", String::from_utf8_lossy(&out.stderr)).into(),

@@ -8,6 +8,7 @@
 //! | `fusee show DIR ID` | one run's journal, record by record (`--json`: the `fusee-journal` format, version 1) |
 //! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem |
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
+//! | `fusee migrate SRC DST [--to BACKEND]` | a stopped engine's store moved to another backend (a directory or a PostgreSQL URL), checked run by run; the destination opens only once whole |
 //! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
 //! | `fusee inspect/runs/show --url URL` | the same, asked of a live engine's server (`fusee-server`) |
 //! | `fusee start/signal/cancel/terminate/pause/resume/reset --url URL ...` | act on a live engine's runs |
@@ -42,6 +43,7 @@ mod disk_check;
 mod fmt;
 #[cfg(feature = "live")]
 mod live;
+mod migrate;
 mod output;
 mod progress;
 mod show;
@@ -163,6 +165,14 @@ enum Command {
     /// follow: --quick, --backends, --out, ...; `fusee compare -- --help`
     /// lists them). Needs the `compare` feature (on by default).
     Compare(compare::Args),
+    /// Moves a stopped engine's store to another backend: SRC a store's
+    /// directory or a PostgreSQL URL, DST a new directory (--to file, redb
+    /// or rocksdb) or a PostgreSQL URL. Every run, timer, message, ID and
+    /// run number is carried; the two stores are then compared run by run
+    /// (journals byte-equal), and only then does the destination open. The
+    /// source is only read; interrupted, the destination is refused at
+    /// open until the command is run again.
+    Migrate(migrate::Args),
     #[command(flatten)]
     Verb(Verb),
 }
@@ -417,6 +427,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Verify(a) => verify::verify(&a.dir, a.backend, a.json),
         Command::DiskCheck(a) => disk_check::run(&a),
         Command::Compare(a) => compare::run(a),
+        Command::Migrate(a) => migrate::run(&a),
         Command::Verb(v) => live::verb(v),
     }
 }

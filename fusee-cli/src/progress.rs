@@ -26,6 +26,16 @@ impl Bar {
         self.0.set_message(msg);
     }
 
+    /// Sets the bar's length (once it is known).
+    pub(crate) fn length(&self, len: u64) {
+        self.0.set_length(len);
+    }
+
+    /// Starts counting again from 0 (a second pass over the same steps).
+    pub(crate) fn reset_position(&self) {
+        self.0.set_position(0);
+    }
+
     /// One step done.
     pub(crate) fn inc(&self) {
         self.0.inc(1);

@@ -106,6 +106,7 @@
 mod error;
 mod inbox;
 mod log;
+pub mod migration;
 mod options;
 mod schema;
 mod shard;

@@ -374,7 +374,8 @@ pub(crate) fn prepare(
         let Some(row) = rows.first() else {
             return Err(StorageError::NotAStore {
                 path: place.to_owned(),
-                why: "the schema's format table is empty",
+                why: "the schema's format table is empty (damage, or a store an interrupted \
+                      `fusee migrate` left incomplete: run it again)",
             });
         };
         let backend: String = row.try_get(0).map_err(err)?;

@@ -47,6 +47,10 @@ use crate::{Result, StorageError};
 
 /// The marker's file name.
 pub const MARKER: &str = "FUSEE";
+/// The name the marker has while `fusee migrate` fills the directory: a
+/// directory holding it and no [`MARKER`] is refused like any unmarked one
+/// (an interrupted migration), and the migration renames it back last.
+pub const MARKER_MIGRATING: &str = "FUSEE.migrating";
 /// The name the marker is written under before its rename.
 pub const MARKER_TMP: &str = "FUSEE.tmp";
 /// The longest backend name a marker holds.
@@ -194,7 +198,8 @@ pub fn judge(
         Found::Unmarked => Err(StorageError::NotAStore {
             path: shown(),
             why: "the directory holds files but no FUSEE identity marker \
-                  (another program's files, or a store from a release before markers)",
+                  (another program's files, a store from a release before markers, \
+                  or one an interrupted `fusee migrate` left incomplete: FUSEE.migrating)",
         }),
         Found::Marker(bytes) => {
             let file = path.join(MARKER).display().to_string();

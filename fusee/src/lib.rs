@@ -106,6 +106,7 @@ mod error;
 mod flow;
 pub mod inspect;
 mod metrics;
+pub mod migrate;
 mod operator;
 pub mod ownership;
 mod recovery;

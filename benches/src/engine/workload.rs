@@ -359,11 +359,22 @@ pub fn process_cpu() -> Duration {
 /// This process's resident memory in bytes (`VmRSS`; zero where it cannot
 /// be read).
 pub fn resident_bytes() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// This process's peak resident memory in bytes so far (`VmHWM`; zero
+/// where it cannot be read).
+pub fn peak_resident_bytes() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// A `kB` field of `/proc/self/status`, in bytes.
+fn status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse::<u64>().ok())
         })

@@ -347,7 +347,7 @@ impl StorageConfig {
     }
 
     #[cfg(feature = "postgres")]
-    fn postgres_options(&self) -> fusee_storage_postgres::PgOptions {
+    pub(crate) fn postgres_options(&self) -> fusee_storage_postgres::PgOptions {
         use fusee_storage_postgres::{PgOptions, SyncCommit};
         let p = &self.postgres;
         let mut o = PgOptions::new(

@@ -1,0 +1,158 @@
+//! `fusee migrate SRC DST`: a stopped engine's store moved to another
+//! backend (a directory of `--to BACKEND`, or a PostgreSQL URL), checked
+//! run by run, and made openable only once whole (`fusee::migrate`).
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use fusee::migrate::{Event, MigrateReport, Source, migrate};
+use fusee::{Backend, StorageConfig};
+use serde_json::json;
+
+use crate::output::{emit, emit_json};
+use crate::progress::Bar;
+use crate::{CliError, fmt};
+
+/// `fusee migrate`'s arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// The store to read: its directory (its marker names the backend), or
+    /// a PostgreSQL URL (postgresql://...). Only read; the engine must be
+    /// stopped.
+    source: String,
+    /// Where to write: a new or empty directory, or a PostgreSQL URL. An
+    /// interrupted migration's leftovers there are started over; a store
+    /// is refused.
+    destination: String,
+    /// The destination directory's backend (file, redb, rocksdb).
+    #[arg(long, default_value = "file")]
+    to: Backend,
+    /// The PostgreSQL schema of a URL source.
+    #[arg(long, default_value = "fusee")]
+    source_schema: String,
+    /// The PostgreSQL schema of a URL destination.
+    #[arg(long, default_value = "fusee")]
+    schema: String,
+    /// JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn is_url(s: &str) -> bool {
+    s.starts_with("postgresql://") || s.starts_with("postgres://")
+}
+
+/// Runs `fusee migrate`.
+pub(crate) fn run(a: &Args) -> Result<ExitCode, CliError> {
+    let source = if is_url(&a.source) {
+        Source::Config(Box::new(
+            StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema),
+        ))
+    } else {
+        Source::Dir(PathBuf::from(&a.source))
+    };
+    let target = if is_url(&a.destination) {
+        StorageConfig::postgres(&a.destination).postgres_schema(&a.schema)
+    } else {
+        if matches!(a.to, Backend::Memory | Backend::Postgres) {
+            return Err(CliError::Usage(format!(
+                "--to {}: a directory's backend is file, redb or rocksdb (a PostgreSQL \
+                 destination is a postgresql:// URL)",
+                a.to
+            )));
+        }
+        StorageConfig::new(a.to, &a.destination)
+    };
+    if !target.backend.compiled_in() {
+        return Err(CliError::NotBuilt {
+            what: format!("the destination is a {} store", target.backend),
+            feature: target.backend.name(),
+        });
+    }
+    let started = Instant::now();
+    let bar = Bar::new(0, "shards");
+    let mut shard_msg = String::new();
+    let mut progress = |e: Event| {
+        match e {
+            Event::Shard { shard, shards } => {
+                bar.length(u64::from(shards));
+                shard_msg = format!("copying shard {shard}");
+                bar.message(shard_msg.clone());
+            }
+            Event::Frames(n) => bar.message(format!("{shard_msg}: {n} runs")),
+            Event::LogRecords(n) => bar.message(format!("{shard_msg}: {n} log records")),
+            Event::ShardDone => bar.inc(),
+            Event::Checking { shard } => {
+                bar.reset_position();
+                shard_msg = format!("comparing shard {shard}");
+                bar.message(shard_msg.clone());
+            }
+            Event::Checked(n) => bar.message(format!("{shard_msg}: {n} runs")),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    };
+    let result = migrate(&source, &target, &mut progress);
+    bar.finish();
+    let report = result.map_err(|e| CliError::Other(format!("migrate: {e}")))?;
+    let secs = started.elapsed().as_secs_f64();
+    if a.json {
+        emit_json(&to_json(&report, secs))?;
+    } else {
+        emit(&table(&report, secs, &a.destination))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn to_json(r: &MigrateReport, secs: f64) -> serde_json::Value {
+    json!({
+        "shards": r.copy.shards,
+        "copied": {
+            "parked_runs": r.copy.parked,
+            "loaded_runs": r.copy.loaded,
+            "frames": r.copy.frames,
+            "log_records": r.copy.log_records,
+            "inbox_messages": r.copy.inbox_messages,
+        },
+        "checked": {
+            "runs": r.check.runs,
+            "journal_bytes": r.check.journal_bytes,
+            "by_state": r.check.by_state,
+            "equal": true,
+        },
+        "seconds": secs,
+    })
+}
+
+fn table(r: &MigrateReport, secs: f64, dst: &str) -> String {
+    let mut t = fmt::Table::new(&["what", "count"]);
+    let rows: Vec<(String, String)> = vec![
+        ("shards".into(), r.copy.shards.to_string()),
+        ("parked runs copied".into(), r.copy.parked.to_string()),
+        ("loaded runs copied".into(), r.copy.loaded.to_string()),
+        ("frames written".into(), r.copy.frames.to_string()),
+        (
+            "log records after checkpoints".into(),
+            r.copy.log_records.to_string(),
+        ),
+        ("inbox messages".into(), r.copy.inbox_messages.to_string()),
+        (
+            "runs compared, journals equal".into(),
+            r.check.runs.to_string(),
+        ),
+        (
+            "journal bytes compared".into(),
+            r.check.journal_bytes.to_string(),
+        ),
+    ];
+    for (k, v) in rows {
+        t.row([k, v]);
+    }
+    for (state, n) in &r.check.by_state {
+        t.row([format!("  {state}"), n.to_string()]);
+    }
+    t.row(["seconds".to_string(), format!("{secs:.1}")]);
+    format!("migrated into {dst}: every run's journal equal in both stores\n{t}\n")
+}

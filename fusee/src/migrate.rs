@@ -1,0 +1,512 @@
+//! Moving a store to another backend with the engine stopped: the library
+//! under `fusee migrate SRC DST`.
+//!
+//! # Design
+//!
+//! **Through the contract, shard by shard, from the source's last commit.**
+//! A destination is written only through the storage contract
+//! (`fusee-storage`: log, run store, checkpoint and index), never by
+//! copying a backend's files, so any backend can be either side. Each
+//! source shard is opened (read-only for directories, through
+//! [`crate::inspect::open_read_only`]; PostgreSQL through its normal open,
+//! which only cleans what no flush or commit made its own) and yields what
+//! recovery starts from: its last commit (checkpoint and index), the frames
+//! they name, and the log after the checkpoint. The destination shard
+//! receives exactly that, so the engine's recovery on the destination does
+//! what it would have done on the source: same runs and run numbers, same
+//! journals byte for byte, same outbox, same messages regenerated from the
+//! log tail. Nothing is rebuilt from the core's state, so nothing the
+//! recovery owns (outputs released at open, messages re-sent) is done
+//! twice or by a second copy of its logic.
+//!
+//! **Frames get new addresses.** A [`BlobRef`] is backend-defined, so every
+//! frame the commit names is appended to the destination's run store and
+//! every reference to it rewritten: the index records (offset and length,
+//! the persisted entry's words 2 and 3) and the checkpoint's loaded runs.
+//! A `Delta` chain (a run parked several times) names its previous frame
+//! inside its bytes; it is written as one `Park` frame holding the chain's
+//! whole journal and the newest frame's timers (the engine reads a chain
+//! as exactly that), so no frame refers to another in the destination: the
+//! index record loses its `CHAINED` flag, a loaded run's `blob_depth` is 0
+//! and its `blob_chain` the new frame's length. A `Done` frame is copied
+//! as it is. Frames the commit does not name (appended after it, released)
+//! are left behind: the source's recovery would not read them either.
+//!
+//! **LSNs are shifted so the destination log starts at 1.** The contract
+//! wants a log's LSNs consecutive from 1, and a source log discarded
+//! through its checkpoint no longer has records 1..=`lsn`. LSNs are a
+//! shard's private clock: no journal, index record, outbox message or
+//! deduplication key holds one (keys are shard, run and sequence number;
+//! see `fusee_core::shard::send_dedup`); only checkpoints (the LSN covered,
+//! loaded runs' last LSN) and frame headers (the run's last LSN) do, and
+//! recovery only compares them with each other and with the log's LSNs.
+//! So the destination takes every LSN at or before the checkpoint's to 0
+//! (they are all covered) and the log tail's LSN `n` to `n - lsn`: every
+//! comparison recovery makes keeps its outcome (all covered LSNs are below
+//! every tail LSN, tail LSNs keep their order), and the destination log
+//! holds exactly the tail, from 1. The alternative, a contract call to
+//! start an empty log after a given LSN (as a discarded log does), would
+//! have kept LSNs equal at the cost of a change to every backend and the
+//! conformance suite, for no behaviour the shift does not keep.
+//!
+//! **Inbox messages.** A PostgreSQL shard's inbox table holds messages from
+//! other processes' shards that the shard has not recorded yet (their
+//! senders counted them delivered). Into another PostgreSQL store they are
+//! posted to the same shard's inbox; into a single-process backend they
+//! are added to the shard's checkpoint outbox, which the engine sends at
+//! open to the shard the message names, where they are deduplicated as
+//! any message sent twice.
+//!
+//! **Incomplete until the end.** The destination is created empty, then
+//! marked as being migrated into before any shard is written: a
+//! directory's identity marker `FUSEE` is renamed to `FUSEE.migrating`
+//! ([`fusee_storage::identity::MARKER_MIGRATING`]); a PostgreSQL schema's
+//! `format` row moves to a `migrating` table
+//! (`fusee_storage_postgres::migration`). Every backend refuses such a
+//! store at open (a directory without a marker, a schema with an empty
+//! format table), each naming the interrupted migration. Only after every
+//! shard is written, the storage closed and the run-by-run comparison
+//! passed is the mark taken back (a rename and a directory sync; one
+//! transaction). The source is only read. So a crash or SIGKILL at any
+//! point leaves the source untouched and the destination refused, and
+//! running the command again starts the destination over (it recognises
+//! its own mark and deletes what it holds; it deletes nothing else). One
+//! window remains: after the backend created the empty store and before
+//! the mark, a crash leaves an empty store (no shard) at the destination;
+//! running the command again takes it, and an engine opening it sees an
+//! empty store, never part of one.
+//!
+//! **The check.** [`compare`] rebuilds each shard of both stores as the
+//! engine's recovery does ([`crate::inspect::rebuild`]) and compares, run
+//! by run (newest first, one shard at a time, so memory stays that of one
+//! shard's run table), the run's state and its whole journal's bytes, and
+//! each shard's next run number; any difference is a
+//! [`MigrateError::Mismatch`] naming the run.
+//!
+//! # Interrupting for tests
+//!
+//! Every step reports an [`Event`] to the caller's progress function;
+//! answering [`ControlFlow::Break`] stops the migration there as a crash
+//! would (the destination is dropped unclosed, nothing is cleaned up),
+//! which is how the tests interrupt it at every step boundary.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use fusee_core::shard::BlobRef;
+use fusee_storage::identity::{MARKER, MARKER_MIGRATING};
+use fusee_storage::{Storage, StorageError};
+
+use crate::config::{OpenError, StorageConfig, open_storage};
+use crate::inspect::{InspectError, StoreVisitor};
+use crate::{AnyLog, AnyStorage, Backend};
+
+mod check;
+mod copy;
+
+pub use check::{CheckReport, compare};
+pub use copy::{CopyReport, Inboxes, copy_storage};
+
+/// Why a migration failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrateError {
+    /// The source or destination could not be opened.
+    #[error("{side}: {error}")]
+    Open {
+        /// `source` or `destination`.
+        side: &'static str,
+        /// Why.
+        error: OpenError,
+    },
+    /// A store could not be read (opened read-only, or rebuilt).
+    #[error("{side}: {error}")]
+    Inspect {
+        /// `source` or `destination`.
+        side: &'static str,
+        /// Why.
+        error: InspectError,
+    },
+    /// A storage call failed.
+    #[error("{side}{}: {error}", shard.map(|s| format!(", shard {s}")).unwrap_or_default())]
+    Storage {
+        /// `source` or `destination`.
+        side: &'static str,
+        /// The shard, if the call was about one.
+        shard: Option<u32>,
+        /// The storage's error.
+        error: StorageError,
+    },
+    /// The source holds bytes the core refuses.
+    #[error("source, shard {shard}: {what}: {detail}")]
+    Damaged {
+        /// The shard.
+        shard: u32,
+        /// What failed to decode.
+        what: &'static str,
+        /// The decoder's words.
+        detail: String,
+    },
+    /// The destination already holds a store (with shards), or another
+    /// program's files.
+    #[error("destination {0} already holds a store: migrate into a new directory or schema")]
+    TargetNotEmpty(String),
+    /// Source and destination are the same place.
+    #[error("the source and the destination are the same store")]
+    SamePlace,
+    /// A PostgreSQL shard's inbox holds messages, the shard never took a
+    /// checkpoint, and the destination has no inbox to post them to.
+    #[error(
+        "source shard {0} holds inbox messages and no checkpoint: open the store with an \
+         engine and close it (which checkpoints every shard), then migrate"
+    )]
+    InboxWithoutCheckpoint(u32),
+    /// The two stores differ after the copy (see [`compare`]).
+    #[error("shard {shard}, run {run}: {what}")]
+    Mismatch {
+        /// The shard.
+        shard: u32,
+        /// The run (0: the shard itself).
+        run: u64,
+        /// What differs.
+        what: String,
+    },
+    /// The progress function stopped the migration (tests' crash points).
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl From<InspectError> for MigrateError {
+    /// Reading the source failed.
+    fn from(error: InspectError) -> Self {
+        Self::Inspect {
+            side: "source",
+            error,
+        }
+    }
+}
+
+impl MigrateError {
+    pub(crate) fn storage(side: &'static str, shard: Option<u32>) -> impl Fn(StorageError) -> Self {
+        move |error| Self::Storage { side, shard, error }
+    }
+}
+
+/// A step of a migration, as the progress function hears it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The destination exists and is marked incomplete.
+    Marked,
+    /// Copying shard `shard` of `shards` begins.
+    Shard {
+        /// The shard.
+        shard: u32,
+        /// How many shards the source holds.
+        shards: u32,
+    },
+    /// Frames copied so far in this shard.
+    Frames(u64),
+    /// The shard's commit (index and checkpoint) is written.
+    Committed,
+    /// Log records copied so far in this shard.
+    LogRecords(u64),
+    /// The shard is copied.
+    ShardDone,
+    /// Comparing shard `shard` begins.
+    Checking {
+        /// The shard.
+        shard: u32,
+    },
+    /// Runs compared so far in this shard.
+    Checked(u64),
+    /// The destination is whole and no longer marked.
+    Complete,
+}
+
+/// The progress function: told each [`Event`], it may stop the migration.
+pub type Progress<'a> = &'a mut dyn FnMut(Event) -> ControlFlow<()>;
+
+pub(crate) fn report(
+    progress: &mut dyn FnMut(Event) -> ControlFlow<()>,
+    e: Event,
+) -> Result<(), MigrateError> {
+    match progress(e) {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(()) => Err(MigrateError::Interrupted),
+    }
+}
+
+/// Where a migration reads.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A store's directory (its marker names the backend); opened
+    /// read-only.
+    Dir(PathBuf),
+    /// A store opened through its configuration (PostgreSQL).
+    Config(Box<StorageConfig>),
+}
+
+/// What a migration did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// The copy.
+    pub copy: CopyReport,
+    /// The run-by-run comparison.
+    pub check: CheckReport,
+}
+
+/// Migrates the store `source` into `target` (a new directory of
+/// `target.backend`, or a PostgreSQL schema), checks the two hold the same
+/// journals, and only then makes the destination openable (module docs).
+/// The engine must be stopped: a directory an engine holds is refused
+/// (locked). A destination an interrupted migration left is started over;
+/// one holding a store is refused.
+pub fn migrate(
+    source: &Source,
+    target: &StorageConfig,
+    progress: Progress<'_>,
+) -> Result<MigrateReport, MigrateError> {
+    if let Source::Dir(dir) = source
+        && target.backend != Backend::Postgres
+        && same_dir(dir, &target.dir)
+    {
+        return Err(MigrateError::SamePlace);
+    }
+    if let Source::Config(config) = source
+        && config.backend == target.backend
+        && (config.backend != Backend::Postgres || config.postgres == target.postgres)
+        && (config.backend == Backend::Postgres || same_dir(&config.dir, &target.dir))
+    {
+        return Err(MigrateError::SamePlace);
+    }
+    match source {
+        Source::Dir(dir) => crate::inspect::open_read_only(dir, Visit { target, progress })?,
+        Source::Config(config) => {
+            // A source that is not there is an error, never a new store.
+            let src = open_storage(&config.clone().existing_only()).map_err(|error| {
+                MigrateError::Open {
+                    side: "source",
+                    error,
+                }
+            })?;
+            let r = into_target(&src, &mut AnyInbox, target, progress);
+            // Reading changed nothing worth keeping: a close only ends leases.
+            let _ = src.close();
+            r
+        }
+    }
+}
+
+/// The destination's part, once the source is open (so a source an engine
+/// holds is refused before anything is created).
+fn into_target<S: Storage>(
+    src: &S,
+    src_inbox: &mut dyn Inboxes<S::Log>,
+    target: &StorageConfig,
+    progress: Progress<'_>,
+) -> Result<MigrateReport, MigrateError> {
+    prepare_target(target)?;
+    let dst = open_storage(target).map_err(|error| MigrateError::Open {
+        side: "destination",
+        error,
+    })?;
+    let existing = dst
+        .shards()
+        .map_err(MigrateError::storage("destination", None))?;
+    if !existing.is_empty() {
+        return Err(MigrateError::TargetNotEmpty(place(target)));
+    }
+    mark_incomplete(&dst, target)?;
+    report(progress, Event::Marked)?;
+    let copy = copy_storage(src, &dst, src_inbox, &mut AnyInbox, progress)?;
+    let check = compare(src, &dst, now_ms(), progress)?;
+    mark_complete(dst, target)?;
+    report(progress, Event::Complete)?;
+    Ok(MigrateReport { copy, check })
+}
+
+struct Visit<'a, 'p> {
+    target: &'a StorageConfig,
+    progress: Progress<'p>,
+}
+
+impl StoreVisitor for Visit<'_, '_> {
+    type Out = Result<MigrateReport, MigrateError>;
+    fn visit<S: Storage>(self, _backend: Backend, storage: &S) -> Self::Out {
+        into_target(storage, &mut NoInbox, self.target, self.progress)
+    }
+}
+
+/// The time `compare` rebuilds at (only timers' due state depends on it,
+/// and both sides see the same).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A source or destination without inbox tables.
+pub(crate) struct NoInbox;
+
+impl<L> Inboxes<L> for NoInbox {}
+
+/// The inboxes of an [`AnyStorage`]: PostgreSQL's table, none otherwise.
+pub(crate) struct AnyInbox;
+
+impl Inboxes<AnyLog> for AnyInbox {
+    #[allow(unused_variables)]
+    fn take(&mut self, log: &mut AnyLog) -> Result<Vec<Vec<u8>>, StorageError> {
+        #[cfg(feature = "postgres")]
+        if let AnyLog::Postgres(log) = log {
+            let mut inbox = log.inbox();
+            let mut seen = Vec::new();
+            let mut out = Vec::new();
+            loop {
+                let rows = inbox.read(&seen)?;
+                if rows.is_empty() {
+                    return Ok(out);
+                }
+                for row in rows {
+                    seen.push(row.id);
+                    out.push(row.body?);
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    #[allow(unused_variables)]
+    fn post(
+        &mut self,
+        log: &mut AnyLog,
+        shard: u32,
+        messages: &[Vec<u8>],
+    ) -> Result<bool, StorageError> {
+        #[cfg(feature = "postgres")]
+        if let AnyLog::Postgres(log) = log {
+            let rows: Vec<(u32, &[u8])> = messages.iter().map(|m| (shard, m.as_slice())).collect();
+            log.inbox().post(&rows)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+fn place(target: &StorageConfig) -> String {
+    if target.backend == Backend::Postgres {
+        format!(
+            "schema {}",
+            target.postgres.schema.as_deref().unwrap_or("fusee")
+        )
+    } else {
+        target.dir.display().to_string()
+    }
+}
+
+/// Deletes what an interrupted migration left at `target` (only if its
+/// mark is there); refuses a directory holding anything else but an empty
+/// store.
+fn prepare_target(target: &StorageConfig) -> Result<(), MigrateError> {
+    let io = |error: std::io::Error| MigrateError::Storage {
+        side: "destination",
+        shard: None,
+        error: StorageError::io(format!("preparing {}", target.dir.display()), error),
+    };
+    match target.backend {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => {
+            let options = target.postgres_options();
+            fusee_storage_postgres::migration::drop_incomplete(&options)
+                .map_err(MigrateError::storage("destination", None))?;
+            Ok(())
+        }
+        _ => {
+            let dir = &target.dir;
+            if dir.join(MARKER).exists() {
+                // A store: refused unless it is empty (a migration stopped
+                // before its mark), judged without opening it for writing.
+                let shards = match crate::inspect::open_read_only(dir, Shards) {
+                    // A marker and no database yet: a store whose creation
+                    // was cut short (the backend's open finishes it).
+                    Err(InspectError::Storage {
+                        error: StorageError::NotFound { .. },
+                        ..
+                    }) => Vec::new(),
+                    Err(error) => {
+                        return Err(MigrateError::Inspect {
+                            side: "destination",
+                            error,
+                        });
+                    }
+                    Ok(shards) => shards.map_err(MigrateError::storage("destination", None))?,
+                };
+                if !shards.is_empty() {
+                    return Err(MigrateError::TargetNotEmpty(place(target)));
+                }
+            } else if dir.join(MARKER_MIGRATING).exists() {
+                std::fs::remove_dir_all(dir).map_err(io)?;
+                if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    fusee_storage::dirs::sync_dir(parent)
+                        .map_err(MigrateError::storage("destination", None))?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The shards of a store opened read-only.
+struct Shards;
+
+impl StoreVisitor for Shards {
+    type Out = Result<Vec<u32>, StorageError>;
+    fn visit<S: Storage>(self, _backend: Backend, storage: &S) -> Self::Out {
+        storage.shards()
+    }
+}
+
+fn mark_incomplete(dst: &AnyStorage, target: &StorageConfig) -> Result<(), MigrateError> {
+    let err = MigrateError::storage("destination", None);
+    match dst {
+        #[cfg(feature = "postgres")]
+        AnyStorage::Postgres(pg) => pg.mark_incomplete().map_err(err),
+        AnyStorage::Memory(_) => Ok(()),
+        #[allow(unreachable_patterns)]
+        _ => rename_marker(&target.dir, MARKER, MARKER_MIGRATING).map_err(err),
+    }
+}
+
+/// Closes `dst` and takes the mark back: the destination opens from now on.
+fn mark_complete(dst: AnyStorage, target: &StorageConfig) -> Result<(), MigrateError> {
+    let err = MigrateError::storage("destination", None);
+    #[cfg(feature = "postgres")]
+    if let AnyStorage::Postgres(pg) = &dst {
+        pg.mark_complete().map_err(&err)?;
+    }
+    dst.close().map_err(&err)?;
+    let dir_backend = !matches!(dst, AnyStorage::Memory(_)) && target.backend != Backend::Postgres;
+    // The database (and its lock) goes before the marker comes back.
+    drop(dst);
+    if dir_backend {
+        rename_marker(&target.dir, MARKER_MIGRATING, MARKER).map_err(err)?;
+    }
+    Ok(())
+}
+
+fn rename_marker(dir: &Path, from: &str, to: &str) -> Result<(), StorageError> {
+    std::fs::rename(dir.join(from), dir.join(to)).map_err(|e| {
+        StorageError::io(format!("renaming {from} to {to} in {}", dir.display()), e)
+    })?;
+    fusee_storage::dirs::sync_dir(dir)
+}
+
+/// A frame address as the destination's index and checkpoint name it.
+pub(crate) type Moved = rustc_hash::FxHashMap<BlobRef, BlobRef>;

@@ -48,6 +48,7 @@ use crate::registry::Registry;
 use crate::runtime::driver;
 use crate::runtime::{Input, LoopConfig};
 use crate::telemetry::Telemetry;
+use crate::trace::TraceParent;
 use crate::workflow::{Failure, Signal, Workflow, decode, encode};
 use crate::{AnyStorage, Metrics};
 
@@ -145,6 +146,12 @@ pub struct Config {
     /// flush histograms, fencing refusals, open times (default on; off,
     /// a shard pays one branch per record).
     pub metrics: bool,
+    /// The tracer provider the engine's spans go to (feature `otel`;
+    /// default none: no spans). Your own provider, with its exporter,
+    /// processor and sampler: the engine takes a tracer from it and never
+    /// touches the global one. See [`crate::otel`].
+    #[cfg(feature = "otel")]
+    pub tracer: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
 impl Config {
@@ -167,6 +174,8 @@ impl Config {
             clock: Clock::System,
             ownership: Ownership::All,
             metrics: true,
+            #[cfg(feature = "otel")]
+            tracer: None,
         }
     }
 
@@ -200,6 +209,14 @@ impl Config {
     /// Sets the shard count (for a new store).
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
+        self
+    }
+
+    /// Sends spans made from durable records to `provider`
+    /// ([`Config::tracer`], feature `otel`).
+    #[cfg(feature = "otel")]
+    pub fn tracer(mut self, provider: opentelemetry_sdk::trace::SdkTracerProvider) -> Self {
+        self.tracer = Some(provider);
         self
     }
 
@@ -361,6 +378,46 @@ pub enum IdPolicy {
     /// ([`Error::AlreadyExists`] then): an ID used once a day, say, by a
     /// daily job.
     ReuseAfterFinish,
+}
+
+/// How a run starts: [`Engine::start_with_options`],
+/// [`Engine::start_json_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    policy: IdPolicy,
+    trace: Option<TraceParent>,
+}
+
+impl StartOptions {
+    /// A new ID only, no trace context given (what [`Engine::start`] does).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What the start does when the ID is taken (default
+    /// [`IdPolicy::NewOnly`]).
+    pub fn policy(mut self, policy: IdPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The caller's trace context (a W3C `traceparent`): recorded in the
+    /// run's `Start`, so it survives restarts; the run's span is its
+    /// child, and its steps ([`StepContext::traceparent`](crate::StepContext::traceparent))
+    /// and children continue the trace. Without one, a run is the root of
+    /// a trace of its own. An attach to an existing run records nothing.
+    pub fn trace(mut self, parent: TraceParent) -> Self {
+        self.trace = Some(parent);
+        self
+    }
+
+    pub(crate) fn policy_of(&self) -> IdPolicy {
+        self.policy
+    }
+
+    pub(crate) fn trace_of(&self) -> Option<TraceParent> {
+        self.trace
+    }
 }
 
 /// A run a start created or attached to.
@@ -649,7 +706,17 @@ impl Engine {
             #[cfg(feature = "testing")]
             sabotage: None,
         };
+        #[cfg(not(feature = "otel"))]
         let telemetry = config.metrics.then(|| Arc::new(Telemetry::default()));
+        // A tracer needs the record notes: it turns them on, figures too.
+        #[cfg(feature = "otel")]
+        let telemetry = (config.metrics || config.tracer.is_some()).then(|| {
+            let t = Telemetry::default();
+            Arc::new(match &config.tracer {
+                Some(p) => t.with_traces(crate::otel::Traces::new(p, config.clock.clone())),
+                None => t,
+            })
+        });
         let context = driver::Context {
             telemetry: telemetry.clone(),
             storage: Arc::clone(&storage),
@@ -746,6 +813,20 @@ impl Engine {
         input: &I,
         policy: IdPolicy,
     ) -> Result<RunHandle<O>> {
+        self.start_with_options(workflow, id, input, StartOptions::new().policy(policy))
+            .await
+    }
+
+    /// [`Engine::start_with`] with every start option: the ID policy and
+    /// the trace context to record in the run's `Start` (see
+    /// [`StartOptions`]).
+    pub async fn start_with_options<I: Serialize, O>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<RunHandle<O>> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
         self.check_input(workflow.name(), &input)?;
         let run = self
@@ -753,7 +834,8 @@ impl Engine {
                 wtype: workflow.name().to_string(),
                 id: id.to_string(),
                 input,
-                policy,
+                policy: options.policy,
+                trace: options.trace,
                 reply,
             })
             .await?;

@@ -169,6 +169,9 @@ fn hex<const N: usize>(s: &str) -> Option<[u8; N]> {
 
 /// What a span of a run is: its kind and what tells it apart within the
 /// run (the hash input of its ID).
+// Without the `otel` feature only attempts and children are named (a
+// step's context, a child's start); the spans are the feature's.
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum SpanOf {
     /// A step attempt: the step's operation and the attempt number.

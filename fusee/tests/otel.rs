@@ -159,9 +159,12 @@ const ORDER: Workflow<u64, u64> = Workflow::new("order");
 const PARENT: Workflow<u32, u32> = Workflow::new("parent");
 const KID: Workflow<u32, u32> = Workflow::new("kid");
 
+/// What each attempt of the order's first step saw: its number and context.
+type Seen = Arc<Mutex<Vec<(u32, Option<TraceParent>)>>>;
+
 /// Two steps, the first failing its first attempt, and a sleep between.
 /// Each step's context is kept by its attempt.
-fn register_order(engine: &Engine, seen: &Arc<Mutex<Vec<(u32, Option<TraceParent>)>>>) {
+fn register_order(engine: &Engine, seen: &Seen) {
     let seen = Arc::clone(seen);
     engine.register(ORDER, move |ctx: Ctx, n: u64| {
         let seen = Arc::clone(&seen);
@@ -198,7 +201,7 @@ async fn the_traceparent_given_at_start_is_the_root_and_steps_continue_it() {
     let received = Received::default();
     let endpoint = receiver(Arc::clone(&received)).await;
     let provider = provider(&endpoint);
-    let seen = Arc::default();
+    let seen = Seen::default();
     let s = Arc::clone(&seen);
     let kit = TestEngine::builder()
         .config(Config::memory().shards(1).tracer(provider.clone()))
@@ -327,7 +330,7 @@ async fn a_crash_at_every_record_boundary_leaves_one_span_per_attempt() {
     let received = Received::default();
     let endpoint = receiver(Arc::clone(&received)).await;
     let provider = provider(&endpoint);
-    let seen = Arc::default();
+    let seen = Seen::default();
     let s = Arc::clone(&seen);
     let kit = TestEngine::builder()
         .config(Config::memory().tracer(provider.clone()))

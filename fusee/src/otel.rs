@@ -80,6 +80,15 @@
 //! run, the clock read) and each span one build and end on the provider at
 //! the flush; the shard keeps, per run with spans open, its trace context
 //! and the opening times of what is open (dropped at its `Done`).
+//!
+//! Measured (`cargo bench -p fusee-benches --no-default-features
+//! --features file --bench engine -- telemetry`, metrics and traces to a
+//! batch processor exporting to a no-op sink, against both off, on a busy
+//! shared 2-core machine, 2026-12-04): the chain of 300 steps on the file
+//! backend 1.018x (goal 1.05: met); the fanout of 2,000 workflows of 10
+//! steps 2.28x in memory and 1.62x on files (goal not met: a span costs
+//! several allocations here and in the SDK, and the batch processor's
+//! thread takes CPU from the shard threads; not optimised yet).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;

@@ -20,11 +20,13 @@
 //!    second both ways and their ratio, on the file backend.
 //!
 //! 5. **telemetry**: the chain (file backend) and the fanout (memory and
-//!    file backends) with [`Config::metrics`] on against off, two engines
-//!    open side by side and measured in alternating rounds (which one goes
+//!    file backends) with telemetry on (metrics, and traces through a
+//!    tracer provider whose batch processor exports to a no-op sink)
+//!    against off ([`Config::metrics`] off, no tracer), two engines open
+//!    side by side and measured in alternating rounds (which one goes
 //!    first alternates too): the median of the rounds' on/off time ratios
 //!    (goal: at most 1.05 on each). A render of the exposition after
-//!    each round with metrics on is part of its time.
+//!    each round with telemetry on is part of its time.
 //!
 //! `cargo bench -p fusee-benches --no-default-features --features file,redb --bench engine`
 //! (RocksDB too with its feature, after its 25-minute release build).
@@ -152,9 +154,10 @@ async fn telemetry(dir: &Path) -> WorkResult<()> {
         } else {
             "telemetry-chain-off"
         };
-        workload::config(Backend::File, &fresh(dir, name))
-            .shards(1)
-            .metrics(on)
+        telemetry_on(
+            workload::config(Backend::File, &fresh(dir, name)).shards(1),
+            on,
+        )
     };
     let stamps = Stamps::default();
     let engines = [
@@ -188,14 +191,14 @@ async fn telemetry(dir: &Path) -> WorkResult<()> {
     report_ratio(&format!("chain (file), {steps} steps"), ratios);
     type MakeConfig = fn(&Path, bool) -> Config;
     let backends: [(&str, MakeConfig); 2] = [
-        ("memory", |_, on| Config::memory().metrics(on)),
+        ("memory", |_, on| telemetry_on(Config::memory(), on)),
         ("file", |dir, on| {
             let name = if on {
                 "telemetry-fanout-on"
             } else {
                 "telemetry-fanout-off"
             };
-            Config::file(fresh(dir, name)).metrics(on)
+            telemetry_on(Config::file(fresh(dir, name)), on)
         }),
     ];
     for (name, config) in backends {
@@ -236,12 +239,40 @@ async fn telemetry(dir: &Path) -> WorkResult<()> {
     Ok(())
 }
 
+/// `config` with telemetry `on` (metrics, and traces to [`Discard`]
+/// through a batch processor, as an embedder would export) or off.
+fn telemetry_on(config: Config, on: bool) -> Config {
+    let config = config.metrics(on);
+    if !on {
+        return config;
+    }
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(Discard)
+        .build();
+    config.tracer(provider)
+}
+
+/// A span exporter that drops what it is given: the no-op sink of the
+/// telemetry figure.
+#[derive(Debug)]
+struct Discard;
+
+impl opentelemetry_sdk::trace::SpanExporter for Discard {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        std::hint::black_box(batch);
+        Ok(())
+    }
+}
+
 /// Prints a telemetry figure: the median on/off ratios of wall and CPU
 /// time, and every round's wall ratio.
 fn report_ratio(what: &str, ratios: Vec<[f64; 2]>) {
     let all: Vec<String> = ratios.iter().map(|r| format!("{:.3}", r[0])).collect();
     println!(
-        "telemetry {what}: metrics on / off, median of {} rounds: wall {:.3}, process CPU {:.3} (wall by round: {})",
+        "telemetry {what}: metrics and traces on / off, median of {} rounds: wall {:.3}, process CPU {:.3} (wall by round: {})",
         ratios.len(),
         median(ratios.iter().map(|r| r[0]).collect()),
         median(ratios.iter().map(|r| r[1]).collect()),

@@ -8,9 +8,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use axum::Json;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
-use fusee::{Cursor, IdPolicy, ListFilter, RunStatus, StatusFilter};
+use axum::http::{HeaderMap, StatusCode};
+use fusee::{Cursor, IdPolicy, ListFilter, RunStatus, StartOptions, StatusFilter, TraceParent};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
@@ -407,31 +407,64 @@ async fn list_runs(State(app): State<App>, Params(q): Params<RunsQuery>) -> Repl
     Ok(Json(runs_page(&app.engine, &q).await?))
 }
 
-/// Starts a run; answers once the start is durable.
-#[utoipa::path(post, path = "/api/v1/runs", tag = "runs", request_body = StartRequest, responses(
+/// Starts a run; answers once the start is durable. A W3C `traceparent`
+/// header is recorded in the run's start: the run's span is its child.
+#[utoipa::path(post, path = "/api/v1/runs", tag = "runs", request_body = StartRequest,
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context the run continues")),
+    responses(
     (status = 200, body = StartReply),
-    (status = 400, description = "Unknown workflow type, bad policy or JSON", body = ErrorBody),
+    (status = 400, description = "Unknown workflow type, bad policy, traceparent or JSON", body = ErrorBody),
     (status = 409, description = "The ID exists", body = ErrorBody),
     (status = 413, body = ErrorBody)))]
-async fn start_run(State(app): State<App>, Body(r): Body<StartRequest>) -> Reply<StartReply> {
-    let p = policy(r.policy.as_deref())?;
+async fn start_run(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Body(r): Body<StartRequest>,
+) -> Reply<StartReply> {
+    let options = start_options(r.policy.as_deref(), &headers)?;
     let run = app
         .engine
-        .start_json(&r.workflow, &r.id, &r.input, p)
+        .start_json_with(&r.workflow, &r.id, &r.input, options)
         .await?;
     Ok(Json(start_reply(&run)))
 }
 
-/// Starts a run and waits for its result, at most `timeout_ms`.
-#[utoipa::path(post, path = "/api/v1/execute", tag = "runs", request_body = ExecuteRequest, responses(
+/// The start's options: its ID policy and the `traceparent` header's
+/// trace context, if any.
+fn start_options(p: Option<&str>, headers: &HeaderMap) -> Result<StartOptions, ApiError> {
+    let options = StartOptions::new().policy(policy(p)?);
+    let Some(v) = headers.get("traceparent") else {
+        return Ok(options);
+    };
+    let tp = v
+        .to_str()
+        .ok()
+        .and_then(|t| TraceParent::parse(t).ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "traceparent is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)",
+            )
+        })?;
+    Ok(options.trace(tp))
+}
+
+/// Starts a run and waits for its result, at most `timeout_ms`. A W3C
+/// `traceparent` header is recorded as for a start.
+#[utoipa::path(post, path = "/api/v1/execute", tag = "runs", request_body = ExecuteRequest,
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context the run continues")),
+    responses(
     (status = 200, body = ResultReply),
     (status = 422, description = "The run ended without a result", body = ErrorBody),
     (status = 504, description = "No result in time; the run goes on", body = ErrorBody)))]
-async fn execute(State(app): State<App>, Body(r): Body<ExecuteRequest>) -> Reply<ResultReply> {
-    let p = policy(r.start.policy.as_deref())?;
+async fn execute(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Body(r): Body<ExecuteRequest>,
+) -> Reply<ResultReply> {
+    let options = start_options(r.start.policy.as_deref(), &headers)?;
     let run = app
         .engine
-        .start_json(&r.start.workflow, &r.start.id, &r.start.input, p)
+        .start_json_with(&r.start.workflow, &r.start.id, &r.start.input, options)
         .await?;
     let result = wait_result(
         &app.engine,

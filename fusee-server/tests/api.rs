@@ -1054,3 +1054,34 @@ async fn metrics_are_served_in_the_prometheus_format_to_the_read_token() {
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_header_is_recorded_in_the_runs_start() {
+    let (engine, server, client) = setup().await;
+    let url = format!("{}/api/v1/runs", server.url());
+    let body = r#"{"workflow": "echo", "id": "t-1", "input": 5}"#;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let send = |id: &str, header: &str| {
+        reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(ADMIN)
+            .header("content-type", "application/json")
+            .header("traceparent", header.to_string())
+            .body(body.replace("t-1", id))
+            .send()
+    };
+    assert_eq!(
+        send("t-1", tp).await.expect("request").status().as_u16(),
+        200
+    );
+    let journal = client.journal("t-1", None).await.unwrap();
+    let start = &journal["records"][0];
+    assert_eq!(start["kind"], "Start");
+    assert_eq!(start["meta"]["attributes"]["json"]["traceparent"], tp);
+    // A malformed header is refused, and nothing is started.
+    let resp = send("t-2", "00-xyz").await.expect("request");
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(kind(client.journal("t-2", None).await).0, 404);
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}

@@ -14,6 +14,7 @@ use fusee_core::record::{RunId, Status};
 
 use crate::error::{Error, Result};
 use crate::inspect::RunState;
+use crate::trace::TraceParent;
 
 /// Which run a start returns when the workflow ID is taken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,6 +29,47 @@ pub enum IdPolicy {
     /// ([`Error::AlreadyExists`](crate::Error::AlreadyExists) then): an ID used once a day, say, by a
     /// daily job.
     ReuseAfterFinish,
+}
+
+/// How a run starts: [`Engine::start_with_options`](crate::Engine::start_with_options),
+/// [`Engine::start_json_with`](crate::Engine::start_json_with).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    policy: IdPolicy,
+    trace: Option<TraceParent>,
+}
+
+impl StartOptions {
+    /// A new ID only, no trace context given (what
+    /// [`Engine::start`](crate::Engine::start) does).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What the start does when the ID is taken (default
+    /// [`IdPolicy::NewOnly`]).
+    pub fn policy(mut self, policy: IdPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The caller's trace context (a W3C `traceparent`): recorded in the
+    /// run's `Start`, so it survives restarts; the run's span is its
+    /// child, and its steps ([`StepContext::traceparent`](crate::StepContext::traceparent))
+    /// and children continue the trace. Without one, a run is the root of
+    /// a trace of its own. An attach to an existing run records nothing.
+    pub fn trace(mut self, parent: TraceParent) -> Self {
+        self.trace = Some(parent);
+        self
+    }
+
+    pub(crate) fn policy_of(&self) -> IdPolicy {
+        self.policy
+    }
+
+    pub(crate) fn trace_of(&self) -> Option<TraceParent> {
+        self.trace
+    }
 }
 
 /// A run a start created or attached to.

@@ -114,6 +114,7 @@ pub struct StepContext {
     key: Arc<str>,
     attempt: u32,
     fencing_token: u64,
+    trace: Option<crate::trace::TraceParent>,
 }
 
 impl StepContext {
@@ -122,6 +123,7 @@ impl StepContext {
             key,
             attempt,
             fencing_token: 0,
+            trace: None,
         }
     }
 
@@ -176,6 +178,27 @@ impl StepContext {
     /// ```
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
+    }
+
+    /// The same attempt under another idempotency key (a saga's own).
+    pub(crate) fn with_key(mut self, key: Arc<str>) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// The context with this attempt's trace context.
+    pub(crate) fn traced(mut self, trace: crate::trace::TraceParent) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// This attempt's trace context: the run's trace, this attempt's span
+    /// as the parent. Send it as the `traceparent` header of the calls the
+    /// step makes, so they appear under the attempt in the trace (see
+    /// [`crate::trace`]). `None` only for a context made outside the
+    /// engine's shard loop.
+    pub fn traceparent(&self) -> Option<crate::trace::TraceParent> {
+        self.trace
     }
 
     /// The step's idempotency key: the same on every attempt and after

@@ -34,7 +34,7 @@ use fusee_core::record::{Record, RunId, Status, decode_canonical_all, origin};
 use serde_json::Value;
 
 use crate::Metrics;
-use crate::client::{IdPolicy, RunRef};
+use crate::client::{IdPolicy, RunRef, StartOptions};
 use crate::engine::{Engine, keyed_update_id, update_result};
 use crate::error::{Error, Result};
 use crate::inspect::{RunJournal, RunState, RunSummary};
@@ -94,12 +94,26 @@ impl Engine {
         input: &Value,
         policy: IdPolicy,
     ) -> Result<RunRef> {
+        self.start_json_with(wtype, id, input, StartOptions::new().policy(policy))
+            .await
+    }
+
+    /// [`Engine::start_json`] with every start option (see
+    /// [`StartOptions`]).
+    pub async fn start_json_with(
+        &self,
+        wtype: &str,
+        id: &str,
+        input: &Value,
+        options: StartOptions,
+    ) -> Result<RunRef> {
         let input = json_bytes(input);
         self.request(id, |reply| Input::Start {
             wtype: wtype.to_string(),
             id: id.to_string(),
             input,
-            policy,
+            policy: options.policy_of(),
+            trace: options.trace_of(),
             reply,
         })
         .await

@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use crate::client::{Description, IdPolicy, RunRef, RunResult};
+use crate::client::{Description, IdPolicy, RunRef, RunResult, StartOptions};
 use crate::config::{Config, open_storage};
 use crate::ctx::Ctx;
 use crate::ctx::Registry;
@@ -217,7 +217,17 @@ impl Engine {
             #[cfg(feature = "testing")]
             sabotage: None,
         };
+        #[cfg(not(feature = "otel"))]
         let telemetry = config.metrics.then(|| Arc::new(Telemetry::default()));
+        // A tracer needs the record notes: it turns them on, figures too.
+        #[cfg(feature = "otel")]
+        let telemetry = (config.metrics || config.tracer.is_some()).then(|| {
+            let t = Telemetry::default();
+            Arc::new(match &config.tracer {
+                Some(p) => t.with_traces(crate::otel::Traces::new(p, config.clock.clone())),
+                None => t,
+            })
+        });
         let context = driver::Context {
             telemetry: telemetry.clone(),
             storage: Arc::clone(&storage),
@@ -314,6 +324,20 @@ impl Engine {
         input: &I,
         policy: IdPolicy,
     ) -> Result<RunHandle<O>> {
+        self.start_with_options(workflow, id, input, StartOptions::new().policy(policy))
+            .await
+    }
+
+    /// [`Engine::start_with`] with every start option: the ID policy and
+    /// the trace context to record in the run's `Start` (see
+    /// [`StartOptions`]).
+    pub async fn start_with_options<I: Serialize, O>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+        options: StartOptions,
+    ) -> Result<RunHandle<O>> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
         self.check_input(workflow.name(), &input)?;
         let run = self
@@ -321,7 +345,8 @@ impl Engine {
                 wtype: workflow.name().to_string(),
                 id: id.to_string(),
                 input,
-                policy,
+                policy: options.policy_of(),
+                trace: options.trace_of(),
                 reply,
             })
             .await?;

@@ -68,7 +68,9 @@
 //! | [`Promise`] | a durable promise: [`Ctx::promise`] makes an ID outside code completes with [`Engine::complete`]; the workflow waits for it with a timeout ([`promise`]) |
 //! | [`dynamic`] | the same calls by workflow, signal and handler name with JSON payloads ([`Engine::start_json`], ...), a live run's journal ([`Engine::journal_json`]), an ID's chain of runs ([`Engine::chain`]), each shard's figures: what `fusee-server` serves |
 //! | [`Error`], [`Failure`], [`StepError`] | what the client API, workflow code and steps fail with |
-//! | [`telemetry`] | the engine's figures in the Prometheus text format ([`telemetry::render`]), counted from durable records: one table of every metric name |
+//! | [`telemetry`] | the engine's figures in the Prometheus text format ([`telemetry::render`]), counted from durable records: one table of every metric and span name |
+//! | [`TraceParent`], [`StartOptions::trace`], [`StepContext::traceparent`] | a W3C trace context given at start, recorded in the run's `Start`, continued into its steps and children ([`trace`]) |
+//! | `otel` (feature `otel`) | OpenTelemetry spans made from durable records, once, exported to the tracer provider you pass in `Config::tracer` |
 //! | `testing` (feature `testing`) | the test kit (`TestEngine`: virtual clock, crashes, step mocks, replay of exported journals) and `testing::sim`, the deterministic simulator |
 //!
 //! # Choosing a backend
@@ -108,6 +110,8 @@ pub mod inspect;
 mod metrics;
 pub mod migrate;
 mod operator;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod ownership;
 mod recovery;
 mod registry;
@@ -116,12 +120,13 @@ mod runtime;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod trace;
 mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
 pub use client::{
     CurrentStep, Cursor, Description, IdPolicy, ListFilter, Page, PendingChild, PendingWait,
-    RunRef, RunStatus, RunSummary, StatusFilter,
+    RunRef, RunStatus, RunSummary, StartOptions, StatusFilter,
 };
 pub use clock::{Clock, VirtualClock};
 pub use config::Config;
@@ -152,4 +157,5 @@ pub use schedule::{
     CatchUp, FireOutcome, FireRecord, Overlap, ScheduleBuilder, ScheduleDescription, Schedules,
     Spec,
 };
+pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

@@ -49,9 +49,14 @@
 //! store's fixed count), `schedule` and `queue` (names an operator
 //! creates). A run ID is never a label.
 //!
-//! # The metrics
+//! # The metrics and spans
 //!
-//! | name | type | labels | what |
+//! Every metric [`render`] exposes and every span the `otel` feature
+//! exports ([`crate::otel`]: spans carry attributes, not labels; those
+//! every span has, `fusee.shard`, `fusee.run`, `fusee.lsn` and
+//! `fusee.span.begin`, are not repeated).
+//!
+//! | name | type | labels / attributes | what |
 //! |---|---|---|---|
 //! | `fusee_step_attempts_total` | counter | workflow, step, outcome | step attempts whose result is durable; outcome `ok`, `failed` (final), `retried` (a failed attempt the retry policy retries), `paused` (one it pauses) |
 //! | `fusee_run_starts_total` | counter | workflow | durable `Start`s (fresh, child, continue-as-new, reset) |
@@ -75,6 +80,12 @@
 //! | `fusee_shard_opens_total` | counter | shard | opens of the shard by this engine; under [`Ownership::Lease`](crate::Ownership::Lease) each after the first is a takeover |
 //! | `fusee_shard_losses_total` | counter | shard | times the engine lost the shard (a storage failure or fencing) |
 //! | `fusee_fencing_refusals_total` | counter | shard | writes the storage refused because another owner took the shard over |
+//! | `run <workflow type>` | span | `fusee.workflow.type`, `fusee.workflow.id`, `fusee.run.status` | a run, from its `Start`'s time to its `Done`'s; the child of the trace context given at start, or of its parent's `child` span |
+//! | `step <step name>` | span | `fusee.step.name`, `fusee.step.seq`, `fusee.step.attempt`, `fusee.step.outcome` (`ok`, `failed`, `retried`, `paused`), `error.type` | one step attempt, ended by its `Step` or `Attempt` |
+//! | `sleep <timer name>` | span | `fusee.timer.name` | a durable sleep, `Timer` to `Fired` |
+//! | `wait <signal name>` | span | `fusee.signal.name`, `fusee.wait.outcome` (`signal`, `timed_out`, `abandoned`) | a signal wait, `Wait` to `Waited` |
+//! | `child <workflow type>` | span | `fusee.child.type`, `fusee.child.id`, `fusee.child.status`, `error.type` | a child seen from its parent, `Child` to `ChildDone`; the child's `run` span is its child |
+//! | `update <handler name>` | span | `fusee.update.name`, `fusee.update.id`, `fusee.update.status`, `error.type` | an update handled, `Update` to `UpdateDone` |
 //!
 //! Counters of shard figures start again from 0 when the engine opens (a
 //! Prometheus counter reset, which `rate` handles).
@@ -292,6 +303,9 @@ pub(crate) struct Telemetry {
     flush_records: Histograms<ShardLabel>,
     fencing_refusals: Family<ShardLabel, Counter>,
     open_duration: Family<ShardLabel, Gauge<f64, AtomicU64>>,
+    /// Spans from the same records, to the embedder's tracer provider.
+    #[cfg(feature = "otel")]
+    traces: Option<crate::otel::Traces>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -326,6 +340,8 @@ impl Default for Telemetry {
             }),
             fencing_refusals: Family::default(),
             open_duration: Family::default(),
+            #[cfg(feature = "otel")]
+            traces: None,
         }
     }
 }
@@ -343,7 +359,16 @@ impl Telemetry {
             steps: FxHashMap::default(),
             starts: FxHashMap::default(),
             ends: FxHashMap::default(),
+            #[cfg(feature = "otel")]
+            traces: self.traces.as_ref().map(|t| t.shard(shard)),
         }
+    }
+
+    /// The same figures, and spans to `traces`.
+    #[cfg(feature = "otel")]
+    pub(crate) fn with_traces(mut self, traces: crate::otel::Traces) -> Self {
+        self.traces = Some(traces);
+        self
     }
 
     /// Shard `shard` opened (recovered) in `seconds`.
@@ -471,11 +496,18 @@ pub(crate) struct ShardTelemetry {
     /// This shard's flush histograms.
     flush_duration: Histogram,
     flush_records: Histogram,
+    /// This shard's spans (`None`: no tracer).
+    #[cfg(feature = "otel")]
+    traces: Option<crate::otel::ShardTraces>,
 }
 
 impl ShardTelemetry {
     /// Record `rec` was appended at `lsn`, before `core` applied it.
     pub(crate) fn appended(&mut self, lsn: Lsn, rec: &RecordBuf, core: &ShardCore) {
+        #[cfg(feature = "otel")]
+        if let Some(t) = &mut self.traces {
+            t.appended(lsn, rec, core);
+        }
         // Most records count nothing: only those that do look their run up.
         let run = match rec {
             RecordBuf::Start { .. } => None,
@@ -553,6 +585,10 @@ impl ShardTelemetry {
     /// A flush of `records` records, whose I/O took `micros`, made the log
     /// durable through `durable`.
     pub(crate) fn durable(&mut self, durable: Lsn, records: u64, micros: u64) {
+        #[cfg(feature = "otel")]
+        if let Some(t) = &mut self.traces {
+            t.durable(durable);
+        }
         let t = &*self.shared;
         self.flush_duration.observe(micros as f64 / 1e6);
         self.flush_records.observe(records as f64);

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::run::{Kid, LoadedRun, SignalSlot, WaitSlot};
 use super::{CANCEL_SIGNAL, Event, Mode, Output, ShardCore, TimerKind, UpdateSlot, send_dedup};
 use crate::record::{
-    Lsn, Name, PAUSED, ParentRef, Payload, Record, RecordBuf, RunId, Status, ToName, ToPayload,
-    WaitOutcome, decode_canonical_all, encode_canonical, policy,
+    Lsn, Name, PAUSED, ParentRef, Payload, Record, RecordBuf, RunId, StartMeta, Status, ToName,
+    ToPayload, WaitOutcome, decode_canonical_all, encode_canonical, policy,
 };
 use crate::wire::hash_id;
 
@@ -312,6 +312,7 @@ impl ShardCore {
             from,
             copies,
             update,
+            meta,
             ..
         } = rec
         else {
@@ -353,6 +354,12 @@ impl ShardCore {
         l.signal_count = 0;
         l.policy = *policy;
         l.from = *from;
+        l.meta = meta.as_ref().map(|m| {
+            Box::new(StartMeta {
+                attributes: m.attributes.to_payload(),
+                memo: m.memo.to_payload(),
+            })
+        });
         l.copies_left = *copies;
         l.streams = false;
         l.queued = 0;

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::types::{BlobRef, TimerKind, UpdateSlot};
-use crate::record::{Lsn, Name, Origin, ParentRef, Payload, Seq, Status};
+use crate::record::{Lsn, Name, Origin, ParentRef, Payload, Seq, StartMeta, Status};
 
 /// A buffered signal: delivered to the run, not yet consumed by a wait.
 #[derive(Clone, Debug)]
@@ -81,6 +81,9 @@ pub struct LoadedRun {
     pub awaiting: FxHashMap<Seq, u32>,
     /// Search attribute objects in the order they were set.
     pub attrs: Vec<Payload>,
+    /// Its `Start`'s rarely used fields (the trace context the host
+    /// recorded there, say), as recorded.
+    pub meta: Option<Box<StartMeta<Payload>>>,
     /// The journal holds stream records, which a finished run's summary
     /// keeps.
     pub streams: bool,
@@ -165,6 +168,7 @@ impl LoadedRun {
             updates: Vec::new(),
             awaiting: FxHashMap::default(),
             attrs: Vec::new(),
+            meta: None,
             streams: false,
             signal_count: 0,
             signals: VecDeque::new(),
@@ -217,6 +221,7 @@ impl LoadedRun {
         self.awaiting.clear();
         self.kids.clear();
         self.attrs.clear();
+        self.meta = None;
         true
     }
 

@@ -224,6 +224,12 @@ pub struct Config {
     /// flush histograms, fencing refusals, open times (default on; off,
     /// a shard pays one branch per record).
     pub metrics: bool,
+    /// The tracer provider the engine's spans go to (feature `otel`;
+    /// default none: no spans). Your own provider, with its exporter,
+    /// processor and sampler: the engine takes a tracer from it and never
+    /// touches the global one. See [`crate::otel`].
+    #[cfg(feature = "otel")]
+    pub tracer: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
 impl Config {
@@ -246,6 +252,8 @@ impl Config {
             clock: Clock::System,
             ownership: Ownership::All,
             metrics: true,
+            #[cfg(feature = "otel")]
+            tracer: None,
         }
     }
 
@@ -279,6 +287,14 @@ impl Config {
     /// Sets the shard count (for a new store).
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
+        self
+    }
+
+    /// Sends spans made from durable records to `provider`
+    /// ([`Config::tracer`], feature `otel`).
+    #[cfg(feature = "otel")]
+    pub fn tracer(mut self, provider: opentelemetry_sdk::trace::SdkTracerProvider) -> Self {
+        self.tracer = Some(provider);
         self
     }
 

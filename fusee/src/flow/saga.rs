@@ -689,9 +689,10 @@ where
     T: Serialize + DeserializeOwned + Send + 'static,
 {
     let (key, f) = (Arc::clone(key), Arc::clone(f));
-    ctx.step(name, move |sc: StepContext| {
-        f(StepContext::new(Arc::clone(&key), sc.attempt()).with_fencing_token(sc.fencing_token()))
-    })
+    ctx.step(
+        name,
+        move |sc: StepContext| f(sc.with_key(Arc::clone(&key))),
+    )
     .retry(policy.clone())
 }
 

@@ -27,8 +27,9 @@ impl ShardLoop {
                 id,
                 input,
                 policy,
+                trace,
                 reply,
-            } => self.start(wtype, id, input, policy, reply, now_ms),
+            } => self.start(wtype, id, input, (policy, trace), reply, now_ms),
             Input::Signal {
                 id,
                 name: signal,
@@ -242,7 +243,7 @@ impl ShardLoop {
         wtype: String,
         id: String,
         input: Vec<u8>,
-        id_policy: IdPolicy,
+        (id_policy, trace): (IdPolicy, Option<crate::trace::TraceParent>),
         reply: super::Reply<RunRef>,
         now_ms: u64,
     ) {
@@ -320,7 +321,7 @@ impl ShardLoop {
             copies: 0,
             update: None,
             input: Payload::from(input.as_slice()),
-            meta: None,
+            meta: trace.map(crate::trace::TraceParent::to_meta),
         };
         let started = RunRef {
             id,
@@ -916,7 +917,7 @@ impl ShardLoop {
                     }
                 }
                 other => {
-                    if let Some(message) = super::messages::Message::of(other) {
+                    if let Some(message) = super::messages::Message::of(other, &self.core) {
                         self.send(message);
                     }
                 }

@@ -39,6 +39,7 @@
 //! | tag | message | fields after the tag |
 //! |---|---|---|
 //! | 1 | child start | parent shard u32, parent run varint, parent seq u32, wtype str, id str, flags u8, deadline_ms varint, input bytes |
+//! | 6 | child start with a trace context | as tag 1, then the child's `traceparent` str (W3C text, see [`crate::trace`]) |
 //! | 2 | child result | parent shard u32, parent run varint, parent seq u32, status u8, payload bytes |
 //! | 3 | signal | target str, name str, payload bytes, dedup u64 |
 //! | 4 | close (older outboxes; read only, its key is 0) | target str, wtype str, has parent u8 (then shard u32, run varint, seq u32), terminate u8, reason bytes |
@@ -49,10 +50,12 @@
 use std::collections::BTreeMap;
 
 use fusee_core::record::{Name, ParentRef, Payload, Status};
-use fusee_core::shard::{Output, shard_of};
+use fusee_core::shard::{Output, ShardCore, shard_of};
 use fusee_core::wire::{
     DecodeResult, Reader, put_bytes, put_str, put_u8, put_u32, put_u64, put_varint,
 };
+
+use crate::trace::{RunTrace, TraceParent};
 
 /// A message between shards.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +68,9 @@ pub(crate) enum Message {
         flags: u8,
         deadline_ms: u64,
         input: Payload,
+        /// The trace context the child records in its `Start`: the
+        /// parent's trace, the parent's child span as the parent.
+        trace: Option<TraceParent>,
     },
     /// A child's result for its parent.
     ChildResult {
@@ -92,8 +98,8 @@ pub(crate) enum Message {
 }
 
 impl Message {
-    /// The message an output is, if it is one.
-    pub(crate) fn of(output: Output) -> Option<Message> {
+    /// The message an output of `core` is, if it is one.
+    pub(crate) fn of(output: Output, core: &ShardCore) -> Option<Message> {
         Some(match output {
             Output::ChildStart {
                 parent,
@@ -109,6 +115,11 @@ impl Message {
                 flags,
                 deadline_ms,
                 input,
+                // The parent is loaded: it has just applied its `Child`
+                // (or replayed it at recovery).
+                trace: core
+                    .get(parent.run)
+                    .map(|l| RunTrace::of(parent.shard, parent.run, l).child_start(parent)),
             },
             Output::ChildResult {
                 parent,
@@ -284,14 +295,18 @@ fn encode_message(m: &Message, out: &mut Vec<u8>) {
             flags,
             deadline_ms,
             input,
+            trace,
         } => {
-            put_u8(out, 1);
+            put_u8(out, if trace.is_some() { 6 } else { 1 });
             put_parent(out, parent);
             put_str(out, wtype);
             put_str(out, id);
             put_u8(out, *flags);
             put_varint(out, *deadline_ms);
             put_bytes(out, input);
+            if let Some(t) = trace {
+                put_str(out, &t.to_string());
+            }
         }
         Message::ChildResult {
             parent,
@@ -344,13 +359,21 @@ fn decode_message(r: &mut Reader<'_>) -> DecodeResult<Message> {
     let name = |s: &str| Name::from(s);
     let payload = |b: &[u8]| Payload::from(b);
     Ok(match r.u8()? {
-        1 => Message::ChildStart {
+        tag @ (1 | 6) => Message::ChildStart {
             parent: parent(r)?,
             wtype: name(r.str()?),
             id: name(r.str()?),
             flags: r.u8()?,
             deadline_ms: r.varint()?,
             input: payload(r.bytes()?),
+            trace: if tag == 6 {
+                Some(
+                    TraceParent::parse(r.str()?)
+                        .map_err(|_| fusee_core::wire::DecodeError::new("bad child traceparent"))?,
+                )
+            } else {
+                None
+            },
         },
         2 => Message::ChildResult {
             parent: parent(r)?,
@@ -401,6 +424,19 @@ mod tests {
                 flags: 9,
                 deadline_ms: 12345,
                 input: Payload::from(&b"{}"[..]),
+                trace: None,
+            },
+            Message::ChildStart {
+                parent: p,
+                wtype: "child".into(),
+                id: "kid-2".into(),
+                flags: 0,
+                deadline_ms: 0,
+                input: Payload::from(&b"[]"[..]),
+                trace: TraceParent::parse(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                )
+                .ok(),
             },
             Message::ChildResult {
                 parent: p,
@@ -454,7 +490,7 @@ mod tests {
         let bytes = outbox.encode();
         let back = Outbox::decode(&bytes).expect("decodes");
         assert_eq!(back.pending, outbox.pending);
-        assert_eq!(back.next_id, 5);
+        assert_eq!(back.next_id, 6);
         assert_eq!(Outbox::decode(&[]).expect("empty").len(), 0);
         for cut in 0..bytes.len() {
             assert!(

@@ -106,6 +106,8 @@ pub(crate) enum Input {
         id: String,
         input: Vec<u8>,
         policy: IdPolicy,
+        /// The trace context to record in its `Start`.
+        trace: Option<crate::trace::TraceParent>,
         reply: Reply<RunRef>,
     },
     /// Signal a workflow.

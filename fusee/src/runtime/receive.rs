@@ -133,6 +133,7 @@ impl ShardLoop {
                 flags,
                 deadline_ms,
                 input,
+                trace,
             } => {
                 let refusal = match self.lookup(&child) {
                     Ok(Some((run, _))) => {
@@ -158,7 +159,7 @@ impl ShardLoop {
                             copies: 0,
                             update: None,
                             input,
-                            meta: None,
+                            meta: trace.map(crate::trace::TraceParent::to_meta),
                         });
                         None
                     }

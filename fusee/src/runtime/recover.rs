@@ -73,7 +73,7 @@ impl ShardLoop {
         // caller any more; messages go out again (targets deduplicate).
         let mut released = Vec::new();
         core.release(durable, &mut released);
-        for message in released.into_iter().filter_map(Message::of) {
+        for message in released.into_iter().filter_map(|o| Message::of(o, &core)) {
             outbox.add(message);
         }
         while core.take_event().is_some() {}

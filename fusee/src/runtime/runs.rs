@@ -445,6 +445,8 @@ impl ShardLoop {
         };
         let (id, wtype, version, parent, policy) =
             (l.id.clone(), l.wtype.clone(), l.version, l.parent, l.policy);
+        // The next run continues its predecessor's trace context.
+        let meta = l.meta.clone();
         let next = self.core.allocate_run();
         let start = RecordBuf::Start {
             run: next,
@@ -463,7 +465,7 @@ impl ShardLoop {
             copies: 0,
             update: None,
             input: Payload::from(input.as_slice()),
-            meta: None,
+            meta,
         };
         let mut bytes = Vec::new();
         fusee_core::record::encode_canonical(&start, &mut bytes);

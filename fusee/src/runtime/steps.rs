@@ -59,6 +59,10 @@ impl ShardLoop {
                 continue;
             }
             let id = s.id.clone();
+            let trace = self
+                .core
+                .get(run)
+                .map(|l| crate::trace::RunTrace::of(self.shard, run, l));
             let mut waiting = false;
             for (&seq, spec) in s.steps.iter_mut() {
                 let Some((attempt, at)) = spec.next else {
@@ -79,7 +83,11 @@ impl ShardLoop {
                 spec.running = true;
                 spec.first_ms.get_or_insert(now_ms);
                 let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
-                let future = (spec.f)(StepContext::new(key, attempt).with_fencing_token(token));
+                let mut cx = StepContext::new(key, attempt).with_fencing_token(token);
+                if let Some(t) = &trace {
+                    cx = cx.traced(t.context(crate::trace::SpanOf::Attempt(seq, attempt)));
+                }
+                let future = (spec.f)(cx);
                 self.jobs.push(StepJob {
                     run,
                     seq,

@@ -87,6 +87,7 @@ fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
         id: "w".into(),
         input: b"null".to_vec(),
         policy: IdPolicy::NewOnly,
+        trace: None,
         reply,
     });
     settle(&mut shard, START_MS);
@@ -152,6 +153,7 @@ fn a_cancel_sent_twice_is_recorded_once() {
         id: "w".into(),
         input: b"null".to_vec(),
         policy: IdPolicy::NewOnly,
+        trace: None,
         reply,
     });
     settle(&mut shard, START_MS);
@@ -217,6 +219,7 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
             id: id.into(),
             input: b"null".to_vec(),
             policy: IdPolicy::NewOnly,
+            trace: None,
             reply,
         });
         settle(shard, now_ms);
@@ -280,6 +283,7 @@ fn telemetry_counts_records_when_durable_and_not_before() {
             id: id.into(),
             input: b"null".to_vec(),
             policy: IdPolicy::NewOnly,
+            trace: None,
             reply,
         });
     };

@@ -543,6 +543,7 @@ impl World {
                     id,
                     input,
                     policy: IdPolicy::Attach,
+                    trace: None,
                     reply,
                 });
                 self.busy[shard] = true;

@@ -116,8 +116,9 @@ pub enum MigrateError {
     Open {
         /// `source` or `destination`.
         side: &'static str,
-        /// Why.
-        error: OpenError,
+        /// Why (boxed: an open error is large, and every result of the
+        /// migration carries this type).
+        error: Box<OpenError>,
     },
     /// A store could not be read (opened read-only, or rebuilt).
     #[error("{side}: {error}")]
@@ -287,7 +288,7 @@ pub fn migrate(
             let src = open_storage(&config.clone().existing_only()).map_err(|error| {
                 MigrateError::Open {
                     side: "source",
-                    error,
+                    error: Box::new(error),
                 }
             })?;
             let r = into_target(&src, &mut AnyInbox, target, progress);
@@ -309,7 +310,7 @@ fn into_target<S: Storage>(
     prepare_target(target)?;
     let dst = open_storage(target).map_err(|error| MigrateError::Open {
         side: "destination",
-        error,
+        error: Box::new(error),
     })?;
     let existing = dst
         .shards()

@@ -407,7 +407,13 @@ impl Engine {
     /// part of the run's code, recorded (an `Update`, then an `UpdateDone`):
     /// after a crash it replays like the rest. An unknown handler is
     /// [`Error::UnknownUpdate`]; a validator's refusal is
-    /// [`Error::Rejected`]; both record nothing.
+    /// [`Error::Rejected`]; both record nothing. While the run's code is
+    /// stopped ([`RunStatus::Stopped`](crate::RunStatus::Stopped)), every
+    /// update call (this, [`update_once`](Self::update_once),
+    /// [`update_with_start`](Self::update_with_start)) is its
+    /// [`Error::Determinism`] (or [`Error::Stopped`]) at once, recording
+    /// nothing, as [`result`](Self::result) is; callers already waiting get
+    /// it when the run stops.
     pub async fn update<I: Serialize, O: DeserializeOwned>(
         &self,
         id: &str,

@@ -450,6 +450,11 @@ impl ShardLoop {
         }
         // Handlers register when the code runs (see `answer_query`).
         self.settle(run, now_ms);
+        // Stopped code would never run the handler: nothing is recorded
+        // (a fixed deploy must not find an update its caller saw refused).
+        if self.stopped_error(run).is_some() {
+            return Ok(Accepted::Stopped(run));
+        }
         let Some(live) = self.live.get(&run) else {
             return Err(Error::UnknownUpdate {
                 id: id.to_string(),
@@ -537,11 +542,14 @@ impl ShardLoop {
         reply: super::Reply<RunResult>,
     ) {
         match accepted {
-            Ok(Accepted::Waiting(run)) => self
-                .update_waiters
-                .entry((run, name(update_id)))
-                .or_default()
-                .push(reply),
+            Ok(Accepted::Waiting(run) | Accepted::Stopped(run)) => {
+                self.update_waiters
+                    .entry((run, name(update_id)))
+                    .or_default()
+                    .push(reply);
+                // A stopped run answers its update callers as its result's.
+                self.answer_stopped(run);
+            }
             Ok(Accepted::Returned(result)) => {
                 // Its `UpdateDone` is in the log: answered once the log is
                 // durable through its end (outputs queue in LSN order).
@@ -933,6 +941,9 @@ enum Accepted {
     /// Accepted and answered before (a keyed update asked again): its
     /// result.
     Returned(RunResult),
+    /// Not recorded: the run's code is stopped, and the caller gets the
+    /// stop as a result's caller does ([`ShardLoop::answer_stopped`]).
+    Stopped(u64),
 }
 
 /// What an update-with-start starts when the workflow has no run.

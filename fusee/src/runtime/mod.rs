@@ -805,15 +805,23 @@ impl ShardLoop {
         })
     }
 
-    /// Answers the callers waiting on `run`'s result with its stop, if its
-    /// code stopped: a stopped run never ends by itself, so waiting would
-    /// be for ever. Given once the records so far are durable, as any
-    /// answer resting on them.
+    /// Answers the callers waiting on `run`'s result or on one of its
+    /// updates with its stop, if its code stopped: a stopped run never ends
+    /// by itself nor runs a handler, so waiting would be for ever. Given
+    /// once the records so far are durable, as any answer resting on them.
     fn answer_stopped(&mut self, run: RunId) {
         if self.stopped_error(run).is_none() {
             return;
         }
-        for reply in self.results.remove(&run).unwrap_or_default() {
+        let mut waiting = self.results.remove(&run).unwrap_or_default();
+        self.update_waiters.retain(|(r, _), callers| {
+            if *r != run {
+                return true;
+            }
+            waiting.append(callers);
+            false
+        });
+        for reply in waiting {
             if let Some(err) = self.stopped_error(run) {
                 self.refuse_result_after_durable(reply, err);
             }

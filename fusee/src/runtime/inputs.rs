@@ -5,6 +5,7 @@ use fusee_core::record::{Payload, RecordBuf, RunId, policy};
 use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
+use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
 use super::sabotage::Sabotage;
@@ -632,7 +633,9 @@ impl ShardLoop {
     }
 
     /// Answers query `name` of workflow `id` with its handler (loading a
-    /// parked run first), recording nothing.
+    /// parked run first), recording nothing. A finished run's code no
+    /// longer runs: its journal, while kept, is replayed with the
+    /// registered code to answer ([`query_finished`](Self::query_finished)).
     fn answer_query(
         &mut self,
         id: &str,
@@ -643,6 +646,13 @@ impl ShardLoop {
         let Some((run, parked)) = self.lookup(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
+        let finished = match parked {
+            true => self.core.parked(run).and_then(|p| p.done()).is_some(),
+            false => self.core.get(run).is_some_and(|l| l.done.is_some()),
+        };
+        if finished {
+            return self.query_finished(id, run, name, payload);
+        }
         if parked {
             self.load(run, now_ms).map_err(|error| Error::Storage {
                 shard: self.shard,
@@ -652,33 +662,74 @@ impl ShardLoop {
         // Handlers register when the code runs: a run not polled since
         // recovery or the load above has none yet.
         self.settle(run, now_ms);
-        let unknown = |registered| Error::UnknownQuery {
-            id: id.to_string(),
-            name: name.to_string(),
-            registered,
-        };
-        let Some(live) = self.live.get(&run) else {
-            return Err(unknown(Vec::new()));
-        };
-        let state = std::rc::Rc::clone(&live.state);
-        let answer = with_query_handler(&state, name, |handler| {
-            catch_panic(|| handler(payload)).unwrap_or_else(|panic| {
-                Err(Failure::with_kind(
-                    "panic",
-                    format!("the query handler panicked: {panic}"),
-                ))
-            })
-        });
-        let Some(answer) = answer else {
-            let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
-            registered.sort();
-            return Err(unknown(registered));
-        };
-        answer.map_err(|failure| Error::Failed {
+        match self.live.get(&run) {
+            Some(live) => ask_query(&std::rc::Rc::clone(&live.state), id, name, payload),
+            None => Err(Error::UnknownQuery {
+                id: id.to_string(),
+                name: name.to_string(),
+                registered: Vec::new(),
+            }),
+        }
+    }
+
+    /// Answers query `name` of finished run `run` by replaying its journal
+    /// with the registered code (the engine's one host, `host::replay`):
+    /// no step runs, nothing is recorded, the handlers answer as of the
+    /// run's end. Once only its `Start` and `Done` are kept,
+    /// [`Error::HistoryGone`].
+    fn query_finished(
+        &mut self,
+        id: &str,
+        run: RunId,
+        name: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        let shard = self.shard;
+        let journal = self.live_journal(id, Some(run))?;
+        let records = fusee_core::record::decode_canonical_all(&journal.journal).map_err(|_| {
+            Error::Storage {
+                shard,
+                error: fusee_storage::StorageError::Corrupt {
+                    what: "finished run's journal",
+                    at: run,
+                },
+            }
+        })?;
+        if !journal.complete {
+            let finished_ms = records
+                .iter()
+                .find_map(|r| match r {
+                    fusee_core::record::Record::Done { finished_ms, .. } => Some(*finished_ms),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            return Err(Error::HistoryGone {
+                id: id.to_string(),
+                run,
+                what: format!("query {name:?}"),
+                finished_ms,
+                gone_ms: finished_ms.saturating_add(self.config.history_ms),
+            });
+        }
+        let failed = |kind: &str, message: String| Error::Failed {
             id: id.to_string(),
             status: "query failed",
-            failure,
-        })
+            failure: Failure::with_kind(kind, message),
+        };
+        match host::replay(&self.registry, &records) {
+            Ok(replay) => ask_query(&replay.state, id, name, payload),
+            Err(ReplayFault::NoCode { wtype, registered }) => {
+                Err(Error::UnknownWorkflow { wtype, registered })
+            }
+            Err(ReplayFault::Diverged(why)) => Err(failed(
+                "determinism",
+                format!("the registered code departs from the finished run's journal: {why}"),
+            )),
+            Err(ReplayFault::Malformed(why)) => Err(failed(
+                "replay",
+                format!("the finished run's journal does not replay: {why}"),
+            )),
+        }
     }
 
     /// Appends `rec` and acknowledges `reply` once it is durable.
@@ -931,6 +982,38 @@ impl ShardLoop {
             }
         }
     }
+}
+
+/// Asks query `name` of a run's code state (its registered handlers), a
+/// panic in the handler a failure.
+fn ask_query(
+    state: &std::rc::Rc<std::cell::RefCell<crate::ctx::RunState>>,
+    id: &str,
+    name: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let answer = with_query_handler(state, name, |handler| {
+        catch_panic(|| handler(payload)).unwrap_or_else(|panic| {
+            Err(Failure::with_kind(
+                "panic",
+                format!("the query handler panicked: {panic}"),
+            ))
+        })
+    });
+    let Some(answer) = answer else {
+        let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
+        registered.sort();
+        return Err(Error::UnknownQuery {
+            id: id.to_string(),
+            name: name.to_string(),
+            registered,
+        });
+    };
+    answer.map_err(|failure| Error::Failed {
+        id: id.to_string(),
+        status: "query failed",
+        failure,
+    })
 }
 
 /// How an update was taken.

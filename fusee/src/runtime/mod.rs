@@ -790,6 +790,11 @@ impl ShardLoop {
     /// The error a caller waiting on `run`'s result gets while its code is
     /// stopped; `None` while it is not.
     fn stopped_error(&self, run: RunId) -> Option<Error> {
+        // A run whose end is recorded is not waited on for ever: its
+        // callers get its end (and its handlers' recorded results).
+        if self.core.get(run).is_some_and(|l| l.done.is_some()) {
+            return None;
+        }
         let why = self.live.get(&run)?.stopped.as_ref()?;
         Some(match why {
             Fault::Determinism(e) => Error::Determinism(e.clone()),
@@ -814,8 +819,16 @@ impl ShardLoop {
             return;
         }
         let mut waiting = self.results.remove(&run).unwrap_or_default();
-        self.update_waiters.retain(|(r, _), callers| {
-            if *r != run {
+        let core = &self.core;
+        self.update_waiters.retain(|(r, update), callers| {
+            // An update whose result is recorded (its handler ended before
+            // the stop) is answered with that result once it is durable.
+            let recorded = || {
+                core.get(run)
+                    .and_then(|l| l.update(update))
+                    .is_some_and(|(_, slot)| slot.result.is_some())
+            };
+            if *r != run || recorded() {
                 return true;
             }
             waiting.append(callers);

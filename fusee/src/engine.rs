@@ -530,7 +530,13 @@ impl Engine {
 
     /// Asks workflow `id` `query` with `input`: its handler's answer over
     /// the run's current state, recording nothing (a parked run is loaded
-    /// to answer). An unknown handler is [`Error::UnknownQuery`].
+    /// to answer). An unknown handler is [`Error::UnknownQuery`]. A
+    /// finished run is answered as of its end: its journal, kept for
+    /// [`Config::history_retention`](crate::Config::history_retention)
+    /// after it finished, is replayed with the registered code (no step
+    /// runs, no handler of an update runs anew, nothing is recorded); once
+    /// only its `Start` and `Done` are kept, the query is
+    /// [`Error::HistoryGone`], saying since when.
     pub async fn query<I: Serialize, O: DeserializeOwned>(
         &self,
         id: &str,

@@ -158,7 +158,10 @@ async fn a_finished_run_is_described_as_waiting_for_nothing() {
 
     // Terminated during its wait (its code never answers it): it ended,
     // and waits for nothing.
-    te.engine().terminate("g-1", "no longer needed").await.unwrap();
+    te.engine()
+        .terminate("g-1", "no longer needed")
+        .await
+        .unwrap();
     assert!(te.result(GATE, "g-1").await.is_err());
     let d = te.engine().describe("g-1").await.unwrap();
     assert!(matches!(d.status, RunStatus::Finished(_)), "{d:?}");

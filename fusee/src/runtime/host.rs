@@ -127,6 +127,8 @@ impl Wake for Flag {
 /// What replaying a journal left: how the code ended (or that it still
 /// runs at the journal's end) and its run's state, whose registered query
 /// handlers answer as of the journal's end.
+// Only the test kit reads how the code ended; queries read `state`.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub(crate) struct Replay {
     /// How the code ended the run; `None` while still running.
     pub(crate) ended: Option<Status>,

@@ -339,8 +339,9 @@ pub enum Error {
         what: String,
         /// When the run finished (ms since the Unix epoch).
         finished_ms: u64,
-        /// When its history was let go at the latest (ms since the Unix
-        /// epoch): its finish plus the history retention.
+        /// Since when its history is gone (ms since the Unix epoch): its
+        /// finish plus the history retention, or its finish for a journal
+        /// over the size limit.
         gone_ms: u64,
     },
 }

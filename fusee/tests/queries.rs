@@ -171,3 +171,37 @@ async fn a_finished_run_is_described_as_waiting_for_nothing() {
     assert!(d.waits.is_empty(), "parked too: {d:?}");
     te.close().await.unwrap();
 }
+
+/// A journal over `history_max_bytes` is kept as its summary from the
+/// start: its history is gone since the run finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_over_the_history_size_answers_history_gone_since_its_end() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let registered = Arc::clone(&runs);
+    let te = TestEngine::builder()
+        .config(
+            Config::memory()
+                .shards(1)
+                .history_retention(HOUR)
+                .history_max_bytes(50),
+        )
+        .open(move |engine| register(engine, &registered))
+        .await
+        .unwrap();
+    assert_eq!(te.execute(COUNTER, "big", &3).await.unwrap(), 3);
+    te.advance(Duration::from_secs(60)).await.unwrap();
+    let d = described(te.engine(), "big", "parked", |d| d.parked).await;
+    assert_eq!(d.journal_records, 2, "{d:?}");
+    match te.engine().query("big", DONE, &()).await {
+        Err(Error::HistoryGone {
+            finished_ms,
+            gone_ms,
+            ..
+        }) => {
+            assert_eq!(Some(finished_ms), d.finished_ms);
+            assert_eq!(gone_ms, finished_ms, "gone since its end");
+        }
+        other => panic!("expected HistoryGone, got {other:?}"),
+    }
+    te.close().await.unwrap();
+}

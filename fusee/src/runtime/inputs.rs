@@ -651,7 +651,7 @@ impl ShardLoop {
             false => self.core.get(run).is_some_and(|l| l.done.is_some()),
         };
         if finished {
-            return self.query_finished(id, run, name, payload);
+            return self.query_finished(id, run, name, payload, now_ms);
         }
         if parked {
             self.load(run, now_ms).map_err(|error| Error::Storage {
@@ -683,6 +683,7 @@ impl ShardLoop {
         run: RunId,
         name: &str,
         payload: &[u8],
+        now_ms: u64,
     ) -> Result<Vec<u8>, Error> {
         let shard = self.shard;
         let journal = self.live_journal(id, Some(run))?;
@@ -703,12 +704,15 @@ impl ShardLoop {
                     _ => None,
                 })
                 .unwrap_or_default();
+            // Still within its history time: the journal was over
+            // `history_max_bytes`, kept as its summary from the start.
+            let due = finished_ms.saturating_add(self.config.history_ms);
             return Err(Error::HistoryGone {
                 id: id.to_string(),
                 run,
                 what: format!("query {name:?}"),
                 finished_ms,
-                gone_ms: finished_ms.saturating_add(self.config.history_ms),
+                gone_ms: if due > now_ms { finished_ms } else { due },
             });
         }
         let failed = |kind: &str, message: String| Error::Failed {

@@ -59,7 +59,8 @@ impl IntoResponse for ApiError {
 /// The HTTP status and `kind` of an engine error: the kind is the
 /// variant's name in snake case. Bad input is 4xx (400 malformed or
 /// naming nothing registered, 404 no such thing, 409 a state that refuses
-/// it (a run stopped by a code change included), 413 too large, 422 refused by the workflow or ended without a
+/// it (a run stopped by a code change included), 410 a finished run's history
+/// let go, 413 too large, 422 refused by the workflow or ended without a
 /// result); a condition to retry later is 503; a failure of the engine or
 /// its storage is 500.
 pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
@@ -104,6 +105,8 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         E::BadUpdateKey { .. } => (StatusCode::BAD_REQUEST, "bad_update_key"),
         E::BadSignalKey { .. } => (StatusCode::BAD_REQUEST, "bad_signal_key"),
+        // A finished run's journal let go after its history retention.
+        E::HistoryGone { .. } => (StatusCode::GONE, "history_gone"),
         // A kind added to the engine after this server was written.
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }

@@ -127,6 +127,17 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "bad_signal_key",
         ),
         (
+            Error::HistoryGone {
+                id: s(),
+                run: 3,
+                what: s(),
+                finished_ms: 1,
+                gone_ms: 2,
+            },
+            410,
+            "history_gone",
+        ),
+        (
             Error::Open(OpenError::FeatureDisabled {
                 backend: Backend::Redb,
                 feature: "redb",

@@ -863,7 +863,11 @@ impl Ctx {
 
     /// Registers `handler` for `query`: callers' queries
     /// ([`crate::Engine::query`]) call it with the argument and return its
-    /// answer, recording nothing. It must only read the run's state.
+    /// answer, recording nothing. It must only read the run's state. After
+    /// the run finished, a query replays its kept journal with the code
+    /// registered then, and this handler answers over the state the
+    /// replay left (the run's end): registered before the code's end, it
+    /// answers for as long as the run's history is kept.
     pub fn on_query<I, O, F>(&self, query: Query<I, O>, handler: F)
     where
         I: DeserializeOwned + 'static,

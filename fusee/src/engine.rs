@@ -432,7 +432,13 @@ impl Engine {
     /// part of the run's code, recorded (an `Update`, then an `UpdateDone`):
     /// after a crash it replays like the rest. An unknown handler is
     /// [`Error::UnknownUpdate`]; a validator's refusal is
-    /// [`Error::Rejected`]; both record nothing.
+    /// [`Error::Rejected`]; both record nothing. While the run's code is
+    /// stopped ([`RunStatus::Stopped`](crate::RunStatus::Stopped)), every
+    /// update call (this, [`update_once`](Self::update_once),
+    /// [`update_with_start`](Self::update_with_start)) is its
+    /// [`Error::Determinism`] (or [`Error::Stopped`]) at once, recording
+    /// nothing, as [`result`](Self::result) is; callers already waiting get
+    /// it when the run stops.
     pub async fn update<I: Serialize, O: DeserializeOwned>(
         &self,
         id: &str,
@@ -549,7 +555,13 @@ impl Engine {
 
     /// Asks workflow `id` `query` with `input`: its handler's answer over
     /// the run's current state, recording nothing (a parked run is loaded
-    /// to answer). An unknown handler is [`Error::UnknownQuery`].
+    /// to answer). An unknown handler is [`Error::UnknownQuery`]. A
+    /// finished run is answered as of its end: its journal, kept for
+    /// [`Config::history_retention`](crate::Config::history_retention)
+    /// after it finished, is replayed with the registered code (no step
+    /// runs, no handler of an update runs anew, nothing is recorded); once
+    /// only its `Start` and `Done` are kept, the query is
+    /// [`Error::HistoryGone`], saying since when.
     pub async fn query<I: Serialize, O: DeserializeOwned>(
         &self,
         id: &str,

@@ -352,6 +352,28 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A question that needs a finished run's whole journal (a query,
+    /// answered by replaying it) after only its `Start` and `Done` are
+    /// kept: its history was let go once `Config::history_retention`
+    /// passed after it finished (or at once, for a journal over
+    /// `Config::history_max_bytes`). Its result stays readable.
+    #[error(
+        "workflow {id:?} (run {run}) finished at {finished_ms} ms and its history is gone since {gone_ms} ms (Unix time; Config::history_retention): only its start and result are kept, so {what} cannot be answered"
+    )]
+    HistoryGone {
+        /// The workflow ID.
+        id: String,
+        /// The run.
+        run: u64,
+        /// What was asked (`query "status"`).
+        what: String,
+        /// When the run finished (ms since the Unix epoch).
+        finished_ms: u64,
+        /// Since when its history is gone (ms since the Unix epoch): its
+        /// finish plus the history retention, or its finish for a journal
+        /// over the size limit.
+        gone_ms: u64,
+    },
 }
 
 impl Error {

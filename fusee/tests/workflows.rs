@@ -420,6 +420,93 @@ async fn callers_waiting_on_a_stopped_run_get_the_determinism_error_until_it_is_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+const BUMP: fusee::Update<u64, u64> = fusee::Update::new("bump");
+
+/// [`register_versioned`] with an update handler registered first.
+fn register_versioned_with_update(engine: &Engine, renamed: bool) {
+    engine.register(VERSIONED, move |ctx: Ctx, ()| async move {
+        ctx.on_update(BUMP, |n: u64| async move { Ok(n + 1) });
+        let name = if renamed { "renamed" } else { "old" };
+        let first = ctx.step(name, |_| async { Ok("old".to_string()) }).await?;
+        let n = ctx.wait_for(&PING).await?.unwrap_or(0);
+        Ok::<_, Failure>(format!("{first}:{n}"))
+    });
+}
+
+/// An update call on `id`, which must end within a few seconds.
+async fn update_soon<F: std::future::Future<Output = Result<u64, Error>>>(
+    what: &str,
+    call: F,
+) -> Result<String, Error> {
+    tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} on the stopped run did not end"))
+        .map(|n| n.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_to_a_stopped_run_get_the_determinism_error_until_it_is_fixed() {
+    let dir = temp_dir("stopped-update");
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned_with_update(&engine, false);
+    engine.start(VERSIONED, "stopped-run", &()).await.unwrap();
+    assert_eq!(engine.update("stopped-run", BUMP, &1).await.unwrap(), 2);
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // A deploy that renames the step: every kind of update call is
+    // answered at once, and again, with the departure; none is recorded.
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned_with_update(&engine, true);
+    let mut d = engine.describe("stopped-run").await.unwrap();
+    for _ in 0..100 {
+        if d.status == RunStatus::Stopped {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        d = engine.describe("stopped-run").await.unwrap();
+    }
+    assert_eq!(d.status, RunStatus::Stopped, "{d:?}");
+    for _ in 0..2 {
+        assert_departure(update_soon("update", engine.update("stopped-run", BUMP, &5)).await);
+        assert_departure(
+            update_soon(
+                "update_once",
+                engine.update_once("stopped-run", BUMP, "key-1", &5),
+            )
+            .await,
+        );
+        assert_departure(
+            update_soon(
+                "update_with_start",
+                engine.update_with_start(VERSIONED, "stopped-run", &(), BUMP, &5),
+            )
+            .await,
+        );
+    }
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // The fix deployed: updates run again, the keyed one as new (the
+    // refused call recorded nothing), and the run ends normally.
+    let engine = Engine::open(Config::file(&dir).shards(1)).await.unwrap();
+    register_versioned_with_update(&engine, false);
+    assert_eq!(
+        update_soon(
+            "update_once",
+            engine.update_once("stopped-run", BUMP, "key-1", &10)
+        )
+        .await
+        .unwrap(),
+        "11"
+    );
+    assert_eq!(engine.update("stopped-run", BUMP, &20).await.unwrap(), 21);
+    engine.signal("stopped-run", PING, &3).await.unwrap();
+    assert_eq!(result_soon(&engine, "stopped-run").await.unwrap(), "old:3");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 const CART: Workflow<(), Vec<String>> = Workflow::new("cart");
 const ADD_ITEM: fusee::Update<String, usize> = fusee::Update::new("add-item");
 const ITEMS: fusee::Query<(), Vec<String>> = fusee::Query::new("items");

@@ -5,6 +5,7 @@ use fusee_core::record::{Payload, RecordBuf, RunId, policy};
 use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
+use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
 use super::sabotage::Sabotage;
@@ -451,6 +452,11 @@ impl ShardLoop {
         }
         // Handlers register when the code runs (see `answer_query`).
         self.settle(run, now_ms);
+        // Stopped code would never run the handler: nothing is recorded
+        // (a fixed deploy must not find an update its caller saw refused).
+        if self.stopped_error(run).is_some() {
+            return Ok(Accepted::Stopped(run));
+        }
         let Some(live) = self.live.get(&run) else {
             return Err(Error::UnknownUpdate {
                 id: id.to_string(),
@@ -538,11 +544,14 @@ impl ShardLoop {
         reply: super::Reply<RunResult>,
     ) {
         match accepted {
-            Ok(Accepted::Waiting(run)) => self
-                .update_waiters
-                .entry((run, name(update_id)))
-                .or_default()
-                .push(reply),
+            Ok(Accepted::Waiting(run) | Accepted::Stopped(run)) => {
+                self.update_waiters
+                    .entry((run, name(update_id)))
+                    .or_default()
+                    .push(reply);
+                // A stopped run answers its update callers as its result's.
+                self.answer_stopped(run);
+            }
             Ok(Accepted::Returned(result)) => {
                 // Its `UpdateDone` is in the log: answered once the log is
                 // durable through its end (outputs queue in LSN order).
@@ -625,7 +634,9 @@ impl ShardLoop {
     }
 
     /// Answers query `name` of workflow `id` with its handler (loading a
-    /// parked run first), recording nothing.
+    /// parked run first), recording nothing. A finished run's code no
+    /// longer runs: its journal, while kept, is replayed with the
+    /// registered code to answer ([`query_finished`](Self::query_finished)).
     fn answer_query(
         &mut self,
         id: &str,
@@ -636,6 +647,13 @@ impl ShardLoop {
         let Some((run, parked)) = self.lookup(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
+        let finished = match parked {
+            true => self.core.parked(run).and_then(|p| p.done()).is_some(),
+            false => self.core.get(run).is_some_and(|l| l.done.is_some()),
+        };
+        if finished {
+            return self.query_finished(id, run, name, payload, now_ms);
+        }
         if parked {
             self.load(run, now_ms).map_err(|error| Error::Storage {
                 shard: self.shard,
@@ -645,33 +663,78 @@ impl ShardLoop {
         // Handlers register when the code runs: a run not polled since
         // recovery or the load above has none yet.
         self.settle(run, now_ms);
-        let unknown = |registered| Error::UnknownQuery {
-            id: id.to_string(),
-            name: name.to_string(),
-            registered,
-        };
-        let Some(live) = self.live.get(&run) else {
-            return Err(unknown(Vec::new()));
-        };
-        let state = std::rc::Rc::clone(&live.state);
-        let answer = with_query_handler(&state, name, |handler| {
-            catch_panic(|| handler(payload)).unwrap_or_else(|panic| {
-                Err(Failure::with_kind(
-                    "panic",
-                    format!("the query handler panicked: {panic}"),
-                ))
-            })
-        });
-        let Some(answer) = answer else {
-            let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
-            registered.sort();
-            return Err(unknown(registered));
-        };
-        answer.map_err(|failure| Error::Failed {
+        match self.live.get(&run) {
+            Some(live) => ask_query(&std::rc::Rc::clone(&live.state), id, name, payload),
+            None => Err(Error::UnknownQuery {
+                id: id.to_string(),
+                name: name.to_string(),
+                registered: Vec::new(),
+            }),
+        }
+    }
+
+    /// Answers query `name` of finished run `run` by replaying its journal
+    /// with the registered code (the engine's one host, `host::replay`):
+    /// no step runs, nothing is recorded, the handlers answer as of the
+    /// run's end. Once only its `Start` and `Done` are kept,
+    /// [`Error::HistoryGone`].
+    fn query_finished(
+        &mut self,
+        id: &str,
+        run: RunId,
+        name: &str,
+        payload: &[u8],
+        now_ms: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let shard = self.shard;
+        let journal = self.live_journal(id, Some(run))?;
+        let records = fusee_core::record::decode_canonical_all(&journal.journal).map_err(|_| {
+            Error::Storage {
+                shard,
+                error: fusee_storage::StorageError::Corrupt {
+                    what: "finished run's journal",
+                    at: run,
+                },
+            }
+        })?;
+        if !journal.complete {
+            let finished_ms = records
+                .iter()
+                .find_map(|r| match r {
+                    fusee_core::record::Record::Done { finished_ms, .. } => Some(*finished_ms),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            // Still within its history time: the journal was over
+            // `history_max_bytes`, kept as its summary from the start.
+            let due = finished_ms.saturating_add(self.config.history_ms);
+            return Err(Error::HistoryGone {
+                id: id.to_string(),
+                run,
+                what: format!("query {name:?}"),
+                finished_ms,
+                gone_ms: if due > now_ms { finished_ms } else { due },
+            });
+        }
+        let failed = |kind: &str, message: String| Error::Failed {
             id: id.to_string(),
             status: "query failed",
-            failure,
-        })
+            failure: Failure::with_kind(kind, message),
+        };
+        match host::replay(&self.registry, &records) {
+            Ok(replay) => ask_query(&replay.state, id, name, payload),
+            Err(ReplayFault::NoCode { wtype, registered }) => {
+                Err(Error::UnknownWorkflow { wtype, registered })
+            }
+            Err(ReplayFault::Diverged(why)) => Err(failed(
+                "determinism",
+                format!("the registered code departs from the finished run's journal: {why}"),
+            )),
+            Err(ReplayFault::Malformed(why)) => Err(failed(
+                "replay",
+                format!("the finished run's journal does not replay: {why}"),
+            )),
+        }
     }
 
     /// Appends `rec` and acknowledges `reply` once it is durable.
@@ -926,6 +989,38 @@ impl ShardLoop {
     }
 }
 
+/// Asks query `name` of a run's code state (its registered handlers), a
+/// panic in the handler a failure.
+fn ask_query(
+    state: &std::rc::Rc<std::cell::RefCell<crate::ctx::RunState>>,
+    id: &str,
+    name: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let answer = with_query_handler(state, name, |handler| {
+        catch_panic(|| handler(payload)).unwrap_or_else(|panic| {
+            Err(Failure::with_kind(
+                "panic",
+                format!("the query handler panicked: {panic}"),
+            ))
+        })
+    });
+    let Some(answer) = answer else {
+        let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
+        registered.sort();
+        return Err(Error::UnknownQuery {
+            id: id.to_string(),
+            name: name.to_string(),
+            registered,
+        });
+    };
+    answer.map_err(|failure| Error::Failed {
+        id: id.to_string(),
+        status: "query failed",
+        failure,
+    })
+}
+
 /// How an update was taken.
 enum Accepted {
     /// Recorded now, or earlier and its handler still runs: the caller
@@ -934,6 +1029,9 @@ enum Accepted {
     /// Accepted and answered before (a keyed update asked again): its
     /// result.
     Returned(RunResult),
+    /// Not recorded: the run's code is stopped, and the caller gets the
+    /// stop as a result's caller does ([`ShardLoop::answer_stopped`]).
+    Stopped(u64),
 }
 
 /// What an update-with-start starts when the workflow has no run.

@@ -852,6 +852,11 @@ impl ShardLoop {
     /// The error a caller waiting on `run`'s result gets while its code is
     /// stopped; `None` while it is not.
     fn stopped_error(&self, run: RunId) -> Option<Error> {
+        // A run whose end is recorded is not waited on for ever: its
+        // callers get its end (and its handlers' recorded results).
+        if self.core.get(run).is_some_and(|l| l.done.is_some()) {
+            return None;
+        }
         let why = self.live.get(&run)?.stopped.as_ref()?;
         Some(match why {
             Fault::Determinism(e) => Error::Determinism(e.clone()),
@@ -867,15 +872,31 @@ impl ShardLoop {
         })
     }
 
-    /// Answers the callers waiting on `run`'s result with its stop, if its
-    /// code stopped: a stopped run never ends by itself, so waiting would
-    /// be for ever. Given once the records so far are durable, as any
-    /// answer resting on them.
+    /// Answers the callers waiting on `run`'s result or on one of its
+    /// updates with its stop, if its code stopped: a stopped run never ends
+    /// by itself nor runs a handler, so waiting would be for ever. Given
+    /// once the records so far are durable, as any answer resting on them.
     fn answer_stopped(&mut self, run: RunId) {
         if self.stopped_error(run).is_none() {
             return;
         }
-        for reply in self.results.remove(&run).unwrap_or_default() {
+        let mut waiting = self.results.remove(&run).unwrap_or_default();
+        let core = &self.core;
+        self.update_waiters.retain(|(r, update), callers| {
+            // An update whose result is recorded (its handler ended before
+            // the stop) is answered with that result once it is durable.
+            let recorded = || {
+                core.get(run)
+                    .and_then(|l| l.update(update))
+                    .is_some_and(|(_, slot)| slot.result.is_some())
+            };
+            if *r != run || recorded() {
+                return true;
+            }
+            waiting.append(callers);
+            false
+        });
+        for reply in waiting {
             if let Some(err) = self.stopped_error(run) {
                 self.refuse_result_after_durable(reply, err);
             }

@@ -129,6 +129,14 @@ impl JournalView {
                         view.paused = p;
                     }
                 }
+                // A finished run waits for nothing and is not paused: what
+                // was pending when it ended (a cancel or terminate during a
+                // wait, a timer that lost a race) was abandoned.
+                Record::Done { .. } => {
+                    children.clear();
+                    waits.clear();
+                    view.paused = false;
+                }
                 _ => {}
             }
         }

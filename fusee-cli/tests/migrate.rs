@@ -112,8 +112,19 @@ fn schema(tag: &str) -> String {
     format!("migrate_{tag}_{}", std::process::id())
 }
 
+/// One test of this file at a time. They spawn `fusee` processes while
+/// others hold a store's `LOCK` (a `flock`): a process forked meanwhile
+/// holds a copy of that descriptor until it execs, and a store another
+/// test closed a moment before could then still read as locked (seen once
+/// in CI as "the finished destination opens: ... is locked").
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_file_redb_postgres_file_keeps_every_journal() {
+    let _serial = serial().await;
     let src = build_chained("migrate-trip").await;
     let before = snapshot(&src);
     let want = journals(&src);
@@ -259,6 +270,7 @@ fn interrupted_everywhere(src: &Path, target: &StorageConfig) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_at_every_step_the_destination_is_refused_then_redone() {
+    let _serial = serial().await;
     let src = build_crashed("file", "migrate-steps").await;
     let want = journals(&src);
     for backend in [Backend::File, Backend::Redb, Backend::Rocksdb] {
@@ -278,6 +290,7 @@ async fn interrupted_at_every_step_the_destination_is_refused_then_redone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_any_moment_the_destination_is_refused_or_whole() {
+    let _serial = serial().await;
     let src = build_crashed("file", "migrate-kill").await;
     let want = journals(&src);
     let before = snapshot(&src);
@@ -331,6 +344,7 @@ async fn killed_at_any_moment_the_destination_is_refused_or_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_clear() {
+    let _serial = serial().await;
     let src = build_crashed("file", "migrate-refuse").await;
     // Into itself.
     let out = fusee(&["migrate", s(&src), s(&src)]);

@@ -120,6 +120,26 @@ impl Engine {
     }
 }
 
+/// Registers `update` on an entity's run as a change of its state: refused
+/// when `refuse` says why; otherwise `change` is applied and the entity's
+/// loop woken. The handler makes no operation of the run: the loop alone
+/// does, so live and replay interleave them alike.
+pub(crate) fn on_change<S: 'static, I: DeserializeOwned + 'static>(
+    ctx: &Ctx,
+    update: Update<I, ()>,
+    shared: &Rc<RefCell<S>>,
+    notify: &Notify,
+    refuse: impl Fn(&I) -> std::result::Result<(), String> + 'static,
+    change: impl Fn(&mut S, I) + 'static,
+) {
+    let (shared, notify) = (Rc::clone(shared), notify.clone());
+    ctx.on_update_validated(update, refuse, move |input: I| {
+        change(&mut shared.borrow_mut(), input);
+        notify.notify();
+        std::future::ready(Ok(()))
+    });
+}
+
 /// Workflow type names made at run time, as the `&'static str` a
 /// [`crate::Workflow`] holds: each distinct name is leaked once (there are
 /// as many as workflow types schedules and queues start).

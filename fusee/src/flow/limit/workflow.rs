@@ -5,6 +5,7 @@
 //! then. It reaches its engine only through the run's context.
 
 use super::*;
+use crate::flow::shared::on_change;
 
 struct Shared {
     name: String,
@@ -221,18 +222,15 @@ fn register_handlers(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, notify: &Notify) {
             Ok(())
         }
     };
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            CONFIGURE,
-            move |_| check(),
-            move |settings: Settings| {
-                shared.borrow_mut().settings = settings;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
+    let check = moving.clone();
+    on_change(
+        ctx,
+        CONFIGURE,
+        shared,
+        notify,
+        move |_| check(),
+        |s, settings| s.settings = settings,
+    );
     {
         let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
         ctx.on_update_validated(
@@ -258,57 +256,45 @@ fn register_handlers(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, notify: &Notify) {
             },
         );
     }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            RELEASE,
-            move |_| check(),
-            move |request: String| {
-                let mut sh = shared.borrow_mut();
-                sh.s.holders.retain(|h| h.req.request != request);
-                sh.s.waiting.retain(|r| r.request != request);
-                drop(sh);
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            PAUSE,
-            move |_| check(),
-            move |note: String| {
-                shared.borrow_mut().s.paused = Some(note);
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            RESUME,
-            move |_| check(),
-            move |()| {
-                shared.borrow_mut().s.paused = None;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            DELETE,
-            move |_| check(),
-            move |()| {
-                shared.borrow_mut().deleted = true;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
+    let check = moving.clone();
+    on_change(
+        ctx,
+        RELEASE,
+        shared,
+        notify,
+        move |_| check(),
+        |sh, request| {
+            sh.s.holders.retain(|h| h.req.request != request);
+            sh.s.waiting.retain(|r| r.request != request);
+        },
+    );
+    let check = moving.clone();
+    on_change(
+        ctx,
+        PAUSE,
+        shared,
+        notify,
+        move |_| check(),
+        |sh, note| sh.s.paused = Some(note),
+    );
+    let check = moving.clone();
+    on_change(
+        ctx,
+        RESUME,
+        shared,
+        notify,
+        move |_| check(),
+        |sh, ()| sh.s.paused = None,
+    );
+    let check = moving.clone();
+    on_change(
+        ctx,
+        DELETE,
+        shared,
+        notify,
+        move |_| check(),
+        |sh, ()| sh.deleted = true,
+    );
     let shared = Rc::clone(shared);
     ctx.on_update_validated(
         DESCRIBE,

@@ -6,6 +6,7 @@
 //! engine only through the run's context.
 
 use super::*;
+use crate::flow::shared::on_change;
 
 /// Items waiting: by priority (highest first), then keys taking turns,
 /// then each key's items in order.
@@ -239,18 +240,15 @@ fn register_handlers(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, notify: &Notify) {
             Ok(())
         }
     };
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            CONFIGURE,
-            move |_| check(),
-            move |settings: Settings| {
-                shared.borrow_mut().settings = settings;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
+    let check = moving.clone();
+    on_change(
+        ctx,
+        CONFIGURE,
+        shared,
+        notify,
+        move |_| check(),
+        |s, settings| s.settings = settings,
+    );
     {
         let (checked, shared, notify, check) = (
             Rc::clone(shared),
@@ -291,18 +289,15 @@ fn register_handlers(ctx: &Ctx, shared: &Rc<RefCell<Shared>>, notify: &Notify) {
             },
         );
     }
-    {
-        let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
-        ctx.on_update_validated(
-            PAUSE,
-            move |_| check(),
-            move |paused: bool| {
-                shared.borrow_mut().p.paused = paused;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
+    let check = moving.clone();
+    on_change(
+        ctx,
+        PAUSE,
+        shared,
+        notify,
+        move |_| check(),
+        |s, paused| s.p.paused = paused,
+    );
     {
         let (shared, notify, check) = (Rc::clone(shared), notify.clone(), moving.clone());
         ctx.on_update_validated(

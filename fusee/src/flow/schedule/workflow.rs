@@ -7,6 +7,7 @@
 //! run's context.
 
 use super::*;
+use crate::flow::shared::on_change;
 
 /// What a schedule's code and its update handlers share.
 struct Shared {
@@ -150,42 +151,35 @@ fn register_handlers(
             Ok(())
         }
     };
-    {
-        let (shared, notify, refuse) = (Rc::clone(shared), notify.clone(), refuse.clone());
-        ctx.on_update_validated(
-            PAUSE,
-            move |_| refuse(),
-            move |note: Option<String>| {
-                let mut s = shared.borrow_mut();
-                s.p.paused = true;
-                s.p.note = note;
-                drop(s);
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
-    {
-        let (shared, notify, refuse) = (Rc::clone(shared), notify.clone(), refuse.clone());
-        ctx.on_update_validated(
-            RESUME,
-            move |_| refuse(),
-            move |()| {
-                let mut s = shared.borrow_mut();
-                if s.p.paused {
-                    // Fire times passed while paused are neither fired nor
-                    // missed: the loop moves its cursor to the time it
-                    // wakes at (the handler reads no time, as TRIGGER's).
-                    s.p.paused = false;
-                    s.p.note = None;
-                    s.resumed = true;
-                }
-                drop(s);
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
+    let check = refuse.clone();
+    on_change(
+        ctx,
+        PAUSE,
+        shared,
+        notify,
+        move |_| check(),
+        |s, note| {
+            s.p.paused = true;
+            s.p.note = note;
+        },
+    );
+    let check = refuse.clone();
+    on_change(
+        ctx,
+        RESUME,
+        shared,
+        notify,
+        move |_| check(),
+        |s, ()| {
+            if s.p.paused {
+                // Fire times passed while paused are neither fired nor missed:
+                // the loop moves its cursor to the time it wakes at.
+                s.p.paused = false;
+                s.p.note = None;
+                s.resumed = true;
+            }
+        },
+    );
     {
         let check = {
             let (shared, refuse) = (Rc::clone(shared), refuse.clone());
@@ -201,28 +195,19 @@ fn register_handlers(
                 Ok(())
             }
         };
-        let (shared, notify) = (Rc::clone(shared), notify.clone());
-        ctx.on_update_validated(TRIGGER, check, move |()| {
-            // No operation of the run here (the loop reads the time and
-            // starts the fire when it wakes): a handler's operations would
-            // interleave with the loop's one way live and another on replay.
-            shared.borrow_mut().triggered = true;
-            notify.notify();
-            std::future::ready(Ok(()))
+        // The loop reads the time and starts the fire when it wakes.
+        on_change(ctx, TRIGGER, shared, notify, check, |s, ()| {
+            s.triggered = true
         });
     }
-    {
-        let (shared, notify) = (Rc::clone(shared), notify.clone());
-        ctx.on_update_validated(
-            DELETE,
-            move |_| refuse(),
-            move |()| {
-                shared.borrow_mut().deleted = true;
-                notify.notify();
-                std::future::ready(Ok(()))
-            },
-        );
-    }
+    on_change(
+        ctx,
+        DELETE,
+        shared,
+        notify,
+        move |_| refuse(),
+        |s, ()| s.deleted = true,
+    );
     let (shared, timing) = (Rc::clone(shared), Rc::clone(timing));
     ctx.on_query(DESCRIBE, move |()| Ok(shared.borrow().describe(&timing)));
 }

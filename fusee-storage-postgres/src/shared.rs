@@ -76,7 +76,7 @@ pub(crate) struct Lease {
 /// leases is the backstop, longer than the idle timeout so that a takeover
 /// outlasts the stalled session it waits for: no statement of ours waits
 /// longer than that for a lock, whatever holds it; the caller gets
-/// `Locked` (the statement did nothing) and tries again.
+/// `LockTimeout` (the statement did nothing) and tries again.
 /// Our own transactions never sit idle between statements for anything
 /// but the client's CPU, far below a lease.
 pub(crate) fn session_setup(options: &PgOptions) -> String {

@@ -114,7 +114,9 @@ const OPEN_AT_ONCE: usize = 8;
 fn held_elsewhere(e: &StorageError) -> bool {
     matches!(
         e,
-        StorageError::Leased { .. } | StorageError::Locked { .. } | StorageError::LockTimeout { .. }
+        StorageError::Leased { .. }
+            | StorageError::Locked { .. }
+            | StorageError::LockTimeout { .. }
     )
 }
 

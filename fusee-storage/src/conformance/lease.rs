@@ -87,8 +87,7 @@ fn open_when_free<S: Storage>(s: &S, shard: u32, limit: Duration) -> crate::Shar
                 StorageError::Leased { .. }
                 | StorageError::Locked { .. }
                 | StorageError::LockTimeout { .. },
-            ) if start.elapsed() < limit =>
-            {
+            ) if start.elapsed() < limit => {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(e) => fail(format_args!(

@@ -188,6 +188,7 @@ impl ShardLoop {
         if matches!(rec, RecordBuf::Attempt { .. }) {
             self.stepping.insert(run);
         }
+        self.metrics.step_attempts += 1;
         self.append(&rec);
     }
 }

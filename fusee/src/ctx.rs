@@ -114,7 +114,11 @@ pub struct StepContext {
     key: Arc<str>,
     attempt: u32,
     fencing_token: u64,
-    trace: Option<crate::trace::TraceParent>,
+    /// The run's place in its trace and the step's sequence: the
+    /// attempt's span is derived only when asked for
+    /// ([`StepContext::traceparent`]), so a step that never asks pays no
+    /// hash.
+    trace: Option<(crate::trace::RunTrace, u32)>,
 }
 
 impl StepContext {
@@ -186,9 +190,9 @@ impl StepContext {
         self
     }
 
-    /// The context with this attempt's trace context.
-    pub(crate) fn traced(mut self, trace: crate::trace::TraceParent) -> Self {
-        self.trace = Some(trace);
+    /// The context of step `seq`'s attempt of run `run`'s trace.
+    pub(crate) fn traced(mut self, run: crate::trace::RunTrace, seq: u32) -> Self {
+        self.trace = Some((run, seq));
         self
     }
 
@@ -199,6 +203,7 @@ impl StepContext {
     /// engine's shard loop.
     pub fn traceparent(&self) -> Option<crate::trace::TraceParent> {
         self.trace
+            .map(|(run, seq)| run.context(crate::trace::SpanOf::Attempt(seq, self.attempt)))
     }
 
     /// The step's idempotency key: the same on every attempt and after

@@ -355,6 +355,10 @@ struct LiveRun {
     stopped: Option<Fault>,
     /// When its code last ran or a record was appended for it.
     active_ms: u64,
+    /// Its place in its trace, derived at its first step start and kept:
+    /// three hashes of its `Start`, which a loaded run never changes, so
+    /// no step pays them again (they were a fanout's largest added cost).
+    trace: Option<crate::trace::RunTrace>,
     /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
     /// and whether the one after it was handed out since.
     #[cfg(feature = "testing")]

@@ -166,6 +166,7 @@ impl ShardLoop {
                     handlers: Vec::new(),
                     stopped: None,
                     active_ms: 0,
+                    trace: None,
                     #[cfg(feature = "testing")]
                     held: None,
                 };
@@ -196,6 +197,7 @@ impl ShardLoop {
                 handlers: Vec::new(),
                 stopped: None,
                 active_ms: 0,
+                trace: None,
                 #[cfg(feature = "testing")]
                 held: None,
             },

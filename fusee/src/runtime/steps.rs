@@ -45,11 +45,12 @@ impl ShardLoop {
                 self.stepping.remove(&run);
                 continue;
             }
-            let Some(live) = self.live.get(&run) else {
+            let Some(live) = self.live.get_mut(&run) else {
                 self.stepping.remove(&run);
                 continue;
             };
-            let mut s = live.state.borrow_mut();
+            let mut guard = live.state.borrow_mut();
+            let s = &mut *guard;
             // The output-commit rule: nothing with effects before the
             // records the run wrote so far are durable.
             let Some(gate) = s.machine.gate_lsn() else {
@@ -58,11 +59,13 @@ impl ShardLoop {
             if gate > self.durable && !early {
                 continue;
             }
-            let id = s.id.clone();
-            let trace = self
-                .core
-                .get(run)
-                .map(|l| crate::trace::RunTrace::of(self.shard, run, l));
+            if live.trace.is_none() {
+                live.trace = self
+                    .core
+                    .get(run)
+                    .map(|l| crate::trace::RunTrace::of(self.shard, run, l));
+            }
+            let trace = live.trace;
             let mut waiting = false;
             for (&seq, spec) in s.steps.iter_mut() {
                 let Some((attempt, at)) = spec.next else {
@@ -82,10 +85,10 @@ impl ShardLoop {
                 }
                 spec.running = true;
                 spec.first_ms.get_or_insert(now_ms);
-                let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
+                let key: Arc<str> = Arc::from(format!("{}/{run}/{seq}", s.id));
                 let mut cx = StepContext::new(key, attempt).with_fencing_token(token);
-                if let Some(t) = &trace {
-                    cx = cx.traced(t.context(crate::trace::SpanOf::Attempt(seq, attempt)));
+                if let Some(t) = trace {
+                    cx = cx.traced(t, seq);
                 }
                 let future = (spec.f)(cx);
                 self.jobs.push(StepJob {
@@ -96,7 +99,7 @@ impl ShardLoop {
                     future,
                 });
             }
-            drop(s);
+            drop(guard);
             if !waiting {
                 self.stepping.remove(&run);
             }

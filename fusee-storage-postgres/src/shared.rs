@@ -90,6 +90,29 @@ pub(crate) fn session_setup(options: &PgOptions) -> String {
     )
 }
 
+/// Drops `conns` on a thread of its own and waits for it: a
+/// `postgres::Client` closes its connection by blocking on a runtime of its
+/// own, which panics on a thread that drives a tokio runtime (an `Engine`
+/// dropped in async code drops its storage there). Should no thread start,
+/// the connections are leaked, not dropped here: the system closes their
+/// sockets when the process ends.
+fn close_off_thread(conns: Vec<Conn>) {
+    if conns.is_empty() {
+        return;
+    }
+    let slot = Arc::new(Mutex::new(Some(conns)));
+    let theirs = Arc::clone(&slot);
+    let closer = std::thread::Builder::new()
+        .name("fusee-pg-close".into())
+        .spawn(move || drop(lock(&theirs).take()));
+    match closer {
+        Ok(t) => {
+            let _ = t.join();
+        }
+        Err(_) => std::mem::forget(lock(&slot).take()),
+    }
+}
+
 /// How long a pooled connection may take to answer its check before it
 /// is dropped for a new one.
 const POOL_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
@@ -158,9 +181,11 @@ impl Shared {
         }
     }
 
-    /// Drops every pooled connection (the storage closed).
+    /// Drops every pooled connection (the storage closed, or a connection
+    /// was lost), off the calling thread ([`close_off_thread`]).
     pub(crate) fn clear_pool(&self) {
-        lock(&self.pool).clear();
+        let conns = std::mem::take(&mut *lock(&self.pool));
+        close_off_thread(conns);
     }
 
     /// `Closed { what }` once the storage closed (or was killed).

@@ -37,7 +37,7 @@ use super::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 use crate::AnyStorage;
 use crate::clock::Clock;
 use crate::ctx::Registry;
-use crate::ctx::StepError;
+use crate::step::StepError;
 
 /// The client's side of a running shard.
 pub(crate) struct ShardHandle {
@@ -638,7 +638,7 @@ fn spawn_step(runtime: &Handle, job: StepJob, tx: Sender<Input>) {
 /// A step's future with a panic in it caught: the panic's payload as its
 /// output.
 struct CatchUnwind {
-    future: crate::ctx::StepFuture,
+    future: crate::step::StepFuture,
 }
 
 impl Future for CatchUnwind {

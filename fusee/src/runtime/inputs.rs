@@ -8,10 +8,11 @@ use fusee_storage::LogStore;
 use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
+use super::run::{with_query_handler, with_update_handler};
 use super::sabotage::Sabotage;
 use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
-use crate::client::{CurrentStep, Description, IdPolicy, RunRef, RunResult, RunStatus};
-use crate::ctx::{catch_panic, with_query_handler, with_update_handler};
+use crate::client::{Description, IdPolicy, RunRef, RunResult, RunStatus};
+use crate::ctx::{RunState, catch_panic};
 use crate::error::Error;
 use crate::workflow::{CODEC_JSON, Failure};
 
@@ -473,7 +474,7 @@ impl ShardLoop {
             None => Ok(()),
         });
         let Some(verdict) = verdict else {
-            let mut registered: Vec<String> = state.borrow().updates.keys().cloned().collect();
+            let mut registered: Vec<String> = state.borrow().update_names();
             registered.sort();
             return Err(Error::UnknownUpdate {
                 id: id.to_string(),
@@ -828,18 +829,7 @@ impl ShardLoop {
             (None, None) if self.no_code.contains(&run) => RunStatus::WaitingForCode,
             (None, None) => RunStatus::Running,
         };
-        let step = live.and_then(|live| {
-            let s = live.state.borrow();
-            s.steps
-                .iter()
-                .min_by_key(|(seq, _)| **seq)
-                .map(|(_, spec)| CurrentStep {
-                    name: spec.name.to_string(),
-                    attempt: spec.next.map_or(0, |(a, _)| a),
-                    running: spec.running,
-                    paused: matches!(spec.next, Some((_, fusee_core::run::RetryAt::Paused))),
-                })
-        });
+        let step = live.and_then(|live| live.state.borrow().current_step());
         Ok(Description {
             id: id.to_string(),
             workflow: l.wtype.to_string(),
@@ -992,7 +982,7 @@ impl ShardLoop {
 /// Asks query `name` of a run's code state (its registered handlers), a
 /// panic in the handler a failure.
 fn ask_query(
-    state: &std::rc::Rc<std::cell::RefCell<crate::ctx::RunState>>,
+    state: &std::rc::Rc<std::cell::RefCell<RunState>>,
     id: &str,
     name: &str,
     payload: &[u8],
@@ -1006,7 +996,7 @@ fn ask_query(
         })
     });
     let Some(answer) = answer else {
-        let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
+        let mut registered: Vec<String> = state.borrow().query_names();
         registered.sort();
         return Err(Error::UnknownQuery {
             id: id.to_string(),

@@ -63,6 +63,7 @@ mod parking;
 mod postman;
 mod receive;
 mod recover;
+pub(crate) mod run;
 mod runs;
 pub(crate) mod sabotage;
 mod seal;
@@ -88,10 +89,12 @@ use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
 use crate::client::{Description, IdPolicy, ListFilter, LiveJournal, RunRef, RunResult, ShardPage};
 use crate::ctx::Registry;
-use crate::ctx::{Fault, RunState, StepError};
+use crate::ctx::RunState;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::registry::RunFuture;
+use crate::step::StepError;
+use run::Fault;
 
 pub(crate) use steps::StepJob;
 
@@ -358,7 +361,7 @@ struct LiveRun {
     /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
     /// and whether the one after it was handed out since.
     #[cfg(feature = "testing")]
-    held: Option<(fusee_core::record::Seq, crate::ctx::Outcome, bool)>,
+    held: Option<(fusee_core::record::Seq, run::Outcome, bool)>,
 }
 
 /// Wakes a run: puts it on its shard's ready queue.
@@ -506,30 +509,13 @@ impl ShardLoop {
         }
         let checkpoint = (self.since_checkpoint > 0)
             .then(|| self.checkpoint_ms + self.config.checkpoint_interval_ms);
-        let retry = self
-            .stepping
-            .iter()
-            .filter_map(|run| self.live.get(run))
-            .flat_map(|l| {
-                l.state
-                    .borrow()
-                    .steps
-                    .values()
-                    .filter_map(|s| match s.next {
-                        Some((_, fusee_core::run::RetryAt::At { retry_at_ms })) => {
-                            Some(retry_at_ms)
-                        }
-                        _ => None,
-                    })
-                    .min()
-            })
-            .min();
         let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
             .then_some(self.housekeeping_ms);
+        // A step's retry time is the core's retry timer, armed by its
+        // `Attempt` record (see `run`'s docs): `next_timer` has it.
         [
             self.core.next_timer(),
             checkpoint,
-            retry,
             housekeeping,
             self.next_seal(),
         ]
@@ -686,8 +672,12 @@ impl ShardLoop {
         }
         self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         if let Some(live) = self.live.get_mut(&run) {
-            live.active_ms = live.state.borrow().now_ms.max(live.active_ms);
-            let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
+            live.active_ms = live.state.borrow().now_ms().max(live.active_ms);
+            let refused = live
+                .state
+                .borrow_mut()
+                .machine_mut()
+                .handle_record(lsn, rec);
             if let Err(e) = refused {
                 stop(live, run, Fault::Refused(e.to_string()));
                 self.answer_stopped(run);

@@ -222,23 +222,12 @@ impl ShardLoop {
             }
         };
         self.settle(run, now_ms);
-        let paused = self.live.get(&run).map(|live| {
-            let s = live.state.borrow();
-            let mut paused: Vec<(u32, String, u32)> = s
-                .steps
-                .iter()
-                .filter_map(|(seq, spec)| match spec.next {
-                    Some((attempt, fusee_core::run::RetryAt::Paused)) => {
-                        Some((*seq, spec.name.to_string(), attempt))
-                    }
-                    _ => None,
-                })
-                .collect();
-            paused.sort();
-            paused
-        });
+        let paused = self
+            .live
+            .get(&run)
+            .map(|live| live.state.borrow().paused_steps());
         let paused = paused.unwrap_or_default();
-        let Some(&(seq, _, attempt)) = paused.iter().find(|(_, name, _)| name == step) else {
+        let Some(&(seq, _, _)) = paused.iter().find(|(_, name, _)| name == step) else {
             let _ = reply.send(Err(Error::StepNotPaused {
                 id: id.to_string(),
                 step: step.to_string(),
@@ -247,12 +236,10 @@ impl ShardLoop {
             return;
         };
         self.ack_after(&RecordBuf::Resume { run, seq }, reply);
-        if let Some(live) = self.live.get(&run)
-            && let Some(spec) = live.state.borrow_mut().steps.get_mut(&seq)
-        {
-            spec.next = Some((attempt, fusee_core::run::RetryAt::Now));
-            spec.resumed_after = attempt - 1;
-            spec.first_ms = None;
+        // The next attempt is the machine's answer now that it has the
+        // `Resume` (the one owner of retry state: `run`'s docs).
+        if let Some(live) = self.live.get(&run) {
+            live.state.borrow_mut().step_resumed(seq);
         }
         self.stepping.insert(run);
         tracing::info!(shard = self.shard, run, seq, step, "step resumed");

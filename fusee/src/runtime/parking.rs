@@ -115,13 +115,7 @@ impl ShardLoop {
         if live.stopped.is_some() || live.active_ms > idle_since {
             return false;
         }
-        let s = live.state.borrow();
-        s.machine.pending_deliveries() == 0
-            && s.machine.unappended() == 0
-            && s.appends.is_empty()
-            && s.steps.values().all(|spec| {
-                !spec.running && !matches!(spec.next, Some((_, fusee_core::run::RetryAt::Now)))
-            })
+        live.state.borrow().quiescent()
     }
 
     /// Writes `run`'s frame and parks it.

@@ -54,7 +54,8 @@ use fusee_core::record::{
 use fusee_core::shard::Output;
 use fusee_storage::LogStore;
 
-use super::{ShardLoop, Waiting};
+use super::ShardLoop;
+use super::waiters::Waiting;
 use crate::client::{
     LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef, RunSummary,
     ShardPage,
@@ -247,8 +248,7 @@ impl ShardLoop {
 
     /// Answers `reply` once the log is durable through its last record.
     fn ack_after_last(&mut self, reply: super::Reply<()>) {
-        let token = self.token();
-        self.waiting.insert(token, Waiting::Done(reply));
+        let token = self.waiters.wait(Waiting::Done(reply));
         let lsn = self.log.last_lsn();
         self.core.add_output(lsn, Output::Ack(token));
         self.release_now_if_durable();
@@ -273,8 +273,7 @@ impl ShardLoop {
                     // answer or a crash): answer with its run once the
                     // records that made it are durable, as the first
                     // answer would have been.
-                    let token = self.token();
-                    self.waiting.insert(token, Waiting::Started(reply, made));
+                    let token = self.waiters.wait(Waiting::Started(reply, made));
                     let lsn = self.log.last_lsn();
                     self.core.add_output(lsn, Output::Ack(token));
                     self.release_now_if_durable();
@@ -295,14 +294,13 @@ impl ShardLoop {
                 let (Some(lsn), Some(next)) = (last, records.last().map(RecordBuf::run)) else {
                     return;
                 };
-                let token = self.token();
                 let made = RunRef {
                     id: id.to_string(),
                     shard: self.shard,
                     run: self.reset_target(&records).unwrap_or(next),
                     attached: false,
                 };
-                self.waiting.insert(token, Waiting::Started(reply, made));
+                let token = self.waiters.wait(Waiting::Started(reply, made));
                 self.core.add_output(lsn, Output::Ack(token));
                 self.metrics.started += 1;
             }
@@ -539,7 +537,7 @@ impl ShardLoop {
     fn summary(&mut self, run: RunId, filter: &ListFilter) -> Option<RunSummary> {
         if let Some(l) = self.core.get(run) {
             // Only a durable end counts, as in `describe`.
-            let ended = l.done.filter(|_| l.last_lsn <= self.durable);
+            let ended = l.done.filter(|_| l.last_lsn <= self.flights.durable());
             let done = ended.map(|(s, _)| s);
             if !filter.admits(done, Some(&l.wtype)) {
                 return None;

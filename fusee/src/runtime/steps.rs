@@ -55,7 +55,7 @@ impl ShardLoop {
             let Some(gate) = s.machine().gate_lsn() else {
                 continue;
             };
-            if gate > self.durable && !early {
+            if gate > self.flights.durable() && !early {
                 continue;
             }
             let id = s.id().clone();

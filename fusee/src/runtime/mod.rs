@@ -813,10 +813,9 @@ impl ShardLoop {
         // An update whose result is recorded (its handler ended before the
         // stop) is answered with that result once it is durable.
         waiting.append(&mut self.waiters.take_updates(run, |update| {
-            !core
-                .get(run)
+            core.get(run)
                 .and_then(|l| l.update(update))
-                .is_some_and(|(_, slot)| slot.result.is_some())
+                .is_none_or(|(_, slot)| slot.result.is_none())
         }));
         for reply in waiting {
             if let Some(err) = self.stopped_error(run) {

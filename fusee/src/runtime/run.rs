@@ -228,14 +228,7 @@ pub(crate) fn with_update_handler<C: Code, R>(
     name: &str,
     f: impl FnOnce(&UpdateHandler) -> R,
 ) -> Option<R> {
-    let handler = state.borrow_mut().updates.remove(name)?;
-    let out = f(&handler);
-    state
-        .borrow_mut()
-        .updates
-        .entry(name.to_string())
-        .or_insert(handler);
-    Some(out)
+    with_handler(state, name, |s| &mut s.updates, f)
 }
 
 /// [`with_update_handler`] for query handlers.
@@ -244,11 +237,19 @@ pub(crate) fn with_query_handler<C: Code, R>(
     name: &str,
     f: impl FnOnce(&QueryHandler) -> R,
 ) -> Option<R> {
-    let handler = state.borrow_mut().queries.remove(name)?;
+    with_handler(state, name, |s| &mut s.queries, f)
+}
+
+/// [`with_update_handler`] over the handlers `map` picks.
+fn with_handler<C: Code, H, R>(
+    state: &RefCell<RunState<C>>,
+    name: &str,
+    map: fn(&mut RunState<C>) -> &mut FxHashMap<String, H>,
+    f: impl FnOnce(&H) -> R,
+) -> Option<R> {
+    let handler = map(&mut state.borrow_mut()).remove(name)?;
     let out = f(&handler);
-    state
-        .borrow_mut()
-        .queries
+    map(&mut state.borrow_mut())
         .entry(name.to_string())
         .or_insert(handler);
     Some(out)

@@ -283,7 +283,9 @@ fn interrupted_everywhere_by(src: &Path, target: &StorageConfig, op: Op<'_>) {
         at += 1;
         assert!(at < 10_000, "the migration never ends");
     }
-    assert!(at > 8, "only {at} steps");
+    // A reshard into one shard has the fewest: mark, read 2 shards, write
+    // and check 1, unmark.
+    assert!(at >= 8, "only {at} steps");
     opens(target).expect("the finished destination opens");
 }
 

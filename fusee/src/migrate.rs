@@ -433,9 +433,9 @@ fn into_target<S: Storage>(
         Some(shards) => {
             // The source is rebuilt once and kept for the write and the
             // check (memory: every shard's run table, as an engine's).
-            let (mut views, plan) = reshard::plan(src, shards, now, progress)?;
-            let copy = reshard::write(src, &mut views, &plan, &dst, src_inbox, now, progress)?;
-            let check = reshard::check::<S, _>(&mut views, &plan, &dst, now, progress)?;
+            let (mut views, plan) = reshard::plan(src, src_inbox, shards, now, progress)?;
+            let copy = reshard::write(&mut views, &plan, &dst, now, progress)?;
+            let check = reshard::check(&mut views, &plan, &dst, now, progress)?;
             (copy, check)
         }
     };

@@ -36,6 +36,9 @@ pub(crate) struct Plan {
     moves: Vec<Vec<(RunId, u32, RunId)>>,
     /// By destination shard: `(source shard, old run)`, by new run.
     into: Vec<Vec<(u32, RunId)>>,
+    /// By source shard number: its inbox rows (PostgreSQL), taken before
+    /// the shard was rebuilt (a PostgreSQL shard opens once at a time).
+    inboxes: Vec<Vec<Vec<u8>>>,
 }
 
 impl Plan {
@@ -116,6 +119,7 @@ impl Plan {
 /// newest.
 pub(crate) fn plan<S: Storage>(
     src: &S,
+    src_inbox: &mut dyn Inboxes<S::Log>,
     shards: u32,
     now_ms: u64,
     progress: Progress<'_>,
@@ -129,10 +133,16 @@ pub(crate) fn plan<S: Storage>(
         shards,
         moves: vec![Vec::new(); top],
         into: vec![Vec::new(); shards as usize],
+        inboxes: vec![Vec::new(); top],
     };
     let mut next = vec![1 as RunId; shards as usize];
     for shard in numbers {
         report(progress, Event::Planning { shard })?;
+        if src_inbox.present() {
+            let from = MigrateError::storage("source", Some(shard));
+            let mut s = src.open_shard(shard).map_err(&from)?;
+            plan.inboxes[shard as usize] = src_inbox.take(&mut s.log).map_err(&from)?;
+        }
         let view = rebuild(src, shard, now_ms, &mut |_| {})?;
         let mut runs = Vec::new();
         let mut cursor = view.core.newest_first();
@@ -177,12 +187,10 @@ pub(crate) fn plan<S: Storage>(
 /// the checkpoint, and every message in flight (checkpoint outboxes, those
 /// the log tails regenerate, PostgreSQL inbox rows) in the outbox of the
 /// shard it now goes to, its links rewritten. Nothing goes in the logs.
-pub(crate) fn write<S: Storage, D: Storage>(
-    src: &S,
-    views: &mut [ShardView<S::Runs>],
+pub(crate) fn write<R: RunStore, D: Storage>(
+    views: &mut [ShardView<R>],
     plan: &Plan,
     dst: &D,
-    src_inbox: &mut dyn Inboxes<S::Log>,
     now_ms: u64,
     progress: Progress<'_>,
 ) -> Result<CopyReport, MigrateError> {
@@ -207,17 +215,8 @@ pub(crate) fn write<S: Storage, D: Storage>(
                 .iter()
                 .filter_map(|o| Message::of(o.clone(), &view.core)),
         );
-        if src_inbox.present() {
-            let mut s = src
-                .open_shard(shard)
-                .map_err(MigrateError::storage("source", Some(shard)))?;
-            for bytes in src_inbox
-                .take(&mut s.log)
-                .map_err(MigrateError::storage("source", Some(shard)))?
-            {
-                messages
-                    .push(Message::from_bytes(&bytes).map_err(|e| damaged("inbox message")(&e))?);
-            }
+        for bytes in plan.inboxes.get(shard as usize).into_iter().flatten() {
+            messages.push(Message::from_bytes(bytes).map_err(|e| damaged("inbox message")(&e))?);
         }
         for mut m in messages {
             m.map_parents(|p| plan.link(p));
@@ -355,8 +354,8 @@ pub(crate) fn write<S: Storage, D: Storage>(
 /// source run's state with the source's journal as rewritten, each of a
 /// workflow ID that `shard_of` places on that shard, and numbers runs on
 /// after them.
-pub(crate) fn check<S: Storage, D: Storage>(
-    views: &mut [ShardView<S::Runs>],
+pub(crate) fn check<R: RunStore, D: Storage>(
+    views: &mut [ShardView<R>],
     plan: &Plan,
     dst: &D,
     now_ms: u64,

@@ -181,7 +181,7 @@ fn main() -> ExitCode {
             return Err(format!("the child said {line:?}").into());
         };
         let what = match shards {
-            Some(n) => format!("reshard 4 -> {n} shards,"),
+            Some(n) => format!("reshard (4 -> {n} shards)"),
             None => "migrate".to_string(),
         };
         println!(

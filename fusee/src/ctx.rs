@@ -473,10 +473,21 @@ impl Ctx {
                 std::panic::resume_unwind(Box::new(Stopped));
             }
         };
+        let time = |s: &mut RunState, value: &[u8]| {
+            if kind == value_kind::NOW
+                && let Some(ms) = value.get(..8).and_then(|b| b.try_into().ok())
+            {
+                s.saw_time(u64::from_le_bytes(ms));
+            }
+        };
         match answer {
-            Ok(value) => value,
+            Ok(value) => {
+                time(&mut s, &value);
+                value
+            }
             Err(seq) => {
                 let value = make(now_ms);
+                time(&mut s, &value);
                 s.ask(RecordBuf::Value {
                     run,
                     seq,

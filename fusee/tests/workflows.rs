@@ -726,3 +726,76 @@ async fn a_replayed_child_of_a_type_registered_later_is_not_a_determinism_error(
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const CLOCKED: Workflow<(), (u64, u64, u64)> = Workflow::new("clocked");
+const GO: Signal<()> = Signal::new("go");
+
+/// Time never runs backwards inside a run (issue 32.5): reopened on a
+/// clock a minute behind what the journal holds (an NTP step, a VM
+/// restore), `now()` reads no earlier than the last recorded `now()`, and
+/// a sleep armed after the reopen fires no earlier than that time plus
+/// its duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopen_on_a_clock_behind_the_journal_does_not_run_a_runs_time_backwards() {
+    use fusee::{Clock, VirtualClock};
+    fn ms(t: std::time::SystemTime) -> u64 {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+    let register = |engine: &Engine| {
+        engine.register(CLOCKED, |ctx: Ctx, ()| async move {
+            let before = ms(ctx.now());
+            ctx.wait_for(&GO).await?;
+            let after = ms(ctx.now());
+            ctx.sleep("nap", Duration::from_secs(10)).await?;
+            Ok::<_, Failure>((before, after, ms(ctx.now())))
+        });
+    };
+    let dir = temp_dir("clock-behind");
+    let ahead = 1_700_000_060_000;
+    let clock = VirtualClock::new(ahead);
+    let engine = Engine::open(Config::file(&dir).clock(Clock::Virtual(clock.clone())))
+        .await
+        .unwrap();
+    register(&engine);
+    engine.start(CLOCKED, "c", &()).await.unwrap();
+    // The first `now()` is recorded once the code waits for the signal.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while engine.describe("c").await.unwrap().waits.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the run never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(engine); // a crash
+
+    let behind = VirtualClock::new(ahead - 60_000);
+    let engine = Engine::open(Config::file(&dir).clock(Clock::Virtual(behind.clone())))
+        .await
+        .unwrap();
+    register(&engine);
+    engine.signal("c", GO, &()).await.unwrap();
+    // The sleep fires 10 s after the journal's time, not after the clock's:
+    // at 50 s on the clock behind it has not fired yet.
+    behind.advance(50_000);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        matches!(
+            engine.describe("c").await.unwrap().status,
+            RunStatus::Running
+        ),
+        "the sleep fired by the clock behind the journal"
+    );
+    behind.advance(20_000);
+    let (before, after, woke) =
+        tokio::time::timeout(Duration::from_secs(10), engine.result(CLOCKED, "c"))
+            .await
+            .expect("the run finished")
+            .unwrap();
+    assert_eq!(before, ahead);
+    assert!(after >= before, "now() ran backwards: {after} < {before}");
+    assert!(
+        woke >= before + 10_000,
+        "woke at {woke}, before {before} + 10 s"
+    );
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -171,6 +171,12 @@ pub(crate) struct RunState<C: Code> {
     id: Name,
     /// The loop's time, set before every poll.
     now_ms: u64,
+    /// The latest time the run's journal holds as far as its code has
+    /// seen (its start, every `now()` recorded or read back): the code's
+    /// clock never reads earlier, so a restart on a clock behind the
+    /// journal (an NTP step, a VM restore) cannot run the run's time
+    /// backwards, for `now()` or for the fire time of a new sleep.
+    floor_ms: u64,
     /// Records the code asked for, in order; the loop appends them after
     /// the poll.
     appends: Vec<RecordBuf>,
@@ -269,6 +275,7 @@ impl<C: Code> RunState<C> {
             run,
             id,
             now_ms: 0,
+            floor_ms: 0,
             appends: Vec::new(),
             outcomes: FxHashMap::default(),
             wakers: FxHashMap::default(),
@@ -467,10 +474,18 @@ impl<C: Code> RunState<C> {
         &self.id
     }
 
-    /// The loop's time at this poll.
+    /// The code's time at this poll: the loop's, or the latest time the
+    /// run's journal holds if the loop's clock is behind it.
     #[inline]
     pub(crate) fn now_ms(&self) -> u64 {
-        self.now_ms
+        self.now_ms.max(self.floor_ms)
+    }
+
+    /// The run's journal holds time `ms` (its start, a recorded `now()`):
+    /// the code's clock reads no earlier from now on.
+    #[inline]
+    pub(crate) fn saw_time(&mut self, ms: u64) {
+        self.floor_ms = self.floor_ms.max(ms);
     }
 
     /// The workflow types registered.

@@ -133,7 +133,7 @@ impl ShardLoop {
         };
         self.no_code.remove(&run);
         let id = l.id.clone();
-        let last_lsn = l.last_lsn;
+        let (last_lsn, started_ms) = (l.last_lsn, l.started_ms);
         let journal = match self.run_journal(run) {
             Ok(j) => j,
             Err(e) => {
@@ -181,13 +181,15 @@ impl ShardLoop {
                 return;
             }
         };
-        let state = Rc::new(RefCell::new(RunState::new(
+        let mut state = RunState::new(
             machine,
             run,
             id,
             self.registry.clone(),
             self.config.max_payload,
-        )));
+        );
+        state.saw_time(started_ms);
+        let state = Rc::new(RefCell::new(state));
         let future = handler(Ctx::new(Rc::clone(&state)), &input);
         self.live.insert(
             run,

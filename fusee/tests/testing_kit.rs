@@ -592,3 +592,39 @@ async fn crash_everywhere_catches_code_that_changes_across_a_crash() {
         other => panic!("expected the error of crash point 2, got {other}"),
     }
 }
+
+const TIMED: Workflow<(), (u64, u64)> = Workflow::new("timed");
+
+/// Every crash point's clock starts at the latest time its kept records
+/// hold (issue 32.5): after a crash that kept the nap's `Fired`, the code
+/// reads a time no earlier than the nap's end, at every crash point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_everywhere_never_reads_a_time_before_a_fired_sleep() {
+    fn ms(t: std::time::SystemTime) -> u64 {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(TIMED, |ctx: Ctx, ()| async move {
+            let before = ms(ctx.now());
+            ctx.sleep("nap", HOUR).await?;
+            Ok::<_, Failure>((before, ms(ctx.now())))
+        });
+    })
+    .await
+    .expect("open");
+    let mut points = 0;
+    kit.crash_everywhere(TIMED, &(), |point| {
+        let (before, after) = point.outcome.clone().expect("the run ends well");
+        assert!(
+            after >= before + HOUR.as_millis() as u64,
+            "after the crash that kept {:?} records: woke at {after}, an hour after {before} is later",
+            point.crashed_after
+        );
+        points += 1;
+    })
+    .await
+    .expect("crash everywhere");
+    // Start, Value (now), Timer, Fired, Value (now), Done: 6 records.
+    assert_eq!(points, 8, "the uncrashed run and 7 crash points");
+}

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fusee_core::record::{Record, RecordBuf, RunId, decode_canonical_all};
+use fusee_core::record::{Record, RecordBuf, RunId, decode_canonical_all, value_kind};
 use fusee_storage::{LogStore, MemoryStorage, Storage};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -76,7 +76,10 @@ impl TestEngine {
     /// it finds wrong.
     ///
     /// The engines use this kit's workflows, mocks and settings, with one
-    /// shard and no checkpoints. A run that does not end
+    /// shard and no checkpoints. Each crash point's clock starts at the
+    /// latest time its kept records hold (a start or end, a recorded
+    /// `now()`, a fired sleep's time), as a restarted process's clock
+    /// would, so code after the crash never reads a time before one it saw. A run that does not end
     /// ([`TestError::Stalled`], [`TestError::Timeout`]) or whose code
     /// departs from its journal ([`Error::Determinism`](crate::Error::Determinism))
     /// is an error naming its crash point.
@@ -152,7 +155,18 @@ impl TestEngine {
         for n in 0..=records {
             let bytes: Vec<&[u8]> = log[..n].iter().map(|(_, b)| b.as_slice()).collect();
             let memory = store_with(&bytes).map_err(at(Some(n), records))?;
-            let kit = TestEngine::on(Arc::clone(&settings), memory)
+            // The clock starts at the latest time the kept records hold,
+            // as a restarted process's would be: never before a time the
+            // code already saw (a timer it saw fire, say).
+            let resumed = Arc::new(Settings {
+                config: settings.config.clone(),
+                register: Arc::clone(&settings.register),
+                mocks: Arc::clone(&settings.mocks),
+                start_ms: settings.start_ms.max(latest_ms(&kept[..n])),
+                wait_limit: settings.wait_limit,
+                stall_after: settings.stall_after,
+            });
+            let kit = TestEngine::on(resumed, memory)
                 .await
                 .map_err(at(Some(n), records))?;
             let outcome = scenario(&kit).await.map_err(at(Some(n), records));
@@ -171,6 +185,36 @@ impl TestEngine {
             crash_points: records + 1,
         })
     }
+}
+
+/// The latest time `kept` holds: each run's start and end, every recorded
+/// `now()`, every sleep that fired (at its fire time).
+fn latest_ms(kept: &[RecordBuf]) -> u64 {
+    let mut armed: std::collections::HashMap<(RunId, u32), u64> = Default::default();
+    let mut latest = 0;
+    for r in kept {
+        let seen = match r {
+            RecordBuf::Start { started_ms, .. } => *started_ms,
+            RecordBuf::Done { finished_ms, .. } => *finished_ms,
+            RecordBuf::Value { kind, value, .. } if *kind == value_kind::NOW => value
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes),
+            RecordBuf::Timer {
+                run,
+                seq,
+                fire_at_ms,
+                ..
+            } => {
+                armed.insert((*run, *seq), *fire_at_ms);
+                0
+            }
+            RecordBuf::Fired { run, seq } => armed.get(&(*run, *seq)).copied().unwrap_or(0),
+            _ => 0,
+        };
+        latest = latest.max(seen);
+    }
+    latest
 }
 
 /// Shard 0's log in `memory` (an engine's store, after a crash): each

@@ -69,6 +69,18 @@ pub(crate) struct Stopped;
 
 /// The context of one workflow run: its operations. Cheap to clone; valid
 /// only inside the run's code.
+///
+/// # Joining and racing operations
+///
+/// An operation takes its place in the journal when its future is first
+/// polled, so code must poll concurrent operations in the same order on
+/// every run. `futures_util::future::join_all`, `tokio::join!` and
+/// `tokio::select!` with `biased;` poll in program order and replay alike
+/// (checked at every crash point by the test kit's `crash_everywhere`:
+/// `tests/testing_kit.rs`). An unbiased `tokio::select!` polls its branches
+/// in a random order: two operations it first polls are journalled in
+/// either order, and a replay may stop with a determinism error naming
+/// both. Write `biased;` in every select over a run's operations.
 #[derive(Clone)]
 pub struct Ctx {
     state: Rc<RefCell<RunState>>,

@@ -628,3 +628,73 @@ async fn crash_everywhere_never_reads_a_time_before_a_fired_sleep() {
     // Start, Value (now), Timer, Fired, Value (now), Done: 6 records.
     assert_eq!(points, 8, "the uncrashed run and 7 crash points");
 }
+
+const RACE: Workflow<(), String> = Workflow::new("race");
+
+/// `futures_util::future::join_all` and a `biased` `tokio::select!` over
+/// the context's futures are deterministic under replay (issue 32.6): both
+/// poll their futures in program order, so the operations take their
+/// places in the journal in the same order live and on replay, and the
+/// machine hands the code one delivery at a time in journal order. Proved
+/// at every crash point: each carries on to the uncrashed outcome, with
+/// no determinism error. The loser of a select is dropped, live and on
+/// replay alike. (An unbiased select polls its branches in a random
+/// order: two operations first polled there are journalled in either
+/// order, and a replay may depart. This test's first draft had one and
+/// failed at a crash point: "the journal holds a sleep named long, the
+/// code called a sleep named short". `Ctx`'s docs say so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_all_and_select_over_context_futures_replay_alike_at_every_crash_point() {
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(RACE, |ctx: Ctx, ()| async move {
+            let steps = (0..3u32).map(|i| {
+                ctx.step(&format!("s{i}"), move |_| async move {
+                    Ok::<_, StepError>(i * 10)
+                })
+                .into_future()
+            });
+            let mut sum = 0;
+            for r in futures_util::future::join_all(steps).await {
+                sum += r?;
+            }
+            let first = tokio::select! {
+                biased;
+                r = ctx.step("quick", |_| async { Ok::<_, StepError>(1u32) }).into_future() => {
+                    format!("step {}", r?)
+                }
+                r = ctx.sleep("late", HOUR) => {
+                    r?;
+                    "late".to_string()
+                }
+            };
+            let second = tokio::select! {
+                biased;
+                r = ctx.sleep("short", Duration::from_secs(60)) => {
+                    r?;
+                    "short".to_string()
+                }
+                r = ctx.sleep("long", HOUR) => {
+                    r?;
+                    "long".to_string()
+                }
+            };
+            Ok::<_, Failure>(format!("{sum} {first} {second}"))
+        });
+    })
+    .await
+    .expect("open");
+    let mut points = 0;
+    let report = kit
+        .crash_everywhere(RACE, &(), |point| {
+            assert_eq!(point.outcome, point.uncrashed, "{:?}", point.crashed_after);
+            assert_eq!(
+                point.outcome.clone().expect("the run ends well"),
+                "30 step 1 short"
+            );
+            points += 1;
+        })
+        .await
+        .expect("every crash point replays the raced futures alike");
+    assert_eq!(points, report.crash_points + 1);
+    assert!(report.records > 8, "{report:?}");
+}

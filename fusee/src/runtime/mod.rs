@@ -51,6 +51,7 @@
 //!   storage answered `Fenced`, [`crate::Error::Unavailable`] when it was
 //!   out of reach), and nothing more is appended.
 
+mod check;
 mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
@@ -93,6 +94,7 @@ use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::registry::RunFuture;
 
+pub(crate) use check::{Verdict, judge};
 pub(crate) use steps::StepJob;
 
 /// A reply to a client request.
@@ -240,6 +242,9 @@ pub(crate) enum Input {
         run: Option<RunId>,
         reply: Reply<LiveJournal>,
     },
+    /// A page of the replay check (`runtime/check`) below a run number;
+    /// answered with a `CheckPage` as JSON.
+    Check { below: RunId, reply: Reply<Vec<u8>> },
 }
 
 impl Input {
@@ -262,6 +267,7 @@ impl Input {
                 | Input::ResumeStep { .. }
                 | Input::List { .. }
                 | Input::Journal { .. }
+                | Input::Check { .. }
         )
     }
 }

@@ -346,7 +346,7 @@ pub fn main(register: impl Fn(&Engine)) -> ExitCode {
     if args.first() == Some(&"check") {
         args.remove(0);
     }
-    let json = args.iter().any(|a| *a == "--json");
+    let json = args.contains(&"--json");
     args.retain(|a| *a != "--json");
     let [dir] = args.as_slice() else {
         eprintln!("usage: check DIR [--json]");

@@ -663,6 +663,12 @@ impl Engine {
         out
     }
 
+    /// The registered workflow types (and step mocks): the test kit's
+    /// replay and the replay check read them.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
     /// Tells every shard to start the code of runs waiting for it (a type
     /// was registered, or the replay check let starts go).
     pub(crate) fn start_waiting_code(&self) {
@@ -908,11 +914,6 @@ impl Engine {
                 }
             })
             .collect()
-    }
-
-    /// The registered workflow types (and step mocks).
-    pub(crate) fn registry(&self) -> &Registry {
-        &self.inner.registry
     }
 
     /// Stops every shard as a crash would (what `Drop` does for the last

@@ -233,14 +233,10 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
                 start = Some((run, id, wtype, input, started_ms));
             }
             Record::Done {
-                by: None, status, ..
-            } if matches!(
-                status,
-                Status::Ok | Status::Failed | Status::Cancelled | Status::ContinuedAsNew
-            ) =>
-            {
-                end_recorded = true
-            }
+                by: None,
+                status: Status::Ok | Status::Failed | Status::Cancelled | Status::ContinuedAsNew,
+                ..
+            } => end_recorded = true,
             _ => {}
         }
     }

@@ -8,13 +8,15 @@
 //! `cargo bench -p fusee-benches --no-default-features --features file,redb --bench migrate`
 //! (`FUSEE_MIGRATE_PARKED` sets the sleepers; `FUSEE_MIGRATE_TO=redb`
 //! migrates into redb instead; `FUSEE_MIGRATE_TO=postgres` into the schema
-//! `fusee_migrate_bench` at `FUSEE_PG_URL`, with `--features postgres`.)
+//! `fusee_migrate_bench` at `FUSEE_PG_URL`, with `--features postgres`;
+//! `FUSEE_MIGRATE_SHARDS=N` reshards into N shards instead, through
+//! `fusee::migrate::reshard`: the source has the engine's default 4.)
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use fusee::migrate::{Source, migrate};
+use fusee::migrate::{Source, migrate, reshard};
 use fusee::{Backend, Config, Engine, StorageConfig};
 use fusee_benches::engine::workload::{self, Stamps, WorkResult};
 
@@ -44,13 +46,14 @@ fn drop_schema(url: &str) {
 
 /// The child: migrates `src` into `dst` and prints its seconds and peak
 /// memory on stdout.
-fn child(src: &Path, dst: &str, to: Backend) -> ExitCode {
+fn child(src: &Path, dst: &str, to: Backend, shards: Option<u32>) -> ExitCode {
     let t = Instant::now();
-    let r = migrate(
-        &Source::Dir(src.to_path_buf()),
-        &target(dst, to),
-        &mut |_| std::ops::ControlFlow::Continue(()),
-    );
+    let source = Source::Dir(src.to_path_buf());
+    let mut go = |_| std::ops::ControlFlow::Continue(());
+    let r = match shards {
+        None => migrate(&source, &target(dst, to), &mut go),
+        Some(n) => reshard(&source, &target(dst, to), n, &mut go),
+    };
     match r {
         Ok(report) => {
             println!(
@@ -106,7 +109,8 @@ fn main() -> ExitCode {
             .get(4)
             .and_then(|b| b.parse().ok())
             .unwrap_or(Backend::File);
-        return child(Path::new(&args[2]), &args[3], to);
+        let shards = args.get(5).and_then(|n| n.parse().ok());
+        return child(Path::new(&args[2]), &args[3], to, shards);
     }
     let n: u64 = std::env::var("FUSEE_MIGRATE_PARKED")
         .ok()
@@ -116,6 +120,9 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(Backend::File);
+    let shards: Option<u32> = std::env::var("FUSEE_MIGRATE_SHARDS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let dir: PathBuf =
         std::env::temp_dir().join(format!("fusee-migrate-bench-{}", std::process::id()));
     let src = dir.join("src");
@@ -155,6 +162,7 @@ fn main() -> ExitCode {
             .arg(&src)
             .arg(&dst)
             .arg(to.name())
+            .args(shards.map(|n| n.to_string()))
             .output()?;
         if to == Backend::Postgres {
             drop_schema(&dst);
@@ -172,10 +180,14 @@ fn main() -> ExitCode {
         let [secs, peak, parked, checked] = f[..] else {
             return Err(format!("the child said {line:?}").into());
         };
+        let what = match shards {
+            Some(n) => format!("reshard (4 -> {n} shards)"),
+            None => "migrate".to_string(),
+        };
         println!(
-            "migrate file -> {to}: {parked} parked runs ({checked} compared), store {:.0} MB: \
+            "{what} file -> {to}: {parked} parked runs ({checked} compared), store {:.0} MB: \
              {secs:.1} s, peak resident {:.0} MB; a synced copy of the files ({:.0} MB): \
-             {copy_s:.1} s; migrate / copy = {:.1}x",
+             {copy_s:.1} s; {what} / copy = {:.1}x",
             size as f64 / 1e6,
             peak / (1 << 20) as f64,
             copied as f64 / 1e6,

@@ -10,6 +10,7 @@
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
 //! | `fusee check DIR` | every unfinished run replayed against workflow code, read-only (the stock binary has none: an embedder builds its own with `fusee::check::main`) |
 //! | `fusee migrate SRC DST [--to BACKEND]` | a stopped engine's store moved to another backend (a directory or a PostgreSQL URL), checked run by run; the destination opens only once whole |
+//! | `fusee reshard SRC DST --shards N [--to BACKEND]` | a stopped engine's store copied into a new store of N shards: runs moved to the shard their ID hashes to, renumbered, links and messages in flight rewritten, checked run by run; the destination opens only once whole |
 //! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
 //! | `fusee inspect/runs/show --url URL` | the same, asked of a live engine's server (`fusee-server`) |
 //! | `fusee start/signal/cancel/terminate/pause/resume/reset --url URL ...` | act on a live engine's runs |
@@ -188,6 +189,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Copies a stopped engine's store into a new store of --shards N
+    /// shards (SRC and DST as for migrate; DST may be another backend):
+    /// every run moved to the shard its workflow ID hashes to under N and
+    /// renumbered there (workflow IDs stay; run numbers change), its
+    /// parent/child links and the messages in flight rewritten. The
+    /// result is checked run by run and only then opens; open it with
+    /// N shards. The source is only read; interrupted, the destination is
+    /// refused at open until the command is run again. To reshard in
+    /// place: reshard into a new directory, then swap the directories.
+    Reshard(migrate::ReshardArgs),
     #[command(flatten)]
     Verb(Verb),
 }
@@ -442,7 +453,8 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Verify(a) => verify::verify(&a.dir, a.backend, a.json),
         Command::DiskCheck(a) => disk_check::run(&a),
         Command::Compare(a) => compare::run(a),
-        Command::Migrate(a) => migrate::run(&a),
+        Command::Migrate(a) => migrate::run(&a, None),
+        Command::Reshard(a) => migrate::run(&a.migrate, Some(a.shards)),
         Command::Check { dir, json } => {
             eprintln!(
                 "note: this fusee binary holds no workflow code: every unfinished run is listed \

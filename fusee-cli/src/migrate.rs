@@ -1,13 +1,15 @@
 //! `fusee migrate SRC DST`: a stopped engine's store moved to another
 //! backend (a directory of `--to BACKEND`, or a PostgreSQL URL), checked
 //! run by run, and made openable only once whole (`fusee::migrate`).
+//! `fusee reshard SRC DST --shards N`: the same with a new shard count
+//! (`fusee::migrate::reshard`).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use fusee::migrate::{Event, MigrateReport, Source, migrate};
+use fusee::migrate::{Event, MigrateReport, Source, migrate, reshard};
 use fusee::{Backend, StorageConfig};
 use serde_json::json;
 
@@ -40,12 +42,22 @@ pub(crate) struct Args {
     json: bool,
 }
 
+/// `fusee reshard`'s arguments: `migrate`'s and the new shard count.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ReshardArgs {
+    #[command(flatten)]
+    pub(crate) migrate: Args,
+    /// The destination's shard count (1 to 4096).
+    #[arg(long)]
+    pub(crate) shards: u32,
+}
+
 fn is_url(s: &str) -> bool {
     s.starts_with("postgresql://") || s.starts_with("postgres://")
 }
 
-/// Runs `fusee migrate`.
-pub(crate) fn run(a: &Args) -> Result<ExitCode, CliError> {
+/// Runs `fusee migrate`, or `fusee reshard` given a shard count.
+pub(crate) fn run(a: &Args, shards: Option<u32>) -> Result<ExitCode, CliError> {
     let source = if is_url(&a.source) {
         Source::Config(Box::new(
             StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema),
@@ -76,9 +88,10 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, CliError> {
     let mut shard_msg = String::new();
     let mut progress = |e: Event| {
         match e {
+            Event::Planning { shard } => bar.message(format!("reading shard {shard}")),
             Event::Shard { shard, shards } => {
                 bar.length(u64::from(shards));
-                shard_msg = format!("copying shard {shard}");
+                shard_msg = format!("writing shard {shard}");
                 bar.message(shard_msg.clone());
             }
             Event::Frames(n) => bar.message(format!("{shard_msg}: {n} runs")),
@@ -94,14 +107,17 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, CliError> {
         }
         ControlFlow::Continue(())
     };
-    let result = migrate(&source, &target, &mut progress);
+    let (verb, result) = match shards {
+        None => ("migrate", migrate(&source, &target, &mut progress)),
+        Some(n) => ("reshard", reshard(&source, &target, n, &mut progress)),
+    };
     bar.finish();
-    let report = result.map_err(|e| CliError::Other(format!("migrate: {e}")))?;
+    let report = result.map_err(|e| CliError::Other(format!("{verb}: {e}")))?;
     let secs = started.elapsed().as_secs_f64();
     if a.json {
         emit_json(&to_json(&report, secs))?;
     } else {
-        emit(&table(&report, secs, &a.destination))?;
+        emit(&table(&report, secs, &a.destination, shards.is_some()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -126,7 +142,7 @@ fn to_json(r: &MigrateReport, secs: f64) -> serde_json::Value {
     })
 }
 
-fn table(r: &MigrateReport, secs: f64, dst: &str) -> String {
+fn table(r: &MigrateReport, secs: f64, dst: &str, resharded: bool) -> String {
     let mut t = fmt::Table::new(&["what", "count"]);
     let rows: Vec<(String, String)> = vec![
         ("shards".into(), r.copy.shards.to_string()),
@@ -154,5 +170,13 @@ fn table(r: &MigrateReport, secs: f64, dst: &str) -> String {
         t.row([format!("  {state}"), n.to_string()]);
     }
     t.row(["seconds".to_string(), format!("{secs:.1}")]);
-    format!("migrated into {dst}: every run's journal equal in both stores\n{t}\n")
+    if resharded {
+        format!(
+            "resharded into {dst} ({} shards): every run moved, its journal equal to the \
+             source's with runs renumbered\n{t}\n",
+            r.copy.shards
+        )
+    } else {
+        format!("migrated into {dst}: every run's journal equal in both stores\n{t}\n")
+    }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{
     RUNS, START_MS, build_crashed, config, fusee, fusee_json, register, snapshot, temp_dir,
 };
-use fusee::migrate::{Event, MigrateError, Source, migrate};
+use fusee::migrate::{Event, MigrateError, Source, migrate, reshard};
 use fusee::{Backend, Engine, Signal, StorageConfig, VirtualClock, Workflow, open_storage};
 
 const GO: Signal<String> = Signal::new("go");
@@ -224,11 +224,32 @@ fn opens(target: &StorageConfig) -> Result<(), String> {
     }
 }
 
+/// A migration (or a reshard) from `src` into `target`, stopped where the
+/// progress function says.
+type Op<'a> = &'a dyn Fn(
+    &Path,
+    &StorageConfig,
+    fusee::migrate::Progress<'_>,
+) -> Result<fusee::migrate::MigrateReport, MigrateError>;
+
+fn migrate_op(
+    src: &Path,
+    target: &StorageConfig,
+    p: fusee::migrate::Progress<'_>,
+) -> Result<fusee::migrate::MigrateReport, MigrateError> {
+    migrate(&Source::Dir(src.to_path_buf()), target, p)
+}
+
 /// Interrupts the migration into `target` at each of its steps in turn:
 /// each time the source is unchanged and the destination refused at open,
 /// naming the interrupted migration; then the command's next run
 /// completes and both stores hold the same journals.
 fn interrupted_everywhere(src: &Path, target: &StorageConfig) {
+    interrupted_everywhere_by(src, target, &migrate_op);
+}
+
+/// [`interrupted_everywhere`] of the operation `op`.
+fn interrupted_everywhere_by(src: &Path, target: &StorageConfig, op: Op<'_>) {
     let before = snapshot(src);
     let mut at = 0usize;
     loop {
@@ -243,7 +264,7 @@ fn interrupted_everywhere(src: &Path, target: &StorageConfig) {
                 ControlFlow::Continue(())
             }
         };
-        match migrate(&Source::Dir(src.to_path_buf()), target, &mut stop) {
+        match op(src, target, &mut stop) {
             Err(MigrateError::Interrupted) => {}
             other => panic!("step {at}: {other:?}"),
         }
@@ -252,10 +273,8 @@ fn interrupted_everywhere(src: &Path, target: &StorageConfig) {
             // Stopped after the last step: the store is whole, and a
             // second migration into it is refused.
             opens(target).expect("the finished destination opens");
-            let err = migrate(&Source::Dir(src.to_path_buf()), target, &mut |_| {
-                ControlFlow::Continue(())
-            })
-            .expect_err("a store is not migrated into");
+            let err = op(src, target, &mut |_| ControlFlow::Continue(()))
+                .expect_err("a store is not migrated into");
             assert!(matches!(err, MigrateError::TargetNotEmpty(_)), "{err}");
             break;
         }
@@ -264,7 +283,9 @@ fn interrupted_everywhere(src: &Path, target: &StorageConfig) {
         at += 1;
         assert!(at < 10_000, "the migration never ends");
     }
-    assert!(at > 8, "only {at} steps");
+    // A reshard into one shard has the fewest: mark, read 2 shards, write
+    // and check 1, unmark.
+    assert!(at >= 8, "only {at} steps");
     opens(target).expect("the finished destination opens");
 }
 
@@ -376,6 +397,461 @@ async fn refusals_are_clear() {
     );
     engine.close().await.expect("close");
     for d in [&src, &other, &dst] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+const FAMILY: Workflow<u32, String> = Workflow::new("family");
+
+/// Parents whose children are parked by the time of the crash.
+const PARKED_FAMILIES: u32 = 6;
+/// Parents started after the last checkpoint (their `Child` records, the
+/// child starts and the children's `Start`s in the log tail).
+const TAIL_FAMILIES: u32 = 2;
+
+/// Parent `fam-N` starts child `kid-N` (a gate waiting for its signal)
+/// and returns what the child returned.
+fn register_family(engine: &Engine) {
+    engine.register(FAMILY, |ctx: fusee::Ctx, n: u32| async move {
+        let got: String = ctx.child(GATE, &format!("kid-{n}"), &()).await?;
+        Ok::<_, fusee::Failure>(format!("got {got}"))
+    });
+}
+
+async fn described(engine: &Engine, id: &str) {
+    for _ in 0..3000 {
+        if engine.describe(id).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{id} never started");
+}
+
+/// [`build_crashed`]'s store plus parents and children on both shards:
+/// some parked, then more started and the engine dropped without closing
+/// (a crash), so the log tail holds child starts.
+async fn build_family(tag: &str) -> PathBuf {
+    let dir = build_crashed("file", tag).await;
+    let clock = VirtualClock::new(START_MS + 30_000);
+    let engine = Engine::open(config("file", &dir, &clock))
+        .await
+        .expect("opens");
+    register(&engine);
+    register_family(&engine);
+    for n in 0..PARKED_FAMILIES {
+        engine
+            .start(FAMILY, &format!("fam-{n}"), &n)
+            .await
+            .expect("start");
+    }
+    for n in 0..PARKED_FAMILIES {
+        described(&engine, &format!("kid-{n}")).await;
+    }
+    clock.advance(10_000);
+    let parks = PARKED_FAMILIES as u64 * 2;
+    common::until(&engine, "the families park", |m| m.parks >= parks).await;
+    engine.close().await.expect("close");
+    drop(engine);
+    off_runtime(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let clock = VirtualClock::new(START_MS + 60_000);
+            let engine = Engine::open(config("file", &dir, &clock))
+                .await
+                .expect("opens");
+            register(&engine);
+            register_family(&engine);
+            for n in PARKED_FAMILIES..PARKED_FAMILIES + TAIL_FAMILIES {
+                engine
+                    .start(FAMILY, &format!("fam-{n}"), &n)
+                    .await
+                    .expect("start");
+                described(&engine, &format!("kid-{n}")).await;
+            }
+            drop(engine);
+        });
+        drop(rt);
+    });
+    for _ in 0..500 {
+        if fusee(&["runs", s(&dir), "--json"]).status.success() {
+            return dir;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the crashed store stays unreadable");
+}
+
+fn family_ids() -> Vec<String> {
+    let mut ids: Vec<String> = RUNS.iter().map(|(id, _, _)| id.to_string()).collect();
+    ids.extend((0..3).map(|i| format!("late-{i}")));
+    for n in 0..PARKED_FAMILIES + TAIL_FAMILIES {
+        ids.push(format!("fam-{n}"));
+        ids.push(format!("kid-{n}"));
+    }
+    ids
+}
+
+/// Every run's journal with run numbers and shards left out (a reshard
+/// changes those, and only those), by workflow ID.
+fn journals_unnumbered(dir: &Path) -> Vec<serde_json::Value> {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("shard");
+                m.remove("run");
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    family_ids()
+        .iter()
+        .map(|id| {
+            let mut j = fusee_json(&["show", s(dir), id, "--json"], 0);
+            strip(&mut j);
+            j
+        })
+        .collect()
+}
+
+/// Each run of `dir` sits on the shard its ID hashes to under `shards`.
+fn placed(dir: &Path, shards: u32) -> usize {
+    let runs = fusee_json(&["runs", s(dir), "--json"], 0);
+    let runs = runs.as_array().expect("a list");
+    for r in runs {
+        let id = r["id"].as_str().expect("an id");
+        let want = fusee::core::shard::shard_of(id, shards);
+        assert_eq!(r["shard"].as_u64(), Some(u64::from(want)), "{r}");
+    }
+    runs.len()
+}
+
+/// An engine with `shards` shards on the resharded `dir` carries on:
+/// every child's signal reaches it and its result its parent (whose link
+/// was rewritten), the other waiting runs take their signals.
+async fn carries_on(backend: &str, dir: &Path, shards: u32) {
+    let clock = VirtualClock::new(START_MS + 90_000);
+    let engine = Engine::open(config(backend, dir, &clock).shards(shards))
+        .await
+        .expect("the resharded store opens");
+    register(&engine);
+    register_family(&engine);
+    for n in 0..PARKED_FAMILIES + TAIL_FAMILIES {
+        engine
+            .signal(&format!("kid-{n}"), GO, &format!("go {n}"))
+            .await
+            .expect("signal");
+    }
+    for n in 0..PARKED_FAMILIES + TAIL_FAMILIES {
+        let r = tokio::time::timeout(
+            Duration::from_secs(30),
+            engine.result(FAMILY, &format!("fam-{n}")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("fam-{n} never hears from its child"))
+        .expect("result");
+        assert_eq!(r, format!("got go {n}"));
+    }
+    for id in ["wait-1", "parked-1"] {
+        engine
+            .signal(id, GO, &format!("go {id}"))
+            .await
+            .expect("signal");
+        assert_eq!(
+            engine.result(GATE, id).await.expect("result"),
+            format!("go {id}")
+        );
+    }
+    let late = engine.describe("late-2").await.expect("late-2 carried");
+    assert_eq!(late.workflow, "greet", "{late:?}");
+    engine.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_moves_every_run_and_its_links_follow() {
+    let _serial = serial().await;
+    let src = build_family("reshard-links").await;
+    let before = snapshot(&src);
+    let want = journals_unnumbered(&src);
+    let total = placed(&src, 2);
+    for (shards, backend) in [(3u32, "file"), (1, "redb"), (5, "rocksdb")] {
+        let dst = temp_dir(&format!("reshard-links-{shards}"));
+        let n = shards.to_string();
+        let out = fusee_json(
+            &[
+                "reshard",
+                s(&src),
+                s(&dst),
+                "--shards",
+                &n,
+                "--to",
+                backend,
+                "--json",
+            ],
+            0,
+        );
+        assert_eq!(out["shards"], shards, "{out}");
+        assert_eq!(out["checked"]["runs"], total, "{out}");
+        assert!(
+            out["copied"]["inbox_messages"].as_u64() > Some(0),
+            "the log tail's child starts are carried: {out}"
+        );
+        assert_eq!(snapshot(&src), before, "the source is only read");
+        assert_eq!(placed(&dst, shards), total, "{shards} shards");
+        assert_eq!(journals_unnumbered(&dst), want, "{shards} shards");
+        assert_eq!(fusee(&["verify", s(&dst)]).status.code(), Some(0));
+        carries_on(backend, &dst, shards).await;
+        let _ = std::fs::remove_dir_all(&dst);
+    }
+    // A shard count out of range is refused before anything is written.
+    let dst = temp_dir("reshard-links-zero");
+    let out = fusee(&["reshard", s(&src), s(&dst), "--shards", "0"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(!dst.join("FUSEE").exists());
+    let _ = std::fs::remove_dir_all(&src);
+}
+
+fn reshard_op(
+    shards: u32,
+) -> impl Fn(
+    &Path,
+    &StorageConfig,
+    fusee::migrate::Progress<'_>,
+) -> Result<fusee::migrate::MigrateReport, MigrateError> {
+    move |src, target, p| reshard(&Source::Dir(src.to_path_buf()), target, shards, p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_interrupted_at_every_step_is_refused_then_redone() {
+    let _serial = serial().await;
+    let src = build_family("reshard-steps").await;
+    let want = journals_unnumbered(&src);
+    for (shards, backend) in [(3u32, Backend::File), (1, Backend::Redb)] {
+        let dst = temp_dir(&format!("reshard-steps-{shards}"));
+        interrupted_everywhere_by(
+            &src,
+            &StorageConfig::new(backend, &dst),
+            &reshard_op(shards),
+        );
+        assert_eq!(journals_unnumbered(&dst), want, "{shards} shards");
+        assert_eq!(fusee(&["verify", s(&dst)]).status.code(), Some(0));
+        let _ = std::fs::remove_dir_all(&dst);
+    }
+    if let Some(url) = fusee_tests::pg_url_or_skip("an interrupted reshard into PostgreSQL") {
+        let sch = schema("reshard_steps");
+        let target = StorageConfig::postgres(&url).postgres_schema(&sch);
+        off_runtime(|| interrupted_everywhere_by(&src, &target, &reshard_op(4)));
+        // Back out of PostgreSQL into a directory of 2 shards: the same
+        // journals again.
+        let back = temp_dir("reshard-steps-back");
+        let out = fusee_json(
+            &[
+                "reshard",
+                &url,
+                s(&back),
+                "--source-schema",
+                &sch,
+                "--shards",
+                "2",
+                "--json",
+            ],
+            0,
+        );
+        assert_eq!(out["shards"], 2, "{out}");
+        assert_eq!(
+            journals_unnumbered(&back),
+            want,
+            "file -> postgres(4) -> file(2)"
+        );
+        carries_on("file", &back, 2).await;
+        drop_schema(&url, &sch);
+        let _ = std::fs::remove_dir_all(&back);
+    }
+    let _ = std::fs::remove_dir_all(&src);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_killed_at_any_moment_is_refused_or_whole() {
+    let _serial = serial().await;
+    let src = build_family("reshard-kill").await;
+    let want = journals_unnumbered(&src);
+    let before = snapshot(&src);
+    let exe = env!("CARGO_BIN_EXE_fusee");
+    let args = |dst: &Path| -> Vec<String> {
+        ["reshard", s(&src), s(dst), "--shards", "3", "--to", "redb"]
+            .map(String::from)
+            .to_vec()
+    };
+    let mut refused = 0;
+    for (i, delay_us) in [0u64, 1_000, 4_000, 16_000, 64_000].into_iter().enumerate() {
+        let dst: PathBuf = temp_dir(&format!("reshard-kill-{i}"));
+        let mut child = std::process::Command::new(exe)
+            .args(args(&dst))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("fusee runs");
+        std::thread::sleep(Duration::from_micros(delay_us));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        assert_eq!(snapshot(&src), before, "the source is only read");
+        let again = || {
+            let a = args(&dst);
+            let mut a: Vec<&str> = a.iter().map(String::as_str).collect();
+            a.push("--json");
+            fusee_json(&a, 0);
+        };
+        match opens(&StorageConfig::new(Backend::Redb, &dst)) {
+            Ok(()) => {
+                let runs = fusee_json(&["runs", s(&dst), "--json"], 0);
+                if runs.as_array().is_some_and(Vec::is_empty) {
+                    again();
+                }
+            }
+            Err(why) => {
+                refused += 1;
+                assert!(
+                    why.contains("migrate") || why.contains("no Fusee store"),
+                    "kill {i}: {why}"
+                );
+                again();
+            }
+        }
+        assert_eq!(journals_unnumbered(&dst), want, "kill {i}");
+        let _ = std::fs::remove_dir_all(&dst);
+    }
+    assert!(refused > 0, "no kill landed inside a reshard");
+    let _ = std::fs::remove_dir_all(&src);
+}
+
+/// A parent on shard 0 and its child's ID on shard 1 (of 2).
+fn split_family() -> u32 {
+    use fusee::core::shard::shard_of;
+    (0..1000)
+        .find(|n| shard_of(&format!("fam-{n}"), 2) == 0 && shard_of(&format!("kid-{n}"), 2) == 1)
+        .expect("some family splits")
+}
+
+/// A PostgreSQL store of 2 shards holding an inbox row: an engine under
+/// leases owning only shard 0 started a parent there whose child's start,
+/// for shard 1 (which no process runs), waits in shard 1's inbox table.
+/// Returns the schema and the family's number.
+async fn build_inbox(url: &str, tag: &str) -> (String, u32) {
+    let sch = schema(tag);
+    drop_schema(url, &sch);
+    let storage = StorageConfig::postgres(url).postgres_schema(&sch);
+    let clock = VirtualClock::new(START_MS);
+    let config = || {
+        fusee::Config::new(storage.clone())
+            .shards(2)
+            .clock(fusee::Clock::Virtual(clock.clone()))
+    };
+    // Both shards made (and checkpointed at close) by a first engine.
+    let engine = Engine::open(config()).await.expect("opens");
+    engine.close().await.expect("close");
+    drop(engine);
+    let n = split_family();
+    let engine = Engine::open(config().ownership(fusee::Ownership::Lease {
+        retry: Some(Duration::from_secs(24 * 3600)),
+        prefer: Some(vec![0]),
+    }))
+    .await
+    .expect("opens under leases");
+    register(&engine);
+    register_family(&engine);
+    engine
+        .start(FAMILY, &format!("fam-{n}"), &n)
+        .await
+        .expect("start");
+    // The child start's row, posted by shard 0's driver.
+    let rows = || {
+        let url = url.to_string();
+        let sch = sch.clone();
+        off_runtime(move || {
+            let mut c = postgres_client(&url).expect("connects");
+            c.query_one(&format!("SELECT count(*) FROM \"{sch}\".inbox"), &[])
+                .map(|r| r.get::<_, i64>(0))
+                .unwrap_or(0)
+        })
+    };
+    for _ in 0..3000 {
+        if rows() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rows(), 1, "one child start waits in shard 1's inbox");
+    engine.close().await.expect("close");
+    drop(engine);
+    assert_eq!(rows(), 1, "nobody read it");
+    (sch, n)
+}
+
+/// The family of [`build_inbox`] carries on in the store at `dir`: the
+/// child started from the carried message, then its signal, then the
+/// parent's result.
+async fn inbox_carried(dir: &Path, shards: u32, n: u32) {
+    let clock = VirtualClock::new(START_MS + 10_000);
+    let engine = Engine::open(config("file", dir, &clock).shards(shards))
+        .await
+        .expect("opens");
+    register(&engine);
+    register_family(&engine);
+    let kid = format!("kid-{n}");
+    described(&engine, &kid).await;
+    engine
+        .signal(&kid, GO, &"go".to_string())
+        .await
+        .expect("signal");
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        engine.result(FAMILY, &format!("fam-{n}")),
+    )
+    .await
+    .expect("the parent hears from its child")
+    .expect("result");
+    assert_eq!(r, "got go");
+    engine.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_inbox_rows_are_carried_by_migrate_and_reshard() {
+    let _serial = serial().await;
+    let Some(url) = fusee_tests::pg_url_or_skip("inbox rows of a PostgreSQL store") else {
+        return;
+    };
+    let (sch, n) = build_inbox(&url, "inbox").await;
+    let dst = temp_dir("migrate-inbox");
+    let out = fusee_json(
+        &["migrate", &url, s(&dst), "--source-schema", &sch, "--json"],
+        0,
+    );
+    assert_eq!(out["copied"]["inbox_messages"], 1, "{out}");
+    inbox_carried(&dst, 2, n).await;
+    let resharded = temp_dir("reshard-inbox");
+    let out = fusee_json(
+        &[
+            "reshard",
+            &url,
+            s(&resharded),
+            "--source-schema",
+            &sch,
+            "--shards",
+            "3",
+            "--json",
+        ],
+        0,
+    );
+    assert!(out["copied"]["inbox_messages"].as_u64() >= Some(1), "{out}");
+    inbox_carried(&resharded, 3, n).await;
+    drop_schema(&url, &sch);
+    for d in [&dst, &resharded] {
         let _ = std::fs::remove_dir_all(d);
     }
 }

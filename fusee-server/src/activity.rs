@@ -17,6 +17,7 @@ struct Sample {
     at: Instant,
     started: u64,
     finished: u64,
+    step_attempts: u64,
     flushes: u64,
 }
 
@@ -27,6 +28,8 @@ pub(crate) struct Rates {
     pub(crate) ago_s: f64,
     pub(crate) started: f64,
     pub(crate) finished: f64,
+    /// Step attempts ended (results and retried failures).
+    pub(crate) steps: f64,
     pub(crate) flushes: f64,
 }
 
@@ -58,6 +61,7 @@ impl Activity {
                     ago_s: newest.duration_since(b.at).as_secs_f64(),
                     started: per(a.started, b.started),
                     finished: per(a.finished, b.finished),
+                    steps: per(a.step_attempts, b.step_attempts),
                     flushes: per(a.flushes, b.flushes),
                 }
             })
@@ -79,6 +83,7 @@ pub(crate) fn spawn_sampler(
                 at: Instant::now(),
                 started: m.started,
                 finished: m.finished,
+                step_attempts: m.step_attempts,
                 flushes: m.flushes,
             });
         }

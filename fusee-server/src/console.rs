@@ -325,6 +325,7 @@ async fn overview(State(app): State<App>, headers: HeaderMap) -> Response {
             }
             p {
                 "Started " (metrics.started) ", finished " (metrics.finished)
+                    ", step attempts " (metrics.step_attempts)
                 ", in memory " (metrics.loaded_runs) ", parked " (metrics.parked_runs)
                 ", flushes " (metrics.flushes) " (" (format!("{:.1}", metrics.records_per_flush())) " records each)."
             }
@@ -352,13 +353,13 @@ async fn overview(State(app): State<App>, headers: HeaderMap) -> Response {
     page(&viewer, StatusCode::OK, body)
 }
 
-/// A line chart (inline SVG) of runs started and finished and flushes per
-/// second over the samples the server took.
+/// A line chart (inline SVG) of runs started and finished, step attempts
+/// and flushes per second over the samples the server took.
 fn activity_chart(rates: &[crate::activity::Rates]) -> Markup {
     let (w, h) = (600.0f64, 140.0f64);
     let top = rates
         .iter()
-        .flat_map(|r| [r.started, r.finished, r.flushes])
+        .flat_map(|r| [r.started, r.finished, r.steps, r.flushes])
         .fold(1.0f64, f64::max);
     let span = (crate::activity::SAMPLES_MAX as f64) * crate::activity::INTERVAL.as_secs_f64();
     let line = |f: &dyn Fn(&crate::activity::Rates) -> f64| {
@@ -376,27 +377,30 @@ fn activity_chart(rates: &[crate::activity::Rates]) -> Markup {
     html! {
         svg id="activity-chart" width=(w) height=(h + 20.0) viewBox={ "0 0 " (w) " " (h + 20.0) }
             xmlns="http://www.w3.org/2000/svg" role="img" {
-            title { "runs started, runs finished and flushes per second, last two minutes" }
+            title { "runs started, runs finished, step attempts and flushes per second, last two minutes" }
             rect x="0" y="0" width=(w) height=(h) fill="#fff" stroke="#e3e6ea" {}
             polyline fill="none" stroke="#1f6feb" stroke-width="2" points=(line(&|r| r.started)) {}
             polyline fill="none" stroke="#1a7f37" stroke-width="2" points=(line(&|r| r.finished)) {}
+            polyline fill="none" stroke="#8250df" stroke-width="2" points=(line(&|r| r.steps)) {}
             polyline fill="none" stroke="#9a6700" stroke-width="1" points=(line(&|r| r.flushes)) {}
             // The newest rates as dots, visible from the first one on.
             @if let Some(r) = last {
                 @let x = w * (1.0 - (r.ago_s / span).min(1.0));
-                @for (v, colour) in [(r.started, "#1f6feb"), (r.finished, "#1a7f37"), (r.flushes, "#9a6700")] {
+                @for (v, colour) in [(r.started, "#1f6feb"), (r.finished, "#1a7f37"), (r.steps, "#8250df"), (r.flushes, "#9a6700")] {
                     circle cx=(format!("{x:.1}")) cy=(format!("{:.1}", h - h * v / top)) r="3" fill=(colour) {}
                 }
             }
             text x="4" y="12" font-size="11" fill="#57606a" { (format!("{top:.0}/s")) }
             text x="4" y=(h + 14.0) font-size="11" fill="#1f6feb" { "started/s" }
             text x="90" y=(h + 14.0) font-size="11" fill="#1a7f37" { "finished/s" }
-            text x="180" y=(h + 14.0) font-size="11" fill="#9a6700" { "flushes/s" }
+            text x="180" y=(h + 14.0) font-size="11" fill="#8250df" { "steps/s" }
+            text x="260" y=(h + 14.0) font-size="11" fill="#9a6700" { "flushes/s" }
         }
         p id="activity" {
             @match last {
                 Some(r) => { "Now: " (format!("{:.1}", r.started)) " runs started/s, "
-                    (format!("{:.1}", r.finished)) " finished/s, " (format!("{:.1}", r.flushes)) " flushes/s." }
+                    (format!("{:.1}", r.finished)) " finished/s, " (format!("{:.1}", r.steps)) " steps/s, "
+                    (format!("{:.1}", r.flushes)) " flushes/s." }
                 None => { "No samples yet (one a second while the server runs)." }
             }
         }

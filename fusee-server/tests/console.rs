@@ -145,7 +145,9 @@ async fn pages_escape_payloads_and_forms_need_admin_and_csrf() {
     let reader = Session::login(&base, READ).await;
     let (_, overview) = reader.get("/").await;
     assert!(
-        overview.contains("id=\"activity-chart\"") && overview.contains("Now: "),
+        overview.contains("id=\"activity-chart\"")
+            && overview.contains("Now: ")
+            && overview.contains(" steps/s, "),
         "{overview}"
     );
     for path in [

@@ -90,7 +90,7 @@ fn session_over(code: &str) -> bool {
 
 /// `e`, met while `doing` on `place`, in the storage vocabulary: a missing
 /// database is `NotFound`, a lock another session held past the
-/// connection's `lock_timeout` `Locked` (what a takeover meets while a
+/// connection's `lock_timeout` `LockTimeout` (what a takeover meets while a
 /// stalled owner's transaction holds the shard: try again, as for a live
 /// lease; the statement did nothing), a missing right `PermissionDenied`,
 /// and the connection refused, lost, timed out or ended by the server
@@ -115,8 +115,10 @@ pub(crate) fn map(e: &postgres::Error, doing: &str, place: &str) -> StorageError
             NO_DATABASE => StorageError::NotFound {
                 path: place.to_owned(),
             },
-            LOCK_TIMEOUT => StorageError::Locked {
-                path: format!("{place} ({doing}: {})", db.message()),
+            LOCK_TIMEOUT => StorageError::LockTimeout {
+                doing: doing.to_owned(),
+                place: place.to_owned(),
+                message: db.message().to_owned(),
             },
             NO_RIGHT => PgError::PermissionDenied {
                 doing: doing.to_owned(),

@@ -80,9 +80,9 @@
 //! also a session the server ended after this process stalled a whole
 //! lease inside a transaction, once the lease is no longer this open's),
 //! `Leased` (another owner's lease is live: it names the holder and when
-//! the lease ends; open the shard again once it lapses), `Locked` (a
-//! stalled owner's transaction held the shard past `lock_timeout`: try
-//! again), `AlreadyOpen` (this storage holds the shard), `NotFound` (no
+//! the lease ends; open the shard again once it lapses), `LockTimeout` (a
+//! stalled owner's statement held the shard's rows past `lock_timeout`:
+//! nothing was done; try again), `AlreadyOpen` (this storage holds the shard), `NotFound` (no
 //! such database, or no store in the schema with
 //! [`fusee_storage::identity::Create::Never`]), `UnsupportedFormat`
 //! (another schema version), `WrongBackend`, `NotAStore` (a schema with

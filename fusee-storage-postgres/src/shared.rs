@@ -76,7 +76,7 @@ pub(crate) struct Lease {
 /// leases is the backstop, longer than the idle timeout so that a takeover
 /// outlasts the stalled session it waits for: no statement of ours waits
 /// longer than that for a lock, whatever holds it; the caller gets
-/// `Locked` (the statement did nothing) and tries again.
+/// `LockTimeout` (the statement did nothing) and tries again.
 /// Our own transactions never sit idle between statements for anything
 /// but the client's CPU, far below a lease.
 pub(crate) fn session_setup(options: &PgOptions) -> String {
@@ -88,6 +88,29 @@ pub(crate) fn session_setup(options: &PgOptions) -> String {
         options.synchronous_commit.as_sql(),
         lease_ms.saturating_mul(3)
     )
+}
+
+/// Drops `conns` on a thread of its own and waits for it: a
+/// `postgres::Client` closes its connection by blocking on a runtime of its
+/// own, which panics on a thread that drives a tokio runtime (an `Engine`
+/// dropped in async code drops its storage there). Should no thread start,
+/// the connections are leaked, not dropped here: the system closes their
+/// sockets when the process ends.
+fn close_off_thread(conns: Vec<Conn>) {
+    if conns.is_empty() {
+        return;
+    }
+    let slot = Arc::new(Mutex::new(Some(conns)));
+    let theirs = Arc::clone(&slot);
+    let closer = std::thread::Builder::new()
+        .name("fusee-pg-close".into())
+        .spawn(move || drop(lock(&theirs).take()));
+    match closer {
+        Ok(t) => {
+            let _ = t.join();
+        }
+        Err(_) => std::mem::forget(lock(&slot).take()),
+    }
 }
 
 /// How long a pooled connection may take to answer its check before it
@@ -158,9 +181,11 @@ impl Shared {
         }
     }
 
-    /// Drops every pooled connection (the storage closed).
+    /// Drops every pooled connection (the storage closed, or a connection
+    /// was lost), off the calling thread ([`close_off_thread`]).
     pub(crate) fn clear_pool(&self) {
-        lock(&self.pool).clear();
+        let conns = std::mem::take(&mut *lock(&self.pool));
+        close_off_thread(conns);
     }
 
     /// `Closed { what }` once the storage closed (or was killed).

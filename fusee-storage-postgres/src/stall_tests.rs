@@ -124,3 +124,151 @@ fn a_write_after_the_server_ended_a_stalled_transaction_is_fenced() {
         let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
     }
 }
+
+/// An owner stalled inside a statement (not idle, so the idle timeout
+/// does not end it) holds the shard's row past the takeover's
+/// `lock_timeout` (three leases): the takeover is told so, as a retryable
+/// `LockTimeout` naming the store, not `Locked`'s "close it first"; once
+/// the stalled statement ends and its idle transaction is ended by the
+/// server, the shard is taken.
+#[test]
+fn a_takeover_behind_a_busy_stalled_statement_is_told_it_timed_out_and_may_retry() {
+    let Some(url) = crate::test_server("busy stalled owner") else {
+        return;
+    };
+    let schema = format!("t_stall_busy_{}", std::process::id());
+    let a = PgStorage::open(&options(&url, &schema, "a")).expect("open a");
+    let parts = a.open_shard(0).expect("a opens shard 0");
+    a.pause_renewal(true);
+    let mut stalled = a.shared.connect().expect("a connection");
+    let lease = Duration::from_millis(800);
+    let busy = lease * 6;
+    let (locked_tx, locked_rx) = mpsc::channel();
+    let sleeper = std::thread::spawn(move || {
+        stalled
+            .client
+            .batch_execute(&format!(
+                "BEGIN; SELECT epoch FROM \"{schema}\".shards WHERE shard = 0 FOR UPDATE"
+            ))
+            .expect("the stalled transaction");
+        let _ = locked_tx.send(());
+        // Busy, not idle: only the lock timeout bounds a wait behind it.
+        let _ = stalled
+            .client
+            .batch_execute(&format!("SELECT pg_sleep({})", busy.as_secs_f64()));
+        stalled
+    });
+    locked_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the stalled transaction holds the row");
+    let schema = format!("t_stall_busy_{}", std::process::id());
+    let b = PgStorage::open(&options(&url, &schema, "b")).expect("open b");
+    let started = Instant::now();
+    let first = loop {
+        match b.open_shard(0) {
+            Err(StorageError::Leased { .. }) if started.elapsed() < busy => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => break other.map(drop),
+        }
+    };
+    match &first {
+        Err(e @ StorageError::LockTimeout { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("waited past the lock timeout for a lock another session holds")
+                    && text.contains("nothing was done")
+                    && text.contains(&schema)
+                    && !text.contains("close it first"),
+                "the text: {text}"
+            );
+        }
+        other => panic!("the takeover behind a busy stalled statement: {other:?}"),
+    }
+    // Once the statement ends, its idle transaction is ended by the server
+    // within a lease, and the takeover succeeds.
+    let deadline = Instant::now() + busy + lease * 10;
+    let taken = loop {
+        match b.open_shard(0) {
+            Ok(p) => break Ok(p),
+            Err(e) if Instant::now() > deadline => break Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    assert!(taken.is_ok(), "b never took the shard: {:?}", taken.err());
+    let _ = sleeper.join();
+    drop(taken);
+    drop(parts);
+    if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
+        let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+    }
+}
+
+/// A server that ends a session while its statement runs answers with
+/// `57P01 terminating connection due to administrator command` (what a
+/// restart or shutdown sends): the write is `Io` of kind
+/// `ConnectionAborted` naming the code, as the crate's docs say, because
+/// whether it took effect is unknown; not a server refusal.
+#[test]
+fn a_statement_whose_session_the_server_ends_is_an_aborted_connection_naming_57p01() {
+    let Some(url) = crate::test_server("session ended by the server") else {
+        return;
+    };
+    let schema = format!("t_stall_57p01_{}", std::process::id());
+    let a = PgStorage::open(&options(&url, &schema, "a")).expect("open a");
+    let mut parts = a.open_shard(0).expect("a opens shard 0");
+    let main = a.server_pids(0).expect("shard 0 is open").main;
+    // Hold the shard's row so the seal's statement waits on it: the
+    // session is ended while its statement runs.
+    let mut locker = postgres::Client::connect(&url, postgres::NoTls).expect("admin");
+    let mut tx = locker.transaction().expect("begin");
+    tx.execute(
+        &format!("SELECT 1 FROM \"{schema}\".shards WHERE shard = 0 FOR UPDATE"),
+        &[],
+    )
+    .expect("locking the shard's row");
+    let admin_url = url.clone();
+    let killer = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&admin_url, postgres::NoTls).expect("admin");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let waiting = c
+                .query_opt(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+                    &[&main],
+                )
+                .ok()
+                .flatten()
+                .is_some();
+            if waiting {
+                let _ = c.execute("SELECT pg_terminate_backend($1)", &[&main]);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = c.execute("SELECT pg_terminate_backend($1)", &[&main]);
+        false
+    });
+    let sealed = parts
+        .log
+        .begin_seal()
+        .and_then(|t| parts.log.finish_seal(t));
+    let seen_waiting = killer.join().expect("the killer");
+    let _ = tx.rollback();
+    assert!(seen_waiting, "the seal's statement never waited on the row");
+    match sealed {
+        Err(StorageError::Io { context, error }) => {
+            assert_eq!(error.kind(), std::io::ErrorKind::ConnectionAborted);
+            let text = error.to_string();
+            assert!(
+                text.contains("the server ended the session: 57P01"),
+                "{context}: {text}"
+            );
+        }
+        other => panic!("a seal whose session the server ended: {other:?}"),
+    }
+    drop(parts);
+    if let Ok(mut c) = postgres::Client::connect(&url, postgres::NoTls) {
+        let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+    }
+}

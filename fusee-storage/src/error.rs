@@ -177,6 +177,24 @@ pub enum StorageError {
         /// When the lease ends unless renewed, by the store's clock.
         until: String,
     },
+    /// An operation waited past the backend's lock timeout for a lock that
+    /// another session of the store held, and gave up (PostgreSQL's
+    /// `lock_timeout`: a takeover meets it while a stalled owner's
+    /// statement still holds the shard's rows). Unlike
+    /// [`StorageError::Locked`] nothing in this process holds it: that
+    /// session's work ends (or the server ends it), and the same operation
+    /// can then be tried again. Nothing was done.
+    #[error(
+        "{doing} on {place} waited past the lock timeout for a lock another session holds ({message}); nothing was done: it can be tried again once that session's transaction ends (a stalled owner's ends when the server ends its session)"
+    )]
+    LockTimeout {
+        /// What was being done.
+        doing: String,
+        /// The store (never with a password).
+        place: String,
+        /// The server's own words.
+        message: String,
+    },
     /// The path is not a store this backend can open or create: an empty
     /// path, a file where a directory belongs, or a non-empty directory
     /// without a Fusee identity marker (another program's files). Nothing

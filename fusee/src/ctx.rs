@@ -22,358 +22,28 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fusee_core::record::{Name, Payload, RecordBuf, RunId, Seq, Status, WaitOutcome, value_kind};
-use fusee_core::run::{
-    Abandon, Issued, OpError, Patched, RetryAt, RunMachine, StepRun, ValueAnswer,
-};
-use rustc_hash::FxHashMap;
+use fusee_core::record::{Name, Payload, RecordBuf, Seq, Status, value_kind};
+use fusee_core::run::{Issued, Patched, ValueAnswer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::registry::RunFuture;
 use crate::retry::RetryPolicy;
+/// What flow control's promises register for an update made at run time.
+pub(crate) use crate::runtime::run::{HandlerStart, Validator};
+use crate::runtime::run::{Outcome, QueryHandler, UpdateHandler};
+use crate::step::{StepContext, StepError, StepFn};
 use crate::workflow::{Failure, Query, Signal, Update, Workflow, decode, encode};
 
-/// How a step attempt failed: a message, an optional kind that retry
-/// policies match on ([`RetryPolicy::non_retryable`]), and whether it may
-/// be retried at all. Any error converts into one with `?` (retryable, no
-/// kind).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StepError {
-    /// What went wrong.
-    pub message: String,
-    /// A short kind for retry policies and callers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    /// False: fail the step now, whatever the policy allows.
-    #[serde(default = "yes")]
-    pub retryable: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl StepError {
-    /// A retryable error.
-    pub fn retryable(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            kind: None,
-            retryable: true,
-        }
-    }
-
-    /// An error that fails the step at once.
-    pub fn fatal(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            kind: None,
-            retryable: false,
-        }
-    }
-
-    /// The same error with `kind` set.
-    pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(kind.into());
-        self
-    }
-}
-
-impl fmt::Display for StepError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
-            Some(k) => write!(f, "{k}: {}", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
-
-impl<E: std::error::Error> From<E> for StepError {
-    fn from(e: E) -> Self {
-        Self::retryable(e.to_string())
-    }
-}
-
-impl From<StepError> for Failure {
-    fn from(e: StepError) -> Self {
-        Failure {
-            message: e.message,
-            kind: e.kind,
-        }
-    }
-}
-
-/// What a step function is told: which attempt this is, the step's
-/// idempotency key, and the fencing token of its run's shard.
-#[derive(Clone, Debug)]
-pub struct StepContext {
-    key: Arc<str>,
-    attempt: u32,
-    fencing_token: u64,
-    trace: Option<crate::trace::TraceParent>,
-}
-
-impl StepContext {
-    pub(crate) fn new(key: Arc<str>, attempt: u32) -> Self {
-        Self {
-            key,
-            attempt,
-            fencing_token: 0,
-            trace: None,
-        }
-    }
-
-    /// The same context carrying `token` ([`StepContext::fencing_token`]).
-    pub(crate) fn with_fencing_token(mut self, token: u64) -> Self {
-        self.fencing_token = token;
-        self
-    }
-
-    /// A number that grows with every change of owner of the run's shard
-    /// (under [`crate::Ownership::Lease`] on PostgreSQL: the shard's lease
-    /// epoch, which every open of the shard moves), so an outside service
-    /// can refuse a late write from a process that lost the shard.
-    ///
-    /// A step runs at least once: a process paused past its lease may
-    /// finish a step after another process took the shard and ran the same
-    /// step again. Its token is then lower than the new owner's. A service
-    /// that keeps, per idempotency key ([`StepContext::key`]), the highest
-    /// token it has seen and refuses a write carrying a lower one applies
-    /// only the current owner's write. Compare tokens of one key only:
-    /// each shard counts its own. With a backend one process owns whole
-    /// (files, RocksDB, redb, memory) it is 0, and only one process can run
-    /// the step at a time.
-    ///
-    /// ```
-    /// use std::collections::HashMap;
-    /// use std::sync::Mutex;
-    ///
-    /// /// An outside service's ledger: per key, the highest token seen.
-    /// #[derive(Default)]
-    /// struct Ledger(Mutex<HashMap<String, u64>>);
-    ///
-    /// impl Ledger {
-    ///     /// Applies a write unless a newer owner's write came first.
-    ///     fn write(&self, key: &str, token: u64) -> Result<(), String> {
-    ///         let mut seen = self.0.lock().unwrap();
-    ///         let highest = seen.entry(key.to_owned()).or_insert(0);
-    ///         if token < *highest {
-    ///             return Err(format!("stale token {token} < {highest}"));
-    ///         }
-    ///         *highest = token;
-    ///         Ok(()) // ...apply the effect
-    ///     }
-    /// }
-    ///
-    /// let ledger = Ledger::default();
-    /// // The new owner (epoch 8) ran the step, then the old one (epoch 7)
-    /// // woke up and finished its attempt: refused.
-    /// assert!(ledger.write("order-1/1/2", 8).is_ok());
-    /// assert!(ledger.write("order-1/1/2", 7).is_err());
-    /// // In a step: `ledger.write(step.key(), step.fencing_token())`.
-    /// ```
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
-    }
-
-    /// The same attempt under another idempotency key (a saga's own).
-    pub(crate) fn with_key(mut self, key: Arc<str>) -> Self {
-        self.key = key;
-        self
-    }
-
-    /// The context with this attempt's trace context.
-    pub(crate) fn traced(mut self, trace: crate::trace::TraceParent) -> Self {
-        self.trace = Some(trace);
-        self
-    }
-
-    /// This attempt's trace context: the run's trace, this attempt's span
-    /// as the parent. Send it as the `traceparent` header of the calls the
-    /// step makes, so they appear under the attempt in the trace (see
-    /// [`crate::trace`]). `None` only for a context made outside the
-    /// engine's shard loop.
-    pub fn traceparent(&self) -> Option<crate::trace::TraceParent> {
-        self.trace
-    }
-
-    /// The step's idempotency key: the same on every attempt and after
-    /// every restart, unique to this step of this run (`<workflow
-    /// ID>/<run>/<operation>`). Pass it to outside services so an effect
-    /// retried after a crash is applied once.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// This attempt's number, from 1.
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-}
-
-/// A step function's future, type-erased, its result already encoded.
-pub(crate) type StepFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, StepError>> + Send>>;
-/// A step function, type-erased.
-pub(crate) type StepFn = Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
-
-/// A step mock (feature `testing`): given the step's real function, the
-/// function to run instead (which may call the real one).
-#[cfg(feature = "testing")]
-pub(crate) type StepWrap = Arc<dyn Fn(StepFn) -> StepFn + Send + Sync>;
+/// A live run's state as its code sees it (owned by the runtime:
+/// `runtime/run.rs`).
+pub(crate) type RunState = crate::runtime::run::RunState<Ctx>;
 
 /// The registered workflow types, whose code is called with a [`Ctx`].
 pub(crate) type Registry = crate::registry::Registry<Ctx>;
-
-/// A live step the shard must run: the function and its policy, kept until
-/// the step's final record.
-pub(crate) struct StepSpec {
-    pub(crate) name: Name,
-    pub(crate) f: StepFn,
-    pub(crate) policy: RetryPolicy,
-    /// When its first attempt began (for the policy's time limit).
-    pub(crate) first_ms: Option<u64>,
-    /// An attempt is running.
-    pub(crate) running: bool,
-    /// The attempt to run next and when.
-    pub(crate) next: Option<(u32, RetryAt)>,
-    /// Attempts made before the latest resume ([`crate::Engine::resume_step`]):
-    /// the policy counts only the attempts since.
-    pub(crate) resumed_after: u32,
-}
-
-/// A completion delivered to the code, kept until its operation's future
-/// takes it.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    Step { status: Status, payload: Vec<u8> },
-    Fired,
-    Signal(Vec<u8>),
-    TimedOut,
-    Child { status: Status, payload: Vec<u8> },
-}
-
-/// Why a run's code cannot go on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// The code departed from its journal: kept whole, as callers waiting
-    /// on the run get it ([`crate::Error::Determinism`]).
-    Determinism(Box<fusee_core::run::DeterminismError>),
-    /// The machine refused a call or a record, or a completion does not
-    /// fit its operation.
-    Refused(String),
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Fault::Determinism(e) => e.fmt(f),
-            Fault::Refused(why) => f.write_str(why),
-        }
-    }
-}
-
-impl From<OpError> for Fault {
-    fn from(e: OpError) -> Self {
-        match e {
-            OpError::Determinism(d) => Fault::Determinism(d),
-            other => Fault::Refused(other.to_string()),
-        }
-    }
-}
-
-/// The state a run's code and its shard loop share, on the shard thread.
-pub(crate) struct RunState {
-    pub(crate) machine: RunMachine,
-    pub(crate) run: RunId,
-    pub(crate) id: Name,
-    /// The loop's time, set before every poll.
-    pub(crate) now_ms: u64,
-    /// Records the code asked for, in order; the loop appends them after
-    /// the poll.
-    pub(crate) appends: Vec<RecordBuf>,
-    /// Completions delivered and not yet taken, by operation.
-    pub(crate) outcomes: FxHashMap<Seq, Outcome>,
-    /// Wakers of pending operations.
-    pub(crate) wakers: FxHashMap<Seq, Waker>,
-    /// Live steps, by operation.
-    pub(crate) steps: FxHashMap<Seq, StepSpec>,
-    pub(crate) fault: Option<Fault>,
-    /// Cancellations delivered to the code: an operation pending when one
-    /// arrived ends with a `cancelled` error.
-    pub(crate) cancels: u32,
-    /// The latest cancellation's reason.
-    pub(crate) cancel_reason: String,
-    /// The code asked to continue as new with this input.
-    pub(crate) continue_with: Option<Vec<u8>>,
-    /// The workflow types registered (to refuse a child of an unknown type
-    /// before anything is recorded).
-    pub(crate) registry: Registry,
-    /// Update handlers the code registered, by name.
-    pub(crate) updates: FxHashMap<String, UpdateHandler>,
-    /// Query handlers the code registered, by name.
-    pub(crate) queries: FxHashMap<String, QueryHandler>,
-    /// The engine's payload limit ([`crate::Config::max_payload`]): a
-    /// payload the code hands over beyond it is refused at the call, before
-    /// anything is recorded, rather than a record the log would refuse.
-    pub(crate) max_payload: usize,
-}
-
-/// An update handler, type-erased: its validator, and its code started
-/// from the argument's bytes.
-pub(crate) struct UpdateHandler {
-    pub(crate) validate: Option<Validator>,
-    pub(crate) start: HandlerStart,
-}
-
-/// An update's validator over the argument's bytes: `Err` is the reason the
-/// caller is told.
-pub(crate) type Validator = Box<dyn Fn(&[u8]) -> Result<(), String>>;
-
-/// Starts an update handler's code from the argument's bytes.
-pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> RunFuture>;
-
-/// A query handler, type-erased: argument bytes to result bytes.
-pub(crate) type QueryHandler = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, Failure>>;
-
-/// Calls `f` with update handler `name`, taken out of the run's state
-/// meanwhile: the handler's own code (its validator, the synchronous part
-/// of its start) may use the run's [`Ctx`], which borrows the state. Put
-/// back after, unless the code registered a new one under the name. `None`
-/// if there is no such handler.
-pub(crate) fn with_update_handler<R>(
-    state: &RefCell<RunState>,
-    name: &str,
-    f: impl FnOnce(&UpdateHandler) -> R,
-) -> Option<R> {
-    let handler = state.borrow_mut().updates.remove(name)?;
-    let out = f(&handler);
-    state
-        .borrow_mut()
-        .updates
-        .entry(name.to_string())
-        .or_insert(handler);
-    Some(out)
-}
-
-/// [`with_update_handler`] for query handlers.
-pub(crate) fn with_query_handler<R>(
-    state: &RefCell<RunState>,
-    name: &str,
-    f: impl FnOnce(&QueryHandler) -> R,
-) -> Option<R> {
-    let handler = state.borrow_mut().queries.remove(name)?;
-    let out = f(&handler);
-    state
-        .borrow_mut()
-        .queries
-        .entry(name.to_string())
-        .or_insert(handler);
-    Some(out)
-}
 
 /// Runs workflow code `f` outside the engine's own frames: a panic in it is
 /// `Err` with the panic's message, not an unwinding shard thread.
@@ -389,106 +59,6 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".to_string()
-    }
-}
-
-impl RunState {
-    pub(crate) fn new(
-        machine: RunMachine,
-        run: RunId,
-        id: Name,
-        registry: Registry,
-        max_payload: usize,
-    ) -> Self {
-        Self {
-            machine,
-            run,
-            id,
-            now_ms: 0,
-            appends: Vec::new(),
-            outcomes: FxHashMap::default(),
-            wakers: FxHashMap::default(),
-            steps: FxHashMap::default(),
-            fault: None,
-            cancels: 0,
-            cancel_reason: String::new(),
-            continue_with: None,
-            registry,
-            updates: FxHashMap::default(),
-            queries: FxHashMap::default(),
-            max_payload,
-        }
-    }
-
-    /// `Err` (kind `too-large`) when `len` bytes of `what` exceed the
-    /// payload limit.
-    pub(crate) fn check_payload(&self, what: &str, len: usize) -> Result<(), Failure> {
-        if len > self.max_payload {
-            return Err(Failure::with_kind(
-                "too-large",
-                format!(
-                    "{what} of {len} bytes exceeds the payload limit of {} bytes",
-                    self.max_payload
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// A cancellation reached the code: every pending operation wakes, to
-    /// end with a `cancelled` error.
-    pub(crate) fn cancel(&mut self, reason: String) {
-        self.cancels += 1;
-        self.cancel_reason = reason;
-        for (_, w) in self.wakers.drain() {
-            w.wake();
-        }
-    }
-
-    /// The error of an operation cancelled while pending.
-    fn cancelled(&self) -> Failure {
-        Failure::with_kind("cancelled", self.cancel_reason.clone())
-    }
-
-    /// Hands a delivered completion to its operation and wakes it.
-    pub(crate) fn deliver(&mut self, seq: Seq, outcome: Outcome) {
-        self.outcomes.insert(seq, outcome);
-        if let Some(w) = self.wakers.remove(&seq) {
-            w.wake();
-        }
-    }
-
-    /// Issues a command operation once (`seq` remembers it): `call` asks
-    /// the machine, and a live answer appends `record(run, seq)`. `None`
-    /// when the run cannot go on (the fault is recorded).
-    fn command(
-        &mut self,
-        seq: &mut Option<Seq>,
-        call: impl FnOnce(&mut RunMachine) -> Result<Issued, OpError>,
-        record: impl FnOnce(RunId, Seq) -> RecordBuf,
-    ) -> Option<Seq> {
-        if let Some(seq) = *seq {
-            return Some(seq);
-        }
-        let issued = match call(&mut self.machine) {
-            Ok(issued) => issued,
-            Err(e) => {
-                self.fail(e);
-                return None;
-            }
-        };
-        if let Issued::Append(n) = issued {
-            let rec = record(self.run, n);
-            self.appends.push(rec);
-        }
-        *seq = Some(issued.seq());
-        *seq
-    }
-
-    fn fail(&mut self, e: OpError) {
-        if self.fault.is_none() {
-            self.fault = Some(Fault::from(e));
-        }
     }
 }
 
@@ -508,8 +78,8 @@ impl fmt::Debug for Ctx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.state.borrow();
         f.debug_struct("Ctx")
-            .field("run", &s.run)
-            .field("id", &&*s.id)
+            .field("run", &s.run())
+            .field("id", &&**s.id())
             .finish_non_exhaustive()
     }
 }
@@ -521,12 +91,12 @@ impl Ctx {
 
     /// The workflow ID.
     pub fn workflow_id(&self) -> String {
-        self.state.borrow().id.to_string()
+        self.state.borrow().id().to_string()
     }
 
     /// The run's number within its shard.
     pub fn run_id(&self) -> u64 {
-        self.state.borrow().run
+        self.state.borrow().run()
     }
 
     /// A step: `f` runs with effects (calls to other services), on the
@@ -567,7 +137,7 @@ impl Ctx {
         // Test kit hook (feature `testing`): a step mocked by name runs the
         // mock's function, which may call this one.
         #[cfg(feature = "testing")]
-        let f = match self.state.borrow().registry.step_mock(name) {
+        let f = match self.state.borrow().registry().step_mock(name) {
             Some(wrap) => wrap(f),
             None => f,
         };
@@ -585,7 +155,7 @@ impl Ctx {
     /// `cancelled`) if the run is cancelled meanwhile.
     pub fn sleep(&self, name: &str, duration: Duration) -> Sleep {
         Sleep {
-            cancels: self.state.borrow().cancels,
+            cancels: self.state.borrow().cancels(),
             ctx: self.clone(),
             name: Name::from(name),
             duration,
@@ -598,7 +168,7 @@ impl Ctx {
     /// with [`WaitFor::timeout`], when it passes first.
     pub fn wait_for<T: DeserializeOwned>(&self, signal: &Signal<T>) -> WaitFor<T> {
         WaitFor {
-            cancels: self.state.borrow().cancels,
+            cancels: self.state.borrow().cancels(),
             ctx: self.clone(),
             name: Name::from(signal.name()),
             timeout: None,
@@ -683,18 +253,17 @@ impl Ctx {
 
     fn send(&self, target: &str, name: &str, payload: Vec<u8>) {
         let mut s = self.state.borrow_mut();
-        let run = s.run;
-        match s.machine.send(target, name) {
-            Ok(Issued::Append(seq)) => s.appends.push(RecordBuf::Send {
+        let run = s.run();
+        match s.issue(|m| m.send(target, name)) {
+            Some(Issued::Append(seq)) => s.ask(RecordBuf::Send {
                 run,
                 seq,
                 target: Name::from(target),
                 name: Name::from(name),
                 payload: Payload::from(payload.as_slice()),
             }),
-            Ok(Issued::Recorded(_)) => {}
-            Err(e) => {
-                s.fail(e);
+            Some(Issued::Recorded(_)) => {}
+            None => {
                 drop(s);
                 std::panic::resume_unwind(Box::new(Stopped));
             }
@@ -719,7 +288,7 @@ impl Ctx {
             input: encode(input).map_err(|e| e.to_string()),
             close: ParentClose::Terminate,
             seq: None,
-            cancels: self.state.borrow().cancels,
+            cancels: self.state.borrow().cancels(),
             _type: PhantomData,
         }
     }
@@ -731,19 +300,18 @@ impl Ctx {
     /// replay.
     pub fn patched(&self, id: &str) -> bool {
         let mut s = self.state.borrow_mut();
-        let run = s.run;
-        match s.machine.patched(id) {
-            Ok(Patched::Append(seq)) => {
-                s.appends.push(RecordBuf::Patch {
+        let run = s.run();
+        match s.issue(|m| m.patched(id)) {
+            Some(Patched::Append(seq)) => {
+                s.ask(RecordBuf::Patch {
                     run,
                     seq,
                     id: Name::from(id),
                 });
                 true
             }
-            Ok(p) => p.is_patched(),
-            Err(e) => {
-                s.fail(e);
+            Some(p) => p.is_patched(),
+            None => {
                 drop(s);
                 std::panic::resume_unwind(Box::new(Stopped));
             }
@@ -773,7 +341,7 @@ impl Ctx {
             });
         let error = match checked {
             Ok(bytes) => {
-                self.state.borrow_mut().continue_with = Some(bytes);
+                self.state.borrow_mut().continue_as_new(bytes);
                 None
             }
             Err(f) => Some(f),
@@ -857,8 +425,7 @@ impl Ctx {
         });
         self.state
             .borrow_mut()
-            .updates
-            .insert(update.name().to_string(), UpdateHandler { validate, start });
+            .on_update(update.name().to_string(), UpdateHandler { validate, start });
     }
 
     /// Registers `handler` for `query`: callers' queries
@@ -885,21 +452,23 @@ impl Ctx {
         });
         self.state
             .borrow_mut()
-            .queries
-            .insert(query.name().to_string(), call);
+            .on_query(query.name().to_string(), call);
     }
 
     /// A recorded value of `kind`: the journal's, or `make(now_ms)`'s,
     /// recorded. Unwinds with [`Stopped`] when the run cannot go on.
     fn value(&self, kind: u8, make: impl FnOnce(u64) -> Vec<u8>) -> Vec<u8> {
         let mut s = self.state.borrow_mut();
-        let now_ms = s.now_ms;
-        let run = s.run;
-        let answer = match s.machine.value(kind) {
-            Ok(ValueAnswer::Recorded { value, .. }) => Ok(value.to_vec()),
-            Ok(ValueAnswer::Append(seq)) => Err(seq),
-            Err(e) => {
-                s.fail(e);
+        let now_ms = s.now_ms();
+        let run = s.run();
+        let answer = match s.issue(|m| {
+            m.value(kind).map(|a| match a {
+                ValueAnswer::Recorded { value, .. } => Ok(value.to_vec()),
+                ValueAnswer::Append(seq) => Err(seq),
+            })
+        }) {
+            Some(answer) => answer,
+            None => {
                 drop(s);
                 std::panic::resume_unwind(Box::new(Stopped));
             }
@@ -908,7 +477,7 @@ impl Ctx {
             Ok(value) => value,
             Err(seq) => {
                 let value = make(now_ms);
-                s.appends.push(RecordBuf::Value {
+                s.ask(RecordBuf::Value {
                     run,
                     seq,
                     kind,
@@ -970,55 +539,33 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
                 return Poll::Pending;
             };
             let mut s = step.ctx.state.borrow_mut();
-            let start = match s.machine.step(&step.name) {
-                Ok(start) => start,
-                Err(e) => {
-                    s.fail(e);
-                    return Poll::Pending;
-                }
+            let Some(seq) = s.call_step(&step.name, &step.f, &step.policy) else {
+                return Poll::Pending;
             };
-            if let StepRun::Attempt(a) = start.run {
-                s.steps.insert(
-                    start.seq,
-                    StepSpec {
-                        name: step.name.clone(),
-                        f: step.f.clone(),
-                        policy: step.policy.clone(),
-                        first_ms: None,
-                        running: false,
-                        next: Some((a.attempt, a.at)),
-                        resumed_after: 0,
-                    },
-                );
-            }
-            let cancels = s.cancels;
+            let cancels = s.cancels();
             drop(s);
-            this.seq = Some((step.ctx, start.seq, cancels));
+            this.seq = Some((step.ctx, seq, cancels));
         }
         let Some((ctx, seq, cancels)) = &this.seq else {
             return Poll::Pending;
         };
         let mut s = ctx.state.borrow_mut();
-        match s.outcomes.remove(seq) {
-            Some(Outcome::Step { status, payload }) => Poll::Ready(step_result(status, &payload)),
-            None if s.cancels > *cancels => {
-                let f = s.cancelled();
-                Poll::Ready(Err(StepError {
-                    message: f.message,
-                    kind: f.kind,
-                    retryable: false,
-                }))
+        match s.poll_outcome(*seq, *cancels, cx.waker()) {
+            Poll::Ready(Ok(Outcome::Step { status, payload })) => {
+                Poll::Ready(step_result(status, &payload))
             }
-            Some(other) => {
-                s.fault = Some(Fault::Refused(format!(
+            Poll::Ready(Err(f)) => Poll::Ready(Err(StepError {
+                message: f.message,
+                kind: f.kind,
+                retryable: false,
+            })),
+            Poll::Ready(Ok(other)) => {
+                s.refuse(format!(
                     "operation {seq} is a step but completed as {other:?}"
-                )));
+                ));
                 Poll::Pending
             }
-            None => {
-                s.wakers.insert(*seq, cx.waker().clone());
-                Poll::Pending
-            }
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -1050,7 +597,7 @@ impl Future for Sleep {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let mut s = this.ctx.state.borrow_mut();
-        let at_ms = at_ms(s.now_ms, this.duration);
+        let at_ms = at_ms(s.now_ms(), this.duration);
         let name = &this.name;
         let Some(seq) = s.command(
             &mut this.seq,
@@ -1064,14 +611,7 @@ impl Future for Sleep {
         ) else {
             return Poll::Pending;
         };
-        match s.outcomes.remove(&seq) {
-            Some(_) => Poll::Ready(Ok(())),
-            None if s.cancels > this.cancels => Poll::Ready(Err(s.cancelled())),
-            None => {
-                s.wakers.insert(seq, cx.waker().clone());
-                Poll::Pending
-            }
-        }
+        s.poll_outcome(seq, this.cancels, cx.waker()).map_ok(|_| ())
     }
 }
 
@@ -1103,7 +643,7 @@ impl<T: DeserializeOwned> Future for WaitFor<T> {
         let this = unpin(self);
         let mut s = this.ctx.state.borrow_mut();
         // 0 means no deadline, so a deadline is at least 1.
-        let deadline_ms = this.timeout.map_or(0, |d| at_ms(s.now_ms, d).max(1));
+        let deadline_ms = this.timeout.map_or(0, |d| at_ms(s.now_ms(), d).max(1));
         let name = &this.name;
         let Some(seq) = s.command(
             &mut this.seq,
@@ -1117,8 +657,8 @@ impl<T: DeserializeOwned> Future for WaitFor<T> {
         ) else {
             return Poll::Pending;
         };
-        match s.outcomes.remove(&seq) {
-            Some(Outcome::Signal(payload)) => {
+        match s.poll_outcome(seq, this.cancels, cx.waker()) {
+            Poll::Ready(Ok(Outcome::Signal(payload))) => {
                 this.done = true;
                 Poll::Ready(decode(&payload).map(Some).map_err(|e| {
                     Failure::with_kind(
@@ -1127,15 +667,12 @@ impl<T: DeserializeOwned> Future for WaitFor<T> {
                     )
                 }))
             }
-            Some(_) => {
+            Poll::Ready(Ok(_)) => {
                 this.done = true;
                 Poll::Ready(Ok(None))
             }
-            None if s.cancels > this.cancels => Poll::Ready(Err(s.cancelled())),
-            None => {
-                s.wakers.insert(seq, cx.waker().clone());
-                Poll::Pending
-            }
+            Poll::Ready(Err(f)) => Poll::Ready(Err(f)),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -1150,15 +687,7 @@ impl<T> Drop for WaitFor<T> {
         let Ok(mut s) = self.ctx.state.try_borrow_mut() else {
             return;
         };
-        s.wakers.remove(&seq);
-        if s.machine.abandon_wait(seq) == Abandon::Append {
-            let run = s.run;
-            s.appends.push(RecordBuf::Waited {
-                run,
-                seq,
-                outcome: WaitOutcome::Abandoned,
-            });
-        }
+        s.abandon_wait(seq);
     }
 }
 
@@ -1218,7 +747,7 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
         if this.seq.is_none() {
             // Only a live call is refused: a replayed one is in the journal
             // already (its type may be registered later, or elsewhere).
-            if !s.machine.is_replaying() && !s.registry.contains(this.wtype) {
+            if !s.replaying() && !s.registry().contains(this.wtype) {
                 return Poll::Ready(Err(Failure::with_kind(
                     "unknown-workflow",
                     format!("no workflow type {:?} is registered", this.wtype),
@@ -1263,8 +792,8 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
         let Some(seq) = this.seq else {
             return Poll::Pending;
         };
-        match s.outcomes.remove(&seq) {
-            Some(Outcome::Child { status, payload }) => Poll::Ready(match status {
+        match s.poll_outcome(seq, this.cancels, cx.waker()) {
+            Poll::Ready(Ok(Outcome::Child { status, payload })) => Poll::Ready(match status {
                 Status::Ok => decode(&payload).map_err(|e| {
                     Failure::with_kind("codec", format!("the child's result does not decode: {e}"))
                 }),
@@ -1275,12 +804,9 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
                     )
                 })),
             }),
-            Some(_) => Poll::Pending,
-            None if s.cancels > this.cancels => Poll::Ready(Err(s.cancelled())),
-            None => {
-                s.wakers.insert(seq, cx.waker().clone());
-                Poll::Pending
-            }
+            Poll::Ready(Ok(_)) => Poll::Pending,
+            Poll::Ready(Err(f)) => Poll::Ready(Err(f)),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -1313,7 +839,7 @@ impl Ctx {
     /// own name), where [`Ctx::wait_for`] takes a static one.
     pub(crate) fn wait_for_name<T: DeserializeOwned>(&self, name: &str) -> WaitFor<T> {
         WaitFor {
-            cancels: self.state.borrow().cancels,
+            cancels: self.state.borrow().cancels(),
             ctx: self.clone(),
             name: Name::from(name),
             timeout: None,
@@ -1326,7 +852,7 @@ impl Ctx {
     /// Registers update handler `name` (made at run time) with its
     /// validator, as [`Ctx::on_update_validated`] does for a static name.
     pub(crate) fn on_update_name(&self, name: String, validate: Validator, start: HandlerStart) {
-        self.state.borrow_mut().updates.insert(
+        self.state.borrow_mut().on_update(
             name,
             UpdateHandler {
                 validate: Some(validate),
@@ -1338,7 +864,7 @@ impl Ctx {
     /// Cancellations delivered to the code so far: each is a journal
     /// delivery, so the count replays the same.
     pub(crate) fn cancels(&self) -> u32 {
-        self.state.borrow().cancels
+        self.state.borrow().cancels()
     }
 }
 
@@ -1348,7 +874,7 @@ impl Ctx {
     /// The registry the run's engine shares: its host is the engine the
     /// run belongs to, once flow control is registered.
     pub(crate) fn registry(&self) -> Registry {
-        self.state.borrow().registry.clone()
+        self.state.borrow().registry().clone()
     }
 
     /// [`Ctx::signal`] with a name made at run time and a payload already

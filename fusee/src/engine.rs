@@ -934,7 +934,7 @@ impl Engine {
 impl crate::registry::Code for Ctx {
     type Host = WeakEngine;
     #[cfg(feature = "testing")]
-    type StepMock = crate::ctx::StepWrap;
+    type StepMock = crate::step::StepWrap;
 }
 
 /// What schedules, queues and step limits (`crate::flow`) need of the

@@ -286,6 +286,12 @@ pub struct ShardView<R> {
     pub index_records: u64,
     /// The run store's position at the last commit.
     pub store_position: u64,
+    /// The last checkpoint's outbox (messages to shards not acknowledged
+    /// then; the engine's encoding).
+    pub outbox: Vec<u8>,
+    /// What replaying the log tail queued to leave the shard (messages
+    /// recovery sends again, with replies nobody waits for any more).
+    pub released: Vec<fusee_core::shard::Output>,
 }
 
 impl<R> std::fmt::Debug for ShardView<R> {
@@ -343,8 +349,8 @@ pub fn rebuild<S: Storage>(
         progress,
     )
     .map_err(|d| damage(shard, d))?;
-    let mut dropped = Vec::new();
-    core.release(parts.log.last_lsn(), &mut dropped);
+    let mut released = Vec::new();
+    core.release(parts.log.last_lsn(), &mut released);
     while core.take_event().is_some() {}
     Ok(ShardView {
         shard,
@@ -362,6 +368,8 @@ pub fn rebuild<S: Storage>(
         replayed,
         index_records,
         store_position: parts.recovered.store_position,
+        outbox: checkpoint.map(|c| c.outbox).unwrap_or_default(),
+        released,
         runs: parts.runs,
     })
 }

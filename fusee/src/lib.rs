@@ -118,6 +118,7 @@ mod recovery;
 mod registry;
 mod retry;
 mod runtime;
+mod step;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -136,10 +137,7 @@ pub use config::{
     Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
     open_storage,
 };
-pub use ctx::{
-    ChildCall, ContinueAsNew, Ctx, ParentClose, Sleep, Step, StepCall, StepContext, StepError,
-    WaitFor,
-};
+pub use ctx::{ChildCall, ContinueAsNew, Ctx, ParentClose, Sleep, Step, StepCall, WaitFor};
 pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, RunHandle};
 pub use error::{Error, Result};
@@ -159,5 +157,6 @@ pub use schedule::{
     CatchUp, FireOutcome, FireRecord, Overlap, ScheduleBuilder, ScheduleDescription, Schedules,
     Spec,
 };
+pub use step::{StepContext, StepError};
 pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

@@ -107,6 +107,10 @@ pub struct ShardMetrics {
     pub started: u64,
     /// Runs whose result was released.
     pub finished: u64,
+    /// Step attempts that ended and whose end was appended (a result, or a
+    /// failure the step's retry policy retries or pauses): steps worked,
+    /// for a steps-per-second rate.
+    pub step_attempts: u64,
     /// Flushes completed.
     pub flushes: u64,
     /// Records those flushes made durable.
@@ -148,6 +152,7 @@ impl ShardMetrics {
     pub fn merge(&mut self, other: &ShardMetrics) {
         self.started += other.started;
         self.finished += other.finished;
+        self.step_attempts += other.step_attempts;
         self.flushes += other.flushes;
         self.flushed_records += other.flushed_records;
         self.flush_micros.merge(&other.flush_micros);

@@ -1,5 +1,6 @@
-//! Moving a store to another backend with the engine stopped: the library
-//! under `fusee migrate SRC DST`.
+//! Moving a store to another backend, or to another shard count, with the
+//! engine stopped: the library under `fusee migrate SRC DST` and `fusee
+//! reshard SRC DST --shards N`.
 //!
 //! # Design
 //!
@@ -83,6 +84,58 @@
 //! each shard's next run number; any difference is a
 //! [`MigrateError::Mismatch`] naming the run.
 //!
+//! # Resharding
+//!
+//! [`reshard`] writes a store of another shard count through the same
+//! steps (the destination created, marked incomplete, written, checked,
+//! unmarked; the source only read), so an interrupted reshard leaves what
+//! an interrupted migration does: the source whole and the destination
+//! refused at open until the command runs again. The copy differs, since a
+//! run's number is its shard's: a shard's commit cannot be carried over.
+//!
+//! **Rebuilt, then placed.** Every source shard is rebuilt as recovery
+//! does ([`crate::inspect::rebuild`]: its index, checkpoint and log tail),
+//! and each run it holds goes to `shard_of_hash` of its workflow-ID hash
+//! under the new count. Destination shard `t` numbers its runs from 1 in
+//! the order (source shard, old run number): the runs of one workflow ID
+//! all come from one source shard, so they keep their order and the newest
+//! (the one the ID index names) stays the newest. Workflow IDs stay; run
+//! numbers change.
+//!
+//! **Links rewritten.** Every record's run becomes the run's new number; a
+//! `Start`'s parent ([`ParentRef`](fusee_core::record::ParentRef): shard
+//! and run) and origin, an `Update`'s caller, and the next run's `Start`
+//! inside a handover `Done` are pointed at the new places. A link to a run
+//! the source no longer holds (its retention ended) gets run [`GONE`]
+//! (2^48 - 1), which no destination run has: it stays dangling, as it was,
+//! never naming another run. Dedup keys (`send_dedup` of the sender's old
+//! shard and run) are kept as recorded: they only need to be stable for
+//! messages already sent, and those are carried as they were.
+//!
+//! **Written as a commit, no log.** A parked run becomes one `Park` or
+//! `Done` frame (a `Delta` chain joined, as [`migrate`] does, by the same
+//! frame copier with the run and journal rewritten) and an index record
+//! keeping its hash, state and time; a loaded run (running, waiting, or
+//! with a step in flight) goes into the checkpoint with its whole journal,
+//! so the engine's recovery loads it and starts its code again. Every LSN
+//! is 0 and every log is empty: the destination's recovery is its commit.
+//!
+//! **Messages in flight follow.** Each source shard's checkpoint outbox,
+//! the messages its log tail regenerates (what recovery sends again), and,
+//! from PostgreSQL, its inbox rows, have their parent links rewritten and
+//! go into the checkpoint outbox of the destination shard they now go to;
+//! the engine sends them at open, and targets deduplicate as for any
+//! message sent twice (a child start by the child's ID and its parent,
+//! both rewritten alike).
+//!
+//! **The check** rebuilds each destination shard and compares, run by
+//! run, its state and journal with the source run's, journal rewritten by
+//! the plan; it also checks that each run's workflow ID hashes to the
+//! shard holding it, that each shard holds exactly the runs planned, and
+//! that its next run number follows them. Memory: the source's rebuilt
+//! shards are kept from the plan to the check (every shard's run table,
+//! as an engine holds), plus 40 bytes a run for the plan.
+//!
 //! # Interrupting for tests
 //!
 //! Every step reports an [`Event`] to the caller's progress function;
@@ -103,9 +156,11 @@ use crate::{AnyLog, AnyStorage, Backend};
 
 mod check;
 mod copy;
+mod reshard;
 
 pub use check::{CheckReport, compare};
 pub use copy::{CopyReport, Inboxes, copy_storage};
+pub use reshard::GONE;
 
 /// Why a migration failed.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +227,9 @@ pub enum MigrateError {
         /// What differs.
         what: String,
     },
+    /// A reshard was asked for a shard count out of range.
+    #[error("a store has 1 to {MAX_SHARDS} shards, not {0}")]
+    ShardCount(u32),
     /// The progress function stopped the migration (tests' crash points).
     #[error("interrupted")]
     Interrupted,
@@ -199,11 +257,18 @@ impl MigrateError {
 pub enum Event {
     /// The destination exists and is marked incomplete.
     Marked,
-    /// Copying shard `shard` of `shards` begins.
+    /// A reshard reads source shard `shard` (rebuilt as recovery does) to
+    /// plan where its runs go.
+    Planning {
+        /// The shard.
+        shard: u32,
+    },
+    /// Copying shard `shard` of `shards` begins (a reshard: writing
+    /// destination shard `shard`).
     Shard {
         /// The shard.
         shard: u32,
-        /// How many shards the source holds.
+        /// How many shards the source (a reshard: the destination) holds.
         shards: u32,
     },
     /// Frames copied so far in this shard.
@@ -268,6 +333,37 @@ pub fn migrate(
     target: &StorageConfig,
     progress: Progress<'_>,
 ) -> Result<MigrateReport, MigrateError> {
+    run(source, target, None, progress)
+}
+
+/// Reshards the store `source` into `target` (a new directory of
+/// `target.backend`, or a PostgreSQL schema) with `shards` shards: every
+/// run moved to the shard its workflow ID hashes to under the new count
+/// and renumbered there, its links and the messages in flight rewritten
+/// ([module docs](self#resharding)); then checked run by run against the
+/// plan, and only then made openable, as [`migrate`] does. An engine opens
+/// the result with `Config::shards(shards)`. A `shards` of 0 is refused.
+pub fn reshard(
+    source: &Source,
+    target: &StorageConfig,
+    shards: u32,
+    progress: Progress<'_>,
+) -> Result<MigrateReport, MigrateError> {
+    if shards == 0 || shards > MAX_SHARDS {
+        return Err(MigrateError::ShardCount(shards));
+    }
+    run(source, target, Some(shards), progress)
+}
+
+/// The largest shard count [`reshard`] makes.
+pub const MAX_SHARDS: u32 = 4096;
+
+fn run(
+    source: &Source,
+    target: &StorageConfig,
+    shards: Option<u32>,
+    progress: Progress<'_>,
+) -> Result<MigrateReport, MigrateError> {
     if let Source::Dir(dir) = source
         && target.backend != Backend::Postgres
         && same_dir(dir, &target.dir)
@@ -282,7 +378,14 @@ pub fn migrate(
         return Err(MigrateError::SamePlace);
     }
     match source {
-        Source::Dir(dir) => crate::inspect::open_read_only(dir, Visit { target, progress })?,
+        Source::Dir(dir) => crate::inspect::open_read_only(
+            dir,
+            Visit {
+                target,
+                shards,
+                progress,
+            },
+        )?,
         Source::Config(config) => {
             // A source that is not there is an error, never a new store.
             let src = open_storage(&config.clone().existing_only()).map_err(|error| {
@@ -291,7 +394,7 @@ pub fn migrate(
                     error: Box::new(error),
                 }
             })?;
-            let r = into_target(&src, &mut AnyInbox, target, progress);
+            let r = into_target(&src, &mut AnyInbox, target, shards, progress);
             // Reading changed nothing worth keeping: a close only ends leases.
             let _ = src.close();
             r
@@ -305,6 +408,7 @@ fn into_target<S: Storage>(
     src: &S,
     src_inbox: &mut dyn Inboxes<S::Log>,
     target: &StorageConfig,
+    shards: Option<u32>,
     progress: Progress<'_>,
 ) -> Result<MigrateReport, MigrateError> {
     prepare_target(target)?;
@@ -320,8 +424,21 @@ fn into_target<S: Storage>(
     }
     mark_incomplete(&dst, target)?;
     report(progress, Event::Marked)?;
-    let copy = copy_storage(src, &dst, src_inbox, &mut AnyInbox, progress)?;
-    let check = compare(src, &dst, now_ms(), progress)?;
+    let now = now_ms();
+    let (copy, check) = match shards {
+        None => {
+            let copy = copy_storage(src, &dst, src_inbox, &mut AnyInbox, progress)?;
+            (copy, compare(src, &dst, now, progress)?)
+        }
+        Some(shards) => {
+            // The source is rebuilt once and kept for the write and the
+            // check (memory: every shard's run table, as an engine's).
+            let (mut views, plan) = reshard::plan(src, src_inbox, shards, now, progress)?;
+            let copy = reshard::write(&mut views, &plan, &dst, now, progress)?;
+            let check = reshard::check(&mut views, &plan, &dst, now, progress)?;
+            (copy, check)
+        }
+    };
     mark_complete(dst, target)?;
     report(progress, Event::Complete)?;
     Ok(MigrateReport { copy, check })
@@ -329,13 +446,20 @@ fn into_target<S: Storage>(
 
 struct Visit<'a, 'p> {
     target: &'a StorageConfig,
+    shards: Option<u32>,
     progress: Progress<'p>,
 }
 
 impl StoreVisitor for Visit<'_, '_> {
     type Out = Result<MigrateReport, MigrateError>;
     fn visit<S: Storage>(self, _backend: Backend, storage: &S) -> Self::Out {
-        into_target(storage, &mut NoInbox, self.target, self.progress)
+        into_target(
+            storage,
+            &mut NoInbox,
+            self.target,
+            self.shards,
+            self.progress,
+        )
     }
 }
 
@@ -356,6 +480,10 @@ impl<L> Inboxes<L> for NoInbox {}
 pub(crate) struct AnyInbox;
 
 impl Inboxes<AnyLog> for AnyInbox {
+    fn present(&self) -> bool {
+        cfg!(feature = "postgres")
+    }
+
     #[allow(unused_variables)]
     fn take(&mut self, log: &mut AnyLog) -> Result<Vec<Vec<u8>>, StorageError> {
         #[cfg(feature = "postgres")]

@@ -112,7 +112,12 @@ const OPEN_AT_ONCE: usize = 8;
 /// Whether an open failed only because another owner holds the shard:
 /// tried again later, without alarm.
 fn held_elsewhere(e: &StorageError) -> bool {
-    matches!(e, StorageError::Leased { .. } | StorageError::Locked { .. })
+    matches!(
+        e,
+        StorageError::Leased { .. }
+            | StorageError::Locked { .. }
+            | StorageError::LockTimeout { .. }
+    )
 }
 
 /// What the engine says, once, when another owner took a shard over.

@@ -69,6 +69,7 @@
 //! | `fusee_flush_records` | histogram | shard | records per flush |
 //! | `fusee_flushes_total`, `fusee_flushed_records_total` | counter | shard | flushes, and the records they made durable |
 //! | `fusee_shard_runs_started_total`, `fusee_shard_runs_finished_total` | counter | shard | runs started, and whose result was released |
+//! | `fusee_shard_step_attempts_total` | counter | shard | step attempts whose end was appended (`Step` or `Attempt`), as `fusee_step_attempts_total` without its labels (cheap to sum for a steps-per-second rate) |
 //! | `fusee_loaded_runs`, `fusee_parked_runs` | gauge | shard | runs in memory, runs parked in the run store |
 //! | `fusee_queued_inputs` | gauge | shard | inputs waiting in the shard's queue |
 //! | `fusee_unacknowledged_messages` | gauge | shard | messages to other workflows not yet recorded by their target |
@@ -171,7 +172,7 @@ pub async fn render(engine: &Engine) -> String {
 /// A shard's figures as counters and gauges labelled by shard.
 fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
     type Read = fn(&ShardMetrics) -> u64;
-    let counters: [(&str, &str, Read); 10] = [
+    let counters: [(&str, &str, Read); 11] = [
         ("fusee_flushes", "Log flushes completed", |m| m.flushes),
         (
             "fusee_flushed_records",
@@ -187,6 +188,11 @@ fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
             "fusee_shard_runs_finished",
             "Runs whose result the shard released",
             |m| m.finished,
+        ),
+        (
+            "fusee_shard_step_attempts",
+            "Step attempts whose end the shard appended (without labels: a cheap steps-per-second rate)",
+            |m| m.step_attempts,
         ),
         ("fusee_checkpoints", "Checkpoints committed", |m| {
             m.checkpoints

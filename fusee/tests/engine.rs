@@ -58,6 +58,7 @@ async fn a_workflow_of_steps_returns_its_result() {
     assert!(matches!(d.status, RunStatus::Finished(fusee::Status::Ok)));
     let m = engine.metrics().await;
     assert!(m.flushes > 0 && m.flushed_records >= 4, "{m:?}");
+    assert_eq!(m.step_attempts, 2, "one attempt of each of the two steps");
     engine.close().await.unwrap();
 }
 

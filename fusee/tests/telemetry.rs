@@ -287,6 +287,12 @@ async fn the_exposition_parses_and_counts_a_workload() {
         total(&s, "fusee_flushed_records_total")
     );
     assert_eq!(total(&s, "fusee_shard_runs_started_total"), 4.0);
+    // Every run ended, so every attempt's end is durable and counted by both.
+    assert_eq!(
+        total(&s, "fusee_shard_step_attempts_total"),
+        total(&s, "fusee_step_attempts_total")
+    );
+    assert!(total(&s, "fusee_shard_step_attempts_total") > 0.0);
     assert_eq!(total(&s, "fusee_shard_owned"), 4.0);
     assert_eq!(total(&s, "fusee_shard_opens_total"), 4.0);
     assert_eq!(

@@ -71,9 +71,16 @@ impl NewestFirst {
 /// The shard workflow ID `id` belongs to, of `shards` (0 counts as 1).
 /// Stable across versions and platforms: it rests on [`hash_id`].
 pub fn shard_of(id: &str, shards: u32) -> u32 {
+    shard_of_hash(hash_id(id), shards)
+}
+
+/// The shard of a workflow ID whose [`hash_id`] is `id_hash` (what a run
+/// table entry keeps), of `shards` (0 counts as 1): [`shard_of`] without
+/// the ID.
+pub fn shard_of_hash(id_hash: u64, shards: u32) -> u32 {
     let shards = u64::from(shards.max(1));
     // The remainder is below `shards`, which fits u32.
-    (hash_id(id) % shards) as u32
+    (id_hash % shards) as u32
 }
 
 /// The dedup key of a signal sent by workflow code (shard, run, operation):

@@ -80,7 +80,7 @@ use crate::wheel::Wheel;
 use crate::wire::hash_id;
 
 pub use index::IndexError;
-pub use listing::{NewestFirst, send_dedup, shard_of};
+pub use listing::{NewestFirst, send_dedup, shard_of, shard_of_hash};
 pub use run::LoadedRun;
 pub use types::{BlobRef, Event, Found, Mode, Output, ParkedRun, TimerKey, TimerKind, UpdateSlot};
 
@@ -258,6 +258,12 @@ impl ShardCore {
     /// Whether `run` is parked.
     pub fn is_parked(&self, run: RunId) -> bool {
         self.parked_entry(run).is_some()
+    }
+
+    /// Parked run `run`'s table entry (a copy): its workflow-ID hash,
+    /// state, frame and time, as the persisted index records it.
+    pub fn parked_record(&self, run: RunId) -> Option<Entry> {
+        self.parked_entry(run).copied()
     }
 
     fn parked_entry(&self, run: RunId) -> Option<&Entry> {

@@ -75,17 +75,19 @@ fn append<L: LogStore>(log: &mut L, from: Lsn, to: Lsn) {
 }
 
 /// Opens `shard` on `s`, retrying while another owner's lease is live
-/// (`Leased`, or `Locked` while a stalled owner's transaction holds the
-/// shard), for at most `limit`; fails the clause on any other error
+/// (`Leased`, or `Locked`/`LockTimeout` while a stalled owner's
+/// transaction holds the shard), for at most `limit`; fails the clause on any other error
 /// or when the limit passes.
 fn open_when_free<S: Storage>(s: &S, shard: u32, limit: Duration) -> crate::ShardParts<S> {
     let start = Instant::now();
     loop {
         match s.open_shard(shard) {
             Ok(p) => return p,
-            Err(StorageError::Leased { .. } | StorageError::Locked { .. })
-                if start.elapsed() < limit =>
-            {
+            Err(
+                StorageError::Leased { .. }
+                | StorageError::Locked { .. }
+                | StorageError::LockTimeout { .. },
+            ) if start.elapsed() < limit => {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(e) => fail(format_args!(

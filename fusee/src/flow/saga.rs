@@ -90,8 +90,9 @@ use std::task::{Context, Poll};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::ctx::{Ctx, Step, StepContext, StepError};
+use crate::ctx::{Ctx, Step};
 use crate::retry::RetryPolicy;
+use crate::step::{StepContext, StepError};
 use crate::workflow::Failure;
 
 /// A step function's future, boxed.

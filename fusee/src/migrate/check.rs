@@ -71,49 +71,19 @@ pub fn compare<A: Storage, B: Storage>(
                 break;
             }
             for run in batch {
-                let Some((state, journal)) = run_of(&mut va, run)? else {
+                let Some(ours) = run_of(&mut va, run)? else {
                     continue;
                 };
-                let Some((theirs, their_journal)) = run_of(&mut vb, run)? else {
-                    return Err(mismatch(run, "missing from the destination".into()));
-                };
-                if state != theirs {
-                    return Err(mismatch(
-                        run,
-                        format!("{state} in the source, {theirs} in the destination"),
-                    ));
-                }
-                if journal != their_journal {
-                    return Err(mismatch(
-                        run,
-                        format!(
-                            "journals differ ({} bytes in the source, {} in the destination)",
-                            journal.len(),
-                            their_journal.len()
-                        ),
-                    ));
-                }
+                let theirs = run_of(&mut vb, run)?;
+                same_run(shard, run, &ours, theirs.as_ref(), &mut out)?;
                 seen += 1;
-                out.journal_bytes += journal.len() as u64;
-                *out.by_state.entry(state).or_default() += 1;
                 if seen.is_multiple_of(4096) {
                     report(progress, Event::Checked(seen))?;
                 }
             }
         }
         // Every run of the destination was one of the source's.
-        let mut theirs = 0u64;
-        let mut cursor = vb.core.newest_first();
-        loop {
-            let batch = cursor.next_batch(&vb.core, 4096);
-            if batch.is_empty() {
-                break;
-            }
-            theirs += batch
-                .into_iter()
-                .filter(|&r| vb.core.get(r).is_some() || vb.core.parked(r).is_some())
-                .count() as u64;
-        }
+        let theirs = runs_held(&vb);
         if theirs != seen {
             return Err(mismatch(
                 0,
@@ -127,9 +97,57 @@ pub fn compare<A: Storage, B: Storage>(
     Ok(out)
 }
 
+/// Checks that destination run `run` of `shard` (`theirs`, `None` if
+/// missing) is in the same state as the source's `ours` with a byte-equal
+/// journal, and counts it in `out`.
+pub(crate) fn same_run(
+    shard: u32,
+    run: RunId,
+    ours: &(&'static str, Vec<u8>),
+    theirs: Option<&(&'static str, Vec<u8>)>,
+    out: &mut CheckReport,
+) -> Result<(), MigrateError> {
+    let mismatch = |what: String| MigrateError::Mismatch { shard, run, what };
+    let (state, journal) = ours;
+    let Some((their_state, their_journal)) = theirs else {
+        return Err(mismatch("missing from the destination".into()));
+    };
+    if state != their_state {
+        return Err(mismatch(format!(
+            "{state} in the source, {their_state} in the destination"
+        )));
+    }
+    if journal != their_journal {
+        return Err(mismatch(format!(
+            "journals differ ({} bytes in the source, {} in the destination)",
+            journal.len(),
+            their_journal.len()
+        )));
+    }
+    out.journal_bytes += journal.len() as u64;
+    *out.by_state.entry(state).or_default() += 1;
+    Ok(())
+}
+
+/// How many runs (loaded or parked) a rebuilt shard holds.
+pub(crate) fn runs_held<R>(view: &ShardView<R>) -> u64 {
+    let mut held = 0u64;
+    let mut cursor = view.core.newest_first();
+    loop {
+        let batch = cursor.next_batch(&view.core, 4096);
+        if batch.is_empty() {
+            return held;
+        }
+        held += batch
+            .into_iter()
+            .filter(|&r| view.core.get(r).is_some() || view.core.parked(r).is_some())
+            .count() as u64;
+    }
+}
+
 /// Run `run`'s state and whole journal (stored prefix and records after
 /// it), `None` if the shard has no such run.
-fn run_of<R: RunStore>(
+pub(crate) fn run_of<R: RunStore>(
     view: &mut ShardView<R>,
     run: RunId,
 ) -> Result<Option<(&'static str, Vec<u8>)>, MigrateError> {

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use fusee_core::record::Lsn;
+use fusee_core::record::{Lsn, RunId};
 use fusee_core::shard::BlobRef;
 use fusee_core::store::{Checkpoint, EntryRef, decode_entry, encode_entry_into};
 use fusee_core::table::{DELETED, Entry, RECORD, flag};
@@ -23,6 +23,12 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Where a shard's inbox messages (PostgreSQL) come from and go to. The
 /// defaults: no inbox.
 pub trait Inboxes<L> {
+    /// Whether this storage has inboxes at all (else [`take`](Self::take)
+    /// is never worth a shard's open).
+    fn present(&self) -> bool {
+        false
+    }
+
     /// Every message waiting in the inbox of the shard whose log is `log`
     /// (left in place).
     fn take(&mut self, log: &mut L) -> Result<Vec<Vec<u8>>, StorageError> {
@@ -134,8 +140,16 @@ fn copy_shard<S: Storage, D: Storage>(
         let mut frame = Vec::new();
         for run in &mut cp.runs {
             if let Some(blob) = run.blob {
-                let new = copy_frame(&mut s.runs, &mut d.runs, blob, base, &mut buf, &mut frame)
-                    .map_err(|e| e.at(shard))?;
+                let new = copy_frame(
+                    &mut s.runs,
+                    &mut d.runs,
+                    blob,
+                    base,
+                    &mut buf,
+                    &mut frame,
+                    None,
+                )
+                .map_err(|e| e.at(shard))?;
                 moved.insert(blob, new);
                 run.blob = Some(new);
                 run.blob_chain = u64::from(new.len);
@@ -169,7 +183,9 @@ fn copy_shard<S: Storage, D: Storage>(
                         };
                         let new = match moved.get(&old) {
                             Some(&n) => n,
-                            None => copy_frame(sruns, druns, old, base, &mut buf, &mut frame)?,
+                            None => {
+                                copy_frame(sruns, druns, old, base, &mut buf, &mut frame, None)?
+                            }
                         };
                         e.set_location(new.offset, new.len);
                         e.set(flag::CHAINED, false);
@@ -285,7 +301,7 @@ fn copy_shard<S: Storage, D: Storage>(
 }
 
 /// Why one frame could not be copied (the shard is added by the caller).
-enum FrameFail {
+pub(crate) enum FrameFail {
     Source(StorageError),
     Dest(StorageError),
     Damaged(&'static str, String),
@@ -300,7 +316,7 @@ impl FrameFail {
         Self::Damaged("index record", "not a well-formed entry".into())
     }
 
-    fn at(self, shard: u32) -> MigrateError {
+    pub(crate) fn at(self, shard: u32) -> MigrateError {
         match self {
             Self::Source(error) => MigrateError::Storage {
                 side: "source",
@@ -321,20 +337,28 @@ impl FrameFail {
     }
 }
 
+/// A frame's run number and journal rewritten for another shard (a
+/// reshard's renumbering): given the run and its whole journal, the new
+/// run and the journal to write.
+pub(crate) type Retarget<'a> = &'a mut dyn FnMut(RunId, &[u8]) -> Result<(RunId, Vec<u8>), String>;
+
 /// Copies the frame at `blob` (with the `Delta` chain before it, written as
-/// one `Park` frame) into `to`, its last LSN shifted by `base`; returns its
-/// new address.
-fn copy_frame<R: RunStore, W: RunStore>(
+/// one `Park` frame) into `to`, its last LSN shifted by `base` and, given
+/// `retarget`, its run and journal rewritten; returns its new address.
+pub(crate) fn copy_frame<R: RunStore, W: RunStore>(
     from: &mut R,
     to: &mut W,
     blob: BlobRef,
     base: Lsn,
     buf: &mut Vec<u8>,
     frame: &mut Vec<u8>,
+    retarget: Option<Retarget<'_>>,
 ) -> Result<BlobRef, FrameFail> {
     from.read(blob, buf).map_err(FrameFail::Source)?;
-    // Outlives `entry`, which borrows a chain's journal from it.
+    // Outlive `entry`, which borrows a chain's journal from the one and
+    // a rewritten journal from the other.
     let chained;
+    let rewritten;
     let mut entry =
         decode_entry(buf).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
     match &mut entry {
@@ -365,6 +389,19 @@ fn copy_frame<R: RunStore, W: RunStore>(
             timers: Cow::Owned(timers.into_owned()),
             journal: &chained.journal,
         };
+    }
+    if let Some(retarget) = retarget {
+        let (EntryRef::Park { run, journal, .. } | EntryRef::Done { run, journal, .. }) =
+            &mut entry
+        else {
+            // A Delta became a Park above, other kinds were refused: never.
+            return Err(FrameFail::Damaged("run frame", "not a run's".into()));
+        };
+        let (new_run, new_journal) =
+            retarget(*run, journal).map_err(|e| FrameFail::Damaged("run frame journal", e))?;
+        rewritten = new_journal;
+        *run = new_run;
+        *journal = &rewritten;
     }
     frame.clear();
     encode_entry_into(&entry, frame).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;

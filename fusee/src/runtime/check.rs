@@ -164,9 +164,9 @@ impl ShardLoop {
         });
         match page {
             Ok(bytes) => {
-                let token = self.token();
-                self.waiting
-                    .insert(token, super::Waiting::Answer(reply, bytes));
+                let token = self
+                    .waiters
+                    .wait(super::waiters::Waiting::Answer(reply, bytes));
                 let lsn = fusee_storage::LogStore::last_lsn(&self.log);
                 self.core
                     .add_output(lsn, fusee_core::shard::Output::Ack(token));

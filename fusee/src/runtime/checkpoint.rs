@@ -10,6 +10,50 @@ use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore};
 
 use super::ShardLoop;
 
+/// When the shard checkpoints next: the log bytes since the last
+/// checkpoint, when it was, and whether the shard holds one.
+///
+/// Invariant: a checkpoint is taken only when the log is wholly durable,
+/// and a close leaves one (so a cleanly closed store is never taken for
+/// one whose first open was interrupted). Checked by
+/// `fusee/tests/testing_kit.rs`
+/// `crash_everywhere_carries_on_from_every_prefix_of_the_log` and
+/// `fusee/tests/engine.rs` `an_empty_closed_store_refuses_another_shard_count`.
+pub(super) struct Checkpoints {
+    /// Log bytes since the last checkpoint.
+    since: u64,
+    /// When the last checkpoint was (or the open).
+    at_ms: u64,
+    /// Whether the shard holds a checkpoint (recovered, or taken since). A
+    /// close takes one if not, so a cleanly closed store, even an empty
+    /// one, is never taken for one whose first open was interrupted (which
+    /// may be opened with more shards: see `Engine::interrupted_creation`).
+    taken: bool,
+}
+
+impl Checkpoints {
+    /// An open's, at `now_ms`; `taken` if it recovered a checkpoint.
+    pub(super) fn new(now_ms: u64, taken: bool) -> Self {
+        Self {
+            since: 0,
+            at_ms: now_ms,
+            taken,
+        }
+    }
+
+    /// `bytes` of log were appended.
+    #[inline]
+    pub(super) fn appended(&mut self, bytes: usize) {
+        self.since += bytes as u64;
+    }
+
+    /// When a checkpoint is due by time (`interval_ms` after the last),
+    /// if anything was appended since.
+    pub(super) fn next_due(&self, interval_ms: u64) -> Option<u64> {
+        (self.since > 0).then(|| self.at_ms + interval_ms)
+    }
+}
+
 impl ShardLoop {
     /// Takes a checkpoint if one is due (or the shard is closing), and
     /// finishes a close once it is taken.
@@ -19,17 +63,17 @@ impl ShardLoop {
         if !(due || closing) || self.failed.is_some() {
             return;
         }
-        if closing && (self.has_runnable_work() || self.sealing) {
+        if closing && (self.has_runnable_work() || self.seals.is_out()) {
             // Let the code that can go on without the disk reach quiescence
             // first; its records are flushed before the checkpoint. A seal
             // out comes back first: the close seals again after the
             // checkpoint.
             return;
         }
-        let taken = if self.since_checkpoint > 0
+        let taken = if self.checkpoints.since > 0
             || self.core.index_pending() > 0
             || self.compaction_wanted()
-            || (closing && !self.checkpointed)
+            || (closing && !self.checkpoints.taken)
         {
             // Frames moved by a compaction are committed by this checkpoint.
             self.maybe_compact()
@@ -62,9 +106,9 @@ impl ShardLoop {
     /// the frames' new addresses.
     pub(super) fn checkpoint_due(&self, now_ms: u64) -> bool {
         self.failed.is_none()
-            && (self.since_checkpoint >= self.config.checkpoint_bytes
-                || (self.since_checkpoint > 0
-                    && now_ms >= self.checkpoint_ms + self.config.checkpoint_interval_ms)
+            && (self.checkpoints.since >= self.config.checkpoint_bytes
+                || (self.checkpoints.since > 0
+                    && now_ms >= self.checkpoints.at_ms + self.config.checkpoint_interval_ms)
                 || self.compaction_wanted())
     }
 
@@ -81,8 +125,8 @@ impl ShardLoop {
     /// Commits a checkpoint of the shard as it is (the log wholly durable)
     /// and discards the log it covers.
     fn checkpoint_now(&mut self, now_ms: u64) -> Result<(), fusee_storage::StorageError> {
-        debug_assert_eq!(self.log.last_lsn(), self.durable);
-        let lsn = self.durable;
+        debug_assert_eq!(self.log.last_lsn(), self.flights.durable());
+        let lsn = self.flights.durable();
         let runs = self
             .core
             .loaded_runs()
@@ -104,7 +148,7 @@ impl ShardLoop {
             store_len: self.store.position(),
             created_ms: now_ms,
             runs,
-            outbox: self.outbox.encode(),
+            outbox: self.mail.encode_outbox(),
             index: Vec::new(),
             obsolete: 0,
             index_runs: self.core.parked_len() as u64,
@@ -129,9 +173,7 @@ impl ShardLoop {
         if !unsynced {
             self.log.discard_through(lsn)?;
         }
-        self.since_checkpoint = 0;
-        self.checkpoint_ms = now_ms;
-        self.checkpointed = true;
+        self.checkpoints = Checkpoints::new(now_ms, true);
         self.metrics.checkpoints += 1;
         tracing::debug!(shard = self.shard, lsn, "checkpoint");
         Ok(())

@@ -18,11 +18,38 @@ use rustc_hash::FxHashMap;
 use super::ShardLoop;
 use super::parking::read_chain;
 
+/// The run store's bytes written and released since the last compaction.
+///
+/// Invariant: every frame the loop writes or releases goes through
+/// `store_frame` and `release_frame` (so the counts are the store's), and
+/// a compaction is committed by the checkpoint that follows it. Checked
+/// by `fusee/tests/parking.rs`
+/// `the_run_store_is_compacted_and_moved_frames_still_load`.
+#[derive(Default)]
+pub(super) struct StoreBytes {
+    written: u64,
+    released: u64,
+}
+
 fn corrupt(what: &'static str, at: u64) -> StorageError {
     StorageError::Corrupt { what, at }
 }
 
 impl ShardLoop {
+    /// Appends a frame to the run store, counted for compaction.
+    pub(super) fn store_frame(&mut self, frame: &[u8]) -> Result<BlobRef, StorageError> {
+        let blob = self.store.append(frame)?;
+        self.store_bytes.written += u64::from(blob.len);
+        Ok(blob)
+    }
+
+    /// Releases one frame, counted for compaction.
+    pub(super) fn release_frame(&mut self, blob: BlobRef) -> Result<(), StorageError> {
+        self.store.release(blob)?;
+        self.store_bytes.released += u64::from(blob.len);
+        Ok(())
+    }
+
     /// Compacts the run store if most of what was written since the last
     /// compaction was released. Called right before a checkpoint, which
     /// commits the new addresses.
@@ -30,7 +57,7 @@ impl ShardLoop {
         if !self.compaction_wanted() {
             return Ok(());
         }
-        let released = self.store_released;
+        let released = self.store_bytes.released;
         self.unchain_all()?;
         let mut owners: FxHashMap<u64, RunId> = FxHashMap::default();
         for (run, parked) in self.core.parked_runs() {
@@ -51,15 +78,16 @@ impl ShardLoop {
         tracing::debug!(shard = self.shard, moved, released, "run store compacted");
         self.metrics.compactions += 1;
         self.metrics.frames_moved += moved;
-        self.store_written -= released.min(self.store_written);
-        self.store_released = 0;
+        let bytes = &mut self.store_bytes;
+        bytes.written -= released.min(bytes.written);
+        bytes.released = 0;
         Ok(())
     }
 
     /// Whether most of the run store written since the last compaction
     /// was released, and at least `compact_after_bytes`.
     pub(super) fn compaction_wanted(&self) -> bool {
-        let (written, released) = (self.store_written, self.store_released);
+        let StoreBytes { written, released } = self.store_bytes;
         released >= self.config.compact_after_bytes && released * 2 >= written
     }
 

@@ -27,17 +27,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fusee_core::record::Name;
-use fusee_storage::{LogStore, StorageError};
+use fusee_storage::StorageError;
 use rustc_hash::FxHashSet;
 use tokio::runtime::Handle;
 
-use super::messages::Message;
 use super::postman::Postman;
 use super::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 use crate::AnyStorage;
 use crate::clock::Clock;
 use crate::ctx::Registry;
-use crate::ctx::StepError;
+use crate::step::StepError;
 
 /// The client's side of a running shard.
 pub(crate) struct ShardHandle {
@@ -289,7 +288,7 @@ fn drive(
         queued,
         inbox_poll,
     } = channel;
-    let flusher = Flusher::start(shard.shard, shard.log.flushes_in_flight_max(), tx.clone());
+    let flusher = Flusher::start(shard.shard(), shard.flushes_in_flight_max(), tx.clone());
     let postman = Postman::start(&shard, tx.clone(), inbox_poll);
     let mut view = peers.view();
     let mut unsent: Vec<(u32, Input)> = Vec::new();
@@ -303,7 +302,7 @@ fn drive(
     loop {
         if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
             probed = Instant::now();
-            if let Err(e @ StorageError::Fenced { .. }) = probe(&mut shard) {
+            if let Err(e @ StorageError::Fenced { .. }) = shard.probe() {
                 shard.fail(e);
             }
         }
@@ -318,7 +317,7 @@ fn drive(
         } = shard.run(now);
         // A shard under a lease that failed is someone else's now (or
         // will be reopened): it starts nothing more.
-        let stopping = leased.is_some() && shard.failed.is_some();
+        let stopping = leased.is_some() && shard.has_failed();
         // With nothing else to do (no work left, no step started, no input
         // waiting) the loop would only wait for this flush: it runs here,
         // saving the two thread wake-ups of a hand-off to the flusher and
@@ -362,7 +361,7 @@ fn drive(
                 let name = job.name.clone();
                 let outcome = poll_step(&runtime, job);
                 if started.elapsed() >= SLOW_POLL {
-                    tracing::debug!(shard = shard.shard, step = %name, "a step's first poll was slow: its attempts run as tasks from now on");
+                    tracing::debug!(shard = shard.shard(), step = %name, "a step's first poll was slow: its attempts run as tasks from now on");
                     if slow_steps.len() < SLOW_STEPS_MAX {
                         slow_steps.insert(name);
                     } else {
@@ -393,8 +392,8 @@ fn drive(
             let away: Vec<bool> = (0..view.running.len())
                 .map(|t| view.incarnation(t).is_none())
                 .collect();
-            route_again(&mut shard, &away);
-            unsent.append(&mut shard.outgoing);
+            shard.route_again(&away);
+            unsent.append(&mut shard.take_outgoing());
         }
         if peers.generation.load(Ordering::Acquire) != view.generation {
             let fresh = peers.view();
@@ -410,8 +409,8 @@ fn drive(
                 .collect();
             view = fresh;
             if again.contains(&true) {
-                route_again(&mut shard, &again);
-                unsent.append(&mut shard.outgoing);
+                shard.route_again(&again);
+                unsent.append(&mut shard.take_outgoing());
             }
         }
         unsent.extend(messages);
@@ -448,7 +447,7 @@ fn drive(
         if shard.is_closed() || stopping {
             break;
         }
-        let input = if more || inline || polled || !shard.inbox.is_empty() {
+        let input = if more || inline || polled || shard.has_input() {
             rx.try_recv().map_err(|e| match e {
                 mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
                 mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
@@ -465,13 +464,8 @@ fn drive(
             if leased.is_some() {
                 wait = wait.min(PROBE_EVERY);
             }
-            if !wait.is_zero()
-                && shard.flights.is_empty()
-                && !shard.sealing
-                && shard.inbox.is_empty()
-                && unsent.is_empty()
-            {
-                activity.idle(shard.core.next_timer());
+            if !wait.is_zero() && shard.is_quiet() && unsent.is_empty() {
+                activity.idle(shard.next_timer());
             }
             rx.recv_timeout(wait)
         };
@@ -487,7 +481,7 @@ fn drive(
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
-    let lost = shard.failed.clone().map(|why| (why, shard.fenced));
+    let lost = shard.lost();
     // The parts go first (a lease is released, the storage's claim on the
     // shard ends), then the channel: requests still queued are dropped
     // unanswered, which the engine reports as not owned.
@@ -500,36 +494,6 @@ fn drive(
     }
 }
 
-/// Routes again every message in `shard`'s outbox for a shard that `came`
-/// (started running here since the driver last looked).
-fn route_again(shard: &mut ShardLoop, came: &[bool]) {
-    let shards = shard.config.shards;
-    let again: Vec<(u64, Message)> = shard
-        .outbox
-        .pending()
-        .filter(|(_, m)| came.get(m.target_shard(shards) as usize) == Some(&true))
-        .map(|(id, m)| (id, m.clone()))
-        .collect();
-    for (id, message) in again {
-        shard.route(id, message);
-    }
-}
-
-/// Asks the shard's log whether the shard is still this process's: a read
-/// of nothing, which the PostgreSQL log answers from memory with `Fenced`
-/// once its storage saw another owner's epoch. Other backends are never
-/// fenced and are not asked.
-fn probe(shard: &mut ShardLoop) -> Result<(), StorageError> {
-    #[cfg(feature = "postgres")]
-    if let crate::any_storage::AnyLog::Postgres(log) = &mut shard.log {
-        use fusee_storage::LogStore;
-        let last = log.last_lsn();
-        return log.read(last, &mut |_, _| Ok(())).map(|_| ());
-    }
-    let _ = shard;
-    Ok(())
-}
-
 /// Whether the loop has nothing to do but wait: no input taken and none
 /// queued. An input found queued is taken (the loop runs it next).
 fn idle(
@@ -538,7 +502,7 @@ fn idle(
     queued: &AtomicUsize,
     activity: &Activity,
 ) -> bool {
-    if !shard.inbox.is_empty() {
+    if shard.has_input() {
         return false;
     }
     match rx.try_recv() {
@@ -638,7 +602,7 @@ fn spawn_step(runtime: &Handle, job: StepJob, tx: Sender<Input>) {
 /// A step's future with a panic in it caught: the panic's payload as its
 /// output.
 struct CatchUnwind {
-    future: crate::ctx::StepFuture,
+    future: crate::step::StepFuture,
 }
 
 impl Future for CatchUnwind {

@@ -1,4 +1,10 @@
-//! [`Flights`]: the log flushes a shard has in flight.
+//! [`Flights`]: the log flushes a shard has in flight and the durable LSN
+//! they move, and the loop's side of a flush (`begin_flush`, `flushed`).
+//!
+//! Invariant: the durable LSN only moves forward, over a prefix of the
+//! log, when the oldest flush in flight finishes (checked by this file's
+//! `tickets_back_early_wait_for_those_begun_before_them`, and by
+//! `fusee/tests/output_commit.rs`, since every output waits on it).
 //!
 //! A backend may take several flush tickets at once
 //! ([`fusee_storage::LogStore::flushes_in_flight_max`]; PostgreSQL writes
@@ -10,7 +16,9 @@
 use std::collections::VecDeque;
 
 use fusee_core::record::Lsn;
-use fusee_storage::FlushTicket;
+use fusee_storage::{FlushTicket, LogStore};
+
+use super::ShardLoop;
 
 /// One flush in flight.
 #[derive(Debug)]
@@ -26,10 +34,12 @@ struct Flight {
     back: Option<(FlushTicket, u64)>,
 }
 
-/// The flushes in flight, oldest first.
+/// The flushes in flight, oldest first, and the durable LSN.
 #[derive(Debug, Default)]
 pub(super) struct Flights {
     queue: VecDeque<Flight>,
+    /// Every record through it is durable.
+    durable: Lsn,
 }
 
 /// A flush whose turn came: its ticket, for the log's `finish_flush`.
@@ -43,6 +53,27 @@ pub(super) struct Landed {
 }
 
 impl Flights {
+    /// No flush in flight, records through `durable` durable (an open's).
+    pub(super) fn new(durable: Lsn) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            durable,
+        }
+    }
+
+    /// Every record through this LSN is durable.
+    #[inline]
+    pub(super) fn durable(&self) -> Lsn {
+        self.durable
+    }
+
+    /// Whether every record through `last` (the log's last) is durable
+    /// and no flush is in flight.
+    #[inline]
+    pub(super) fn all_durable(&self, last: Lsn) -> bool {
+        self.queue.is_empty() && last == self.durable
+    }
+
     /// How many flushes are in flight.
     pub(super) fn len(&self) -> usize {
         self.queue.len()
@@ -101,6 +132,76 @@ impl Flights {
             micros: flight.begin_micros.saturating_add(micros),
             records: flight.records,
         })
+    }
+}
+
+impl ShardLoop {
+    /// Begins a flush of the records no flush covers yet, if the log takes
+    /// one more ticket: its ticket, for the driver. With one at a time
+    /// (most backends) a batch forms while the last is in flight; with
+    /// more, the next batch's flush overlaps the one before.
+    pub(super) fn begin_flush(&mut self) -> Option<FlushTicket> {
+        let covered = self.flights.last().unwrap_or(self.flights.durable);
+        if self.flights.len() >= self.log.flushes_in_flight_max().max(1)
+            || self.failed.is_some()
+            || self.log.last_lsn() <= covered
+        {
+            return None;
+        }
+        let records = self.log.last_lsn() - covered;
+        let started = self.config.stopwatch.map(|now| now());
+        match self.log.begin_flush() {
+            Ok(ticket) => {
+                // A backend without a split flush (redb, RocksDB) made
+                // the batch durable in `begin_flush`: that is the
+                // flush's time, not its ticket's empty I/O.
+                let begin_micros = match started {
+                    Some(t) if ticket.has_run() => t.elapsed().as_micros() as u64,
+                    _ => 0,
+                };
+                self.flights.begun(ticket.last_lsn(), records, begin_micros);
+                Some(ticket)
+            }
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// A flush ticket came back: once every flush begun before it is back
+    /// too, each is finished in turn (its batch durable, or the log failed)
+    /// and the outputs it covers leave.
+    pub(super) fn flushed(&mut self, ticket: FlushTicket, micros: u64, now_ms: u64) {
+        if let Some(stray) = self.flights.back(ticket, micros) {
+            // No flush in flight began it: the log says what it is.
+            if let Err(e) = self.log.finish_flush(stray) {
+                self.fail(e);
+            }
+            return;
+        }
+        while let Some(landed) = self.flights.next_landed() {
+            match self.log.finish_flush(landed.ticket) {
+                Ok(durable) => {
+                    self.flights.durable = durable;
+                    self.note_durable(now_ms);
+                    self.metrics.flushes += 1;
+                    self.metrics.flushed_records += landed.records;
+                    self.metrics.flush_micros.record(landed.micros);
+                    if let Some(t) = &mut self.telemetry {
+                        t.durable(durable, landed.records, landed.micros);
+                    }
+                    tracing::trace!(
+                        shard = self.shard,
+                        durable,
+                        micros = landed.micros,
+                        "flushed"
+                    );
+                    self.release_outputs();
+                }
+                Err(e) => self.fail(e),
+            }
+        }
     }
 }
 

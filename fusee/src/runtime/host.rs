@@ -15,7 +15,8 @@ use fusee_core::record::{
 };
 use fusee_core::run::{Answer, Delivery, DeterminismError, OpError, RunMachine};
 
-use crate::ctx::{Ctx, Fault, Outcome, Registry, RunState, Stopped, panic_message};
+use super::run::{Fault, Outcome};
+use crate::ctx::{Ctx, Registry, RunState, Stopped, panic_message};
 use crate::registry::RunFuture;
 use crate::workflow::{Failure, decode, encode};
 
@@ -37,7 +38,7 @@ pub(crate) struct Taken {
 /// Takes the run's next delivery from its machine (`None`: none waits);
 /// `Err` when the code departed from its journal.
 pub(crate) fn take_delivery(state: &mut RunState) -> Result<Option<Taken>, Box<DeterminismError>> {
-    let Some(d) = state.machine.poll_delivery()? else {
+    let Some(d) = state.machine_mut().poll_delivery()? else {
         return Ok(None);
     };
     let mut taken = Taken {
@@ -263,7 +264,7 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
         usize::MAX,
     )));
     // The code's clock reads the run's start; recorded values replay.
-    state.borrow_mut().now_ms = started_ms;
+    state.borrow_mut().set_now(started_ms);
     let diverged = |d: Departure| ReplayFault::Diverged(d);
     let text = |e: &dyn std::fmt::Display| ReplayFault::Diverged(Departure::text(e.to_string()));
     let mut future: RunFuture = handler(Ctx::new(Rc::clone(&state)), input);
@@ -283,8 +284,8 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
             }
             None => true,
         });
-        let fault = state.borrow_mut().fault.take();
-        let asked = std::mem::take(&mut state.borrow_mut().appends);
+        let fault = state.borrow_mut().take_fault();
+        let asked = state.borrow_mut().take_appends();
         for rec in &asked {
             if let Some(op) = called(rec) {
                 next.push(op);
@@ -292,7 +293,7 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
             lsn += 1;
             state
                 .borrow_mut()
-                .machine
+                .machine_mut()
                 .handle_record(lsn, rec)
                 .map_err(|e| text(&e))?;
         }
@@ -300,7 +301,7 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
             return Err(diverged(Departure::fault(fault)));
         }
         for (ordinal, result) in returned {
-            let answer = state.borrow_mut().machine.update_done(ordinal);
+            let answer = state.borrow_mut().machine_mut().update_done(ordinal);
             let (status, payload) = ending(result);
             match answer.map_err(|e| diverged(Departure::op(e)))? {
                 Answer::Recorded => {}
@@ -315,7 +316,7 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
                     };
                     state
                         .borrow_mut()
-                        .machine
+                        .machine_mut()
                         .handle_record(lsn, &rec)
                         .map_err(|e| text(&e))?;
                 }
@@ -324,19 +325,18 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
         let end = match finished {
             Some(result) => {
                 let (mut status, payload) = ending(result);
-                if status == Status::Failed && state.borrow().cancels > 0 && is_cancel(&payload) {
+                if status == Status::Failed && state.borrow().cancels() > 0 && is_cancel(&payload) {
                     status = Status::Cancelled;
                 }
                 Some((status, payload))
             }
             None => state
                 .borrow_mut()
-                .continue_with
-                .take()
+                .take_continue()
                 .map(|input| (Status::ContinuedAsNew, input)),
         };
         if let Some((status, payload)) = end {
-            let answer = state.borrow_mut().machine.finish(status);
+            let answer = state.borrow_mut().machine_mut().finish(status);
             answer.map_err(|e| diverged(Departure::op(e)))?;
             let next = ordered(next, &state);
             return Ok(Replay {
@@ -405,8 +405,8 @@ fn called(rec: &RecordBuf) -> Option<(Seq, String)> {
 /// `next` and the live steps the code called (which record nothing until
 /// they run), by operation.
 fn ordered(mut next: Vec<(Seq, String)>, state: &Rc<RefCell<RunState>>) -> Vec<String> {
-    for (seq, spec) in &state.borrow().steps {
-        next.push((*seq, format!("step {:?}", spec.name.as_ref())));
+    for (seq, name) in state.borrow().step_names() {
+        next.push((seq, format!("step {:?}", name.as_ref())));
     }
     next.sort_by_key(|(seq, _)| *seq);
     next.into_iter()
@@ -446,11 +446,7 @@ fn deliver_next(
         update
     };
     if let Some((ordinal, name, payload)) = update {
-        let started = state
-            .borrow()
-            .updates
-            .get(&name)
-            .map(|h| (h.start)(&payload));
+        let started = state.borrow().update(&name).map(|h| (h.start)(&payload));
         match started {
             Some(h) => handlers.push((ordinal, h)),
             None => {

@@ -8,10 +8,12 @@ use fusee_storage::LogStore;
 use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
+use super::run::{with_query_handler, with_update_handler};
 use super::sabotage::Sabotage;
-use super::{Input, ShardLoop, Waiting, name, name as name_of, status_name};
-use crate::client::{CurrentStep, Description, IdPolicy, RunRef, RunResult, RunStatus};
-use crate::ctx::{catch_panic, with_query_handler, with_update_handler};
+use super::waiters::Waiting;
+use super::{Input, ShardLoop, name, name as name_of, status_name};
+use crate::client::{Description, IdPolicy, RunRef, RunResult, RunStatus};
+use crate::ctx::{RunState, catch_panic};
 use crate::error::Error;
 use crate::workflow::{CODEC_JSON, Failure};
 
@@ -80,7 +82,7 @@ impl ShardLoop {
                         let _ = reply.send(Ok(r));
                     }
                     None => {
-                        self.results.entry(run).or_default().push(reply);
+                        self.waiters.wait_result(run, reply);
                         self.answer_stopped(run);
                     }
                 },
@@ -93,7 +95,7 @@ impl ShardLoop {
                             payload: payload.to_vec(),
                         }));
                     }
-                    Ok(_) => self.results.entry(run).or_default().push(reply),
+                    Ok(_) => self.waiters.wait_result(run, reply),
                     Err(e) => {
                         let shard = self.shard;
                         let _ = reply.send(Err(Error::Storage { shard, error: e }));
@@ -115,7 +117,7 @@ impl ShardLoop {
                 m.loaded_runs = self.core.loaded_len() as u64;
                 m.parked_runs = self.core.parked_len() as u64;
                 m.queued = self.inbox.len() as u64;
-                m.unacknowledged_messages = self.outbox.len() as u64;
+                m.unacknowledged_messages = self.mail.unacknowledged() as u64;
                 let _ = reply.send(m);
             }
             Input::Registered => self.start_waiting_code(),
@@ -151,8 +153,7 @@ impl ShardLoop {
             } => match self.answer_query(&id, &name, &payload, now_ms) {
                 Ok(answer) => {
                     // The answer read state that may not be durable yet.
-                    let token = self.token();
-                    self.waiting.insert(token, Waiting::Answer(reply, answer));
+                    let token = self.waiters.wait(Waiting::Answer(reply, answer));
                     let lsn = self.log.last_lsn();
                     self.core.add_output(lsn, Output::Ack(token));
                     self.release_now_if_durable();
@@ -202,8 +203,7 @@ impl ShardLoop {
             Input::Journal { id, run, reply } => match self.live_journal(&id, run) {
                 Ok(journal) => {
                     // Records in memory may not be durable yet.
-                    let token = self.token();
-                    self.waiting.insert(token, Waiting::Journal(reply, journal));
+                    let token = self.waiters.wait(Waiting::Journal(reply, journal));
                     let lsn = self.log.last_lsn();
                     self.core.add_output(lsn, Output::Ack(token));
                     self.release_now_if_durable();
@@ -291,14 +291,13 @@ impl ShardLoop {
             };
             // The answer rests on the run's records: it leaves once they
             // are durable, like any other.
-            let token = self.token();
             let waiting = match id_policy {
                 IdPolicy::NewOnly | IdPolicy::ReuseAfterFinish => {
                     Waiting::Refused(reply, Error::AlreadyExists { id, run })
                 }
                 IdPolicy::Attach => Waiting::Started(reply, existing),
             };
-            self.waiting.insert(token, waiting);
+            let token = self.waiters.wait(waiting);
             let lsn = self.log.last_lsn();
             self.core.add_output(lsn, Output::Ack(token));
             self.release_now_if_durable();
@@ -337,8 +336,7 @@ impl ShardLoop {
                 let _ = reply.send(Ok(started));
                 return;
             }
-            let token = self.token();
-            self.waiting.insert(token, Waiting::Started(reply, started));
+            let token = self.waiters.wait(Waiting::Started(reply, started));
             self.core.add_output(lsn, Output::Ack(token));
         }
     }
@@ -406,12 +404,11 @@ impl ShardLoop {
     /// nothing a crash could take back, else once the log is durable
     /// through its last record (a run's `Done` not yet durable).
     pub(super) fn refuse_after_durable(&mut self, reply: super::Reply<()>, e: Error) {
-        if !matches!(e, Error::Finished { .. }) || self.log.last_lsn() == self.durable {
+        if !matches!(e, Error::Finished { .. }) || self.log.last_lsn() == self.flights.durable() {
             let _ = reply.send(Err(e));
             return;
         }
-        let token = self.token();
-        self.waiting.insert(token, Waiting::RefusedDone(reply, e));
+        let token = self.waiters.wait(Waiting::RefusedDone(reply, e));
         let lsn = self.log.last_lsn();
         self.core.add_output(lsn, Output::Ack(token));
     }
@@ -474,7 +471,7 @@ impl ShardLoop {
             None => Ok(()),
         });
         let Some(verdict) = verdict else {
-            let mut registered: Vec<String> = state.borrow().updates.keys().cloned().collect();
+            let mut registered: Vec<String> = state.borrow().update_names();
             registered.sort();
             return Err(Error::UnknownUpdate {
                 id: id.to_string(),
@@ -502,7 +499,7 @@ impl ShardLoop {
     /// code's own end records every handler's end first, so those callers
     /// were answered by then.
     fn end_update_waiters(&mut self, run: u64, status: fusee_core::record::Status) {
-        if !self.update_waiters.keys().any(|(r, _)| *r == run) {
+        if !self.waiters.has_updates(run) {
             return;
         }
         let id = self
@@ -510,18 +507,12 @@ impl ShardLoop {
             .get(run)
             .map(|l| l.id.to_string())
             .unwrap_or_default();
-        self.update_waiters.retain(|(r, _), callers| {
-            if *r != run {
-                return true;
-            }
-            for reply in callers.drain(..) {
-                let _ = reply.send(Err(Error::Finished {
-                    id: id.clone(),
-                    status: status_name(status),
-                }));
-            }
-            false
-        });
+        for reply in self.waiters.take_updates(run, |_| true) {
+            let _ = reply.send(Err(Error::Finished {
+                id: id.clone(),
+                status: status_name(status),
+            }));
+        }
     }
 
     /// How loaded run `run` took update `update_id` before, if it did.
@@ -546,18 +537,14 @@ impl ShardLoop {
     ) {
         match accepted {
             Ok(Accepted::Waiting(run) | Accepted::Stopped(run)) => {
-                self.update_waiters
-                    .entry((run, name(update_id)))
-                    .or_default()
-                    .push(reply);
+                self.waiters.wait_update(run, name(update_id), reply);
                 // A stopped run answers its update callers as its result's.
                 self.answer_stopped(run);
             }
             Ok(Accepted::Returned(result)) => {
                 // Its `UpdateDone` is in the log: answered once the log is
                 // durable through its end (outputs queue in LSN order).
-                let token = self.token();
-                self.waiting.insert(token, Waiting::Updated(reply, result));
+                let token = self.waiters.wait(Waiting::Updated(reply, result));
                 let lsn = self.log.last_lsn();
                 self.core.add_output(lsn, Output::Ack(token));
                 self.release_now_if_durable();
@@ -746,19 +733,17 @@ impl ShardLoop {
     /// that records nothing because an earlier record already answers it.
     fn ack_when_durable(&mut self, reply: super::Reply<()>) {
         let lsn = self.log.last_lsn();
-        if lsn == self.durable {
+        if lsn == self.flights.durable() {
             let _ = reply.send(Ok(()));
             return;
         }
-        let token = self.token();
-        self.waiting.insert(token, Waiting::Done(reply));
+        let token = self.waiters.wait(Waiting::Done(reply));
         self.core.add_output(lsn, Output::Ack(token));
     }
 
     pub(super) fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {
         if let Some(lsn) = self.append(rec) {
-            let token = self.token();
-            self.waiting.insert(token, Waiting::Done(reply));
+            let token = self.waiters.wait(Waiting::Done(reply));
             self.core.add_output(lsn, Output::Ack(token));
         }
     }
@@ -826,25 +811,14 @@ impl ShardLoop {
         let stopped = live.and_then(|l| l.stopped.as_ref().map(ToString::to_string));
         // Only durable state is shown: a `Done` not yet durable may still
         // be taken back by a crash.
-        let done = l.done.filter(|_| l.last_lsn <= self.durable);
+        let done = l.done.filter(|_| l.last_lsn <= self.flights.durable());
         let status = match (done, &stopped) {
             (Some((s, _)), _) => RunStatus::Finished(s),
             (None, Some(_)) => RunStatus::Stopped,
             (None, None) if self.no_code.contains(&run) => RunStatus::WaitingForCode,
             (None, None) => RunStatus::Running,
         };
-        let step = live.and_then(|live| {
-            let s = live.state.borrow();
-            s.steps
-                .iter()
-                .min_by_key(|(seq, _)| **seq)
-                .map(|(_, spec)| CurrentStep {
-                    name: spec.name.to_string(),
-                    attempt: spec.next.map_or(0, |(a, _)| a),
-                    running: spec.running,
-                    paused: matches!(spec.next, Some((_, fusee_core::run::RetryAt::Paused))),
-                })
-        });
+        let step = live.and_then(|live| live.state.borrow().current_step());
         Ok(Description {
             id: id.to_string(),
             workflow: l.wtype.to_string(),
@@ -865,44 +839,9 @@ impl ShardLoop {
         })
     }
 
-    /// A flush ticket came back: once every flush begun before it is back
-    /// too, each is finished in turn (its batch durable, or the log failed)
-    /// and the outputs it covers leave.
-    fn flushed(&mut self, ticket: fusee_storage::FlushTicket, micros: u64, now_ms: u64) {
-        if let Some(stray) = self.flights.back(ticket, micros) {
-            // No flush in flight began it: the log says what it is.
-            if let Err(e) = self.log.finish_flush(stray) {
-                self.fail(e);
-            }
-            return;
-        }
-        while let Some(landed) = self.flights.next_landed() {
-            match self.log.finish_flush(landed.ticket) {
-                Ok(durable) => {
-                    self.durable = durable;
-                    self.note_durable(now_ms);
-                    self.metrics.flushes += 1;
-                    self.metrics.flushed_records += landed.records;
-                    self.metrics.flush_micros.record(landed.micros);
-                    if let Some(t) = &mut self.telemetry {
-                        t.durable(durable, landed.records, landed.micros);
-                    }
-                    tracing::trace!(
-                        shard = self.shard,
-                        durable,
-                        micros = landed.micros,
-                        "flushed"
-                    );
-                    self.release_outputs();
-                }
-                Err(e) => self.fail(e),
-            }
-        }
-    }
-
     /// Releases outputs at once when nothing is waiting to be flushed.
     pub(super) fn release_now_if_durable(&mut self) {
-        if self.log.last_lsn() == self.durable {
+        if self.log.last_lsn() == self.flights.durable() {
             self.release_outputs();
         }
     }
@@ -910,10 +849,10 @@ impl ShardLoop {
     /// Hands out every output whose record is durable.
     pub(super) fn release_outputs(&mut self) {
         let mut out = Vec::new();
-        self.core.release(self.durable, &mut out);
+        self.core.release(self.flights.durable(), &mut out);
         for o in out {
             match o {
-                Output::Ack(token) => match self.waiting.remove(&token) {
+                Output::Ack(token) => match self.waiters.take(token) {
                     Some(Waiting::Started(r, run)) => {
                         let _ = r.send(Ok(run));
                     }
@@ -926,7 +865,7 @@ impl ShardLoop {
                     Some(Waiting::RefusedDone(r, e)) => {
                         let _ = r.send(Err(e));
                     }
-                    Some(Waiting::Message { from }) => self.acknowledge(from),
+                    Some(Waiting::Message { from }) => self.mail.acknowledge(from),
                     Some(Waiting::Answer(r, answer)) => {
                         let _ = r.send(Ok(answer));
                     }
@@ -948,7 +887,7 @@ impl ShardLoop {
                 } => {
                     self.metrics.finished += 1;
                     self.end_update_waiters(run, status);
-                    let waiting = self.results.remove(&run).unwrap_or_default();
+                    let waiting = self.waiters.take_results(run);
                     // A handover (continue-as-new) hands its callers to the
                     // ID's next run.
                     let next = status
@@ -960,7 +899,7 @@ impl ShardLoop {
                             _ => None,
                         });
                     match next {
-                        Some(next) => self.results.entry(next).or_default().extend(waiting),
+                        Some(next) => self.waiters.hand_results(next, waiting),
                         None => {
                             for r in waiting {
                                 let _ = r.send(Ok(RunResult {
@@ -978,7 +917,7 @@ impl ShardLoop {
                     payload,
                     ..
                 } => {
-                    for r in self.update_waiters.remove(&(run, id)).unwrap_or_default() {
+                    for r in self.waiters.take_update(run, id) {
                         let _ = r.send(Ok(RunResult {
                             status,
                             payload: payload.to_vec(),
@@ -998,7 +937,7 @@ impl ShardLoop {
 /// Asks query `name` of a run's code state (its registered handlers), a
 /// panic in the handler a failure.
 fn ask_query(
-    state: &std::rc::Rc<std::cell::RefCell<crate::ctx::RunState>>,
+    state: &std::rc::Rc<std::cell::RefCell<RunState>>,
     id: &str,
     name: &str,
     payload: &[u8],
@@ -1012,7 +951,7 @@ fn ask_query(
         })
     });
     let Some(answer) = answer else {
-        let mut registered: Vec<String> = state.borrow().queries.keys().cloned().collect();
+        let mut registered: Vec<String> = state.borrow().query_names();
         registered.sort();
         return Err(Error::UnknownQuery {
             id: id.to_string(),

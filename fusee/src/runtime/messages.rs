@@ -160,6 +160,22 @@ impl Message {
         })
     }
 
+    /// The same message with every run it names passed through `f` (the
+    /// parent of a child start, a child's result, a close): what a
+    /// reshard does to messages in flight when it renumbers runs.
+    pub(crate) fn map_parents(&mut self, mut f: impl FnMut(ParentRef) -> ParentRef) {
+        match self {
+            Message::ChildStart { parent, .. } | Message::ChildResult { parent, .. } => {
+                *parent = f(*parent);
+            }
+            Message::Close {
+                parent: Some(parent),
+                ..
+            } => *parent = f(*parent),
+            Message::Close { parent: None, .. } | Message::Signal { .. } => {}
+        }
+    }
+
     /// The shard it goes to, of `shards`.
     pub(crate) fn target_shard(&self, shards: u32) -> u32 {
         match self {

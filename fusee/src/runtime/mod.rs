@@ -64,6 +64,7 @@ mod parking;
 mod postman;
 mod receive;
 mod recover;
+pub(crate) mod run;
 mod runs;
 pub(crate) mod sabotage;
 mod seal;
@@ -72,6 +73,9 @@ pub(crate) mod sim_access;
 mod steps;
 #[cfg(test)]
 mod tests;
+mod waiters;
+
+use waiters::Waiting;
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -89,10 +93,12 @@ use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
 use crate::client::{Description, IdPolicy, ListFilter, LiveJournal, RunRef, RunResult, ShardPage};
 use crate::ctx::Registry;
-use crate::ctx::{Fault, RunState, StepError};
+use crate::ctx::RunState;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
 use crate::registry::RunFuture;
+use crate::step::StepError;
+use run::Fault;
 
 pub(crate) use check::{Verdict, judge};
 pub(crate) use steps::StepJob;
@@ -324,32 +330,6 @@ pub(crate) struct LoopConfig {
     pub(crate) sabotage: Option<sabotage::Sabotage>,
 }
 
-/// A client waiting for an output.
-enum Waiting {
-    Started(Reply<RunRef>, RunRef),
-    Done(Reply<()>),
-    /// A start refused on the strength of records not yet durable.
-    Refused(Reply<RunRef>, Error),
-    /// A signal or cancel refused on the strength of records not yet
-    /// durable (the run's `Done`).
-    RefusedDone(Reply<()>, Error),
-    /// A message from another shard, recorded (or found a duplicate):
-    /// acknowledged once durable.
-    Message {
-        from: messages::Origin,
-    },
-    /// A query's answer, given once the state it read is durable.
-    Answer(Reply<Vec<u8>>, Vec<u8>),
-    /// A keyed update asked again after its handler returned: the first
-    /// call's result, given once its `UpdateDone` is durable.
-    Updated(Reply<RunResult>, RunResult),
-    /// A run's journal, given once the records it holds are durable.
-    Journal(Reply<LiveJournal>, LiveJournal),
-    /// A result asked of a run whose code stopped: the error, given once
-    /// the records it was judged on are durable.
-    Stopped(Reply<RunResult>, Error),
-}
-
 /// A run whose code is running on this shard.
 struct LiveRun {
     state: Rc<RefCell<RunState>>,
@@ -361,10 +341,14 @@ struct LiveRun {
     stopped: Option<Fault>,
     /// When its code last ran or a record was appended for it.
     active_ms: u64,
+    /// Its place in its trace, derived at its first step start and kept:
+    /// three hashes of its `Start`, which a loaded run never changes, so
+    /// no step pays them again (they were a fanout's largest added cost).
+    trace: Option<crate::trace::RunTrace>,
     /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
     /// and whether the one after it was handed out since.
     #[cfg(feature = "testing")]
-    held: Option<(fusee_core::record::Seq, crate::ctx::Outcome, bool)>,
+    held: Option<(fusee_core::record::Seq, run::Outcome, bool)>,
 }
 
 /// Wakes a run: puts it on its shard's ready queue.
@@ -410,29 +394,15 @@ pub(crate) struct ShardLoop {
     stepping: FxHashSet<RunId>,
     ready: Arc<Mutex<VecDeque<RunId>>>,
     inbox: VecDeque<Input>,
-    next_token: u64,
-    waiting: FxHashMap<u64, Waiting>,
-    results: FxHashMap<RunId, Vec<Reply<RunResult>>>,
-    /// Callers of updates not answered yet, by run and update ID (a keyed
-    /// update asked again while its handler runs has more than one).
-    update_waiters: FxHashMap<(RunId, Name), Vec<Reply<RunResult>>>,
+    /// The clients owed an answer (`waiters`).
+    waiters: waiters::Waiters,
     jobs: Vec<StepJob>,
     /// The log flushes in flight, at most as many as the log takes
     /// ([`fusee_storage::LogStore::flushes_in_flight_max`]).
+    /// ... and the durable LSN they move.
     flights: flights::Flights,
-    durable: Lsn,
-    /// A seal ticket is out (see [`ShardLoop::seal_due`]).
-    sealing: bool,
-    /// The LSN the last seal recorded (0 before this open's first).
-    sealed: Lsn,
-    /// When the durable LSN last moved.
-    durable_ms: u64,
-    /// When the oldest durable record no seal covers became durable
-    /// (`None`: every durable record is sealed, or a seal covering them is
-    /// out).
-    unsealed_ms: Option<u64>,
-    /// When the first flush since the seal in flight began completed.
-    flushed_while_sealing_ms: Option<u64>,
+    /// When the log is sealed next (`seal`).
+    seals: seal::Seals,
     closing: Option<Reply<()>>,
     closed: bool,
     /// The storage failed: the shard takes no more work.
@@ -450,37 +420,15 @@ pub(crate) struct ShardLoop {
     /// [`crate::Ownership::Lease`]); otherwise it stays stopped until the
     /// engine is opened again, and no failure is retryable.
     reopened_after_failure: bool,
-    /// Log bytes since the last checkpoint, and when it was.
-    since_checkpoint: u64,
-    checkpoint_ms: u64,
-    /// Finished runs parked with their whole journal, by when their
-    /// history time ends (after an open, every parked finished run, due at
-    /// once: its frame says when it finished). See `parking`.
-    histories: std::collections::BinaryHeap<std::cmp::Reverse<(u64, RunId)>>,
-    /// Whether the shard holds a checkpoint (recovered, or taken since). A
-    /// close takes one if not, so a cleanly closed store, even an empty
-    /// one, is never taken for one whose first open was interrupted (which
-    /// may be opened with more shards: see `Engine::interrupted_creation`).
-    checkpointed: bool,
-    /// When housekeeping (parking, retention) runs next.
-    housekeeping_ms: u64,
-    /// The earliest time a parking scan could find a run to park (see
-    /// [`ShardLoop::park_idle`]).
-    park_scan_ms: u64,
-    /// Run-store bytes written and released since the last compaction.
-    store_written: u64,
-    store_released: u64,
-    /// Messages sent and not acknowledged.
-    outbox: messages::Outbox,
-    /// Inputs for shards produced since the last run.
-    outgoing: Vec<(u32, Input)>,
-    /// Messages received whose acknowledgement waits for the
-    /// acknowledgement of a message this shard sent in reply (a child start
-    /// refused with a result to the parent): sent id -> where it came from.
-    relayed: FxHashMap<u64, messages::Origin>,
-    /// Inbox rows acknowledged since the last run (see
-    /// [`Effects::inbox_done`]).
-    inbox_done: Vec<u64>,
+    /// When the shard checkpoints next (`checkpoint`).
+    checkpoints: checkpoint::Checkpoints,
+    /// Parking scans, housekeeping and kept histories (`parking`).
+    parking: parking::Parking,
+    /// Run-store bytes since the last compaction (`compaction`).
+    store_bytes: compaction::StoreBytes,
+    /// Messages sent and not acknowledged, what goes to other shards, the
+    /// acknowledgements owed (`receive`).
+    mail: receive::Mail,
     metrics: ShardMetrics,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
@@ -498,6 +446,75 @@ impl ShardLoop {
         self.telemetry = Some(telemetry);
     }
 
+    /// The shard's number.
+    #[inline]
+    pub(crate) fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    /// How many shards the engine has.
+    #[inline]
+    pub(crate) fn shards(&self) -> u32 {
+        self.config.shards
+    }
+
+    /// How many flush tickets the shard's log takes at once.
+    pub(crate) fn flushes_in_flight_max(&self) -> usize {
+        self.log.flushes_in_flight_max()
+    }
+
+    /// Whether the shard's storage failed (it takes no more work).
+    #[inline]
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Why the shard's storage failed, and whether it was fenced (another
+    /// owner took it), if it did.
+    pub(crate) fn lost(&self) -> Option<(String, bool)> {
+        self.failed.clone().map(|why| (why, self.fenced))
+    }
+
+    /// Whether inputs wait to be taken by the next [`run`](Self::run).
+    #[inline]
+    pub(crate) fn has_input(&self) -> bool {
+        !self.inbox.is_empty()
+    }
+
+    /// Whether nothing is out or waiting: no flush or seal in flight, no
+    /// input queued (the driver's idle test).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.flights.is_empty() && !self.seals.is_out() && self.inbox.is_empty()
+    }
+
+    /// The core's next timer, in ms.
+    pub(crate) fn next_timer(&self) -> Option<u64> {
+        self.core.next_timer()
+    }
+
+    /// Asks the shard's log whether the shard is still this process's: a
+    /// read of nothing, which the PostgreSQL log answers from memory with
+    /// `Fenced` once its storage saw another owner's epoch. Other backends
+    /// are never fenced and are not asked.
+    pub(crate) fn probe(&mut self) -> Result<(), fusee_storage::StorageError> {
+        #[cfg(feature = "postgres")]
+        if let AnyLog::Postgres(log) = &mut self.log {
+            let last = log.last_lsn();
+            return log.read(last, &mut |_, _| Ok(())).map(|_| ());
+        }
+        Ok(())
+    }
+
+    /// The shard's inbox table, when its log is PostgreSQL's (the
+    /// postman's).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn pg_inbox(&self) -> Option<fusee_storage_postgres::PgInbox> {
+        match &self.log {
+            AnyLog::Postgres(log) => Some(log.inbox()),
+            _ => None,
+        }
+    }
+
     /// Whether the loop has stopped (closed, crashed or failed) and its
     /// driver may end.
     pub(crate) fn is_closed(&self) -> bool {
@@ -510,32 +527,16 @@ impl ShardLoop {
         if self.closed || self.failed.is_some() {
             return None;
         }
-        let checkpoint = (self.since_checkpoint > 0)
-            .then(|| self.checkpoint_ms + self.config.checkpoint_interval_ms);
-        let retry = self
-            .stepping
-            .iter()
-            .filter_map(|run| self.live.get(run))
-            .flat_map(|l| {
-                l.state
-                    .borrow()
-                    .steps
-                    .values()
-                    .filter_map(|s| match s.next {
-                        Some((_, fusee_core::run::RetryAt::At { retry_at_ms })) => {
-                            Some(retry_at_ms)
-                        }
-                        _ => None,
-                    })
-                    .min()
-            })
-            .min();
+        let checkpoint = self
+            .checkpoints
+            .next_due(self.config.checkpoint_interval_ms);
         let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
-            .then_some(self.housekeeping_ms);
+            .then_some(self.parking.housekeeping_ms());
+        // A step's retry time is the core's retry timer, armed by its
+        // `Attempt` record (see `run`'s docs): `next_timer` has it.
         [
             self.core.next_timer(),
             checkpoint,
-            retry,
             housekeeping,
             self.next_seal(),
         ]
@@ -591,8 +592,12 @@ impl ShardLoop {
         // runs park as soon as they are quiescent.
         // Only with every woken run polled (`!more`): a run still on the
         // ready queue has a delivery its code has not seen.
-        if !more && !holding && (now_ms >= self.housekeeping_ms || self.config.park_after_ms == 0) {
-            self.housekeeping_ms = now_ms + HOUSEKEEPING_MS;
+        if !more
+            && !holding
+            && self
+                .parking
+                .housekeeping_due(now_ms, self.config.park_after_ms, HOUSEKEEPING_MS)
+        {
             self.park_idle(now_ms);
             self.expire(now_ms);
             self.drop_histories(now_ms);
@@ -602,42 +607,10 @@ impl ShardLoop {
             ..Effects::default()
         };
         // A flush begins whenever records wait that no flush covers and the
-        // log takes one more ticket: with one at a time (most backends) a
-        // batch forms while the last is in flight; with more, the next
-        // batch's flush overlaps the one before.
-        let covered = self.flights.last().unwrap_or(self.durable);
-        if self.flights.len() < self.log.flushes_in_flight_max().max(1)
-            && self.failed.is_none()
-            && self.log.last_lsn() > covered
-        {
-            let records = self.log.last_lsn() - covered;
-            let started = self.config.stopwatch.map(|now| now());
-            match self.log.begin_flush() {
-                Ok(ticket) => {
-                    // A backend without a split flush (redb, RocksDB) made
-                    // the batch durable in `begin_flush`: that is the
-                    // flush's time, not its ticket's empty I/O.
-                    let begin_micros = match started {
-                        Some(t) if ticket.has_run() => t.elapsed().as_micros() as u64,
-                        _ => 0,
-                    };
-                    self.flights.begun(ticket.last_lsn(), records, begin_micros);
-                    effects.flush = Some(ticket);
-                }
-                Err(e) => self.fail(e),
-            }
-        }
-        if self.seal_due(now_ms) {
-            match self.log.begin_seal() {
-                Ok(ticket) => {
-                    self.sealing = true;
-                    self.unsealed_ms = None;
-                    effects.seal = Some(ticket);
-                }
-                Err(e) => self.fail(e),
-            }
-        }
-        if self.flights.is_empty() && self.log.last_lsn() == self.durable {
+        // log takes one more ticket (`flights`).
+        effects.flush = self.begin_flush();
+        effects.seal = self.begin_seal(now_ms);
+        if self.flights.all_durable(self.log.last_lsn()) {
             self.maybe_checkpoint(now_ms);
             // What the checkpoint held back (inputs, woken runs, steps to
             // start) goes on at once: nothing else may come to wake the
@@ -645,18 +618,12 @@ impl ShardLoop {
             effects.more |= holding && !self.checkpoint_due(now_ms);
         }
         effects.steps = std::mem::take(&mut self.jobs);
-        effects.messages = std::mem::take(&mut self.outgoing);
-        effects.inbox_done = std::mem::take(&mut self.inbox_done);
+        effects.messages = self.mail.take_outgoing();
+        effects.inbox_done = self.mail.take_inbox_done();
         if self.failed.is_some() {
             self.refuse_all();
         }
         effects
-    }
-
-    /// A new client token.
-    fn token(&mut self) -> u64 {
-        self.next_token += 1;
-        self.next_token
     }
 
     /// Appends `rec` to the log, applies it to the core (the same bytes
@@ -685,15 +652,19 @@ impl ShardLoop {
             self.fail(e);
             return None;
         }
-        self.since_checkpoint += self.encode.len() as u64;
+        self.checkpoints.appended(self.encode.len());
         let run = rec.run();
         if let Some(t) = &mut self.telemetry {
             t.appended(lsn, rec, &self.core);
         }
         self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
         if let Some(live) = self.live.get_mut(&run) {
-            live.active_ms = live.state.borrow().now_ms.max(live.active_ms);
-            let refused = live.state.borrow_mut().machine.handle_record(lsn, rec);
+            live.active_ms = live.state.borrow().now_ms().max(live.active_ms);
+            let refused = live
+                .state
+                .borrow_mut()
+                .machine_mut()
+                .handle_record(lsn, rec);
             if let Err(e) = refused {
                 stop(live, run, Fault::Refused(e.to_string()));
                 self.answer_stopped(run);
@@ -746,47 +717,8 @@ impl ShardLoop {
                 }
             }
         };
-        for (_, w) in self.waiting.drain() {
-            match w {
-                Waiting::Started(r, _) => {
-                    let _ = r.send(Err(err(self.shard, true)));
-                }
-                Waiting::Refused(r, _) => {
-                    let _ = r.send(Err(err(self.shard, false)));
-                }
-                Waiting::Done(r) => {
-                    let _ = r.send(Err(err(self.shard, true)));
-                }
-                Waiting::RefusedDone(r, _) => {
-                    let _ = r.send(Err(err(self.shard, false)));
-                }
-                // Unacknowledged, the sender sends it again after a restart.
-                Waiting::Message { .. } => {}
-                Waiting::Answer(r, _) => {
-                    let _ = r.send(Err(err(self.shard, false)));
-                }
-                Waiting::Updated(r, _) => {
-                    let _ = r.send(Err(err(self.shard, true)));
-                }
-                Waiting::Stopped(r, _) => {
-                    let _ = r.send(Err(err(self.shard, false)));
-                }
-                Waiting::Journal(r, _) => {
-                    let _ = r.send(Err(err(self.shard, false)));
-                }
-            }
-        }
-        for (_, rs) in self.results.drain() {
-            for r in rs {
-                let _ = r.send(Err(err(self.shard, false)));
-            }
-        }
-        // An update accepted and waiting for its handler: recorded.
-        for (_, rs) in self.update_waiters.drain() {
-            for r in rs {
-                let _ = r.send(Err(err(self.shard, true)));
-            }
-        }
+        let shard = self.shard;
+        self.waiters.refuse_all(|maybe| err(shard, maybe));
         while let Some(input) = self.inbox.pop_front() {
             match input {
                 // A failed shard still stops when told: its driver (and
@@ -810,7 +742,7 @@ impl ShardLoop {
     fn result_of(&self, run: RunId) -> Option<RunResult> {
         let l = self.core.get(run)?;
         let (status, _) = l.done?;
-        (l.last_lsn <= self.durable).then(|| RunResult {
+        (l.last_lsn <= self.flights.durable()).then(|| RunResult {
             status,
             payload: l.result.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
         })
@@ -886,22 +818,15 @@ impl ShardLoop {
         if self.stopped_error(run).is_none() {
             return;
         }
-        let mut waiting = self.results.remove(&run).unwrap_or_default();
+        let mut waiting = self.waiters.take_results(run);
         let core = &self.core;
-        self.update_waiters.retain(|(r, update), callers| {
-            // An update whose result is recorded (its handler ended before
-            // the stop) is answered with that result once it is durable.
-            let recorded = || {
-                core.get(run)
-                    .and_then(|l| l.update(update))
-                    .is_some_and(|(_, slot)| slot.result.is_some())
-            };
-            if *r != run || recorded() {
-                return true;
-            }
-            waiting.append(callers);
-            false
-        });
+        // An update whose result is recorded (its handler ended before the
+        // stop) is answered with that result once it is durable.
+        waiting.append(&mut self.waiters.take_updates(run, |update| {
+            core.get(run)
+                .and_then(|l| l.update(update))
+                .is_none_or(|(_, slot)| slot.result.is_none())
+        }));
         for reply in waiting {
             if let Some(err) = self.stopped_error(run) {
                 self.refuse_result_after_durable(reply, err);
@@ -912,12 +837,11 @@ impl ShardLoop {
     /// Sends `err` to a result's caller once every record appended so far
     /// is durable.
     fn refuse_result_after_durable(&mut self, reply: Reply<RunResult>, err: Error) {
-        if self.log.last_lsn() == self.durable {
+        if self.log.last_lsn() == self.flights.durable() {
             let _ = reply.send(Err(err));
             return;
         }
-        let token = self.token();
-        self.waiting.insert(token, Waiting::Stopped(reply, err));
+        let token = self.waiters.wait(Waiting::Stopped(reply, err));
         let lsn = self.log.last_lsn();
         self.core.add_output(lsn, Output::Ack(token));
     }

@@ -60,7 +60,8 @@ use fusee_core::record::{
 use fusee_core::shard::Output;
 use fusee_storage::LogStore;
 
-use super::{ShardLoop, Waiting};
+use super::ShardLoop;
+use super::waiters::Waiting;
 use crate::client::{
     LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef, RunSummary,
     ShardPage,
@@ -269,23 +270,12 @@ impl ShardLoop {
             }
         };
         self.settle(run, now_ms);
-        let paused = self.live.get(&run).map(|live| {
-            let s = live.state.borrow();
-            let mut paused: Vec<(u32, String, u32)> = s
-                .steps
-                .iter()
-                .filter_map(|(seq, spec)| match spec.next {
-                    Some((attempt, fusee_core::run::RetryAt::Paused)) => {
-                        Some((*seq, spec.name.to_string(), attempt))
-                    }
-                    _ => None,
-                })
-                .collect();
-            paused.sort();
-            paused
-        });
+        let paused = self
+            .live
+            .get(&run)
+            .map(|live| live.state.borrow().paused_steps());
         let paused = paused.unwrap_or_default();
-        let Some(&(seq, _, attempt)) = paused.iter().find(|(_, name, _)| name == step) else {
+        let Some(&(seq, _, _)) = paused.iter().find(|(_, name, _)| name == step) else {
             let _ = reply.send(Err(Error::StepNotPaused {
                 id: id.to_string(),
                 step: step.to_string(),
@@ -294,12 +284,10 @@ impl ShardLoop {
             return;
         };
         self.ack_after(&RecordBuf::Resume { run, seq }, reply);
-        if let Some(live) = self.live.get(&run)
-            && let Some(spec) = live.state.borrow_mut().steps.get_mut(&seq)
-        {
-            spec.next = Some((attempt, fusee_core::run::RetryAt::Now));
-            spec.resumed_after = attempt - 1;
-            spec.first_ms = None;
+        // The next attempt is the machine's answer now that it has the
+        // `Resume` (the one owner of retry state: `run`'s docs).
+        if let Some(live) = self.live.get(&run) {
+            live.state.borrow_mut().step_resumed(seq);
         }
         self.stepping.insert(run);
         tracing::info!(shard = self.shard, run, seq, step, "step resumed");
@@ -307,8 +295,7 @@ impl ShardLoop {
 
     /// Answers `reply` once the log is durable through its last record.
     fn ack_after_last(&mut self, reply: super::Reply<()>) {
-        let token = self.token();
-        self.waiting.insert(token, Waiting::Done(reply));
+        let token = self.waiters.wait(Waiting::Done(reply));
         let lsn = self.log.last_lsn();
         self.core.add_output(lsn, Output::Ack(token));
         self.release_now_if_durable();
@@ -333,8 +320,7 @@ impl ShardLoop {
                     // answer or a crash): answer with its run once the
                     // records that made it are durable, as the first
                     // answer would have been.
-                    let token = self.token();
-                    self.waiting.insert(token, Waiting::Started(reply, made));
+                    let token = self.waiters.wait(Waiting::Started(reply, made));
                     let lsn = self.log.last_lsn();
                     self.core.add_output(lsn, Output::Ack(token));
                     self.release_now_if_durable();
@@ -355,14 +341,13 @@ impl ShardLoop {
                 let (Some(lsn), Some(next)) = (last, records.last().map(RecordBuf::run)) else {
                     return;
                 };
-                let token = self.token();
                 let made = RunRef {
                     id: id.to_string(),
                     shard: self.shard,
                     run: self.reset_target(&records).unwrap_or(next),
                     attached: false,
                 };
-                self.waiting.insert(token, Waiting::Started(reply, made));
+                let token = self.waiters.wait(Waiting::Started(reply, made));
                 self.core.add_output(lsn, Output::Ack(token));
                 self.metrics.started += 1;
             }
@@ -599,7 +584,7 @@ impl ShardLoop {
     fn summary(&mut self, run: RunId, filter: &ListFilter) -> Option<RunSummary> {
         if let Some(l) = self.core.get(run) {
             // Only a durable end counts, as in `describe`.
-            let ended = l.done.filter(|_| l.last_lsn <= self.durable);
+            let ended = l.done.filter(|_| l.last_lsn <= self.flights.durable());
             let done = ended.map(|(s, _)| s);
             if !filter.admits(done, Some(&l.wtype)) {
                 return None;

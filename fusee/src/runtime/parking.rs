@@ -47,6 +47,69 @@ fn corrupt(what: &'static str, at: u64) -> StorageError {
     StorageError::Corrupt { what, at }
 }
 
+/// When runs are looked at to park them, and finished runs whose whole
+/// journal is kept.
+///
+/// Invariant: a run parks only quiescent, with nothing in flight and its
+/// records durable; a finished run keeps its whole journal for
+/// `history_ms`, then only its `Start` and `Done`. Checked by
+/// `fusee/tests/parking.rs` `sleepers_park_wake_on_time_after_a_restart_and_fire_once`
+/// and `a_finished_run_keeps_its_history_for_the_history_time_then_its_summary`.
+pub(super) struct Parking {
+    /// Finished runs parked with their whole journal, by when their
+    /// history time ends (after an open, every parked finished run, due at
+    /// once: its frame says when it finished).
+    histories: std::collections::BinaryHeap<Reverse<(u64, RunId)>>,
+    /// When housekeeping (parking, retention) runs next.
+    housekeeping_ms: u64,
+    /// The earliest time a parking scan could find a run to park (see
+    /// [`ShardLoop::park_idle`]).
+    scan_ms: u64,
+}
+
+impl Parking {
+    /// An open's, at `now_ms`, with the finished runs it found parked.
+    pub(super) fn new(
+        now_ms: u64,
+        histories: std::collections::BinaryHeap<Reverse<(u64, RunId)>>,
+    ) -> Self {
+        Self {
+            histories,
+            housekeeping_ms: now_ms,
+            scan_ms: now_ms,
+        }
+    }
+
+    /// The earliest time a parking scan could find a run to park.
+    #[cfg(test)]
+    pub(super) fn scan_ms(&self) -> u64 {
+        self.scan_ms
+    }
+
+    /// When housekeeping runs next.
+    #[inline]
+    pub(super) fn housekeeping_ms(&self) -> u64 {
+        self.housekeeping_ms
+    }
+
+    /// Whether housekeeping is due at `now_ms` (always with `park_after_ms`
+    /// 0: tests, a virtual clock that stands still), and if so, the next
+    /// is `every_ms` later.
+    #[inline]
+    pub(super) fn housekeeping_due(
+        &mut self,
+        now_ms: u64,
+        park_after_ms: u64,
+        every_ms: u64,
+    ) -> bool {
+        if now_ms >= self.housekeeping_ms || park_after_ms == 0 {
+            self.housekeeping_ms = now_ms + every_ms;
+            return true;
+        }
+        false
+    }
+}
+
 impl ShardLoop {
     /// Parks every run idle since `now_ms - park_after`, within a budget.
     ///
@@ -60,12 +123,12 @@ impl ShardLoop {
     /// just started cost a walk of all of them every housekeeping: 4% of
     /// the CPU of starting them.
     pub(super) fn park_idle(&mut self, now_ms: u64) {
-        if self.failed.is_some() || self.closing.is_some() || now_ms < self.park_scan_ms {
+        if self.failed.is_some() || self.closing.is_some() || now_ms < self.parking.scan_ms {
             return;
         }
         let park_after = self.config.park_after_ms;
         let Some(idle_since) = now_ms.checked_sub(park_after) else {
-            self.park_scan_ms = park_after;
+            self.parking.scan_ms = park_after;
             return;
         };
         let mut next_scan = now_ms.saturating_add(park_after);
@@ -81,7 +144,7 @@ impl ShardLoop {
                 continue;
             }
             let parkable = candidates.len() < PARK_BUDGET
-                && l.last_lsn <= self.durable
+                && l.last_lsn <= self.flights.durable()
                 && !l.has_queued_events()
                 // A timer due now fires at the next poll: the run is about
                 // to go on (it may have just been loaded for it).
@@ -93,7 +156,7 @@ impl ShardLoop {
                 next_scan = now_ms;
             }
         }
-        self.park_scan_ms = next_scan;
+        self.parking.scan_ms = next_scan;
         for run in candidates {
             if let Err(e) = self.park(run, now_ms) {
                 self.fail(e);
@@ -115,13 +178,7 @@ impl ShardLoop {
         if live.stopped.is_some() || live.active_ms > idle_since {
             return false;
         }
-        let s = live.state.borrow();
-        s.machine.pending_deliveries() == 0
-            && s.machine.unappended() == 0
-            && s.appends.is_empty()
-            && s.steps.values().all(|spec| {
-                !spec.running && !matches!(spec.next, Some((_, fusee_core::run::RetryAt::Now)))
-            })
+        live.state.borrow().quiescent()
     }
 
     /// Writes `run`'s frame and parks it.
@@ -143,7 +200,7 @@ impl ShardLoop {
             let history_until = finished_ms.saturating_add(self.config.history_ms);
             let kept =
                 if history_until > now_ms && whole.len() as u64 <= self.config.history_max_bytes {
-                    self.histories.push(Reverse((history_until, run)));
+                    self.parking.histories.push(Reverse((history_until, run)));
                     whole
                 } else {
                     summary(&whole)
@@ -320,7 +377,7 @@ impl ShardLoop {
         self.core.expire_frames(now_ms, &mut gone);
         for (run, blob) in gone {
             self.live.remove(&run);
-            self.results.remove(&run);
+            self.waiters.take_results(run);
             if let Some(blob) = blob
                 && let Err(e) = self.release_chain(blob)
             {
@@ -336,9 +393,9 @@ impl ShardLoop {
     /// again when it parks; one expired since is gone.
     pub(super) fn drop_histories(&mut self, now_ms: u64) {
         for _ in 0..HISTORY_BUDGET {
-            match self.histories.peek() {
+            match self.parking.histories.peek() {
                 Some(&Reverse((due, run))) if due <= now_ms => {
-                    self.histories.pop();
+                    self.parking.histories.pop();
                     if let Err(e) = self.drop_history(run, now_ms) {
                         self.fail(e);
                         return;
@@ -372,7 +429,7 @@ impl ShardLoop {
         // says when it finished.
         let due = finished_ms.saturating_add(self.config.history_ms);
         if due > now_ms {
-            self.histories.push(Reverse((due, run)));
+            self.parking.histories.push(Reverse((due, run)));
             return Ok(());
         }
         let kept = summary(journal);
@@ -400,20 +457,6 @@ impl ShardLoop {
         for frame in self.chain(blob)? {
             self.release_frame(frame)?;
         }
-        Ok(())
-    }
-
-    /// Appends a frame to the run store, counted for compaction.
-    pub(super) fn store_frame(&mut self, frame: &[u8]) -> Result<BlobRef, StorageError> {
-        let blob = self.store.append(frame)?;
-        self.store_written += u64::from(blob.len);
-        Ok(blob)
-    }
-
-    /// Releases one frame, counted for compaction.
-    fn release_frame(&mut self, blob: BlobRef) -> Result<(), StorageError> {
-        self.store.release(blob)?;
-        self.store_released += u64::from(blob.len);
         Ok(())
     }
 }

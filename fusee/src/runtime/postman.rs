@@ -86,8 +86,7 @@ impl Postman {
         poll: std::time::Duration,
     ) -> Option<Postman> {
         #[cfg(feature = "postgres")]
-        if let crate::any_storage::AnyLog::Postgres(log) = &shard.log {
-            let mut inbox = log.inbox();
+        if let Some(mut inbox) = shard.pg_inbox() {
             let (tx, rx) = std::sync::mpsc::channel();
             let news = tx.clone();
             inbox.on_posted(move || {
@@ -95,8 +94,8 @@ impl Postman {
             });
             let retry = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&retry);
-            let id = shard.shard;
-            let shards = shard.config.shards;
+            let id = shard.shard();
+            let shards = shard.shards();
             let spawned = std::thread::Builder::new()
                 .name(format!("fusee-postman-{id}"))
                 .spawn(move || carry(inbox, &rx, &back, &flag, poll, shards));

@@ -4,8 +4,11 @@
 use fusee_core::record::{Payload, Record, RecordBuf, Status, iter_canonical, policy};
 use fusee_core::shard::Output;
 
-use super::messages::{Message, Origin};
-use super::{Input, ShardLoop, Waiting};
+use rustc_hash::FxHashMap;
+
+use super::messages::{Message, Origin, Outbox};
+use super::waiters::Waiting;
+use super::{Input, ShardLoop};
 use crate::workflow::{CODEC_JSON, Failure, encode};
 
 /// How long a cancel's key is in its `Cancel` record's `by`.
@@ -23,16 +26,65 @@ fn cancel_key(dedup: u64) -> Option<[u8; CANCEL_KEY_LEN]> {
     Some(key)
 }
 
-impl ShardLoop {
-    /// Sends `message` (kept in the outbox until acknowledged).
-    pub(super) fn send(&mut self, message: Message) {
+/// A shard's mail: the messages it sent and are not acknowledged, what it
+/// hands the driver for other shards, and the acknowledgements it owes.
+///
+/// Invariant: a message stays in the outbox (and in every checkpoint) from
+/// `send` until its target's acknowledgement, and a message received is
+/// acknowledged only once its record (and a reply it waits on) is durable,
+/// so a crash on either side makes the sender send again and the target
+/// recognise the repeat. Checked by `fusee/tests/sim.rs` `seeds_pass`
+/// (messages reordered, dropped by crashes) and
+/// `fusee/tests/crash_everywhere_family.rs`
+/// `every_crash_point_of_children_messages_and_handovers_ends_the_same`.
+pub(super) struct Mail {
+    /// This shard, and how many there are (a message's target).
+    shard: u32,
+    shards: u32,
+    /// Messages sent and not acknowledged.
+    outbox: Outbox,
+    /// Inputs for shards produced since the last run.
+    outgoing: Vec<(u32, Input)>,
+    /// Messages received whose acknowledgement waits for the
+    /// acknowledgement of a message this shard sent in reply (a child start
+    /// refused with a result to the parent): sent id -> where it came from.
+    relayed: FxHashMap<u64, Origin>,
+    /// Inbox rows acknowledged since the last run (see
+    /// [`super::Effects::inbox_done`]).
+    inbox_done: Vec<u64>,
+}
+
+impl Mail {
+    /// Shard `shard`'s mail, of `shards`, with the outbox it recovered.
+    pub(super) fn new(shard: u32, shards: u32, outbox: Outbox) -> Self {
+        Self {
+            shard,
+            shards,
+            outbox,
+            outgoing: Vec::new(),
+            relayed: FxHashMap::default(),
+            inbox_done: Vec::new(),
+        }
+    }
+
+    /// Sends `message` (kept in the outbox until acknowledged): its id.
+    pub(super) fn send(&mut self, message: Message) -> u64 {
         let id = self.outbox.add(message.clone());
         self.route(id, message);
+        id
+    }
+
+    /// Sends `message` in reply to one received from `from`, which is
+    /// acknowledged only once this one is.
+    pub(super) fn relay(&mut self, message: Message, from: Origin) {
+        let sent = self.outbox.add(message.clone());
+        self.relayed.insert(sent, from);
+        self.route(sent, message);
     }
 
     /// Hands message `id` to the driver for its target shard.
     pub(super) fn route(&mut self, id: u64, message: Message) {
-        let target = message.target_shard(self.config.shards);
+        let target = message.target_shard(self.shards);
         self.outgoing.push((
             target,
             Input::Message {
@@ -43,14 +95,39 @@ impl ShardLoop {
         ));
     }
 
-    /// The target of message `id` recorded it (or, in another process,
-    /// its inbox row is durable).
-    pub(super) fn delivered(&mut self, id: u64) {
-        self.outbox.acknowledged(id);
-        // A message received here waited for this one (its reply).
-        if let Some(origin) = self.relayed.remove(&id) {
-            self.acknowledge(origin);
+    /// Routes again every message in the outbox for a shard that `came`
+    /// (by shard number).
+    pub(super) fn route_again(&mut self, came: &[bool]) {
+        let shards = self.shards;
+        let again: Vec<(u64, Message)> = self
+            .outbox
+            .pending()
+            .filter(|(_, m)| came.get(m.target_shard(shards) as usize) == Some(&true))
+            .map(|(id, m)| (id, m.clone()))
+            .collect();
+        for (id, message) in again {
+            self.route(id, message);
         }
+    }
+
+    /// Routes every message in the outbox again (after a recovery: each
+    /// message not acknowledged before the crash goes out again).
+    pub(super) fn route_pending(&mut self) {
+        let pending: Vec<(u64, Message)> = self
+            .outbox
+            .pending()
+            .map(|(id, m)| (id, m.clone()))
+            .collect();
+        for (id, message) in pending {
+            self.route(id, message);
+        }
+    }
+
+    /// The target of message `id` recorded it: the origin of a message
+    /// received here that waited for it (its reply), to acknowledge now.
+    pub(super) fn delivered(&mut self, id: u64) -> Option<Origin> {
+        self.outbox.acknowledged(id);
+        self.relayed.remove(&id)
     }
 
     /// Acknowledges a message received from `origin`, whose record is
@@ -61,6 +138,56 @@ impl ShardLoop {
             Origin::Shard { shard, id } => self.outgoing.push((shard, Input::Delivered { id })),
             Origin::Inbox { row } => self.inbox_done.push(row),
         }
+    }
+
+    /// The inputs for shards made since the last call.
+    #[inline]
+    pub(super) fn take_outgoing(&mut self) -> Vec<(u32, Input)> {
+        std::mem::take(&mut self.outgoing)
+    }
+
+    /// The inbox rows acknowledged since the last call.
+    #[inline]
+    pub(super) fn take_inbox_done(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.inbox_done)
+    }
+
+    /// How many messages wait for an acknowledgement.
+    pub(super) fn unacknowledged(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// The outbox's bytes, for a checkpoint.
+    pub(super) fn encode_outbox(&self) -> Vec<u8> {
+        self.outbox.encode()
+    }
+}
+
+impl ShardLoop {
+    /// Sends `message` (kept in the outbox until acknowledged).
+    pub(super) fn send(&mut self, message: Message) {
+        self.mail.send(message);
+    }
+
+    /// The target of message `id` recorded it (or, in another process,
+    /// its inbox row is durable).
+    pub(super) fn delivered(&mut self, id: u64) {
+        // A message received here waited for this one (its reply).
+        if let Some(origin) = self.mail.delivered(id) {
+            self.mail.acknowledge(origin);
+        }
+    }
+
+    /// The inputs for shards made since the last [`run`](Self::run): the
+    /// driver's, when it routes messages again between runs.
+    pub(crate) fn take_outgoing(&mut self) -> Vec<(u32, Input)> {
+        self.mail.take_outgoing()
+    }
+
+    /// Routes again every message for a shard that `came` (started running
+    /// in this process since the driver last looked): the driver's call.
+    pub(crate) fn route_again(&mut self, came: &[bool]) {
+        self.mail.route_again(came);
     }
 
     /// Records a message from `from`, unless it is a duplicate, and
@@ -175,9 +302,7 @@ impl ShardLoop {
                         status: Status::Failed,
                         payload: Payload::from(encode(&failure).unwrap_or_default().as_slice()),
                     };
-                    let sent = self.outbox.add(result.clone());
-                    self.relayed.insert(sent, from);
-                    self.route(sent, result);
+                    self.mail.relay(result, from);
                     return;
                 }
             }
@@ -212,8 +337,7 @@ impl ShardLoop {
     /// durable: the record just appended, or the state a duplicate was
     /// recognised by.
     fn ack_message(&mut self, from: Origin) {
-        let token = self.token();
-        self.waiting.insert(token, Waiting::Message { from });
+        let token = self.waiters.wait(Waiting::Message { from });
         let lsn = fusee_storage::LogStore::last_lsn(&self.log);
         self.core.add_output(lsn, Output::Ack(token));
         self.release_now_if_durable();

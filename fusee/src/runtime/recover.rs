@@ -12,8 +12,13 @@ use fusee_core::store::Checkpoint;
 use fusee_storage::{LogStore, Storage, StorageError};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::checkpoint::Checkpoints;
+use super::flights::Flights;
 use super::messages::{Message, Outbox};
+use super::parking::Parking;
 use super::parking::chain_error;
+use super::receive::Mail;
+use super::seal::Seals;
 use super::{LoopConfig, ShardLoop};
 use crate::AnyStorage;
 use crate::ctx::Registry;
@@ -89,6 +94,7 @@ impl ShardLoop {
         } else {
             Default::default()
         };
+        let mail = Mail::new(shard, config.shards, outbox);
         let mut this = Self {
             shard,
             config,
@@ -102,38 +108,20 @@ impl ShardLoop {
             stepping: FxHashSet::default(),
             ready: Arc::new(Mutex::new(VecDeque::new())),
             inbox: VecDeque::new(),
-            next_token: 0,
-            waiting: FxHashMap::default(),
-            results: FxHashMap::default(),
-            update_waiters: FxHashMap::default(),
+            waiters: Default::default(),
             jobs: Vec::new(),
-            flights: Default::default(),
-            durable,
-            sealing: false,
-            sealed: 0,
-            durable_ms: now_ms,
-            // What the open recovered is durable, and may not be sealed (a
-            // crash between a flush and its seal): sealed once idle.
-            unsealed_ms: (durable > 0).then_some(now_ms),
-            flushed_while_sealing_ms: None,
+            flights: Flights::new(durable),
+            seals: Seals::new(durable, now_ms),
             closing: None,
             closed: false,
             failed: None,
             fenced: false,
             unavailable: false,
             reopened_after_failure: false,
-            since_checkpoint: 0,
-            checkpoint_ms: now_ms,
-            checkpointed,
-            histories,
-            housekeeping_ms: now_ms,
-            park_scan_ms: now_ms,
-            store_written: 0,
-            store_released: 0,
-            outbox,
-            outgoing: Vec::new(),
-            relayed: FxHashMap::default(),
-            inbox_done: Vec::new(),
+            checkpoints: Checkpoints::new(now_ms, checkpointed),
+            parking: Parking::new(now_ms, histories),
+            store_bytes: Default::default(),
+            mail,
             metrics: ShardMetrics {
                 recovered_records: replayed,
                 ..ShardMetrics::default()
@@ -153,14 +141,7 @@ impl ShardLoop {
             this.start_code(run);
         }
         // Every message not acknowledged before the crash goes out again.
-        let pending: Vec<(u64, Message)> = this
-            .outbox
-            .pending()
-            .map(|(id, m)| (id, m.clone()))
-            .collect();
-        for (id, message) in pending {
-            this.route(id, message);
-        }
+        this.mail.route_pending();
         Ok(this)
     }
 }

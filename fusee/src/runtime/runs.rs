@@ -12,9 +12,10 @@ use fusee_core::run::{Answer, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
 use super::host::{Taken, poll_code, take_delivery};
+use super::run::{Fault, with_update_handler};
 use super::sabotage::Sabotage;
 use super::{LiveRun, RunWaker, ShardLoop, stop};
-use crate::ctx::{Ctx, Fault, RunState, catch_panic, with_update_handler};
+use crate::ctx::{Ctx, RunState, catch_panic};
 use crate::workflow::{Failure, encode};
 
 /// How many polls [`ShardLoop::settle`] gives one run before a query reads it.
@@ -167,6 +168,7 @@ impl ShardLoop {
                     handlers: Vec::new(),
                     stopped: None,
                     active_ms: 0,
+                    trace: None,
                     #[cfg(feature = "testing")]
                     held: None,
                 };
@@ -197,6 +199,7 @@ impl ShardLoop {
                 handlers: Vec::new(),
                 stopped: None,
                 active_ms: 0,
+                trace: None,
                 #[cfg(feature = "testing")]
                 held: None,
             },
@@ -275,7 +278,7 @@ impl ShardLoop {
         let Some(future) = live.future.as_mut() else {
             return;
         };
-        live.state.borrow_mut().now_ms = now_ms;
+        live.state.borrow_mut().set_now(now_ms);
         live.active_ms = now_ms;
         let mut cx = Context::from_waker(&live.waker);
         let finished = poll_code(future, &mut cx);
@@ -289,15 +292,9 @@ impl ShardLoop {
                 }
                 None => true,
             });
-        let fault = live.state.borrow_mut().fault.take();
-        let asked = std::mem::take(&mut live.state.borrow_mut().appends);
-        if live
-            .state
-            .borrow()
-            .steps
-            .values()
-            .any(|s| !s.running && s.next.is_some())
-        {
+        let fault = live.state.borrow_mut().take_fault();
+        let asked = live.state.borrow_mut().take_appends();
+        if live.state.borrow().has_step_to_start() {
             self.stepping.insert(run);
         }
         let reuse_seq = self.sabotaged(Sabotage::ReuseSeq);
@@ -325,7 +322,7 @@ impl ShardLoop {
         let next = self
             .live
             .get(&run)
-            .and_then(|l| l.state.borrow_mut().continue_with.take());
+            .and_then(|l| l.state.borrow_mut().take_continue());
         if let Some(input) = next {
             self.end_handlers(run);
             self.continue_as_new(run, input, now_ms);
@@ -370,8 +367,8 @@ impl ShardLoop {
                 #[cfg(feature = "testing")]
                 let outcome = if reorder
                     && live.held.is_none()
-                    && state.machine.is_replaying()
-                    && state.machine.pending_deliveries() > 0
+                    && state.machine().is_replaying()
+                    && state.machine().pending_deliveries() > 0
                 {
                     // Held until the delivery after it has been handed out.
                     live.held = Some((seq, outcome, false));
@@ -434,7 +431,7 @@ impl ShardLoop {
     fn was_cancelled(&self, run: RunId) -> bool {
         self.live
             .get(&run)
-            .is_some_and(|l| l.state.borrow().cancels > 0)
+            .is_some_and(|l| l.state.borrow().cancels() > 0)
     }
 
     /// The run's code continues as new with `input`: its `Done` carries
@@ -482,7 +479,7 @@ impl ShardLoop {
         live.future = None;
         let (answer, now_ms) = {
             let mut s = live.state.borrow_mut();
-            (s.machine.finish(status), s.now_ms)
+            (s.machine_mut().finish(status), s.now_ms())
         };
         match answer {
             Ok(Answer::Append) => {
@@ -566,7 +563,7 @@ impl ShardLoop {
         let Some(live) = self.live.get_mut(&run) else {
             return;
         };
-        let answer = live.state.borrow_mut().machine.update_done(ordinal);
+        let answer = live.state.borrow_mut().machine_mut().update_done(ordinal);
         match answer {
             Ok(Answer::Append) => {
                 let max = self.config.max_payload;

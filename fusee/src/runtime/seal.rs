@@ -20,9 +20,53 @@
 //! `t + seal_interval_ms` (plus one seal's I/O) in any case. Damage that
 //! loses it before then is not detected by the seal.
 
+use fusee_core::record::Lsn;
 use fusee_storage::{LogStore, SealTicket};
 
 use super::ShardLoop;
+
+/// When the log was sealed and is sealed next.
+///
+/// Invariant: a seal claims only durable records (it is begun for the
+/// durable LSN, never past it), and a durable record waits for one at most
+/// `seal_interval_ms`. Checked by `fusee/tests/seal.rs`
+/// `an_idle_shard_seals_and_a_chain_seals_only_by_interval` and
+/// `lost_records_after_a_seal_are_an_error_at_open`.
+pub(super) struct Seals {
+    /// A seal ticket is out (see [`ShardLoop::seal_due`]).
+    sealing: bool,
+    /// The LSN the last seal recorded (0 before this open's first).
+    sealed: Lsn,
+    /// When the durable LSN last moved.
+    durable_ms: u64,
+    /// When the oldest durable record no seal covers became durable
+    /// (`None`: every durable record is sealed, or a seal covering them is
+    /// out).
+    unsealed_ms: Option<u64>,
+    /// When the first flush since the seal in flight began completed.
+    flushed_while_sealing_ms: Option<u64>,
+}
+
+impl Seals {
+    /// An open's, at `now_ms`, with records through `durable` recovered.
+    pub(super) fn new(durable: Lsn, now_ms: u64) -> Self {
+        Self {
+            sealing: false,
+            sealed: 0,
+            durable_ms: now_ms,
+            // What the open recovered is durable, and may not be sealed (a
+            // crash between a flush and its seal): sealed once idle.
+            unsealed_ms: (durable > 0).then_some(now_ms),
+            flushed_while_sealing_ms: None,
+        }
+    }
+
+    /// Whether a seal ticket is out.
+    #[inline]
+    pub(super) fn is_out(&self) -> bool {
+        self.sealing
+    }
+}
 
 impl ShardLoop {
     /// Whether a seal should begin now: its time ([`ShardLoop::next_seal`])
@@ -36,14 +80,15 @@ impl ShardLoop {
     /// `seal_idle_ms` since its last flush or the oldest of them has been
     /// durable for `seal_interval_ms`, whichever comes first.
     pub(super) fn next_seal(&self) -> Option<u64> {
-        let since = self.unsealed_ms?;
-        if self.sealing || self.durable <= self.sealed {
+        let s = &self.seals;
+        let since = s.unsealed_ms?;
+        if s.sealing || self.flights.durable() <= s.sealed {
             return None;
         }
         let interval = since.saturating_add(self.config.seal_interval_ms);
-        let idle = self.flights.is_empty() && self.log.last_lsn() == self.durable;
+        let idle = self.flights.all_durable(self.log.last_lsn());
         Some(if idle {
-            interval.min(self.durable_ms.saturating_add(self.config.seal_idle_ms))
+            interval.min(s.durable_ms.saturating_add(self.config.seal_idle_ms))
         } else {
             interval
         })
@@ -51,28 +96,48 @@ impl ShardLoop {
 
     /// The durable LSN moved at `now_ms` (a flush came back).
     pub(super) fn note_durable(&mut self, now_ms: u64) {
-        self.durable_ms = now_ms;
-        if self.sealing {
-            self.flushed_while_sealing_ms.get_or_insert(now_ms);
-        } else if self.durable > self.sealed {
-            self.unsealed_ms.get_or_insert(now_ms);
+        let durable = self.flights.durable();
+        let s = &mut self.seals;
+        s.durable_ms = now_ms;
+        if s.sealing {
+            s.flushed_while_sealing_ms.get_or_insert(now_ms);
+        } else if durable > s.sealed {
+            s.unsealed_ms.get_or_insert(now_ms);
+        }
+    }
+
+    /// Begins a seal if one is due: its ticket, for the driver.
+    pub(super) fn begin_seal(&mut self, now_ms: u64) -> Option<SealTicket> {
+        if !self.seal_due(now_ms) {
+            return None;
+        }
+        match self.log.begin_seal() {
+            Ok(ticket) => {
+                self.seals.sealing = true;
+                self.seals.unsealed_ms = None;
+                Some(ticket)
+            }
+            Err(e) => {
+                self.fail(e);
+                None
+            }
         }
     }
 
     /// A seal ticket came back.
     pub(super) fn sealed(&mut self, ticket: SealTicket, now_ms: u64) {
-        self.sealing = false;
-        let flushed_since = self.flushed_while_sealing_ms.take();
+        self.seals.sealing = false;
+        let flushed_since = self.seals.flushed_while_sealing_ms.take();
         match self.log.finish_seal(ticket) {
             Ok(lsn) => {
-                self.sealed = self.sealed.max(lsn);
+                self.seals.sealed = self.seals.sealed.max(lsn);
                 self.metrics.seals += 1;
-                self.metrics.sealed_lsn = self.sealed;
+                self.metrics.sealed_lsn = self.seals.sealed;
                 tracing::trace!(shard = self.shard, sealed = lsn, "sealed");
                 // Records made durable while the seal was out wait for the
                 // next one, from when the first of them became durable.
-                self.unsealed_ms =
-                    (self.durable > self.sealed).then(|| flushed_since.unwrap_or(now_ms));
+                self.seals.unsealed_ms = (self.flights.durable() > self.seals.sealed)
+                    .then(|| flushed_since.unwrap_or(now_ms));
             }
             Err(e) => self.fail(e),
         }
@@ -83,10 +148,10 @@ impl ShardLoop {
     /// at the next open, never less data.
     pub(super) fn seal_now(&mut self) -> Result<(), fusee_storage::StorageError> {
         let lsn = self.log.seal()?;
-        self.sealed = self.sealed.max(lsn);
+        self.seals.sealed = self.seals.sealed.max(lsn);
         self.metrics.seals += 1;
-        self.metrics.sealed_lsn = self.sealed;
-        self.unsealed_ms = None;
+        self.metrics.sealed_lsn = self.seals.sealed;
+        self.seals.unsealed_ms = None;
         Ok(())
     }
 }

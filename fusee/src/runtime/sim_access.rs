@@ -52,7 +52,7 @@ impl ShardLoop {
             let done = self
                 .core
                 .get(run)
-                .filter(|l| l.last_lsn <= self.durable)
+                .filter(|l| l.last_lsn <= self.flights.durable())
                 .and_then(|l| l.done.map(|(s, _)| s));
             (journal, done)
         };

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use fusee_core::record::{PAUSED, Payload, RecordBuf, RunId, Seq, Status};
-use fusee_core::run::RetryAt;
 
 use super::ShardLoop;
-use crate::ctx::{StepContext, StepError, StepFuture};
+use super::run::Due;
 use crate::retry::Decision;
+use crate::step::{StepContext, StepError, StepFuture};
 use crate::workflow::encode;
 
 /// A step attempt for the driver to run: its future, and where its result
@@ -45,58 +45,53 @@ impl ShardLoop {
                 self.stepping.remove(&run);
                 continue;
             }
-            let Some(live) = self.live.get(&run) else {
+            let Some(live) = self.live.get_mut(&run) else {
                 self.stepping.remove(&run);
                 continue;
             };
-            let mut s = live.state.borrow_mut();
+            let mut guard = live.state.borrow_mut();
+            let s = &mut *guard;
             // The output-commit rule: nothing with effects before the
             // records the run wrote so far are durable.
-            let Some(gate) = s.machine.gate_lsn() else {
+            let Some(gate) = s.machine().gate_lsn() else {
                 continue;
             };
-            if gate > self.durable && !early {
+            if gate > self.flights.durable() && !early {
                 continue;
             }
-            let id = s.id.clone();
-            let trace = self
-                .core
-                .get(run)
-                .map(|l| crate::trace::RunTrace::of(self.shard, run, l));
+            if live.trace.is_none() {
+                live.trace = self
+                    .core
+                    .get(run)
+                    .map(|l| crate::trace::RunTrace::of(self.shard, run, l));
+            }
+            let trace = live.trace;
+            let id = s.id().clone();
             let mut waiting = false;
-            for (&seq, spec) in s.steps.iter_mut() {
-                let Some((attempt, at)) = spec.next else {
-                    continue;
-                };
-                if spec.running {
-                    continue;
-                }
-                match at {
-                    RetryAt::Now => {}
-                    RetryAt::At { retry_at_ms } if retry_at_ms <= now_ms => {}
-                    RetryAt::At { .. } => {
+            for (seq, spec) in s.steps_mut() {
+                let attempt = match spec.due(now_ms) {
+                    Due::Now(attempt) => attempt,
+                    Due::Later => {
                         waiting = true;
                         continue;
                     }
-                    RetryAt::Paused => continue,
-                }
-                spec.running = true;
-                spec.first_ms.get_or_insert(now_ms);
+                    Due::No => continue,
+                };
                 let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
                 let mut cx = StepContext::new(key, attempt).with_fencing_token(token);
-                if let Some(t) = &trace {
-                    cx = cx.traced(t.context(crate::trace::SpanOf::Attempt(seq, attempt)));
+                if let Some(t) = trace {
+                    cx = cx.traced(t, seq);
                 }
-                let future = (spec.f)(cx);
+                let future = spec.begin(now_ms, cx);
                 self.jobs.push(StepJob {
                     run,
                     seq,
                     attempt,
-                    name: spec.name.clone(),
+                    name: spec.name().clone(),
                     future,
                 });
             }
-            drop(s);
+            drop(guard);
             if !waiting {
                 self.stepping.remove(&run);
             }
@@ -119,11 +114,11 @@ impl ShardLoop {
         };
         let rec = {
             let mut s = live.state.borrow_mut();
-            let Some(spec) = s.steps.get_mut(&seq) else {
+            let Some(spec) = s.step_mut(seq) else {
                 return;
             };
-            spec.running = false;
-            let name = spec.name.clone();
+            spec.ended();
+            let name = spec.name().clone();
             let result = match result {
                 Ok(bytes) if bytes.len() > self.config.max_payload => {
                     Err(StepError::fatal(format!(
@@ -145,17 +140,12 @@ impl ShardLoop {
             };
             match result {
                 Ok(bytes) => {
-                    s.steps.remove(&seq);
+                    s.step_ended(seq);
                     step(Status::Ok, &bytes)
                 }
                 Err(e) => {
                     let decision = if e.retryable {
-                        spec.policy.decide(
-                            attempt.saturating_sub(spec.resumed_after),
-                            e.kind.as_deref(),
-                            spec.first_ms.unwrap_or(now_ms),
-                            now_ms,
-                        )
+                        spec.decide(attempt, e.kind.as_deref(), now_ms)
                     } else {
                         Decision::Fail
                     };
@@ -170,24 +160,25 @@ impl ShardLoop {
                     };
                     match decision {
                         Decision::Fail => {
-                            s.steps.remove(&seq);
+                            s.step_ended(seq);
                             step(Status::Failed, &error)
                         }
-                        Decision::RetryAt(retry_at_ms) => {
-                            spec.next = Some((attempt + 1, RetryAt::At { retry_at_ms }));
-                            attempt_rec(retry_at_ms)
-                        }
-                        Decision::Pause => {
-                            spec.next = Some((attempt + 1, RetryAt::Paused));
-                            attempt_rec(PAUSED)
-                        }
+                        Decision::RetryAt(retry_at_ms) => attempt_rec(retry_at_ms),
+                        Decision::Pause => attempt_rec(PAUSED),
                     }
                 }
             }
         };
-        if matches!(rec, RecordBuf::Attempt { .. }) {
+        let retried = matches!(rec, RecordBuf::Attempt { .. });
+        if retried {
             self.stepping.insert(run);
         }
+        self.metrics.step_attempts += 1;
         self.append(&rec);
+        // The next attempt, and when, is the machine's answer now that it
+        // has the `Attempt` (the one owner of retry state: `run`'s docs).
+        if retried && let Some(live) = self.live.get(&run) {
+            live.state.borrow_mut().step_retried(seq);
+        }
     }
 }

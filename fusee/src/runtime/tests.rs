@@ -228,7 +228,7 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
     // A scan before any run could park finds nothing and waits for "a".
     settle(&mut shard, START_MS + 1_000);
     assert_eq!(shard.core.parked_len(), 0);
-    assert_eq!(shard.park_scan_ms, START_MS + PARK_AFTER_MS);
+    assert_eq!(shard.parking.scan_ms(), START_MS + PARK_AFTER_MS);
     start(&mut shard, "b", START_MS + 5_000);
     // Housekeeping runs every HOUSEKEEPING_MS: the times below are that
     // far apart, so each settle may scan.
@@ -241,7 +241,7 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
     settle(&mut shard, START_MS + PARK_AFTER_MS);
     assert_eq!(shard.core.parked_len(), 1, "\"a\" parks on time");
     assert_eq!(
-        shard.park_scan_ms,
+        shard.parking.scan_ms(),
         START_MS + 5_000 + PARK_AFTER_MS,
         "the next scan is when \"b\" may park"
     );

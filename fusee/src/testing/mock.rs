@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::TestError;
 use super::timers::Timers;
 use crate::clock::VirtualClock;
-use crate::ctx::{StepContext, StepError, StepFn, StepFuture, StepWrap};
+use crate::step::{StepContext, StepError, StepFn, StepFuture, StepWrap};
 
 /// What a mocked step does: optionally wait on the virtual clock, fail its
 /// first attempts, then return a value, fail, or run the real function.

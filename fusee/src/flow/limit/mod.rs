@@ -82,10 +82,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::client::RunStatus;
-use crate::ctx::{Ctx, Step, StepError};
+use crate::ctx::{Ctx, Step};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::flow::shared::{EngineRef, MOVING, Notify, Rate, Timer, Window, now_ms};
+use crate::step::StepError;
 use crate::workflow::{Failure, Update, Workflow, encode};
 
 /// The workflow that implements step limits; this file is their client

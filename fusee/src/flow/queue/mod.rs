@@ -87,10 +87,11 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{IdPolicy, RunStatus};
-use crate::ctx::{ChildCall, Ctx, ParentClose, StepError};
+use crate::ctx::{ChildCall, Ctx, ParentClose};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::flow::shared::{MOVING, Notify, Rate, Timer, Window, intern, now_ms, poll_once};
+use crate::step::StepError;
 use crate::workflow::{Failure, Update, Workflow};
 
 /// The workflow that implements queues; this file is their client side

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::ctx::Registry;
-use crate::ctx::StepError;
+use crate::step::StepError;
 use crate::{Ctx, Failure, Saga, Signal, Update, Workflow};
 
 /// The one workflow type: input (program, generation).

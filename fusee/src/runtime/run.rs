@@ -1,0 +1,645 @@
+//! A live run's state ([`RunState`]), shared by its workflow code (through
+//! [`crate::Ctx`]) and its shard loop, on the shard thread, and its live
+//! steps ([`StepSpec`]). The runtime makes and drives it; its fields are
+//! private, and each side goes through the methods below: the `Ctx` side
+//! (issue an operation, take its outcome, register handlers) and the loop's
+//! side (set the time, take what the code asked for, deliver, start and
+//! end step attempts).
+//!
+//! This file imports nothing of `ctx` or of the rest of the runtime, so
+//! `ctx` may import it without a circle: the registry it holds is generic
+//! over the context type ([`Code`]), as `registry` itself is.
+//!
+//! # Retry state: one owner
+//!
+//! Which attempt of a step runs next, and when (now, at a time, or only
+//! after a `Resume`), is the run's [`RunMachine`]'s: it reads it from the
+//! journal (the latest `Attempt`'s number and `retry_at_ms`, a `Resume`
+//! after it), live and after a crash alike, so no other copy can disagree
+//! with what a recovery rebuilds. The loop never computes it: a step's
+//! [`StepSpec`] holds the machine's answer ([`RunMachine::step`] at the
+//! call, [`RunMachine::step_attempt`] after each `Attempt` or `Resume` the
+//! loop appends for it), so starting a step looks nothing up. When a
+//! retry's time comes is the core's retry timer, armed by
+//! [`fusee_core::shard::ShardCore::apply`] from the same `Attempt` record
+//! (a parked run has no machine, and the timer is what wakes the loop:
+//! `ShardLoop::next_wake` reads it through `ShardCore::next_timer`, and
+//! no step is scanned for it).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::task::{Poll, Waker};
+
+use fusee_core::record::{Name, RecordBuf, RunId, Seq, Status, WaitOutcome};
+use fusee_core::run::{Abandon, Attempt, Issued, OpError, RetryAt, RunMachine, StepRun};
+use rustc_hash::FxHashMap;
+
+use crate::client::CurrentStep;
+use crate::registry::{Code, Registry, RunFuture};
+use crate::retry::{Decision, RetryPolicy};
+use crate::step::{StepContext, StepFn, StepFuture};
+use crate::workflow::Failure;
+
+/// A live step the shard must run: the function and its policy, kept until
+/// the step's final record.
+pub(crate) struct StepSpec {
+    name: Name,
+    f: StepFn,
+    policy: RetryPolicy,
+    /// When its first attempt began (for the policy's time limit).
+    first_ms: Option<u64>,
+    /// An attempt is running.
+    running: bool,
+    /// The attempt to run next and when: the machine's answer as of the
+    /// latest record for the step (see the [module docs](self)); `None`
+    /// once the machine has no attempt to run.
+    next: Option<Attempt>,
+    /// Attempts made before the latest resume ([`crate::Engine::resume_step`]):
+    /// the policy counts only the attempts since.
+    resumed_after: u32,
+}
+
+/// Whether a step's next attempt may start now.
+pub(crate) enum Due {
+    /// Start attempt number `.0` now.
+    Now(u32),
+    /// Its retry time has not come: the core's retry timer wakes the loop.
+    Later,
+    /// Running, paused until a `Resume`, or with no attempt to run.
+    No,
+}
+
+impl StepSpec {
+    /// The step's name.
+    pub(crate) fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// Whether its next attempt may start at `now_ms`.
+    #[inline]
+    pub(crate) fn due(&self, now_ms: u64) -> Due {
+        let Some(next) = self.next else {
+            return Due::No;
+        };
+        if self.running {
+            return Due::No;
+        }
+        match next.at {
+            RetryAt::Now => Due::Now(next.attempt),
+            RetryAt::At { retry_at_ms } if retry_at_ms <= now_ms => Due::Now(next.attempt),
+            RetryAt::At { .. } => Due::Later,
+            RetryAt::Paused => Due::No,
+        }
+    }
+
+    /// Starts an attempt with context `cx`: the function's future.
+    #[inline]
+    pub(crate) fn begin(&mut self, now_ms: u64, cx: StepContext) -> StepFuture {
+        self.running = true;
+        self.first_ms.get_or_insert(now_ms);
+        (self.f)(cx)
+    }
+
+    /// The attempt running ended.
+    #[inline]
+    pub(crate) fn ended(&mut self) {
+        self.running = false;
+    }
+
+    /// What the step's policy decides about failed attempt `attempt`
+    /// (counted since the latest resume) of kind `kind`.
+    pub(crate) fn decide(&self, attempt: u32, kind: Option<&str>, now_ms: u64) -> Decision {
+        self.policy.decide(
+            attempt.saturating_sub(self.resumed_after),
+            kind,
+            self.first_ms.unwrap_or(now_ms),
+            now_ms,
+        )
+    }
+
+    /// Whether an attempt could start without a record or a time coming
+    /// first: it holds the run from parking.
+    fn busy(&self) -> bool {
+        self.running || self.next.is_some_and(|a| a.at == RetryAt::Now)
+    }
+}
+
+/// A completion delivered to the code, kept until its operation's future
+/// takes it.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Step { status: Status, payload: Vec<u8> },
+    Fired,
+    Signal(Vec<u8>),
+    TimedOut,
+    Child { status: Status, payload: Vec<u8> },
+}
+
+/// Why a run's code cannot go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The code departed from its journal: kept whole, as callers waiting
+    /// on the run get it ([`crate::Error::Determinism`]).
+    Determinism(Box<fusee_core::run::DeterminismError>),
+    /// The machine refused a call or a record, or a completion does not
+    /// fit its operation.
+    Refused(String),
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Determinism(e) => e.fmt(f),
+            Fault::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<OpError> for Fault {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::Determinism(d) => Fault::Determinism(d),
+            other => Fault::Refused(other.to_string()),
+        }
+    }
+}
+
+/// The state a run's code and its shard loop share, on the shard thread.
+pub(crate) struct RunState<C: Code> {
+    machine: RunMachine,
+    run: RunId,
+    id: Name,
+    /// The loop's time, set before every poll.
+    now_ms: u64,
+    /// Records the code asked for, in order; the loop appends them after
+    /// the poll.
+    appends: Vec<RecordBuf>,
+    /// Completions delivered and not yet taken, by operation.
+    outcomes: FxHashMap<Seq, Outcome>,
+    /// Wakers of pending operations.
+    wakers: FxHashMap<Seq, Waker>,
+    /// Live steps, by operation.
+    steps: FxHashMap<Seq, StepSpec>,
+    fault: Option<Fault>,
+    /// Cancellations delivered to the code: an operation pending when one
+    /// arrived ends with a `cancelled` error.
+    cancels: u32,
+    /// The latest cancellation's reason.
+    cancel_reason: String,
+    /// The code asked to continue as new with this input.
+    continue_with: Option<Vec<u8>>,
+    /// The workflow types registered (to refuse a child of an unknown type
+    /// before anything is recorded).
+    registry: Registry<C>,
+    /// Update handlers the code registered, by name.
+    updates: FxHashMap<String, UpdateHandler>,
+    /// Query handlers the code registered, by name.
+    queries: FxHashMap<String, QueryHandler>,
+    /// The engine's payload limit ([`crate::Config::max_payload`]): a
+    /// payload the code hands over beyond it is refused at the call, before
+    /// anything is recorded, rather than a record the log would refuse.
+    max_payload: usize,
+}
+
+/// An update handler, type-erased: its validator, and its code started
+/// from the argument's bytes.
+pub(crate) struct UpdateHandler {
+    pub(crate) validate: Option<Validator>,
+    pub(crate) start: HandlerStart,
+}
+
+/// An update's validator over the argument's bytes: `Err` is the reason the
+/// caller is told.
+pub(crate) type Validator = Box<dyn Fn(&[u8]) -> Result<(), String>>;
+
+/// Starts an update handler's code from the argument's bytes.
+pub(crate) type HandlerStart = Box<dyn Fn(&[u8]) -> RunFuture>;
+
+/// A query handler, type-erased: argument bytes to result bytes.
+pub(crate) type QueryHandler = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, Failure>>;
+
+/// Calls `f` with update handler `name`, taken out of the run's state
+/// meanwhile: the handler's own code (its validator, the synchronous part
+/// of its start) may use the run's [`crate::Ctx`], which borrows the
+/// state. Put back after, unless the code registered a new one under the
+/// name. `None` if there is no such handler.
+pub(crate) fn with_update_handler<C: Code, R>(
+    state: &RefCell<RunState<C>>,
+    name: &str,
+    f: impl FnOnce(&UpdateHandler) -> R,
+) -> Option<R> {
+    with_handler(state, name, |s| &mut s.updates, f)
+}
+
+/// [`with_update_handler`] for query handlers.
+pub(crate) fn with_query_handler<C: Code, R>(
+    state: &RefCell<RunState<C>>,
+    name: &str,
+    f: impl FnOnce(&QueryHandler) -> R,
+) -> Option<R> {
+    with_handler(state, name, |s| &mut s.queries, f)
+}
+
+/// [`with_update_handler`] over the handlers `map` picks.
+fn with_handler<C: Code, H, R>(
+    state: &RefCell<RunState<C>>,
+    name: &str,
+    map: fn(&mut RunState<C>) -> &mut FxHashMap<String, H>,
+    f: impl FnOnce(&H) -> R,
+) -> Option<R> {
+    let handler = map(&mut state.borrow_mut()).remove(name)?;
+    let out = f(&handler);
+    map(&mut state.borrow_mut())
+        .entry(name.to_string())
+        .or_insert(handler);
+    Some(out)
+}
+
+/// The loop's side.
+impl<C: Code> RunState<C> {
+    pub(crate) fn new(
+        machine: RunMachine,
+        run: RunId,
+        id: Name,
+        registry: Registry<C>,
+        max_payload: usize,
+    ) -> Self {
+        Self {
+            machine,
+            run,
+            id,
+            now_ms: 0,
+            appends: Vec::new(),
+            outcomes: FxHashMap::default(),
+            wakers: FxHashMap::default(),
+            steps: FxHashMap::default(),
+            fault: None,
+            cancels: 0,
+            cancel_reason: String::new(),
+            continue_with: None,
+            registry,
+            updates: FxHashMap::default(),
+            queries: FxHashMap::default(),
+            max_payload,
+        }
+    }
+
+    /// The run's machine (fusee-core), which the loop hands every record
+    /// appended for the run and asks for deliveries.
+    #[inline]
+    pub(crate) fn machine(&self) -> &RunMachine {
+        &self.machine
+    }
+
+    /// [`machine`](Self::machine), to change.
+    #[inline]
+    pub(crate) fn machine_mut(&mut self) -> &mut RunMachine {
+        &mut self.machine
+    }
+
+    /// The loop's time, set before every poll.
+    #[inline]
+    pub(crate) fn set_now(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    /// Why the code cannot go on, if it cannot (taken: asked once).
+    #[inline]
+    pub(crate) fn take_fault(&mut self) -> Option<Fault> {
+        self.fault.take()
+    }
+
+    /// The records the code asked for since the last call, in order.
+    #[inline]
+    pub(crate) fn take_appends(&mut self) -> Vec<RecordBuf> {
+        std::mem::take(&mut self.appends)
+    }
+
+    /// The input the code asked to continue as new with, if it did.
+    pub(crate) fn take_continue(&mut self) -> Option<Vec<u8>> {
+        self.continue_with.take()
+    }
+
+    /// A cancellation reached the code: every pending operation wakes, to
+    /// end with a `cancelled` error.
+    pub(crate) fn cancel(&mut self, reason: String) {
+        self.cancels += 1;
+        self.cancel_reason = reason;
+        for (_, w) in self.wakers.drain() {
+            w.wake();
+        }
+    }
+
+    /// Hands a delivered completion to its operation and wakes it.
+    #[inline]
+    pub(crate) fn deliver(&mut self, seq: Seq, outcome: Outcome) {
+        self.outcomes.insert(seq, outcome);
+        if let Some(w) = self.wakers.remove(&seq) {
+            w.wake();
+        }
+    }
+
+    /// The update handlers the code registered, by name.
+    pub(crate) fn update_names(&self) -> Vec<String> {
+        self.updates.keys().cloned().collect()
+    }
+
+    /// The query handlers the code registered, by name.
+    pub(crate) fn query_names(&self) -> Vec<String> {
+        self.queries.keys().cloned().collect()
+    }
+
+    /// Update handler `name`, if the code registered one.
+    pub(crate) fn update(&self, name: &str) -> Option<&UpdateHandler> {
+        self.updates.get(name)
+    }
+
+    /// Whether one of the run's steps has an attempt to start (now or at
+    /// its retry time) and none running.
+    #[inline]
+    pub(crate) fn has_step_to_start(&self) -> bool {
+        self.steps.values().any(|s| !s.running && s.next.is_some())
+    }
+
+    /// The run's live steps, to start their attempts.
+    #[inline]
+    pub(crate) fn steps_mut(&mut self) -> impl Iterator<Item = (Seq, &mut StepSpec)> {
+        self.steps.iter_mut().map(|(seq, spec)| (*seq, spec))
+    }
+
+    /// Live step `seq`.
+    #[inline]
+    pub(crate) fn step_mut(&mut self, seq: Seq) -> Option<&mut StepSpec> {
+        self.steps.get_mut(&seq)
+    }
+
+    /// Step `seq` ended (its `Step` record): nothing more to run.
+    #[inline]
+    pub(crate) fn step_ended(&mut self, seq: Seq) {
+        self.steps.remove(&seq);
+    }
+
+    /// The loop appended an `Attempt` for step `seq`: its next attempt is
+    /// the machine's answer now.
+    pub(crate) fn step_retried(&mut self, seq: Seq) {
+        let next = self.machine.step_attempt(seq);
+        if let Some(spec) = self.steps.get_mut(&seq) {
+            spec.next = next;
+        }
+    }
+
+    /// The loop appended a `Resume` for paused step `seq`: the machine's
+    /// next attempt, which its policy counts from 1 again.
+    pub(crate) fn step_resumed(&mut self, seq: Seq) {
+        let next = self.machine.step_attempt(seq);
+        if let Some(spec) = self.steps.get_mut(&seq) {
+            spec.next = next;
+            if let Some(a) = next {
+                spec.resumed_after = a.attempt - 1;
+            }
+            spec.first_ms = None;
+        }
+    }
+
+    /// The steps paused until a `Resume`: operation, name and the attempt
+    /// a resume runs, by operation.
+    pub(crate) fn paused_steps(&self) -> Vec<(Seq, String, u32)> {
+        let mut paused: Vec<(Seq, String, u32)> = self
+            .steps
+            .iter()
+            .filter_map(|(seq, spec)| match spec.next {
+                Some(Attempt {
+                    attempt,
+                    at: RetryAt::Paused,
+                }) => Some((*seq, spec.name.to_string(), attempt)),
+                _ => None,
+            })
+            .collect();
+        paused.sort();
+        paused
+    }
+
+    /// The run's earliest live step, as `describe` shows it.
+    pub(crate) fn current_step(&self) -> Option<CurrentStep> {
+        self.steps
+            .iter()
+            .min_by_key(|(seq, _)| **seq)
+            .map(|(_, spec)| CurrentStep {
+                name: spec.name.to_string(),
+                attempt: spec.next.map_or(0, |a| a.attempt),
+                running: spec.running,
+                paused: matches!(
+                    spec.next,
+                    Some(Attempt {
+                        at: RetryAt::Paused,
+                        ..
+                    })
+                ),
+            })
+    }
+
+    /// The live steps' names, by operation.
+    pub(crate) fn step_names(&self) -> impl Iterator<Item = (Seq, &Name)> {
+        self.steps.iter().map(|(seq, spec)| (*seq, &spec.name))
+    }
+
+    /// Whether the code is quiescent: no delivery waiting, nothing asked
+    /// and not appended, no attempt running or due now.
+    pub(crate) fn quiescent(&self) -> bool {
+        self.machine.pending_deliveries() == 0
+            && self.machine.unappended() == 0
+            && self.appends.is_empty()
+            && self.steps.values().all(|spec| !spec.busy())
+    }
+}
+
+/// The code's side (what [`crate::Ctx`] and its futures call).
+impl<C: Code> RunState<C> {
+    /// The run's number.
+    #[inline]
+    pub(crate) fn run(&self) -> RunId {
+        self.run
+    }
+
+    /// The workflow ID.
+    #[inline]
+    pub(crate) fn id(&self) -> &Name {
+        &self.id
+    }
+
+    /// The loop's time at this poll.
+    #[inline]
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The workflow types registered.
+    #[inline]
+    pub(crate) fn registry(&self) -> &Registry<C> {
+        &self.registry
+    }
+
+    /// Cancellations delivered to the code so far.
+    #[inline]
+    pub(crate) fn cancels(&self) -> u32 {
+        self.cancels
+    }
+
+    /// Whether the machine is still answering from the journal.
+    #[inline]
+    pub(crate) fn replaying(&self) -> bool {
+        self.machine.is_replaying()
+    }
+
+    /// `Err` (kind `too-large`) when `len` bytes of `what` exceed the
+    /// payload limit.
+    pub(crate) fn check_payload(&self, what: &str, len: usize) -> Result<(), Failure> {
+        if len > self.max_payload {
+            return Err(Failure::with_kind(
+                "too-large",
+                format!(
+                    "{what} of {len} bytes exceeds the payload limit of {} bytes",
+                    self.max_payload
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The error of an operation cancelled while pending.
+    pub(crate) fn cancelled(&self) -> Failure {
+        Failure::with_kind("cancelled", self.cancel_reason.clone())
+    }
+
+    /// Asks the machine: its answer, or `None` when the run cannot go on
+    /// (the fault is kept for the loop).
+    #[inline]
+    pub(crate) fn issue<T>(
+        &mut self,
+        call: impl FnOnce(&mut RunMachine) -> Result<T, OpError>,
+    ) -> Option<T> {
+        match call(&mut self.machine) {
+            Ok(answer) => Some(answer),
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// A record the code asks for: the loop appends it after the poll.
+    #[inline]
+    pub(crate) fn ask(&mut self, rec: RecordBuf) {
+        self.appends.push(rec);
+    }
+
+    /// Issues a command operation once (`seq` remembers it): `call` asks
+    /// the machine, and a live answer appends `record(run, seq)`. `None`
+    /// when the run cannot go on (the fault is recorded).
+    #[inline]
+    pub(crate) fn command(
+        &mut self,
+        seq: &mut Option<Seq>,
+        call: impl FnOnce(&mut RunMachine) -> Result<Issued, OpError>,
+        record: impl FnOnce(RunId, Seq) -> RecordBuf,
+    ) -> Option<Seq> {
+        if let Some(seq) = *seq {
+            return Some(seq);
+        }
+        let issued = self.issue(call)?;
+        if let Issued::Append(n) = issued {
+            let rec = record(self.run, n);
+            self.appends.push(rec);
+        }
+        *seq = Some(issued.seq());
+        *seq
+    }
+
+    /// The code calls step `name`: its operation, and, unless the journal
+    /// holds its result, a live step the loop runs with `f` by `policy`.
+    /// `None` when the run cannot go on.
+    #[inline]
+    pub(crate) fn call_step(
+        &mut self,
+        name: &Name,
+        f: &StepFn,
+        policy: &RetryPolicy,
+    ) -> Option<Seq> {
+        let start = self.issue(|m| m.step(name))?;
+        if let StepRun::Attempt(a) = start.run {
+            self.steps.insert(
+                start.seq,
+                StepSpec {
+                    name: name.clone(),
+                    f: f.clone(),
+                    policy: policy.clone(),
+                    first_ms: None,
+                    running: false,
+                    next: Some(a),
+                    resumed_after: 0,
+                },
+            );
+        }
+        Some(start.seq)
+    }
+
+    /// Operation `seq`'s outcome, if delivered; else a cancellation
+    /// delivered since the operation was called (`cancels` then), as its
+    /// error; else pending, woken by `waker` when either comes.
+    #[inline]
+    pub(crate) fn poll_outcome(
+        &mut self,
+        seq: Seq,
+        cancels: u32,
+        waker: &Waker,
+    ) -> Poll<Result<Outcome, Failure>> {
+        if let Some(outcome) = self.outcomes.remove(&seq) {
+            return Poll::Ready(Ok(outcome));
+        }
+        if self.cancels > cancels {
+            return Poll::Ready(Err(self.cancelled()));
+        }
+        self.wakers.insert(seq, waker.clone());
+        Poll::Pending
+    }
+
+    /// The code cannot go on: `why`.
+    pub(crate) fn refuse(&mut self, why: String) {
+        self.fault = Some(Fault::Refused(why));
+    }
+
+    /// The code asks to continue as new with `input`.
+    pub(crate) fn continue_as_new(&mut self, input: Vec<u8>) {
+        self.continue_with = Some(input);
+    }
+
+    /// Registers update handler `name`.
+    pub(crate) fn on_update(&mut self, name: String, handler: UpdateHandler) {
+        self.updates.insert(name, handler);
+    }
+
+    /// Registers query handler `name`.
+    pub(crate) fn on_query(&mut self, name: String, handler: QueryHandler) {
+        self.queries.insert(name, handler);
+    }
+
+    /// Wait `seq` was dropped before it ended (it lost a race): recorded
+    /// as abandoned, so the signal offered to it goes to another wait.
+    pub(crate) fn abandon_wait(&mut self, seq: Seq) {
+        self.wakers.remove(&seq);
+        if self.machine.abandon_wait(seq) == Abandon::Append {
+            let run = self.run;
+            self.appends.push(RecordBuf::Waited {
+                run,
+                seq,
+                outcome: WaitOutcome::Abandoned,
+            });
+        }
+    }
+
+    fn fail(&mut self, e: OpError) {
+        if self.fault.is_none() {
+            self.fault = Some(Fault::from(e));
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! What a step function is given and returns: [`StepContext`] (its
+//! idempotency key, attempt, fencing token, trace context) and
+//! [`StepError`]; and the type-erased step function the runtime keeps.
+//! A leaf: both the workflow API (`ctx`) and the runtime import it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::workflow::Failure;
+
+/// How a step attempt failed: a message, an optional kind that retry
+/// policies match on ([`crate::RetryPolicy::non_retryable`]), and whether it may
+/// be retried at all. Any error converts into one with `?` (retryable, no
+/// kind).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepError {
+    /// What went wrong.
+    pub message: String,
+    /// A short kind for retry policies and callers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// False: fail the step now, whatever the policy allows.
+    #[serde(default = "yes")]
+    pub retryable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl StepError {
+    /// A retryable error.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            kind: None,
+            retryable: true,
+        }
+    }
+
+    /// An error that fails the step at once.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            kind: None,
+            retryable: false,
+        }
+    }
+
+    /// The same error with `kind` set.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Some(k) => write!(f, "{k}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl<E: std::error::Error> From<E> for StepError {
+    fn from(e: E) -> Self {
+        Self::retryable(e.to_string())
+    }
+}
+
+impl From<StepError> for Failure {
+    fn from(e: StepError) -> Self {
+        Failure {
+            message: e.message,
+            kind: e.kind,
+        }
+    }
+}
+
+/// What a step function is told: which attempt this is, the step's
+/// idempotency key, and the fencing token of its run's shard.
+#[derive(Clone, Debug)]
+pub struct StepContext {
+    key: Arc<str>,
+    attempt: u32,
+    fencing_token: u64,
+    /// The run's place in its trace and the step's sequence: the
+    /// attempt's span is derived only when asked for
+    /// ([`StepContext::traceparent`]), so a step that never asks pays no
+    /// hash.
+    trace: Option<(crate::trace::RunTrace, u32)>,
+}
+
+impl StepContext {
+    pub(crate) fn new(key: Arc<str>, attempt: u32) -> Self {
+        Self {
+            key,
+            attempt,
+            fencing_token: 0,
+            trace: None,
+        }
+    }
+
+    /// The same context carrying `token` ([`StepContext::fencing_token`]).
+    pub(crate) fn with_fencing_token(mut self, token: u64) -> Self {
+        self.fencing_token = token;
+        self
+    }
+
+    /// A number that grows with every change of owner of the run's shard
+    /// (under [`crate::Ownership::Lease`] on PostgreSQL: the shard's lease
+    /// epoch, which every open of the shard moves), so an outside service
+    /// can refuse a late write from a process that lost the shard.
+    ///
+    /// A step runs at least once: a process paused past its lease may
+    /// finish a step after another process took the shard and ran the same
+    /// step again. Its token is then lower than the new owner's. A service
+    /// that keeps, per idempotency key ([`StepContext::key`]), the highest
+    /// token it has seen and refuses a write carrying a lower one applies
+    /// only the current owner's write. Compare tokens of one key only:
+    /// each shard counts its own. With a backend one process owns whole
+    /// (files, RocksDB, redb, memory) it is 0, and only one process can run
+    /// the step at a time.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::Mutex;
+    ///
+    /// /// An outside service's ledger: per key, the highest token seen.
+    /// #[derive(Default)]
+    /// struct Ledger(Mutex<HashMap<String, u64>>);
+    ///
+    /// impl Ledger {
+    ///     /// Applies a write unless a newer owner's write came first.
+    ///     fn write(&self, key: &str, token: u64) -> Result<(), String> {
+    ///         let mut seen = self.0.lock().unwrap();
+    ///         let highest = seen.entry(key.to_owned()).or_insert(0);
+    ///         if token < *highest {
+    ///             return Err(format!("stale token {token} < {highest}"));
+    ///         }
+    ///         *highest = token;
+    ///         Ok(()) // ...apply the effect
+    ///     }
+    /// }
+    ///
+    /// let ledger = Ledger::default();
+    /// // The new owner (epoch 8) ran the step, then the old one (epoch 7)
+    /// // woke up and finished its attempt: refused.
+    /// assert!(ledger.write("order-1/1/2", 8).is_ok());
+    /// assert!(ledger.write("order-1/1/2", 7).is_err());
+    /// // In a step: `ledger.write(step.key(), step.fencing_token())`.
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The same attempt under another idempotency key (a saga's own).
+    pub(crate) fn with_key(mut self, key: Arc<str>) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// The context of step `seq`'s attempt of run `run`'s trace.
+    pub(crate) fn traced(mut self, run: crate::trace::RunTrace, seq: u32) -> Self {
+        self.trace = Some((run, seq));
+        self
+    }
+
+    /// This attempt's trace context: the run's trace, this attempt's span
+    /// as the parent. Send it as the `traceparent` header of the calls the
+    /// step makes, so they appear under the attempt in the trace (see
+    /// [`crate::trace`]). `None` only for a context made outside the
+    /// engine's shard loop.
+    pub fn traceparent(&self) -> Option<crate::trace::TraceParent> {
+        self.trace
+            .map(|(run, seq)| run.context(crate::trace::SpanOf::Attempt(seq, self.attempt)))
+    }
+
+    /// The step's idempotency key: the same on every attempt and after
+    /// every restart, unique to this step of this run (`<workflow
+    /// ID>/<run>/<operation>`). Pass it to outside services so an effect
+    /// retried after a crash is applied once.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// This attempt's number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// A step function's future, type-erased, its result already encoded.
+pub(crate) type StepFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, StepError>> + Send>>;
+/// A step function, type-erased.
+pub(crate) type StepFn = Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
+
+/// A step mock (feature `testing`): given the step's real function, the
+/// function to run instead (which may call the real one).
+#[cfg(feature = "testing")]
+pub(crate) type StepWrap = Arc<dyn Fn(StepFn) -> StepFn + Send + Sync>;

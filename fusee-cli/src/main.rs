@@ -8,6 +8,7 @@
 //! | `fusee show DIR ID` | one run's journal, record by record (`--json`: the `fusee-journal` format, version 1) |
 //! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem |
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
+//! | `fusee check DIR` | every unfinished run replayed against workflow code, read-only (the stock binary has none: an embedder builds its own with `fusee::check::main`) |
 //! | `fusee migrate SRC DST [--to BACKEND]` | a stopped engine's store moved to another backend (a directory or a PostgreSQL URL), checked run by run; the destination opens only once whole |
 //! | `fusee reshard SRC DST --shards N [--to BACKEND]` | a stopped engine's store copied into a new store of N shards: runs moved to the shard their ID hashes to, renumbered, links and messages in flight rewritten, checked run by run; the destination opens only once whole |
 //! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
@@ -174,6 +175,20 @@ enum Command {
     /// source is only read; interrupted, the destination is refused at
     /// open until the command is run again.
     Migrate(migrate::Args),
+    /// Replays every unfinished run of a stopped engine's store against
+    /// workflow code, read-only, and names each run whose code departs
+    /// from its journal (exit 1 if any). The code is your application's:
+    /// this stock binary holds none, so it only lists the runs it could not
+    /// check; build your own `check` binary with `fusee::check::main` and
+    /// your registrations (see the README, "Checking runs against new
+    /// code").
+    Check {
+        /// The store's directory.
+        dir: PathBuf,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Copies a stopped engine's store into a new store of --shards N
     /// shards (SRC and DST as for migrate; DST may be another backend):
     /// every run moved to the shard its workflow ID hashes to under N and
@@ -440,6 +455,14 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Compare(a) => compare::run(a),
         Command::Migrate(a) => migrate::run(&a, None),
         Command::Reshard(a) => migrate::run(&a.migrate, Some(a.shards)),
+        Command::Check { dir, json } => {
+            eprintln!(
+                "note: this fusee binary holds no workflow code: every unfinished run is listed \
+                 as unchecked. Build your own check binary with fusee::check::main and your \
+                 registrations to replay them."
+            );
+            Ok(fusee::check::run(&dir, json, |_| {}))
+        }
         Command::Verb(v) => live::verb(v),
     }
 }

@@ -149,6 +149,11 @@ pub struct Description {
     pub parked: bool,
     /// Whether an operator paused it ([`Engine::pause`](crate::Engine::pause)): no step starts.
     pub paused: bool,
+    /// Why the replay check held it ([`Engine::check_replay`](crate::Engine::check_replay)):
+    /// its code departs from its journal, so its code does not run (it is
+    /// also `paused`) until [`Engine::resume`](crate::Engine::resume) or a
+    /// reset. `None` when it is not held.
+    pub held: Option<String>,
     /// Its journal's size in bytes (canonical records): what replaying it
     /// costs, and how close a long-lived run is to wanting
     /// continue-as-new.
@@ -314,6 +319,51 @@ pub struct RunSummary {
     pub finished_ms: Option<u64>,
     /// Whether it is parked in the run store.
     pub parked: bool,
+    /// Why the replay check held it, if it did (see [`Description::held`]).
+    pub held: Option<String>,
+}
+
+/// A run whose journal the registered code departs from, as the replay
+/// check ([`Engine::check_replay`](crate::Engine::check_replay)) finds it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Divergence {
+    /// The workflow ID.
+    pub id: String,
+    /// The workflow type.
+    pub workflow: String,
+    /// The code version its `Start` recorded (0: none).
+    pub version: u32,
+    /// Its shard.
+    pub shard: u32,
+    /// Its run number in its shard.
+    pub run: RunId,
+    /// The operation (its sequence number) where the code departs, when
+    /// the run's machine named one.
+    pub operation: Option<u32>,
+    /// What the journal holds there (`step "charge"`).
+    pub journal: String,
+    /// What the code asked for instead (`called step "refund"`).
+    pub code: String,
+    /// The whole determinism error.
+    pub message: String,
+    /// Whether the check held the run (paused with this reason); false
+    /// for a check that only reads (`fusee check`).
+    pub held: bool,
+}
+
+/// One shard's answer to a page of the replay check (`Input::Check`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CheckPage {
+    /// Unfinished runs replayed.
+    pub(crate) checked: u64,
+    /// Those whose code departs from their journal.
+    pub(crate) divergences: Vec<Divergence>,
+    /// Unfinished runs whose type has no code registered: (ID, type).
+    pub(crate) no_code: Vec<(String, String)>,
+    /// Runs held before this check (skipped).
+    pub(crate) already_held: u64,
+    /// Where the shard goes on (runs below this number), `None` when done.
+    pub(crate) resume: Option<RunId>,
 }
 
 /// A page of [`Engine::list`](crate::Engine::list): runs newest first, and where to go on.

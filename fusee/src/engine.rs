@@ -201,6 +201,8 @@ impl Engine {
             }
         }
         let registry = Registry::default();
+        // Held back until `check_replay` runs (`Config::replay_check`).
+        registry.hold_back(config.replay_check);
         let loop_config = LoopConfig {
             shards: config.shards,
             max_payload: config.max_payload,
@@ -294,9 +296,7 @@ impl Engine {
         Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
     {
         self.inner.registry.register(workflow, f)?;
-        self.inner.shards.each_owned(|_, h| {
-            let _ = h.tx.send(Input::Registered);
-        });
+        self.start_waiting_code();
         Ok(())
     }
 
@@ -663,6 +663,20 @@ impl Engine {
         out
     }
 
+    /// The registered workflow types (and step mocks): the test kit's
+    /// replay and the replay check read them.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Tells every shard to start the code of runs waiting for it (a type
+    /// was registered, or the replay check let starts go).
+    pub(crate) fn start_waiting_code(&self) {
+        self.inner.shards.each_owned(|_, h| {
+            let _ = h.tx.send(Input::Registered);
+        });
+    }
+
     /// The engine's telemetry figures (`None`: [`Config::metrics`] off).
     pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
         self.inner.telemetry.as_deref()
@@ -900,11 +914,6 @@ impl Engine {
                 }
             })
             .collect()
-    }
-
-    /// The registered workflow types (and step mocks).
-    pub(crate) fn registry(&self) -> &Registry {
-        &self.inner.registry
     }
 
     /// Stops every shard as a crash would (what `Drop` does for the last

@@ -98,6 +98,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+pub mod check;
 mod client;
 pub mod clock;
 pub mod config;
@@ -125,9 +126,10 @@ pub mod trace;
 mod workflow;
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use check::ReplayReport;
 pub use client::{
-    CurrentStep, Cursor, Description, IdPolicy, ListFilter, Page, PendingChild, PendingWait,
-    RunRef, RunStatus, RunSummary, StartOptions, StatusFilter,
+    CurrentStep, Cursor, Description, Divergence, IdPolicy, ListFilter, Page, PendingChild,
+    PendingWait, RunRef, RunStatus, RunSummary, StartOptions, StatusFilter,
 };
 pub use clock::{Clock, VirtualClock};
 pub use config::Config;

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::Serialize;
@@ -58,6 +59,9 @@ pub(crate) struct Registry<C: Code> {
     handlers: Arc<RwLock<BTreeMap<String, Entry<C>>>>,
     /// The engine the code runs in, once flow control is registered.
     host: Arc<OnceLock<C::Host>>,
+    /// No run's code starts while set: the engine was opened with
+    /// `Config::replay_check` and its check has not run yet.
+    held_back: Arc<AtomicBool>,
     /// Step mocks by step name (the test kit's; `Ctx::step` asks).
     #[cfg(feature = "testing")]
     mocks: Arc<RwLock<BTreeMap<String, C::StepMock>>>,
@@ -70,6 +74,7 @@ impl<C: Code> Clone for Registry<C> {
         Self {
             handlers: Arc::clone(&self.handlers),
             host: Arc::clone(&self.host),
+            held_back: Arc::clone(&self.held_back),
             #[cfg(feature = "testing")]
             mocks: Arc::clone(&self.mocks),
         }
@@ -81,6 +86,7 @@ impl<C: Code> Default for Registry<C> {
         Self {
             handlers: Arc::default(),
             host: Arc::default(),
+            held_back: Arc::default(),
             #[cfg(feature = "testing")]
             mocks: Arc::default(),
         }
@@ -139,6 +145,28 @@ impl<C: Code> Registry<C> {
             .unwrap_or_else(|e| e.into_inner())
             .get(wtype)
             .map(|e| Arc::clone(&e.handler))
+    }
+
+    /// The code of `wtype` for a run's code to start with: `None` while
+    /// starts are held back ([`hold_back`](Self::hold_back)), as if not
+    /// registered yet, so the run waits for its code. A replay reads
+    /// [`get`](Self::get).
+    pub(crate) fn to_start(&self, wtype: &str) -> Option<Handler<C>> {
+        if self.held_back.load(Ordering::Acquire) {
+            return None;
+        }
+        self.get(wtype)
+    }
+
+    /// Holds back (`true`) or lets go (`false`) every run's code start
+    /// (see [`to_start`](Self::to_start)).
+    pub(crate) fn hold_back(&self, held: bool) {
+        self.held_back.store(held, Ordering::Release);
+    }
+
+    /// Whether runs' code starts are held back.
+    pub(crate) fn is_held_back(&self) -> bool {
+        self.held_back.load(Ordering::Acquire)
     }
 
     /// Whether `input` decodes as the input type of `wtype`; `None` when

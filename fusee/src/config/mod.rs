@@ -230,6 +230,15 @@ pub struct Config {
     /// touches the global one. See [`crate::otel`].
     #[cfg(feature = "otel")]
     pub tracer: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+    /// Whether the engine checks every unfinished run against its code
+    /// before any run's code starts (default off). With it on,
+    /// [`Engine::open`](crate::Engine::open) recovers the shards but starts
+    /// no run's code (runs wait as for code not registered yet) until
+    /// [`Engine::check_replay`](crate::Engine::check_replay) has run: open,
+    /// register your workflows, then call it. It replays every loaded and
+    /// parked unfinished run with the registered code, holds those that
+    /// depart from their journals, and lets the others start.
+    pub replay_check: bool,
 }
 
 impl Config {
@@ -254,6 +263,7 @@ impl Config {
             metrics: true,
             #[cfg(feature = "otel")]
             tracer: None,
+            replay_check: false,
         }
     }
 
@@ -320,6 +330,27 @@ impl Config {
     /// Sets the time between checkpoints.
     pub fn checkpoint_interval(mut self, d: Duration) -> Self {
         self.checkpoint_interval = d;
+        self
+    }
+
+    /// Turns the replay check at open on or off (see
+    /// [`Config::replay_check`](Config#structfield.replay_check)).
+    ///
+    /// ```no_run
+    /// # async fn demo(register: impl Fn(&fusee::Engine)) -> fusee::Result<()> {
+    /// use fusee::{Config, Engine};
+    /// let engine = Engine::open(Config::file("data").replay_check(true)).await?;
+    /// register(&engine); // your workflows, as always
+    /// // No run's code has started yet: each is replayed against the code
+    /// // just registered; those that depart are held, the rest go on.
+    /// let report = engine.check_replay().await?;
+    /// for d in &report.divergences {
+    ///     eprintln!("held {} ({}): {}", d.id, d.workflow, d.message);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn replay_check(mut self, on: bool) -> Self {
+        self.replay_check = on;
         self
     }
 

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use fusee_core::record::{
-    Lsn, Record, RecordBuf, RunId, Seq, Status, WaitOutcome, encode_canonical,
+    Lsn, Record, RecordBuf, Seq, Status, WaitOutcome, encode_canonical, iter_canonical,
 };
 use fusee_core::run::{Answer, Delivery, DeterminismError, OpError, RunMachine};
 
-use super::run::Outcome;
+use super::run::{Fault, Outcome};
 use crate::ctx::{Ctx, Registry, RunState, Stopped, panic_message};
 use crate::registry::RunFuture;
 use crate::workflow::{Failure, decode, encode};
@@ -152,8 +152,50 @@ pub(crate) enum ReplayFault {
         wtype: String,
         registered: Vec<String>,
     },
-    /// The code departs from the journal (the determinism error's text).
-    Diverged(String),
+    /// The code departs from the journal.
+    Diverged(Departure),
+}
+
+/// How replayed code departs from its journal: the text, and the
+/// determinism error when the run's machine caught it (what the journal
+/// holds at which operation, and what the code did instead).
+pub(crate) struct Departure {
+    /// The determinism error's text (or why the machine refused).
+    pub(crate) message: String,
+    /// The determinism error itself, when it is one.
+    pub(crate) error: Option<Box<DeterminismError>>,
+}
+
+impl Departure {
+    fn text(message: String) -> Self {
+        Self {
+            message,
+            error: None,
+        }
+    }
+
+    fn fault(f: Fault) -> Self {
+        match f {
+            Fault::Determinism(e) => e.into(),
+            Fault::Refused(why) => Self::text(why),
+        }
+    }
+
+    fn op(e: OpError) -> Self {
+        match e {
+            OpError::Determinism(e) => e.into(),
+            other => Self::text(other.to_string()),
+        }
+    }
+}
+
+impl From<Box<DeterminismError>> for Departure {
+    fn from(e: Box<DeterminismError>) -> Self {
+        Self {
+            message: e.to_string(),
+            error: Some(e),
+        }
+    }
 }
 
 /// Replays a run's journal (`records`, oldest first, its `Start` first)
@@ -163,15 +205,43 @@ pub(crate) enum ReplayFault {
 /// recorded: what the code asks past the journal's end is only reported.
 /// The test kit's replay and queries to a finished run use it.
 pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Replay, ReplayFault> {
-    let Some(Record::Start {
-        run,
-        id,
-        wtype,
-        input,
-        started_ms,
-        ..
-    }) = records.first()
-    else {
+    let mut bytes = Vec::new();
+    for r in records {
+        encode_canonical(r, &mut bytes);
+    }
+    replay_encoded(registry, &bytes)
+}
+
+/// [`replay`] of a journal in its canonical bytes (as a shard and a frame
+/// hold it): the replay check's form, which decodes nothing twice.
+pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay, ReplayFault> {
+    let malformed = |e: &dyn std::fmt::Display| ReplayFault::Malformed(e.to_string());
+    let mut records: Lsn = 0;
+    let mut end_recorded = false;
+    let mut start = None;
+    for item in iter_canonical(bytes) {
+        let (rec, _) = item.map_err(|e| malformed(&e))?;
+        records += 1;
+        match rec {
+            Record::Start {
+                run,
+                id,
+                wtype,
+                input,
+                started_ms,
+                ..
+            } if start.is_none() && records == 1 => {
+                start = Some((run, id, wtype, input, started_ms));
+            }
+            Record::Done {
+                by: None,
+                status: Status::Ok | Status::Failed | Status::Cancelled | Status::ContinuedAsNew,
+                ..
+            } => end_recorded = true,
+            _ => {}
+        }
+    }
+    let Some((run, id, wtype, input, started_ms)) = start else {
         return Err(ReplayFault::Malformed(
             "its first record is not the run's Start".into(),
         ));
@@ -182,30 +252,21 @@ pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Repla
             registered: registry.names(),
         });
     };
-    let run: RunId = *run;
-    let mut bytes = Vec::new();
-    for r in records {
-        encode_canonical(r, &mut bytes);
-    }
-    let mut lsn = records.len() as Lsn;
-    let machine =
-        RunMachine::build(run, &bytes, lsn).map_err(|e| ReplayFault::Malformed(e.to_string()))?;
-    let end_recorded = records.iter().any(|r| {
-        matches!(r, Record::Done { by: None, status, .. }
-            if matches!(status, Status::Ok | Status::Failed | Status::Cancelled | Status::ContinuedAsNew))
-    });
+    let mut lsn = records;
+    let machine = RunMachine::build(run, bytes, lsn).map_err(|e| malformed(&e))?;
     let state = Rc::new(RefCell::new(RunState::new(
         machine,
         run,
-        id.clone(),
+        fusee_core::record::Name::from(id),
         registry.clone(),
         // No limit: replay checks the code against a journal a real engine
         // (with its own limit) already accepted.
         usize::MAX,
     )));
     // The code's clock reads the run's start; recorded values replay.
-    state.borrow_mut().set_now(*started_ms);
-    let diverged = ReplayFault::Diverged;
+    state.borrow_mut().set_now(started_ms);
+    let diverged = |d: Departure| ReplayFault::Diverged(d);
+    let text = |e: &dyn std::fmt::Display| ReplayFault::Diverged(Departure::text(e.to_string()));
     let mut future: RunFuture = handler(Ctx::new(Rc::clone(&state)), input);
     let mut handlers: Vec<(u64, RunFuture)> = Vec::new();
     let flag = Arc::new(Flag(AtomicBool::new(true)));
@@ -234,15 +295,15 @@ pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Repla
                 .borrow_mut()
                 .machine_mut()
                 .handle_record(lsn, rec)
-                .map_err(|e| diverged(e.to_string()))?;
+                .map_err(|e| text(&e))?;
         }
         if let Some(fault) = fault {
-            return Err(diverged(fault.to_string()));
+            return Err(diverged(Departure::fault(fault)));
         }
         for (ordinal, result) in returned {
             let answer = state.borrow_mut().machine_mut().update_done(ordinal);
             let (status, payload) = ending(result);
-            match answer.map_err(|e| diverged(op_message(e)))? {
+            match answer.map_err(|e| diverged(Departure::op(e)))? {
                 Answer::Recorded => {}
                 Answer::Append => {
                     next.push((Seq::MAX, format!("update {ordinal} returns")));
@@ -257,7 +318,7 @@ pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Repla
                         .borrow_mut()
                         .machine_mut()
                         .handle_record(lsn, &rec)
-                        .map_err(|e| diverged(e.to_string()))?;
+                        .map_err(|e| text(&e))?;
                 }
             }
         }
@@ -276,7 +337,7 @@ pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Repla
         };
         if let Some((status, payload)) = end {
             let answer = state.borrow_mut().machine_mut().finish(status);
-            answer.map_err(|e| diverged(op_message(e)))?;
+            answer.map_err(|e| diverged(Departure::op(e)))?;
             let next = ordered(next, &state);
             return Ok(Replay {
                 ended: Some(status),
@@ -291,13 +352,13 @@ pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Repla
             // Quiescent with nothing more to deliver: the journal's end.
             if end_recorded {
                 // The journal says the code ended here, and it waits.
-                return Err(diverged(format!(
+                return Err(diverged(Departure::text(format!(
                     "run {run}: the journal holds the run's end but the code waits{}",
                     match ordered(next, &state).first() {
                         Some(op) => format!(" at {op}"),
                         None => " without calling anything".into(),
                     }
-                )));
+                ))));
             }
             let next = ordered(next, &state);
             return Ok(Replay {
@@ -310,7 +371,7 @@ pub(crate) fn replay(registry: &Registry, records: &[RecordBuf]) -> Result<Repla
         }
     }
     Err(ReplayFault::Malformed(format!(
-        "the code of {id:?} was polled {MAX_POLLS} times without settling"
+        "the code of run {run} was polled {MAX_POLLS} times without settling"
     )))
 }
 
@@ -364,7 +425,7 @@ fn ordered(mut next: Vec<(Seq, String)>, state: &Rc<RefCell<RunState>>) -> Vec<S
 fn deliver_next(
     state: &Rc<RefCell<RunState>>,
     handlers: &mut Vec<(u64, RunFuture)>,
-) -> Result<bool, String> {
+) -> Result<bool, Departure> {
     let update = {
         let mut guard = state.borrow_mut();
         let s = &mut *guard;
@@ -372,7 +433,7 @@ fn deliver_next(
             outcome,
             cancel,
             update,
-        }) = take_delivery(s).map_err(|e| e.to_string())?
+        }) = take_delivery(s).map_err(Departure::from)?
         else {
             return Ok(false);
         };
@@ -415,8 +476,4 @@ fn ending(result: Result<Vec<u8>, Failure>) -> (Status, Vec<u8>) {
 /// Whether a failure payload is a cancellation's (kind `cancelled`).
 fn is_cancel(payload: &[u8]) -> bool {
     decode::<Failure>(payload).is_ok_and(|f| f.kind.as_deref() == Some("cancelled"))
-}
-
-fn op_message(e: OpError) -> String {
-    e.to_string()
 }

@@ -121,6 +121,7 @@ impl ShardLoop {
                 let _ = reply.send(m);
             }
             Input::Registered => self.start_waiting_code(),
+            Input::Check { below, reply } => self.take_check(below, reply, now_ms),
             Input::StepDone {
                 run,
                 seq,
@@ -715,7 +716,10 @@ impl ShardLoop {
             }
             Err(ReplayFault::Diverged(why)) => Err(failed(
                 "determinism",
-                format!("the registered code departs from the finished run's journal: {why}"),
+                format!(
+                    "the registered code departs from the finished run's journal: {}",
+                    why.message
+                ),
             )),
             Err(ReplayFault::Malformed(why)) => Err(failed(
                 "replay",
@@ -788,6 +792,7 @@ impl ShardLoop {
                 stopped_because: None,
                 parked: true,
                 paused: view.paused,
+                held: view.held,
                 journal_bytes: view.bytes,
                 journal_records: view.records,
                 children: view.children,
@@ -826,6 +831,7 @@ impl ShardLoop {
             stopped_because: stopped,
             parked: false,
             paused: view.paused,
+            held: view.held,
             journal_bytes: view.bytes,
             journal_records: view.records,
             children: view.children,

@@ -51,6 +51,7 @@
 //!   storage answered `Fenced`, [`crate::Error::Unavailable`] when it was
 //!   out of reach), and nothing more is appended.
 
+mod check;
 mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
@@ -99,6 +100,7 @@ use crate::registry::RunFuture;
 use crate::step::StepError;
 use run::Fault;
 
+pub(crate) use check::{Verdict, judge};
 pub(crate) use steps::StepJob;
 
 /// A reply to a client request.
@@ -246,6 +248,9 @@ pub(crate) enum Input {
         run: Option<RunId>,
         reply: Reply<LiveJournal>,
     },
+    /// A page of the replay check (`runtime/check`) below a run number;
+    /// answered with a `CheckPage` as JSON.
+    Check { below: RunId, reply: Reply<Vec<u8>> },
 }
 
 impl Input {
@@ -268,6 +273,7 @@ impl Input {
                 | Input::ResumeStep { .. }
                 | Input::List { .. }
                 | Input::Journal { .. }
+                | Input::Check { .. }
         )
     }
 }

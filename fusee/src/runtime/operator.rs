@@ -11,6 +11,12 @@
 //! the journal, the state survives a restart and a park, and replay never
 //! sees it: `RunMachine` passes `Attributes` to the host.
 //!
+//! The replay check holds a run whose code departs from its journal
+//! (`runtime/check`) with a pausing record that also holds the key
+//! `"fusee.held"`, a string: why. A held run's code does not start (it
+//! would only stop at the departure); resuming it (`"fusee.paused":
+//! false`) lets its code start again, with the code registered then.
+//!
 //! While a run is paused no step attempt starts ([`ShardLoop::start_steps`]
 //! asks [`ShardLoop::is_paused`]); its timers fire, signals, updates and
 //! cancels are recorded, and its code runs up to its next step.
@@ -65,10 +71,15 @@ use crate::error::Error;
 /// The attribute key that pauses a run.
 const PAUSED_KEY: &str = "fusee.paused";
 
+/// The attribute key, beside a pause, that says the replay check held the
+/// run, and why.
+const HELD_KEY: &str = "fusee.held";
+
 /// What a run's journal says, for `describe`.
 #[derive(Debug, Default)]
 pub(super) struct JournalView {
     pub(super) paused: bool,
+    pub(super) held: Option<String>,
     pub(super) bytes: u64,
     pub(super) records: u64,
     pub(super) children: Vec<PendingChild>,
@@ -128,6 +139,7 @@ impl JournalView {
                 Record::Attributes { payload, .. } => {
                     if let Some(p) = paused_in(payload) {
                         view.paused = p;
+                        view.held = held_in(payload);
                     }
                 }
                 // A finished run waits for nothing and is not paused: what
@@ -137,6 +149,7 @@ impl JournalView {
                     children.clear();
                     waits.clear();
                     view.paused = false;
+                    view.held = None;
                 }
                 _ => {}
             }
@@ -151,6 +164,23 @@ impl JournalView {
 fn paused_in(payload: &[u8]) -> Option<bool> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
     value.get(PAUSED_KEY)?.as_bool()
+}
+
+/// Why a pausing `Attributes` payload holds its run (the replay check's
+/// hold), if it does.
+fn held_in(payload: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    if value.get(PAUSED_KEY)?.as_bool()? {
+        return value.get(HELD_KEY)?.as_str().map(str::to_string);
+    }
+    None
+}
+
+/// The `Attributes` payload that holds a run: paused, with why.
+pub(super) fn held_payload(why: &str) -> Vec<u8> {
+    serde_json::json!({ PAUSED_KEY: true, HELD_KEY: why })
+        .to_string()
+        .into_bytes()
 }
 
 /// The `Attributes` payload that pauses or resumes a run.
@@ -171,6 +201,20 @@ impl ShardLoop {
                 .find_map(|a| paused_in(a))
                 .unwrap_or(false)
         })
+    }
+
+    /// Why loaded run `run` is held by the replay check, if it is: its
+    /// latest `Attributes` record with the pause key pauses it and names
+    /// why.
+    pub(super) fn held_reason(&self, run: RunId) -> Option<String> {
+        let l = self.core.get(run)?;
+        let latest = l.attrs.iter().rev().find(|a| paused_in(a).is_some())?;
+        held_in(latest)
+    }
+
+    /// Whether loaded run `run` is held (see [`held_reason`](Self::held_reason)).
+    pub(super) fn is_held(&self, run: RunId) -> bool {
+        self.held_reason(run).is_some()
     }
 
     /// Pauses or resumes workflow `id` (see the module docs); answers once
@@ -201,6 +245,9 @@ impl ShardLoop {
         self.ack_after(&rec, reply);
         if !paused {
             self.stepping.insert(run);
+            // A run the replay check held has no code running: it starts
+            // now, with the code registered now.
+            self.start_code(run);
         }
         tracing::debug!(shard = self.shard, run, paused, "pause state set");
     }
@@ -551,6 +598,7 @@ impl ShardLoop {
                 finished: done,
                 finished_ms: ended.map(|(_, ms)| ms),
                 parked: false,
+                held: self.held_reason(run),
             });
         }
         let parked = self.core.parked(run)?;
@@ -581,6 +629,8 @@ impl ShardLoop {
             finished: done,
             finished_ms: self.core.parked_finished_ms(run),
             parked: true,
+            // A held run does not park (`parking::quiescent`).
+            held: None,
         })
     }
 }

@@ -124,10 +124,11 @@ impl ShardLoop {
         let Some(l) = self.core.get(run) else {
             return;
         };
-        if l.is_done() {
+        if l.is_done() || self.is_held(run) {
+            // A held run's code waits for an operator (`runtime/check`).
             return;
         }
-        let Some(handler) = self.registry.get(&l.wtype) else {
+        let Some(handler) = self.registry.to_start(&l.wtype) else {
             self.no_code.insert(run);
             return;
         };

@@ -219,9 +219,9 @@ pub(crate) fn replay(registry: &Registry, journal: &Journal) -> Result<Replayed,
         Err(ReplayFault::NoCode { wtype, registered }) => {
             Err(ReplayError::NoCode { wtype, registered })
         }
-        Err(ReplayFault::Diverged(message)) => Err(ReplayError::Diverged {
+        Err(ReplayFault::Diverged(d)) => Err(ReplayError::Diverged {
             id: id.to_string(),
-            message,
+            message: d.message,
         }),
     }
 }

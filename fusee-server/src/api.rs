@@ -193,6 +193,7 @@ fn summary(r: &fusee::RunSummary) -> RunSummary {
         status: r.finished.map_or("running", status_name).to_string(),
         finished_ms: r.finished_ms,
         parked: r.parked,
+        held: r.held.clone(),
     }
 }
 
@@ -296,6 +297,7 @@ fn description(d: fusee::Description) -> Description {
         stopped_because: d.stopped_because,
         parked: d.parked,
         paused: d.paused,
+        held: d.held,
         journal_bytes: d.journal_bytes,
         journal_records: d.journal_records,
         children: d

@@ -470,7 +470,7 @@ async fn runs_page(
                 Err(e) => div.error { (e.message) }
                 Ok(p) => {
                     table id="runs" {
-                        tr { th { "ID" } th { "type" } th { "status" } th { "started" } th { "shard/run" } th { "parked" } }
+                        tr { th { "ID" } th { "type" } th { "status" } th { "started" } th { "shard/run" } th { "parked" } th { "held" } }
                         @for r in &p.runs {
                             tr {
                                 td { a href={ "/runs/" (path_segment(&r.id)) } { (r.id) } }
@@ -479,6 +479,7 @@ async fn runs_page(
                                 td { (time(r.started_ms)) }
                                 td { (r.shard) "/" (r.run) }
                                 td { (if r.parked { "yes" } else { "" }) }
+                                td { @if let Some(why) = &r.held { span.st title=(why) { "held" } } }
                             }
                         }
                     }
@@ -609,6 +610,9 @@ async fn run_page(
                     @if let Some(d) = &described { (status_badge(&crate::api::status_of(d))) } @else { (status_badge(&state)) }
                     @if paused { " " span.st id="paused" { "paused" } }
                 } }
+                @if let Some(why) = described.as_ref().and_then(|d| d.held.as_ref()) {
+                    tr { th { "held" } td id="held" { "by the replay check: " (why) " (resume once the code is fixed, or reset)" } }
+                }
                 tr { th { "shard / run" } td { (journal["shard"]) " / " (journal["run"]) } }
                 tr { th { "started" } td { (time(records.first().and_then(|r| r["started_ms"].as_u64()).unwrap_or(0))) } }
                 tr { th { "finished" } td { (done.and_then(|d| d["finished_ms"].as_u64()).map_or("-".to_string(), time)) } }

@@ -49,6 +49,10 @@ pub struct RunSummary {
     pub finished_ms: Option<u64>,
     /// Whether it is parked in the run store (idle, out of memory).
     pub parked: bool,
+    /// Why the replay check held it (its code departs from its journal;
+    /// absent when not held): it stays paused until resumed or reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// A page of runs, newest start first.
@@ -156,6 +160,10 @@ pub struct Description {
     pub parked: bool,
     /// Whether an operator paused it.
     pub paused: bool,
+    /// Why the replay check held it (its code departs from its journal;
+    /// absent when not held): it stays paused until resumed or reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
     /// Its journal's size in bytes.
     pub journal_bytes: u64,
     /// Its journal's record count.

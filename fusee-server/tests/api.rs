@@ -1085,3 +1085,79 @@ async fn a_traceparent_header_is_recorded_in_the_runs_start() {
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
+
+const DEPLOYED: fusee::Workflow<(), u32> = fusee::Workflow::new("deployed");
+const GO_ON: fusee::Signal<()> = fusee::Signal::new("go-on");
+
+/// A run the replay check held (its code departs from its journal) shows
+/// why, in the run's description and in the list (issue 33's hold, as an
+/// operator sees it from outside).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_replay_check_held_says_why_in_the_api() {
+    let dir = std::env::temp_dir().join(format!("fusee-server-held-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let deploy = |engine: &fusee::Engine, step: &'static str| {
+        engine.register(DEPLOYED, move |ctx: fusee::Ctx, ()| async move {
+            let n = ctx
+                .step(step, |_| async { Ok::<_, fusee::StepError>(1u32) })
+                .await?;
+            ctx.wait_for(&GO_ON).await?;
+            Ok::<_, fusee::Failure>(n)
+        });
+    };
+    let engine = fusee::Engine::open(fusee::Config::file(&dir))
+        .await
+        .expect("open");
+    deploy(&engine, "old-step");
+    engine.start(DEPLOYED, "h-1", &()).await.expect("start");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while engine
+        .describe("h-1")
+        .await
+        .expect("describe")
+        .waits
+        .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "the run never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    engine.close().await.expect("close");
+
+    // A new deploy renamed the step: the check holds the run.
+    let engine = fusee::Engine::open(fusee::Config::file(&dir).replay_check(true))
+        .await
+        .expect("reopen");
+    deploy(&engine, "new-step");
+    let report = engine.check_replay().await.expect("check");
+    assert_eq!(report.divergences.len(), 1, "{report:?}");
+    let server = serve(&engine).await;
+    let base = server.url();
+    let (status, run) = raw(
+        Method::GET,
+        &format!("{base}/api/v1/runs/h-1"),
+        Some(READ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{run}");
+    let held = run["held"].as_str().unwrap_or_default();
+    assert!(
+        held.contains("old-step") && held.contains("new-step"),
+        "the description's hold: {run}"
+    );
+    assert_eq!(run["paused"], json!(true), "{run}");
+    let (status, page) = raw(
+        Method::GET,
+        &format!("{base}/api/v1/runs"),
+        Some(READ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let listed = &page["runs"][0];
+    assert_eq!(listed["id"], json!("h-1"), "{page}");
+    assert_eq!(listed["held"].as_str(), Some(held), "{page}");
+    drop(server);
+    engine.close().await.expect("close");
+    let _ = std::fs::remove_dir_all(&dir);
+}

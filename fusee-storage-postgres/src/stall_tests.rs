@@ -206,8 +206,9 @@ fn a_takeover_behind_a_busy_stalled_statement_is_told_it_timed_out_and_may_retry
 
 /// A server that ends a session while its statement runs answers with
 /// `57P01 terminating connection due to administrator command` (what a
-/// restart or shutdown sends): the write is `Io` of kind
-/// `ConnectionAborted` naming the code, as the crate's docs say, because
+/// restart or shutdown sends) and closes the connection: the write is
+/// `Io` of kind `ConnectionAborted` (naming the code when the client read
+/// the message before the close), as the crate's docs say, because
 /// whether it took effect is unknown; not a server refusal.
 #[test]
 fn a_statement_whose_session_the_server_ends_is_an_aborted_connection_naming_57p01() {
@@ -259,9 +260,13 @@ fn a_statement_whose_session_the_server_ends_is_an_aborted_connection_naming_57p
     match sealed {
         Err(StorageError::Io { context, error }) => {
             assert_eq!(error.kind(), std::io::ErrorKind::ConnectionAborted);
+            // The server sends its 57P01 and closes the socket: the client
+            // reads the message first most times, the close first
+            // sometimes (seen once in CI). Either is the same case, `Io`.
             let text = error.to_string();
             assert!(
-                text.contains("the server ended the session: 57P01"),
+                text.contains("the server ended the session: 57P01")
+                    || text.contains("connection closed"),
                 "{context}: {text}"
             );
         }

@@ -193,11 +193,7 @@ impl Ctx {
     /// The current time, recorded: a replay sees the same.
     pub fn now(&self) -> SystemTime {
         let bytes = self.value(value_kind::NOW, |now_ms| now_ms.to_le_bytes().to_vec());
-        let ms = bytes
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes);
-        UNIX_EPOCH + Duration::from_millis(ms)
+        UNIX_EPOCH + Duration::from_millis(value_u64(&bytes))
     }
 
     /// A random number, recorded: a replay sees the same.
@@ -205,10 +201,7 @@ impl Ctx {
         let bytes = self.value(value_kind::RANDOM, |_| {
             fastrand::u64(..).to_le_bytes().to_vec()
         });
-        bytes
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
+        value_u64(&bytes)
     }
 
     /// A random (version 4) UUID, recorded: a replay sees the same.
@@ -485,21 +478,10 @@ impl Ctx {
                 std::panic::resume_unwind(Box::new(Stopped));
             }
         };
-        let time = |s: &mut RunState, value: &[u8]| {
-            if kind == value_kind::NOW
-                && let Some(ms) = value.get(..8).and_then(|b| b.try_into().ok())
-            {
-                s.saw_time(u64::from_le_bytes(ms));
-            }
-        };
-        match answer {
-            Ok(value) => {
-                time(&mut s, &value);
-                value
-            }
+        let value = match answer {
+            Ok(value) => value,
             Err(seq) => {
                 let value = make(now_ms);
-                time(&mut s, &value);
                 s.ask(RecordBuf::Value {
                     run,
                     seq,
@@ -508,8 +490,21 @@ impl Ctx {
                 });
                 value
             }
+        };
+        if kind == value_kind::NOW {
+            s.saw_time(value_u64(&value));
         }
+        value
     }
+}
+
+/// A recorded 8-byte value (`now()` in ms, `random()`), little-endian; 0
+/// if it is shorter (no value this crate records is).
+pub(crate) fn value_u64(bytes: &[u8]) -> u64 {
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
 }
 
 /// A step about to be called: set its retry policy, then `.await` it.

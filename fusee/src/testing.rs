@@ -326,6 +326,7 @@ impl RunFailure {
 
 /// Settings shared by a test engine, its incarnations after crashes, and
 /// the engines `crash_everywhere` opens.
+#[derive(Clone)]
 struct Settings {
     config: Config,
     register: Arc<dyn Fn(&Engine) + Send + Sync>,

@@ -159,12 +159,8 @@ impl TestEngine {
             // as a restarted process's would be: never before a time the
             // code already saw (a timer it saw fire, say).
             let resumed = Arc::new(Settings {
-                config: settings.config.clone(),
-                register: Arc::clone(&settings.register),
-                mocks: Arc::clone(&settings.mocks),
                 start_ms: settings.start_ms.max(latest_ms(&kept[..n])),
-                wait_limit: settings.wait_limit,
-                stall_after: settings.stall_after,
+                ..Settings::clone(&settings)
             });
             let kit = TestEngine::on(resumed, memory)
                 .await
@@ -196,10 +192,9 @@ fn latest_ms(kept: &[RecordBuf]) -> u64 {
         let seen = match r {
             RecordBuf::Start { started_ms, .. } => *started_ms,
             RecordBuf::Done { finished_ms, .. } => *finished_ms,
-            RecordBuf::Value { kind, value, .. } if *kind == value_kind::NOW => value
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_le_bytes),
+            RecordBuf::Value { kind, value, .. } if *kind == value_kind::NOW => {
+                crate::ctx::value_u64(value)
+            }
             RecordBuf::Timer {
                 run,
                 seq,

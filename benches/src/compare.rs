@@ -28,7 +28,8 @@ SQLite and a peer engine (duroxide)
 
 usage: fusee-compare [--quick] [--backends a,b,...] [--dir PATH] [--out DIR]
                      [--records N] [--samples N] [--frames N] [--parked N] [--seed N]
-                     [--steps N] [--runs N] [--timers N] [--no-engine | --engine-only] [--quiet]
+                     [--steps N] [--runs N] [--timers N]
+                     [--reminders N] [--no-engine | --engine-only] [--quiet]
        fusee-compare --peers temporal,restate,dbos-sqlite,dbos-postgres [--quick] [--dir PATH] [--out DIR]
 
   --quick        the quick plan (under two minutes); default: the full plan
@@ -48,6 +49,7 @@ usage: fusee-compare [--quick] [--backends a,b,...] [--dir PATH] [--out DIR]
   --steps N      steps of the engine's chain workflow
   --runs N       workflows of the engine's fanout (and of its recovery)
   --timers N     workflows of the engine's timers workload
+  --reminders N  reminders of the engine's SIGKILLed reminder service (0: not run)
   --no-engine    the storage measurements only
   --engine-only  the engine workloads only
   --quiet        no progress on stderr
@@ -108,7 +110,7 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
     let mut quiet = false;
     let mut help = false;
     let (mut no_engine, mut engine_only) = (false, false);
-    let (mut steps, mut runs, mut timers) = (None, None, None);
+    let (mut steps, mut runs, mut timers, mut reminders) = (None, None, None, None);
     let mut peers = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -120,6 +122,7 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
             "--steps" => steps = Some(number(&a, it.next())?),
             "--runs" => runs = Some(number(&a, it.next())?),
             "--timers" => timers = Some(number(&a, it.next())?),
+            "--reminders" => reminders = Some(number(&a, it.next())?),
             "--help" | "-h" => help = true,
             "--peers" => {
                 let list = it
@@ -190,6 +193,9 @@ pub fn parse_args(program: &str, args: Vec<String>) -> Result<Options> {
     if let Some(n) = timers {
         plan.engine.timers = count("--timers", n)?;
         plan.engine.peer_timers = plan.engine.peer_timers.min(plan.engine.timers);
+    }
+    if let Some(n) = reminders {
+        plan.engine.reminders = n;
     }
     if no_engine && engine_only {
         return Err(BenchError::Usage(

@@ -12,6 +12,12 @@
 //! - `--engine-child reopen STORE`: opens the store, writes
 //!   `opened SECONDS RESIDENT_BYTES PARKED` and closes it: an open in a
 //!   fresh process, whose memory is the store's alone.
+//! - `--engine-child reminders STORE N`: starts N reminders
+//!   ([`super::reminders`]), writes `started BASE_MS` and waits to be
+//!   killed.
+//! - `--engine-child reminders-reopen STORE N BASE_MS`: opens the store
+//!   the killed child left, waits for every reminder and writes the
+//!   [`super::reminders::Reopened`] line.
 //!
 //! A failure is one `error MESSAGE` line and exit status 1.
 
@@ -27,6 +33,7 @@ use fusee::{Config, Engine};
 
 use super::EngineSubject;
 use super::peer::{Peer, PeerFailures};
+use super::reminders;
 use super::workload::{self, STEPS, Stamps, WorkResult};
 
 /// The first argument that makes the comparison binary a child.
@@ -151,6 +158,15 @@ fn main(args: &[String]) -> ExitCode {
         match (mode.as_str(), rest) {
             ("fanout", [runs, steps]) => fanout(opened, runs.parse()?, steps.parse()?).await,
             ("reopen", []) => reopen(opened).await,
+            ("reminders", [n]) => remind(opened, n.parse()?).await,
+            ("reminders-reopen", [n, base]) => {
+                let Opened::Fusee(config) = opened else {
+                    return Err("the peer has no reminders workload".into());
+                };
+                let r = reminders::reopen(*config, n.parse()?, base.parse()?).await?;
+                say(&r.line());
+                Ok(())
+            }
             _ => Err(format!("unknown child mode {mode:?} {rest:?}").into()),
         }
     });
@@ -221,6 +237,23 @@ async fn reopen(opened: Opened) -> WorkResult<()> {
     say(&format!("opened {} {rss} {parked}", open.as_secs_f64()));
     engine.close().await?;
     Ok(())
+}
+
+/// Starts `n` reminders, says `started BASE_MS`, and waits to be killed.
+async fn remind(opened: Opened, n: u64) -> WorkResult<()> {
+    let Opened::Fusee(config) = opened else {
+        return Err("the peer has no reminders workload".into());
+    };
+    let engine = Engine::open(*config).await?;
+    reminders::register(&engine);
+    let base_ms = reminders::epoch_ms(std::time::SystemTime::now());
+    reminders::start(&engine, n, base_ms).await?;
+    say(&format!("started {base_ms}"));
+    // The parent's SIGKILL ends it; a parent gone ends it too (`say`).
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        say("waiting");
+    }
 }
 
 /// Lines of a child's stdout, read on a thread so a silent child cannot
@@ -389,6 +422,49 @@ pub fn reopen_in_child(program: &Path, subject: EngineSubject, dir: &Path) -> Wo
     let line = child.next()?.ok_or("the child exited without a word")?;
     let r = Reopened::parse(&line).ok_or_else(|| format!("the child wrote {line:?}"))?;
     // The child closes the engine and exits by itself.
+    while child.next()?.is_some() {}
+    let status = child.child.wait()?;
+    if !status.success() {
+        return Err(format!("the reopening child exited with {status}").into());
+    }
+    Ok(r)
+}
+
+/// Runs `n` reminders in a child on the store of `subject` in `dir`, kills
+/// it with SIGKILL [`reminders::KILL_AFTER_MS`] after their base time, and
+/// reopens the store in a fresh child that waits for every one: what that
+/// child saw.
+pub fn kill_mid_reminders(
+    program: &Path,
+    subject: EngineSubject,
+    dir: &Path,
+    n: u64,
+) -> WorkResult<reminders::Reopened> {
+    let store = ChildStore::Dir(subject, dir).args();
+    let mut args = vec!["reminders".to_string()];
+    args.extend(store.iter().cloned());
+    args.push(n.to_string());
+    let mut child = Lines::spawn(program, &args)?;
+    let line = child
+        .next()?
+        .ok_or("the reminders child exited without a word")?;
+    let base_ms: u64 = line
+        .strip_prefix("started ")
+        .and_then(|b| b.parse().ok())
+        .ok_or_else(|| format!("the reminders child wrote {line:?}"))?;
+    let kill_ms = base_ms + reminders::KILL_AFTER_MS;
+    let now_ms = reminders::epoch_ms(std::time::SystemTime::now());
+    std::thread::sleep(Duration::from_millis(kill_ms.saturating_sub(now_ms)));
+    child.kill()?;
+    let mut args = vec!["reminders-reopen".to_string()];
+    args.extend(store);
+    args.extend([n.to_string(), base_ms.to_string()]);
+    let mut child = Lines::spawn(program, &args)?;
+    let line = child
+        .next()?
+        .ok_or("the reopening child exited without a word")?;
+    let r = reminders::Reopened::parse(&line)
+        .ok_or_else(|| format!("the reopening child wrote {line:?}"))?;
     while child.next()?.is_some() {}
     let status = child.child.wait()?;
     if !status.success() {

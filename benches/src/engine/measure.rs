@@ -271,6 +271,30 @@ pub fn measure_engines(
         let r = recovery_turn(&runtime, b, plan, program);
         tolerate_peer(b, "recovery", r)?;
     }
+    turn += 1;
+    for i in rotation(n, turn) {
+        let b = &mut books[i];
+        if plan.reminders == 0
+            || !matches!(b.subject, EngineSubject::Fusee(_))
+            || !b.subject.durable()
+        {
+            continue;
+        }
+        let Some(program) = &program else {
+            b.figures.notes.push(
+                "reminders: not measured (no fusee-compare binary to run and kill a child process)"
+                    .into(),
+            );
+            continue;
+        };
+        progress.line(format_args!(
+            "engine: reminders: a child starts {} reminders, SIGKILL when half are due, reopen: {}",
+            plan.reminders,
+            b.subject.name()
+        ));
+        settle();
+        reminders_turn(b, plan, program)?;
+    }
     for b in &mut books {
         if b.subject != EngineSubject::Duroxide {
             continue;
@@ -666,6 +690,44 @@ fn recovery_turn(
         ));
     }
     b.figures.notes.push(note);
+    Ok(())
+}
+
+fn reminders_turn(b: &mut Books, plan: &EnginePlan, program: &Path) -> Result<()> {
+    let subject = b.subject;
+    let phase = "engine reminders";
+    let dir = b.dir.join("reminders");
+    at(
+        subject,
+        phase,
+        std::fs::create_dir_all(&dir).map_err(Into::into),
+    )?;
+    let r = match child::kill_mid_reminders(program, subject, &dir, plan.reminders) {
+        Ok(r) => r,
+        // A reminder that fired early, lost its snooze or fired after its
+        // cancel: an engine fault the report shows, as the parked one.
+        Err(e) => {
+            b.figures.failed.push("reminders");
+            b.figures.notes.push(format!(
+                "reminders: FAILED: {e}: an engine fault, no figure"
+            ));
+            return Ok(());
+        }
+    };
+    b.figures.set(EngineMetric::RemindersOpen, r.open_s);
+    b.figures
+        .set(EngineMetric::RemindersReplayed, r.replayed as f64);
+    b.figures
+        .set(EngineMetric::RemindersLateP99, r.late_p99_ms as f64);
+    b.figures
+        .set(EngineMetric::RemindersCatchup, r.catchup_rate());
+    b.figures
+        .set(EngineMetric::RemindersRunBytes, r.bytes_per_run as f64);
+    b.figures.notes.push(format!(
+        "reminders: {} loaded after the open; {} due after it fired late by p50 {} ms, p99 {} \
+         ms, max {} ms; {} overdue caught up in {:.3} s",
+        r.loaded, r.late_count, r.late_p50_ms, r.late_p99_ms, r.late_max_ms, r.overdue, r.catchup_s
+    ));
     Ok(())
 }
 

@@ -10,6 +10,7 @@
 //! | **timers** | [`EnginePlan::timers`] workflows ([`EnginePlan::peer_timers`] on the peer) that sleep [`TIMER_SLEEP`] then finish, from the first start to the last result (the ideal: the sleep) | every engine |
 //! | **parked** | [`EnginePlan::parked`] sleepers parked, the store closed and opened in a fresh process: open time and resident memory after open | durable Fusee backends |
 //! | **recovery** | a child process runs the fanout and is killed with SIGKILL once half its runs finished; the time to open the store again and finish every run | durable Fusee backends, the peer |
+//! | **reminders** | a child starts [`EnginePlan::reminders`] durable sleepers due in 1 to 5 s (a tenth snoozed, a tenth cancelled by signals) and is killed with SIGKILL when half are due; a fresh process opens the store: open time, log records replayed, lateness of the reminders due after the open (p99), overdue ones caught up per second, resident bytes per loaded run | durable Fusee backends |
 //!
 //! Every engine is opened for its turn and closed after it (opening is not
 //! timed), so no idle engine polls or flushes during another's turn.
@@ -21,7 +22,8 @@
 //! | [`workload`] | the Fusee workflows and the drivers the criterion `engine` bench shares |
 //! | [`peer`] | duroxide: the same workflows as orchestrations and activities |
 //! | [`peers`] | Temporal, Restate and DBOS, servers on loopback (`--peers`) |
-//! | [`child`] | the child process the recovery and parked workloads need |
+//! | [`reminders`] | the reminder service SIGKILLed mid-way (issue 37) |
+//! | [`child`] | the child process the recovery, parked and reminders workloads need |
 //! | [`measure`] | the turns, and the figures of each subject |
 //! | [`report`] | the engine section of the report: rows, ratios, goals |
 
@@ -29,6 +31,7 @@ pub mod child;
 pub mod measure;
 pub mod peer;
 pub mod peers;
+pub mod reminders;
 pub mod report;
 pub mod workload;
 
@@ -64,6 +67,8 @@ pub struct EnginePlan {
     pub peer_timers: u32,
     /// Parked sleepers reopened in a fresh process.
     pub parked: u64,
+    /// Reminders of the SIGKILLed reminder service ([`reminders`]).
+    pub reminders: u64,
 }
 
 impl EnginePlan {
@@ -80,6 +85,8 @@ impl EnginePlan {
             timers: 100_000,
             peer_timers: 5_000,
             parked: 1_000_000,
+            // The issue's reminder service.
+            reminders: 100_000,
         }
     }
 
@@ -97,6 +104,7 @@ impl EnginePlan {
             timers: 5_000,
             peer_timers: 1_000,
             parked: 50_000,
+            reminders: 5_000,
         }
     }
 
@@ -108,7 +116,7 @@ impl EnginePlan {
         format!(
             "chain of {} steps x {} rounds; fanout of {} workflows x {} steps x {} rounds; \
              {} timers of {} s (the peer: {}); {} parked sleepers; recovery after SIGKILL \
-             mid-fanout of {} workflows",
+             mid-fanout of {} workflows; {} reminders SIGKILLed when half are due",
             self.chain_steps,
             self.chain_rounds,
             self.fanout_runs,
@@ -118,7 +126,8 @@ impl EnginePlan {
             TIMER_SLEEP.as_secs_f64(),
             self.peer_timers.min(self.timers),
             self.parked,
-            self.fanout_runs
+            self.fanout_runs,
+            self.reminders
         )
     }
 }
@@ -237,6 +246,16 @@ pub enum EngineMetric {
     /// Seconds from reopening after a SIGKILL mid-fanout until every run
     /// finished.
     Recovery,
+    /// Seconds to open the reminder service's store after its SIGKILL.
+    RemindersOpen,
+    /// Log records that open replayed.
+    RemindersReplayed,
+    /// How late the reminders due after the open fired, p99, ms.
+    RemindersLateP99,
+    /// Overdue reminders fired per second after the open.
+    RemindersCatchup,
+    /// Resident bytes the open added per loaded reminder.
+    RemindersRunBytes,
     /// The peer's infrastructure failures over every workload, counted
     /// ([`peer::FailureCounts::total`]; the peer only).
     PeerFailures,
@@ -244,7 +263,7 @@ pub enum EngineMetric {
 
 impl EngineMetric {
     /// Every engine metric, in report order.
-    pub const ALL: [EngineMetric; 12] = [
+    pub const ALL: [EngineMetric; 17] = [
         EngineMetric::ChainP50,
         EngineMetric::ChainP99,
         EngineMetric::ChainFloorP50,
@@ -256,6 +275,11 @@ impl EngineMetric {
         EngineMetric::ParkedOpen,
         EngineMetric::ParkedRss,
         EngineMetric::Recovery,
+        EngineMetric::RemindersOpen,
+        EngineMetric::RemindersReplayed,
+        EngineMetric::RemindersLateP99,
+        EngineMetric::RemindersCatchup,
+        EngineMetric::RemindersRunBytes,
         EngineMetric::PeerFailures,
     ];
 
@@ -273,6 +297,11 @@ impl EngineMetric {
             EngineMetric::ParkedOpen => "engine_parked_open_s",
             EngineMetric::ParkedRss => "engine_parked_rss_mb",
             EngineMetric::Recovery => "engine_recovery_s",
+            EngineMetric::RemindersOpen => "engine_reminders_open_s",
+            EngineMetric::RemindersReplayed => "engine_reminders_replayed_records",
+            EngineMetric::RemindersLateP99 => "engine_reminders_late_p99_ms",
+            EngineMetric::RemindersCatchup => "engine_reminders_overdue_per_s",
+            EngineMetric::RemindersRunBytes => "engine_reminders_bytes_per_loaded_run",
             EngineMetric::PeerFailures => "engine_peer_infrastructure_failures",
         }
     }
@@ -291,6 +320,11 @@ impl EngineMetric {
             EngineMetric::ParkedOpen => "parked: open",
             EngineMetric::ParkedRss => "parked: resident after open",
             EngineMetric::Recovery => "recovery after SIGKILL",
+            EngineMetric::RemindersOpen => "reminders: open after SIGKILL",
+            EngineMetric::RemindersReplayed => "reminders: log records replayed",
+            EngineMetric::RemindersLateP99 => "reminders: due after open, late p99",
+            EngineMetric::RemindersCatchup => "reminders: overdue caught up",
+            EngineMetric::RemindersRunBytes => "reminders: resident per loaded run",
             EngineMetric::PeerFailures => "peer: infrastructure failures",
         }
     }
@@ -305,7 +339,14 @@ impl EngineMetric {
             | EngineMetric::FanoutCpu => "µs",
             EngineMetric::FanoutRate => "steps/s",
             EngineMetric::FanoutBatch => "records",
-            EngineMetric::TimersDone | EngineMetric::ParkedOpen | EngineMetric::Recovery => "s",
+            EngineMetric::TimersDone
+            | EngineMetric::ParkedOpen
+            | EngineMetric::Recovery
+            | EngineMetric::RemindersOpen => "s",
+            EngineMetric::RemindersReplayed => "records",
+            EngineMetric::RemindersLateP99 => "ms",
+            EngineMetric::RemindersCatchup => "timers/s",
+            EngineMetric::RemindersRunBytes => "bytes",
             EngineMetric::ParkedRss => "MB",
             EngineMetric::PeerFailures => "count",
         }
@@ -317,7 +358,7 @@ impl EngineMetric {
     /// reference: no ratio).
     pub fn higher_is_better(self) -> Option<bool> {
         match self {
-            EngineMetric::FanoutRate => Some(true),
+            EngineMetric::FanoutRate | EngineMetric::RemindersCatchup => Some(true),
             EngineMetric::FanoutBatch
             | EngineMetric::PeerFailures
             | EngineMetric::ChainFloorP50

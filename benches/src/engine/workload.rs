@@ -189,7 +189,7 @@ where
 /// worker per reply) made the driver about a quarter of the machine's CPU
 /// while 100,000 sleepers started (perf), CPU the engine's shard threads
 /// then lacked. The first error is returned.
-async fn for_each_in_window<F, Fut>(n: u64, mut task: F) -> WorkResult<()>
+pub(crate) async fn for_each_in_window<F, Fut>(n: u64, mut task: F) -> WorkResult<()>
 where
     F: FnMut(u64) -> Fut,
     Fut: Future<Output = WorkResult<()>>,

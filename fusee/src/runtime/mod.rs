@@ -452,7 +452,9 @@ impl ShardLoop {
         self.shard
     }
 
-    /// How many shards the engine has.
+    /// How many shards the engine has (the postman's check of an inbox
+    /// row's target).
+    #[cfg(feature = "postgres")]
     #[inline]
     pub(crate) fn shards(&self) -> u32 {
         self.config.shards

@@ -291,6 +291,7 @@ pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
             id,
             input,
             policy,
+            code_version,
             ..
         } => {
             let request = StartRequest {
@@ -298,6 +299,7 @@ pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
                 id: id.clone(),
                 input: json_arg("input", input.as_deref())?,
                 policy,
+                version: code_version,
             };
             let reply = block_on(async { client.start(&request).await.map_err(from_client) })?;
             done("started", &id, Some(&reply), json)?;

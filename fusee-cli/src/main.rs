@@ -220,6 +220,10 @@ pub(crate) enum Verb {
         /// reuse-after-finish.
         #[arg(long)]
         policy: Option<String>,
+        /// The version of the workflow's code to start (default: the
+        /// newest the engine has registered).
+        #[arg(long, value_name = "N")]
+        code_version: Option<u32>,
         #[command(flatten)]
         args: VerbArgs,
     },

@@ -103,6 +103,7 @@ async fn start_and_wait() {
                     id: format!("a-{i}"),
                     input: json!(i),
                     policy: None,
+                    version: None,
                 },
                 timeout_ms: Some(30_000),
             })

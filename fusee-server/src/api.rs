@@ -187,6 +187,7 @@ fn summary(r: &fusee::RunSummary) -> RunSummary {
     RunSummary {
         id: r.id.clone(),
         workflow: r.workflow.clone(),
+        version: r.version,
         shard: r.shard,
         run: r.run,
         started_ms: r.started_ms,
@@ -283,6 +284,7 @@ fn description(d: fusee::Description) -> Description {
     Description {
         id: d.id,
         workflow: d.workflow,
+        version: d.version,
         shard: d.shard,
         run: d.run,
         status: run_status(d.status),
@@ -415,7 +417,7 @@ async fn list_runs(State(app): State<App>, Params(q): Params<RunsQuery>) -> Repl
     params(("traceparent" = Option<String>, Header, description = "W3C trace context the run continues")),
     responses(
     (status = 200, body = StartReply),
-    (status = 400, description = "Unknown workflow type, bad policy, traceparent or JSON", body = ErrorBody),
+    (status = 400, description = "Unknown workflow type or version, bad policy, traceparent or JSON", body = ErrorBody),
     (status = 409, description = "The ID exists", body = ErrorBody),
     (status = 413, body = ErrorBody)))]
 async fn start_run(
@@ -423,7 +425,7 @@ async fn start_run(
     headers: HeaderMap,
     Body(r): Body<StartRequest>,
 ) -> Reply<StartReply> {
-    let options = start_options(r.policy.as_deref(), &headers)?;
+    let options = start_options(&r, &headers)?;
     let run = app
         .engine
         .start_json_with(&r.workflow, &r.id, &r.input, options)
@@ -431,10 +433,13 @@ async fn start_run(
     Ok(Json(start_reply(&run)))
 }
 
-/// The start's options: its ID policy and the `traceparent` header's
-/// trace context, if any.
-fn start_options(p: Option<&str>, headers: &HeaderMap) -> Result<StartOptions, ApiError> {
-    let options = StartOptions::new().policy(policy(p)?);
+/// The start's options: its ID policy, the version asked for, and the
+/// `traceparent` header's trace context, if any.
+fn start_options(r: &StartRequest, headers: &HeaderMap) -> Result<StartOptions, ApiError> {
+    let mut options = StartOptions::new().policy(policy(r.policy.as_deref())?);
+    if let Some(v) = r.version {
+        options = options.version(v);
+    }
     let Some(v) = headers.get("traceparent") else {
         return Ok(options);
     };
@@ -463,7 +468,7 @@ async fn execute(
     headers: HeaderMap,
     Body(r): Body<ExecuteRequest>,
 ) -> Reply<ResultReply> {
-    let options = start_options(r.start.policy.as_deref(), &headers)?;
+    let options = start_options(&r.start, &headers)?;
     let run = app
         .engine
         .start_json_with(&r.start.workflow, &r.start.id, &r.start.input, options)

@@ -474,7 +474,7 @@ async fn runs_page(
                         @for r in &p.runs {
                             tr {
                                 td { a href={ "/runs/" (path_segment(&r.id)) } { (r.id) } }
-                                td { (r.workflow) }
+                                td { (r.workflow) @if r.version != 0 { " " span.st title="the version of its code" { "v" (r.version) } } }
                                 td { (status_badge(&r.status)) }
                                 td { (time(r.started_ms)) }
                                 td { (r.shard) "/" (r.run) }
@@ -606,6 +606,9 @@ async fn run_page(
             h1 { "Run " span id="run-id" { (id) } }
             table id="header" {
                 tr { th { "workflow" } td { (journal["workflow"].as_str().unwrap_or("")) } }
+                @if let Some(d) = &described {
+                    tr { th { "version" } td id="version" { (d.version) } }
+                }
                 tr { th { "status" } td id="status" {
                     @if let Some(d) = &described { (status_badge(&crate::api::status_of(d))) } @else { (status_badge(&state)) }
                     @if paused { " " span.st id="paused" { "paused" } }

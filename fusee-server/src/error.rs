@@ -67,6 +67,7 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
     use fusee::Error as E;
     match e {
         E::UnknownWorkflow { .. } => (StatusCode::BAD_REQUEST, "unknown_workflow"),
+        E::UnknownVersion { .. } => (StatusCode::BAD_REQUEST, "unknown_version"),
         E::AlreadyExists { .. } => (StatusCode::CONFLICT, "already_exists"),
         E::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
         E::UnknownUpdate { .. } => (StatusCode::BAD_REQUEST, "unknown_update"),

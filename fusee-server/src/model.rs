@@ -36,6 +36,10 @@ pub struct RunSummary {
     pub id: String,
     /// The workflow type.
     pub workflow: String,
+    /// The version of its code its start recorded (0: registered without
+    /// one).
+    #[serde(default)]
+    pub version: u32,
     /// Its shard.
     pub shard: u32,
     /// Its run number in the shard.
@@ -142,6 +146,10 @@ pub struct Description {
     pub id: String,
     /// The workflow type.
     pub workflow: String,
+    /// The version of its code its start recorded (0: registered without
+    /// one).
+    #[serde(default)]
+    pub version: u32,
     /// Its shard.
     pub shard: u32,
     /// Its run number.
@@ -208,6 +216,10 @@ pub struct StartRequest {
     /// `new-only` (default), `attach` or `reuse-after-finish`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The version of the workflow's code to start (default: the newest
+    /// registered; one not registered is kind `unknown_version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
 }
 
 /// A run a start created or attached to.

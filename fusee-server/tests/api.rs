@@ -19,6 +19,7 @@ fn start(workflow: &str, id: &str, input: serde_json::Value) -> StartRequest {
         id: id.into(),
         input,
         policy: None,
+        version: None,
     }
 }
 
@@ -1160,4 +1161,96 @@ async fn a_run_the_replay_check_held_says_why_in_the_api() {
     drop(server);
     engine.close().await.expect("close");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A start names a version of the code, or takes the newest; the run's
+/// version shows in its description and in the listing; a version not
+/// registered is kind `unknown_version`, with the engine's own text, and
+/// records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_names_its_code_version_and_runs_show_it() {
+    const GREET: fusee::Workflow<String, String> = fusee::Workflow::new("greet");
+    let engine = fusee::Engine::open(fusee::Config::memory())
+        .await
+        .expect("open");
+    for v in [1, 2] {
+        engine.register_version(GREET, v, move |_: fusee::Ctx, who: String| async move {
+            Ok::<_, fusee::Failure>(format!("v{v} {who}"))
+        });
+    }
+    let server = serve(&engine).await;
+    let base = server.url();
+    let start = |body: serde_json::Value| {
+        let base = base.clone();
+        async move {
+            raw(
+                Method::POST,
+                &format!("{base}/api/v1/runs"),
+                Some(ADMIN),
+                Some(&body.to_string()),
+            )
+            .await
+        }
+    };
+    let (status, body) =
+        start(json!({"workflow": "greet", "id": "g-1", "input": "ada", "version": 1})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = start(json!({"workflow": "greet", "id": "g-2", "input": "bob"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(engine.result(GREET, "g-1").await.expect("g-1"), "v1 ada");
+    assert_eq!(engine.result(GREET, "g-2").await.expect("g-2"), "v2 bob");
+    for (id, v) in [("g-1", 1), ("g-2", 2)] {
+        let (status, run) = raw(
+            Method::GET,
+            &format!("{base}/api/v1/runs/{id}"),
+            Some(READ),
+            None,
+        )
+        .await;
+        assert_eq!((status, &run["version"]), (200, &json!(v)), "{run}");
+    }
+    let (status, page) = raw(
+        Method::GET,
+        &format!("{base}/api/v1/runs?workflow=greet"),
+        Some(READ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let mut seen: Vec<(String, u64)> = page["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap_or_default().to_string(),
+                r["version"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [("g-1".to_string(), 1), ("g-2".to_string(), 2)]);
+
+    let (status, body) =
+        start(json!({"workflow": "greet", "id": "g-3", "input": "cy", "version": 7})).await;
+    let expected = fusee::Error::UnknownVersion {
+        wtype: "greet".into(),
+        version: 7,
+        registered: vec![1, 2],
+    };
+    assert_eq!(
+        (status, body["kind"].as_str(), body["message"].as_str()),
+        (
+            400,
+            Some("unknown_version"),
+            Some(expected.to_string().as_str())
+        ),
+        "{body}"
+    );
+    assert!(matches!(
+        engine.describe("g-3").await,
+        Err(fusee::Error::NotFound { .. })
+    ));
+    server.stop().await;
+    engine.close().await.expect("close");
 }

@@ -113,9 +113,21 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "stopped",
         ),
         (
-            Error::AlreadyRegistered { wtype: s() },
+            Error::AlreadyRegistered {
+                wtype: s(),
+                version: 2,
+            },
             409,
             "already_registered",
+        ),
+        (
+            Error::UnknownVersion {
+                wtype: s(),
+                version: 3,
+                registered: vec![1, 2],
+            },
+            400,
+            "unknown_version",
         ),
         (
             Error::BadSignalKey {

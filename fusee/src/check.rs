@@ -74,13 +74,25 @@ pub struct ReplayReport {
 }
 
 /// An unfinished run the check could not replay: no code is registered
-/// for its type.
+/// for its type at the version it started with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unchecked {
     /// The workflow ID.
     pub id: String,
     /// The workflow type.
     pub workflow: String,
+    /// The version of its code its `Start` recorded.
+    pub version: u32,
+}
+
+/// ` version N` after a workflow type in the report's text; nothing for
+/// version 0 (the code registered without one).
+fn version_text(version: u32) -> String {
+    if version == 0 {
+        String::new()
+    } else {
+        format!(" version {version}")
+    }
 }
 
 impl ReplayReport {
@@ -91,25 +103,25 @@ impl ReplayReport {
         self.no_code.extend(
             page.no_code
                 .into_iter()
-                .map(|(id, workflow)| Unchecked { id, workflow }),
+                .map(|(id, workflow, version)| Unchecked {
+                    id,
+                    workflow,
+                    version,
+                }),
         );
     }
 
     fn sort(&mut self) {
         self.divergences.sort_by_key(|d| (d.shard, d.run));
         self.no_code
-            .sort_by(|a, b| (&a.workflow, &a.id).cmp(&(&b.workflow, &b.id)));
+            .sort_by(|a, b| (&a.workflow, a.version, &a.id).cmp(&(&b.workflow, b.version, &b.id)));
     }
 
     /// The report as text, one line per finding, for people.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         for d in &self.divergences {
-            let version = if d.version == 0 {
-                String::new()
-            } else {
-                format!(" version {}", d.version)
-            };
+            let version = version_text(d.version);
             let at = match d.operation {
                 Some(seq) => format!(
                     "operation {seq}: the journal holds {} but the code {}",
@@ -128,8 +140,10 @@ impl ReplayReport {
         }
         for u in &self.no_code {
             out.push_str(&format!(
-                "NO CODE  {} ({}): no code registered for its type; not checked\n",
-                u.id, u.workflow
+                "NO CODE  {} ({}{}): no code registered for its type at its version; not checked\n",
+                u.id,
+                u.workflow,
+                version_text(u.version)
             ));
         }
         out.push_str(&format!(
@@ -327,7 +341,7 @@ fn check_view<R: RunStore>(
         page.checked += 1;
         match judge(registry, shard, run, &journal) {
             Verdict::Replays => {}
-            Verdict::NoCode(id, wtype) => page.no_code.push((id, wtype)),
+            Verdict::NoCode(id, wtype, version) => page.no_code.push((id, wtype, version)),
             Verdict::Diverged(d) => page.divergences.push(*d),
         }
     }

@@ -37,6 +37,7 @@ pub enum IdPolicy {
 pub struct StartOptions {
     policy: IdPolicy,
     trace: Option<TraceParent>,
+    version: Option<u32>,
 }
 
 impl StartOptions {
@@ -61,6 +62,20 @@ impl StartOptions {
     pub fn trace(mut self, parent: TraceParent) -> Self {
         self.trace = Some(parent);
         self
+    }
+
+    /// The version of the workflow's code the run starts with (see
+    /// [`Engine::register_version`](crate::Engine::register_version));
+    /// default: the newest registered. A version not registered in the
+    /// engine the start reaches is [`Error::UnknownVersion`](crate::Error::UnknownVersion),
+    /// and nothing is recorded.
+    pub fn version(mut self, version: u32) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    pub(crate) fn version_of(&self) -> Option<u32> {
+        self.version
     }
 
     pub(crate) fn policy_of(&self) -> IdPolicy {
@@ -131,6 +146,10 @@ pub struct Description {
     pub id: String,
     /// The workflow type.
     pub workflow: String,
+    /// The version of its code its `Start` recorded, which its code is on
+    /// every replay (0: registered without one; see
+    /// [`Engine::register_version`](crate::Engine::register_version)).
+    pub version: u32,
     /// Its shard.
     pub shard: u32,
     /// Its run number.
@@ -307,6 +326,9 @@ pub struct RunSummary {
     pub id: String,
     /// The workflow type.
     pub workflow: String,
+    /// The version of its code its `Start` recorded (0: registered without
+    /// one; see [`Engine::register_version`](crate::Engine::register_version)).
+    pub version: u32,
     /// Its shard.
     pub shard: u32,
     /// Its run number in its shard.
@@ -358,8 +380,9 @@ pub(crate) struct CheckPage {
     pub(crate) checked: u64,
     /// Those whose code departs from their journal.
     pub(crate) divergences: Vec<Divergence>,
-    /// Unfinished runs whose type has no code registered: (ID, type).
-    pub(crate) no_code: Vec<(String, String)>,
+    /// Unfinished runs whose type has no code registered at their
+    /// version: (ID, type, version).
+    pub(crate) no_code: Vec<(String, String, u32)>,
     /// Runs held before this check (skipped).
     pub(crate) already_held: u64,
     /// Where the shard goes on (runs below this number), `None` when done.

@@ -114,6 +114,7 @@ impl Engine {
             input,
             policy: options.policy_of(),
             trace: options.trace_of(),
+            version: options.version_of(),
             reply,
         })
         .await

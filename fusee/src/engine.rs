@@ -295,7 +295,83 @@ impl Engine {
         F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
     {
-        self.inner.registry.register(workflow, f)?;
+        self.try_register_version(workflow, 0, f)
+    }
+
+    /// Registers `f` as version `version` of `workflow`, beside the
+    /// versions registered before: several implementations of one type
+    /// side by side, so a code change that would break running runs ships
+    /// as a new version instead.
+    ///
+    /// - A new run takes the newest version registered (the highest
+    ///   number) unless its start names one ([`StartOptions::version`]);
+    ///   its `Start` records it.
+    /// - A run keeps the version it started with, across restarts: its
+    ///   code is always that version's. A run whose version is not
+    ///   registered here waits for it, as for a type not registered.
+    /// - Continue-as-new moves to the newest version registered; a reset
+    ///   keeps the run's version (it replays the same code).
+    /// - [`Engine::register`] registers version 0, the version every run
+    ///   started before versions were used recorded.
+    ///
+    /// Choose numbers that grow, for example a date (`20261204`).
+    ///
+    /// ```
+    /// # use fusee::{Config, Ctx, Engine, Failure, StartOptions, Workflow};
+    /// const GREET: Workflow<String, String> = Workflow::new("greet");
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> Result<(), fusee::Error> {
+    /// let engine = Engine::open(Config::memory()).await?;
+    /// engine.register(GREET, |_: Ctx, name: String| async move {
+    ///     Ok::<_, Failure>(format!("hello {name}"))
+    /// });
+    /// engine.register_version(GREET, 2, |_: Ctx, name: String| async move {
+    ///     Ok::<_, Failure>(format!("hello, {name}!"))
+    /// });
+    /// assert_eq!(engine.execute(GREET, "a", &"Ada".into()).await?, "hello, Ada!");
+    /// let old = engine
+    ///     .start_with_options(GREET, "b", &"Bob".into(), StartOptions::new().version(0))
+    ///     .await?;
+    /// assert_eq!(old.result().await?, "hello Bob");
+    /// assert_eq!(engine.describe("b").await?.version, 0);
+    /// # engine.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If this version of `workflow` is registered already, as
+    /// [`Engine::register`]; [`Engine::try_register_version`] returns the
+    /// error instead.
+    #[track_caller]
+    pub fn register_version<I, O, F, Fut>(&self, workflow: Workflow<I, O>, version: u32, f: F)
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
+    {
+        if let Err(e) = self.try_register_version(workflow, version, f) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Engine::register_version`], with a version registered before
+    /// refused as [`Error::AlreadyRegistered`] rather than a panic.
+    pub fn try_register_version<I, O, F, Fut>(
+        &self,
+        workflow: Workflow<I, O>,
+        version: u32,
+        f: F,
+    ) -> Result<()>
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(Ctx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, Failure>> + 'static,
+    {
+        self.inner.registry.register_version(workflow, version, f)?;
         self.start_waiting_code();
         Ok(())
     }
@@ -339,7 +415,7 @@ impl Engine {
         options: StartOptions,
     ) -> Result<RunHandle<O>> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
-        self.check_input(workflow.name(), &input)?;
+        self.check_input(workflow.name(), options.version_of(), &input)?;
         let run = self
             .request(id, |reply| Input::Start {
                 wtype: workflow.name().to_string(),
@@ -347,6 +423,7 @@ impl Engine {
                 input,
                 policy: options.policy_of(),
                 trace: options.trace_of(),
+                version: options.version_of(),
                 reply,
             })
             .await?;
@@ -534,7 +611,7 @@ impl Engine {
         arg: &UI,
     ) -> Result<UO> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
-        self.check_input(workflow.name(), &input)?;
+        self.check_input(workflow.name(), None, &input)?;
         let payload = encode(arg).map_err(|e| Error::codec("update argument", e))?;
         let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
             .into_uuid()
@@ -750,11 +827,12 @@ impl Engine {
     }
 
     /// [`Error::Codec`] if `input` does not decode as the input type
-    /// `wtype` is registered with here, so a start that would only fail
-    /// records nothing and leaves its ID free. A type not registered here
-    /// (its code comes later, or another process runs it) is not checked.
-    fn check_input(&self, wtype: &str, input: &[u8]) -> Result<()> {
-        match self.inner.registry.check_input(wtype, input) {
+    /// `wtype` is registered with here (at `version`, or its newest), so a
+    /// start that would only fail records nothing and leaves its ID free.
+    /// A type not registered here (its code comes later, or another process
+    /// runs it) is not checked.
+    fn check_input(&self, wtype: &str, version: Option<u32>, input: &[u8]) -> Result<()> {
+        match self.inner.registry.check_input(wtype, version, input) {
             Some(Err(e)) => Err(Error::Codec {
                 what: "workflow input",
                 detail: format!("it does not decode as {wtype:?}'s registered input type: {e}"),

@@ -19,14 +19,28 @@ pub enum Error {
         /// The types registered, sorted.
         registered: Vec<String>,
     },
-    /// A workflow type registered twice in one engine
-    /// ([`crate::Engine::try_register`]); the first registration stands.
+    /// A start named a version of a workflow type that is not registered
+    /// in this engine ([`crate::StartOptions::version`]).
+    #[error("workflow type {wtype:?} has no version {version} registered here; registered: {}", registered.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))]
+    UnknownVersion {
+        /// The type asked for.
+        wtype: String,
+        /// The version asked for.
+        version: u32,
+        /// The versions registered, in order.
+        registered: Vec<u32>,
+    },
+    /// A version of a workflow type registered twice in one engine
+    /// ([`crate::Engine::try_register`], [`crate::Engine::try_register_version`]);
+    /// the first registration stands.
     #[error(
-        "workflow type {wtype:?} is already registered in this engine; each name takes one registration"
+        "version {version} of workflow type {wtype:?} is already registered in this engine; each version takes one registration"
     )]
     AlreadyRegistered {
         /// The workflow type.
         wtype: String,
+        /// The version (0: [`crate::Engine::register`]'s).
+        version: u32,
     },
     /// A workflow ID already used, under an ID policy that refuses it.
     #[error("workflow {id:?} already exists (run {run})")]

@@ -1,5 +1,12 @@
-//! The workflow types an engine knows: each a name and a type-erased
-//! function from a run's context and its input bytes to the run's future.
+//! The workflow types an engine knows: each a name and, for each version
+//! registered, a type-erased function from a run's context and its input
+//! bytes to the run's future.
+//!
+//! Versions: a run records in its `Start` the version of the code it began
+//! with, and its code is that version's on every replay; a new run takes
+//! the newest version registered, unless its start names one. Version 0 is
+//! what [`Registry::register`] registers (every run started before
+//! versions existed recorded 0).
 //!
 //! The table is generic over the context its code is called with
 //! ([`Code`]): the workflow API (`ctx.rs`) holds a registry, so the
@@ -54,9 +61,13 @@ fn decodes_as<I: DeserializeOwned>(input: &[u8]) -> Result<(), serde_json::Error
     decode::<I>(input).map(drop)
 }
 
-/// The registered workflow types, shared by the engine and its shards.
+/// Each registered version of one workflow type's code.
+type Versions<C> = BTreeMap<u32, Entry<C>>;
+
+/// The registered workflow types, shared by the engine and its shards:
+/// by name, then by version.
 pub(crate) struct Registry<C: Code> {
-    handlers: Arc<RwLock<BTreeMap<String, Entry<C>>>>,
+    handlers: Arc<RwLock<BTreeMap<String, Versions<C>>>>,
     /// The engine the code runs in, once flow control is registered.
     host: Arc<OnceLock<C::Host>>,
     /// No run's code starts while set: the engine was opened with
@@ -94,9 +105,27 @@ impl<C: Code> Default for Registry<C> {
 }
 
 impl<C: Code> Registry<C> {
-    /// Registers `f` as the code of `workflow`; a name registered before is
-    /// [`Error::AlreadyRegistered`] and changes nothing.
+    /// Registers `f` as version 0 of the code of `workflow` (see
+    /// [`register_version`](Self::register_version)).
     pub(crate) fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F) -> Result<(), Error>
+    where
+        I: DeserializeOwned + 'static,
+        O: Serialize + 'static,
+        F: Fn(C, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, Failure>> + 'static,
+    {
+        self.register_version(workflow, 0, f)
+    }
+
+    /// Registers `f` as version `version` of the code of `workflow`; a
+    /// version registered before is [`Error::AlreadyRegistered`] and
+    /// changes nothing.
+    pub(crate) fn register_version<I, O, F, Fut>(
+        &self,
+        workflow: Workflow<I, O>,
+        version: u32,
+        f: F,
+    ) -> Result<(), Error>
     where
         I: DeserializeOwned + 'static,
         O: Serialize + 'static,
@@ -124,9 +153,11 @@ impl<C: Code> Registry<C> {
             }
         });
         let mut handlers = self.handlers.write().unwrap_or_else(|e| e.into_inner());
-        match handlers.entry(workflow.name().to_string()) {
-            std::collections::btree_map::Entry::Occupied(e) => Err(Error::AlreadyRegistered {
-                wtype: e.key().clone(),
+        let versions = handlers.entry(workflow.name().to_string()).or_default();
+        match versions.entry(version) {
+            std::collections::btree_map::Entry::Occupied(_) => Err(Error::AlreadyRegistered {
+                wtype: workflow.name().to_string(),
+                version,
             }),
             std::collections::btree_map::Entry::Vacant(e) => {
                 e.insert(Entry {
@@ -138,24 +169,82 @@ impl<C: Code> Registry<C> {
         }
     }
 
-    /// The code of `wtype`, if registered.
-    pub(crate) fn get(&self, wtype: &str) -> Option<Handler<C>> {
+    /// Version `version` of the code of `wtype`, if registered.
+    pub(crate) fn get(&self, wtype: &str, version: u32) -> Option<Handler<C>> {
         self.handlers
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(wtype)
+            .get(wtype)?
+            .get(&version)
             .map(|e| Arc::clone(&e.handler))
     }
 
-    /// The code of `wtype` for a run's code to start with: `None` while
-    /// starts are held back ([`hold_back`](Self::hold_back)), as if not
-    /// registered yet, so the run waits for its code. A replay reads
-    /// [`get`](Self::get).
-    pub(crate) fn to_start(&self, wtype: &str) -> Option<Handler<C>> {
+    /// The code of `wtype` at `version` for a run's code to start with:
+    /// `None` while starts are held back ([`hold_back`](Self::hold_back)),
+    /// as if not registered yet, so the run waits for its code. A replay
+    /// reads [`get`](Self::get).
+    pub(crate) fn to_start(&self, wtype: &str, version: u32) -> Option<Handler<C>> {
         if self.held_back.load(Ordering::Acquire) {
             return None;
         }
-        self.get(wtype)
+        self.get(wtype, version)
+    }
+
+    /// The version a new run of `wtype` takes: `asked` if registered, else
+    /// the newest registered; [`Error::UnknownWorkflow`] for a type not
+    /// registered, [`Error::UnknownVersion`] for a version not registered.
+    pub(crate) fn version_to_start(&self, wtype: &str, asked: Option<u32>) -> Result<u32, Error> {
+        let handlers = self.handlers.read().unwrap_or_else(|e| e.into_inner());
+        let Some(versions) = handlers.get(wtype) else {
+            return Err(Error::UnknownWorkflow {
+                wtype: wtype.to_string(),
+                registered: handlers.keys().cloned().collect(),
+            });
+        };
+        match asked {
+            Some(v) if versions.contains_key(&v) => Ok(v),
+            Some(version) => Err(Error::UnknownVersion {
+                wtype: wtype.to_string(),
+                version,
+                registered: versions.keys().copied().collect(),
+            }),
+            // Registered types have at least one version.
+            None => versions
+                .keys()
+                .next_back()
+                .copied()
+                .ok_or_else(|| Error::UnknownWorkflow {
+                    wtype: wtype.to_string(),
+                    registered: Vec::new(),
+                }),
+        }
+    }
+
+    /// Why a run of `wtype` at `version` has no code here: the type is not
+    /// registered ([`Error::UnknownWorkflow`]), or not at that version
+    /// ([`Error::UnknownVersion`]).
+    pub(crate) fn no_code(&self, wtype: &str, version: u32) -> Error {
+        match self.version_to_start(wtype, Some(version)) {
+            Err(e) => e,
+            // Registered since it was asked: the same answer as a type that
+            // was not, with the list as it is now.
+            Ok(_) => Error::UnknownVersion {
+                wtype: wtype.to_string(),
+                version,
+                registered: vec![version],
+            },
+        }
+    }
+
+    /// The newest version of `wtype` registered here, if any.
+    pub(crate) fn newest(&self, wtype: &str) -> Option<u32> {
+        self.handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(wtype)?
+            .keys()
+            .next_back()
+            .copied()
     }
 
     /// Holds back (`true`) or lets go (`false`) every run's code start
@@ -169,19 +258,23 @@ impl<C: Code> Registry<C> {
         self.held_back.load(Ordering::Acquire)
     }
 
-    /// Whether `input` decodes as the input type of `wtype`; `None` when
-    /// `wtype` is not registered here (nothing to check against).
+    /// Whether `input` decodes as the input type of `wtype` at `version`
+    /// (the newest when `None`); `None` when that is not registered here
+    /// (nothing to check against).
     pub(crate) fn check_input(
         &self,
         wtype: &str,
+        version: Option<u32>,
         input: &[u8],
     ) -> Option<Result<(), serde_json::Error>> {
-        let check = self
-            .handlers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(wtype)?
-            .check_input;
+        let handlers = self.handlers.read().unwrap_or_else(|e| e.into_inner());
+        let versions = handlers.get(wtype)?;
+        let entry = match version {
+            Some(v) => versions.get(&v)?,
+            None => versions.values().next_back()?,
+        };
+        let check = entry.check_input;
+        drop(handlers);
         Some(check(input))
     }
 

@@ -502,7 +502,9 @@ async fn a_workflow_name_registers_once_per_engine() {
         OTHER_ADD,
         |_: Ctx, s: String| async move { Ok::<_, Failure>(s) },
     ) {
-        Err(Error::AlreadyRegistered { wtype }) => assert_eq!(wtype, "add"),
+        Err(Error::AlreadyRegistered { wtype, version }) => {
+            assert_eq!((wtype.as_str(), version), ("add", 0));
+        }
         other => panic!("expected AlreadyRegistered, found {other:?}"),
     }
     let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| register_add(&engine)));

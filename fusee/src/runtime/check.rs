@@ -33,8 +33,9 @@ pub(crate) enum Verdict {
     Replays,
     /// The code departs from the journal (`held` is false here).
     Diverged(Box<Divergence>),
-    /// No code is registered for the run's type: (ID, type).
-    NoCode(String, String),
+    /// No code is registered for the run's type at its version: (ID,
+    /// type, version).
+    NoCode(String, String, u32),
 }
 
 /// Replays run `run`'s canonical journal (`journal`, its `Start` first)
@@ -53,7 +54,9 @@ pub(crate) fn judge(registry: &Registry, shard: u32, run: RunId, journal: &[u8])
     };
     let departure = match host::replay_encoded(registry, journal) {
         Ok(_) => return Verdict::Replays,
-        Err(ReplayFault::NoCode { wtype, .. }) => return Verdict::NoCode(id, wtype),
+        Err(ReplayFault::NoCode { wtype, version, .. }) => {
+            return Verdict::NoCode(id, wtype, version);
+        }
         Err(ReplayFault::Diverged(d)) => d,
         Err(ReplayFault::Malformed(why)) => host::Departure {
             message: format!("its journal does not replay: {why}"),
@@ -123,7 +126,7 @@ impl ShardLoop {
                 page.checked += 1;
                 match judge(&self.registry, shard, run, &journal) {
                     Verdict::Replays => {}
-                    Verdict::NoCode(id, wtype) => page.no_code.push((id, wtype)),
+                    Verdict::NoCode(id, wtype, version) => page.no_code.push((id, wtype, version)),
                     Verdict::Diverged(mut d) => {
                         self.hold(run, &d.message, now_ms).map_err(storage)?;
                         d.held = true;

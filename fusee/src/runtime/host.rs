@@ -147,10 +147,12 @@ pub(crate) struct Replay {
 pub(crate) enum ReplayFault {
     /// The records are not a run's journal.
     Malformed(String),
-    /// The journal's workflow type has no code registered.
+    /// The journal's workflow type has no code registered at the version
+    /// its `Start` recorded: why, as the engine says it.
     NoCode {
         wtype: String,
-        registered: Vec<String>,
+        version: u32,
+        error: Box<crate::Error>,
     },
     /// The code departs from the journal.
     Diverged(Departure),
@@ -227,11 +229,12 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
                 run,
                 id,
                 wtype,
+                version,
                 input,
                 started_ms,
                 ..
             } if start.is_none() && records == 1 => {
-                start = Some((run, id, wtype, input, started_ms));
+                start = Some((run, id, wtype, version, input, started_ms));
             }
             Record::Done {
                 by: None,
@@ -241,15 +244,16 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
             _ => {}
         }
     }
-    let Some((run, id, wtype, input, started_ms)) = start else {
+    let Some((run, id, wtype, version, input, started_ms)) = start else {
         return Err(ReplayFault::Malformed(
             "its first record is not the run's Start".into(),
         ));
     };
-    let Some(handler) = registry.get(wtype) else {
+    let Some(handler) = registry.get(wtype, version) else {
         return Err(ReplayFault::NoCode {
             wtype: wtype.to_string(),
-            registered: registry.names(),
+            version,
+            error: Box::new(registry.no_code(wtype, version)),
         });
     };
     let mut lsn = records;

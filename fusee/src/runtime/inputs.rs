@@ -31,8 +31,9 @@ impl ShardLoop {
                 input,
                 policy,
                 trace,
+                version,
                 reply,
-            } => self.start(wtype, id, input, (policy, trace), reply, now_ms),
+            } => self.start(wtype, id, input, (policy, trace, version), reply, now_ms),
             Input::Signal {
                 id,
                 name: signal,
@@ -245,15 +246,17 @@ impl ShardLoop {
         wtype: String,
         id: String,
         input: Vec<u8>,
-        (id_policy, trace): (IdPolicy, Option<crate::trace::TraceParent>),
+        (id_policy, trace, version): (IdPolicy, Option<crate::trace::TraceParent>, Option<u32>),
         reply: super::Reply<RunRef>,
         now_ms: u64,
     ) {
-        if !self.registry.contains(&wtype) {
-            let registered = self.registry.names();
-            let _ = reply.send(Err(Error::UnknownWorkflow { wtype, registered }));
-            return;
-        }
+        let version = match self.registry.version_to_start(&wtype, version) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
         if input.len() > self.config.max_payload {
             let _ = reply.send(Err(Error::TooLarge {
                 what: "workflow input",
@@ -308,7 +311,7 @@ impl ShardLoop {
             run,
             id: name(&id),
             wtype: name(&wtype),
-            version: 0,
+            version,
             codec: CODEC_JSON,
             started_ms: now_ms,
             deadline_ms: 0,
@@ -574,14 +577,13 @@ impl ShardLoop {
                 self.answer_update(accepted, &start.update_id, reply);
             }
             Ok(None) => {
-                if !self.registry.contains(&start.wtype) {
-                    let registered = self.registry.names();
-                    let _ = reply.send(Err(Error::UnknownWorkflow {
-                        wtype: start.wtype,
-                        registered,
-                    }));
-                    return;
-                }
+                let version = match self.registry.version_to_start(&start.wtype, None) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                };
                 let max = self.config.max_payload;
                 for (what, len) in [
                     ("workflow input", start.input.len()),
@@ -597,7 +599,7 @@ impl ShardLoop {
                     run,
                     id: name(&start.id),
                     wtype: name(&start.wtype),
-                    version: 0,
+                    version,
                     codec: CODEC_JSON,
                     started_ms: now_ms,
                     deadline_ms: 0,
@@ -711,9 +713,7 @@ impl ShardLoop {
         };
         match host::replay(&self.registry, &records) {
             Ok(replay) => ask_query(&replay.state, id, name, payload),
-            Err(ReplayFault::NoCode { wtype, registered }) => {
-                Err(Error::UnknownWorkflow { wtype, registered })
-            }
+            Err(ReplayFault::NoCode { error, .. }) => Err(*error),
             Err(ReplayFault::Diverged(why)) => Err(failed(
                 "determinism",
                 format!(
@@ -761,11 +761,14 @@ impl ShardLoop {
                 .parked(run)
                 .and_then(|p| p.done())
                 .map(|status| (status, self.parked_done(run)));
-            let (workflow, started_ms) = match start {
+            let (workflow, version, started_ms) = match start {
                 Some(RecordBuf::Start {
-                    wtype, started_ms, ..
-                }) => (wtype.to_string(), started_ms),
-                _ => (String::new(), 0),
+                    wtype,
+                    version,
+                    started_ms,
+                    ..
+                }) => (wtype.to_string(), version, started_ms),
+                _ => (String::new(), 0, 0),
             };
             let (status, finished_ms) = match done {
                 Some((status, Ok(Some(RecordBuf::Done { finished_ms, .. })))) => {
@@ -783,6 +786,7 @@ impl ShardLoop {
             return Ok(Description {
                 id: id.to_string(),
                 workflow,
+                version,
                 shard: self.shard,
                 run,
                 status,
@@ -822,6 +826,7 @@ impl ShardLoop {
         Ok(Description {
             id: id.to_string(),
             workflow: l.wtype.to_string(),
+            version: l.version,
             shard: self.shard,
             run,
             status,

@@ -116,6 +116,8 @@ pub(crate) enum Input {
         policy: IdPolicy,
         /// The trace context to record in its `Start`.
         trace: Option<crate::trace::TraceParent>,
+        /// The version of its code (`None`: the newest registered).
+        version: Option<u32>,
         reply: Reply<RunRef>,
     },
     /// Signal a workflow.

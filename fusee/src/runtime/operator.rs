@@ -592,6 +592,7 @@ impl ShardLoop {
             return Some(RunSummary {
                 id: l.id.to_string(),
                 workflow: l.wtype.to_string(),
+                version: l.version,
                 shard: self.shard,
                 run,
                 started_ms: l.started_ms,
@@ -611,6 +612,7 @@ impl ShardLoop {
         let RecordBuf::Start {
             id,
             wtype,
+            version,
             started_ms,
             ..
         } = start
@@ -623,6 +625,7 @@ impl ShardLoop {
         Some(RunSummary {
             id: id.to_string(),
             workflow: wtype.to_string(),
+            version,
             shard: self.shard,
             run,
             started_ms,

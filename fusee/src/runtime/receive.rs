@@ -272,11 +272,14 @@ impl ShardLoop {
                     // before `register`) starts and waits for its code.
                     Ok(None) => {
                         let run = self.core.allocate_run();
+                        // The newest code registered here, as a client's
+                        // start takes (0 while the type is not).
+                        let version = self.registry.newest(&wtype).unwrap_or(0);
                         self.append(&RecordBuf::Start {
                             run,
                             id: child,
                             wtype,
-                            version: 0,
+                            version,
                             codec: CODEC_JSON,
                             started_ms: now_ms,
                             deadline_ms,

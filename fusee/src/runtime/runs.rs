@@ -128,7 +128,7 @@ impl ShardLoop {
             // A held run's code waits for an operator (`runtime/check`).
             return;
         }
-        let Some(handler) = self.registry.to_start(&l.wtype) else {
+        let Some(handler) = self.registry.to_start(&l.wtype, l.version) else {
             self.no_code.insert(run);
             return;
         };
@@ -443,8 +443,11 @@ impl ShardLoop {
         let Some(l) = self.core.get(run) else {
             return;
         };
-        let (id, wtype, version, parent, policy) =
-            (l.id.clone(), l.wtype.clone(), l.version, l.parent, l.policy);
+        let (id, wtype, parent, policy) = (l.id.clone(), l.wtype.clone(), l.parent, l.policy);
+        // The next run takes the newest code registered (a fresh run, so
+        // it may move to a new version); a type not registered here keeps
+        // its version.
+        let version = self.registry.newest(&wtype).unwrap_or(l.version);
         // The next run continues its predecessor's trace context.
         let meta = l.meta.clone();
         let next = self.core.allocate_run();

@@ -88,6 +88,7 @@ fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
         input: b"null".to_vec(),
         policy: IdPolicy::NewOnly,
         trace: None,
+        version: None,
         reply,
     });
     settle(&mut shard, START_MS);
@@ -154,6 +155,7 @@ fn a_cancel_sent_twice_is_recorded_once() {
         input: b"null".to_vec(),
         policy: IdPolicy::NewOnly,
         trace: None,
+        version: None,
         reply,
     });
     settle(&mut shard, START_MS);
@@ -220,6 +222,7 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
             input: b"null".to_vec(),
             policy: IdPolicy::NewOnly,
             trace: None,
+            version: None,
             reply,
         });
         settle(shard, now_ms);
@@ -284,6 +287,7 @@ fn telemetry_counts_records_when_durable_and_not_before() {
             input: b"null".to_vec(),
             policy: IdPolicy::NewOnly,
             trace: None,
+            version: None,
             reply,
         });
     };

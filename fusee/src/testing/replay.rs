@@ -170,13 +170,17 @@ pub enum ReplayError {
         /// The workflow ID.
         id: String,
     },
-    /// The journal's workflow type has no code in the test engine.
-    #[error("workflow type {wtype:?} has no code registered; registered: {}", registered.join(", "))]
+    /// The journal's workflow type has no code in the test engine, at the
+    /// version its `Start` recorded.
+    #[error("workflow type {wtype:?} has no code registered at version {version}: {why}")]
     NoCode {
         /// The journal's workflow type.
         wtype: String,
-        /// The types registered.
-        registered: Vec<String>,
+        /// The version the journal's `Start` recorded.
+        version: u32,
+        /// The engine's error: the type not registered (with the types
+        /// that are), or not at that version (with the versions that are).
+        why: String,
     },
     /// The code departs from the journal: `message` is the engine's
     /// determinism error, naming the operation (its sequence number), what
@@ -216,9 +220,15 @@ pub(crate) fn replay(registry: &Registry, journal: &Journal) -> Result<Replayed,
             next: r.next,
         }),
         Err(ReplayFault::Malformed(why)) => Err(ReplayError::Malformed(why)),
-        Err(ReplayFault::NoCode { wtype, registered }) => {
-            Err(ReplayError::NoCode { wtype, registered })
-        }
+        Err(ReplayFault::NoCode {
+            wtype,
+            version,
+            error,
+        }) => Err(ReplayError::NoCode {
+            wtype,
+            version,
+            why: error.to_string(),
+        }),
         Err(ReplayFault::Diverged(d)) => Err(ReplayError::Diverged {
             id: id.to_string(),
             message: d.message,

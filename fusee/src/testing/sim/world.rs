@@ -544,6 +544,7 @@ impl World {
                     input,
                     policy: IdPolicy::Attach,
                     trace: None,
+                    version: None,
                     reply,
                 });
                 self.busy[shard] = true;

@@ -1251,6 +1251,6 @@ async fn a_start_names_its_code_version_and_runs_show_it() {
         engine.describe("g-3").await,
         Err(fusee::Error::NotFound { .. })
     ));
-    server.stop().await;
+    server.stop().await.expect("stop");
     engine.close().await.expect("close");
 }

@@ -831,7 +831,12 @@ impl Engine {
     /// start that would only fail records nothing and leaves its ID free.
     /// A type not registered here (its code comes later, or another process
     /// runs it) is not checked.
-    fn check_input(&self, wtype: &str, version: Option<u32>, input: &[u8]) -> Result<()> {
+    pub(crate) fn check_input(
+        &self,
+        wtype: &str,
+        version: Option<u32>,
+        input: &[u8],
+    ) -> Result<()> {
         match self.inner.registry.check_input(wtype, version, input) {
             Some(Err(e)) => Err(Error::Codec {
                 what: "workflow input",

@@ -142,7 +142,8 @@ pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, RunHandle};
 pub use error::{Error, Result};
 /// Flow control, in `flow/`: its modules keep their paths at the root.
-pub use flow::{limit, promise, queue, saga, schedule};
+pub use flow::debounce::Debounce;
+pub use flow::{debounce, limit, promise, queue, saga, schedule};
 /// How a run ended, as [`RunStatus::Finished`] holds it.
 pub use fusee_core::record::Status;
 pub use fusee_storage::StorageError;

@@ -21,9 +21,9 @@
 //!   over) answers its waiting callers with `NotOwner` and is logged once,
 //!   at WARN, naming the new owner; a storage out of reach (a lost
 //!   connection, a server restarting) with
-//!   [`Error::Unavailable`](crate::Error::Unavailable), which says whether
+//!   [`crate::Error::Unavailable`], which says whether
 //!   what the caller asked for may have been recorded; any other failure
-//!   with [`Error::Storage`](crate::Error::Storage). No caller is told a
+//!   with [`crate::Error::Storage`]. No caller is told a
 //!   success its records do not back (outputs leave only once their records
 //!   are durable, and a failed flush makes nothing durable). The shard is
 //!   tried again after a back-off: a lease time after `Fenced` (its new

@@ -1,13 +1,15 @@
 //! Flow control: schedules ([`crate::schedule`]), queues
-//! ([`crate::queue`]), step limits ([`crate::limit`]), durable promises
+//! ([`crate::queue`]), step limits ([`crate::limit`]), debounced starts
+//! ([`crate::debounce`]), durable promises
 //! ([`crate::promise`]) and sagas ([`crate::saga`]), each a module of this
 //! folder (re-exported at the crate root, where the public paths stay).
 //! This module holds what the first three share: their registration, the engine a run
 //! belongs to, a sliding-window rate, and the small futures their entity
 //! workflows wait with.
 //!
-//! Each of the three is an entity workflow of the engine's own (IDs
-//! `fusee.schedule/<id>`, `fusee.queue/<name>`, `fusee.limit/<name>`)
+//! Each of the four is an entity workflow of the engine's own (IDs
+//! `fusee.schedule/<id>`, `fusee.queue/<name>`, `fusee.limit/<name>`,
+//! `fusee.debounce/<type>/<key>`)
 //! built on the public workflow API: durability, exactly-once and crash
 //! safety come from the engine, and no storage code is added. Callers talk
 //! to them through updates (recorded, validated before anything is
@@ -23,6 +25,7 @@
 //! and the client side sends a refused update again: it reaches the next
 //! run.
 
+pub mod debounce;
 pub mod limit;
 pub mod promise;
 pub mod queue;
@@ -33,8 +36,9 @@ pub(crate) mod shared;
 use crate::engine::Engine;
 
 impl Engine {
-    /// Registers the workflows behind schedules, queues and step limits
-    /// (`fusee.schedule`, `fusee.queue`, `fusee.limit`), so the ones this
+    /// Registers the workflows behind schedules, queues, step limits and
+    /// debounced starts (`fusee.schedule`, `fusee.queue`, `fusee.limit`,
+    /// `fusee.debounce`), so the ones this
     /// store holds carry on and new ones can be made. Call it once after
     /// opening the engine, **after registering the workflows your schedules
     /// and queues start**: a recovered schedule or queue replays its
@@ -63,6 +67,7 @@ impl Engine {
     pub fn register_flow_control(&self) {
         self.host_flow_control();
         schedule::register(self);
+        debounce::register(self);
         queue::register(self);
         limit::register(self);
     }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::ctx::Ctx;
 use crate::engine::{Engine, WeakEngine};
 use crate::error::{Error, Result};
-use crate::workflow::Update;
+use crate::workflow::{Update, Workflow};
 
 /// A validator's refusal while the entity moves to its next run: the
 /// caller sends the update again.
@@ -95,6 +95,52 @@ impl Engine {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+
+    /// Runs `update` with `arg` on entity `id`, starting it with `input`
+    /// first when it has no run, or a new one when its last run finished
+    /// (a deleted entity made again); sent again while the entity refuses
+    /// it with [`MOVING`].
+    pub(crate) async fn update_or_start_entity<I, O, UI, UO>(
+        &self,
+        workflow: Workflow<I, O>,
+        id: &str,
+        input: &I,
+        update: Update<UI, UO>,
+        arg: &UI,
+    ) -> Result<UO>
+    where
+        I: Serialize,
+        UI: Serialize,
+        UO: DeserializeOwned,
+    {
+        let mut tries = 0;
+        loop {
+            match self
+                .update_with_start(workflow, id, input, update, arg)
+                .await
+            {
+                Err(Error::Finished { .. }) if tries < MOVING_RETRIES => {
+                    tries += 1;
+                    // Another caller may start it first: then the update
+                    // goes to that run on the next pass.
+                    match self
+                        .start_with(workflow, id, input, crate::IdPolicy::ReuseAfterFinish)
+                        .await
+                    {
+                        Ok(_) | Err(Error::AlreadyExists { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(Error::Rejected { reason, .. })
+                    if reason == MOVING && tries < MOVING_RETRIES =>
+                {
+                    tries += 1;
+                    tokio::task::yield_now().await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Runs `update` with `arg` on `id`, sending it again while the entity

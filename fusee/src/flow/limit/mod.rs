@@ -279,29 +279,9 @@ impl LimitBuilder {
             settings: settings.clone(),
             state: State::default(),
         };
-        let mut tries = 0;
-        loop {
-            let r = self
-                .engine
-                .update_with_start(WORKFLOW, &id, &input, CONFIGURE, &settings)
-                .await;
-            match r {
-                Ok(()) => return Ok(()),
-                Err(Error::Finished { .. }) => {
-                    match self
-                        .engine
-                        .start_with(WORKFLOW, &id, &input, crate::IdPolicy::ReuseAfterFinish)
-                        .await
-                    {
-                        Ok(_) => return Ok(()),
-                        Err(Error::AlreadyExists { .. }) if tries < 3 => tries += 1,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(Error::Rejected { reason, .. }) if reason == MOVING && tries < 64 => tries += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        self.engine
+            .update_or_start_entity(WORKFLOW, &id, &input, CONFIGURE, &settings)
+            .await
     }
 }
 

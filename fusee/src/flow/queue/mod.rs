@@ -86,7 +86,7 @@ use std::time::Duration;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{IdPolicy, RunStatus};
+use crate::client::RunStatus;
 use crate::ctx::{ChildCall, Ctx, ParentClose};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -402,32 +402,9 @@ impl<I: Serialize> QueueBuilder<I> {
             settings: settings.clone(),
             progress: Progress::default(),
         };
-        let mut tries = 0;
-        loop {
-            let r = self
-                .engine
-                .update_with_start(WORKFLOW, &id, &input, CONFIGURE, &settings)
-                .await;
-            match r {
-                Ok(()) => break,
-                // Deleted before: a new queue of the name.
-                Err(Error::Finished { .. }) => {
-                    match self
-                        .engine
-                        .start_with(WORKFLOW, &id, &input, IdPolicy::ReuseAfterFinish)
-                        .await
-                    {
-                        Ok(_) => break,
-                        Err(Error::AlreadyExists { .. }) if tries < 3 => tries += 1,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(Error::Rejected { reason, .. }) if reason == MOVING && tries < 64 => {
-                    tries += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.engine
+            .update_or_start_entity(WORKFLOW, &id, &input, CONFIGURE, &settings)
+            .await?;
         Ok(self.handle())
     }
 

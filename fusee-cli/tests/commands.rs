@@ -104,6 +104,35 @@ async fn every_command_reads_what_the_engine_wrote(backend: &str) {
     assert_eq!(v["ok"], true, "{v:#}");
     assert!(fusee(&["verify", d]).status.success());
 
+    // check: the stock command holds no workflow code, so it checks no
+    // run and lists every unfinished one as not checked (exit 0: none
+    // diverges).
+    let c = fusee_json(&["check", d, "--json"], 0);
+    assert_eq!(c["checked"], 0, "{c:#}");
+    assert_eq!(c["divergences"].as_array().map(Vec::len), Some(0), "{c:#}");
+    let mut unchecked: Vec<&str> = c["no_code"]
+        .as_array()
+        .expect("no_code")
+        .iter()
+        .filter_map(|u| u["id"].as_str())
+        .collect();
+    unchecked.sort_unstable();
+    let mut unfinished: Vec<&str> = RUNS
+        .iter()
+        .filter(|(_, _, state)| matches!(*state, "parked" | "waiting" | "running"))
+        .map(|(id, _, _)| *id)
+        .collect();
+    unfinished.sort_unstable();
+    assert_eq!(unchecked, unfinished, "{backend}: {c:#}");
+    let text = fusee(&["check", d]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("NO CODE  wait-1 (gate)")
+            && text.contains("0 unfinished runs checked, 0 diverge, 4 without code"),
+        "{text}"
+    );
+
     // Nothing above changed a byte or a file.
     assert_eq!(
         snapshot(&dir),

@@ -56,12 +56,13 @@ use crate::ctx::Registry;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::inspect::{self, InspectError, StoreVisitor};
-use crate::runtime::{Input, Verdict, judge};
+use crate::runtime::{Input, judge, note};
 
 /// What a replay check found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ReplayReport {
-    /// Unfinished runs replayed.
+    /// Unfinished runs replayed against their code (those without code
+    /// are in `no_code` instead).
     pub checked: u64,
     /// Runs whose code departs from their journal, by shard and run.
     pub divergences: Vec<Divergence>,
@@ -147,7 +148,7 @@ impl ReplayReport {
             ));
         }
         out.push_str(&format!(
-            "{} unfinished runs checked, {} diverge, {} without code{}\n",
+            "{} unfinished runs checked, {} diverge, {} without code (not checked){}\n",
             self.checked,
             self.divergences.len(),
             self.no_code.len(),
@@ -338,11 +339,8 @@ fn check_view<R: RunStore>(
                 None => continue,
             },
         };
-        page.checked += 1;
-        match judge(registry, shard, run, &journal) {
-            Verdict::Replays => {}
-            Verdict::NoCode(id, wtype, version) => page.no_code.push((id, wtype, version)),
-            Verdict::Diverged(d) => page.divergences.push(*d),
+        if let Some(d) = note(&mut page, judge(registry, shard, run, &journal)) {
+            page.divergences.push(*d);
         }
     }
     Ok(page)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fusee::testing::TestEngine;
-use fusee::{Config, Ctx, Engine, Error, Failure, RunStatus, Signal, Workflow};
+use fusee::{Config, Ctx, Engine, Error, Failure, Query, RunStatus, Signal, Update, Workflow};
 
 const ORDER: Workflow<u64, u64> = Workflow::new("order");
 const GO: Signal<()> = Signal::new("go");
@@ -196,6 +196,53 @@ async fn a_check_on_demand_holds_a_parked_run_and_resume_lets_its_code_start() {
         .unwrap();
     kit.engine().signal("o-1", GO, &()).await.unwrap();
     assert_eq!(kit.result(ORDER, "o-1").await.unwrap(), 1 + 13);
+    kit.close().await.unwrap();
+}
+
+/// A query or update to a run whose code does not run says why (held by
+/// the check, or waiting for it) instead of "no such handler", and an
+/// update records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_run_and_one_waiting_for_the_check_say_why_no_handler_answers() {
+    const STAGE: Query<(), String> = Query::new("stage");
+    const NOTE: Update<String, ()> = Update::new("note");
+    let planted = Arc::new(AtomicBool::new(false));
+    let mut kit = kit(&planted, 1, true).await;
+    kit.engine().check_replay().await.unwrap();
+    start_and_park(&kit, 3).await;
+    planted.store(true, Ordering::SeqCst);
+    kit.crash().await.unwrap();
+    // Opened with the check on: no code runs until it has.
+    match kit.engine().query("o-0", STAGE, &()).await {
+        Err(Error::Stopped { reason, .. }) => {
+            assert!(reason.contains("check_replay"), "{reason}");
+        }
+        other => panic!("a query before the check: {other:?}"),
+    }
+    kit.engine().check_replay().await.unwrap();
+    let records = kit.engine().describe("o-1").await.unwrap().journal_records;
+    match kit.engine().query("o-1", STAGE, &()).await {
+        Err(Error::Stopped { reason, .. }) => assert!(
+            reason.contains("held by the replay check")
+                && reason.contains("reserve-v2")
+                && reason.contains("query"),
+            "{reason}"
+        ),
+        other => panic!("a query to a held run: {other:?}"),
+    }
+    match kit.engine().update("o-1", NOTE, &"hi".to_string()).await {
+        Err(Error::Stopped { reason, .. }) => {
+            assert!(reason.contains("held by the replay check"), "{reason}");
+        }
+        other => panic!("an update to a held run: {other:?}"),
+    }
+    let after = kit.engine().describe("o-1").await.unwrap().journal_records;
+    assert_eq!(after, records, "the refused update recorded nothing");
+    // A run the check let go has code: it answers for itself.
+    assert!(matches!(
+        kit.engine().query("o-0", STAGE, &()).await,
+        Err(Error::UnknownQuery { .. })
+    ));
     kit.close().await.unwrap();
 }
 

@@ -157,6 +157,15 @@ async fn a_run_whose_version_has_no_code_waits_for_it() {
     register(&engine, 2);
     let d = engine.describe("r").await.expect("describe");
     assert_eq!((d.status, d.version), (RunStatus::WaitingForCode, 1));
+    // No code, no handler: a query is told which version is missing.
+    match engine.query("r", WHICH, &()).await {
+        Err(Error::UnknownVersion {
+            version,
+            registered,
+            ..
+        }) => assert_eq!((version, registered), (1, vec![2])),
+        other => panic!("expected UnknownVersion, found {other:?}"),
+    }
     engine.signal("r", GO, &()).await.expect("signal");
     tokio::time::sleep(Duration::from_millis(50)).await;
     let d = engine.describe("r").await.expect("describe");

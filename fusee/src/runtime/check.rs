@@ -38,6 +38,26 @@ pub(crate) enum Verdict {
     NoCode(String, String, u32),
 }
 
+/// Counts `verdict` in `page`: a run replayed is checked, one without
+/// code is listed as not checked; a divergence is handed back for the
+/// caller to hold (on a shard) or not (offline) before it lists it.
+pub(crate) fn note(page: &mut CheckPage, verdict: Verdict) -> Option<Box<Divergence>> {
+    match verdict {
+        Verdict::Replays => {
+            page.checked += 1;
+            None
+        }
+        Verdict::NoCode(id, wtype, version) => {
+            page.no_code.push((id, wtype, version));
+            None
+        }
+        Verdict::Diverged(d) => {
+            page.checked += 1;
+            Some(d)
+        }
+    }
+}
+
 /// Replays run `run`'s canonical journal (`journal`, its `Start` first)
 /// with `registry`'s code for its type, and judges it. A journal that
 /// does not replay as a journal at all (damage the shard's own checks
@@ -123,15 +143,11 @@ impl ShardLoop {
                     continue;
                 };
                 replayed += 1;
-                page.checked += 1;
-                match judge(&self.registry, shard, run, &journal) {
-                    Verdict::Replays => {}
-                    Verdict::NoCode(id, wtype, version) => page.no_code.push((id, wtype, version)),
-                    Verdict::Diverged(mut d) => {
-                        self.hold(run, &d.message, now_ms).map_err(storage)?;
-                        d.held = true;
-                        page.divergences.push(*d);
-                    }
+                let verdict = judge(&self.registry, shard, run, &journal);
+                if let Some(mut d) = note(&mut page, verdict) {
+                    self.hold(run, &d.message, now_ms).map_err(storage)?;
+                    d.held = true;
+                    page.divergences.push(*d);
                 }
             }
         }

@@ -459,11 +459,13 @@ impl ShardLoop {
             return Ok(Accepted::Stopped(run));
         }
         let Some(live) = self.live.get(&run) else {
-            return Err(Error::UnknownUpdate {
-                id: id.to_string(),
-                name: name.to_string(),
-                registered: Vec::new(),
-            });
+            return Err(self
+                .codeless(run, id, "update")
+                .unwrap_or_else(|| Error::UnknownUpdate {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    registered: Vec::new(),
+                }));
         };
         let state = std::rc::Rc::clone(&live.state);
         let verdict = with_update_handler(&state, name, |h| match &h.validate {
@@ -655,12 +657,48 @@ impl ShardLoop {
         self.settle(run, now_ms);
         match self.live.get(&run) {
             Some(live) => ask_query(&std::rc::Rc::clone(&live.state), id, name, payload),
-            None => Err(Error::UnknownQuery {
-                id: id.to_string(),
-                name: name.to_string(),
-                registered: Vec::new(),
-            }),
+            None => Err(self
+                .codeless(run, id, "query")
+                .unwrap_or_else(|| Error::UnknownQuery {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    registered: Vec::new(),
+                })),
         }
+    }
+
+    /// Why unfinished run `run` has no code to answer a `what` (a query or
+    /// an update), when the reason is not that the code registers no such
+    /// handler: the replay check held it, or its type (at its version) has
+    /// no code here.
+    fn codeless(&self, run: RunId, id: &str, what: &str) -> Option<Error> {
+        if let Some(why) = self.held_reason(run) {
+            return Some(Error::Stopped {
+                id: id.to_string(),
+                run,
+                reason: format!(
+                    "held by the replay check ({why}): its code does not run, so no {what} \
+                     handler answers, until it is resumed or reset"
+                ),
+            });
+        }
+        if !self.no_code.contains(&run) {
+            return None;
+        }
+        let l = self.core.get(run)?;
+        if self.registry.get(&l.wtype, l.version).is_some() {
+            // Registered, and held back: the engine opened with
+            // `Config::replay_check` starts no code until the check ran.
+            return Some(Error::Stopped {
+                id: id.to_string(),
+                run,
+                reason: format!(
+                    "no run's code starts until Engine::check_replay has run (the engine was \
+                     opened with Config::replay_check), so no {what} handler answers yet"
+                ),
+            });
+        }
+        Some(self.registry.no_code(&l.wtype, l.version))
     }
 
     /// Answers query `name` of finished run `run` by replaying its journal

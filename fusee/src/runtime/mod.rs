@@ -100,7 +100,7 @@ use crate::registry::RunFuture;
 use crate::step::StepError;
 use run::Fault;
 
-pub(crate) use check::{Verdict, judge};
+pub(crate) use check::{judge, note};
 pub(crate) use steps::StepJob;
 
 /// A reply to a client request.

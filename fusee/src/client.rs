@@ -165,6 +165,26 @@ pub struct Description {
     pub children: Vec<PendingChild>,
     /// What its code waits for besides steps: timers and signals.
     pub waits: Vec<PendingWait>,
+    /// Steps whose latest attempt began (a durable-ordered `Began`
+    /// record) and has no end in the journal, by operation: running now,
+    /// or cut by a crash or a stop and not begun again yet. Read from the
+    /// journal, so a restart, a parked run or a run with no code shows
+    /// them too. Empty for journals written before `Began` existed.
+    pub in_flight: Vec<InFlightStep>,
+}
+
+/// A step attempt the journal shows begun and not ended
+/// ([`Description::in_flight`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlightStep {
+    /// The step's operation (its sequence number).
+    pub seq: u32,
+    /// The step's name.
+    pub name: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// When it began, by the engine's clock (ms since the Unix epoch).
+    pub started_ms: u64,
 }
 
 /// A child a run started and has no result from yet.

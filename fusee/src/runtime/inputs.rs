@@ -797,6 +797,7 @@ impl ShardLoop {
                 journal_records: view.records,
                 children: view.children,
                 waits: view.waits,
+                in_flight: view.in_flight,
             });
         }
         let journal = self.run_journal(run).map_err(|error| Error::Storage {
@@ -836,6 +837,7 @@ impl ShardLoop {
             journal_records: view.records,
             children: view.children,
             waits: view.waits,
+            in_flight: view.in_flight,
         })
     }
 

@@ -63,7 +63,8 @@ use fusee_storage::LogStore;
 use super::ShardLoop;
 use super::waiters::Waiting;
 use crate::client::{
-    LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef, RunSummary,
+    InFlightStep, LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef,
+    RunSummary,
     ShardPage,
 };
 use crate::error::Error;
@@ -84,6 +85,7 @@ pub(super) struct JournalView {
     pub(super) records: u64,
     pub(super) children: Vec<PendingChild>,
     pub(super) waits: Vec<PendingWait>,
+    pub(super) in_flight: Vec<InFlightStep>,
 }
 
 impl JournalView {
@@ -97,6 +99,8 @@ impl JournalView {
         // Pending operations by sequence number, in the order they began.
         let mut children: Vec<(u32, PendingChild)> = Vec::new();
         let mut waits: Vec<(u32, PendingWait)> = Vec::new();
+        // Steps by operation: the latest `Began` of each, until an end.
+        let mut in_flight: Vec<InFlightStep> = Vec::new();
         for item in iter_canonical(journal) {
             let Ok((rec, _)) = item else { break };
             view.records += 1;
@@ -136,6 +140,26 @@ impl JournalView {
                 Record::Fired { seq, .. } | Record::Waited { seq, .. } => {
                     waits.retain(|(s, _)| *s != seq)
                 }
+                Record::Began {
+                    seq,
+                    name,
+                    attempt,
+                    started_ms,
+                    ..
+                } => {
+                    // A later `Began` of the step supersedes the earlier
+                    // (a retry, or an attempt begun again after a crash).
+                    in_flight.retain(|s| s.seq != seq);
+                    in_flight.push(InFlightStep {
+                        seq,
+                        name: name.to_string(),
+                        attempt,
+                        started_ms,
+                    });
+                }
+                Record::Step { seq, .. } | Record::Attempt { seq, .. } => {
+                    in_flight.retain(|s| s.seq != seq)
+                }
                 Record::Attributes { payload, .. } => {
                     if let Some(p) = paused_in(payload) {
                         view.paused = p;
@@ -148,6 +172,7 @@ impl JournalView {
                 Record::Done { .. } => {
                     children.clear();
                     waits.clear();
+                    in_flight.clear();
                     view.paused = false;
                     view.held = None;
                 }
@@ -156,6 +181,8 @@ impl JournalView {
         }
         view.children = children.into_iter().map(|(_, c)| c).collect();
         view.waits = waits.into_iter().map(|(_, w)| w).collect();
+        in_flight.sort_by_key(|s| s.seq);
+        view.in_flight = in_flight;
         view
     }
 }
@@ -465,6 +492,7 @@ impl ShardLoop {
         };
         let step_seq = records.iter().find_map(|r| match r {
             RecordBuf::Step { seq, name, .. }
+            | RecordBuf::Began { seq, name, .. }
             | RecordBuf::Attempt { seq, name, .. }
             | RecordBuf::Awaiting { seq, name, .. }
                 if &**name == step =>
@@ -476,7 +504,9 @@ impl ShardLoop {
         let Some(step_seq) = step_seq else {
             let mut steps: Vec<String> = Vec::new();
             for r in &records {
-                if let RecordBuf::Step { name, .. } | RecordBuf::Attempt { name, .. } = r
+                if let RecordBuf::Step { name, .. }
+                | RecordBuf::Began { name, .. }
+                | RecordBuf::Attempt { name, .. } = r
                     && !steps.iter().any(|s| s == &**name)
                 {
                     steps.push(name.to_string());

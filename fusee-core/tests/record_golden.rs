@@ -564,7 +564,7 @@ fn later_kinds(v: &Vals) -> Vec<RecordRef<'_>> {
 
 /// [`later_kinds`] of sets 0 and 1.
 const LATER_HEX: [[&str; 1]; 2] = [
-    ["06190100000000"],   // Began, set 0
+    ["06190100000000"],     // Began, set 0
     ["08190502016101e807"], // Began, set 1
 ];
 

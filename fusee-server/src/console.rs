@@ -743,6 +743,7 @@ fn describe_record(kind: &str, r: &Value, seq_name: &str) -> Markup {
         @match kind {
             "Start" => { "started " (s("wtype")) " at " (time(n("started_ms")))
                 @if let Some(from) = r["from"].as_object() { " (from run " (from.get("run").cloned().unwrap_or_default()) ")" } }
+            "Began" => { "step " b { (s("name")) } " attempt " (n("attempt")) " began at " (time(n("started_ms"))) }
             "Step" => { "step " b { (s("name")) } " attempt " (n("attempt")) ": " (status_badge(&s("status"))) }
             "Attempt" => { "step " b { (s("name")) } " attempt " (n("attempt")) " failed; retry at " (time(n("retry_at_ms"))) }
             "Awaiting" => { "step " b { (s("name")) } " attempt " (n("attempt")) " awaits an outside completion" }

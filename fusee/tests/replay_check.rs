@@ -287,7 +287,14 @@ async fn a_step_swapped_while_in_flight_is_found_and_held() {
     kit.engine().start(UPLOAD, "u-1", &()).await.unwrap();
     let mut began = false;
     for _ in 0..2_000 {
-        if !kit.engine().describe("u-1").await.unwrap().in_flight.is_empty() {
+        if !kit
+            .engine()
+            .describe("u-1")
+            .await
+            .unwrap()
+            .in_flight
+            .is_empty()
+        {
             began = true;
             break;
         }

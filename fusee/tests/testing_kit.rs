@@ -673,7 +673,10 @@ async fn crash_everywhere_catches_a_step_swapped_while_in_flight() {
         fusee::core::run::Did::Called(fusee::core::run::Call::Step { name: "B1".into() })
     );
     let why = d.to_string();
-    assert!(why.starts_with(&format!("run {}, operation 1:", d.run)), "{why}");
+    assert!(
+        why.starts_with(&format!("run {}, operation 1:", d.run)),
+        "{why}"
+    );
     assert!(why.contains("\"A1\"") && why.contains("\"B1\""), "{why}");
     // A1 ran once (uncrashed); B1 only where the crash cut A1's Began.
     let ran: Vec<String> = ran.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();

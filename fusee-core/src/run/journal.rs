@@ -322,7 +322,11 @@ impl RunMachine {
                 // appended.
                 if s.has(UNAPPENDED) {
                     let needs = "Began";
-                    return Err(Problem::NotStarted { kind: rec, seq, needs });
+                    return Err(Problem::NotStarted {
+                        kind: rec,
+                        seq,
+                        needs,
+                    });
                 }
                 // Names are kept until the code's call checked them.
                 let kept = s.name.of(&self.bytes);

@@ -123,7 +123,10 @@ impl Driver {
         if !self.live {
             assert_eq!(s.run, StepRun::Recorded, "a replayed step runs nothing");
         }
-        assert_eq!(s.began, self.live, "a new step's Began is asked at its call");
+        assert_eq!(
+            s.began, self.live,
+            "a new step's Began is asked at its call"
+        );
         if s.began {
             self.append(began(s.seq, name, 1));
         }
@@ -1267,10 +1270,7 @@ fn a_new_steps_began_is_asked_at_its_call_in_call_order() {
         let lsn = d.lsn + 1;
         d.m.handle_record(lsn, rec).expect_err("refused").problem
     };
-    assert_eq!(
-        refused(&mut d, &timer),
-        Problem::NotAsked { kind: "Timer" }
-    );
+    assert_eq!(refused(&mut d, &timer), Problem::NotAsked { kind: "Timer" });
     // No attempt can end before its Began.
     assert!(matches!(
         refused(&mut d, &step_result(1, "a", 1, b"")),
@@ -1354,7 +1354,10 @@ fn journals_without_began_still_replay() {
     let mut m = RunMachine::build(RUN, &old, 2).expect("builds");
     let s = m.step("charge").expect("step");
     assert!(matches!(s.run, StepRun::Attempt(_)));
-    assert!(!s.began, "its number is behind the journal's: not in call order");
+    assert!(
+        !s.began,
+        "its number is behind the journal's: not in call order"
+    );
     m.handle_record(3, &began(1, "charge", 1))
         .expect("begun as it starts");
     assert!(matches!(m.sleep("nap"), Ok(Issued::Recorded(2))));

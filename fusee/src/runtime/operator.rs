@@ -64,8 +64,7 @@ use super::ShardLoop;
 use super::waiters::Waiting;
 use crate::client::{
     InFlightStep, LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef,
-    RunSummary,
-    ShardPage,
+    RunSummary, ShardPage,
 };
 use crate::error::Error;
 

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use fusee_core::record::{RunId, Status};
+use fusee_core::record::{Record, RunId, Status};
 
 use crate::error::{Error, Result};
 use crate::inspect::RunState;
@@ -185,6 +185,48 @@ pub struct InFlightStep {
     pub attempt: u32,
     /// When it began, by the engine's clock (ms since the Unix epoch).
     pub started_ms: u64,
+}
+
+/// The steps a run's journal shows begun and not ended, read record by
+/// record in journal order: each step's latest `Began` (a later one of
+/// the same step supersedes it) until its `Attempt` or `Step`; the run's
+/// `Done` ends them all. The one reader of this, for `describe` and the
+/// traces' cut attempts.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight(Vec<InFlightStep>);
+
+impl InFlight {
+    /// Takes the journal's next record.
+    pub(crate) fn take<S: AsRef<str>, B>(&mut self, rec: &Record<S, B>) {
+        match rec {
+            Record::Began {
+                seq,
+                name,
+                attempt,
+                started_ms,
+                ..
+            } => {
+                self.0.retain(|s| s.seq != *seq);
+                self.0.push(InFlightStep {
+                    seq: *seq,
+                    name: name.as_ref().to_string(),
+                    attempt: *attempt,
+                    started_ms: *started_ms,
+                });
+            }
+            Record::Step { seq, .. } | Record::Attempt { seq, .. } => {
+                self.0.retain(|s| s.seq != *seq);
+            }
+            Record::Done { .. } => self.0.clear(),
+            _ => {}
+        }
+    }
+
+    /// What is in flight after the records taken, by operation.
+    pub(crate) fn into_steps(mut self) -> Vec<InFlightStep> {
+        self.0.sort_by_key(|s| s.seq);
+        self.0
+    }
 }
 
 /// A child a run started and has no result from yet.

@@ -110,6 +110,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use rustc_hash::FxHashMap;
 
+use crate::client::InFlight;
 use crate::clock::Clock;
 use crate::trace::{RunTrace, SpanOf};
 
@@ -622,27 +623,17 @@ impl ShardTraces {
 }
 
 /// The step attempts `journal` (a run's canonical records in memory)
-/// shows begun and not ended: each step's latest `Began` with no `Step`
-/// or `Attempt` of the step after it.
+/// shows begun and not ended ([`InFlight`]): operation, attempt, begin
+/// time, name.
 fn unended_attempts(journal: &[u8]) -> Vec<(u32, u32, u64, Name)> {
-    let mut open: Vec<(u32, u32, u64, Name)> = Vec::new();
+    let mut open = InFlight::default();
     for (r, _) in iter_canonical(journal).map_while(Result::ok) {
-        match r {
-            Record::Began {
-                seq,
-                name,
-                attempt,
-                started_ms,
-                ..
-            } => {
-                open.retain(|o| o.0 != seq);
-                open.push((seq, attempt, started_ms, Name::from(name)));
-            }
-            Record::Step { seq, .. } | Record::Attempt { seq, .. } => open.retain(|o| o.0 != seq),
-            _ => {}
-        }
+        open.take(&r);
     }
-    open
+    open.into_steps()
+        .into_iter()
+        .map(|s| (s.seq, s.attempt, s.started_ms, Name::from(s.name)))
+        .collect()
 }
 
 /// The names of the record that opened span `of` (a sleep's timer name, a

@@ -63,8 +63,8 @@ use fusee_storage::LogStore;
 use super::ShardLoop;
 use super::waiters::Waiting;
 use crate::client::{
-    InFlightStep, LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef,
-    RunSummary, ShardPage,
+    InFlight, InFlightStep, LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait,
+    RunRef, RunSummary, ShardPage,
 };
 use crate::error::Error;
 
@@ -98,11 +98,11 @@ impl JournalView {
         // Pending operations by sequence number, in the order they began.
         let mut children: Vec<(u32, PendingChild)> = Vec::new();
         let mut waits: Vec<(u32, PendingWait)> = Vec::new();
-        // Steps by operation: the latest `Began` of each, until an end.
-        let mut in_flight: Vec<InFlightStep> = Vec::new();
+        let mut in_flight = InFlight::default();
         for item in iter_canonical(journal) {
             let Ok((rec, _)) = item else { break };
             view.records += 1;
+            in_flight.take(&rec);
             match rec {
                 Record::Child { seq, wtype, id, .. } => children.push((
                     seq,
@@ -139,26 +139,6 @@ impl JournalView {
                 Record::Fired { seq, .. } | Record::Waited { seq, .. } => {
                     waits.retain(|(s, _)| *s != seq)
                 }
-                Record::Began {
-                    seq,
-                    name,
-                    attempt,
-                    started_ms,
-                    ..
-                } => {
-                    // A later `Began` of the step supersedes the earlier
-                    // (a retry, or an attempt begun again after a crash).
-                    in_flight.retain(|s| s.seq != seq);
-                    in_flight.push(InFlightStep {
-                        seq,
-                        name: name.to_string(),
-                        attempt,
-                        started_ms,
-                    });
-                }
-                Record::Step { seq, .. } | Record::Attempt { seq, .. } => {
-                    in_flight.retain(|s| s.seq != seq)
-                }
                 Record::Attributes { payload, .. } => {
                     if let Some(p) = paused_in(payload) {
                         view.paused = p;
@@ -171,7 +151,6 @@ impl JournalView {
                 Record::Done { .. } => {
                     children.clear();
                     waits.clear();
-                    in_flight.clear();
                     view.paused = false;
                     view.held = None;
                 }
@@ -180,8 +159,7 @@ impl JournalView {
         }
         view.children = children.into_iter().map(|(_, c)| c).collect();
         view.waits = waits.into_iter().map(|(_, w)| w).collect();
-        in_flight.sort_by_key(|s| s.seq);
-        view.in_flight = in_flight;
+        view.in_flight = in_flight.into_steps();
         view
     }
 }

@@ -165,6 +165,19 @@ fn describe(rec: &RecordBuf, codec: Option<u8>) -> Row<'_> {
             }),
             p(payload),
         ),
+        Record::Began {
+            seq,
+            name,
+            attempt,
+            started_ms,
+            ..
+        } => (
+            Some(*seq),
+            Some(name),
+            Some(*attempt),
+            Some(format!("began {}", fmt::time(*started_ms))),
+            None,
+        ),
     }
 }
 

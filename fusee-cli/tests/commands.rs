@@ -72,9 +72,10 @@ async fn every_command_reads_what_the_engine_wrote(backend: &str) {
     assert_eq!(shown["state"], "ok");
     let records = journal::from_json(&shown).expect("the journal reads back");
     let kinds: Vec<&str> = records.iter().map(|r| r.kind_name()).collect();
-    assert_eq!(kinds, ["Start", "Step", "Done"], "{shown:#}");
+    assert_eq!(kinds, ["Start", "Began", "Step", "Done"], "{shown:#}");
+    assert_eq!(shown["records"][1]["name"], shown["records"][2]["name"]);
     assert_eq!(
-        shown["records"][1]["payload"],
+        shown["records"][2]["payload"],
         serde_json::json!({"json": "hello world"})
     );
     let redone: Vec<_> = records.iter().map(journal::record_to_json).collect();

@@ -14,7 +14,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`wire`] | integers, varints, length-prefixed bytes, the never-panicking [`wire::Reader`], hashes |
-//! | [`record`] | the 24 record kinds and their one canonical encoding |
+//! | [`record`] | the 25 record kinds and their one canonical encoding |
 //! | [`table`] | the 32-byte-per-run table and its persisted index records |
 //! | [`wheel`] | the hierarchical timing wheel |
 //! | [`shard`] | [`shard::ShardCore`], the shard state machine |

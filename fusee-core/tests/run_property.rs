@@ -173,13 +173,15 @@ struct Stats {
 
 // ---------------------------------------------------------------------
 // The environment: what is outstanding, derived from the journal (and,
-// for steps, from the machine's answers: a step has no record when called).
+// for steps, from the machine's answers and their `Began` records).
 
 #[derive(Debug)]
 struct StepEnv {
     name: Name,
     attempt: u32,
     paused: bool,
+    /// The attempt's `Began` is appended: it may end.
+    began: bool,
 }
 
 #[derive(Debug, Default)]
@@ -239,6 +241,7 @@ impl Env {
                 if let Some(s) = self.steps.get_mut(seq) {
                     s.attempt = attempt + 1;
                     s.paused = *retry_at_ms == PAUSED;
+                    s.began = false;
                 }
             }
             Record::Resume { seq, .. } => {
@@ -248,6 +251,11 @@ impl Env {
             }
             Record::Step { seq, .. } => {
                 self.steps.remove(seq);
+            }
+            Record::Began { seq, .. } => {
+                if let Some(s) = self.steps.get_mut(seq) {
+                    s.began = true;
+                }
             }
             Record::Update { .. } => self.updates += 1,
             Record::Cancel { .. } => self.cancels += 1,
@@ -402,8 +410,19 @@ impl<'s> Host<'s> {
                     name: Name::from(name),
                     attempt: a.attempt,
                     paused,
+                    began: false,
                 };
                 self.env.steps.insert(s.seq, step);
+                // A new step's first Began, asked at the call.
+                if s.began {
+                    self.append(Record::Began {
+                        run: RUN,
+                        seq: s.seq,
+                        name: Name::from(name),
+                        attempt: a.attempt,
+                        started_ms: 0,
+                    });
+                }
             }
         }
         s.seq
@@ -599,7 +618,17 @@ impl<'s> Host<'s> {
             Action::Complete(seq) => {
                 let s = &self.env.steps[&seq];
                 let (name, attempt) = (s.name.clone(), s.attempt);
-                if attempt < 3 && self.rng.u8(0..10) < 3 {
+                if !s.began {
+                    // A retry, or an attempt cut by a crash run again:
+                    // its Began as it starts.
+                    Record::Began {
+                        run: RUN,
+                        seq,
+                        name,
+                        attempt,
+                        started_ms: 0,
+                    }
+                } else if attempt < 3 && self.rng.u8(0..10) < 3 {
                     self.stats.attempts += 1;
                     let paused = self.rng.u8(0..4) == 0;
                     self.stats.pauses += u64::from(paused);
@@ -940,6 +969,7 @@ fn check_full_replay(prog: &Program, out: &Outcome, m: &mut RunMachine, stats: &
     for r in &out.recs {
         let seq = match r {
             Record::Step { seq, .. }
+            | Record::Began { seq, .. }
             | Record::Attempt { seq, .. }
             | Record::Timer { seq, .. }
             | Record::Wait { seq, .. }
@@ -949,7 +979,10 @@ fn check_full_replay(prog: &Program, out: &Outcome, m: &mut RunMachine, stats: &
             | Record::Patch { seq, .. } => *seq,
             _ => continue,
         };
-        let command = !matches!(r, Record::Step { .. } | Record::Attempt { .. });
+        let command = !matches!(
+            r,
+            Record::Step { .. } | Record::Began { .. } | Record::Attempt { .. }
+        );
         assert!(
             named.insert(seq) || !command,
             "operation {seq} recorded twice"
@@ -1092,6 +1125,7 @@ fn mutate(rng: &mut fastrand::Rng, pool: &[Vec<RecordBuf>]) -> Vec<u8> {
 fn seq_mut(rec: &mut RecordBuf) -> Option<&mut Seq> {
     match rec {
         Record::Step { seq, .. }
+        | Record::Began { seq, .. }
         | Record::Attempt { seq, .. }
         | Record::Resume { seq, .. }
         | Record::Timer { seq, .. }

@@ -310,6 +310,16 @@ fn description(d: fusee::Description) -> Description {
                 workflow: c.workflow,
             })
             .collect(),
+        in_flight: d
+            .in_flight
+            .into_iter()
+            .map(|s| InFlightStep {
+                seq: s.seq,
+                name: s.name,
+                attempt: s.attempt,
+                started_ms: s.started_ms,
+            })
+            .collect(),
         waits: d
             .waits
             .into_iter()

@@ -625,6 +625,14 @@ async fn run_page(
                         @if s.running { " (running)" } @if s.paused { " (paused: attempts ran out)" }
                     } @else { "-" }
                 } }
+                @if let Some(d) = described.as_ref().filter(|d| !d.in_flight.is_empty()) {
+                    tr { th { "in flight" } td id="in-flight" {
+                        @for (i, s) in d.in_flight.iter().enumerate() {
+                            @if i > 0 { br; }
+                            "step " b { (s.name) } " (operation " (s.seq) ") attempt " (s.attempt) " began at " (time(s.started_ms))
+                        }
+                    } }
+                }
                 tr { th { "last error" } td id="last-error" { (last_error.clone().unwrap_or_else(|| "-".into())) } }
                 @if !journal["complete"].as_bool().unwrap_or(true) {
                     tr { th { "journal" } td { "finished and parked: only its start and end are kept" } }
@@ -746,6 +754,7 @@ fn describe_record(kind: &str, r: &Value, seq_name: &str) -> Markup {
         @match kind {
             "Start" => { "started " (s("wtype")) " at " (time(n("started_ms")))
                 @if let Some(from) = r["from"].as_object() { " (from run " (from.get("run").cloned().unwrap_or_default()) ")" } }
+            "Began" => { "step " b { (s("name")) } " attempt " (n("attempt")) " began at " (time(n("started_ms"))) }
             "Step" => { "step " b { (s("name")) } " attempt " (n("attempt")) ": " (status_badge(&s("status"))) }
             "Attempt" => { "step " b { (s("name")) } " attempt " (n("attempt")) " failed; retry at " (time(n("retry_at_ms"))) }
             "Awaiting" => { "step " b { (s("name")) } " attempt " (n("attempt")) " awaits an outside completion" }

@@ -180,6 +180,25 @@ pub struct Description {
     pub children: Vec<PendingChild>,
     /// Timers and signals it waits for.
     pub waits: Vec<PendingWait>,
+    /// Steps whose latest attempt began and has not ended, as the
+    /// journal's `Began` records say (running, or cut by a crash and not
+    /// begun again yet), by operation.
+    #[serde(default)]
+    pub in_flight: Vec<InFlightStep>,
+}
+
+/// A step attempt a run's journal shows begun and not ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct InFlightStep {
+    /// The step's operation (sequence number).
+    pub seq: u32,
+    /// The step's name.
+    pub name: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// When it began (ms since the Unix epoch).
+    pub started_ms: u64,
 }
 
 /// One run of an ID's chain (`GET /api/v1/runs/{id}/chain`), newest first.

@@ -1003,7 +1003,7 @@ async fn journals_of_parked_runs_and_chains_of_continued_runs() {
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["Start", "Step", "Done"]);
+    assert_eq!(kinds, ["Start", "Began", "Step", "Done"]);
     // Continued twice: three runs, newest first, each naming the one before.
     engine
         .start_json("again", "c-1", &json!(0), fusee::IdPolicy::NewOnly)

@@ -345,3 +345,39 @@ async fn a_wrong_token_does_not_log_in() {
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
+
+/// Issue 32.3: a run's page shows the steps that began and have not
+/// ended, with when each began (from the journal's `Began` records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_its_steps_in_flight() {
+    const STUCK: fusee::Workflow<(), u32> = fusee::Workflow::new("stuck");
+    let engine = engine().await;
+    engine.register(STUCK, |ctx: fusee::Ctx, ()| async move {
+        let v = ctx
+            .step("upload", |_| async {
+                std::future::pending::<()>().await;
+                Ok(1u32)
+            })
+            .await?;
+        Ok::<_, fusee::Failure>(v)
+    });
+    let server = serve(&engine).await;
+    engine.start(STUCK, "s-1", &()).await.unwrap();
+    let mut began = false;
+    for _ in 0..2_000 {
+        if !engine.describe("s-1").await.unwrap().in_flight.is_empty() {
+            began = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(began, "the step began");
+    let reader = Session::login(&server.url(), READ).await;
+    let (status, page) = reader.get("/runs/s-1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("id=\"in-flight\"")
+            && page.contains("<b>upload</b> (operation 1) attempt 1 began at "),
+        "{page}"
+    );
+}

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use fusee_core::record::{RunId, Status};
+use fusee_core::record::{Record, RunId, Status};
 
 use crate::error::{Error, Result};
 use crate::inspect::RunState;
@@ -184,6 +184,68 @@ pub struct Description {
     pub children: Vec<PendingChild>,
     /// What its code waits for besides steps: timers and signals.
     pub waits: Vec<PendingWait>,
+    /// Steps whose latest attempt began (a durable-ordered `Began`
+    /// record) and has no end in the journal, by operation: running now,
+    /// or cut by a crash or a stop and not begun again yet. Read from the
+    /// journal, so a restart, a parked run or a run with no code shows
+    /// them too. Empty for journals written before `Began` existed.
+    pub in_flight: Vec<InFlightStep>,
+}
+
+/// A step attempt the journal shows begun and not ended
+/// ([`Description::in_flight`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlightStep {
+    /// The step's operation (its sequence number).
+    pub seq: u32,
+    /// The step's name.
+    pub name: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// When it began, by the engine's clock (ms since the Unix epoch).
+    pub started_ms: u64,
+}
+
+/// The steps a run's journal shows begun and not ended, read record by
+/// record in journal order: each step's latest `Began` (a later one of
+/// the same step supersedes it) until its `Attempt` or `Step`; the run's
+/// `Done` ends them all. The one reader of this, for `describe` and the
+/// traces' cut attempts.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight(Vec<InFlightStep>);
+
+impl InFlight {
+    /// Takes the journal's next record.
+    pub(crate) fn take<S: AsRef<str>, B>(&mut self, rec: &Record<S, B>) {
+        match rec {
+            Record::Began {
+                seq,
+                name,
+                attempt,
+                started_ms,
+                ..
+            } => {
+                self.0.retain(|s| s.seq != *seq);
+                self.0.push(InFlightStep {
+                    seq: *seq,
+                    name: name.as_ref().to_string(),
+                    attempt: *attempt,
+                    started_ms: *started_ms,
+                });
+            }
+            Record::Step { seq, .. } | Record::Attempt { seq, .. } => {
+                self.0.retain(|s| s.seq != *seq);
+            }
+            Record::Done { .. } => self.0.clear(),
+            _ => {}
+        }
+    }
+
+    /// What is in flight after the records taken, by operation.
+    pub(crate) fn into_steps(mut self) -> Vec<InFlightStep> {
+        self.0.sort_by_key(|s| s.seq);
+        self.0
+    }
 }
 
 /// A child a run started and has no result from yet.

@@ -113,6 +113,11 @@ impl Ctx {
 
     /// A step: `f` runs with effects (calls to other services), on the
     /// engine's tokio runtime, once the run's records so far are durable;
+    /// each attempt's start is recorded first (a `Began` record: the
+    /// first attempt's at the call, in the flush of the records before
+    /// it, so a chain of steps pays no extra sync), so code changed while
+    /// a step is in flight, calling another step there after a restart,
+    /// is a [`DeterminismError`](crate::Error::Determinism) naming both;
     /// its result (or its failure, once retries are exhausted) is
     /// recorded, and replays return it without running `f` again. Failed
     /// attempts are retried by the default [`RetryPolicy`]; set another

@@ -128,8 +128,8 @@ mod workflow;
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
 pub use check::ReplayReport;
 pub use client::{
-    CurrentStep, Cursor, Description, Divergence, IdPolicy, ListFilter, Page, PendingChild,
-    PendingWait, RunRef, RunStatus, RunSummary, StartOptions, StatusFilter,
+    CurrentStep, Cursor, Description, Divergence, IdPolicy, InFlightStep, ListFilter, Page,
+    PendingChild, PendingWait, RunRef, RunStatus, RunSummary, StartOptions, StatusFilter,
 };
 pub use clock::{Clock, VirtualClock};
 pub use config::Config;

@@ -56,22 +56,23 @@
 //! each: a sleep, wait, child or update begins when its opening record was
 //! appended and ends when its closing one was.
 //!
-//! A step has no start record yet, so an attempt begins at the best time
-//! the shard knows (`fusee.span.begin` says which): the time its previous
-//! attempt's `Attempt` asked it to run at (`retry_time`), else the time the
-//! run's previous record was appended (`previous_record`: an attempt
-//! starts once the run's records before it are durable, so this is at
-//! most a flush early). For steps a run runs concurrently, every attempt
-//! but the first to end begins at the end of the one before it, so their
-//! spans are shorter than the attempts were. What began before this
-//! process opened the shard (a recovered run's step, sleep, wait, child or
-//! update) begins at the shard's open (`recovered`): the earlier part is
-//! not in any record. An attempt a crash cut leaves no record at all, so
-//! it has no span of its own: its retry after the restart records the same
-//! attempt number and is its one span, marked `recovered`. Once a step's
-//! start is recorded (a later record kind), `Begin::Recorded` is where
-//! its time plugs in, and a start without an end before the next start is
-//! the cut attempt's span with its own status.
+//! A step attempt begins at the time its `Began` records (`recorded`),
+//! before its function ran. A journal written before `Began` existed
+//! gives the best time the shard knows (`fusee.span.begin` says which):
+//! the time its previous attempt's `Attempt` asked it to run at
+//! (`retry_time`), else the time the run's previous record was appended
+//! (`previous_record`). What began before this process opened the shard
+//! (a recovered run's sleep, wait, child or update) begins at the shard's
+//! open (`recovered`): the earlier part is not in any record.
+//!
+//! An attempt cut before it ended (a crash, or its run reloaded) has a
+//! `Began` and no end; the next `Began` of its step supersedes it, and
+//! then (once that is durable) the cut attempt gets its one span: from its
+//! own `Began`'s time to the superseding one's (to the shard's open when
+//! the cut was before it), status `Error` saying it was cut,
+//! `fusee.step.outcome` `cut`, and an ID of its own (the attempt run again
+//! under the same number keeps the attempt's ID, which the cut attempt's
+//! own outgoing calls named as their parent).
 //!
 //! # Cost
 //!
@@ -109,6 +110,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use rustc_hash::FxHashMap;
 
+use crate::client::InFlight;
 use crate::clock::Clock;
 use crate::trace::{RunTrace, SpanOf};
 
@@ -182,6 +184,10 @@ struct RunMarks {
     /// What is open: the span, when it began and how that is known, its
     /// name and a detail (a child's ID, an update's ID).
     open: Vec<(SpanOf, u64, Begin, Name, Name)>,
+    /// Step attempts begun before this process opened the shard and not
+    /// ended in the journal (operation, attempt, begin time, name): each
+    /// is a cut attempt once a later `Began` of its step supersedes it.
+    cut: Vec<(u32, u32, u64, Name)>,
 }
 
 impl RunMarks {
@@ -249,6 +255,9 @@ impl ShardTraces {
             } else {
                 (opened_ms, Begin::Recovered)
             };
+            // Read once per run and process: a run started here holds its
+            // `Start` alone by now, a recovered one what it did before.
+            let cut = unended_attempts(&l.journal);
             RunMarks {
                 trace: RunTrace::of(shard, run, l),
                 wtype: l.wtype.clone(),
@@ -256,6 +265,7 @@ impl ShardTraces {
                 last_ms,
                 last,
                 open: Vec::new(),
+                cut,
             }
         });
         let (prev_ms, prev) = (marks.last_ms, marks.last);
@@ -295,6 +305,57 @@ impl ShardTraces {
             (of, now, Begin::Appended, name.clone(), detail)
         };
         let n = match rec {
+            RecordBuf::Began {
+                seq,
+                name,
+                attempt,
+                started_ms,
+                ..
+            } => {
+                // What this `Began` supersedes: one of the step's, with no
+                // end, begun in this process (its run was reloaded) or
+                // before it (a crash cut the attempt). The retry-time guess
+                // an `Attempt` left is replaced by the recorded time.
+                let mut cut = None;
+                if let Some(i) = marks
+                    .open
+                    .iter()
+                    .position(|o| matches!(o.0, SpanOf::Attempt(s, _) if s == *seq))
+                {
+                    let (of, ms, how, n, _) = marks.open.swap_remove(i);
+                    if let (SpanOf::Attempt(_, a), Begin::Recorded) = (of, how) {
+                        cut = Some((a, ms, n, now));
+                    }
+                }
+                if let Some(i) = marks.cut.iter().position(|c| c.0 == *seq) {
+                    let (_, a, ms, n) = marks.cut.swap_remove(i);
+                    // Its process was gone by the shard's open.
+                    cut = Some((a, ms, n, opened_ms.max(ms)));
+                }
+                marks.open.push((
+                    SpanOf::Attempt(*seq, *attempt),
+                    *started_ms,
+                    Begin::Recorded,
+                    name.clone(),
+                    Name::from(""),
+                ));
+                let Some((a, ms, n, end_ms)) = cut else {
+                    return;
+                };
+                let status = SpanStatus::error(
+                    "the attempt was cut: it began and never ended (its process stopped, \
+                     or its run was reloaded); a later attempt superseded it",
+                );
+                let mut note = note(
+                    format!("step {n}"),
+                    Some(SpanOf::Cut(*seq, a, ms)),
+                    (ms, Begin::Recorded),
+                    status,
+                    attempt_attributes(&n, *seq, a, "cut"),
+                );
+                note.end_ms = end_ms;
+                note
+            }
             RecordBuf::Step {
                 seq,
                 name,
@@ -559,6 +620,20 @@ impl ShardTraces {
         let mut span = self.tracer.build_with_context(builder, &parent);
         span.end_with_timestamp(time(n.end_ms));
     }
+}
+
+/// The step attempts `journal` (a run's canonical records in memory)
+/// shows begun and not ended ([`InFlight`]): operation, attempt, begin
+/// time, name.
+fn unended_attempts(journal: &[u8]) -> Vec<(u32, u32, u64, Name)> {
+    let mut open = InFlight::default();
+    for (r, _) in iter_canonical(journal).map_while(Result::ok) {
+        open.take(&r);
+    }
+    open.into_steps()
+        .into_iter()
+        .map(|s| (s.seq, s.attempt, s.started_ms, Name::from(s.name)))
+        .collect()
 }
 
 /// The names of the record that opened span `of` (a sleep's timer name, a

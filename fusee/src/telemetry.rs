@@ -82,7 +82,7 @@
 //! | `fusee_shard_losses_total` | counter | shard | times the engine lost the shard (a storage failure or fencing) |
 //! | `fusee_fencing_refusals_total` | counter | shard | writes the storage refused because another owner took the shard over |
 //! | `run <workflow type>` | span | `fusee.workflow.type`, `fusee.workflow.id`, `fusee.run.status` | a run, from its `Start`'s time to its `Done`'s; the child of the trace context given at start, or of its parent's `child` span |
-//! | `step <step name>` | span | `fusee.step.name`, `fusee.step.seq`, `fusee.step.attempt`, `fusee.step.outcome` (`ok`, `failed`, `retried`, `paused`), `error.type` | one step attempt, ended by its `Step` or `Attempt` |
+//! | `step <step name>` | span | `fusee.step.name`, `fusee.step.seq`, `fusee.step.attempt`, `fusee.step.outcome` (`ok`, `failed`, `retried`, `paused`, `cut`), `error.type` | one step attempt, from its `Began`, ended by its `Step` or `Attempt` (`cut`: by a later `Began` of its step, the attempt having never ended) |
 //! | `sleep <timer name>` | span | `fusee.timer.name` | a durable sleep, `Timer` to `Fired` |
 //! | `wait <signal name>` | span | `fusee.signal.name`, `fusee.wait.outcome` (`signal`, `timed_out`, `abandoned`) | a signal wait, `Wait` to `Waited` |
 //! | `child <workflow type>` | span | `fusee.child.type`, `fusee.child.id`, `fusee.child.status`, `error.type` | a child seen from its parent, `Child` to `ChildDone`; the child's `run` span is its child |

@@ -117,8 +117,9 @@
 //!         }
 //!     })
 //!     .await?;
-//! // Start, Step, Done: crashed after 0, 1, 2 and 3 of them.
-//! assert_eq!((report.records, report.crash_points), (3, 4));
+//! // Start, Began (the charge's start), Step, Done: crashed after 0 to 4
+//! // of them.
+//! assert_eq!((report.records, report.crash_points), (4, 5));
 //! # Ok(())
 //! # }
 //! ```

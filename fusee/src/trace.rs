@@ -184,6 +184,10 @@ pub(crate) enum SpanOf {
     Child(Seq),
     /// An update, by its ordinal.
     Update(u64),
+    /// A step attempt cut before it ended (its `Began` superseded by a
+    /// later one): the step's operation, the attempt and when it began
+    /// (two cuts of one attempt number began at different times).
+    Cut(Seq, u32, u64),
 }
 
 /// A run's place in its trace: derived from its loaded state (its `Start`)
@@ -241,6 +245,9 @@ impl RunTrace {
             SpanOf::Wait(seq) => (b"wait", u64::from(seq), 0),
             SpanOf::Child(seq) => (b"child", u64::from(seq), 0),
             SpanOf::Update(ordinal) => (b"update", ordinal, 0),
+            SpanOf::Cut(seq, attempt, began_ms) => {
+                (b"cut", u64::from(seq) << 32 | u64::from(attempt), began_ms)
+            }
         };
         nonzero(checksum64(&[
             kind,

@@ -110,7 +110,8 @@ async fn every_crash_point_ends_with_the_same_result_and_no_step_runs_twice() {
         })
         .await
         .expect("every crash point ends");
-    // Start, ten Step, Timer and Fired, Signal, Wait and Waited, Done.
-    assert_eq!(report.records, 17, "the uncrashed run's records");
-    assert_eq!(report.crash_points, 18);
+    // Start, ten Began and ten Step, Timer and Fired, Signal, Wait and
+    // Waited, Done.
+    assert_eq!(report.records, 27, "the uncrashed run's records");
+    assert_eq!(report.crash_points, 28);
 }

@@ -674,3 +674,37 @@ async fn a_keyed_signal_sent_again_is_recorded_once_across_a_reopen() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 32.3: a step's `Began` rides in the flush of the record before it
+/// (in a chain, the previous step's result), so a chain of steps takes one
+/// flush a step, as it did before steps recorded their start (an attempt
+/// starting only once its `Began` were flushed on its own would take two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_steps_takes_one_flush_a_step() {
+    const CHAIN: Workflow<u32, u32> = Workflow::new("chain");
+    let engine = Engine::open(Config::memory().shards(1)).await.unwrap();
+    engine.register(CHAIN, |ctx: Ctx, n: u32| async move {
+        let mut total = 0;
+        for i in 0..n {
+            total += ctx
+                .step(&format!("s{i}"), move |_| async move { Ok(i) })
+                .await?;
+        }
+        Ok::<_, Failure>(total)
+    });
+    let n = 50u32;
+    let before = engine.metrics().await;
+    assert_eq!(engine.execute(CHAIN, "c-1", &n).await.unwrap(), 49 * 50 / 2);
+    let after = engine.metrics().await;
+    let (flushes, records) = (
+        after.flushes - before.flushes,
+        after.flushed_records - before.flushed_records,
+    );
+    // Start, a Began and a Step a step, Done.
+    assert_eq!(records, 2 * u64::from(n) + 2);
+    assert!(
+        flushes <= u64::from(n) + 2,
+        "{flushes} flushes for a chain of {n} steps"
+    );
+    engine.close().await.unwrap();
+}

@@ -247,7 +247,9 @@ async fn the_traceparent_given_at_start_is_the_root_and_steps_continue_it() {
     assert_eq!(text(first, "error.type"), "declined");
     assert_eq!(text(first, "fusee.step.outcome"), "retried");
     let second = by_name("step charge", 2);
-    assert_eq!(text(second, "fusee.span.begin"), "retry_time");
+    // From its Began, recorded once its retry time came.
+    assert_eq!(text(second, "fusee.span.begin"), "recorded");
+    assert!(second.start_time_unix_nano >= first.end_time_unix_nano + 50_000_000);
     assert_eq!(second.status.as_ref().map_or(0, |s| s.code), 0, "unset");
     let sleep = by_name("sleep cool-off", 0);
     assert!(sleep.end_time_unix_nano - sleep.start_time_unix_nano >= 5_000_000_000);
@@ -353,8 +355,51 @@ async fn a_crash_at_every_record_boundary_leaves_one_span_per_attempt() {
                 return;
             };
             let n = n as i64;
+            // An attempt the crash cut (its Began kept, its end not) gets
+            // one span saying so, from its Began's time, once the attempt
+            // run again begins; the uncrashed run has no such span.
+            let mut unended: BTreeMap<u32, (u32, u64)> = BTreeMap::new();
+            for r in point.kept {
+                match r {
+                    fusee::core::record::Record::Began {
+                        seq,
+                        attempt,
+                        started_ms,
+                        ..
+                    } => {
+                        unended.insert(*seq, (*attempt, *started_ms));
+                    }
+                    fusee::core::record::Record::Step { seq, .. }
+                    | fusee::core::record::Record::Attempt { seq, .. } => {
+                        unended.remove(seq);
+                    }
+                    _ => {}
+                }
+            }
+            let (cut, spans): (Vec<&Span>, Vec<&Span>) = spans.iter().partition(|s| {
+                s.name.starts_with("step ") && text(s, "fusee.step.outcome") == "cut"
+            });
+            assert_eq!(
+                cut.len(),
+                unended.len(),
+                "crash after {n}: one span per cut attempt"
+            );
+            let cut: BTreeMap<u32, (u32, u64)> = cut
+                .iter()
+                .map(|s| {
+                    assert_eq!(
+                        s.status.as_ref().map(|st| st.code),
+                        Some(2),
+                        "an error status"
+                    );
+                    let seq = u32::try_from(int(s, "fusee.step.seq")).unwrap();
+                    let attempt = u32::try_from(int(s, "fusee.step.attempt")).unwrap();
+                    (seq, (attempt, s.start_time_unix_nano / 1_000_000))
+                })
+                .collect();
+            assert_eq!(cut, unended, "crash after {n}: cut attempts");
             let mut after = BTreeMap::new();
-            for s in &spans {
+            for s in spans {
                 let lsn = int(s, "fusee.lsn");
                 assert!(
                     lsn > n,

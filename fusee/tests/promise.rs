@@ -485,9 +485,9 @@ async fn every_crash_point_of_a_promise_ends_the_same() {
     assert_eq!(*reference.lock().unwrap(), ["remind", "book"]);
     let records = log_records(&memory);
     // Start, the promise's uuid, Wait and Waited (timed out), the remind
-    // step, Wait, Update, UpdateDone, Waited (abandoned: the value came
-    // first), the book step, Done.
-    assert_eq!(records.len(), 11, "the uncrashed run's records");
+    // step (Began, Step), Wait, Update, UpdateDone, Waited (abandoned: the
+    // value came first), the book step (Began, Step), Done.
+    assert_eq!(records.len(), 13, "the uncrashed run's records");
     assert_eq!(updates(&records), (1, 1));
     let mut same_id = 0;
     for n in 0..=records.len() {

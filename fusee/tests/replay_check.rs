@@ -301,3 +301,63 @@ async fn the_offline_check_reads_a_stopped_store_and_changes_nothing() {
     assert_eq!(hash(&dir), before, "the store is unchanged");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 32.3: a run whose step is in flight (its `Began` durable, no
+/// result) and whose new code calls another step there is found by the
+/// check and held, naming both steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_swapped_while_in_flight_is_found_and_held() {
+    const UPLOAD: Workflow<(), u64> = Workflow::new("upload");
+    let planted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&planted);
+    let mut kit = TestEngine::builder()
+        .config(Config::memory().shards(1).replay_check(true))
+        .open(move |engine: &Engine| {
+            let name = if flag.load(Ordering::SeqCst) {
+                "upload-v2"
+            } else {
+                "upload"
+            };
+            engine.register(UPLOAD, move |ctx: Ctx, ()| async move {
+                let v = ctx
+                    .step(name, |_| async {
+                        std::future::pending::<()>().await;
+                        Ok(1u64)
+                    })
+                    .await?;
+                Ok::<_, Failure>(v)
+            });
+        })
+        .await
+        .unwrap();
+    kit.engine().check_replay().await.unwrap();
+    kit.engine().start(UPLOAD, "u-1", &()).await.unwrap();
+    let mut began = false;
+    for _ in 0..2_000 {
+        if !kit
+            .engine()
+            .describe("u-1")
+            .await
+            .unwrap()
+            .in_flight
+            .is_empty()
+        {
+            began = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(began, "the step began");
+    planted.store(true, Ordering::SeqCst);
+    kit.crash().await.unwrap();
+    let report = kit.engine().check_replay().await.unwrap();
+    assert_eq!(report.checked, 1);
+    assert_eq!(report.divergences.len(), 1, "{}", report.to_text());
+    let d = &report.divergences[0];
+    assert_eq!(d.id, "u-1");
+    assert!(d.held);
+    assert_eq!(d.operation, Some(1), "{d:?}");
+    assert!(d.journal.contains("\"upload\""), "{d:?}");
+    assert!(d.code.contains("\"upload-v2\""), "{d:?}");
+    kit.close().await.unwrap();
+}

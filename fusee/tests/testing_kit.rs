@@ -514,27 +514,32 @@ async fn crash_everywhere_carries_on_from_every_prefix_of_the_log() {
         })
         .await
         .expect("crash everywhere");
-    // Start, Step, Timer, Fired, Step, Done.
-    assert_eq!(report.records, 6);
+    // Start, Began, Step, Timer, Fired, Began, Step, Done.
+    assert_eq!(report.records, 8);
     let both = vec!["first".to_string(), "second".to_string()];
-    assert_eq!(seen.len(), 8, "the uncrashed run and 7 crash points");
+    assert_eq!(seen.len(), 10, "the uncrashed run and 9 crash points");
     assert_eq!(seen[0], (None, both.clone()), "uncrashed");
     assert_eq!(
         seen[1],
-        (Some(0), both),
+        (Some(0), both.clone()),
         "nothing kept: everything runs again"
     );
     assert_eq!(
         seen[2],
-        (Some(1), vec!["first".to_string(), "second".to_string()]),
+        (Some(1), both.clone()),
         "the Start kept: both steps run"
     );
     assert_eq!(
         seen[3],
-        (Some(2), vec!["second".to_string()]),
+        (Some(2), both),
+        "first's Began kept, its result not: it runs again"
+    );
+    assert_eq!(
+        seen[4],
+        (Some(3), vec!["second".to_string()]),
         "first's result kept"
     );
-    assert_eq!(seen[7], (Some(6), vec![]), "everything kept: nothing runs");
+    assert_eq!(seen[9], (Some(8), vec![]), "everything kept: nothing runs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,8 +570,8 @@ async fn crash_everywhere_catches_code_that_changes_across_a_crash() {
         .await
         .expect_err("a run replayed with another step must not pass");
     // Uncrashed "a"; after a crash that kept nothing or only the Start,
-    // "b" runs afresh; with step "a"'s result kept, the code calling "b"
-    // departs from its journal and stops.
+    // "b" runs afresh; with step "a"'s Began kept (its start, before its
+    // result), the code calling "b" departs from its journal and stops.
     assert_eq!(
         outcomes,
         [
@@ -591,6 +596,145 @@ async fn crash_everywhere_catches_code_that_changes_across_a_crash() {
         }
         other => panic!("expected the error of crash point 2, got {other}"),
     }
+}
+
+/// Issue 32.3, the in-flight swap: code A's step "A1" began (its `Began`
+/// durable) and its function ran; a crash cut its result; code B, deployed
+/// meanwhile, calls "B1" at that point. The run stops with a determinism
+/// error naming the run, the operation and both steps, and B1 never runs
+/// beside A1. Checked at every record boundary: the crash points before
+/// A1's `Began` run B1 afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_everywhere_catches_a_step_swapped_while_in_flight() {
+    const SWAP: Workflow<(), String> = Workflow::new("swap");
+    // The first start is code A, every later one (after a crash) code B.
+    let starts = Arc::new(AtomicU32::new(0));
+    let ran: Effects = Effects::default();
+    let (s, r) = (Arc::clone(&starts), Arc::clone(&ran));
+    let kit = TestEngine::open(move |engine: &Engine| {
+        let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+        engine.register(SWAP, move |ctx: Ctx, ()| {
+            let name = if s.fetch_add(1, Ordering::SeqCst) == 0 {
+                "A1"
+            } else {
+                "B1"
+            };
+            let r = Arc::clone(&r);
+            async move {
+                let v = ctx
+                    .step(name, move |sc| {
+                        r.lock()
+                            .unwrap()
+                            .push((name.to_string(), sc.key().to_string()));
+                        async { Ok(1u32) }
+                    })
+                    .await?;
+                Ok::<_, Failure>(format!("{name}{v}"))
+            }
+        });
+    })
+    .await
+    .expect("open");
+    let mut points = Vec::new();
+    let err = kit
+        .crash_everywhere(SWAP, &(), |point| {
+            let kinds: Vec<&str> = point.kept.iter().map(|r| r.kind_name()).collect();
+            points.push((point.crashed_after, point.outcome.clone(), kinds.join(" ")));
+        })
+        .await
+        .expect_err("a run whose in-flight step is swapped must not pass");
+    assert_eq!(
+        points,
+        [
+            (None, Ok("A11".to_string()), "Start Began Step Done".into()),
+            (Some(0), Ok("B11".to_string()), String::new()),
+            (Some(1), Ok("B11".to_string()), "Start".into()),
+        ]
+    );
+    // Crash point 2 kept the Start and A1's Began, not its result.
+    let TestError::CrashPoint {
+        crashed_after: Some(2),
+        source,
+        ..
+    } = &err
+    else {
+        panic!("expected the error of crash point 2, got {err}");
+    };
+    let TestError::Engine(Error::Determinism(d)) = &**source else {
+        panic!("the stopped run's caller gets the determinism error: {source}");
+    };
+    assert_eq!(d.seq, 1);
+    assert_eq!(
+        d.journal,
+        fusee::core::run::Held::Call(fusee::core::run::Call::Step { name: "A1".into() })
+    );
+    assert_eq!(
+        d.code,
+        fusee::core::run::Did::Called(fusee::core::run::Call::Step { name: "B1".into() })
+    );
+    let why = d.to_string();
+    assert!(
+        why.starts_with(&format!("run {}, operation 1:", d.run)),
+        "{why}"
+    );
+    assert!(why.contains("\"A1\"") && why.contains("\"B1\""), "{why}");
+    // A1 ran once (uncrashed); B1 only where the crash cut A1's Began.
+    let ran: Vec<String> = ran.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(ran, ["A1", "B1", "B1"]);
+}
+
+const SLOW: Workflow<(), u64> = Workflow::new("slow");
+
+/// Issue 32.3: `describe` shows a step that began and has no result (its
+/// name, operation, attempt and start time), from the journal, and again
+/// after a restart, where the attempt begins again under its number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_shows_a_step_in_flight_after_a_restart() {
+    let mut kit = TestEngine::open(|engine: &Engine| {
+        engine.register(SLOW, |ctx: Ctx, ()| async move {
+            let v = ctx
+                .step("upload", |_| async {
+                    std::future::pending::<()>().await;
+                    Ok(1u64)
+                })
+                .await?;
+            Ok::<_, Failure>(v)
+        });
+    })
+    .await
+    .expect("open");
+    let first_ms = kit.now_ms();
+    kit.engine().start(SLOW, "slow-1", &()).await.unwrap();
+    let in_flight = |started_ms| {
+        vec![fusee::InFlightStep {
+            seq: 1,
+            name: "upload".into(),
+            attempt: 1,
+            started_ms,
+        }]
+    };
+    let until = async |kit: &TestEngine, want: Vec<fusee::InFlightStep>| {
+        let mut last = None;
+        for _ in 0..2_000 {
+            let d = kit.engine().describe("slow-1").await.unwrap();
+            if d.in_flight == want {
+                return d;
+            }
+            last = Some(d);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("never described as {want:?}: {last:?}");
+    };
+    let d = until(&kit, in_flight(first_ms)).await;
+    assert_eq!(d.status, RunStatus::Running);
+    kit.clock().advance(60_000);
+    kit.crash().await.unwrap();
+    // Recovered from the journal, the attempt cut by the crash begins
+    // again: its new Began supersedes the old one.
+    let d = until(&kit, in_flight(first_ms + 60_000)).await;
+    assert_eq!(d.status, RunStatus::Running);
+    let step = d.step.expect("the current step");
+    assert_eq!((step.name.as_str(), step.attempt), ("upload", 1));
 }
 
 const TIMED: Workflow<(), (u64, u64)> = Workflow::new("timed");

@@ -15,7 +15,7 @@
 //! Tags are part of the stored format: a tag, once assigned, never changes
 //! meaning, and a field's place and wire type never change. Tag 0 is never a
 //! record (a zeroed byte is garbage, not a kind); the tags follow
-//! [`Record`](super::Record)'s variant order from 1 to 24. The golden test
+//! [`Record`](super::Record)'s variant order from 1 to 25. The golden test
 //! `tests/record_golden.rs` pins every kind's bytes.
 
 /// Calls the macro `$gen` with the table of record kinds, in tag order:
@@ -271,6 +271,24 @@ macro_rules! record_kinds {
                 /// Who ended it from outside.
                 by: Option<B> [opt<bytes>],
             }
+            /// A step attempt began: recorded, and durable, before the step's
+            /// function runs. A step's first attempt records it at the call, in
+            /// call order (like a command, so replayed code that calls another
+            /// step there is a determinism error); a retry, or an attempt run
+            /// again after a crash, records it when the attempt starts. A step
+            /// with no `Began` is a journal written before this kind existed.
+            Began = 25 (BEGAN) {
+                /// The step.
+                seq: Seq [v32],
+                /// The step's name.
+                name: S [str],
+                /// The attempt, from 1 (an attempt cut by a crash begins again
+                /// under its number: the later `Began` supersedes the earlier).
+                attempt: u32 [v32],
+                /// When the attempt began, by the host's clock (ms since the
+                /// Unix epoch).
+                started_ms: u64 [v64],
+            }
         }
     };
 }
@@ -305,13 +323,13 @@ mod tests {
 
     #[test]
     fn tags_are_dense_from_one_and_named() {
-        assert_eq!(ALL.len(), 24);
+        assert_eq!(ALL.len(), 25);
         for (i, &tag) in ALL.iter().enumerate() {
             assert_eq!(usize::from(tag), i + 1);
             assert!(name(tag).is_some(), "tag {tag} has no name");
         }
         assert_eq!(name(0), None);
-        assert_eq!(name(25), None);
+        assert_eq!(name(26), None);
         assert_eq!(name(u8::MAX), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Journal records: one fact about one workflow run.
 //!
-//! [`Record`] has 24 kinds, each identified by a one-byte tag ([`kind`]),
+//! [`Record`] has 25 kinds, each identified by a one-byte tag ([`kind`]),
 //! and is generic over its string type `S` and bytes type `B`:
 //! [`RecordRef`] borrows both (building a record to append costs no
 //! allocation), [`RecordBuf`] owns shared [`Name`]s and [`Payload`]s (what

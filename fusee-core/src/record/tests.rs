@@ -174,7 +174,7 @@ fn malformed_bodies_are_refused_with_a_reason() {
     let cases: Vec<(Vec<u8>, DecodeError)> = vec![
         (vec![], err("truncated")),
         (with(0, &[0]), err("unknown record kind")),
-        (with(0, &[25]), err("unknown record kind")),
+        (with(0, &[26]), err("unknown record kind")),
         (with(1, &[0]), err("run ID outside 1..=2^48-1")),
         // Run 1 written in two bytes.
         (

@@ -286,9 +286,9 @@ impl fmt::Display for Call {
 pub enum Held {
     /// This operation.
     Call(Call),
-    /// A step whose records are not in the journal yet (a step is the only
-    /// operation that records nothing when called): any operation but a
-    /// step is a mismatch.
+    /// A step whose records are not in the journal yet (only a journal
+    /// written before `Began` existed holds a step with no record while
+    /// later operations have one): any operation but a step is a mismatch.
     UnrecordedStep,
     /// An update handler returning, before any further operation.
     UpdateDone {

@@ -6,7 +6,8 @@
 //! slot the code must match; one the host appends confirms what the machine
 //! asked for, in the order asked. A step's attempts and result, `Fired`,
 //! `Waited`, `ChildDone` must name an operation of the right kind that a
-//! record started (a step needs none: its first record starts it).
+//! record started (a step needs none: its first record, a `Began` in
+//! journals that have them, starts it).
 //! Completions that wake code are queued as deliveries, with what the code
 //! must have done before each. Every check runs before the state changes,
 //! so a refused record leaves the machine as it was (bar bytes it kept,
@@ -167,6 +168,9 @@ impl RunMachine {
                 ..
             } => self.take_attempt(*seq, name.as_ref(), *attempt, *retry_at_ms),
             Record::Resume { seq, .. } => self.take_resume(*seq),
+            Record::Began {
+                seq, name, attempt, ..
+            } => self.take_began(live, *seq, name.as_ref(), *attempt),
             Record::Timer { seq, name, .. } => {
                 let c = Command::new(OpKind::Sleep, *seq, name.as_ref());
                 self.take_command(live, kind, c)
@@ -314,6 +318,16 @@ impl RunMachine {
                 if s.has(ENDED) {
                     return Err(Problem::Ended { kind: rec, seq });
                 }
+                // Its attempt cannot have run before its `Began` was
+                // appended.
+                if s.has(UNAPPENDED) {
+                    let needs = "Began";
+                    return Err(Problem::NotStarted {
+                        kind: rec,
+                        seq,
+                        needs,
+                    });
+                }
                 // Names are kept until the code's call checked them.
                 let kept = s.name.of(&self.bytes);
                 if s.has(RECORDED) && !s.has(ISSUED) && kept != name.as_bytes() {
@@ -377,6 +391,38 @@ impl RunMachine {
         slot.attempt = attempt;
         slot.retry_at_ms = retry_at_ms;
         slot.flags &= !RESUMED;
+        Ok(())
+    }
+
+    /// A step attempt's `Began`. Appended as the machine asked at the
+    /// step's call (its first attempt, in call order), it confirms that
+    /// call like a command record; otherwise (from the journal, or a
+    /// retry's or a re-run's appended when the attempt starts) it starts or
+    /// continues the step's slot, whose name the code's call must then
+    /// match, and names the attempt after the latest failed one (a crash
+    /// may repeat it: the attempt begins again).
+    fn take_began(&mut self, live: bool, seq: Seq, name: &str, attempt: u32) -> Taken {
+        if seq == 0 {
+            return Err(Problem::SeqZero { kind: "Began" });
+        }
+        let kind = OpKind::Step;
+        if live && self.asked.front() == Some(&Asked::Command { seq, kind }) {
+            if attempt != 1 {
+                let last = 0;
+                return Err(Problem::AttemptOrder { seq, attempt, last });
+            }
+            self.asked.pop_front();
+            if let Some(slot) = self.ops.get_mut(&seq) {
+                slot.flags &= !UNAPPENDED;
+            }
+            self.max_seq = self.max_seq.max(seq);
+            return Ok(());
+        }
+        let slot = self.step_slot(seq, name, "Began")?;
+        let last = slot.attempt;
+        if attempt != last.saturating_add(1) {
+            return Err(Problem::AttemptOrder { seq, attempt, last });
+        }
         Ok(())
     }
 

@@ -14,9 +14,13 @@
 //! - **Commands**, which workflow code produces as it calls an operation,
 //!   appended at the call and so in call order: `Timer` (sleep), `Wait`,
 //!   `Child`, `Send`, `Value`, `Patch`, `UpdateDone`, `Waited { Abandoned }`
-//!   (the code dropped a wait) and the code's `Done`.
+//!   (the code dropped a wait), the code's `Done`, and a step's first
+//!   `Began` (its first attempt's start, asked at the call so that code
+//!   calling another step there after a crash is caught).
 //! - **Completions and inputs**, which arrive from outside whenever they
-//!   arrive: a step's `Attempt`s and `Step` result, `Resume`, `Fired`,
+//!   arrive: a step's later `Began`s (a retry, or an attempt run again
+//!   after a crash, recorded as it starts), its `Attempt`s and `Step`
+//!   result, `Resume`, `Fired`,
 //!   `Waited` (a signal or a timeout), `ChildDone`, `Signal`, `Cancel`,
 //!   `Update`, an outside `Done` (terminate, deadline).
 //!
@@ -48,8 +52,10 @@
 //! running before its turn). The machine checks exactly what they prove:
 //!
 //! - the record at an operation's sequence number has the kind and name the
-//!   code calls (a number with no record but records after it can only be a
-//!   step whose result is not in yet);
+//!   code calls: a step that only began (its `Began`, no result) counts,
+//!   so a step swapped for another while in flight is caught (a number
+//!   with no record but records after it can only be a step of a journal
+//!   written before `Began` existed, whose result is not in yet);
 //! - every operation named by a record before a delivery, a recorded
 //!   `UpdateDone` or the recorded end was called before the code gets that
 //!   delivery, returns that handler or finishes (each was called before its
@@ -91,10 +97,14 @@
 //! 4. With the code quiescent, call `poll_delivery`, hand what it returns to
 //!    the code, run the code to quiescence, and again until it returns
 //!    `None`.
-//! 5. Start a step attempt the machine names only once the log is durable
-//!    through [`RunMachine::gate_lsn`] and its retry time has come; after a
-//!    crash, a retry timer or a `Resume`, [`RunMachine::step_attempt`] says
-//!    which attempt is next.
+//! 5. Start a step attempt the machine names only once its `Began` is
+//!    appended and the log is durable through [`RunMachine::gate_lsn`]
+//!    (which then covers the `Began`), and its retry time has come. The
+//!    first attempt's `Began` is asked at the call ([`StepStart::began`]);
+//!    any other attempt's (a retry, one run again after a crash or a
+//!    rebuild) the host appends when the attempt is due. After a crash, a
+//!    retry timer or a `Resume`, [`RunMachine::step_attempt`] says which
+//!    attempt is next.
 //! 6. On a [`DeterminismError`], fail or suspend the run: append nothing for
 //!    the call that failed.
 //!

@@ -86,6 +86,15 @@ pub struct StepStart {
     pub seq: Seq,
     /// Whether and which attempt to run.
     pub run: StepRun,
+    /// Live and new: append the step's `Began` for attempt 1 now, in call
+    /// order like a command, and pass it to
+    /// [`RunMachine::handle_record`]; the gate LSN then covers it, so the
+    /// attempt starts only once it is durable, in the same flush as the
+    /// records before it. When false and an attempt is to run (a step the
+    /// journal holds, or one called where the journal cannot show it in
+    /// call order), the host appends its `Began` when the attempt starts,
+    /// and starts it once that is durable.
+    pub began: bool,
 }
 
 /// The answer to a recorded-value call (now, random, UUID, custom).
@@ -224,15 +233,19 @@ impl RunMachine {
     /// says whether the host runs an attempt, which, and when.
     pub fn step(&mut self, name: &str) -> Result<StepStart, OpError> {
         let (seq, found) = self.issue(Op::new(OpKind::Step, name))?;
-        let run = match found {
-            Found::Recorded(slot) if slot.has(ENDED) => StepRun::Recorded,
-            Found::Recorded(slot) => StepRun::Attempt(next_attempt(&slot)),
-            Found::Live => StepRun::Attempt(Attempt {
-                attempt: 1,
-                at: RetryAt::Now,
-            }),
+        let (run, began) = match found {
+            Found::Recorded(slot) if slot.has(ENDED) => (StepRun::Recorded, false),
+            Found::Recorded(slot) => (StepRun::Attempt(next_attempt(&slot)), false),
+            Found::Live => {
+                let first = Attempt {
+                    attempt: 1,
+                    at: RetryAt::Now,
+                };
+                let asked = self.ops.get(&seq).is_some_and(|s| s.has(UNAPPENDED));
+                (StepRun::Attempt(first), asked)
+            }
         };
-        Ok(StepStart { seq, run })
+        Ok(StepStart { seq, run, began })
     }
 
     /// The attempt a called step that has not ended runs next, and when: what
@@ -485,8 +498,13 @@ impl RunMachine {
             self.ops.insert(seq, Slot::new(OpKind::Step, ISSUED));
             Found::Live
         } else {
-            self.check_live(seq, || Did::Called(op.call()), command)?;
-            if command {
+            // A step's first `Began` is asked at the call like a command's
+            // record, unless a recorded handler return is still to come: a
+            // journal written before `Began` existed may hold the step
+            // before it with no record, so its `Began` waits for its start.
+            let records = command || self.dones.is_empty();
+            self.check_live(seq, || Did::Called(op.call()), records)?;
+            if records {
                 if !op.kind.resolves_at_once() {
                     self.ops
                         .insert(seq, Slot::new(op.kind, ISSUED | UNAPPENDED));

@@ -43,9 +43,12 @@ pub(super) fn keep(store: &mut Vec<u8>, bytes: &[u8]) -> Option<Span> {
     Some(Span { off, len })
 }
 
-/// What an operation is. Steps leave no record when called (their first
-/// record is an attempt or their result); every other kind is a *command*:
-/// its record is appended at the call, in call order.
+/// What an operation is. Every kind but a step is a *command*: its record
+/// is appended at the call, in call order. A step's first record is its
+/// `Began`, asked at the call like a command's when the journal can show it
+/// in call order, else appended when its attempt starts (journals written
+/// before `Began` existed start a step with its first `Attempt` or its
+/// result).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum OpKind {
     Step,
@@ -71,7 +74,7 @@ impl OpKind {
     /// The record that starts an operation of this kind, for messages.
     pub(super) fn command_name(self) -> &'static str {
         match self {
-            OpKind::Step => "Step or Attempt",
+            OpKind::Step => "Began, Step or Attempt",
             OpKind::Sleep => "Timer",
             OpKind::Wait => "Wait",
             OpKind::Child => "Child",
@@ -96,7 +99,8 @@ impl OpKind {
 }
 
 /// [`Slot::flags`]: the journal holds the operation's record (its command
-/// record, or a step's first attempt or result): the code must match it.
+/// record, or a step's `Began`, first attempt or result): the code must
+/// match it.
 pub(super) const RECORDED: u8 = 1;
 /// The code called it.
 pub(super) const ISSUED: u8 = 1 << 1;
@@ -105,8 +109,8 @@ pub(super) const ISSUED: u8 = 1 << 1;
 pub(super) const ENDED: u8 = 1 << 2;
 /// The journal holds a `Waited { Abandoned }` for this wait.
 pub(super) const ABANDONED: u8 = 1 << 3;
-/// Issued live: its command record is asked for and not appended yet, so
-/// no completion may come before it.
+/// Issued live: its command record (a step's first `Began`) is asked for
+/// and not appended yet, so no completion may come before it.
 pub(super) const UNAPPENDED: u8 = 1 << 4;
 /// The code dropped this wait and the host was asked to record it.
 pub(super) const ABANDON_ASKED: u8 = 1 << 5;

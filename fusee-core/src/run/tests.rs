@@ -116,10 +116,19 @@ impl Driver {
         }
     }
 
+    /// The code calls step `name`; live, its first `Began` is appended as
+    /// the machine asks.
     fn step(&mut self, name: &str) -> StepStart {
         let s = self.m.step(name).expect("step");
         if !self.live {
             assert_eq!(s.run, StepRun::Recorded, "a replayed step runs nothing");
+        }
+        assert_eq!(
+            s.began, self.live,
+            "a new step's Began is asked at its call"
+        );
+        if s.began {
+            self.append(began(s.seq, name, 1));
         }
         s
     }
@@ -277,6 +286,16 @@ fn step_result<'a>(seq: Seq, name: &'a str, attempt: u32, payload: &'a [u8]) -> 
     }
 }
 
+fn began(seq: Seq, name: &str, attempt: u32) -> RecordRef<'_> {
+    Record::Began {
+        run: RUN,
+        seq,
+        name,
+        attempt,
+        started_ms: 40 + u64::from(attempt),
+    }
+}
+
 fn attempt(seq: Seq, attempt: u32, retry_at_ms: u64) -> RecordRef<'static> {
     Record::Attempt {
         run: RUN,
@@ -334,9 +353,10 @@ fn charge_with_retries(d: &mut Driver) {
             at: RetryAt::Now,
         };
         assert_eq!(s.run, StepRun::Attempt(first));
-        assert_eq!(d.m.gate_lsn(), Some(1), "the gate is the Start");
+        assert_eq!(d.m.gate_lsn(), Some(2), "the gate is the step's Began");
     }
     d.env(attempt(1, 1, 500));
+    d.env(began(1, "charge", 2));
     if d.live {
         let second = Attempt {
             attempt: 2,
@@ -349,6 +369,9 @@ fn charge_with_retries(d: &mut Driver) {
         assert_eq!(d.m.step_attempt(1).map(|a| a.at), Some(RetryAt::Paused));
     }
     d.env(Record::Resume { run: RUN, seq: 1 });
+    // Attempt 3 cut by a crash, then begun again under its number.
+    d.env(began(1, "charge", 3));
+    d.env(began(1, "charge", 3));
     if d.live {
         let third = Attempt {
             attempt: 3,
@@ -378,7 +401,7 @@ fn a_step_cut_at_an_attempt_tells_the_next_attempt_and_when() {
     let mut cuts = Vec::new();
     // Journal lengths after each record of the step.
     let mut at = |d: &Driver| cuts.push((d.journal.clone(), d.lsn));
-    live.m.step("charge").expect("step");
+    live.step("charge");
     live.append(attempt(1, 1, 500));
     at(&live);
     live.append(attempt(1, 2, PAUSED));
@@ -502,7 +525,7 @@ fn old_runs_replay_the_old_branch_of_a_patch() {
     new.finish(Status::Ok);
     // An unrecorded step at the number also means the old branch.
     let mut old = Driver::live();
-    old.m.step("a").expect("step");
+    old.step("a");
     let _ = old.sleep("b");
     let mut m = RunMachine::build(RUN, &old.journal, old.lsn).expect("builds");
     assert_eq!(m.patched("v2"), Ok(Patched::Absent));
@@ -631,7 +654,7 @@ fn a_finished_run_needs_no_code() {
     assert_eq!(m.end(), Some(Status::Failed));
     // Terminated from outside: the code may not go past the journal.
     let mut d = Driver::live();
-    d.m.step("s").expect("step");
+    d.step("s");
     d.append(Record::Done {
         run: RUN,
         status: Status::Terminated,
@@ -900,12 +923,24 @@ fn another_kind_at_a_sequence_number() {
          (use ctx.patched to change it)"
     );
     assert_eq!(m.next_seq(), 2, "a refused call takes no number");
-    // A number with no record before recorded ones is a step in flight.
+    // A step in flight (begun, no result) before recorded operations.
     let j = journal_of(|d| {
-        d.m.step("a").expect("step");
+        d.step("a");
         d.sleep("b");
     });
     let e = departure(replayed(&j).wait("w").expect_err("departs"));
+    assert_eq!((e.seq, e.mismatch()), (1, Mismatch::OtherKind));
+    assert_eq!(e.journal, Held::Call(Call::Step { name: "a".into() }));
+    // A journal written before `Began` existed: a number with no record
+    // before recorded ones is a step in flight.
+    let timer = Record::Timer {
+        run: RUN,
+        seq: 2,
+        name: "b",
+        fire_at_ms: 100,
+    };
+    let old = (encode(&[start(None), timer]), 2);
+    let e = departure(replayed(&old).wait("w").expect_err("departs"));
     assert_eq!((e.seq, e.mismatch()), (1, Mismatch::OtherKind));
     assert_eq!(e.journal, Held::UnrecordedStep);
 }
@@ -992,7 +1027,7 @@ fn a_missing_operation_before_a_delivery() {
     assert_eq!(e.journal, Held::Call(Call::Sleep { name: "b".into() }));
     // A step whose result is recorded, never called.
     let j = journal_of(|d| {
-        let _ = d.m.step("a").expect("step");
+        let _ = d.step("a");
         d.append(step_result(1, "a", 1, b""));
     });
     let e = replayed(&j).poll_delivery().expect_err("missing");
@@ -1089,7 +1124,7 @@ fn finishing_with_deliveries_left_is_not_an_error() {
     // step's result was appended before the crash cut the end.
     let j = journal_of(|d| {
         let a = d.sleep("a");
-        d.m.step("b").expect("step");
+        d.step("b");
         d.env(fired(a));
         d.env(step_result(2, "b", 1, b""));
         d.deliver();
@@ -1109,7 +1144,7 @@ fn finishing_with_deliveries_left_is_not_an_error() {
 fn steps_journal(n: u32, payload: &'static [u8]) -> (Vec<u8>, Lsn) {
     journal_of(|d| {
         for i in 0..n {
-            let s = d.m.step("step").expect("step").seq;
+            let s = d.step("step").seq;
             assert_eq!(s, i + 1);
             d.append(Record::Step {
                 run: RUN,
@@ -1156,7 +1191,7 @@ fn delivered_bytes_are_dropped() {
     d.append(signal("never", b"kept"));
     let payload = &[7u8; 1024][..];
     for i in 0..2000 {
-        let s = d.m.step("s").expect("step").seq;
+        let s = d.step("s").seq;
         d.append(Record::Step {
             run: RUN,
             seq: s,
@@ -1172,4 +1207,158 @@ fn delivered_bytes_are_dropped() {
         );
     }
     assert!(d.m.heap_bytes() < 16 * 1024, "{}", d.m.heap_bytes());
+}
+
+// ---------------------------------------------------------------------
+// A step's start in the journal (`Began`).
+
+#[test]
+fn a_step_swapped_while_in_flight_is_a_determinism_error() {
+    // Code A called step "A1": its Began is durable, the attempt ran, and
+    // a crash cut its result.
+    let j = journal_of(|d| {
+        d.step("A1");
+    });
+    // Code B calls "B1" there.
+    let e = departure(replayed(&j).step("B1").expect_err("another step"));
+    assert_eq!((e.seq, e.mismatch()), (1, Mismatch::OtherName));
+    assert_eq!(e.journal, Held::Call(Call::Step { name: "A1".into() }));
+    assert_eq!(e.code, Did::Called(Call::Step { name: "B1".into() }));
+    assert_eq!(
+        e.to_string(),
+        "run 7, operation 1: the journal holds step \"A1\" but the code called step \"B1\"; \
+         workflow code must make the same calls in the same order on every run \
+         (use ctx.patched to change it)"
+    );
+    // Another kind of operation there.
+    let e = departure(replayed(&j).sleep("nap").expect_err("a sleep"));
+    assert_eq!((e.seq, e.mismatch()), (1, Mismatch::OtherKind));
+    // Finishing without calling it.
+    let e = departure(replayed(&j).finish(Status::Ok).expect_err("finish"));
+    assert_eq!((e.seq, e.mismatch()), (1, Mismatch::Missing));
+    // The same code runs attempt 1 again, its Began appended as it starts
+    // (not asked at the call: the journal holds the step).
+    let mut m = replayed(&j);
+    let s = m.step("A1").expect("same step");
+    let first = Attempt {
+        attempt: 1,
+        at: RetryAt::Now,
+    };
+    assert_eq!((s.run, s.began), (StepRun::Attempt(first), false));
+    m.handle_record(j.1 + 1, &began(1, "A1", 1))
+        .expect("the attempt begins again under its number");
+    m.handle_record(j.1 + 2, &step_result(1, "A1", 1, b"ok"))
+        .expect("its result");
+    assert!(matches!(m.poll_delivery(), Ok(Some(Delivery::Step { .. }))));
+}
+
+#[test]
+fn a_new_steps_began_is_asked_at_its_call_in_call_order() {
+    let mut d = Driver::live();
+    // join!(step a, sleep b): the Began first, as called.
+    let a = d.m.step("a").expect("step");
+    assert!(a.began);
+    assert_eq!(d.m.sleep("b"), Ok(Issued::Append(2)));
+    assert_eq!(d.m.gate_lsn(), None, "the Began's LSN is not known yet");
+    let timer = Record::Timer {
+        run: RUN,
+        seq: 2,
+        name: "b",
+        fire_at_ms: 1,
+    };
+    let refused = |d: &mut Driver, rec: &RecordRef<'_>| {
+        let lsn = d.lsn + 1;
+        d.m.handle_record(lsn, rec).expect_err("refused").problem
+    };
+    assert_eq!(refused(&mut d, &timer), Problem::NotAsked { kind: "Timer" });
+    // No attempt can end before its Began.
+    assert!(matches!(
+        refused(&mut d, &step_result(1, "a", 1, b"")),
+        Problem::NotStarted {
+            seq: 1,
+            needs: "Began",
+            ..
+        }
+    ));
+    // The first attempt's Began names attempt 1.
+    assert!(matches!(
+        refused(&mut d, &began(1, "a", 2)),
+        Problem::AttemptOrder { attempt: 2, .. }
+    ));
+    d.append(began(1, "a", 1));
+    d.append(timer);
+    assert_eq!(d.m.gate_lsn(), Some(3), "the gate covers the Began");
+    // A retry's Began names the attempt after the failed one.
+    d.append(Record::Attempt {
+        run: RUN,
+        seq: 1,
+        name: "a",
+        attempt: 1,
+        retry_at_ms: 5,
+        error: b"",
+    });
+    assert!(matches!(
+        refused(&mut d, &began(1, "a", 3)),
+        Problem::AttemptOrder {
+            attempt: 3,
+            last: 1,
+            ..
+        }
+    ));
+    d.append(began(1, "a", 2));
+    d.append(step_result(1, "a", 2, b""));
+    // Records of the journal disagree on the step's name.
+    let renamed = encode(&[start(None), began(1, "a", 1), step_result(1, "b", 1, b"")]);
+    let e = RunMachine::build(RUN, &renamed, 3).expect_err("renamed");
+    assert!(matches!(e.problem, Problem::Renamed { seq: 1, .. }), "{e}");
+}
+
+#[test]
+fn journals_without_began_still_replay() {
+    // Written before `Began` existed: a step's first record is its first
+    // failed attempt or its result.
+    let old = encode(&[
+        start(None),
+        attempt(1, 1, 500),
+        step_result(1, "charge", 2, b"paid"),
+        Record::Timer {
+            run: RUN,
+            seq: 2,
+            name: "nap",
+            fire_at_ms: 9,
+        },
+        step_result(3, "ship", 1, b"sent"),
+    ]);
+    let mut m = RunMachine::build(RUN, &old, 5).expect("builds");
+    let s = m.step("charge").expect("step");
+    assert_eq!((s.run, s.began), (StepRun::Recorded, false));
+    assert!(matches!(m.poll_delivery(), Ok(Some(Delivery::Step { .. }))));
+    assert!(matches!(m.sleep("nap"), Ok(Issued::Recorded(2))));
+    let s = m.step("ship").expect("step");
+    assert_eq!(s.run, StepRun::Recorded);
+    assert!(matches!(
+        m.poll_delivery(),
+        Ok(Some(Delivery::Step { seq: 3, .. }))
+    ));
+    // A step of an old journal with no record while a later one has (its
+    // result not in yet) runs, its Began appended as the attempt starts.
+    let old = encode(&[
+        start(None),
+        Record::Timer {
+            run: RUN,
+            seq: 2,
+            name: "nap",
+            fire_at_ms: 9,
+        },
+    ]);
+    let mut m = RunMachine::build(RUN, &old, 2).expect("builds");
+    let s = m.step("charge").expect("step");
+    assert!(matches!(s.run, StepRun::Attempt(_)));
+    assert!(
+        !s.began,
+        "its number is behind the journal's: not in call order"
+    );
+    m.handle_record(3, &began(1, "charge", 1))
+        .expect("begun as it starts");
+    assert!(matches!(m.sleep("nap"), Ok(Issued::Recorded(2))));
 }

@@ -82,6 +82,7 @@ impl ShardCore {
             | Record::Value { .. }
             | Record::Cancel { .. }
             | Record::Heartbeat { .. }
+            | Record::Began { .. }
             | Record::Patch { .. } => {}
             Record::Step { seq, .. } | Record::Resume { seq, .. } => {
                 Self::disarm(run, *seq, TimerKind::Retry);

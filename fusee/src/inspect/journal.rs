@@ -23,8 +23,8 @@
 //! A reader takes `records` and may ignore every other top-level field.
 //!
 //! Each record is an object with `kind` (the variant name of
-//! `fusee_core::record::Record`: `Start`, `Step`, ... `Done`) and the
-//! variant's fields under their Rust names, in any order, but one: a
+//! `fusee_core::record::Record`: `Start`, `Step`, ... `Done`, `Began`) and
+//! the variant's fields under their Rust names, in any order, but one: a
 //! `Value` record's own `kind` field is `value_kind`. Values:
 //!
 //! | field type | JSON |
@@ -43,6 +43,20 @@
 //! [`from_json`] of [`to_json`]'s output is the same records, so the same
 //! canonical bytes. A later version may add fields; it changes `version`
 //! when a reader of this one would misread it.
+//!
+//! ## `Began` (added within version 1)
+//!
+//! A step attempt's start, before its function ran:
+//! `{"kind": "Began", "run", "seq", "name", "attempt", "started_ms"}`
+//! (`started_ms`: the engine's clock when the attempt began, ms since the
+//! Unix epoch). A step's first attempt has one at its call, in call order;
+//! each later attempt (a retry, or an attempt begun again after a crash:
+//! the later one of the same `attempt` supersedes the earlier) has one as
+//! it starts. The attempt ends with the step's `Attempt` (a failure to
+//! retry) or `Step` (its result) of the same `seq`; a `Began` with neither
+//! after it is an attempt in flight, or cut by a crash. Journals written
+//! before this kind have no `Began`; a reader of version 1 that does not
+//! know the kind may skip records of unknown `kind`.
 //!
 //! ## Decoded views (added within version 1)
 //!
@@ -459,6 +473,14 @@ fn record_json(rec: &RecordBuf, views: Views) -> Value {
             by,
         } => json!({"run": run, "status": st(status), "finished_ms": finished_ms,
             "payload": b(payload), "by": opt(by.as_ref(), t)}),
+        Record::Began {
+            run,
+            seq,
+            name,
+            attempt,
+            started_ms,
+        } => json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
+            "started_ms": started_ms}),
     };
     if let Value::Object(map) = &mut v {
         // `kind` first, for people reading the file.
@@ -734,6 +756,13 @@ pub fn record_from_json(v: &Value) -> Result<RecordBuf, String> {
             payload: f.bytes("payload")?,
             by: f.opt_bytes("by")?,
         },
+        "Began" => Record::Began {
+            run,
+            seq: f.u32("seq")?,
+            name: f.name("name")?,
+            attempt: f.u32("attempt")?,
+            started_ms: f.u64("started_ms")?,
+        },
         other => return Err(format!("unknown record kind {other:?}")),
     })
 }
@@ -953,6 +982,13 @@ mod tests {
                 payload: p(b""),
                 by: None,
             },
+            Record::Began {
+                run: 1,
+                seq: u32::MAX,
+                name: n("charge"),
+                attempt: 3,
+                started_ms: u64::MAX,
+            },
         ]
     }
 
@@ -960,7 +996,11 @@ mod tests {
     fn every_kind_round_trips_to_the_same_canonical_bytes() {
         let records = every_kind();
         let kinds: std::collections::BTreeSet<u8> = records.iter().map(|r| r.kind()).collect();
-        assert_eq!(kinds.len(), 24, "every record kind is covered");
+        assert_eq!(
+            kinds.len(),
+            fusee_core::record::kind::ALL.len(),
+            "every record kind is covered"
+        );
         for rec in &records {
             let v = record_to_json(rec);
             // Through text, as a file would carry it.

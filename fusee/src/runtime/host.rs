@@ -406,8 +406,8 @@ fn called(rec: &RecordBuf) -> Option<(Seq, String)> {
     Some((seq, what))
 }
 
-/// `next` and the live steps the code called (which record nothing until
-/// they run), by operation.
+/// `next` and the live steps the code called (their `Began`, asked at the
+/// call, is not in `next`), by operation.
 fn ordered(mut next: Vec<(Seq, String)>, state: &Rc<RefCell<RunState>>) -> Vec<String> {
     for (seq, name) in state.borrow().step_names() {
         next.push((seq, format!("step {:?}", name.as_ref())));

@@ -839,6 +839,7 @@ impl ShardLoop {
                 journal_records: view.records,
                 children: view.children,
                 waits: view.waits,
+                in_flight: view.in_flight,
             });
         }
         let journal = self.run_journal(run).map_err(|error| Error::Storage {
@@ -879,6 +880,7 @@ impl ShardLoop {
             journal_records: view.records,
             children: view.children,
             waits: view.waits,
+            in_flight: view.in_flight,
         })
     }
 

@@ -63,8 +63,8 @@ use fusee_storage::LogStore;
 use super::ShardLoop;
 use super::waiters::Waiting;
 use crate::client::{
-    LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait, RunRef, RunSummary,
-    ShardPage,
+    InFlight, InFlightStep, LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait,
+    RunRef, RunSummary, ShardPage,
 };
 use crate::error::Error;
 
@@ -84,6 +84,7 @@ pub(super) struct JournalView {
     pub(super) records: u64,
     pub(super) children: Vec<PendingChild>,
     pub(super) waits: Vec<PendingWait>,
+    pub(super) in_flight: Vec<InFlightStep>,
 }
 
 impl JournalView {
@@ -97,9 +98,11 @@ impl JournalView {
         // Pending operations by sequence number, in the order they began.
         let mut children: Vec<(u32, PendingChild)> = Vec::new();
         let mut waits: Vec<(u32, PendingWait)> = Vec::new();
+        let mut in_flight = InFlight::default();
         for item in iter_canonical(journal) {
             let Ok((rec, _)) = item else { break };
             view.records += 1;
+            in_flight.take(&rec);
             match rec {
                 Record::Child { seq, wtype, id, .. } => children.push((
                     seq,
@@ -156,6 +159,7 @@ impl JournalView {
         }
         view.children = children.into_iter().map(|(_, c)| c).collect();
         view.waits = waits.into_iter().map(|(_, w)| w).collect();
+        view.in_flight = in_flight.into_steps();
         view
     }
 }
@@ -465,6 +469,7 @@ impl ShardLoop {
         };
         let step_seq = records.iter().find_map(|r| match r {
             RecordBuf::Step { seq, name, .. }
+            | RecordBuf::Began { seq, name, .. }
             | RecordBuf::Attempt { seq, name, .. }
             | RecordBuf::Awaiting { seq, name, .. }
                 if &**name == step =>
@@ -476,7 +481,9 @@ impl ShardLoop {
         let Some(step_seq) = step_seq else {
             let mut steps: Vec<String> = Vec::new();
             for r in &records {
-                if let RecordBuf::Step { name, .. } | RecordBuf::Attempt { name, .. } = r
+                if let RecordBuf::Step { name, .. }
+                | RecordBuf::Began { name, .. }
+                | RecordBuf::Attempt { name, .. } = r
                     && !steps.iter().any(|s| s == &**name)
                 {
                     steps.push(name.to_string());

@@ -57,6 +57,11 @@ pub(crate) struct StepSpec {
     /// Attempts made before the latest resume ([`crate::Engine::resume_step`]):
     /// the policy counts only the attempts since.
     resumed_after: u32,
+    /// The attempt whose `Began` this process appended (at the call for a
+    /// new step's first attempt, else when the attempt came due): that
+    /// attempt starts once the run is durable through its gate LSN, which
+    /// then covers the `Began`. Any other attempt needs its own first.
+    began: Option<u32>,
 }
 
 /// Whether a step's next attempt may start now.
@@ -92,6 +97,31 @@ impl StepSpec {
         }
     }
 
+    /// The `Began` attempt `attempt` needs before it starts, if this
+    /// process has not appended one for it (a retry, or an attempt the
+    /// journal holds begun or failed before a crash or a rebuild): the loop
+    /// appends it and starts the attempt once it is durable. `None` when
+    /// it is appended already.
+    pub(crate) fn began_record(
+        &mut self,
+        run: RunId,
+        seq: Seq,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Option<RecordBuf> {
+        if self.began == Some(attempt) {
+            return None;
+        }
+        self.began = Some(attempt);
+        Some(RecordBuf::Began {
+            run,
+            seq,
+            name: self.name.clone(),
+            attempt,
+            started_ms: now_ms,
+        })
+    }
+
     /// Starts an attempt with context `cx`: the function's future.
     #[inline]
     pub(crate) fn begin(&mut self, now_ms: u64, cx: StepContext) -> StepFuture {
@@ -120,7 +150,10 @@ impl StepSpec {
     /// Whether an attempt could start without a record or a time coming
     /// first: it holds the run from parking.
     fn busy(&self) -> bool {
-        self.running || self.next.is_some_and(|a| a.at == RetryAt::Now)
+        self.running
+            || self
+                .next
+                .is_some_and(|a| a.at == RetryAt::Now || self.began == Some(a.attempt))
     }
 }
 
@@ -582,6 +615,20 @@ impl<C: Code> RunState<C> {
     ) -> Option<Seq> {
         let start = self.issue(|m| m.step(name))?;
         if let StepRun::Attempt(a) = start.run {
+            // A new step's first `Began`, asked by the machine in call
+            // order: it rides in the flush of the records before it.
+            let began = start.began.then(|| {
+                let (run, seq, attempt) = (self.run, start.seq, a.attempt);
+                let started_ms = self.now_ms();
+                self.appends.push(RecordBuf::Began {
+                    run,
+                    seq,
+                    name: name.clone(),
+                    attempt,
+                    started_ms,
+                });
+                attempt
+            });
             self.steps.insert(
                 start.seq,
                 StepSpec {
@@ -592,6 +639,7 @@ impl<C: Code> RunState<C> {
                     running: false,
                     next: Some(a),
                     resumed_after: 0,
+                    began,
                 },
             );
         }

@@ -1,6 +1,8 @@
-//! Step attempts: started once their run is durable through its gate LSN
-//! (and their retry time has come), run by the driver, and recorded when
-//! they end: the result (`Step`), or a failure the retry policy retries
+//! Step attempts: begun (a `Began` record: a new step's first at its
+//! call, in the flush of the records before it; a retry's, or an attempt
+//! run again after a crash, when it comes due), started once their run is
+//! durable through its gate LSN, which covers the `Began` (and their retry
+//! time has come), run by the driver, and recorded when they end: the result (`Step`), or a failure the retry policy retries
 //! (`Attempt` with the next attempt's time, or paused) or gives up on.
 
 use std::sync::Arc;
@@ -30,8 +32,11 @@ pub(crate) struct StepJob {
 }
 
 impl ShardLoop {
-    /// Starts every step attempt that may start: its run durable through
-    /// its gate LSN, its time come, not running already.
+    /// Starts every step attempt that may start: its `Began` appended, its
+    /// run durable through its gate LSN (which then covers the `Began`), its
+    /// time come, not running already. An attempt due whose `Began` this
+    /// process has not appended (a retry, one run again after a crash) gets
+    /// it now and starts once it is durable.
     pub(super) fn start_steps(&mut self, now_ms: u64) {
         if self.stepping.is_empty() || self.failed.is_some() {
             return;
@@ -39,6 +44,7 @@ impl ShardLoop {
         let early = self.sabotaged(super::sabotage::Sabotage::EarlyStep);
         let token = self.log.fencing_token();
         let runs: Vec<RunId> = self.stepping.iter().copied().collect();
+        let mut began = Vec::new();
         for run in runs {
             // A paused run starts nothing; resuming puts it back.
             if self.is_paused(run) {
@@ -51,15 +57,14 @@ impl ShardLoop {
             };
             let mut guard = live.state.borrow_mut();
             let s = &mut *guard;
-            // The output-commit rule: nothing with effects before the
-            // records the run wrote so far are durable.
+            // The `Began`s go after the records the code asked for.
             let Some(gate) = s.machine().gate_lsn() else {
                 continue;
             };
-            if gate > self.flights.durable() && !early {
-                continue;
-            }
-            if live.trace.is_none() {
+            // The output-commit rule: nothing with effects before the
+            // records the run wrote so far are durable.
+            let durable = gate <= self.flights.durable() || early;
+            if durable && live.trace.is_none() {
                 live.trace = self
                     .core
                     .get(run)
@@ -67,7 +72,9 @@ impl ShardLoop {
             }
             let trace = live.trace;
             let id = s.id().clone();
-            let mut waiting = false;
+            // Still to start: an attempt not due yet, not durable yet, or
+            // whose `Began` goes out now.
+            let mut waiting = !durable;
             for (seq, spec) in s.steps_mut() {
                 let attempt = match spec.due(now_ms) {
                     Due::Now(attempt) => attempt,
@@ -77,6 +84,14 @@ impl ShardLoop {
                     }
                     Due::No => continue,
                 };
+                if let Some(rec) = spec.began_record(run, seq, attempt, now_ms) {
+                    began.push(rec);
+                    waiting = true;
+                    continue;
+                }
+                if !durable {
+                    continue;
+                }
                 let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
                 let mut cx = StepContext::new(key, attempt).with_fencing_token(token);
                 if let Some(t) = trace {
@@ -95,6 +110,11 @@ impl ShardLoop {
             if !waiting {
                 self.stepping.remove(&run);
             }
+        }
+        // Wakes no code: the run's machine takes it, and the attempt
+        // starts at a later pass once it is durable.
+        for rec in &began {
+            self.append_quiet(rec);
         }
     }
 

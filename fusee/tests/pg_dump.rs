@@ -184,9 +184,9 @@ async fn a_pg_dump_taken_live_restores_into_a_fresh_database_and_its_runs_carry_
     register(&restored);
     // Results acknowledged before the dump are there, unchanged.
     for (i, want) in results.iter().enumerate() {
-        let got = restored
-            .result(PARENT, &format!("p-{i}"))
+        let got = tokio::time::timeout(PATIENCE, restored.result(PARENT, &format!("p-{i}")))
             .await
+            .unwrap_or_else(|_| panic!("p-{i}: its result, acknowledged before the dump, is lost"))
             .expect("a finished run's result");
         assert_eq!(got, *want, "p-{i}");
     }

@@ -453,6 +453,17 @@ impl Shards {
         let Some(slot) = self.slots.get(lost.shard as usize) else {
             return;
         };
+        // Why, worked out before the slot changes: a status read sees the
+        // loss and its reason together, never one without the other.
+        let holder = lost
+            .fenced
+            .then(|| self.context.storage.lease_holder(lost.shard))
+            .flatten();
+        let why = if lost.fenced {
+            taken_over(lost.shard, holder.as_deref())
+        } else {
+            lost.why.clone()
+        };
         let handle = {
             let mut slot = lock(slot);
             if slot.incarnation != lost.incarnation {
@@ -468,25 +479,19 @@ impl Shards {
             };
             slot.retry_at = Instant::now() + back_off;
             slot.losses += 1;
+            slot.last_error = Some(why.clone());
             handle
         };
         self.context.peers.leave(lost.shard, lost.incarnation);
-        let why = if lost.fenced {
+        if lost.fenced {
             // Expected under leases: one line, naming who took it.
-            let holder = self.context.storage.lease_holder(lost.shard);
-            let why = taken_over(lost.shard, holder.as_deref());
             tracing::warn!(shard = lost.shard, new_owner = holder.as_deref(), "{why}");
-            why
         } else {
             tracing::warn!(
                 shard = lost.shard,
                 reason = %lost.why,
                 "shard lost; trying it again later"
             );
-            lost.why
-        };
-        if let Some(slot) = self.slots.get(lost.shard as usize) {
-            lock(slot).last_error = Some(why);
         }
         if let Some(t) = handle.thread {
             // Its report was the thread's last act.

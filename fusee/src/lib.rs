@@ -125,6 +125,23 @@ pub mod testing;
 pub mod trace;
 mod workflow;
 
+/// The PostgreSQL server of the crate's own tests (`FUSEE_PG_URL`, set by
+/// `scripts/postgres.sh`): `None` (the test prints SKIPPED) without one,
+/// and a failure under CI, where `.ci/run` must have started one.
+#[cfg(all(test, feature = "postgres"))]
+pub(crate) fn test_pg_url() -> Option<String> {
+    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
+    if url.is_empty() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
+        );
+        eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
+        return None;
+    }
+    Some(url)
+}
+
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
 pub use check::ReplayReport;
 pub use client::{

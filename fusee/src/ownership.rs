@@ -722,15 +722,9 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn with_postgres_a_message_for_a_shard_not_here_goes_to_its_inbox() {
-        let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-        if url.is_empty() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-            );
-            eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
+        let Some(url) = crate::test_pg_url() else {
             return;
-        }
+        };
         let shards = 2;
         let lease = Duration::from_millis(1500);
         let nanos = std::time::SystemTime::now()

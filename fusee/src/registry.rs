@@ -169,14 +169,31 @@ impl<C: Code> Registry<C> {
         }
     }
 
-    /// Version `version` of the code of `wtype`, if registered.
+    /// Version `version` of the code of `wtype`, if registered (see
+    /// [`code`](Self::code)).
     pub(crate) fn get(&self, wtype: &str, version: u32) -> Option<Handler<C>> {
-        self.handlers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(wtype)?
-            .get(&version)
-            .map(|e| Arc::clone(&e.handler))
+        self.code(wtype, version).ok()
+    }
+
+    /// Version `version` of the code of `wtype`, or why there is none: the
+    /// type is not registered ([`Error::UnknownWorkflow`]), or not at that
+    /// version ([`Error::UnknownVersion`]). One look at the table.
+    pub(crate) fn code(&self, wtype: &str, version: u32) -> Result<Handler<C>, Error> {
+        let handlers = self.handlers.read().unwrap_or_else(|e| e.into_inner());
+        let Some(versions) = handlers.get(wtype) else {
+            return Err(Error::UnknownWorkflow {
+                wtype: wtype.to_string(),
+                registered: handlers.keys().cloned().collect(),
+            });
+        };
+        match versions.get(&version) {
+            Some(e) => Ok(Arc::clone(&e.handler)),
+            None => Err(Error::UnknownVersion {
+                wtype: wtype.to_string(),
+                version,
+                registered: versions.keys().copied().collect(),
+            }),
+        }
     }
 
     /// The code of `wtype` at `version` for a run's code to start with:
@@ -194,46 +211,10 @@ impl<C: Code> Registry<C> {
     /// the newest registered; [`Error::UnknownWorkflow`] for a type not
     /// registered, [`Error::UnknownVersion`] for a version not registered.
     pub(crate) fn version_to_start(&self, wtype: &str, asked: Option<u32>) -> Result<u32, Error> {
-        let handlers = self.handlers.read().unwrap_or_else(|e| e.into_inner());
-        let Some(versions) = handlers.get(wtype) else {
-            return Err(Error::UnknownWorkflow {
-                wtype: wtype.to_string(),
-                registered: handlers.keys().cloned().collect(),
-            });
-        };
-        match asked {
-            Some(v) if versions.contains_key(&v) => Ok(v),
-            Some(version) => Err(Error::UnknownVersion {
-                wtype: wtype.to_string(),
-                version,
-                registered: versions.keys().copied().collect(),
-            }),
-            // Registered types have at least one version.
-            None => versions
-                .keys()
-                .next_back()
-                .copied()
-                .ok_or_else(|| Error::UnknownWorkflow {
-                    wtype: wtype.to_string(),
-                    registered: Vec::new(),
-                }),
-        }
-    }
-
-    /// Why a run of `wtype` at `version` has no code here: the type is not
-    /// registered ([`Error::UnknownWorkflow`]), or not at that version
-    /// ([`Error::UnknownVersion`]).
-    pub(crate) fn no_code(&self, wtype: &str, version: u32) -> Error {
-        match self.version_to_start(wtype, Some(version)) {
-            Err(e) => e,
-            // Registered since it was asked: the same answer as a type that
-            // was not, with the list as it is now.
-            Ok(_) => Error::UnknownVersion {
-                wtype: wtype.to_string(),
-                version,
-                registered: vec![version],
-            },
-        }
+        // A type with no version registered has no newest: `code` then
+        // says the type is unknown.
+        let version = asked.or_else(|| self.newest(wtype)).unwrap_or(0);
+        self.code(wtype, version).map(|_| version)
     }
 
     /// The newest version of `wtype` registered here, if any.

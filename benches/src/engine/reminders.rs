@@ -171,8 +171,7 @@ pub struct Reopened {
     pub loaded: u64,
     /// Resident bytes the open added, per loaded run.
     pub bytes_per_run: u64,
-    /// Reminders due after the open, and how late they fired: p50, p99,
-    /// max, ms.
+    /// Reminders due after the open (the lateness figures are theirs).
     pub late_count: u64,
     /// p50 lateness, ms.
     pub late_p50_ms: u64,

@@ -206,7 +206,7 @@ async fn run(ctx: Ctx, plan: Plan) -> std::result::Result<(), Failure> {
     let n = plan.fired + 1;
     let id = started_id(&plan.workflow, &plan.key, n);
     {
-        let (shared, notify) = (Rc::clone(&shared), notify.clone());
+        let (shared, notify, id) = (Rc::clone(&shared), notify.clone(), id.clone());
         let refuse_shared = Rc::clone(&shared);
         ctx.on_update_validated(
             PUSH,
@@ -270,7 +270,7 @@ async fn run(ctx: Ctx, plan: Plan) -> std::result::Result<(), Failure> {
     };
     let workflow: Workflow<serde_json::Value, IgnoredAny> = Workflow::new(intern(&plan.workflow));
     let mut call = Box::pin(
-        ctx.child(workflow, &started_id(&plan.workflow, &plan.key, n), &input)
+        ctx.child(workflow, &id, &input)
             .on_parent_close(ParentClose::Abandon),
     );
     // One poll records the child's start; its result is the child's own

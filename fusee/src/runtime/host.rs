@@ -249,13 +249,13 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
             "its first record is not the run's Start".into(),
         ));
     };
-    let Some(handler) = registry.get(wtype, version) else {
-        return Err(ReplayFault::NoCode {
+    let handler = registry
+        .code(wtype, version)
+        .map_err(|e| ReplayFault::NoCode {
             wtype: wtype.to_string(),
             version,
-            error: Box::new(registry.no_code(wtype, version)),
-        });
-    };
+            error: Box::new(e),
+        })?;
     let mut lsn = records;
     let machine = RunMachine::build(run, bytes, lsn).map_err(|e| malformed(&e))?;
     let state = Rc::new(RefCell::new(RunState::new(

@@ -686,19 +686,19 @@ impl ShardLoop {
             return None;
         }
         let l = self.core.get(run)?;
-        if self.registry.get(&l.wtype, l.version).is_some() {
+        match self.registry.code(&l.wtype, l.version) {
+            Err(e) => Some(e),
             // Registered, and held back: the engine opened with
             // `Config::replay_check` starts no code until the check ran.
-            return Some(Error::Stopped {
+            Ok(_) => Some(Error::Stopped {
                 id: id.to_string(),
                 run,
                 reason: format!(
                     "no run's code starts until Engine::check_replay has run (the engine was \
                      opened with Config::replay_check), so no {what} handler answers yet"
                 ),
-            });
+            }),
         }
-        Some(self.registry.no_code(&l.wtype, l.version))
     }
 
     /// Answers query `name` of finished run `run` by replaying its journal

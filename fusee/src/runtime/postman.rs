@@ -370,15 +370,9 @@ mod tests {
 
     #[test]
     fn the_inbox_of_a_shard_taken_over_is_no_longer_read_and_nothing_warns() {
-        let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-        if url.is_empty() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-            );
-            eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
+        let Some(url) = crate::test_pg_url() else {
             return;
-        }
+        };
         let schema = format!("t_postman_lost_{}", std::process::id());
         let options = PgOptions::new(&url)
             .schema(&schema)

@@ -28,8 +28,9 @@
 # command runs as the `postgres` user the package creates.
 #
 # Settings: FUSEE_PG_PORT, the first port tried (default 55432; the seven
-# servers take the first seven free ports from there); FUSEE_PG_DIR, where the
-# data directories go (default: a new directory under /tmp).
+# servers take free ports from there, skipping any taken as they start);
+# FUSEE_PG_DIR, where the data directories go (default: a new directory
+# under /tmp).
 
 fusee_pg_main() {
     local bindir
@@ -57,19 +58,19 @@ fusee_pg_main() {
         chown postgres: "$FUSEE_PG_ROOT"
     fi
 
-    local port=${FUSEE_PG_PORT:-55432}
-    local ports=()
-    while [ "${#ports[@]}" -lt 7 ]; do
-        if ! ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
-            ports+=("$port")
-        fi
-        port=$((port + 1))
-    done
-
+    # Ports are taken one at a time, as each server starts: a port free when
+    # checked can be taken before the server binds it (an outgoing
+    # connection's ephemeral port, another job), so a start that finds its
+    # port in use moves to the next free one (fusee_pg_start).
+    FUSEE_PG_NEXT_PORT=${FUSEE_PG_PORT:-55432}
     FUSEE_PG_DATA_DIRS=()
-    fusee_pg_cluster main "${ports[0]}" "${ports[1]}" "${ports[2]}" || return 1
-    fusee_pg_cluster failover "${ports[3]}" "${ports[4]}" "${ports[5]}" || return 1
-    fusee_pg_single single "${ports[6]}" || return 1
+    fusee_pg_cluster main || return 1
+    local main=("${FUSEE_PG_CLUSTER_PORTS[@]}")
+    fusee_pg_cluster failover || return 1
+    local failover=("${FUSEE_PG_CLUSTER_PORTS[@]}")
+    fusee_pg_single single || return 1
+    local single=$FUSEE_PG_STARTED_PORT
+    local ports=("${main[@]}" "${failover[@]}" "$single")
 
     local url="postgresql://postgres@127.0.0.1"
     export FUSEE_PG_URL="$url:${ports[0]}/postgres"
@@ -88,25 +89,68 @@ fusee_pg_conf() {
     printf '%s\n' "$@" | "${FUSEE_PG_AS[@]}" tee -a "$dir/postgresql.auto.conf" >/dev/null
 }
 
-# Starts the server in `dir` and waits until it accepts connections.
-fusee_pg_start() {
-    local dir=$1
-    "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/pg_ctl" -D "$dir" -l "$dir.log" -w -t 60 start >/dev/null \
-        || { echo "PostgreSQL in $dir did not start:"; tail -n 20 "$dir.log"; return 1; }
-    FUSEE_PG_DATA_DIRS+=("$dir")
+# fusee_pg_port_free PORT: true when no socket on this machine uses PORT
+# (listening or connected: either makes the server's bind fail).
+fusee_pg_port_free() {
+    if command -v ss >/dev/null 2>&1; then
+        ! ss -Htan "sport = :$1" 2>/dev/null | grep -q .
+    else
+        # No ss on a minimal machine: a connection that succeeds means a
+        # listener (connected sockets are then caught by the retry below).
+        ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    fi
 }
 
-# fusee_pg_init DIR PORT: a new data directory for a server on PORT.
+# Sets FUSEE_PG_TAKEN_PORT to the next free port from FUSEE_PG_NEXT_PORT.
+fusee_pg_take_port() {
+    local tries
+    for tries in $(seq 1 1000); do
+        local port=$FUSEE_PG_NEXT_PORT
+        FUSEE_PG_NEXT_PORT=$((port + 1))
+        if fusee_pg_port_free "$port"; then
+            FUSEE_PG_TAKEN_PORT=$port
+            return 0
+        fi
+    done
+    echo "no free port for PostgreSQL from ${FUSEE_PG_PORT:-55432}"
+    return 1
+}
+
+# fusee_pg_start DIR: starts the server in DIR on a free port (written into
+# its configuration; the last `port` line wins), waits until it accepts
+# connections, and sets FUSEE_PG_STARTED_PORT. A port taken between the
+# check and the bind is the one failure retried, on the next free port.
+fusee_pg_start() {
+    local dir=$1 attempt lines
+    for attempt in $(seq 1 20); do
+        fusee_pg_take_port || return 1
+        fusee_pg_conf "$dir" "port = $FUSEE_PG_TAKEN_PORT"
+        lines=$(cat "$dir.log" 2>/dev/null | wc -l)
+        if "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/pg_ctl" -D "$dir" -l "$dir.log" -w -t 60 start >/dev/null; then
+            FUSEE_PG_DATA_DIRS+=("$dir")
+            FUSEE_PG_STARTED_PORT=$FUSEE_PG_TAKEN_PORT
+            return 0
+        fi
+        if ! tail -n "+$((lines + 1))" "$dir.log" | grep -q "Address already in use"; then
+            break
+        fi
+        echo "==> PostgreSQL: port $FUSEE_PG_TAKEN_PORT was taken before the server bound it; trying the next free port"
+    done
+    echo "PostgreSQL in $dir did not start:"
+    tail -n 20 "$dir.log"
+    return 1
+}
+
+# fusee_pg_init DIR: a new data directory (its port is set as it starts).
 # Durability stays on (fsync, full_page_writes): the tests check what an
 # acknowledged commit promises. Small buffers: seven servers share the
 # machine. Loopback only, trusted: a throwaway test server.
 fusee_pg_init() {
-    local dir=$1 p=$2
+    local dir=$1
     "${FUSEE_PG_AS[@]}" "$FUSEE_PG_BIN/initdb" -D "$dir" -U postgres --auth=trust \
         --no-sync -E UTF8 >/dev/null || return 1
     fusee_pg_conf "$dir" \
         "listen_addresses = '127.0.0.1'" \
-        "port = $p" \
         "unix_socket_directories = '$FUSEE_PG_ROOT'" \
         "shared_buffers = 32MB" \
         "max_connections = 300"
@@ -114,11 +158,12 @@ fusee_pg_init() {
         | "${FUSEE_PG_AS[@]}" tee -a "$dir/pg_hba.conf" >/dev/null
 }
 
-# fusee_pg_cluster NAME PRIMARY_PORT STANDBY1_PORT STANDBY2_PORT
+# fusee_pg_cluster NAME: a primary and two standbys; sets
+# FUSEE_PG_CLUSTER_PORTS to their ports (primary first).
 fusee_pg_cluster() {
-    local name=$1 p=$2 s1=$3 s2=$4
+    local name=$1
     local primary="$FUSEE_PG_ROOT/$name-primary"
-    fusee_pg_init "$primary" "$p" || return 1
+    fusee_pg_init "$primary" || return 1
     fusee_pg_conf "$primary" \
         "wal_level = replica" \
         "max_wal_senders = 10" \
@@ -127,9 +172,10 @@ fusee_pg_cluster() {
     echo "host replication all 127.0.0.1/32 trust" \
         | "${FUSEE_PG_AS[@]}" tee -a "$primary/pg_hba.conf" >/dev/null
     fusee_pg_start "$primary" || return 1
-    local app port standby
+    local p=$FUSEE_PG_STARTED_PORT
+    FUSEE_PG_CLUSTER_PORTS=("$p")
+    local app standby
     for app in s1 s2; do
-        if [ "$app" = s1 ]; then port=$s1; else port=$s2; fi
         standby="$FUSEE_PG_ROOT/$name-$app"
         # -R writes primary_conninfo (and standby.signal); the application
         # name a standby is known by must be in that line, or it never
@@ -139,10 +185,10 @@ fusee_pg_cluster() {
         # A promoted standby must not wait for synchronous standbys that
         # follow the dead primary: it commits alone until one re-attaches.
         fusee_pg_conf "$standby" \
-            "port = $port" \
             "primary_conninfo = 'host=127.0.0.1 port=$p user=postgres application_name=$app'" \
             "synchronous_standby_names = ''"
         fusee_pg_start "$standby" || return 1
+        FUSEE_PG_CLUSTER_PORTS+=("$FUSEE_PG_STARTED_PORT")
     done
     # Both standbys must stream and count for the quorum before the tests
     # start, or the first commits wait for them.
@@ -158,11 +204,11 @@ fusee_pg_cluster() {
     return 1
 }
 
-# fusee_pg_single NAME PORT: a server alone, configured as the primaries
-# are but with no standbys and no replication.
+# fusee_pg_single NAME: a server alone, configured as the primaries are but
+# with no standbys and no replication; its port in FUSEE_PG_STARTED_PORT.
 fusee_pg_single() {
     local dir="$FUSEE_PG_ROOT/$1"
-    fusee_pg_init "$dir" "$2" || return 1
+    fusee_pg_init "$dir" || return 1
     fusee_pg_start "$dir"
 }
 

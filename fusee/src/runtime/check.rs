@@ -165,9 +165,7 @@ impl ShardLoop {
             run,
             payload: Payload::from(held_payload(&why).as_slice()),
         });
-        self.live.remove(&run);
-        self.stepping.remove(&run);
-        self.no_code.remove(&run);
+        self.live.forget(run);
         tracing::warn!(shard = self.shard, run, reason = %why, "run held by the replay check");
         Ok(())
     }

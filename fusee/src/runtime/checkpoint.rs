@@ -59,8 +59,8 @@ impl ShardLoop {
     /// finishes a close once it is taken.
     pub(super) fn maybe_checkpoint(&mut self, now_ms: u64) {
         let due = self.checkpoint_due(now_ms);
-        let closing = self.closing.is_some();
-        if !(due || closing) || self.failed.is_some() {
+        let closing = self.life.is_closing();
+        if !(due || closing) || self.life.has_failed() {
             return;
         }
         if closing && (self.has_runnable_work() || self.seals.is_out()) {
@@ -91,8 +91,7 @@ impl ShardLoop {
             self.fail(e);
             return;
         }
-        if let Some(reply) = self.closing.take() {
-            self.closed = true;
+        if let Some(reply) = self.life.finish_close() {
             self.live.clear();
             let _ = reply.send(Ok(()));
         }
@@ -105,7 +104,7 @@ impl ShardLoop {
     /// A compaction wanted makes one due too, since a checkpoint commits
     /// the frames' new addresses.
     pub(super) fn checkpoint_due(&self, now_ms: u64) -> bool {
-        self.failed.is_none()
+        !self.life.has_failed()
             && (self.checkpoints.since >= self.config.checkpoint_bytes
                 || (self.checkpoints.since > 0
                     && now_ms >= self.checkpoints.at_ms + self.config.checkpoint_interval_ms)
@@ -114,12 +113,7 @@ impl ShardLoop {
 
     /// Whether some run can make progress without the disk.
     fn has_runnable_work(&self) -> bool {
-        !self
-            .ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-            || !self.inbox.is_empty()
+        self.live.has_ready() || !self.inbox.is_empty()
     }
 
     /// Commits a checkpoint of the shard as it is (the log wholly durable)

@@ -209,7 +209,7 @@ pub(crate) fn spawn(
             let opened = ShardLoop::open(&storage, shard, config, registry, clock.now_ms());
             let shard_loop = match opened {
                 Ok(mut l) => {
-                    l.reopened_after_failure = leased.is_some();
+                    l.set_reopened_after_failure(leased.is_some());
                     if let Some(t) = &telemetry {
                         t.opened(shard, began.elapsed().as_secs_f64());
                         l.attach_telemetry(t.shard(shard));

@@ -143,7 +143,7 @@ impl ShardLoop {
     pub(super) fn begin_flush(&mut self) -> Option<FlushTicket> {
         let covered = self.flights.last().unwrap_or(self.flights.durable);
         if self.flights.len() >= self.log.flushes_in_flight_max().max(1)
-            || self.failed.is_some()
+            || self.life.has_failed()
             || self.log.last_lsn() <= covered
         {
             return None;

@@ -20,7 +20,7 @@ use crate::workflow::{CODEC_JSON, Failure};
 impl ShardLoop {
     /// Acts on one input.
     pub(super) fn take(&mut self, input: Input, now_ms: u64) {
-        if self.closing.is_some() && input.is_client() {
+        if self.life.is_closing() && input.is_client() {
             refuse(input, || Error::Closed);
             return;
         }
@@ -233,9 +233,9 @@ impl ShardLoop {
                     Err(e) => self.refuse_after_durable(reply, e),
                 }
             }
-            Input::Close { reply } => self.closing = Some(reply),
+            Input::Close { reply } => self.life.close_after_checkpoint(reply),
             Input::Crash => {
-                self.closed = true;
+                self.life.stop();
                 self.live.clear();
             }
         }
@@ -682,7 +682,7 @@ impl ShardLoop {
                 ),
             });
         }
-        if !self.no_code.contains(&run) {
+        if !self.live.waits_for_code(run) {
             return None;
         }
         let l = self.core.get(run)?;
@@ -858,7 +858,7 @@ impl ShardLoop {
         let status = match (done, &stopped) {
             (Some((s, _)), _) => RunStatus::Finished(s),
             (None, Some(_)) => RunStatus::Stopped,
-            (None, None) if self.no_code.contains(&run) => RunStatus::WaitingForCode,
+            (None, None) if self.live.waits_for_code(run) => RunStatus::WaitingForCode,
             (None, None) => RunStatus::Running,
         };
         let step = live.and_then(|live| live.state.borrow().current_step());

@@ -58,6 +58,8 @@ pub(crate) mod driver;
 mod flights;
 pub(crate) mod host;
 mod inputs;
+mod lifecycle;
+mod live;
 pub(crate) mod messages;
 pub(crate) mod operator;
 mod parking;
@@ -77,26 +79,19 @@ mod waiters;
 
 use waiters::Waiting;
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
-use std::sync::{Arc, Mutex};
-use std::task::Waker;
 
 use fusee_core::record::{Lsn, Name, RecordBuf, RunId, Status, encode_canonical};
 use fusee_core::shard::{Mode, Output, ShardCore};
 use fusee_storage::{FlushTicket, LogStore, SealTicket};
-use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::oneshot;
 
 use crate::AnyCheckpoint;
 use crate::any_storage::{AnyLog, AnyRuns};
 use crate::client::{Description, IdPolicy, ListFilter, LiveJournal, RunRef, RunResult, ShardPage};
 use crate::ctx::Registry;
-use crate::ctx::RunState;
 use crate::error::{Error, Result};
 use crate::metrics::ShardMetrics;
-use crate::registry::RunFuture;
 use crate::step::StepError;
 use run::Fault;
 
@@ -332,46 +327,6 @@ pub(crate) struct LoopConfig {
     pub(crate) sabotage: Option<sabotage::Sabotage>,
 }
 
-/// A run whose code is running on this shard.
-struct LiveRun {
-    state: Rc<RefCell<RunState>>,
-    future: Option<RunFuture>,
-    waker: Waker,
-    /// Update handlers running, by the update's ordinal.
-    handlers: Vec<(u64, RunFuture)>,
-    /// Why its code stopped without finishing (a determinism error).
-    stopped: Option<Fault>,
-    /// When its code last ran or a record was appended for it.
-    active_ms: u64,
-    /// Its place in its trace, derived at its first step start and kept:
-    /// three hashes of its `Start`, which a loaded run never changes, so
-    /// no step pays them again (they were a fanout's largest added cost).
-    trace: Option<crate::trace::RunTrace>,
-    /// A recorded delivery held back by [`sabotage::Sabotage::ReorderReplay`],
-    /// and whether the one after it was handed out since.
-    #[cfg(feature = "testing")]
-    held: Option<(fusee_core::record::Seq, run::Outcome, bool)>,
-}
-
-/// Wakes a run: puts it on its shard's ready queue.
-struct RunWaker {
-    run: RunId,
-    ready: Arc<Mutex<VecDeque<RunId>>>,
-}
-
-impl std::task::Wake for RunWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(self.run);
-    }
-}
-
 /// Runs polled, records appended and deliveries made per call of
 /// [`ShardLoop::run`], so a busy shard still takes its inputs and flushes.
 const RUN_BUDGET: usize = 4096;
@@ -389,39 +344,19 @@ pub(crate) struct ShardLoop {
     store: AnyRuns,
     checkpoint: AnyCheckpoint,
     registry: Registry,
-    live: FxHashMap<RunId, LiveRun>,
-    /// Runs whose type has no code registered yet.
-    no_code: FxHashSet<RunId>,
-    /// Runs with a step waiting to start.
-    stepping: FxHashSet<RunId>,
-    ready: Arc<Mutex<VecDeque<RunId>>>,
+    /// The runs whose code runs here, and the steps they owe (`live`).
+    live: live::Live,
     inbox: VecDeque<Input>,
     /// The clients owed an answer (`waiters`).
     waiters: waiters::Waiters,
-    jobs: Vec<StepJob>,
     /// The log flushes in flight, at most as many as the log takes
     /// ([`fusee_storage::LogStore::flushes_in_flight_max`]).
     /// ... and the durable LSN they move.
     flights: flights::Flights,
     /// When the log is sealed next (`seal`).
     seals: seal::Seals,
-    closing: Option<Reply<()>>,
-    closed: bool,
-    /// The storage failed: the shard takes no more work.
-    failed: Option<String>,
-    /// The failure was `Fenced`: another owner took the shard over, and
-    /// waiting callers get [`Error::NotOwner`] (nothing of theirs was
-    /// written) rather than a storage error.
-    fenced: bool,
-    /// The failure was the storage out of reach (a lost connection, see
-    /// [`out_of_reach`]) and the engine opens the shard again: waiting
-    /// callers get [`Error::Unavailable`], a retryable error, rather than
-    /// a storage error.
-    unavailable: bool,
-    /// The engine opens this shard again after a storage failure (under
-    /// [`crate::Ownership::Lease`]); otherwise it stays stopped until the
-    /// engine is opened again, and no failure is retryable.
-    reopened_after_failure: bool,
+    /// Running, closing, closed or failed (`lifecycle`).
+    life: lifecycle::Lifecycle,
     /// When the shard checkpoints next (`checkpoint`).
     checkpoints: checkpoint::Checkpoints,
     /// Parking scans, housekeeping and kept histories (`parking`).
@@ -470,13 +405,20 @@ impl ShardLoop {
     /// Whether the shard's storage failed (it takes no more work).
     #[inline]
     pub(crate) fn has_failed(&self) -> bool {
-        self.failed.is_some()
+        self.life.has_failed()
     }
 
     /// Why the shard's storage failed, and whether it was fenced (another
     /// owner took it), if it did.
     pub(crate) fn lost(&self) -> Option<(String, bool)> {
-        self.failed.clone().map(|why| (why, self.fenced))
+        let failure = self.life.failure()?;
+        Some((failure.why().to_owned(), failure.fenced()))
+    }
+
+    /// Whether the engine opens this shard again after a storage failure
+    /// (a leased shard): its out-of-reach failures are then retryable.
+    pub(crate) fn set_reopened_after_failure(&mut self, reopened: bool) {
+        self.life.set_reopened_after_failure(reopened);
     }
 
     /// Whether inputs wait to be taken by the next [`run`](Self::run).
@@ -522,13 +464,13 @@ impl ShardLoop {
     /// Whether the loop has stopped (closed, crashed or failed) and its
     /// driver may end.
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed
+        self.life.is_closed()
     }
 
     /// When the loop wants to run again without an input (a timer), in
     /// ms; `None`: only on an input.
     pub(crate) fn next_wake(&self) -> Option<u64> {
-        if self.closed || self.failed.is_some() {
+        if self.life.is_closed() || self.life.has_failed() {
             return None;
         }
         let checkpoint = self
@@ -551,10 +493,10 @@ impl ShardLoop {
 
     /// Runs the loop at time `now_ms`: see the [module docs](self).
     pub(crate) fn run(&mut self, now_ms: u64) -> Effects {
-        if self.closed {
+        if self.life.is_closed() {
             return Effects::default();
         }
-        if self.failed.is_some() {
+        if self.life.has_failed() {
             self.refuse_all();
             return Effects::default();
         }
@@ -579,7 +521,7 @@ impl ShardLoop {
             }
             self.take(input, now_ms);
             budget -= 1;
-            if self.closed {
+            if self.life.is_closed() {
                 return Effects::default();
             }
         }
@@ -621,10 +563,10 @@ impl ShardLoop {
             // loop (a virtual clock standing still sends nothing).
             effects.more |= holding && !self.checkpoint_due(now_ms);
         }
-        effects.steps = std::mem::take(&mut self.jobs);
+        effects.steps = self.live.take_jobs();
         effects.messages = self.mail.take_outgoing();
         effects.inbox_done = self.mail.take_inbox_done();
-        if self.failed.is_some() {
+        if self.life.has_failed() {
             self.refuse_all();
         }
         effects
@@ -646,7 +588,7 @@ impl ShardLoop {
     /// run's code asked for, after which the loop looks for its next
     /// delivery anyway.
     fn append_quiet(&mut self, rec: &RecordBuf) -> Option<Lsn> {
-        if self.failed.is_some() {
+        if self.life.has_failed() {
             return None;
         }
         let lsn = self.log.last_lsn() + 1;
@@ -679,15 +621,12 @@ impl ShardLoop {
 
     /// The storage failed: stop taking work (see the module docs).
     fn fail(&mut self, e: fusee_storage::StorageError) {
-        if self.failed.is_none() {
-            self.fenced = matches!(e, fusee_storage::StorageError::Fenced { .. });
-            self.unavailable = self.reopened_after_failure && out_of_reach(&e);
-            if let Some(t) = self.telemetry.as_ref().filter(|_| self.fenced) {
-                t.fenced();
-            }
-            self.failed = Some(e.to_string());
+        let (failure, new) = self.life.fail(&e);
+        let fenced = failure.fenced();
+        if let Some(t) = self.telemetry.as_ref().filter(|_| new && fenced) {
+            t.fenced();
         }
-        if self.fenced {
+        if fenced {
             // Expected under a lease: the engine logs the takeover once,
             // naming the new owner (`ownership`).
             tracing::debug!(shard = self.shard, error = %e, "shard fenced; it stops");
@@ -699,46 +638,27 @@ impl ShardLoop {
 
     /// Answers everyone waiting with the storage failure.
     fn refuse_all(&mut self) {
-        let Some(msg) = self.failed.clone() else {
+        let Some(failure) = self.life.failure().cloned() else {
             return;
         };
-        let (fenced, unavailable) = (self.fenced, self.unavailable);
-        // `maybe`: what the caller asked for was recorded and waits to be
-        // durable, so the failed flush may have made it so.
-        let err = |shard, maybe_recorded| {
-            if fenced {
-                Error::NotOwner { shard }
-            } else if unavailable {
-                Error::Unavailable {
-                    shard,
-                    cause: msg.clone(),
-                    maybe_recorded,
-                }
-            } else {
-                Error::Storage {
-                    shard,
-                    error: fusee_storage::StorageError::Backend(msg.clone().into()),
-                }
-            }
-        };
         let shard = self.shard;
-        self.waiters.refuse_all(|maybe| err(shard, maybe));
+        self.waiters
+            .refuse_all(|maybe_recorded| failure.error(shard, maybe_recorded));
         while let Some(input) = self.inbox.pop_front() {
             match input {
                 // A failed shard still stops when told: its driver (and
                 // whoever drops or closes the engine) waits for that.
-                Input::Crash => self.closed = true,
+                Input::Crash => self.life.stop(),
                 Input::Close { reply } => {
-                    let _ = reply.send(Err(err(self.shard, false)));
-                    self.closed = true;
+                    let _ = reply.send(Err(failure.error(shard, false)));
+                    self.life.stop();
                 }
                 // Not taken yet: nothing of it was recorded.
-                other => inputs::refuse(other, || err(self.shard, false)),
+                other => inputs::refuse(other, || failure.error(shard, false)),
             }
         }
-        if let Some(r) = self.closing.take() {
-            let _ = r.send(Err(err(self.shard, false)));
-            self.closed = true;
+        if let Some(r) = self.life.finish_close() {
+            let _ = r.send(Err(failure.error(shard, false)));
         }
     }
 
@@ -753,35 +673,11 @@ impl ShardLoop {
     }
 }
 
-/// Whether `e` says the storage is out of reach rather than broken: an
-/// I/O error of a connection (lost, refused, reset, timed out), as the
-/// PostgreSQL backend reports a server that went away. The shard stops
-/// all the same; its callers are told to retry ([`Error::Unavailable`]).
-fn out_of_reach(e: &fusee_storage::StorageError) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        e,
-        fusee_storage::StorageError::Io { error, .. } if matches!(
-            error.kind(),
-            K::ConnectionRefused
-                | K::ConnectionReset
-                | K::ConnectionAborted
-                | K::NotConnected
-                | K::BrokenPipe
-                | K::TimedOut
-                | K::HostUnreachable
-                | K::NetworkUnreachable
-                | K::NetworkDown
-                | K::UnexpectedEof
-        )
-    )
-}
-
 /// Stops a run's code for good (a determinism error or a refused record):
 /// it stays where it is, `describe` says why, and callers waiting on its
 /// result get the error ([`ShardLoop::answer_stopped`], which every caller
 /// of this calls next).
-fn stop(live: &mut LiveRun, run: RunId, why: impl Into<Fault>) {
+fn stop(live: &mut live::LiveRun, run: RunId, why: impl Into<Fault>) {
     if live.stopped.is_none() {
         let why = why.into();
         tracing::error!(run, reason = %why, "workflow code stopped");

@@ -248,7 +248,7 @@ impl ShardLoop {
         };
         self.ack_after(&rec, reply);
         if !paused {
-            self.stepping.insert(run);
+            self.live.step_due(run);
             // A run the replay check held has no code running: it starts
             // now, with the code registered now.
             self.start_code(run);
@@ -293,7 +293,7 @@ impl ShardLoop {
         if let Some(live) = self.live.get(&run) {
             live.state.borrow_mut().step_resumed(seq);
         }
-        self.stepping.insert(run);
+        self.live.step_due(run);
         tracing::info!(shard = self.shard, run, seq, step, "step resumed");
     }
 

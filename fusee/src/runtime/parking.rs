@@ -123,7 +123,7 @@ impl ShardLoop {
     /// just started cost a walk of all of them every housekeeping: 4% of
     /// the CPU of starting them.
     pub(super) fn park_idle(&mut self, now_ms: u64) {
-        if self.failed.is_some() || self.closing.is_some() || now_ms < self.parking.scan_ms {
+        if self.life.has_failed() || self.life.is_closing() || now_ms < self.parking.scan_ms {
             return;
         }
         let park_after = self.config.park_after_ms;
@@ -173,7 +173,8 @@ impl ShardLoop {
             // registered stays: its code must replay before it may park (a
             // step it had in flight would wait for a timer or a signal that
             // may never come).
-            return !self.no_code.contains(&run) && self.core.get(run).is_some_and(|l| l.is_done());
+            return !self.live.waits_for_code(run)
+                && self.core.get(run).is_some_and(|l| l.is_done());
         };
         if live.stopped.is_some() || live.active_ms > idle_since {
             return false;
@@ -252,9 +253,7 @@ impl ShardLoop {
             finished = done.is_some(),
             "parked"
         );
-        self.live.remove(&run);
-        self.stepping.remove(&run);
-        self.no_code.remove(&run);
+        self.live.forget(run);
         self.metrics.parks += 1;
         Ok(())
     }

@@ -4,13 +4,11 @@
 //! code starts again, replaying its journal.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 
 use fusee_core::record::Lsn;
 use fusee_core::shard::ShardCore;
 use fusee_core::store::Checkpoint;
 use fusee_storage::{LogStore, Storage, StorageError};
-use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::checkpoint::Checkpoints;
 use super::flights::Flights;
@@ -103,21 +101,12 @@ impl ShardLoop {
             store: parts.runs,
             checkpoint: parts.checkpoint,
             registry,
-            live: FxHashMap::default(),
-            no_code: FxHashSet::default(),
-            stepping: FxHashSet::default(),
-            ready: Arc::new(Mutex::new(VecDeque::new())),
+            live: Default::default(),
             inbox: VecDeque::new(),
             waiters: Default::default(),
-            jobs: Vec::new(),
             flights: Flights::new(durable),
             seals: Seals::new(durable, now_ms),
-            closing: None,
-            closed: false,
-            failed: None,
-            fenced: false,
-            unavailable: false,
-            reopened_after_failure: false,
+            life: Default::default(),
             checkpoints: Checkpoints::new(now_ms, checkpointed),
             parking: Parking::new(now_ms, histories),
             store_bytes: Default::default(),

@@ -2,19 +2,18 @@
 //! journal), polling it to quiescence, appending the records it asks for,
 //! handing it its deliveries one at a time, and finishing it.
 
-use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::task::{Context, Waker};
+use std::task::Context;
 
 use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical};
 use fusee_core::run::{Answer, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
 use super::host::{Taken, poll_code, take_delivery};
+use super::live::LiveRun;
 use super::run::{Fault, with_update_handler};
 use super::sabotage::Sabotage;
-use super::{LiveRun, RunWaker, ShardLoop, stop};
+use super::{ShardLoop, stop};
 use crate::ctx::{Ctx, RunState, catch_panic};
 use crate::workflow::{Failure, encode};
 
@@ -51,7 +50,7 @@ impl ShardLoop {
                     }
                     TimerKind::Retry => {
                         // The attempt's time came: `start_steps` runs it.
-                        self.stepping.insert(run);
+                        self.live.step_due(run);
                     }
                     TimerKind::Deadline => {
                         self.append(&RecordBuf::Done {
@@ -72,11 +71,7 @@ impl ShardLoop {
                         outcome: WaitOutcome::Signal(ordinal),
                     });
                 }
-                Event::Finished { run } => {
-                    self.live.remove(&run);
-                    self.stepping.remove(&run);
-                    self.no_code.remove(&run);
-                }
+                Event::Finished { run } => self.live.forget(run),
                 Event::NeedLoad { run } => {
                     if let Err(e) = self.load(run, now_ms) {
                         self.fail(e);
@@ -129,10 +124,9 @@ impl ShardLoop {
             return;
         }
         let Some(handler) = self.registry.to_start(&l.wtype, l.version) else {
-            self.no_code.insert(run);
+            self.live.wait_for_code(run);
             return;
         };
-        self.no_code.remove(&run);
         let id = l.id.clone();
         let (last_lsn, started_ms) = (l.last_lsn, l.started_ms);
         let journal = match self.run_journal(run) {
@@ -147,10 +141,7 @@ impl ShardLoop {
             Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
             _ => Vec::new(),
         };
-        let waker = Waker::from(Arc::new(RunWaker {
-            run,
-            ready: Arc::clone(&self.ready),
-        }));
+        let waker = self.live.waker(run);
         let machine = match built {
             Ok(m) => m,
             Err(e) => {
@@ -161,17 +152,7 @@ impl ShardLoop {
                     self.registry.clone(),
                     self.config.max_payload,
                 );
-                let mut live = LiveRun {
-                    state: Rc::new(RefCell::new(state)),
-                    future: None,
-                    waker,
-                    handlers: Vec::new(),
-                    stopped: None,
-                    active_ms: 0,
-                    trace: None,
-                    #[cfg(feature = "testing")]
-                    held: None,
-                };
+                let mut live = LiveRun::new(state, None, waker);
                 stop(
                     &mut live,
                     run,
@@ -190,39 +171,22 @@ impl ShardLoop {
             self.config.max_payload,
         );
         state.saw_time(started_ms);
-        let state = Rc::new(RefCell::new(state));
-        let future = handler(Ctx::new(Rc::clone(&state)), &input);
-        self.live.insert(
-            run,
-            LiveRun {
-                state,
-                future: Some(future),
-                waker,
-                handlers: Vec::new(),
-                stopped: None,
-                active_ms: 0,
-                trace: None,
-                #[cfg(feature = "testing")]
-                held: None,
-            },
-        );
+        let mut live = LiveRun::new(state, None, waker);
+        live.future = Some(handler(Ctx::new(Rc::clone(&live.state)), &input));
+        self.live.insert(run, live);
         self.wake(run);
     }
 
     /// Starts the code of runs that waited for their type's registration.
     pub(super) fn start_waiting_code(&mut self) {
-        let waiting: Vec<RunId> = self.no_code.iter().copied().collect();
-        for run in waiting {
+        for run in self.live.waiting_for_code() {
             self.start_code(run);
         }
     }
 
     /// Puts `run` on the ready queue.
     pub(super) fn wake(&self, run: RunId) {
-        self.ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(run);
+        self.live.wake(run);
     }
 
     /// Polls ready runs to quiescence, appending what they ask for and
@@ -231,12 +195,7 @@ impl ShardLoop {
     pub(super) fn drive(&mut self, now_ms: u64, budget: &mut usize) -> bool {
         loop {
             self.process_events(now_ms);
-            let next = self
-                .ready
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front();
-            let Some(run) = next else {
+            let Some(run) = self.live.pop_ready() else {
                 return true;
             };
             if *budget == 0 {
@@ -245,7 +204,7 @@ impl ShardLoop {
             }
             *budget -= 1;
             self.step_run(run, now_ms);
-            if self.failed.is_some() {
+            if self.life.has_failed() {
                 return true;
             }
         }
@@ -257,14 +216,7 @@ impl ShardLoop {
     /// waking itself is answered from where it stands.
     pub(super) fn settle(&mut self, run: RunId, now_ms: u64) {
         for _ in 0..SETTLE_POLLS_MAX {
-            let queued = {
-                let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-                match ready.iter().position(|r| *r == run) {
-                    Some(at) => ready.remove(at).is_some(),
-                    None => false,
-                }
-            };
-            if !queued || self.failed.is_some() {
+            if !self.live.take_ready(run) || self.life.has_failed() {
                 return;
             }
             self.step_run(run, now_ms);
@@ -297,7 +249,7 @@ impl ShardLoop {
         let fault = live.state.borrow_mut().take_fault();
         let asked = live.state.borrow_mut().take_appends();
         if live.state.borrow().has_step_to_start() {
-            self.stepping.insert(run);
+            self.live.step_due(run);
         }
         let reuse_seq = self.sabotaged(Sabotage::ReuseSeq);
         for mut rec in asked {

@@ -72,7 +72,7 @@ impl ShardLoop {
     /// Whether a seal should begin now: its time ([`ShardLoop::next_seal`])
     /// has come, and the shard has not failed.
     pub(super) fn seal_due(&self, now_ms: u64) -> bool {
-        self.failed.is_none() && self.next_seal().is_some_and(|at| now_ms >= at)
+        !self.life.has_failed() && self.next_seal().is_some_and(|at| now_ms >= at)
     }
 
     /// When a seal is due, if one is: with durable records no seal

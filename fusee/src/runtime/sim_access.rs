@@ -21,7 +21,7 @@ pub(crate) struct RunView {
 impl ShardLoop {
     /// Why the shard stopped taking work, if its storage failed.
     pub(crate) fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+        self.life.why()
     }
 
     /// Runs whose code stopped (a determinism error), with why.

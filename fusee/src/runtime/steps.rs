@@ -38,21 +38,22 @@ impl ShardLoop {
     /// process has not appended (a retry, one run again after a crash) gets
     /// it now and starts once it is durable.
     pub(super) fn start_steps(&mut self, now_ms: u64) {
-        if self.stepping.is_empty() || self.failed.is_some() {
+        if !self.live.has_steps_due() || self.life.has_failed() {
             return;
         }
         let early = self.sabotaged(super::sabotage::Sabotage::EarlyStep);
         let token = self.log.fencing_token();
-        let runs: Vec<RunId> = self.stepping.iter().copied().collect();
+        let runs = self.live.stepping();
         let mut began = Vec::new();
+        let mut jobs = Vec::new();
         for run in runs {
             // A paused run starts nothing; resuming puts it back.
             if self.is_paused(run) {
-                self.stepping.remove(&run);
+                self.live.steps_started(run);
                 continue;
             }
             let Some(live) = self.live.get_mut(&run) else {
-                self.stepping.remove(&run);
+                self.live.steps_started(run);
                 continue;
             };
             let mut guard = live.state.borrow_mut();
@@ -98,7 +99,7 @@ impl ShardLoop {
                     cx = cx.traced(t, seq);
                 }
                 let future = spec.begin(now_ms, cx);
-                self.jobs.push(StepJob {
+                jobs.push(StepJob {
                     run,
                     seq,
                     attempt,
@@ -108,9 +109,10 @@ impl ShardLoop {
             }
             drop(guard);
             if !waiting {
-                self.stepping.remove(&run);
+                self.live.steps_started(run);
             }
         }
+        self.live.push_jobs(jobs);
         // Wakes no code: the run's machine takes it, and the attempt
         // starts at a later pass once it is durable.
         for rec in &began {
@@ -191,7 +193,7 @@ impl ShardLoop {
         };
         let retried = matches!(rec, RecordBuf::Attempt { .. });
         if retried {
-            self.stepping.insert(run);
+            self.live.step_due(run);
         }
         self.metrics.step_attempts += 1;
         self.append(&rec);

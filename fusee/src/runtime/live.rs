@@ -1,0 +1,240 @@
+//! The code host's part of a shard loop: the runs whose workflow code runs
+//! on this shard, and the work the loop owes them.
+//!
+//! - `runs`: each loaded run whose code was started ([`LiveRun`]: its
+//!   state, future, waker, update handlers, why it stopped).
+//! - `ready`: runs to poll, pushed by their wakers (from any thread: a
+//!   step's tokio task may wake nothing, but a `Ctx` future's waker may be
+//!   cloned by code) and by the loop.
+//! - `no_code`: loaded runs whose type or version has no code registered;
+//!   their code starts when it is ([`ShardLoop::start_waiting_code`]).
+//! - `stepping`: runs with a step attempt to start or to begin
+//!   ([`ShardLoop::start_steps`]).
+//! - `jobs`: step attempts started this iteration, for the driver.
+//!
+//! # Invariants
+//!
+//! - A run is never both in `runs` and in `no_code`: code started or code
+//!   missing ([`Live::insert`] and [`Live::wait_for_code`] each clear the
+//!   other).
+//! - A run forgotten ([`Live::forget`]: finished, held, parked) leaves
+//!   every set at once, so no step starts for a run whose code is gone.
+//! - Jobs leave only through [`Live::take_jobs`], once per iteration.
+//!
+//! What it does not know: records, the core, storage. The loop decides;
+//! this part only keeps the sets consistent.
+//!
+//! [`ShardLoop::start_waiting_code`]: super::ShardLoop::start_waiting_code
+//! [`ShardLoop::start_steps`]: super::ShardLoop::start_steps
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+
+use fusee_core::record::RunId;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::StepJob;
+use super::run::Fault;
+use crate::ctx::RunState;
+use crate::registry::RunFuture;
+
+/// A run whose code is running on this shard.
+pub(super) struct LiveRun {
+    pub(super) state: Rc<RefCell<RunState>>,
+    pub(super) future: Option<RunFuture>,
+    pub(super) waker: Waker,
+    /// Update handlers running, by the update's ordinal.
+    pub(super) handlers: Vec<(u64, RunFuture)>,
+    /// Why its code stopped without finishing (a determinism error).
+    pub(super) stopped: Option<Fault>,
+    /// When its code last ran or a record was appended for it.
+    pub(super) active_ms: u64,
+    /// Its place in its trace, derived at its first step start and kept:
+    /// three hashes of its `Start`, which a loaded run never changes, so
+    /// no step pays them again (they were a fanout's largest added cost).
+    pub(super) trace: Option<crate::trace::RunTrace>,
+    /// A recorded delivery held back by [`super::sabotage::Sabotage::ReorderReplay`],
+    /// and whether the one after it was handed out since.
+    #[cfg(feature = "testing")]
+    pub(super) held: Option<(fusee_core::record::Seq, super::run::Outcome, bool)>,
+}
+
+impl LiveRun {
+    /// A run's entry with its code's `future` (`None`: code that cannot
+    /// run, stopped at once by the caller), woken through `waker`.
+    pub(super) fn new(state: RunState, future: Option<RunFuture>, waker: Waker) -> Self {
+        Self {
+            state: Rc::new(RefCell::new(state)),
+            future,
+            waker,
+            handlers: Vec::new(),
+            stopped: None,
+            active_ms: 0,
+            trace: None,
+            #[cfg(feature = "testing")]
+            held: None,
+        }
+    }
+}
+
+/// Wakes a run: puts it on its shard's ready queue.
+struct RunWaker {
+    run: RunId,
+    ready: Arc<Mutex<VecDeque<RunId>>>,
+}
+
+impl std::task::Wake for RunWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        lock(&self.ready).push_back(self.run);
+    }
+}
+
+/// The ready queue, whatever a panicking waker left in it (a run ID
+/// queued twice is polled twice, which is harmless).
+fn lock(ready: &Mutex<VecDeque<RunId>>) -> std::sync::MutexGuard<'_, VecDeque<RunId>> {
+    ready.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The runs whose code runs on a shard. See the [module docs](self).
+#[derive(Default)]
+pub(super) struct Live {
+    runs: FxHashMap<RunId, LiveRun>,
+    ready: Arc<Mutex<VecDeque<RunId>>>,
+    no_code: FxHashSet<RunId>,
+    stepping: FxHashSet<RunId>,
+    jobs: Vec<StepJob>,
+}
+
+impl Live {
+    /// The run's entry, if its code was started.
+    #[inline]
+    pub(super) fn get(&self, run: &RunId) -> Option<&LiveRun> {
+        self.runs.get(run)
+    }
+
+    /// The run's entry, if its code was started.
+    #[inline]
+    pub(super) fn get_mut(&mut self, run: &RunId) -> Option<&mut LiveRun> {
+        self.runs.get_mut(run)
+    }
+
+    /// Whether the run's code was started.
+    #[inline]
+    pub(super) fn contains_key(&self, run: &RunId) -> bool {
+        self.runs.contains_key(run)
+    }
+
+    /// Every live run, in no order (the simulator's look at stopped code).
+    #[cfg(feature = "testing")]
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&RunId, &LiveRun)> {
+        self.runs.iter()
+    }
+
+    /// Records that the run's code started (it no longer waits for code).
+    pub(super) fn insert(&mut self, run: RunId, live: LiveRun) {
+        self.no_code.remove(&run);
+        self.runs.insert(run, live);
+    }
+
+    /// A waker that puts `run` on the ready queue.
+    pub(super) fn waker(&self, run: RunId) -> Waker {
+        Waker::from(Arc::new(RunWaker {
+            run,
+            ready: Arc::clone(&self.ready),
+        }))
+    }
+
+    /// Drops the run's code (the run stays loaded in the core): it was
+    /// expired, or the shard stops.
+    pub(super) fn remove(&mut self, run: &RunId) {
+        self.runs.remove(run);
+    }
+
+    /// Forgets the run everywhere: it finished, was held or parked.
+    pub(super) fn forget(&mut self, run: RunId) {
+        self.runs.remove(&run);
+        self.stepping.remove(&run);
+        self.no_code.remove(&run);
+    }
+
+    /// Drops every run's code: the shard stopped (closed or crashed).
+    pub(super) fn clear(&mut self) {
+        self.runs.clear();
+    }
+
+    /// Puts `run` on the ready queue.
+    pub(super) fn wake(&self, run: RunId) {
+        lock(&self.ready).push_back(run);
+    }
+
+    /// The next run to poll, if any.
+    pub(super) fn pop_ready(&self) -> Option<RunId> {
+        lock(&self.ready).pop_front()
+    }
+
+    /// Whether a run waits to be polled.
+    pub(super) fn has_ready(&self) -> bool {
+        !lock(&self.ready).is_empty()
+    }
+
+    /// Takes `run` off the ready queue: true if it was on it.
+    pub(super) fn take_ready(&self, run: RunId) -> bool {
+        let mut ready = lock(&self.ready);
+        match ready.iter().position(|r| *r == run) {
+            Some(at) => ready.remove(at).is_some(),
+            None => false,
+        }
+    }
+
+    /// The run's code cannot start: its type or version has no code here.
+    pub(super) fn wait_for_code(&mut self, run: RunId) {
+        self.no_code.insert(run);
+    }
+
+    /// Whether the run waits for its code to be registered.
+    pub(super) fn waits_for_code(&self, run: RunId) -> bool {
+        self.no_code.contains(&run)
+    }
+
+    /// The runs waiting for their code.
+    pub(super) fn waiting_for_code(&self) -> Vec<RunId> {
+        self.no_code.iter().copied().collect()
+    }
+
+    /// The run has a step attempt to begin or start.
+    pub(super) fn step_due(&mut self, run: RunId) {
+        self.stepping.insert(run);
+    }
+
+    /// The run has no step attempt left to begin or start.
+    pub(super) fn steps_started(&mut self, run: RunId) {
+        self.stepping.remove(&run);
+    }
+
+    /// The runs with a step attempt to begin or start (empty: none).
+    pub(super) fn stepping(&self) -> Vec<RunId> {
+        self.stepping.iter().copied().collect()
+    }
+
+    /// Whether any run has a step attempt to begin or start.
+    pub(super) fn has_steps_due(&self) -> bool {
+        !self.stepping.is_empty()
+    }
+
+    /// Step attempts started, for the driver to run.
+    pub(super) fn push_jobs(&mut self, jobs: Vec<StepJob>) {
+        self.jobs.extend(jobs);
+    }
+
+    /// The step attempts started since the last call.
+    pub(super) fn take_jobs(&mut self) -> Vec<StepJob> {
+        std::mem::take(&mut self.jobs)
+    }
+}

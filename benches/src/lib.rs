@@ -40,6 +40,7 @@ pub mod report;
 pub mod sqlite;
 pub mod stats;
 pub mod target;
+pub mod text;
 pub mod workload;
 
 pub use backend::{Backend, Factory, Memory, backends};

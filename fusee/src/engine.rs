@@ -115,7 +115,8 @@ impl Engine {
     /// open here (the others are taken later, in the background; see
     /// [`Ownership`]); a shard another process holds is no error then.
     pub async fn open(config: Config) -> Result<Engine> {
-        config.check()?;
+        config.check().map_err(Error::Config)?;
+        config.ownership.check(config.shards)?;
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || Self::open_blocking(config, runtime))
             .await
@@ -127,7 +128,8 @@ impl Engine {
     /// [`MemoryStorage`](crate::storage::MemoryStorage) a test keeps a
     /// handle on to crash it); `config.storage` is not used.
     pub async fn open_on(config: Config, storage: AnyStorage) -> Result<Engine> {
-        config.check()?;
+        config.check().map_err(Error::Config)?;
+        config.ownership.check(config.shards)?;
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || Self::start_shards(config, storage, runtime))
             .await
@@ -755,10 +757,6 @@ impl Engine {
     }
 
     /// The engine's telemetry figures (`None`: [`Config::metrics`] off).
-    pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
-        self.inner.telemetry.as_deref()
-    }
-
     /// The shards this engine owns now, in order: every shard but under
     /// [`Ownership::Lease`], where a call for another is
     /// [`Error::NotOwner`].
@@ -1068,5 +1066,20 @@ impl WeakEngine {
     /// The engine, while it lives.
     pub(crate) fn upgrade(&self) -> Option<Engine> {
         self.0.upgrade().map(|inner| Engine { inner })
+    }
+}
+
+impl crate::telemetry::Exposition for Engine {
+    async fn figures(&self) -> crate::telemetry::Figures {
+        let owners = self
+            .shard_status()
+            .iter()
+            .map(|s| (s.shard, s.owned, s.opens, s.losses))
+            .collect();
+        crate::telemetry::Figures::new(
+            self.per_shard_metrics().await,
+            owners,
+            self.inner.telemetry.clone(),
+        )
     }
 }

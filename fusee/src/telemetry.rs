@@ -119,33 +119,70 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use rustc_hash::FxHashMap;
 
-use crate::engine::Engine;
 use crate::metrics::ShardMetrics;
 
 /// The `Content-Type` of [`render`]'s text: the Prometheus text format,
 /// version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
+/// What [`render`] reads of an engine; [`Engine`](crate::Engine) is the
+/// one implementation (no other crate can make a [`Figures`]). A trait so
+/// that this module, which the runtime counts into, does not import the
+/// engine that owns the runtime.
+pub trait Exposition {
+    /// The engine's figures now.
+    #[doc(hidden)]
+    fn figures(&self) -> impl std::future::Future<Output = Figures> + Send;
+}
+
+/// An engine's figures as [`render`] reads them (made by the engine only).
+#[doc(hidden)]
+pub struct Figures {
+    /// Each owned shard's figures.
+    shards: Vec<(u32, ShardMetrics)>,
+    /// Each shard's (number, owned, opens, losses).
+    owners: Vec<(u32, bool, u64, u64)>,
+    /// The record-derived figures, when telemetry is on.
+    telemetry: Option<Arc<Telemetry>>,
+}
+
+impl Figures {
+    pub(crate) fn new(
+        shards: Vec<(u32, ShardMetrics)>,
+        owners: Vec<(u32, bool, u64, u64)>,
+        telemetry: Option<Arc<Telemetry>>,
+    ) -> Self {
+        Self {
+            shards,
+            owners,
+            telemetry,
+        }
+    }
+}
+
 /// The engine's figures in the Prometheus text exposition format (see the
 /// [module docs](self) for the names). Asks each shard the engine owns for
-/// its figures, as [`Engine::metrics`] does; a closed engine's text has
-/// its record-derived figures only.
-pub async fn render(engine: &Engine) -> String {
-    let shards = engine.per_shard_metrics().await;
-    let status = engine.shard_status();
+/// its figures, as [`Engine::metrics`](crate::Engine::metrics) does; a
+/// closed engine's text has its record-derived figures only.
+pub async fn render(engine: &impl Exposition) -> String {
+    let Figures {
+        shards,
+        owners,
+        telemetry,
+    } = engine.figures().await;
     let mut registry = Registry::default();
-    if let Some(t) = engine.telemetry() {
+    if let Some(t) = &telemetry {
         t.register(&mut registry);
     }
     register_shards(&mut registry, &shards);
     let owned = Family::<ShardLabel, Gauge>::default();
     let opens = Family::<ShardLabel, Counter>::default();
     let losses = Family::<ShardLabel, Counter>::default();
-    for s in &status {
-        let l = ShardLabel { shard: s.shard };
-        owned.get_or_create(&l).set(i64::from(s.owned));
-        opens.get_or_create(&l).inc_by(s.opens);
-        losses.get_or_create(&l).inc_by(s.losses);
+    for &(shard, is_owned, opened, lost) in &owners {
+        let l = ShardLabel { shard };
+        owned.get_or_create(&l).set(i64::from(is_owned));
+        opens.get_or_create(&l).inc_by(opened);
+        losses.get_or_create(&l).inc_by(lost);
     }
     registry.register(
         "fusee_shard_owned",

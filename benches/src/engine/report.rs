@@ -25,7 +25,7 @@
 use std::fmt::Write as _;
 
 use super::{EngineFigures, EngineMetric, EnginePlan, EngineSubject};
-use crate::report::sig3;
+use crate::text::sig3;
 use crate::target::Role;
 
 /// One bar of the chart: a subject, its ratio (if it has one) and its
@@ -345,7 +345,7 @@ impl EngineReport {
             let _ = writeln!(out, "durability, {}: {}", s.name(), s.subject.durability());
         }
         let _ = writeln!(out);
-        out.push_str(&crate::report::aligned(&rows));
+        out.push_str(&crate::text::aligned(&rows));
         for n in self.notes() {
             let _ = writeln!(out, "  {n}");
         }

@@ -124,7 +124,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::error::{Error, Result};
 
 mod storage;
 
@@ -445,30 +444,26 @@ impl Config {
         self.storage.postgres.lease.unwrap_or(DEFAULT_LEASE)
     }
 
-    pub(crate) fn check(&self) -> Result<()> {
+    /// Why the settings cannot open an engine, if they cannot (the engine
+    /// reports it as [`crate::Error::Config`]).
+    pub(crate) fn check(&self) -> Result<(), String> {
         if self.shards == 0 || self.shards > 4096 {
-            return Err(Error::Config(format!(
-                "shards must be 1 to 4096, not {}",
-                self.shards
-            )));
+            return Err(format!("shards must be 1 to 4096, not {}", self.shards));
         }
         if self.queue_capacity == 0 {
-            return Err(Error::Config("queue_capacity must be at least 1".into()));
+            return Err("queue_capacity must be at least 1".into());
         }
-        self.ownership.check(self.shards)?;
         if let Some(p) = self.storage.postgres.inbox_poll
             && p < Duration::from_millis(1)
         {
-            return Err(Error::Config(format!(
-                "the inbox poll interval of {p:?} is below 1 ms"
-            )));
+            return Err(format!("the inbox poll interval of {p:?} is below 1 ms"));
         }
         let limit = fusee_core::wire::MAX_PAYLOAD;
         if self.max_payload > limit {
-            return Err(Error::Config(format!(
+            return Err(format!(
                 "max_payload of {} exceeds the record limit of {limit} bytes",
                 self.max_payload
-            )));
+            ));
         }
         Ok(())
     }

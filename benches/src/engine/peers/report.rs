@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use super::{Counts, PeersPlan};
 use crate::engine::report::ChartGroup;
 use crate::engine::{EngineFigures, EngineMetric};
-use crate::report::{aligned, sig3};
+use crate::text::{aligned, sig3};
 
 /// The figures of the peers' comparison, in table order: the engine
 /// section's metrics (labels, units, directions, ratios).

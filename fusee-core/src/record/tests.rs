@@ -16,6 +16,7 @@ fn step<'a>(run: RunId, name: &'a str, payload: &'static [u8]) -> RecordRef<'a> 
         attempt: 1,
         status: Status::Ok,
         payload,
+        ended_ms: None,
     }
 }
 
@@ -150,6 +151,7 @@ fn small_kinds_are_pinned() {
                 attempt: 1,
                 retry_at_ms: PAUSED,
                 error: b"",
+                ended_ms: None,
             },
             &[
                 16, 3, 1, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0,
@@ -398,6 +400,7 @@ fn inline_decoder_shares_names_and_empty_payloads() {
                 attempt: 1,
                 status: Status::Ok,
                 payload: b"",
+                ended_ms: None,
             },
             &mut bytes,
         );

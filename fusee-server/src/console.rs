@@ -986,15 +986,33 @@ fn duration(ms: u64) -> String {
     }
 }
 
+/// One attempt's bar in [`step_chart`]: where it starts, how wide, and
+/// what it shows.
+struct Bar<'a> {
+    x: f64,
+    width: f64,
+    attempt: &'a AttemptTime,
+    ms: u64,
+}
+
+/// One step's row in [`step_chart`].
+struct ChartRow<'a> {
+    step: &'a StepTime,
+    bars: Vec<Bar<'a>>,
+    /// Where its total's text begins, after its bars.
+    text_x: f64,
+    total: u64,
+}
+
 /// The steps' durations as bars (inline SVG, as the overview's charts):
 /// a row per step, its attempts side by side, each as long as it ran
 /// (the longest step spans the width), coloured by how it ended; the
 /// step's total at the end. Attempts without both times get no bar.
 fn step_chart(times: &StepTimes) -> Markup {
     let (label_w, bar_w, row_h) = (160.0f64, 520.0f64, 22.0f64);
-    // Per step with a duration: its bars (x, width, attempt, ms), where
-    // its total's text goes, and the total.
-    let rows: Vec<(&StepTime, Vec<(f64, f64, &AttemptTime, u64)>, f64, u64)> = {
+    // Per step with a duration: its bars, where its total's text goes,
+    // and the total.
+    let rows: Vec<ChartRow<'_>> = {
         let timed: Vec<&StepTime> = times.steps.iter().filter(|s| s.total().1 > 0).collect();
         let longest = timed.iter().map(|s| s.total().0).max().unwrap_or(0).max(1);
         timed
@@ -1004,12 +1022,22 @@ fn step_chart(times: &StepTimes) -> Markup {
                 let mut bars = Vec::new();
                 for a in &step.attempts {
                     if let Some(ms) = a.ms() {
-                        let bw = (bar_w * ms as f64 / longest as f64).max(1.0);
-                        bars.push((x, bw, a, ms));
-                        x += bw;
+                        let width = (bar_w * ms as f64 / longest as f64).max(1.0);
+                        bars.push(Bar {
+                            x,
+                            width,
+                            attempt: a,
+                            ms,
+                        });
+                        x += width;
                     }
                 }
-                (step, bars, x + 6.0, step.total().0)
+                ChartRow {
+                    step,
+                    bars,
+                    text_x: x + 6.0,
+                    total: step.total().0,
+                }
             })
             .collect()
     };
@@ -1023,17 +1051,17 @@ fn step_chart(times: &StepTimes) -> Markup {
             xmlns="http://www.w3.org/2000/svg" role="img" {
             title { "how long each step's attempts ran" }
             rect x="0" y="0" width=(w) height=(h) fill="#fff" stroke="#e3e6ea" {}
-            @for (row, (step, bars, text_x, total)) in rows.iter().enumerate() {
-                @let y = 4.0 + row as f64 * row_h;
-                g class="step-row" data-seq=(step.seq) {
-                    text x="6" y=(y + 15.0) font-size="12" fill="#1d232a" { (step.name) }
-                    @for (x, bw, a, ms) in bars {
-                        rect class="attempt-bar" x=(format!("{x:.1}")) y=(y + 3.0) width=(format!("{bw:.1}"))
-                            height=(row_h - 8.0) fill=(a.end.colour()) stroke="#fff" {
-                            title { "attempt " (a.attempt) ": " (duration(*ms)) " (" (a.end.name()) ")" }
+            @for (i, row) in rows.iter().enumerate() {
+                @let y = 4.0 + i as f64 * row_h;
+                g class="step-row" data-seq=(row.step.seq) {
+                    text x="6" y=(y + 15.0) font-size="12" fill="#1d232a" { (row.step.name) }
+                    @for b in &row.bars {
+                        rect class="attempt-bar" x=(format!("{:.1}", b.x)) y=(y + 3.0) width=(format!("{:.1}", b.width))
+                            height=(row_h - 8.0) fill=(b.attempt.end.colour()) stroke="#fff" {
+                            title { "attempt " (b.attempt.attempt) ": " (duration(b.ms)) " (" (b.attempt.end.name()) ")" }
                         }
                     }
-                    text x=(format!("{text_x:.1}")) y=(y + 15.0) font-size="11" fill="#57606a" { (duration(*total)) }
+                    text x=(format!("{:.1}", row.text_x)) y=(y + 15.0) font-size="11" fill="#57606a" { (duration(row.total)) }
                 }
             }
         }

@@ -189,7 +189,10 @@ fn malformed_bodies_are_refused_with_a_reason() {
         (with(4, &[0xff]), err("string is not UTF-8")),
         // Payload length past the end.
         (with(7, &[3]), err("length past the end of input")),
-        ([&good[..], &[0]].concat(), err("trailing bytes")),
+        // A byte after the payload is the step's `ended_ms` (a tail); one
+        // more is left over.
+        ([&good[..], &[0, 0]].concat(), err("trailing bytes")),
+        ([&good[..], &[0x80]].concat(), err("truncated varint")),
         (
             good[..good.len() - 1].to_vec(),
             err("length past the end of input"),

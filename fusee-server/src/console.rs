@@ -849,8 +849,9 @@ impl StepTime {
 #[derive(Debug, Default)]
 struct StepTimes {
     steps: Vec<StepTime>,
-    /// Record index -> (step, attempt) it begins or ends.
-    at: BTreeMap<usize, (usize, usize)>,
+    /// Record index -> (step, attempt) it begins or ends, and whether
+    /// it ends it (a `Step` or `Attempt`, not a `Began`).
+    at: BTreeMap<usize, (usize, usize, bool)>,
     /// Record indexes of `Step` records: their row shows the step's total.
     results: Vec<usize>,
 }
@@ -907,7 +908,7 @@ impl StepTimes {
                     end: End::Running,
                     now_ms,
                 });
-                t.at.insert(i, (step, attempts.len() - 1));
+                t.at.insert(i, (step, attempts.len() - 1, false));
                 continue;
             }
             let end = if kind == "Step" {
@@ -935,7 +936,7 @@ impl StepTimes {
             };
             attempts[a].ended_ms = ended_ms;
             attempts[a].end = end;
-            t.at.insert(i, (step, a));
+            t.at.insert(i, (step, a, true));
         }
         t
     }
@@ -944,7 +945,7 @@ impl StepTimes {
     /// (and a `Step`'s total for the step), a running attempt's time so
     /// far on its `Began`; nothing where a time is missing.
     fn took(&self, i: usize) -> Markup {
-        let Some(&(s, a)) = self.at.get(&i) else {
+        let Some(&(s, a, ends)) = self.at.get(&i) else {
             return html! {};
         };
         let step = &self.steps[s];
@@ -953,7 +954,9 @@ impl StepTimes {
         html! {
             @match (attempt.end, attempt.ms()) {
                 (End::Running, Some(ms)) => { "running for " b { (duration(ms)) } }
+                // An ended attempt's time is on its end's row.
                 (End::Running | End::Cut, _) => {}
+                _ if !ends => {}
                 (_, Some(ms)) => { b { (duration(ms)) } }
                 (_, None) => { span title="recorded before the engine kept step end times" { "-" } }
             }
@@ -1045,7 +1048,14 @@ fn step_chart(times: &StepTimes) -> Markup {
         return html! {};
     }
     let w = label_w + bar_w + 150.0;
-    let h = row_h * rows.len() as f64 + 8.0;
+    let legend_y = row_h * rows.len() as f64 + 8.0;
+    let h = legend_y + 18.0;
+    let legend = [
+        End::Result { ok: true },
+        End::Result { ok: false },
+        End::Retried,
+        End::Running,
+    ];
     html! {
         svg id="step-durations" width=(w) height=(h) viewBox={ "0 0 " (w) " " (h) }
             xmlns="http://www.w3.org/2000/svg" role="img" {
@@ -1063,6 +1073,11 @@ fn step_chart(times: &StepTimes) -> Markup {
                     }
                     text x=(format!("{:.1}", row.text_x)) y=(y + 15.0) font-size="11" fill="#57606a" { (duration(row.total)) }
                 }
+            }
+            @for (i, end) in legend.iter().enumerate() {
+                @let x = label_w + i as f64 * 110.0;
+                rect x=(x) y=(legend_y) width="10" height="10" fill=(end.colour()) {}
+                text x=(x + 14.0) y=(legend_y + 9.0) font-size="11" fill="#57606a" { (end.name()) }
             }
         }
     }
@@ -1609,6 +1624,8 @@ mod tests {
         // The cells: the retried attempt's, the result's with the total,
         // the old record's dash, the running attempt's time so far.
         let took = |i: usize| t.took(i).into_string();
+        assert_eq!(took(1), "", "an ended attempt's Began");
+        assert_eq!(took(4), "", "an ended attempt's Began");
         assert_eq!(took(2), "<b>500 ms</b>");
         assert_eq!(took(6), "<b>60 ms</b>", "one attempt: no total");
         assert_eq!(

@@ -443,8 +443,17 @@ async fn a_run_page_shows_how_long_each_step_attempt_ran() {
     let (status, page) = reader.get("/runs/f-1").await;
     assert_eq!(status, 200, "{page}");
     // Each attempt's row, and the total on the result's.
-    assert!(
-        page.contains(&format!("<td class=\"took\"><b>{} ms</b></td>", took[0])),
+    // The failed attempt's time on its `Attempt` row only (not on its
+    // `Began`'s).
+    assert_eq!(
+        page.matches(&format!("<td class=\"took\"><b>{} ms</b></td>", took[0]))
+            .count(),
+        1,
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("<td class=\"took\"></td>").count(),
+        4,
         "{page}"
     );
     let total = took[0] + took[1];

@@ -69,7 +69,8 @@
 //! `None`, and a record without it encodes to exactly those bytes, so
 //! old and new bodies keep one form each. `Step` and `Attempt` grew
 //! `ended_ms` (when the attempt's function returned) this way: a
-//! millisecond timestamp adds 6 bytes to each.
+//! millisecond timestamp adds 6 bytes to each (7 from September 2039,
+//! when the time passes 2^41 ms).
 //!
 //! # Invariants
 //!

@@ -33,6 +33,7 @@ fn steps(payload: &[u8]) -> Vec<RecordRef<'_>> {
             attempt: 1,
             status: Status::Ok,
             payload,
+            ended_ms: None,
         })
         .collect()
 }

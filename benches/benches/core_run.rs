@@ -87,6 +87,7 @@ impl Live {
                     attempt: 1,
                     status: Status::Ok,
                     payload: b"{\"ok\":true}",
+                    ended_ms: None,
                 });
                 black_box(self.m.poll_delivery().expect("delivery"));
             }

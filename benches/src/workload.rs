@@ -47,6 +47,7 @@ pub fn step(run: u64, seq: u32) -> RecordBuf {
         attempt: 1,
         status: Status::Ok,
         payload: Payload::from(&[1u8; 100][..]),
+        ended_ms: None,
     }
 }
 

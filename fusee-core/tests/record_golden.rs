@@ -183,6 +183,7 @@ fn every_kind(v: &Vals) -> Vec<RecordRef<'_>> {
             attempt: v.b32,
             status: v.status,
             payload: p1,
+            ended_ms: None,
         },
         Record::Attempt {
             run: v.run,
@@ -191,6 +192,7 @@ fn every_kind(v: &Vals) -> Vec<RecordRef<'_>> {
             attempt: v.b32,
             retry_at_ms: v.b64,
             error: p1,
+            ended_ms: None,
         },
         Record::Resume {
             run: v.run,
@@ -526,11 +528,11 @@ fn decoder_rejects_exactly_what_it_rejected() {
     let want: &[(&str, usize)] = &[
         ("length over the payload limit", 398),
         ("length past the end of input", 3423),
-        ("ok", 14134),
+        ("ok", 14200),
         ("option marker is neither 0 nor 1", 708),
         ("run ID outside 1..=2^48-1", 447),
         ("string is not UTF-8", 3569),
-        ("trailing bytes", 1506),
+        ("trailing bytes", 1440),
         ("truncated", 258),
         ("truncated varint", 1082),
         ("unknown record kind", 532),
@@ -543,29 +545,65 @@ fn decoder_rejects_exactly_what_it_rejected() {
     // Tag 25 (`Began`) became a kind: of the samples' bytes changed to
     // 25, eight now read as one (two whole, six cut short or too long)
     // rather than "unknown record kind"; no other outcome moved.
+    // `Step` and `Attempt` then grew their `ended_ms` tail: 66 of their
+    // changed bodies that had bytes left after the payload or error (one
+    // appended, a length made shorter) read as a record with an end time
+    // rather than "trailing bytes" (1506 then, 14134 ok); nothing else
+    // moved.
     assert_eq!(
         (digest, &got[..]),
-        (2032566989, want),
+        (2436836573, want),
         "decoder outcomes changed"
     );
 }
 
-/// Kinds added after the five sets' pins were taken, one sample per set:
-/// pinned apart, so the pins of the older kinds stay as they were.
+/// Kinds and tail fields added after the five sets' pins were taken, one
+/// sample each per set: pinned apart, so the pins of the older kinds (and
+/// of `Step` and `Attempt` without their tail) stay as they were.
 fn later_kinds(v: &Vals) -> Vec<RecordRef<'_>> {
-    vec![Record::Began {
-        run: v.run,
-        seq: v.a32,
-        name: &v.s1,
-        attempt: v.b32,
-        started_ms: v.a64,
-    }]
+    let (s1, s2, p1) = (v.s1.as_str(), v.s2.as_str(), &v.p1[..]);
+    vec![
+        Record::Began {
+            run: v.run,
+            seq: v.a32,
+            name: s1,
+            attempt: v.b32,
+            started_ms: v.a64,
+        },
+        // The samples of `every_kind`, with their end time.
+        Record::Step {
+            run: v.run,
+            seq: v.a32,
+            name: s1,
+            attempt: v.b32,
+            status: v.status,
+            payload: p1,
+            ended_ms: Some(v.b64),
+        },
+        Record::Attempt {
+            run: v.run,
+            seq: v.a32,
+            name: s2,
+            attempt: v.b32,
+            retry_at_ms: v.b64,
+            error: p1,
+            ended_ms: Some(v.a64),
+        },
+    ]
 }
 
 /// [`later_kinds`] of sets 0 and 1.
-const LATER_HEX: [[&str; 1]; 2] = [
-    ["06190100000000"],     // Began, set 0
-    ["08190502016101e807"], // Began, set 1
+const LATER_HEX: [[&str; 3]; 2] = [
+    [
+        "06190100000000",     // Began, set 0
+        "080201000000000000", // Step with ended_ms 0, set 0
+        "080301000000000000", // Attempt with ended_ms 0, set 0
+    ],
+    [
+        "08190502016101e807",                   // Began, set 1
+        "0b0205020161010102686907",             // Step with ended_ms 7, set 1
+        "1103050206e697a5e69cac0107026869e807", // Attempt with ended_ms 1000, set 1
+    ],
 ];
 
 #[test]
@@ -592,4 +630,110 @@ fn later_kinds_encode_to_their_golden_bytes_and_cover_every_tag() {
     assert!(!failed, "golden bytes changed:\n{printed}");
     let all: std::collections::BTreeSet<u8> = fusee_core::record::kind::ALL.into_iter().collect();
     assert_eq!(tags, all, "every kind has a golden sample");
+}
+
+/// `Step` and `Attempt` end with `ended_ms`, a tail: a body stored before
+/// the field existed (nothing after the payload or error) reads as
+/// `None` and is exactly what `None` encodes to; the time is the varint
+/// after it. Bytes after the time, a time not in its shortest form or cut
+/// short are refused, so each record keeps one form; kinds with no tail
+/// still refuse any byte after their last field.
+#[test]
+fn end_time_is_a_tail_and_old_bodies_read_as_none() {
+    let step = |ended_ms| -> RecordRef<'static> {
+        Record::Step {
+            run: 1,
+            seq: 2,
+            name: "a",
+            attempt: 1,
+            status: Status::Ok,
+            payload: b"hi",
+            ended_ms,
+        }
+    };
+    let attempt = |ended_ms| -> RecordRef<'static> {
+        Record::Attempt {
+            run: 1,
+            seq: 0,
+            name: "",
+            attempt: 1,
+            retry_at_ms: PAUSED,
+            error: b"",
+            ended_ms,
+        }
+    };
+    // Bodies as written before the field: the canonical module's example
+    // and a paused attempt.
+    let old_step: &[u8] = &[0x02, 0x01, 0x02, 0x01, 0x61, 0x01, 0x00, 0x02, 0x68, 0x69];
+    let old_attempt: &[u8] = &[
+        0x03, 0x01, 0x00, 0x00, 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        0x00,
+    ];
+    // 1_700_000_000_000 ms: 6 bytes.
+    let t = 1_700_000_000_000u64;
+    let t_bytes: &[u8] = &[0x80, 0xd0, 0x95, 0xff, 0xbc, 0x31];
+    for (old, make) in [
+        (
+            old_step,
+            &step as &dyn Fn(Option<u64>) -> RecordRef<'static>,
+        ),
+        (old_attempt, &attempt),
+    ] {
+        assert_eq!(
+            decode_body(old),
+            Ok(make(None)),
+            "an old body reads as None"
+        );
+        assert_eq!(body(&make(None)), old, "None writes nothing");
+        let new = [old, t_bytes].concat();
+        assert_eq!(decode_body(&new), Ok(make(Some(t))));
+        assert_eq!(body(&make(Some(t))), new);
+        assert_eq!(new.len() - old.len(), 6, "a timestamp's bytes");
+        // 0 is a time like any other: one byte, not "absent".
+        assert_eq!(decode_body(&[old, &[0]].concat()), Ok(make(Some(0))));
+        for (bad, why) in [
+            ([&new[..], &[0]].concat(), "trailing bytes"),
+            ([&new[..], &new[..]].concat(), "trailing bytes"),
+            (
+                [old, &[0x80, 0x00]].concat(),
+                "varint not in its shortest form",
+            ),
+            ([old, &[0x80]].concat(), "truncated varint"),
+            (new[..new.len() - 1].to_vec(), "truncated varint"),
+        ] {
+            assert_eq!(
+                decode_body(&bad).map_err(|e| e.reason),
+                Err(why),
+                "{}",
+                hex(&bad)
+            );
+        }
+    }
+    // A journal across the upgrade: old and new records side by side.
+    let mut journal = Vec::new();
+    for rec in [step(None), attempt(Some(t)), step(Some(7)), attempt(None)] {
+        encode_canonical(&rec, &mut journal);
+    }
+    let owned = decode_canonical_all(&journal).expect("decodes");
+    let ended: Vec<Option<u64>> = owned
+        .iter()
+        .map(|r| match r {
+            Record::Step { ended_ms, .. } | Record::Attempt { ended_ms, .. } => *ended_ms,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ended, [None, Some(t), Some(7), None]);
+    // A kind without a tail still refuses a byte after its last field.
+    let began = Record::Began {
+        run: 1,
+        seq: 2,
+        name: "a",
+        attempt: 1,
+        started_ms: t,
+    };
+    let bad = [body(&began), vec![0]].concat();
+    assert_eq!(
+        decode_body(&bad).map_err(|e| e.reason),
+        Err("trailing bytes")
+    );
 }

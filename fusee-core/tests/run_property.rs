@@ -639,6 +639,7 @@ impl<'s> Host<'s> {
                         attempt,
                         retry_at_ms: if paused { PAUSED } else { 1000 },
                         error: payload(b"err"),
+                        ended_ms: None,
                     }
                 } else {
                     let mut v = vec![0u8; self.rng.usize(0..6)];
@@ -651,6 +652,7 @@ impl<'s> Host<'s> {
                         attempt,
                         status: if ok { Status::Ok } else { Status::Failed },
                         payload: payload(&v),
+                        ended_ms: None,
                     }
                 }
             }

@@ -548,10 +548,15 @@ struct JournalQuery {
     run: Option<u64>,
 }
 
-/// A run's journal: the `fusee-journal` version 1 document.
+/// A run's journal: the `fusee-journal` version 1 document (a step
+/// attempt's `Began` has `started_ms`, its `Step` or `Attempt` has
+/// `ended_ms` when the engine recorded one: its duration is the
+/// difference).
 #[utoipa::path(get, path = "/api/v1/runs/{id}/journal", tag = "runs",
     params(("id" = String, Path, description = "The workflow ID"), JournalQuery), responses(
-    (status = 200, description = "A fusee-journal v1 document", body = Value),
+    (status = 200, description = "A fusee-journal v1 document; a step attempt ran from its \
+        Began's started_ms to its Step's or Attempt's ended_ms (absent in records written \
+        before the engine kept it)", body = Value),
     (status = 404, body = ErrorBody)))]
 async fn journal(
     State(app): State<App>,

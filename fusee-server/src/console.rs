@@ -52,6 +52,7 @@ pre{background:#fff;border:1px solid #e3e6ea;padding:8px;overflow:auto;max-heigh
 form.inline{display:inline-block;margin:4px 8px 4px 0;padding:8px;background:#fff;border:1px solid #e3e6ea}
 .timeline td:first-child{white-space:nowrap;color:#57606a}
 .k{font-weight:600}.right{margin-left:auto}form.flat{margin:0}
+.took{white-space:nowrap;color:#57606a}.took b{color:#1d232a}
 "#;
 
 /// The script, served at `/console.js`: asks for confirmation before an
@@ -591,6 +592,7 @@ async fn run_page(
         }
         seen
     };
+    let times = StepTimes::of(&records, app.engine.now_ms());
     let notice = Notice {
         notice: q.notice.clone(),
         error: q.error.clone(),
@@ -659,7 +661,8 @@ async fn run_page(
                 pre id="result" { (payload_text(&d["payload"])) }
             }
             h2 { "Timeline" }
-            (timeline(&records))
+            (step_chart(&times))
+            (timeline(&records, &times))
             @if !finished {
                 h2 { "Actions" }
                 (run_actions(&viewer, &seg, &steps, paused))
@@ -715,8 +718,9 @@ fn simple_action(viewer: &Viewer, action: &str, name: &str, label: &str, confirm
     }
 }
 
-/// A run's records as rows: what each means, with its payloads.
-fn timeline(records: &[Value]) -> Markup {
+/// A run's records as rows: what each means, how long the step attempt
+/// it ends took, and its payloads.
+fn timeline(records: &[Value], times: &StepTimes) -> Markup {
     // Steps' and timers' names by sequence number, for the records that
     // name only the sequence (a timer firing, a wait ending).
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
@@ -733,15 +737,347 @@ fn timeline(records: &[Value]) -> Markup {
     };
     html! {
         table.timeline id="timeline" {
-            tr { th { "#" } th { "record" } th { "what" } th { "payload" } }
+            tr { th { "#" } th { "record" } th { "what" } th { "took" } th { "payload" } }
             @for (i, r) in records.iter().enumerate() {
                 @let kind = r["kind"].as_str().unwrap_or("?");
                 tr class={ "rec rec-" (kind) } {
                     td { (i + 1) }
                     td.k { (kind) }
                     td { (describe_record(kind, r, &name_of(r))) }
+                    td.took { (times.took(i)) }
                     td { (record_payload(kind, r)) }
                 }
+            }
+        }
+    }
+}
+
+/// How a step attempt ended, as the journal says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Its `Step`: the step's result, ok or not.
+    Result { ok: bool },
+    /// Its `Attempt`: it failed and is retried (or paused).
+    Retried,
+    /// Its `Began` has no end yet and the run goes on.
+    Running,
+    /// Its `Began` has no end, and the run ended or the attempt began
+    /// again (a crash or a stop cut it).
+    Cut,
+}
+
+impl End {
+    /// The word a bar's tooltip and colour go by.
+    fn name(self) -> &'static str {
+        match self {
+            End::Result { ok: true } => "ok",
+            End::Result { ok: false } => "failed",
+            End::Retried => "failed, retried",
+            End::Running => "running",
+            End::Cut => "cut",
+        }
+    }
+
+    fn colour(self) -> &'static str {
+        match self {
+            End::Result { ok: true } => "#1a7f37",
+            End::Result { ok: false } => "#cf222e",
+            End::Retried => "#bc4c00",
+            End::Running => "#1f6feb",
+            End::Cut => "#6b7785",
+        }
+    }
+}
+
+/// One attempt of a step: when it began (its `Began`) and ended (its
+/// `Step` or `Attempt`), each absent in journals written before the
+/// engine recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AttemptTime {
+    attempt: u64,
+    started_ms: Option<u64>,
+    ended_ms: Option<u64>,
+    end: End,
+    /// For a running attempt: the engine's clock when the page was made.
+    now_ms: u64,
+}
+
+impl AttemptTime {
+    /// How long it ran: from its start to its end, or to now while it
+    /// runs; `None` when a time is missing (never a made-up one).
+    fn ms(&self) -> Option<u64> {
+        let start = self.started_ms?;
+        let end = match self.end {
+            End::Running => self.now_ms,
+            _ => self.ended_ms?,
+        };
+        end.checked_sub(start)
+    }
+}
+
+/// A step's attempts, in the order they began.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StepTime {
+    seq: u64,
+    name: String,
+    attempts: Vec<AttemptTime>,
+}
+
+impl StepTime {
+    /// The time its attempts ran, summed over those with a duration, and
+    /// how many have one.
+    fn total(&self) -> (u64, usize) {
+        let known: Vec<u64> = self.attempts.iter().filter_map(AttemptTime::ms).collect();
+        (known.iter().sum(), known.len())
+    }
+
+    /// From its first attempt's start to its last one's end (the retry
+    /// waits included), when both are known and differ from the total.
+    fn span(&self) -> Option<u64> {
+        let first = self.attempts.first()?;
+        let last = self.attempts.last()?;
+        let end = match last.end {
+            End::Running => last.now_ms,
+            _ => last.ended_ms?,
+        };
+        end.checked_sub(first.started_ms?)
+    }
+}
+
+/// Every step attempt of a run, read from its journal: the durations the
+/// timeline and the step chart show.
+#[derive(Debug, Default)]
+struct StepTimes {
+    steps: Vec<StepTime>,
+    /// Record index -> (step, attempt) it begins or ends, and whether
+    /// it ends it (a `Step` or `Attempt`, not a `Began`).
+    at: BTreeMap<usize, (usize, usize, bool)>,
+    /// Record indexes of `Step` records: their row shows the step's total.
+    results: Vec<usize>,
+}
+
+impl StepTimes {
+    /// Reads `records` (the journal's, in order); `now_ms` is the engine's
+    /// clock, for attempts still running.
+    fn of(records: &[Value], now_ms: u64) -> Self {
+        let mut t = StepTimes::default();
+        let mut by_seq: BTreeMap<u64, usize> = BTreeMap::new();
+        for (i, r) in records.iter().enumerate() {
+            let kind = r["kind"].as_str().unwrap_or("");
+            if kind == "Done" {
+                for s in &mut t.steps {
+                    for a in &mut s.attempts {
+                        if a.end == End::Running {
+                            a.end = End::Cut;
+                        }
+                    }
+                }
+                continue;
+            }
+            if !matches!(kind, "Began" | "Step" | "Attempt") {
+                continue;
+            }
+            let (Some(seq), Some(attempt)) = (r["seq"].as_u64(), r["attempt"].as_u64()) else {
+                continue;
+            };
+            let step = *by_seq.entry(seq).or_insert_with(|| {
+                t.steps.push(StepTime {
+                    seq,
+                    name: r["name"].as_str().unwrap_or("").to_string(),
+                    attempts: Vec::new(),
+                });
+                t.steps.len() - 1
+            });
+            let attempts = &mut t.steps[step].attempts;
+            // The attempt this record ends: the latest one begun and not
+            // ended, if it has this number.
+            let open = attempts
+                .iter()
+                .rposition(|a| a.end == End::Running && a.attempt == attempt);
+            if kind == "Began" {
+                // A later `Began` supersedes one with no end: it was cut.
+                for a in attempts.iter_mut() {
+                    if a.end == End::Running {
+                        a.end = End::Cut;
+                    }
+                }
+                attempts.push(AttemptTime {
+                    attempt,
+                    started_ms: r["started_ms"].as_u64(),
+                    ended_ms: None,
+                    end: End::Running,
+                    now_ms,
+                });
+                t.at.insert(i, (step, attempts.len() - 1, false));
+                continue;
+            }
+            let end = if kind == "Step" {
+                t.results.push(i);
+                End::Result {
+                    ok: r["status"] == "ok",
+                }
+            } else {
+                End::Retried
+            };
+            let ended_ms = r["ended_ms"].as_u64();
+            let a = match open {
+                Some(a) => a,
+                None => {
+                    // No `Began`: a journal from before the engine wrote them.
+                    attempts.push(AttemptTime {
+                        attempt,
+                        started_ms: None,
+                        ended_ms: None,
+                        end,
+                        now_ms,
+                    });
+                    attempts.len() - 1
+                }
+            };
+            attempts[a].ended_ms = ended_ms;
+            attempts[a].end = end;
+            t.at.insert(i, (step, a, true));
+        }
+        t
+    }
+
+    /// The "took" cell of record `i`: an ending record's attempt duration
+    /// (and a `Step`'s total for the step), a running attempt's time so
+    /// far on its `Began`; nothing where a time is missing.
+    fn took(&self, i: usize) -> Markup {
+        let Some(&(s, a, ends)) = self.at.get(&i) else {
+            return html! {};
+        };
+        let step = &self.steps[s];
+        let attempt = &step.attempts[a];
+        let result = self.results.contains(&i);
+        html! {
+            @match (attempt.end, attempt.ms()) {
+                (End::Running, Some(ms)) => { "running for " b { (duration(ms)) } }
+                // An ended attempt's time is on its end's row.
+                (End::Running | End::Cut, _) => {}
+                _ if !ends => {}
+                (_, Some(ms)) => { b { (duration(ms)) } }
+                (_, None) => { span title="recorded before the engine kept step end times" { "-" } }
+            }
+            @if result && step.attempts.len() > 1 {
+                @let (total, known) = step.total();
+                @if known > 0 {
+                    br;
+                    span.step-total {
+                        "step total " b { (duration(total)) } " over " (known) " attempts"
+                        @if let Some(span) = step.span().filter(|s| *s > total) {
+                            " (" (duration(span)) " with the waits between)"
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A duration for people: ms under a second, seconds with ms under a
+/// minute, then minutes, hours and days.
+fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{}.{:03} s", s, ms % 1000),
+        60_000..3_600_000 => format!("{} min {}.{:03} s", s / 60, s % 60, ms % 1000),
+        3_600_000..86_400_000 => format!("{} h {} min {} s", s / 3600, s / 60 % 60, s % 60),
+        _ => format!("{} d {} h {} min", s / 86_400, s / 3600 % 24, s / 60 % 60),
+    }
+}
+
+/// One attempt's bar in [`step_chart`]: where it starts, how wide, and
+/// what it shows.
+struct Bar<'a> {
+    x: f64,
+    width: f64,
+    attempt: &'a AttemptTime,
+    ms: u64,
+}
+
+/// One step's row in [`step_chart`].
+struct ChartRow<'a> {
+    step: &'a StepTime,
+    bars: Vec<Bar<'a>>,
+    /// Where its total's text begins, after its bars.
+    text_x: f64,
+    total: u64,
+}
+
+/// The steps' durations as bars (inline SVG, as the overview's charts):
+/// a row per step, its attempts side by side, each as long as it ran
+/// (the longest step spans the width), coloured by how it ended; the
+/// step's total at the end. Attempts without both times get no bar.
+fn step_chart(times: &StepTimes) -> Markup {
+    let (label_w, bar_w, row_h) = (160.0f64, 520.0f64, 22.0f64);
+    // Per step with a duration: its bars, where its total's text goes,
+    // and the total.
+    let rows: Vec<ChartRow<'_>> = {
+        let timed: Vec<&StepTime> = times.steps.iter().filter(|s| s.total().1 > 0).collect();
+        let longest = timed.iter().map(|s| s.total().0).max().unwrap_or(0).max(1);
+        timed
+            .into_iter()
+            .map(|step| {
+                let mut x = label_w;
+                let mut bars = Vec::new();
+                for a in &step.attempts {
+                    if let Some(ms) = a.ms() {
+                        let width = (bar_w * ms as f64 / longest as f64).max(1.0);
+                        bars.push(Bar {
+                            x,
+                            width,
+                            attempt: a,
+                            ms,
+                        });
+                        x += width;
+                    }
+                }
+                ChartRow {
+                    step,
+                    bars,
+                    text_x: x + 6.0,
+                    total: step.total().0,
+                }
+            })
+            .collect()
+    };
+    if rows.is_empty() {
+        return html! {};
+    }
+    let w = label_w + bar_w + 150.0;
+    let legend_y = row_h * rows.len() as f64 + 8.0;
+    let h = legend_y + 18.0;
+    let legend = [
+        End::Result { ok: true },
+        End::Result { ok: false },
+        End::Retried,
+        End::Running,
+    ];
+    html! {
+        svg id="step-durations" width=(w) height=(h) viewBox={ "0 0 " (w) " " (h) }
+            xmlns="http://www.w3.org/2000/svg" role="img" {
+            title { "how long each step's attempts ran" }
+            rect x="0" y="0" width=(w) height=(h) fill="#fff" stroke="#e3e6ea" {}
+            @for (i, row) in rows.iter().enumerate() {
+                @let y = 4.0 + i as f64 * row_h;
+                g class="step-row" data-seq=(row.step.seq) {
+                    text x="6" y=(y + 15.0) font-size="12" fill="#1d232a" { (row.step.name) }
+                    @for b in &row.bars {
+                        rect class="attempt-bar" x=(format!("{:.1}", b.x)) y=(y + 3.0) width=(format!("{:.1}", b.width))
+                            height=(row_h - 8.0) fill=(b.attempt.end.colour()) stroke="#fff" {
+                            title { "attempt " (b.attempt.attempt) ": " (duration(b.ms)) " (" (b.attempt.end.name()) ")" }
+                        }
+                    }
+                    text x=(format!("{:.1}", row.text_x)) y=(y + 15.0) font-size="11" fill="#57606a" { (duration(row.total)) }
+                }
+            }
+            @for (i, end) in legend.iter().enumerate() {
+                @let x = label_w + i as f64 * 110.0;
+                rect x=(x) y=(legend_y) width="10" height="10" fill=(end.colour()) {}
+                text x=(x + 14.0) y=(legend_y + 9.0) font-size="11" fill="#57606a" { (end.name()) }
             }
         }
     }
@@ -1200,4 +1536,123 @@ async fn logout(State(app): State<App>, headers: HeaderMap, Form(f): Form<Logout
         resp.headers_mut().append(header::SET_COOKIE, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn began(seq: u64, attempt: u64, started_ms: u64) -> Value {
+        json!({"kind": "Began", "run": 1, "seq": seq, "name": format!("s{seq}"),
+            "attempt": attempt, "started_ms": started_ms})
+    }
+
+    fn step(seq: u64, attempt: u64, ok: bool, ended_ms: Option<u64>) -> Value {
+        let mut r = json!({"kind": "Step", "run": 1, "seq": seq, "name": format!("s{seq}"),
+            "attempt": attempt, "status": if ok { "ok" } else { "failed" },
+            "payload": {"json": 1}});
+        if let Some(ms) = ended_ms {
+            r["ended_ms"] = json!(ms);
+        }
+        r
+    }
+
+    fn retried(seq: u64, attempt: u64, ended_ms: u64) -> Value {
+        json!({"kind": "Attempt", "run": 1, "seq": seq, "name": format!("s{seq}"),
+            "attempt": attempt, "retry_at_ms": ended_ms + 100, "error": {"json": "e"},
+            "ended_ms": ended_ms})
+    }
+
+    fn ms_of(t: &StepTimes, seq: u64) -> Vec<(u64, End, Option<u64>)> {
+        let s = t.steps.iter().find(|s| s.seq == seq).expect("the step");
+        s.attempts
+            .iter()
+            .map(|a| (a.attempt, a.end, a.ms()))
+            .collect()
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(duration(0), "0 ms");
+        assert_eq!(duration(999), "999 ms");
+        assert_eq!(duration(2_345), "2.345 s");
+        assert_eq!(duration(61_007), "1 min 1.007 s");
+        assert_eq!(duration(3_723_000), "1 h 2 min 3 s");
+        assert_eq!(duration(90_061_000), "1 d 1 h 1 min");
+    }
+
+    /// Each attempt runs from its `Began` to its end; one still running
+    /// to now; one cut (begun again, or its run ended) or missing a time
+    /// (a journal from before the times) has no duration at all.
+    #[test]
+    fn attempts_run_from_their_began_to_their_end() {
+        let records = vec![
+            json!({"kind": "Start", "run": 1, "started_ms": 900}),
+            // s1: fails after 500 ms, then succeeds after 600 ms.
+            began(1, 1, 1_000),
+            retried(1, 1, 1_500),
+            began(2, 1, 1_600),
+            began(1, 2, 2_000),
+            step(1, 2, true, Some(2_600)),
+            // s2: fails for good 60 ms in.
+            step(2, 1, false, Some(1_660)),
+            // s3: a journal from before `Began` and end times.
+            step(3, 1, true, None),
+            // s4: cut, begun again, running now.
+            began(4, 1, 3_000),
+            began(4, 1, 4_000),
+        ];
+        let t = StepTimes::of(&records, 9_000);
+        assert_eq!(
+            ms_of(&t, 1),
+            [
+                (1, End::Retried, Some(500)),
+                (2, End::Result { ok: true }, Some(600))
+            ]
+        );
+        assert_eq!(ms_of(&t, 2), [(1, End::Result { ok: false }, Some(60))]);
+        assert_eq!(ms_of(&t, 3), [(1, End::Result { ok: true }, None)]);
+        assert_eq!(
+            ms_of(&t, 4),
+            [(1, End::Cut, None), (1, End::Running, Some(5_000))]
+        );
+        let s1 = t.steps.iter().find(|s| s.seq == 1).unwrap();
+        assert_eq!(s1.total(), (1_100, 2));
+        assert_eq!(s1.span(), Some(1_600), "the retry wait included");
+        // The cells: the retried attempt's, the result's with the total,
+        // the old record's dash, the running attempt's time so far.
+        let took = |i: usize| t.took(i).into_string();
+        assert_eq!(took(1), "", "an ended attempt's Began");
+        assert_eq!(took(4), "", "an ended attempt's Began");
+        assert_eq!(took(2), "<b>500 ms</b>");
+        assert_eq!(took(6), "<b>60 ms</b>", "one attempt: no total");
+        assert_eq!(
+            took(5),
+            "<b>600 ms</b><br><span class=\"step-total\">step total <b>1.100 s</b> over 2 \
+             attempts (1.600 s with the waits between)</span>"
+        );
+        assert!(took(7).contains(">-</span>"), "{}", took(7));
+        assert_eq!(took(8), "", "a cut attempt's Began");
+        assert_eq!(took(9), "running for <b>5.000 s</b>");
+        assert_eq!(took(0), "");
+        // The chart: a row per step with a duration, a bar per attempt
+        // with one, as long as it ran (s4's 5 s is the longest: 520 px).
+        let chart = step_chart(&t).into_string();
+        assert_eq!(chart.matches("class=\"step-row\"").count(), 3, "{chart}");
+        assert_eq!(chart.matches("class=\"attempt-bar\"").count(), 4, "{chart}");
+        assert!(chart.contains("width=\"52.0\""), "500 ms of 5 s: {chart}");
+        assert!(chart.contains("width=\"520.0\""), "{chart}");
+        assert!(chart.contains("attempt 2: 600 ms (ok)"), "{chart}");
+
+        // The run's end cuts what was still running.
+        let mut done = records.clone();
+        done.push(json!({"kind": "Done", "run": 1, "status": "ok", "finished_ms": 9_500}));
+        let t = StepTimes::of(&done, 99_000);
+        assert_eq!(ms_of(&t, 4), [(1, End::Cut, None), (1, End::Cut, None)]);
+        // No times at all: no chart.
+        let old = vec![step(3, 1, true, None)];
+        assert_eq!(step_chart(&StepTimes::of(&old, 0)).into_string(), "");
+    }
 }

@@ -380,4 +380,103 @@ async fn a_run_page_shows_its_steps_in_flight() {
             && page.contains("<b>upload</b> (operation 1) attempt 1 began at "),
         "{page}"
     );
+    // Its `Began` row says how long it has run so far (issue 29).
+    assert!(
+        page.contains("<td class=\"took\">running for <b>"),
+        "{page}"
+    );
+}
+
+/// Issue 29: the run page's timeline shows how long each step attempt
+/// ran, from its `Began` to its end as the journal records them (a
+/// failed attempt's and the result's), the step's total on its result's
+/// row, and a bar per attempt as long as it ran; a step still running
+/// shows its time so far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_how_long_each_step_attempt_ran() {
+    use std::time::Duration;
+    const FLAKY: fusee::Workflow<(), u32> = fusee::Workflow::new("flaky");
+    const NAP_MS: u64 = 150;
+    let engine = engine().await;
+    engine.register(FLAKY, |ctx: fusee::Ctx, ()| async move {
+        let v = ctx
+            .step("fetch", |sc| async move {
+                tokio::time::sleep(Duration::from_millis(NAP_MS)).await;
+                if sc.attempt() == 1 {
+                    return Err(fusee::StepError::retryable("flaky"));
+                }
+                Ok(7u32)
+            })
+            .retry(fusee::RetryPolicy::default().attempts(3).backoff(
+                Duration::from_millis(20),
+                1.0,
+                Duration::from_millis(20),
+            ))
+            .await?;
+        Ok::<_, fusee::Failure>(v)
+    });
+    let server = serve(&engine).await;
+    assert_eq!(engine.execute(FLAKY, "f-1", &()).await.unwrap(), 7);
+
+    // What the journal says each attempt took.
+    let journal = engine.journal_json("f-1", None).await.unwrap();
+    let records = journal["records"].as_array().unwrap();
+    let mut took = Vec::new();
+    for r in records {
+        if r["kind"] == "Step" || r["kind"] == "Attempt" {
+            let began = records
+                .iter()
+                .rfind(|b| b["kind"] == "Began" && b["attempt"] == r["attempt"])
+                .expect("its Began");
+            let ended = r["ended_ms"].as_u64().expect("an end time");
+            took.push(ended - began["started_ms"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(took.len(), 2, "{journal}");
+    for ms in &took {
+        assert!(
+            (NAP_MS..1_000).contains(ms),
+            "an attempt took {ms} ms: {journal}"
+        );
+    }
+    let reader = Session::login(&server.url(), READ).await;
+    let (status, page) = reader.get("/runs/f-1").await;
+    assert_eq!(status, 200, "{page}");
+    // Each attempt's row, and the total on the result's.
+    // The failed attempt's time on its `Attempt` row only (not on its
+    // `Began`'s).
+    assert_eq!(
+        page.matches(&format!("<td class=\"took\"><b>{} ms</b></td>", took[0]))
+            .count(),
+        1,
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("<td class=\"took\"></td>").count(),
+        4,
+        "{page}"
+    );
+    let total = took[0] + took[1];
+    let total = if total < 1000 {
+        format!("{total} ms")
+    } else {
+        format!("{}.{:03} s", total / 1000, total % 1000)
+    };
+    assert!(
+        page.contains(&format!(
+            "<td class=\"took\"><b>{} ms</b><br><span class=\"step-total\">step total <b>{total}</b> over 2 attempts",
+            took[1]
+        )),
+        "{page}"
+    );
+    // The chart: one row, a bar per attempt, each titled with its time.
+    assert!(page.contains("id=\"step-durations\""), "{page}");
+    assert_eq!(page.matches("class=\"attempt-bar\"").count(), 2, "{page}");
+    assert!(
+        page.contains(&format!("attempt 1: {} ms (failed, retried)", took[0]))
+            && page.contains(&format!("attempt 2: {} ms (ok)", took[1])),
+        "{page}"
+    );
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
 }

@@ -756,7 +756,13 @@ impl Engine {
         });
     }
 
-    /// The engine's telemetry figures (`None`: [`Config::metrics`] off).
+    /// The engine's clock now (ms since the Unix epoch): the clock its
+    /// records' times are stamped with (virtual under the test kit), so
+    /// "running for" a time is measured against it.
+    pub fn now_ms(&self) -> u64 {
+        self.inner.config.clock.now_ms()
+    }
+
     /// The shards this engine owns now, in order: every shard but under
     /// [`Ownership::Lease`], where a call for another is
     /// [`Error::NotOwner`].

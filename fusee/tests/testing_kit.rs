@@ -408,6 +408,71 @@ async fn a_mock_delay_takes_virtual_time_and_holds_the_step_running() {
     assert!(kit.now_ms() - start >= 3 * HOUR.as_millis() as u64);
 }
 
+/// Issue 29: each attempt's `Step` or `Attempt` carries when its function
+/// returned (`ended_ms`), by the clock its `Began` was stamped with (the
+/// virtual one here): an attempt that takes a known time has exactly that
+/// between its `Began` and its end, a failed one as a retried one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_records_its_end_so_its_duration_is_the_time_it_took() {
+    let mut kit = kit(&Effects::default()).await;
+    let first = Duration::from_millis(2_345);
+    let second = Duration::from_millis(61_007);
+    kit.mock_step("first", StepMock::real().delay(first));
+    kit.mock_step("second", StepMock::real().fail_first(1).delay(second));
+    let out = kit.execute(STEPS, "t-1", &()).await.expect("result");
+    assert_eq!(out, "first done, second done");
+    let journal = kit.export_journal("t-1").await.expect("journal");
+    // (step, attempt, kind, ended - started) of every attempt's end.
+    let mut began = std::collections::BTreeMap::new();
+    let mut ends = Vec::new();
+    for rec in journal.records() {
+        use fusee::core::record::Record;
+        match rec {
+            Record::Began {
+                seq,
+                attempt,
+                started_ms,
+                ..
+            } => {
+                began.insert((*seq, *attempt), *started_ms);
+            }
+            Record::Step {
+                seq,
+                name,
+                attempt,
+                ended_ms,
+                ..
+            }
+            | Record::Attempt {
+                seq,
+                name,
+                attempt,
+                ended_ms,
+                ..
+            } => {
+                let started = began[&(*seq, *attempt)];
+                let ended = ended_ms.unwrap_or_else(|| panic!("no end time: {rec:?}"));
+                ends.push((
+                    name.to_string(),
+                    *attempt,
+                    rec.kind_name(),
+                    ended.checked_sub(started),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let ms = |d: Duration| Some(d.as_millis() as u64);
+    assert_eq!(
+        ends,
+        [
+            ("first".to_string(), 1, "Step", ms(first)),
+            ("second".to_string(), 1, "Attempt", ms(second)),
+            ("second".to_string(), 2, "Step", ms(second)),
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mocks_stay_in_place_after_a_crash() {
     let effects = Effects::default();

@@ -28,6 +28,7 @@
 //! | `str` | a `v64` length `n <=` [`MAX_PAYLOAD`], then `n` bytes of UTF-8 |
 //! | `bytes` | a `v64` length `n <=` [`MAX_PAYLOAD`], then `n` bytes |
 //! | `opt<T>` | `u8` 0 for `None`, or `u8` 1 followed by `T`; any other byte is an error |
+//! | `tail<T>` | nothing for `None`, `T` for `Some`: only as a kind's last field, present exactly when the body has bytes left after the fields before it |
 //! | `status` | `u8`: the [`Status`] tag, 0 (`Ok`) to 6 (`Reset`) |
 //! | `parent` | [`ParentRef`](super::ParentRef): `shard: v32`, `run: run`, `seq: v32` |
 //! | `origin` | [`Origin`](super::Origin): `run: run`, `cause: u8` |
@@ -50,19 +51,32 @@
 //! encoder and decoder walks; each [`Record`] variant's documentation shows
 //! the line the table gives it (for example `Step`: tag 2; body: `tag`,
 //! `run: run`, `seq: v32`, `name: str`, `attempt: v32`, `status: status`,
-//! `payload: bytes`). [`PAUSED`](super::PAUSED) as an `Attempt`'s
-//! `retry_at_ms` takes 10 bytes. The golden test `tests/record_golden.rs`
-//! pins every kind's bytes.
+//! `payload: bytes`, `ended_ms: tail<v64>`). [`PAUSED`](super::PAUSED) as
+//! an `Attempt`'s `retry_at_ms` takes 10 bytes. The golden test
+//! `tests/record_golden.rs` pins every kind's bytes.
 //!
 //! Example: `Step { run: 1, seq: 2, name: "a", attempt: 1, status: Ok,
-//! payload: b"hi" }` is the 11 bytes `0a 02 01 02 01 61 01 00 02 68 69`:
-//! length 10, tag 2, run 1, seq 2, name (length 1, `a`), attempt 1, status
-//! 0, payload (length 2, `hi`).
+//! payload: b"hi", ended_ms: None }` is the 11 bytes
+//! `0a 02 01 02 01 61 01 00 02 68 69`: length 10, tag 2, run 1, seq 2,
+//! name (length 1, `a`), attempt 1, status 0, payload (length 2, `hi`).
+//! With `ended_ms: Some(1_700_000_000_000)` the body goes on with that
+//! varint (6 bytes: `80 d0 95 ff bc 31`) and the length is 16.
+//!
+//! # Growing a kind
+//!
+//! A field is added to a stored kind only at its end, as a `tail<T>`:
+//! the bodies written before it end where it begins and decode with it
+//! `None`, and a record without it encodes to exactly those bytes, so
+//! old and new bodies keep one form each. `Step` and `Attempt` grew
+//! `ended_ms` (when the attempt's function returned) this way: a
+//! millisecond timestamp adds 6 bytes to each (7 from September 2039,
+//! when the time passes 2^41 ms).
 //!
 //! # Invariants
 //!
 //! - **One form per record.** Decoders accept a varint only in its shortest
-//!   form and an option marker only as 0 or 1, and refuse trailing bytes,
+//!   form and an option marker only as 0 or 1, read a tail only when bytes
+//!   are left and refuse bytes left after the last field,
 //!   so bytes decode only if they are exactly what [`encode_canonical`]
 //!   writes for the result: `encode(decode(b)) == b` and
 //!   `decode(encode(r)) == r` (for every `r` that [`check_limits`] accepts).
@@ -364,6 +378,11 @@ impl<'a> FieldSource<&'a str, &'a [u8]> for Body<'a> {
             1 => Ok(true),
             _ => Err(DecodeError::new("option marker is neither 0 nor 1")),
         }
+    }
+
+    #[inline]
+    fn more(&mut self, _field: &'static str) -> DecodeResult<bool> {
+        Ok(self.pos < self.bytes.len())
     }
 
     #[inline]

@@ -9,7 +9,10 @@
 //! random record generator of the tests. Composite fields decompose into
 //! the wire types of [`canonical`]'s notation, with dotted names: an
 //! `opt<parent>` field `caller` is `present("caller")`, then, if present,
-//! `v32("caller.shard")`, `run("caller.run")`, `v32("caller.seq")`.
+//! `v32("caller.shard")`, `run("caller.run")`, `v32("caller.seq")`. A
+//! `tail<v64>` field `ended_ms` is `v64("ended_ms")` when present and
+//! nothing when absent for a sink; a source is asked `more("ended_ms")`
+//! first.
 //!
 //! [`check_limits`]: super::check_limits
 //! [`canonical`]: super::canonical
@@ -92,6 +95,11 @@ pub trait FieldSource<S, B> {
     fn outcome(&mut self, field: &'static str) -> Result<WaitOutcome, Self::Error>;
     /// Whether an optional field is present.
     fn present(&mut self, field: &'static str) -> Result<bool, Self::Error>;
+    /// Whether a trailing optional field (`tail<T>`, always a kind's last)
+    /// is present: the canonical decoder answers whether the body has
+    /// bytes left, so bodies written before the field existed read as
+    /// `None`.
+    fn more(&mut self, field: &'static str) -> Result<bool, Self::Error>;
 }
 
 /// The canonical bytes of [`WaitOutcome`]'s arms.
@@ -155,6 +163,13 @@ macro_rules! put {
             }
         }
     };
+    // A tail: nothing at all when absent (no marker), so a body without
+    // it is the body of a record written before the field existed.
+    ($w:ident, $f:ident, $v:expr, [tail<v64>]) => {
+        if let Some(v) = $v {
+            $w.v64(stringify!($f), *v);
+        }
+    };
     ($w:ident, $f:ident, $v:expr, [str]) => {
         $w.str(stringify!($f), $v.as_ref())
     };
@@ -216,6 +231,13 @@ macro_rules! take {
                 attributes: $r.bytes(concat!(stringify!($f), ".attributes"))?,
                 memo: $r.bytes(concat!(stringify!($f), ".memo"))?,
             }))
+        } else {
+            None
+        }
+    };
+    ($r:ident, $f:ident, [tail<v64>]) => {
+        if $r.more(stringify!($f))? {
+            Some($r.v64(stringify!($f))?)
         } else {
             None
         }

@@ -17,6 +17,11 @@
 //! record (a zeroed byte is garbage, not a kind); the tags follow
 //! [`Record`](super::Record)'s variant order from 1 to 25. The golden test
 //! `tests/record_golden.rs` pins every kind's bytes.
+//!
+//! A kind grows only at its end, by one `tail<T>` field (an `Option`
+//! written only when present, see [`canonical`](super::canonical)):
+//! bodies stored before it end where it would begin and read as `None`.
+//! `Step` and `Attempt` grew `ended_ms` this way.
 
 /// Calls the macro `$gen` with the table of record kinds, in tag order:
 ///
@@ -27,8 +32,10 @@
 /// ```
 ///
 /// Every kind also has `run: RunId [run]` first, which the generators add.
-/// Wire types are `u8`, `v32`, `v64`, `str`, `bytes`, `status`, `outcome`
-/// and `opt<bytes|parent|origin|update|meta>`.
+/// Wire types are `u8`, `v32`, `v64`, `str`, `bytes`, `status`, `outcome`,
+/// `opt<bytes|parent|origin|update|meta>` and `tail<v64>` (only as a
+/// kind's last field, at most one a kind: its presence is read from
+/// whether the body has bytes left).
 macro_rules! record_kinds {
     ($gen:ident) => {
         $gen! {
@@ -73,6 +80,11 @@ macro_rules! record_kinds {
                 status: Status [status],
                 /// Its result or error.
                 payload: B [bytes],
+                /// When the attempt's function returned, by the host's clock
+                /// (ms since the Unix epoch; its start is the attempt's
+                /// `Began`). `None` in records written before the field
+                /// existed. Not part of replay: only people read it.
+                ended_ms: Option<u64> [tail<v64>],
             }
             /// A failed attempt of a step that will be retried.
             Attempt = 3 (ATTEMPT) {
@@ -86,6 +98,8 @@ macro_rules! record_kinds {
                 retry_at_ms: u64 [v64],
                 /// The error.
                 error: B [bytes],
+                /// When the attempt's function returned, as in `Step`.
+                ended_ms: Option<u64> [tail<v64>],
             }
             /// A paused step may go on.
             Resume = 4 (RESUME) {
@@ -294,12 +308,46 @@ macro_rules! record_kinds {
 }
 pub(crate) use record_kinds;
 
-/// Generates the tag constants, [`ALL`] and [`name`] from the table.
+/// Whether a wire type is a `tail<T>`.
+macro_rules! is_tail {
+    (tail < $t:ident >) => {
+        true
+    };
+    ($($other:tt)+) => {
+        false
+    };
+}
+
+/// Whether no field but the last is a `tail<T>`: a tail's presence is
+/// read from whether the body has bytes left, so a field after it (or a
+/// second tail) could not be told apart.
+const fn tail_is_last(tails: &[bool]) -> bool {
+    let mut i = 0;
+    while i + 1 < tails.len() {
+        if tails[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Generates the tag constants, [`ALL`] and [`name`] from the table, and
+/// checks at compile time that a `tail<T>` field is its kind's last.
 macro_rules! tags {
-    ($( $(#[$doc:meta])* $kind:ident = $tag:literal ($konst:ident) { $($fields:tt)* } )*) => {
+    ($(
+        $(#[$doc:meta])*
+        $kind:ident = $tag:literal ($konst:ident) {
+            $( $(#[$fdoc:meta])* $field:ident : $ty:ty [$($wire:tt)+] ),* $(,)?
+        }
+    )*) => {
         $(
             #[doc = concat!("[`Record::", stringify!($kind), "`](super::Record::", stringify!($kind), ").")]
             pub const $konst: u8 = $tag;
+            const _: () = assert!(
+                tail_is_last(&[$(is_tail!($($wire)+)),*]),
+                concat!(stringify!($kind), ": a tail<T> field must be the last")
+            );
         )*
 
         /// Every valid tag, in order (`ALL[i] == i + 1`).

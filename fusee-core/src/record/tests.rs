@@ -16,6 +16,7 @@ fn step<'a>(run: RunId, name: &'a str, payload: &'static [u8]) -> RecordRef<'a> 
         attempt: 1,
         status: Status::Ok,
         payload,
+        ended_ms: None,
     }
 }
 
@@ -150,6 +151,7 @@ fn small_kinds_are_pinned() {
                 attempt: 1,
                 retry_at_ms: PAUSED,
                 error: b"",
+                ended_ms: None,
             },
             &[
                 16, 3, 1, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0,
@@ -187,7 +189,10 @@ fn malformed_bodies_are_refused_with_a_reason() {
         (with(4, &[0xff]), err("string is not UTF-8")),
         // Payload length past the end.
         (with(7, &[3]), err("length past the end of input")),
-        ([&good[..], &[0]].concat(), err("trailing bytes")),
+        // A byte after the payload is the step's `ended_ms` (a tail); one
+        // more is left over.
+        ([&good[..], &[0, 0]].concat(), err("trailing bytes")),
+        ([&good[..], &[0x80]].concat(), err("truncated varint")),
         (
             good[..good.len() - 1].to_vec(),
             err("length past the end of input"),
@@ -398,6 +403,7 @@ fn inline_decoder_shares_names_and_empty_payloads() {
                 attempt: 1,
                 status: Status::Ok,
                 payload: b"",
+                ended_ms: None,
             },
             &mut bytes,
         );

@@ -283,6 +283,7 @@ fn step_result<'a>(seq: Seq, name: &'a str, attempt: u32, payload: &'a [u8]) -> 
         attempt,
         status: Status::Ok,
         payload,
+        ended_ms: None,
     }
 }
 
@@ -304,6 +305,7 @@ fn attempt(seq: Seq, attempt: u32, retry_at_ms: u64) -> RecordRef<'static> {
         attempt,
         retry_at_ms,
         error: b"declined",
+        ended_ms: None,
     }
 }
 
@@ -1153,6 +1155,7 @@ fn steps_journal(n: u32, payload: &'static [u8]) -> (Vec<u8>, Lsn) {
                 attempt: 1,
                 status: Status::Ok,
                 payload,
+                ended_ms: None,
             });
             d.deliver();
         }
@@ -1199,6 +1202,7 @@ fn delivered_bytes_are_dropped() {
             attempt: 1,
             status: Status::Ok,
             payload,
+            ended_ms: None,
         });
         let got = d.m.poll_delivery().expect("delivers").expect("one");
         assert!(
@@ -1296,6 +1300,7 @@ fn a_new_steps_began_is_asked_at_its_call_in_call_order() {
         attempt: 1,
         retry_at_ms: 5,
         error: b"",
+        ended_ms: None,
     });
     assert!(matches!(
         refused(&mut d, &began(1, "a", 3)),

@@ -257,6 +257,7 @@ impl Workload {
                     attempt: 1,
                     status: Status::ALL[self.rng.usize(0..5)],
                     payload: self.bytes(),
+                    ended_ms: self.rng.bool().then(|| self.time()),
                 }
             }
             1 => {
@@ -269,6 +270,7 @@ impl Workload {
                     attempt: 1,
                     retry_at_ms,
                     error: self.bytes(),
+                    ended_ms: self.rng.bool().then(|| self.time()),
                 }
             }
             2 => Record::Resume {

@@ -660,6 +660,7 @@ fn retries_arm_pause_and_resume() {
             attempt: n,
             retry_at_ms: at,
             error: payload(b"boom"),
+            ended_ms: None,
         }
     };
     core.apply(2, &attempt(20, 1), Mode::LIVE);
@@ -685,6 +686,7 @@ fn retries_arm_pause_and_resume() {
         attempt: 4,
         status: Status::Ok,
         payload: payload(b""),
+        ended_ms: None,
     };
     let resume: RecordBuf = Record::Resume { run: 1, seq: 4 };
     core.apply(5, &resume, Mode::LIVE);

@@ -90,7 +90,7 @@ fn run(rng: &mut fastrand::Rng) -> u64 {
 }
 
 /// Draws every field at random, in the order the record table asks for
-/// them: every `Option` arm, status and outcome possible.
+/// them: every `Option` arm (a tail's too), status and outcome possible.
 struct Random<'a> {
     rng: &'a mut fastrand::Rng,
     big: bool,
@@ -132,6 +132,9 @@ impl FieldSource<Name, Payload> for Random<'_> {
         })
     }
     fn present(&mut self, _field: &'static str) -> Result<bool, Infallible> {
+        Ok(self.rng.bool())
+    }
+    fn more(&mut self, _field: &'static str) -> Result<bool, Infallible> {
         Ok(self.rng.bool())
     }
 }

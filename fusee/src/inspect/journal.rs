@@ -58,6 +58,16 @@
 //! before this kind have no `Began`; a reader of version 1 that does not
 //! know the kind may skip records of unknown `kind`.
 //!
+//! ## `ended_ms` (added within version 1)
+//!
+//! A `Step` or `Attempt` record may have `"ended_ms"`: when the attempt's
+//! function returned, by the engine's clock (ms since the Unix epoch); the
+//! attempt's duration is `ended_ms` minus its `Began`'s `started_ms`. The
+//! field is absent (and `null` reads the same) in records written before
+//! the engine recorded it, as it is absent from their bytes; a reader of
+//! version 1 that does not know it ignores it, and one that does shows no
+//! duration without it.
+//!
 //! ## Decoded views (added within version 1)
 //!
 //! [`to_json`] writes, beside bytes the round trip keeps as `{"hex": ...}`,
@@ -345,8 +355,12 @@ fn record_json(rec: &RecordBuf, views: Views) -> Value {
             attempt,
             status,
             payload,
-        } => json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
-            "status": st(status), "payload": b(payload)}),
+            ended_ms,
+        } => with_ended(
+            json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
+                "status": st(status), "payload": b(payload)}),
+            *ended_ms,
+        ),
         Record::Attempt {
             run,
             seq,
@@ -354,8 +368,12 @@ fn record_json(rec: &RecordBuf, views: Views) -> Value {
             attempt,
             retry_at_ms,
             error,
-        } => json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
-            "retry_at_ms": retry_at_ms, "error": b(error)}),
+            ended_ms,
+        } => with_ended(
+            json!({"run": run, "seq": seq, "name": &**name, "attempt": attempt,
+                "retry_at_ms": retry_at_ms, "error": b(error)}),
+            *ended_ms,
+        ),
         Record::Resume { run, seq }
         | Record::Fired { run, seq }
         | Record::StreamEnd { run, seq } => json!({"run": run, "seq": seq}),
@@ -492,6 +510,16 @@ fn record_json(rec: &RecordBuf, views: Views) -> Value {
     v
 }
 
+/// `v` with `"ended_ms"` when the record has one: written only when
+/// present, as the record's bytes do, so journals of records without it
+/// read as they did before the field.
+fn with_ended(mut v: Value, ended_ms: Option<u64>) -> Value {
+    if let (Some(ms), Value::Object(m)) = (ended_ms, &mut v) {
+        m.insert("ended_ms".into(), Value::from(ms));
+    }
+    v
+}
+
 /// Reads a record's fields, each error naming the field.
 struct Fields<'a>(&'a Map<String, Value>);
 
@@ -504,6 +532,17 @@ impl Fields<'_> {
         self.get(f)?
             .as_u64()
             .ok_or_else(|| format!("field `{f}` is not an unsigned integer"))
+    }
+
+    /// An optional integer: absent or `null` is `None`.
+    fn opt_u64(&self, f: &str) -> Result<Option<u64>, String> {
+        match self.0.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| format!("field `{f}` is not an unsigned integer")),
+        }
     }
 
     fn u32(&self, f: &str) -> Result<u32, String> {
@@ -620,6 +659,7 @@ pub fn record_from_json(v: &Value) -> Result<RecordBuf, String> {
             attempt: f.u32("attempt")?,
             status: f.status("status")?,
             payload: f.bytes("payload")?,
+            ended_ms: f.opt_u64("ended_ms")?,
         },
         "Attempt" => Record::Attempt {
             run,
@@ -628,6 +668,7 @@ pub fn record_from_json(v: &Value) -> Result<RecordBuf, String> {
             attempt: f.u32("attempt")?,
             retry_at_ms: f.u64("retry_at_ms")?,
             error: f.bytes("error")?,
+            ended_ms: f.opt_u64("ended_ms")?,
         },
         "Resume" => Record::Resume {
             run,
@@ -836,6 +877,16 @@ mod tests {
                 attempt: 1,
                 status: Status::Ok,
                 payload: p(b"\"charged\""),
+                ended_ms: None,
+            },
+            Record::Step {
+                run: 1,
+                seq: 9,
+                name: n("timed"),
+                attempt: 2,
+                status: Status::Failed,
+                payload: p(b"\"no\""),
+                ended_ms: Some(u64::MAX),
             },
             Record::Attempt {
                 run: 1,
@@ -844,6 +895,16 @@ mod tests {
                 attempt: 3,
                 retry_at_ms: PAUSED,
                 error: p(b"{ \"spaced\": true }"),
+                ended_ms: Some(1_700_000_000_123),
+            },
+            Record::Attempt {
+                run: 1,
+                seq: 2,
+                name: n("s"),
+                attempt: 4,
+                retry_at_ms: 0,
+                error: p(b""),
+                ended_ms: None,
             },
             Record::Resume { run: 1, seq: 2 },
             Record::Timer {
@@ -1167,5 +1228,48 @@ mod tests {
         );
         assert!(record_from_json(&json!({"kind": "Fired", "run": 1, "seq": 1u64 << 33})).is_err());
         assert!(bytes_from_json(&json!({"hex": "abc"})).is_err());
+        assert!(
+            record_from_json(&json!({"kind": "Step", "run": 1, "seq": 1, "name": "a",
+            "attempt": 1, "status": "ok", "payload": {"hex": ""}, "ended_ms": -1}))
+            .is_err(),
+            "a negative end time"
+        );
+    }
+
+    /// `ended_ms` is written only when the record has one, so a document
+    /// written before the field reads as before: absent (or `null`) is
+    /// `None`.
+    #[test]
+    fn end_times_are_written_when_present_and_absent_reads_as_none() {
+        let step = |ended_ms| Record::Step {
+            run: 1,
+            seq: 1,
+            name: n("a"),
+            attempt: 1,
+            status: Status::Ok,
+            payload: p(b"1"),
+            ended_ms,
+        };
+        let old = json!({"kind": "Step", "run": 1, "seq": 1, "name": "a", "attempt": 1,
+            "status": "ok", "payload": {"json": 1}});
+        assert_eq!(record_to_json(&step(None)), old);
+        assert_eq!(record_from_json(&old), Ok(step(None)));
+        let mut null = old.clone();
+        null["ended_ms"] = Value::Null;
+        assert_eq!(record_from_json(&null), Ok(step(None)));
+        let new = record_to_json(&step(Some(1_700_000_000_250)));
+        assert_eq!(new["ended_ms"], 1_700_000_000_250u64);
+        assert_eq!(record_from_json(&new), Ok(step(Some(1_700_000_000_250))));
+        let attempt = Record::Attempt {
+            run: 1,
+            seq: 1,
+            name: n("a"),
+            attempt: 1,
+            retry_at_ms: 5,
+            error: p(b""),
+            ended_ms: Some(4),
+        };
+        assert_eq!(record_to_json(&attempt)["ended_ms"], 4);
+        assert_eq!(record_from_json(&record_to_json(&attempt)), Ok(attempt));
     }
 }

@@ -3,7 +3,8 @@
 //! run again after a crash, when it comes due), started once their run is
 //! durable through its gate LSN, which covers the `Began` (and their retry
 //! time has come), run by the driver, and recorded when they end: the result (`Step`), or a failure the retry policy retries
-//! (`Attempt` with the next attempt's time, or paused) or gives up on.
+//! (`Attempt` with the next attempt's time, or paused) or gives up on;
+//! either carries the attempt's end time (`ended_ms`).
 
 use std::sync::Arc;
 
@@ -152,6 +153,9 @@ impl ShardLoop {
                 }
                 other => other,
             };
+            // The attempt's end, by the clock its `Began` was stamped with
+            // (this pass's): read by people, never by replay.
+            let ended_ms = Some(now_ms);
             let step = |status, payload: &[u8]| RecordBuf::Step {
                 run,
                 seq,
@@ -159,6 +163,7 @@ impl ShardLoop {
                 attempt,
                 status,
                 payload: Payload::from(payload),
+                ended_ms,
             };
             match result {
                 Ok(bytes) => {
@@ -179,6 +184,7 @@ impl ShardLoop {
                         attempt,
                         retry_at_ms,
                         error: Payload::from(error.as_slice()),
+                        ended_ms,
                     };
                     match decision {
                         Decision::Fail => {

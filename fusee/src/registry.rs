@@ -106,7 +106,9 @@ impl<C: Code> Default for Registry<C> {
 
 impl<C: Code> Registry<C> {
     /// Registers `f` as version 0 of the code of `workflow` (see
-    /// [`register_version`](Self::register_version)).
+    /// [`register_version`](Self::register_version)); the simulator's and
+    /// the runtime's unit tests register through it.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn register<I, O, F, Fut>(&self, workflow: Workflow<I, O>, f: F) -> Result<(), Error>
     where
         I: DeserializeOwned + 'static,

@@ -123,7 +123,8 @@ impl Lifecycle {
         self.failure.as_ref()
     }
 
-    /// Why the storage failed, if it did.
+    /// Why the storage failed, if it did (the simulator's look).
+    #[cfg(feature = "testing")]
     pub(super) fn why(&self) -> Option<&str> {
         self.failure.as_ref().map(Failure::why)
     }

@@ -297,6 +297,7 @@ impl Ctx {
             id: Name::from(id),
             input: encode(input).map_err(|e| e.to_string()),
             close: ParentClose::Terminate,
+            detached: false,
             seq: None,
             cancels: self.state.borrow().cancels(),
             _type: PhantomData,
@@ -725,13 +726,18 @@ fn unpin<T>(p: Pin<&mut WaitFor<T>>) -> &mut WaitFor<T> {
     Pin::into_inner(p)
 }
 
-/// What happens to a child when its parent finishes first.
+/// What happens to a child when its parent finishes first (completes,
+/// fails, continues as new, or is cancelled or terminated: a cancel
+/// reaches a child only through this policy, so a cancelled parent's
+/// children are terminated by default, asked to cancel under `Cancel`,
+/// and left running under `Abandon`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ParentClose {
     /// The child is terminated (the default).
     #[default]
     Terminate,
-    /// The child is asked to cancel.
+    /// The child is asked to cancel (its code sees the cancellation and
+    /// may clean up).
     Cancel,
     /// The child runs on.
     Abandon,
@@ -745,6 +751,10 @@ pub struct ChildCall<O> {
     id: Name,
     input: Result<Vec<u8>, String>,
     close: ParentClose,
+    /// Started by [`ChildCall::detach`]: recorded with
+    /// [`policy::DETACHED`](fusee_core::record::policy::DETACHED), so no
+    /// result comes back to this run.
+    detached: bool,
     seq: Option<Seq>,
     cancels: u32,
     _type: PhantomData<fn() -> O>,
@@ -755,6 +765,50 @@ impl<O> ChildCall<O> {
     pub fn on_parent_close(mut self, close: ParentClose) -> Self {
         self.close = close;
         self
+    }
+
+    /// Starts the child without waiting for its result: the future ends
+    /// once the child's start is recorded in this run's journal (durable
+    /// before any effect this run has after it, as every record is; the
+    /// child's shard then starts it), and the child's result never comes
+    /// back to this run. Its parent-close policy applies as set: the
+    /// default terminates it when this run ends, so a child meant to
+    /// outlive this run is started with
+    /// `.on_parent_close(ParentClose::Abandon).detach()`. An unknown type
+    /// or an input that does not encode is an error at once, nothing
+    /// recorded; a refusal on the child's side (its ID taken) is not seen
+    /// here.
+    pub fn detach(mut self) -> DetachedChild<O> {
+        self.detached = true;
+        DetachedChild { call: self }
+    }
+}
+
+/// A child being started without waiting for its result
+/// ([`ChildCall::detach`]).
+#[must_use = "a child does nothing until awaited"]
+pub struct DetachedChild<O> {
+    call: ChildCall<O>,
+}
+
+impl<O: DeserializeOwned> Future for DetachedChild<O> {
+    /// `Ok` once the child's start is recorded.
+    type Output = Result<(), Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Nothing in it is pinned structurally.
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.call).poll(cx);
+        // Issued (live, or matched in the journal on replay): done. No
+        // outcome comes for a detached child (and a cancel of this run
+        // after the call does not undo the start), so replay cannot differ.
+        if this.call.seq.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        match polled {
+            Poll::Ready(result) => Poll::Ready(result.map(|_| ())),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -768,9 +822,13 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
         let this = self.get_mut();
         let mut s = this.ctx.state.borrow_mut();
         if this.seq.is_none() {
-            // Only a live call is refused: a replayed one is in the journal
-            // already (its type may be registered later, or elsewhere).
-            if !s.replaying() && !s.registry().contains(this.wtype) {
+            // A call the journal holds is matched, its type known here or
+            // not (it may be registered later, or elsewhere); one it does
+            // not hold is refused, live or replayed alike (refused live,
+            // nothing was recorded, and the code went on past it).
+            if !s.registry().contains(this.wtype)
+                && !s.machine().recorded_child_next(this.wtype, &this.id)
+            {
                 return Poll::Ready(Err(Failure::with_kind(
                     "unknown-workflow",
                     format!("no workflow type {:?} is registered", this.wtype),
@@ -794,7 +852,12 @@ impl<O: DeserializeOwned> Future for ChildCall<O> {
                 ParentClose::Terminate => fusee_core::record::policy::CLOSE_TERMINATE,
                 ParentClose::Cancel => fusee_core::record::policy::CLOSE_CANCEL,
                 ParentClose::Abandon => fusee_core::record::policy::CLOSE_ABANDON,
-            } | fusee_core::record::policy::ID_REJECT_DUPLICATE;
+            } | fusee_core::record::policy::ID_REJECT_DUPLICATE
+                | if this.detached {
+                    fusee_core::record::policy::DETACHED
+                } else {
+                    0
+                };
             let (wtype, id) = (this.wtype, this.id.clone());
             let Some(_) = s.command(
                 &mut this.seq,

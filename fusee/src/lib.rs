@@ -154,7 +154,9 @@ pub use config::{
     Backend, Create, FileSettings, Flush, OpenError, RedbSettings, RocksSettings, StorageConfig,
     open_storage,
 };
-pub use ctx::{ChildCall, ContinueAsNew, Ctx, ParentClose, Sleep, Step, StepCall, WaitFor};
+pub use ctx::{
+    ChildCall, ContinueAsNew, Ctx, DetachedChild, ParentClose, Sleep, Step, StepCall, WaitFor,
+};
 pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, RunHandle};
 pub use error::{Error, Result};

@@ -1,5 +1,5 @@
 //! The engine's figures in the Prometheus text exposition format:
-//! [`render`] turns an [`Engine`] into the text a `/metrics` endpoint
+//! [`render`] turns an [`Engine`](crate::Engine) into the text a `/metrics` endpoint
 //! serves, whatever HTTP stack serves it ([`CONTENT_TYPE`] is its
 //! `Content-Type`).
 //!

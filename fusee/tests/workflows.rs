@@ -799,3 +799,76 @@ async fn a_reopen_on_a_clock_behind_the_journal_does_not_run_a_runs_time_backwar
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A detached child: the parent goes on once the child's start is
+/// recorded and ends first; under `Abandon` the child runs on to its own
+/// end, across a restart of the engine in between; an unknown type is an
+/// error at once. The parent's journal holds the `Child` record, and
+/// replaying it (the restart) is no determinism error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_child_outlives_its_parent_that_did_not_wait() {
+    const SLOW: Workflow<u64, u64> = Workflow::new("slow-child");
+    const LAUNCHER: Workflow<(), String> = Workflow::new("launcher");
+    const GHOST: Workflow<(), ()> = Workflow::new("ghost");
+    let register = |engine: &Engine| {
+        engine.register(SLOW, |ctx: Ctx, n: u64| async move {
+            ctx.sleep("later", Duration::from_millis(300)).await?;
+            Ok::<_, Failure>(n + 1)
+        });
+        engine.register(LAUNCHER, |ctx: Ctx, ()| async move {
+            ctx.child(SLOW, "detached-kid", &41)
+                .on_parent_close(ParentClose::Abandon)
+                .detach()
+                .await?;
+            let ghost = ctx.child(GHOST, "no-such", &()).detach().await;
+            let refused = ghost.err().and_then(|f| f.kind).unwrap_or_default();
+            // Held here until the test restarts the engine.
+            ctx.sleep("after", Duration::from_millis(100)).await?;
+            Ok::<_, Failure>(refused)
+        });
+    };
+    let dir = temp_dir("detached");
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register(&engine);
+    engine.start(LAUNCHER, "launcher-1", &()).await.unwrap();
+    // The child exists (its start is durable) while the parent runs.
+    let mut seen = false;
+    for _ in 0..200 {
+        if engine.describe("detached-kid").await.is_ok() {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen, "the detached child was never started");
+    engine.close().await.unwrap();
+
+    let engine = Engine::open(Config::file(&dir).shards(2)).await.unwrap();
+    register(&engine);
+    assert_eq!(
+        engine.result(LAUNCHER, "launcher-1").await.unwrap(),
+        "unknown-workflow"
+    );
+    let parent = engine.describe("launcher-1").await.unwrap();
+    let child = engine.describe("detached-kid").await.unwrap();
+    assert!(
+        matches!(parent.status, RunStatus::Finished(_)),
+        "{:?}",
+        parent.status
+    );
+    // The parent did not wait: it ended before its child.
+    if let (Some(p), RunStatus::Finished(_)) = (parent.finished_ms, &child.status) {
+        assert!(p <= child.finished_ms.unwrap_or(u64::MAX));
+    }
+    assert_eq!(engine.result(SLOW, "detached-kid").await.unwrap(), 42);
+    // Detached: the child's result never came back to the parent.
+    let journal = engine
+        .journal_json("launcher-1", None)
+        .await
+        .unwrap()
+        .to_string();
+    assert!(journal.contains("\"Child\""), "{journal}");
+    assert!(!journal.contains("ChildDone"), "{journal}");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

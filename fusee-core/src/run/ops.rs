@@ -279,6 +279,22 @@ impl RunMachine {
         self.command(op)
     }
 
+    /// Whether the journal holds, at the code's next sequence number, a
+    /// child start of `wtype` as `id` the code has not called yet (a
+    /// replay). A host that refuses a child of a type it does not know,
+    /// recording nothing, asks this first: recorded, the call was made live
+    /// and is matched; not recorded, it was refused live too and is refused
+    /// again, so the code goes on the same way.
+    pub fn recorded_child_next(&self, wtype: &str, id: &str) -> bool {
+        let op = Op {
+            extra: id,
+            ..Op::new(OpKind::Child, wtype)
+        };
+        self.ops
+            .get(&self.next_seq)
+            .is_some_and(|slot| !slot.has(ISSUED) && op.matches(slot, &self.bytes))
+    }
+
     /// The code sends signal `name` to workflow `target` (a cancel is
     /// [`CANCEL_SIGNAL`](crate::shard::CANCEL_SIGNAL)); record: `Send`. It
     /// resolves at once.

@@ -137,7 +137,7 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Shards, each with its own thread, log and flusher (default 4). The
     /// count is fixed when the store is created: opening it with another is
-    /// [`Error::Config`], even for a store that never recorded anything
+    /// [`Error::Config`](crate::Error::Config), even for a store that never recorded anything
     /// once it was closed. (A store that never closed and never recorded
     /// anything, as a first open interrupted while it made its shards
     /// leaves it, takes a larger count: that open makes the rest.)
@@ -170,7 +170,7 @@ pub struct Config {
     /// only its summary as soon as it parks, so the history kept is
     /// bounded by this per run.
     pub history_max_bytes: u64,
-    /// Client requests a shard queues before [`Error::Busy`] (default
+    /// Client requests a shard queues before [`Error::Busy`](crate::Error::Busy) (default
     /// 4,096).
     pub queue_capacity: usize,
     /// How long a run is idle (waiting for a timer or a signal, or
@@ -211,7 +211,7 @@ pub struct Config {
     /// shard, this process alone on its store). [`Ownership::Lease`] shares
     /// a PostgreSQL store between processes, each owning the shards whose
     /// leases it holds and taking over those of a process that dies; a
-    /// call for a shard owned elsewhere is [`Error::NotOwner`]. Messages
+    /// call for a shard owned elsewhere is [`Error::NotOwner`](crate::Error::NotOwner). Messages
     /// between workflows on shards of different processes (children,
     /// `ctx.signal`, cancels) are not carried between processes: they wait
     /// in the sender's outbox until both shards are in one process. See
@@ -476,7 +476,7 @@ pub enum Ownership {
     /// Every shard (the default): the engine is its store's only process.
     /// A shard another process holds fails [`Engine::open`](crate::Engine::open)
     /// (`StorageError::Leased`), and a shard whose storage fails stays
-    /// stopped, answering [`Error::Storage`], until
+    /// stopped, answering [`Error::Storage`](crate::Error::Storage), until
     /// the engine is opened again.
     #[default]
     All,
@@ -485,7 +485,7 @@ pub enum Ownership {
     /// backend every shard simply opens). See the [module docs](crate::ownership):
     /// the open takes what it can and returns, a thread takes the rest as
     /// their leases lapse, a shard lost to another owner stops (its
-    /// callers get [`Error::NotOwner`]) and is
+    /// callers get [`Error::NotOwner`](crate::Error::NotOwner)) and is
     /// tried again after a back-off, and a call for a shard owned
     /// elsewhere is `NotOwner`, for the caller to send to its owner.
     ///

@@ -533,12 +533,6 @@ impl<C: Code> RunState<C> {
         self.cancels
     }
 
-    /// Whether the machine is still answering from the journal.
-    #[inline]
-    pub(crate) fn replaying(&self) -> bool {
-        self.machine.is_replaying()
-    }
-
     /// `Err` (kind `too-large`) when `len` bytes of `what` exceed the
     /// payload limit.
     pub(crate) fn check_payload(&self, what: &str, len: usize) -> Result<(), Failure> {

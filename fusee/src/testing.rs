@@ -229,6 +229,7 @@ use serde::de::DeserializeOwned;
 pub use crash::{CRASH_ID, CrashPoint, CrashReport};
 pub use mock::{MockCall, StepMock};
 pub use replay::{Journal, ReplayError, Replayed};
+pub use timers::Sleeper;
 
 use self::timers::Timers;
 use crate::AnyStorage;
@@ -477,6 +478,13 @@ impl TestEngine {
     /// [`advance`](Self::advance) does, without waiting for what follows).
     pub fn clock(&self) -> &VirtualClock {
         &self.clock
+    }
+
+    /// Sleeps on this engine's virtual clock for step functions' own code
+    /// (a step that heartbeats between two pieces of work): see
+    /// [`Sleeper`].
+    pub fn sleeper(&self) -> Sleeper {
+        Sleeper::new(&self.timers)
     }
 
     /// The virtual time now, in ms since the Unix epoch.

@@ -159,13 +159,57 @@ async fn schedule_to_close_cuts_the_running_attempt_and_stops_retries() {
     })
     .await;
     let start = kit.now_ms();
-    kit.engine().start(CLOSING, "c-1", &()).await.expect("start");
+    kit.engine()
+        .start(CLOSING, "c-1", &())
+        .await
+        .expect("start");
     let out = kit.outcome(CLOSING, "c-1").await.expect("outcome");
     let RunFailure { failure, .. } = out.expect_err("the step failed for good");
     assert_eq!(failure.kind.as_deref(), Some("timeout"), "{failure:?}");
     assert!(failure.message.contains("schedule-to-close"), "{failure:?}");
     assert_eq!(attempts.load(Ordering::SeqCst), 2, "no third attempt");
     assert_eq!(kit.now_ms() - start, 10_000, "cut at the limit");
+}
+
+const LONG: Workflow<(), u32> = Workflow::new("long");
+
+/// The schedule-to-close limit counts from the first attempt's recorded
+/// `Began`, across a crash: an attempt run again after a crash at 6 s is
+/// cut at 10 s, not 10 s after its new start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_to_close_counts_from_the_first_began_across_a_crash() {
+    let mut kit = kit(move |engine, cell| {
+        let cell = Arc::clone(cell);
+        engine.register(LONG, move |ctx: Ctx, ()| {
+            let cell = Arc::clone(&cell);
+            async move {
+                let v = ctx
+                    .step("long", move |sc: StepContext| {
+                        let sl = sleeper(&cell);
+                        async move {
+                            sl.sleep(HOUR).await?;
+                            Ok(sc.attempt())
+                        }
+                    })
+                    .retry(RetryPolicy::default().schedule_to_close(Duration::from_secs(10)))
+                    .await?;
+                Ok::<_, Failure>(v)
+            }
+        });
+    })
+    .await;
+    let start = kit.now_ms();
+    kit.engine().start(LONG, "l-1", &()).await.expect("start");
+    kit.advance(Duration::from_secs(6)).await.expect("advance");
+    kit.crash().await.expect("crash");
+    let out = kit.outcome(LONG, "l-1").await.expect("outcome");
+    let RunFailure { failure, .. } = out.expect_err("the step failed for good");
+    assert_eq!(failure.kind.as_deref(), Some("timeout"), "{failure:?}");
+    assert_eq!(
+        kit.now_ms() - start,
+        10_000,
+        "cut 10 s after the first Began"
+    );
 }
 
 const RETRIED: Workflow<(), u32> = Workflow::new("retried");
@@ -203,7 +247,10 @@ async fn schedule_to_close_refuses_a_retry_that_would_start_past_it() {
         });
     })
     .await;
-    kit.engine().start(RETRIED, "r-1", &()).await.expect("start");
+    kit.engine()
+        .start(RETRIED, "r-1", &())
+        .await
+        .expect("start");
     let out = kit.outcome(RETRIED, "r-1").await.expect("outcome");
     let RunFailure { failure, .. } = out.expect_err("the step failed for good");
     assert_eq!(failure.kind.as_deref(), Some("timeout"), "{failure:?}");

@@ -89,6 +89,8 @@ pub(crate) struct Running {
     link: Arc<AttemptLink>,
     /// Details it reported that are not recorded yet.
     pending: Option<Vec<u8>>,
+    /// The deadline its entry in the loop's watch has (`steps::Watch`).
+    watched: Option<u64>,
 }
 
 /// Which limit a timed-out attempt passed.
@@ -184,6 +186,7 @@ impl StepSpec {
             alive_ms: now_ms,
             link,
             pending: None,
+            watched: None,
         });
         future
     }
@@ -194,10 +197,14 @@ impl StepSpec {
         self.running.as_ref().map(|r| r.attempt)
     }
 
-    /// The attempt running ended: its details not recorded yet, if any.
+    /// The attempt running ended: its details not recorded yet, and the
+    /// deadline its entry in the loop's watch has, if any.
     #[inline]
-    pub(crate) fn ended(&mut self) -> Option<Vec<u8>> {
-        self.running.take().and_then(|r| r.pending)
+    pub(crate) fn ended(&mut self) -> (Option<Vec<u8>>, Option<u64>) {
+        match self.running.take() {
+            Some(r) => (r.pending, r.watched),
+            None => (None, None),
+        }
     }
 
     /// The latest heartbeat details recorded for the step, for its next
@@ -261,10 +268,16 @@ impl StepSpec {
         .min_by_key(|(at, _)| *at)
     }
 
-    /// When the running attempt times out, if it can.
+    /// When the running attempt times out, if it can: the time the loop
+    /// watches it at from now on (kept, so its entry is removed when it
+    /// ends).
     #[inline]
-    pub(crate) fn deadline_ms(&self) -> Option<u64> {
-        self.deadline().map(|(at, _)| at)
+    pub(crate) fn watch_at(&mut self) -> Option<u64> {
+        let at = self.deadline().map(|(at, _)| at);
+        if let Some(r) = self.running.as_mut() {
+            r.watched = at;
+        }
+        at
     }
 
     /// If attempt `attempt` is running and past its deadline at `now_ms`:

@@ -13,7 +13,7 @@
 //! schedule-to-close limit from its step's first `Began`) is the loop's,
 //! not the core's timers: it is no record's, and a crash forgets it with
 //! the attempt, whose run again after the crash counts from its new start.
-//! [`Watch`] keeps the deadlines in a heap looked at each pass and given
+//! [`Watch`] keeps the deadlines in order, looked at each pass and given
 //! to `next_wake`; an attempt past its deadline is recorded as failed
 //! (kind `timeout`) like any failure, and its future cancelled: the
 //! driver's task drops it at its next poll, and its late end, if any, is
@@ -26,8 +26,7 @@
 //! commit: heartbeats cost at most one flush a tick per shard whatever
 //! their number, and nothing of another run's steps waits for them.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use fusee_core::record::{PAUSED, Payload, RecordBuf, RunId, Seq, Status};
@@ -51,11 +50,11 @@ pub(crate) const HEARTBEAT_TICK_MS: u64 = 1_000;
 /// recorded (see the [module docs](self)).
 #[derive(Default)]
 pub(crate) struct Watch {
-    /// (deadline, run, step, attempt), earliest first. An entry whose
-    /// attempt ended or moved its deadline (a heartbeat) is passed over
-    /// or pushed again at its new time when it comes up: one entry per
-    /// running attempt at most, besides ended ones waiting to come up.
-    deadlines: BinaryHeap<Reverse<(u64, RunId, Seq, u32)>>,
+    /// (deadline, run, step, attempt), earliest first: one entry per
+    /// running attempt with a time limit, removed when it ends. A
+    /// heartbeat moves an attempt's deadline without touching its entry,
+    /// which is put back at the new time when it comes up.
+    deadlines: BTreeSet<(u64, RunId, Seq, u32)>,
     /// Attempts with heartbeat details waiting to be recorded.
     pending: Vec<(RunId, Seq, u32)>,
     /// When they are recorded (the next tick).
@@ -69,7 +68,7 @@ pub(crate) struct Watch {
 impl Watch {
     /// When the loop must look again: the earliest deadline or tick.
     pub(crate) fn next_wake(&self) -> Option<u64> {
-        let deadline = self.deadlines.peek().map(|Reverse((at, ..))| *at);
+        let deadline = self.deadlines.first().map(|(at, ..)| *at);
         [deadline, self.tick_ms]
             .into_iter()
             .flatten()
@@ -79,7 +78,12 @@ impl Watch {
 
     /// Attempt `attempt` of step `seq` of run `run` may time out at `at`.
     fn watch(&mut self, at: u64, run: RunId, seq: Seq, attempt: u32) {
-        self.deadlines.push(Reverse((at, run, seq, attempt)));
+        self.deadlines.insert((at, run, seq, attempt));
+    }
+
+    /// The attempt watched at `at` ended.
+    fn unwatch(&mut self, at: u64, run: RunId, seq: Seq, attempt: u32) {
+        self.deadlines.remove(&(at, run, seq, attempt));
     }
 }
 
@@ -194,7 +198,7 @@ impl ShardLoop {
                     cx = cx.traced(t, seq);
                 }
                 let future = spec.begin(attempt, now_ms, cx, Arc::clone(&link));
-                if let Some(at) = spec.deadline_ms() {
+                if let Some(at) = spec.watch_at() {
                     watched.push((at, run, seq, attempt));
                 }
                 jobs.push(StepJob {
@@ -265,7 +269,10 @@ impl ShardLoop {
             let Some(spec) = s.step_mut(seq) else {
                 return;
             };
-            let pending = spec.ended();
+            let (pending, watched) = spec.ended();
+            if let Some(at) = watched {
+                self.watch.unwatch(at, run, seq, attempt);
+            }
             let name = spec.name().clone();
             let result = match result {
                 Ok(bytes) if bytes.len() > self.config.max_payload => {
@@ -409,11 +416,11 @@ impl ShardLoop {
                 self.append_quiet(&rec);
             }
         }
-        while let Some(&Reverse((at, run, seq, attempt))) = self.watch.deadlines.peek() {
+        while let Some(&(at, run, seq, attempt)) = self.watch.deadlines.first() {
             if at > now_ms {
                 break;
             }
-            self.watch.deadlines.pop();
+            self.watch.deadlines.pop_first();
             let Some(live) = self.live.get(&run) else {
                 continue;
             };
@@ -429,7 +436,7 @@ impl ShardLoop {
                     Some(e) => Some(e),
                     None => {
                         // A heartbeat moved the deadline: watched again.
-                        if let Some(later) = spec.deadline_ms() {
+                        if let Some(later) = spec.watch_at() {
                             self.watch.watch(later, run, seq, attempt);
                         }
                         None

@@ -123,7 +123,11 @@ impl Ctx {
     /// attempts are retried by the default [`RetryPolicy`]; set another
     /// with [`Step::retry`]. `f` may run more than once (a retried attempt,
     /// or a crash before its result was durable): make its effects
-    /// idempotent with [`StepContext::key`].
+    /// idempotent with [`StepContext::key`]. An attempt may be given a
+    /// timeout ([`Step::timeout`]), a heartbeat timeout
+    /// ([`Step::heartbeat_timeout`], with [`StepContext::heartbeat`]) and
+    /// all attempts a limit together ([`RetryPolicy::schedule_to_close`]):
+    /// see [`Step`'s time limits](Step#time-limits).
     ///
     /// A panic in `f` (or in its future) does not take the engine down: it
     /// is a failed attempt, retryable, of kind `"panic"` with the panic's

@@ -344,7 +344,7 @@ impl StepSpec {
                 Record::Resume { seq: s, .. } if s == seq => self.first_ms = None,
                 Record::Heartbeat {
                     seq: s, payload, ..
-                } if s == seq => self.beat = Some(Arc::from(payload.as_ref())),
+                } if s == seq => self.beat = Some(Arc::from(payload)),
                 _ => {}
             }
         }

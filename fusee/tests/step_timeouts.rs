@@ -445,3 +445,46 @@ async fn heartbeats_of_many_steps_add_no_flushes_beyond_one_a_tick() {
         "{beats} heartbeat records for {RUNS} steps over {seconds} s"
     );
 }
+
+const PROGRESS: Workflow<(), u32> = Workflow::new("progress");
+
+/// Each attempt goes one part further than the last recorded heartbeat,
+/// reports it and fails, until part 3; the policy allows 3 attempts, just
+/// enough when no progress is lost. At every crash point (every prefix of
+/// the log) the attempt run again resumes from the details kept, so the
+/// step still ends at part 3 within its attempts: progress recorded with
+/// an attempt's failure is never lost to a crash, and the heartbeat right
+/// before an attempt's end is never lost to the order inputs arrive in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_progress_survives_a_crash_at_every_record_boundary() {
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(PROGRESS, |ctx: Ctx, ()| async move {
+            let v = ctx
+                .step("parts", |sc: StepContext| async move {
+                    let part = sc.last_heartbeat::<u32>()?.unwrap_or(0) + 1;
+                    sc.heartbeat(&part)?;
+                    if part < 3 {
+                        return Err(StepError::retryable(format!("stopped after part {part}")));
+                    }
+                    Ok(part)
+                })
+                .retry(RetryPolicy::default().attempts(3))
+                .await?;
+            Ok::<_, Failure>(v)
+        });
+    })
+    .await
+    .expect("open");
+    let report = kit
+        .crash_everywhere(PROGRESS, &(), |point| {
+            assert_eq!(
+                point.outcome, point.uncrashed,
+                "crash after {:?} of {} records",
+                point.crashed_after, point.records
+            );
+            assert_eq!(point.outcome.as_ref().ok(), Some(&3));
+        })
+        .await
+        .expect("crash everywhere");
+    assert!(report.records > 6, "{report:?}");
+}

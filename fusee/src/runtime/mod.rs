@@ -539,10 +539,10 @@ impl ShardLoop {
         }
         deferred.append(&mut self.inbox);
         self.inbox = deferred;
+        self.watch_steps(now_ms, holding);
         let more = if holding {
             false
         } else {
-            self.watch_steps(now_ms);
             let more = !self.drive(now_ms, &mut budget) || !self.inbox.is_empty();
             self.start_steps(now_ms);
             more

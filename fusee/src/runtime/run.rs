@@ -197,12 +197,14 @@ impl StepSpec {
         self.running.as_ref().map(|r| r.attempt)
     }
 
-    /// The attempt running ended: its details not recorded yet, and the
+    /// The attempt running ended: its details not recorded yet (the
+    /// latest, also those its link holds and the loop has not taken: a
+    /// heartbeat just before the end may reach the loop after it), and the
     /// deadline its entry in the loop's watch has, if any.
     #[inline]
     pub(crate) fn ended(&mut self) -> (Option<Vec<u8>>, Option<u64>) {
         match self.running.take() {
-            Some(r) => (r.pending, r.watched),
+            Some(r) => (r.link.take().or(r.pending), r.watched),
             None => (None, None),
         }
     }

@@ -382,12 +382,14 @@ impl ShardLoop {
         }
     }
 
-    /// Each pass (not while a checkpoint holds new records): records the
-    /// heartbeat details waiting when their tick came, and fails the
-    /// attempts past their deadline (see the [module docs](self)).
-    pub(super) fn watch_steps(&mut self, now_ms: u64) {
+    /// Each pass: records the heartbeat details waiting when their tick
+    /// came, and fails the attempts past their deadline (see the [module
+    /// docs](self)); nothing while a checkpoint holds new records back
+    /// (`holding`), which then asks for a wake-up a millisecond on, not
+    /// at once.
+    pub(super) fn watch_steps(&mut self, now_ms: u64, holding: bool) {
         self.watch.seen_ms = now_ms;
-        if self.life.has_failed() {
+        if holding || self.life.has_failed() {
             return;
         }
         if self.watch.tick_ms.is_some_and(|t| t <= now_ms) {

@@ -25,6 +25,18 @@
 //! (a parked run has no machine, and the timer is what wakes the loop:
 //! `ShardLoop::next_wake` reads it through `ShardCore::next_timer`, and
 //! no step is scanned for it).
+//!
+//! # Time limits and heartbeats: the running attempt's
+//!
+//! A running attempt's deadline (its timeout, its heartbeat timeout, the
+//! policy's schedule-to-close limit) and its heartbeat details not yet
+//! recorded are its [`StepSpec`]'s, not the machine's: no record holds a
+//! deadline (a crash forgets the attempt, and the one run again counts
+//! from its own start). What must survive a crash comes from the journal:
+//! the step's first `Began` (where schedule-to-close counts from) and its
+//! latest `Heartbeat` (what the next attempt reads), read once for a step
+//! this process did not begin ([`StepSpec::needs_history`]). The loop's
+//! `steps::Watch` orders the deadlines and records heartbeats on a tick.
 
 use std::cell::RefCell;
 use std::fmt;

@@ -488,3 +488,41 @@ async fn heartbeat_progress_survives_a_crash_at_every_record_boundary() {
         .expect("crash everywhere");
     assert!(report.records > 6, "{report:?}");
 }
+
+const REAL: Workflow<(), (u32, Option<u32>)> = Workflow::new("real");
+
+/// The production driver on the system clock: attempt 1 heartbeats every
+/// 50 ms for 600 ms under a 300 ms heartbeat timeout (alive), then waits
+/// 30 s without heartbeating and is failed 300 ms later; attempt 2 reads
+/// its last details at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_heartbeats_run_on_the_system_clock() {
+    let engine = Engine::open(fusee::Config::memory()).await.expect("open");
+    engine.register(REAL, |ctx: Ctx, ()| async move {
+        let v = ctx
+            .step("real", |sc: StepContext| async move {
+                let last = sc.last_heartbeat::<u32>()?;
+                if sc.attempt() == 1 {
+                    for i in 1..=12u32 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        sc.heartbeat(&i)?;
+                    }
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                Ok((sc.attempt(), last))
+            })
+            .heartbeat_timeout(Duration::from_millis(300))
+            .timeout(Duration::from_secs(20))
+            .await?;
+        Ok::<_, Failure>(v)
+    });
+    let started = std::time::Instant::now();
+    let out = engine.execute(REAL, "real-1", &()).await.expect("result");
+    assert_eq!(out, (2, Some(12)));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    engine.close().await.expect("close");
+}

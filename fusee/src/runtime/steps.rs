@@ -189,9 +189,8 @@ impl ShardLoop {
                 if !durable {
                     continue;
                 }
-                let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
                 let link = AttemptLink::new(run, seq, attempt);
-                let mut cx = StepContext::new(key, attempt)
+                let mut cx = StepContext::new(Arc::clone(&id), run, seq, attempt)
                     .with_fencing_token(token)
                     .with_link(Arc::clone(&link), spec.last_beat(), max_payload);
                 if let Some(t) = trace {

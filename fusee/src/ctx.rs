@@ -539,10 +539,13 @@ pub(crate) fn value_u64(bytes: &[u8]) -> u64 {
 ///
 /// A timed-out attempt's future is dropped (cancelled) on the tokio
 /// runtime at its next poll: its work stops at the await it was waiting
-/// in, and a result it would have produced is never recorded. Work it
-/// handed elsewhere (a spawned task, a request already sent) may still
-/// happen: make effects idempotent with [`StepContext::key`], as for any
-/// retried attempt. The limits are measured by the engine's clock from
+/// in, and a result it would have produced is never recorded. Code that
+/// blocks its thread without awaiting runs on until it awaits (put it in
+/// `spawn_blocking`, which is not cancelled either), and work it handed
+/// elsewhere (a spawned task, a request already sent) may still happen:
+/// make effects idempotent with [`StepContext::key`], as for any retried
+/// attempt. Only a step with a limit can be cancelled so (its future is
+/// wrapped for it; a step without one pays nothing). The limits are measured by the engine's clock from
 /// the attempt's start (once its `Began` is durable); an attempt run
 /// again after a crash counts from its new start, while the
 /// schedule-to-close limit counts from the first attempt's recorded

@@ -39,7 +39,9 @@ pub struct RetryPolicy {
     /// (`None`: no limit).
     pub max_duration: Option<Duration>,
     /// Schedule-to-close: the longest all attempts together may take,
-    /// from the first attempt's `Began` (`None`: no limit). An attempt
+    /// from the first attempt's recorded `Began` (after an operator's
+    /// [`crate::Engine::resume_step`], from the next attempt's), across
+    /// crashes (`None`: no limit). An attempt
     /// still running then is cancelled and fails the step for good with
     /// kind `timeout`; a retry that would start at or after it is not
     /// made and the step fails with kind `timeout` too. Unlike

@@ -33,13 +33,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::engine::peers::report::PeersReport;
-use crate::text::{aligned, sig3};
 use crate::engine::report::EngineReport;
 use crate::error::{BenchError, Result};
 use crate::machine::Machine;
 use crate::measure::{Figures, Metric};
 use crate::plan::{BATCH_SIZES, Plan};
 use crate::target::Role;
+use crate::text::{aligned, sig3};
 
 /// The file names [`Report::write`] creates in the output directory.
 pub const FILES: [&str; 3] = ["compare.csv", "compare.md", "compare.svg"];

@@ -98,6 +98,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+pub mod backup;
 pub mod check;
 mod client;
 pub mod clock;
@@ -143,6 +144,7 @@ pub(crate) fn test_pg_url() -> Option<String> {
 }
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use backup::{BackupError, BackupReport};
 pub use check::ReplayReport;
 pub use client::{
     CurrentStep, Cursor, Description, Divergence, IdPolicy, InFlightStep, ListFilter, Page,

@@ -25,8 +25,8 @@
 use std::fmt::Write as _;
 
 use super::{EngineFigures, EngineMetric, EnginePlan, EngineSubject};
-use crate::text::sig3;
 use crate::target::Role;
+use crate::text::sig3;
 
 /// One bar of the chart: a subject, its ratio (if it has one) and its
 /// value with the unit.

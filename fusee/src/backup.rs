@@ -116,7 +116,7 @@ pub enum BackupError {
     /// The engine's store is PostgreSQL's.
     #[error(
         "a PostgreSQL store is backed up by the server, not the engine: use pg_dump or \
-         point-in-time recovery (see fusee-storage-postgres/DEPLOYMENT.md, \"Backup and restore\")"
+         point-in-time recovery (see fusee-storage-postgres/DEPLOYMENT.md, \"Backing up\")"
     )]
     Postgres,
     /// The engine's store is in memory and no directory backend is

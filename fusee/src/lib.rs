@@ -55,6 +55,7 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`Engine`] | open, register, start, execute, signal, update, update_once (keyed: retried safely), update_with_start, query, cancel, terminate, result, describe, metrics, close |
+//! | [`Engine::backup`] | a consistent copy of a live directory store (file, redb, RocksDB) in a new directory, every shard cut at one instant; restore is opening it ([`backup`], [`BackupReport`]) |
 //! | operator verbs on [`Engine`] | [`Engine::pause`], [`Engine::resume`], [`Engine::reset`], [`Engine::list`] ([`ListFilter`], [`Page`]), [`Engine::cancel_all`], [`Engine::terminate_all`] |
 //! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock, [`Ownership`] |
 //! | [`Ownership::Lease`] | several processes on one PostgreSQL store, each owning the shards whose leases it holds and taking over a dead one's; a call for a shard owned elsewhere is [`Error::NotOwner`]; [`Engine::owned_shards`], [`Engine::shard_status`] ([`ownership`]) |

@@ -199,6 +199,12 @@ enum Command {
     /// refused at open until the command is run again. To reshard in
     /// place: reshard into a new directory, then swap the directories.
     Reshard(migrate::ReshardArgs),
+    /// Backs up a stopped engine's store: SRC its directory, DEST a new
+    /// directory, written by `migrate` into the same backend and checked
+    /// run by run. A store a live engine holds is locked: back it up with
+    /// `Engine::backup` in the program that runs the engine (a consistent
+    /// copy while it runs; see the README, "Backing up").
+    Backup(migrate::BackupArgs),
     #[command(flatten)]
     Verb(Verb),
 }
@@ -459,6 +465,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Compare(a) => compare::run(a),
         Command::Migrate(a) => migrate::run(&a, None),
         Command::Reshard(a) => migrate::run(&a.migrate, Some(a.shards)),
+        Command::Backup(a) => migrate::backup(&a),
         Command::Check { dir, json } => {
             eprintln!(
                 "note: this fusee binary holds no workflow code: every unfinished run is listed \

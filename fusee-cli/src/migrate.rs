@@ -52,6 +52,54 @@ pub(crate) struct ReshardArgs {
     pub(crate) shards: u32,
 }
 
+/// `fusee backup`'s arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct BackupArgs {
+    /// The stopped store's directory.
+    source: PathBuf,
+    /// A new or empty directory.
+    destination: PathBuf,
+    /// JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `fusee backup`: `migrate` into the source's own backend, after
+/// telling a store a live engine holds from any other refusal.
+pub(crate) fn backup(a: &BackupArgs) -> Result<ExitCode, CliError> {
+    let backend = fusee::inspect::backend_of(&a.source)?;
+    if matches!(backend, Backend::Memory | Backend::Postgres) {
+        return Err(CliError::Usage(format!(
+            "{} is a {backend} store: back up PostgreSQL with pg_dump (see \
+             fusee-storage-postgres/DEPLOYMENT.md)",
+            a.source.display()
+        )));
+    }
+    let locked = std::fs::OpenOptions::new()
+        .read(true)
+        .open(a.source.join("LOCK"))
+        .is_ok_and(|f| f.try_lock_shared().is_err());
+    if locked {
+        return Err(CliError::Other(format!(
+            "an engine holds {}: this command reads stopped stores only; back a live \
+             store up with Engine::backup in the program that runs the engine (a \
+             consistent copy while it runs)",
+            a.source.display()
+        )));
+    }
+    run(
+        &Args {
+            source: a.source.display().to_string(),
+            destination: a.destination.display().to_string(),
+            to: backend,
+            source_schema: "fusee".into(),
+            schema: "fusee".into(),
+            json: a.json,
+        },
+        None,
+    )
+}
+
 fn is_url(s: &str) -> bool {
     s.starts_with("postgresql://") || s.starts_with("postgres://")
 }

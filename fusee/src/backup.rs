@@ -301,6 +301,8 @@ pub(crate) struct Session {
     target: StorageConfig,
     rx: mpsc::Receiver<Result<ShardDone, BackupError>>,
     tx: mpsc::Sender<Result<ShardDone, BackupError>>,
+    /// Reports taken before `finish` (the sabotage's one-by-one holds).
+    done: Vec<Result<ShardDone, BackupError>>,
     started: Instant,
 }
 
@@ -371,6 +373,7 @@ impl Session {
             target,
             rx,
             tx,
+            done: Vec::new(),
             started,
         })
     }
@@ -381,18 +384,33 @@ impl Session {
         self.shared.meet(|m| m.total = shards.len());
         shards
             .iter()
-            .map(|&shard| {
-                let guard = Guard {
-                    shard,
-                    shared: Some(Arc::clone(&self.shared)),
-                    tx: self.tx.clone(),
-                };
-                (
-                    shard,
-                    Hold::new(Box::new(move |frozen: Frozen<'_>| guard.run(frozen))),
-                )
-            })
+            .map(|&shard| (shard, self.hold(shard)))
             .collect()
+    }
+
+    fn hold(&self, shard: u32) -> Hold {
+        let guard = Guard {
+            shard,
+            shared: Some(Arc::clone(&self.shared)),
+            tx: self.tx.clone(),
+        };
+        Hold::new(Box::new(move |frozen: Frozen<'_>| guard.run(frozen)))
+    }
+
+    /// The sabotage (tests only): a hold of `shard` that meets no other
+    /// shard, so it goes on once its own copy is done.
+    #[cfg(feature = "testing")]
+    pub(crate) fn hold_alone(&self, shard: u32) -> Hold {
+        self.shared.meet(|m| m.total = m.held + 1);
+        self.hold(shard)
+    }
+
+    /// The sabotage (tests only): waits for the next hold's report.
+    #[cfg(feature = "testing")]
+    pub(crate) fn wait_one(&mut self) {
+        if let Ok(r) = self.rx.recv() {
+            self.done.push(r);
+        }
     }
 
     /// Waits for every hold, checks the copy against the held shards and
@@ -403,13 +421,14 @@ impl Session {
             target,
             rx,
             tx,
+            done: early,
             started,
         } = self;
         drop(tx);
         let mut done = Vec::new();
         let mut failed = None;
         // Every hold reports once (run or dropped), then lets go of its sender.
-        for r in rx.iter() {
+        for r in early.into_iter().chain(rx.iter()) {
             match r {
                 Ok(d) => done.push(d),
                 Err(e) => {

@@ -833,6 +833,48 @@ impl Engine {
         .map_err(|e| Error::Config(format!("the backup task failed: {e}")))?
     }
 
+    /// A deliberately inconsistent backup, for the tests that show the
+    /// barrier of [`Engine::backup`] is needed (feature `testing`): each
+    /// shard is cut, copied and let go alone, one after another with `gap`
+    /// between them, so messages between shards may fall between two
+    /// copies.
+    #[cfg(feature = "testing")]
+    pub async fn backup_without_barrier(
+        &self,
+        dest: impl AsRef<std::path::Path>,
+        gap: std::time::Duration,
+    ) -> Result<crate::BackupReport> {
+        let dest = dest.as_ref().to_path_buf();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let Ok(_one) = inner.backup.try_lock() else {
+                return Err(crate::BackupError::Busy.into());
+            };
+            let mut session = crate::backup::Session::start(
+                &inner.storage,
+                &inner.config.storage,
+                &dest,
+                Box::new(|_| std::ops::ControlFlow::Continue(())),
+            )?;
+            for shard in inner.shards.owned() {
+                let mut hold = Some(session.hold_alone(shard));
+                inner.shards.each_owned(|s, h| {
+                    if s == shard
+                        && let Some(hold) = hold.take()
+                    {
+                        let _ = h.tx.send(Input::Backup { hold });
+                    }
+                });
+                drop(hold);
+                session.wait_one();
+                std::thread::sleep(gap);
+            }
+            Ok(session.finish()?)
+        })
+        .await
+        .map_err(|e| Error::Config(format!("the backup task failed: {e}")))?
+    }
+
     /// Closes the engine: stops taking requests, lets runs reach a quiescent
     /// point, flushes, checkpoints every shard and closes the storage, so
     /// the next open replays nothing. Steps still running are abandoned;

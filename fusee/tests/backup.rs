@@ -67,8 +67,8 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn config(dir: &Path) -> Config {
-    Config::file(dir).shards(SHARDS)
+fn config(backend: Backend, dir: &Path) -> Config {
+    Config::new(fusee::StorageConfig::new(backend, dir)).shards(SHARDS)
 }
 
 /// Starts family `n` (partner, then parent) and sends the parent its `go`
@@ -104,18 +104,39 @@ fn verify(dir: &Path) -> Vec<String> {
     open_read_only(dir, Verify).expect("the copy opens read-only")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backup_taken_under_load_opens_whole_and_its_runs_carry_on() {
+/// What a client saw acknowledged before the backup was called.
+struct Before {
+    /// Families started and signalled (0..this).
+    families: u64,
+    /// Results received.
+    results: Vec<(u64, u64)>,
+}
+
+/// How a backup is taken: whole, or the sabotage without its barrier.
+#[derive(Clone, Copy)]
+enum Take {
+    Whole,
+    #[cfg(feature = "testing")]
+    WithoutBarrier,
+}
+
+/// Runs the workload on a `backend` engine in `src`, backs it up into
+/// `dest` half-way (`take`), lets the original finish every family, and
+/// returns what was acknowledged before the backup and how many families
+/// were started in all.
+async fn load_and_back_up(
+    backend: Backend,
+    src: &Path,
+    dest: &Path,
+    take: Take,
+) -> (Before, u64, fusee::BackupReport) {
     let runs: u64 = std::env::var("FUSEE_BACKUP_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24)
         .max(4);
-    let src = scratch("load-src");
-    let dest = scratch("load-dest");
-    let engine = Engine::open(config(&src)).await.expect("open");
+    let engine = Engine::open(config(backend, src)).await.expect("open");
     register(&engine);
-
     // Before the backup: half the families started and signalled, a
     // quarter of them finished (results acknowledged).
     let before = runs / 2;
@@ -131,32 +152,35 @@ async fn a_backup_taken_under_load_opens_whole_and_its_runs_carry_on() {
         assert_eq!(got, parent_result(n));
         results.push((n, got));
     }
-
-    // During: the other half start while the backup runs.
+    // During: more families start while the backup runs, until it ends
+    // (at least `runs` in all).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let engine = engine.clone();
+        let stop = Arc::clone(&stop);
         tokio::spawn(async move {
-            for n in before..runs {
+            let mut n = before;
+            while n < runs || !stop.load(std::sync::atomic::Ordering::Acquire) {
                 family(&engine, n).await.expect("family during the backup");
+                n += 1;
             }
+            n
         })
     };
-    let report = engine.backup(&dest).await.expect("backup");
-    load.await.expect("load");
-    assert_eq!(report.shards, SHARDS);
-    assert_eq!(report.pauses.len(), SHARDS as usize);
-    assert!(report.runs >= before * 3, "{report:?}");
-    assert!(report.bytes > 0);
-    eprintln!(
-        "backup: {} runs, {} bytes, longest pause {:?}, took {:?}",
-        report.runs,
-        report.bytes,
-        report.longest_pause(),
-        report.took
-    );
-
+    let report = match take {
+        Take::Whole => engine.backup(dest).await,
+        #[cfg(feature = "testing")]
+        Take::WithoutBarrier => {
+            engine
+                .backup_without_barrier(dest, Duration::from_millis(30))
+                .await
+        }
+    }
+    .expect("backup");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let started = load.await.expect("load");
     // The original carries on: every family ends.
-    for n in 0..runs {
+    for n in 0..started {
         let got = tokio::time::timeout(PATIENCE, engine.result(PARENT, &format!("parent-{n}")))
             .await
             .expect("the original's result in time")
@@ -164,32 +188,66 @@ async fn a_backup_taken_under_load_opens_whole_and_its_runs_carry_on() {
         assert_eq!(got, parent_result(n));
     }
     engine.close().await.expect("close");
+    (
+        Before {
+            families: before,
+            results,
+        },
+        started,
+        report,
+    )
+}
 
-    // The copy: verify-clean, then opened and carried on.
-    assert_eq!(verify(&dest), Vec::<String>::new());
-    let copy = Engine::open(config(&dest)).await.expect("the copy opens");
-    register(&copy);
-    for (n, want) in &results {
-        let got = copy
-            .result(PARENT, &format!("parent-{n}"))
-            .await
-            .unwrap_or_else(|e| panic!("parent-{n}: finished before the backup, lost: {e}"));
-        assert_eq!(got, *want);
+/// Opens the copy in `dest` and checks it against what was acknowledged
+/// before the backup; the first problem found, if any. `patience`: how
+/// long a run of the copy may take to finish.
+async fn check_copy(
+    backend: Backend,
+    dest: &Path,
+    before: &Before,
+    started: u64,
+    patience: Duration,
+) -> Option<String> {
+    let problems = verify(dest);
+    if !problems.is_empty() {
+        return Some(format!("verify: {problems:?}"));
     }
-    for n in 0..runs {
+    let copy = Engine::open(config(backend, dest))
+        .await
+        .expect("the copy opens");
+    register(&copy);
+    let problem = check_runs(&copy, before, started, patience).await;
+    copy.close().await.expect("close the copy");
+    problem
+}
+
+async fn check_runs(
+    copy: &Engine,
+    before: &Before,
+    started: u64,
+    patience: Duration,
+) -> Option<String> {
+    for (n, want) in &before.results {
+        match copy.result(PARENT, &format!("parent-{n}")).await {
+            Ok(got) if got == *want => {}
+            other => return Some(format!("parent-{n}, finished before the backup: {other:?}")),
+        }
+    }
+    for n in 0..started {
         let present = copy.describe(&format!("parent-{n}")).await.is_ok();
-        if n < before {
-            assert!(present, "parent-{n} was acknowledged before the backup");
+        if n < before.families && !present {
+            return Some(format!(
+                "parent-{n} was acknowledged before the backup and is missing"
+            ));
         }
         if !present {
             continue;
         }
         // A parent in the copy has its partner (started and acknowledged
         // before the parent was asked for).
-        assert!(
-            copy.describe(&format!("partner-{n}")).await.is_ok(),
-            "parent-{n} is in the copy but its partner is not"
-        );
+        if copy.describe(&format!("partner-{n}")).await.is_err() {
+            return Some(format!("parent-{n} is in the copy but its partner is not"));
+        }
         // Its `go` may have come after the cut: sent again, deduplicated
         // (a parent finished in the copy refuses it).
         match copy
@@ -197,28 +255,100 @@ async fn a_backup_taken_under_load_opens_whole_and_its_runs_carry_on() {
             .await
         {
             Ok(()) | Err(Error::Finished { .. }) => {}
-            Err(e) => panic!("go on the copy: {e}"),
+            Err(e) => return Some(format!("go to parent-{n} on the copy: {e}")),
         }
-        let got = tokio::time::timeout(PATIENCE, copy.result(PARENT, &format!("parent-{n}")))
-            .await
-            .unwrap_or_else(|_| panic!("parent-{n} does not finish in the copy"))
-            .expect("result");
-        assert_eq!(got, parent_result(n), "parent-{n}");
-        let got = tokio::time::timeout(PATIENCE, copy.result(PARTNER, &format!("partner-{n}")))
-            .await
-            .unwrap_or_else(|_| panic!("partner-{n} does not finish in the copy"))
-            .expect("result");
-        assert_eq!(got, partner_result(n), "partner-{n}");
+        for (wf, id, want) in [
+            (PARENT, format!("parent-{n}"), parent_result(n)),
+            (PARTNER, format!("partner-{n}"), partner_result(n)),
+        ] {
+            match tokio::time::timeout(patience, copy.result(wf, &id)).await {
+                Ok(Ok(got)) if got == want => {}
+                Ok(other) => return Some(format!("{id} in the copy: {other:?}")),
+                Err(_) => return Some(format!("{id} does not finish in the copy")),
+            }
+        }
     }
-    copy.close().await.expect("close the copy");
+    None
+}
+
+async fn under_load(backend: Backend) {
+    if !backend.compiled_in() {
+        return;
+    }
+    let src = scratch(&format!("load-src-{backend}"));
+    let dest = scratch(&format!("load-dest-{backend}"));
+    let (before, started, report) = load_and_back_up(backend, &src, &dest, Take::Whole).await;
+    assert_eq!(report.shards, SHARDS);
+    assert_eq!(report.pauses.len(), SHARDS as usize);
+    assert!(report.runs >= before.families * 3, "{report:?}");
+    assert!(report.bytes > 0);
+    eprintln!(
+        "{backend}: backup of {} runs, {} bytes, longest pause {:?}, took {:?}",
+        report.runs,
+        report.bytes,
+        report.longest_pause(),
+        report.took
+    );
+    if let Some(problem) = check_copy(backend, &dest, &before, started, PATIENCE).await {
+        panic!("{backend}: {problem}");
+    }
     let _ = std::fs::remove_dir_all(&src);
     let _ = std::fs::remove_dir_all(&dest);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_load_opens_whole_and_its_runs_carry_on() {
+    under_load(Backend::File).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redb_backup_taken_under_load_opens_whole() {
+    under_load(Backend::Redb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rocksdb_backup_taken_under_load_opens_whole() {
+    under_load(Backend::Rocksdb).await;
+}
+
+/// The checks above can fail: shards cut one after another without the
+/// barrier lose what travelled between them (a partner acknowledged after
+/// its shard's cut, before its parent's shard's; a kid's start
+/// acknowledged and so out of its parent's outbox, but not in the kid's
+/// shard's copy). Tried a few times: whether a message falls in a gap
+/// depends on timing.
+#[cfg(feature = "testing")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_without_the_barrier_is_caught_losing_messages() {
+    for attempt in 0..5 {
+        let src = scratch(&format!("sabotage-src-{attempt}"));
+        let dest = scratch(&format!("sabotage-dest-{attempt}"));
+        let (before, started, _) =
+            load_and_back_up(Backend::File, &src, &dest, Take::WithoutBarrier).await;
+        let problem = check_copy(
+            Backend::File,
+            &dest,
+            &before,
+            started,
+            Duration::from_secs(3),
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&src);
+        let _ = std::fs::remove_dir_all(&dest);
+        if let Some(problem) = problem {
+            eprintln!("caught on attempt {attempt}: {problem}");
+            return;
+        }
+    }
+    panic!("five backups without the barrier lost nothing: the checks would miss a lost message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_stopped_at_any_step_leaves_a_destination_refused_at_open() {
     let src = scratch("stop-src");
-    let engine = Engine::open(config(&src)).await.expect("open");
+    let engine = Engine::open(config(Backend::File, &src))
+        .await
+        .expect("open");
     register(&engine);
     for n in 0..8 {
         family(&engine, n).await.expect("family");
@@ -265,7 +395,7 @@ async fn a_backup_stopped_at_any_step_leaves_a_destination_refused_at_open() {
             matches!(stopped, Err(Error::Backup(_))),
             "stopped at {at:?}: {stopped:?}"
         );
-        match Engine::open(config(&dest)).await {
+        match Engine::open(config(Backend::File, &dest)).await {
             Ok(_) => panic!("a backup stopped at step {k} ({at:?}) opens"),
             Err(e) => assert!(
                 e.to_string().contains("migrat"),

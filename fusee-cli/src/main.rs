@@ -199,11 +199,13 @@ enum Command {
     /// refused at open until the command is run again. To reshard in
     /// place: reshard into a new directory, then swap the directories.
     Reshard(migrate::ReshardArgs),
-    /// Backs up a stopped engine's store: SRC its directory, DEST a new
-    /// directory, written by `migrate` into the same backend and checked
-    /// run by run. A store a live engine holds is locked: back it up with
-    /// `Engine::backup` in the program that runs the engine (a consistent
-    /// copy while it runs; see the README, "Backing up").
+    /// Backs up a store. `fusee backup SRC DEST`: a stopped engine's
+    /// store, written by `migrate` into a new directory of the same backend
+    /// and checked run by run. `fusee backup --url URL DEST`: a live
+    /// engine, through its server (admin token): a consistent copy while it
+    /// runs, into DEST on the server's machine. A store a live engine holds
+    /// is locked: go through its server, or `Engine::backup` in the program
+    /// that runs it.
     Backup(migrate::BackupArgs),
     #[command(flatten)]
     Verb(Verb),
@@ -419,6 +421,10 @@ mod live {
     }
 
     pub(crate) fn verb(_: Verb) -> Result<ExitCode, CliError> {
+        refuse()
+    }
+
+    pub(crate) fn backup(_: &crate::migrate::BackupArgs) -> Result<ExitCode, CliError> {
         refuse()
     }
 }

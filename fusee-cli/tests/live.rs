@@ -312,7 +312,7 @@ async fn backup_through_the_server_copies_the_live_store() {
     let out = fusee(&["backup", "--url", u, "--token", ADMIN, d]).await;
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("backup_refused"),
+        String::from_utf8_lossy(&out.stderr).contains("backup_not_empty"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

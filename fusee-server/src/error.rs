@@ -109,9 +109,8 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         // A finished run's journal let go after its history retention.
         E::HistoryGone { .. } => (StatusCode::GONE, "history_gone"),
         E::Backup(b) => match b {
-            fusee::BackupError::NotEmpty(_) | fusee::BackupError::Busy => {
-                (StatusCode::CONFLICT, "backup_refused")
-            }
+            fusee::BackupError::NotEmpty(_) => (StatusCode::CONFLICT, "backup_not_empty"),
+            fusee::BackupError::Busy => (StatusCode::CONFLICT, "backup_busy"),
             fusee::BackupError::Postgres | fusee::BackupError::NoBackend => {
                 (StatusCode::BAD_REQUEST, "backup_unsupported")
             }

@@ -157,7 +157,7 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
         (
             Error::Backup(fusee::BackupError::Busy),
             409,
-            "backup_refused",
+            "backup_busy",
         ),
         (
             Error::Backup(fusee::BackupError::Postgres),

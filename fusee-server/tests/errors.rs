@@ -154,11 +154,7 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             409,
             "backup_not_empty",
         ),
-        (
-            Error::Backup(fusee::BackupError::Busy),
-            409,
-            "backup_busy",
-        ),
+        (Error::Backup(fusee::BackupError::Busy), 409, "backup_busy"),
         (
             Error::Backup(fusee::BackupError::Postgres),
             400,

@@ -428,3 +428,39 @@ async fn a_backup_stopped_at_any_step_leaves_a_destination_refused_at_open() {
     let _ = std::fs::remove_dir_all(&busy);
     let _ = std::fs::remove_dir_all(&src);
 }
+
+/// An in-memory engine's backup is a file store holding its runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_memory_engine_backs_up_into_a_file_store() {
+    let dest = scratch("memory-dest");
+    let engine = Engine::open(Config::memory().shards(SHARDS))
+        .await
+        .expect("open");
+    register(&engine);
+    let families = 8;
+    for n in 0..families {
+        family(&engine, n).await.expect("family");
+    }
+    let mut results = Vec::new();
+    for n in 0..families / 2 {
+        let got = engine
+            .result(PARENT, &format!("parent-{n}"))
+            .await
+            .expect("result");
+        results.push((n, got));
+    }
+    let report = engine.backup(&dest).await.expect("backup");
+    assert_eq!(report.shards, SHARDS);
+    engine.close().await.expect("close");
+    assert_eq!(verify(&dest), Vec::<String>::new());
+    let copy = Engine::open(config(Backend::File, &dest))
+        .await
+        .expect("the copy opens as a file store");
+    register(&copy);
+    let before = Before { families, results };
+    if let Some(problem) = check_runs(&copy, &before, families, PATIENCE).await {
+        panic!("{problem}");
+    }
+    copy.close().await.expect("close the copy");
+    let _ = std::fs::remove_dir_all(&dest);
+}

@@ -51,7 +51,9 @@
 //! run number; only then is the mark taken back. So a backup interrupted
 //! anywhere (a crash, a failed copy, the process killed) leaves a
 //! destination refused at open, never a store missing data; delete it and
-//! run the backup again.
+//! run the backup again. (One window remains, as in a migration: killed
+//! after the backend created the empty store and before the mark, the
+//! destination is an empty store, never part of one.)
 //!
 //! **Not here.** PostgreSQL: `pg_dump` or point-in-time recovery of the
 //! server (`fusee-storage-postgres/DEPLOYMENT.md`); the backup refuses it

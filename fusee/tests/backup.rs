@@ -9,10 +9,17 @@
 //!   parent in the copy implies its partner is (the partner's start was
 //!   acknowledged before the parent's was asked: a consistent cut keeps
 //!   what happened before). The original carries on too.
+//!   The same on redb and RocksDB, and an in-memory engine's backup (a
+//!   file store).
+//! - The checks can fail: a backup without the barrier (shards cut one by
+//!   one, `Engine::backup_without_barrier`) is caught losing a message.
 //! - The backup stopped at every step: the destination is refused at
-//!   open, and the engine carries on.
+//!   open, and the engine carries on. A process SIGKILLed at moments
+//!   through its backup: the destination is refused, an empty store, or
+//!   whole; never part of one.
 //!
-//! `FUSEE_BACKUP_RUNS` sets the families (default 24).
+//! `FUSEE_BACKUP_RUNS` sets the families (default 24),
+//! `FUSEE_BACKUP_KILLS` the kills (default 8).
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -462,5 +469,139 @@ async fn an_in_memory_engine_backs_up_into_a_file_store() {
         panic!("{problem}");
     }
     copy.close().await.expect("close the copy");
+    let _ = std::fs::remove_dir_all(&dest);
+}
+
+/// The child of [`killed_mid_backup_the_destination_is_refused_or_whole`]:
+/// opens the store in `FUSEE_BACKUP_CHILD` (families already in it), says
+/// so on stdout, and backs it up into `<dir>-dest` (then waits to be
+/// killed).
+async fn backup_child(src: &Path) {
+    use std::io::Write;
+    let engine = Engine::open(config(Backend::File, src))
+        .await
+        .expect("open");
+    register(&engine);
+    let dest = PathBuf::from(format!("{}-dest", src.display()));
+    println!("backing up");
+    std::io::stdout().flush().expect("stdout");
+    let _ = engine.backup(&dest).await;
+    println!("backed up");
+    std::io::stdout().flush().expect("stdout");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// A process killed (SIGKILL) at a random moment of its backup leaves a
+/// destination that is refused at open as incomplete, or an empty store
+/// (killed before the mark), or the whole copy; never part of one. Its
+/// own store opens after the kill too. `FUSEE_BACKUP_KILLS` sets the
+/// kills (default 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_backup_the_destination_is_refused_or_whole() {
+    if let Some(src) = std::env::var_os("FUSEE_BACKUP_CHILD") {
+        backup_child(Path::new(&src)).await;
+        return;
+    }
+    let kills: u64 = std::env::var("FUSEE_BACKUP_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let src = scratch("kill-src");
+    let families = 64;
+    {
+        let engine = Engine::open(config(Backend::File, &src))
+            .await
+            .expect("open");
+        register(&engine);
+        for n in 0..families {
+            family(&engine, n).await.expect("family");
+        }
+        for n in 0..families {
+            engine
+                .result(PARENT, &format!("parent-{n}"))
+                .await
+                .expect("result");
+        }
+        engine.close().await.expect("close");
+    }
+    let dest = PathBuf::from(format!("{}-dest", src.display()));
+    let (mut absent, mut refused, mut empty, mut whole) = (0, 0, 0, 0);
+    for k in 0..kills {
+        let _ = std::fs::remove_dir_all(&dest);
+        let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "killed_mid_backup_the_destination_is_refused_or_whole",
+                "--nocapture",
+            ])
+            .env("FUSEE_BACKUP_CHILD", &src)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the child runs");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+        let said = tokio::task::spawn_blocking(move || {
+            lines.find(|l| l.as_deref().is_ok_and(|l| l == "backing up"))
+        })
+        .await
+        .expect("joins");
+        assert!(said.is_some(), "the child never began its backup");
+        // From the call on, a few milliseconds in steps: some kills land
+        // inside the backup, some after it.
+        tokio::time::sleep(Duration::from_millis(k * 12)).await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        match Engine::open(config(Backend::File, &dest).existing_only()).await {
+            Err(_) if !dest.exists() => absent += 1,
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("migrat"),
+                    "kill {k}: refused for another reason: {e}"
+                );
+                refused += 1;
+            }
+            Ok(copy) => {
+                register(&copy);
+                if copy.describe("parent-0").await.is_ok() {
+                    for n in 0..families {
+                        let got = tokio::time::timeout(
+                            PATIENCE,
+                            copy.result(PARENT, &format!("parent-{n}")),
+                        )
+                        .await
+                        .expect("in time")
+                        .unwrap_or_else(|e| panic!("kill {k}: parent-{n}: {e}"));
+                        assert_eq!(got, parent_result(n));
+                    }
+                    whole += 1;
+                } else {
+                    // Killed before the mark: an empty store, never part
+                    // of one.
+                    let page = copy
+                        .list(fusee::ListFilter::new())
+                        .await
+                        .expect("list the copy");
+                    assert!(
+                        page.runs.is_empty(),
+                        "kill {k}: the copy opens with {} runs and without parent-0",
+                        page.runs.len()
+                    );
+                    empty += 1;
+                }
+                copy.close().await.expect("close the copy");
+            }
+        }
+        // The killed engine's own store opens.
+        let again = Engine::open(config(Backend::File, &src))
+            .await
+            .expect("the source opens after the kill");
+        again.close().await.expect("close");
+    }
+    eprintln!(
+        "{kills} kills: {absent} before the destination, {refused} refused, {empty} empty, \
+         {whole} whole"
+    );
+    let _ = std::fs::remove_dir_all(&src);
     let _ = std::fs::remove_dir_all(&dest);
 }

@@ -11,9 +11,10 @@
 //! copied before it recorded the message, the sender after the
 //! acknowledgement took it out of its outbox. So every shard is copied at
 //! a point of one consistent cut: each owned shard is sent
-//! [`Input::Backup`]; it stops taking inputs (but flush completions, as
-//! for a checkpoint due), lets its log become wholly durable, commits a
-//! checkpoint, and then holds (its thread runs the backup's [`Hold`] and
+//! `Input::Backup` (`runtime/backup.rs`); it stops taking inputs (but
+//! flush completions, as for a checkpoint due), lets its log become
+//! wholly durable, commits a
+//! checkpoint, and then holds (its thread runs the backup's `Hold` and
 //! takes nothing else) until **every** shard is held and its own copy is
 //! done. A held shard appends, releases and sends nothing, so every
 //! message or acknowledgement a shard took before its cut was sent before
@@ -40,7 +41,11 @@
 //! A shorter pause (hold only for the checkpoints, then copy the files the
 //! checkpoints name while the shards run) needs each backend to keep those
 //! files from compaction and release while the copy reads them, which the
-//! contract cannot ask today.
+//! contract cannot ask today. Hard links are no shortcut on the file
+//! backend: a link shares the file, and the live shard appends to its
+//! run-store generation, overwrites its checkpoint slots and recycles log
+//! segments in place (and an open of the copy would cut the shared store
+//! file back to its slot), so either side could change the other.
 //!
 //! **Incomplete until checked.** The destination is created empty and
 //! marked as a migration's is (`FUSEE` renamed to `FUSEE.migrating`)
@@ -58,8 +63,6 @@
 //! **Not here.** PostgreSQL: `pg_dump` or point-in-time recovery of the
 //! server (`fusee-storage-postgres/DEPLOYMENT.md`); the backup refuses it
 //! ([`BackupError::Postgres`]).
-//!
-//! [`Input::Backup`]: crate::runtime::Input::Backup
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};

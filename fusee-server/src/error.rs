@@ -111,6 +111,9 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::Backup(b) => match b {
             fusee::BackupError::NotEmpty(_) => (StatusCode::CONFLICT, "backup_not_empty"),
             fusee::BackupError::Busy => (StatusCode::CONFLICT, "backup_busy"),
+            fusee::BackupError::InsideStore { .. } => {
+                (StatusCode::BAD_REQUEST, "backup_inside_store")
+            }
             fusee::BackupError::Postgres | fusee::BackupError::NoBackend => {
                 (StatusCode::BAD_REQUEST, "backup_unsupported")
             }

@@ -156,6 +156,14 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
         ),
         (Error::Backup(fusee::BackupError::Busy), 409, "backup_busy"),
         (
+            Error::Backup(fusee::BackupError::InsideStore {
+                dest: "/s/b".into(),
+                store: "/s".into(),
+            }),
+            400,
+            "backup_inside_store",
+        ),
+        (
             Error::Backup(fusee::BackupError::Postgres),
             400,
             "backup_unsupported",

@@ -131,6 +131,15 @@ pub enum BackupError {
     /// The destination exists and holds something.
     #[error("backup destination {0} exists and is not empty: back up into a new directory")]
     NotEmpty(PathBuf),
+    /// The destination is inside the store's own directory (whose backend
+    /// would take it for a foreign file, and a copy would copy itself).
+    #[error("backup destination {dest} is inside the store's directory {store}")]
+    InsideStore {
+        /// The destination.
+        dest: PathBuf,
+        /// The store's directory.
+        store: PathBuf,
+    },
     /// The destination could not be looked at or created.
     #[error("backup destination {dest}: {error}")]
     Destination {
@@ -338,6 +347,15 @@ impl Session {
             #[cfg(feature = "redb")]
             AnyStorage::Redb(_) => Backend::Redb,
         };
+        if !matches!(storage, AnyStorage::Memory(_))
+            && settings.backend == backend
+            && inside(dest, &settings.dir)
+        {
+            return Err(BackupError::InsideStore {
+                dest: dest.to_path_buf(),
+                store: settings.dir.clone(),
+            });
+        }
         match std::fs::read_dir(dest) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
@@ -519,6 +537,33 @@ fn add(to: &mut CopyReport, r: &CopyReport) {
     to.loaded += r.loaded;
     to.log_records += r.log_records;
     to.inbox_messages += r.inbox_messages;
+}
+
+/// Whether `dest` is `dir` or under it (symbolic links resolved where the
+/// paths exist).
+fn inside(dest: &Path, dir: &Path) -> bool {
+    let Ok(store) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(mut dest) = std::path::absolute(dest) else {
+        return false;
+    };
+    // The nearest existing ancestor resolved, the rest kept as written.
+    let mut rest = Vec::new();
+    while !dest.exists() {
+        match (dest.file_name().map(ToOwned::to_owned), dest.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                dest = parent.to_path_buf();
+            }
+            _ => return false,
+        }
+    }
+    let Ok(mut resolved) = dest.canonicalize() else {
+        return false;
+    };
+    resolved.extend(rest.into_iter().rev());
+    resolved.starts_with(&store)
 }
 
 /// Every file's length under `dir`.

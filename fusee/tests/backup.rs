@@ -431,6 +431,16 @@ async fn a_backup_stopped_at_any_step_leaves_a_destination_refused_at_open() {
         "{refused:?}"
     );
     assert_eq!(std::fs::read(busy.join("note")).unwrap(), b"mine");
+    // So is one inside the store's own directory, and nothing is made.
+    let refused = engine.backup(src.join("backups/today")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Backup(fusee::BackupError::InsideStore { .. }))
+        ),
+        "{refused:?}"
+    );
+    assert!(!src.join("backups").exists());
     engine.close().await.expect("close");
     let _ = std::fs::remove_dir_all(&busy);
     let _ = std::fs::remove_dir_all(&src);

@@ -333,6 +333,8 @@ async fn backup_through_the_server_copies_the_live_store() {
         }
     };
     assert_eq!(runs(&dest).await, runs(&dir).await);
+    // And `fusee verify` finds nothing wrong with it.
+    stdout(&["verify", d], 0).await;
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&dest);
 }

@@ -57,8 +57,11 @@ impl StartOptions {
     /// The caller's trace context (a W3C `traceparent`): recorded in the
     /// run's `Start`, so it survives restarts; the run's span is its
     /// child, and its steps ([`StepContext::traceparent`](crate::StepContext::traceparent))
-    /// and children continue the trace. Without one, a run is the root of
-    /// a trace of its own. An attach to an existing run records nothing.
+    /// and children continue the trace. Without one, the current `tracing`
+    /// span's context is taken when the embedder's subscriber keeps
+    /// OpenTelemetry contexts (a `tracing-opentelemetry` layer; feature
+    /// `otel`); else a run is the root of a trace of its own. An attach to
+    /// an existing run records nothing.
     pub fn trace(mut self, parent: TraceParent) -> Self {
         self.trace = Some(parent);
         self

@@ -113,7 +113,7 @@ impl Engine {
             id: id.to_string(),
             input,
             policy: options.policy_of(),
-            trace: options.trace_of(),
+            trace: options.trace_of().or_else(crate::trace::current),
             version: options.version_of(),
             reply,
         })

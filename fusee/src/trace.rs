@@ -34,6 +34,32 @@ use fusee_core::record::{ParentRef, Payload, RunId, Seq, StartMeta};
 use fusee_core::shard::LoadedRun;
 use fusee_core::wire::checksum64;
 
+/// The context of the current `tracing` span, when the embedder's
+/// subscriber keeps OpenTelemetry contexts (the `tracing-opentelemetry`
+/// layer) and that span is in a valid trace: what a start without
+/// [`StartOptions::trace`](crate::StartOptions::trace) records, so a run
+/// started while handling a traced request joins the request's trace.
+/// `None` without the `otel` feature, outside any span, or with no such
+/// layer.
+pub(crate) fn current() -> Option<TraceParent> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let cx = tracing::Span::current().context();
+        let span = cx.span();
+        let sc = span.span_context();
+        if sc.is_valid() {
+            return TraceParent::new(
+                sc.trace_id().to_bytes(),
+                sc.span_id().to_bytes(),
+                sc.is_sampled(),
+            );
+        }
+    }
+    None
+}
+
 /// The attributes key the trace context is recorded under.
 const KEY: &str = "traceparent";
 

@@ -434,3 +434,68 @@ async fn a_crash_at_every_record_boundary_leaves_one_span_per_attempt() {
     assert_eq!(report.crash_points, report.records + 1);
     tokio::task::block_in_place(|| provider.shutdown()).expect("shutdown");
 }
+
+/// A start given no traceparent takes the current `tracing` span's
+/// context when the subscriber keeps OpenTelemetry contexts (the
+/// `tracing-opentelemetry` layer): the run's trace is the span's, and its
+/// step sees that trace. Outside the span, a start gets a trace of its own.
+#[tokio::test(flavor = "current_thread")]
+async fn a_start_in_a_traced_tracing_span_joins_its_trace() {
+    use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    use tracing::Instrument as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    const TRACED: Workflow<(), Option<String>> = Workflow::new("traced");
+    let tracer = SdkTracerProvider::builder().build().tracer("the embedder");
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+    // This thread's default: the current-thread runtime polls here.
+    let _default = tracing::subscriber::set_default(subscriber);
+    let kit = TestEngine::builder()
+        .config(Config::memory().shards(1))
+        .open(|e: &Engine| {
+            e.register(TRACED, |ctx: Ctx, ()| async move {
+                Ok::<_, Failure>(
+                    ctx.step("see", |step| async move {
+                        Ok::<_, StepError>(step.traceparent().map(|t| t.to_string()))
+                    })
+                    .await?,
+                )
+            });
+        })
+        .await
+        .expect("open");
+
+    let request = tracing::info_span!("request");
+    let trace_id = request.context().span().span_context().trace_id();
+    assert_ne!(
+        trace_id,
+        opentelemetry::trace::TraceId::INVALID,
+        "the layer keeps contexts"
+    );
+    kit.engine()
+        .start(TRACED, "in-span", &())
+        .instrument(request)
+        .await
+        .expect("start");
+    let seen = kit.result(TRACED, "in-span").await.expect("result");
+    let seen = seen.expect("a step sees its trace context");
+    assert_eq!(
+        seen.split('-').nth(1),
+        Some(trace_id.to_string().as_str()),
+        "the run joined the span's trace: {seen}"
+    );
+
+    kit.engine()
+        .start(TRACED, "outside", &())
+        .await
+        .expect("start");
+    let own = kit.result(TRACED, "outside").await.expect("result");
+    let own = own.expect("a step sees its trace context");
+    assert_ne!(
+        own.split('-').nth(1),
+        Some(trace_id.to_string().as_str()),
+        "{own}"
+    );
+}

@@ -453,6 +453,7 @@ impl ShardLoop {
             return Ok(known);
         }
         // Handlers register when the code runs (see `answer_query`).
+        self.start_deferred(run);
         self.settle(run, now_ms);
         // Stopped code would never run the handler: nothing is recorded
         // (a fixed deploy must not find an update its caller saw refused).
@@ -655,6 +656,7 @@ impl ShardLoop {
         }
         // Handlers register when the code runs: a run not polled since
         // recovery or the load above has none yet.
+        self.start_deferred(run);
         self.settle(run, now_ms);
         match self.live.get(&run) {
             Some(live) => ask_query(&std::rc::Rc::clone(&live.state), id, name, payload),
@@ -848,6 +850,8 @@ impl ShardLoop {
             error,
         })?;
         let view = JournalView::of(&journal);
+        // Its current step and any stop are in its code's state.
+        self.start_deferred(run);
         let Some(l) = self.core.get(run) else {
             return Err(Error::NotFound { id: id.to_string() });
         };

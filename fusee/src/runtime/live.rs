@@ -11,12 +11,18 @@
 //! - `stepping`: runs with a step attempt to start or to begin
 //!   ([`ShardLoop::start_steps`]).
 //! - `jobs`: step attempts started this iteration, for the driver.
+//! - `deferred`: recovered runs whose code has not started yet. A shard
+//!   opens without starting any run's code; each starts when something
+//!   reaches it (a record appended for it, a query, an update, a
+//!   describe) or, a bounded number per pass of the loop, when nothing
+//!   else is ready ([`ShardLoop::drive`]): timers due and new work go
+//!   first, and the open does not wait for every run's replay.
 //!
 //! # Invariants
 //!
-//! - A run is never both in `runs` and in `no_code`: code started or code
-//!   missing ([`Live::insert`] and [`Live::wait_for_code`] each clear the
-//!   other).
+//! - A run is in at most one of `runs`, `no_code` and `deferred`: code
+//!   started, code missing, or code not started yet ([`Live::insert`],
+//!   [`Live::wait_for_code`] and [`Live::defer`] keep that).
 //! - A run forgotten ([`Live::forget`]: finished, held, parked) leaves
 //!   every set at once, so no step starts for a run whose code is gone.
 //! - Jobs leave only through [`Live::take_jobs`], once per iteration.
@@ -26,6 +32,7 @@
 //!
 //! [`ShardLoop::start_waiting_code`]: super::ShardLoop::start_waiting_code
 //! [`ShardLoop::start_steps`]: super::ShardLoop::start_steps
+//! [`ShardLoop::drive`]: super::ShardLoop::drive
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -110,6 +117,11 @@ pub(super) struct Live {
     no_code: FxHashSet<RunId>,
     stepping: FxHashSet<RunId>,
     jobs: Vec<StepJob>,
+    /// Recovered runs whose code waits to start, in recovery order; a
+    /// run taken out of `deferred_set` early leaves a stale entry here,
+    /// skipped when reached.
+    deferred: VecDeque<RunId>,
+    deferred_set: FxHashSet<RunId>,
 }
 
 impl Live {
@@ -140,6 +152,7 @@ impl Live {
     /// Records that the run's code started (it no longer waits for code).
     pub(super) fn insert(&mut self, run: RunId, live: LiveRun) {
         self.no_code.remove(&run);
+        self.deferred_set.remove(&run);
         self.runs.insert(run, live);
     }
 
@@ -162,11 +175,14 @@ impl Live {
         self.runs.remove(&run);
         self.stepping.remove(&run);
         self.no_code.remove(&run);
+        self.deferred_set.remove(&run);
     }
 
     /// Drops every run's code: the shard stopped (closed or crashed).
     pub(super) fn clear(&mut self) {
         self.runs.clear();
+        self.deferred.clear();
+        self.deferred_set.clear();
     }
 
     /// Puts `run` on the ready queue.
@@ -195,7 +211,37 @@ impl Live {
 
     /// The run's code cannot start: its type or version has no code here.
     pub(super) fn wait_for_code(&mut self, run: RunId) {
+        self.deferred_set.remove(&run);
         self.no_code.insert(run);
+    }
+
+    /// A recovered run's code starts later (see the [module docs](self)).
+    pub(super) fn defer(&mut self, run: RunId) {
+        if !self.runs.contains_key(&run) && self.deferred_set.insert(run) {
+            self.no_code.remove(&run);
+            self.deferred.push_back(run);
+        }
+    }
+
+    /// Takes `run` out of the deferred runs: true if its code was waiting
+    /// to start (the caller starts it now).
+    pub(super) fn undefer(&mut self, run: RunId) -> bool {
+        self.deferred_set.remove(&run)
+    }
+
+    /// The next deferred run, taken out of them, if any.
+    pub(super) fn next_deferred(&mut self) -> Option<RunId> {
+        while let Some(run) = self.deferred.pop_front() {
+            if self.deferred_set.remove(&run) {
+                return Some(run);
+            }
+        }
+        None
+    }
+
+    /// Whether some recovered run's code has not started yet.
+    pub(super) fn has_deferred(&self) -> bool {
+        !self.deferred_set.is_empty()
     }
 
     /// Whether the run waits for its code to be registered.

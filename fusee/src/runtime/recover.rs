@@ -1,7 +1,8 @@
 //! Opening a shard: its parts, its last checkpoint and index, and the log
 //! after the checkpoint replayed through the core, in that order (the
-//! recovery order of the storage contract). Then every unfinished run's
-//! code starts again, replaying its journal.
+//! recovery order of the storage contract). Every unfinished run's code
+//! starts again later, replaying its journal: when something reaches the
+//! run, or when the loop has nothing else to do (`live`).
 
 use std::collections::VecDeque;
 
@@ -127,7 +128,9 @@ impl ShardLoop {
         for run in unfinished {
             // Offers made during replay emitted no events: make them again.
             this.core.reoffer(run);
-            this.start_code(run);
+            // Its code starts when something reaches it, or when the loop
+            // has nothing else to do (`live`'s docs): not in the open.
+            this.live.defer(run);
         }
         // Every message not acknowledged before the crash goes out again.
         this.mail.route_pending();

@@ -177,6 +177,14 @@ impl ShardLoop {
         self.wake(run);
     }
 
+    /// Starts `run`'s code now if it was a recovered run whose code had not
+    /// started (something reached it: a record, a query, an update).
+    pub(super) fn start_deferred(&mut self, run: RunId) {
+        if self.live.undefer(run) {
+            self.start_code(run);
+        }
+    }
+
     /// Starts the code of runs that waited for their type's registration.
     pub(super) fn start_waiting_code(&mut self) {
         for run in self.live.waiting_for_code() {
@@ -193,10 +201,25 @@ impl ShardLoop {
     /// handing out deliveries, within `budget`. False if the budget ran
     /// out with work left.
     pub(super) fn drive(&mut self, now_ms: u64, budget: &mut usize) -> bool {
+        let mut starts = 0;
         loop {
             self.process_events(now_ms);
             let Some(run) = self.live.pop_ready() else {
-                return true;
+                // Recovered runs' code, with nothing else ready, a bounded
+                // number per pass: what comes due meanwhile goes first. A
+                // closing shard starts none (their journals are durable).
+                if !self.live.has_deferred() || self.life.is_closing() {
+                    return true;
+                }
+                if *budget == 0 || starts == super::DEFERRED_STARTS_MAX {
+                    return false;
+                }
+                if let Some(run) = self.live.next_deferred() {
+                    *budget -= 1;
+                    starts += 1;
+                    self.start_code(run);
+                }
+                continue;
             };
             if *budget == 0 {
                 self.wake(run);

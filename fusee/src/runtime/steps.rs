@@ -94,8 +94,8 @@ impl ShardLoop {
                 if !durable {
                     continue;
                 }
-                let key: Arc<str> = Arc::from(format!("{id}/{run}/{seq}"));
-                let mut cx = StepContext::new(key, attempt).with_fencing_token(token);
+                let mut cx =
+                    StepContext::new(Arc::clone(&id), run, seq, attempt).with_fencing_token(token);
                 if let Some(t) = trace {
                     cx = cx.traced(t, seq);
                 }

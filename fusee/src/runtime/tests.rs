@@ -304,3 +304,96 @@ fn telemetry_counts_records_when_durable_and_not_before() {
     drop((ticket, shard));
     assert_eq!(starts(), 1, "a record lost to a crash was counted");
 }
+
+const SLEEPER: Workflow<u64, ()> = Workflow::new("sleeper");
+
+fn sleeper_registry() -> Registry {
+    let registry = Registry::default();
+    registry
+        .register(SLEEPER, |ctx: Ctx, secs: u64| async move {
+            ctx.sleep("nap", Duration::from_secs(secs)).await?;
+            Ok::<_, Failure>(())
+        })
+        .expect("a fresh registry");
+    registry
+}
+
+/// A shard reopened after a crash starts no run's code in its open: a
+/// timer already due fires, and its run's code runs to its end, in the
+/// first pass of the loop, while most of the other recovered runs' code
+/// has not started yet (a bounded number start per pass, when nothing else
+/// is ready). Then every run's code starts, and none is stopped.
+#[test]
+fn a_reopened_shard_fires_a_due_timer_before_starting_every_runs_code() {
+    const SLEEPERS: usize = 2_000;
+    let storage = MemoryStorage::new();
+    let mut shard = ShardLoop::open(
+        &AnyStorage::Memory(storage.clone()),
+        0,
+        config(),
+        sleeper_registry(),
+        START_MS,
+    )
+    .unwrap();
+    let start = |shard: &mut ShardLoop, id: String, secs: u64| {
+        let (reply, _started) = oneshot::channel();
+        shard.handle(Input::Start {
+            wtype: SLEEPER.name().into(),
+            id,
+            input: secs.to_string().into_bytes(),
+            policy: IdPolicy::NewOnly,
+            trace: None,
+            version: None,
+            reply,
+        });
+    };
+    for i in 0..SLEEPERS {
+        start(&mut shard, format!("late-{i}"), 3_600);
+    }
+    start(&mut shard, "soon".into(), 10);
+    settle(&mut shard, START_MS);
+    drop(shard);
+
+    // The crash, then the open, 20 s later: "soon" is overdue.
+    let now_ms = START_MS + 20_000;
+    let storage = AnyStorage::Memory(storage.crash());
+    let mut shard = ShardLoop::open(&storage, 0, config(), sleeper_registry(), now_ms).unwrap();
+    let runs: Vec<_> = (0..SLEEPERS)
+        .map(|i| format!("late-{i}"))
+        .chain(["soon".to_string()])
+        .map(|id| match shard.core.find(&id) {
+            Some(fusee_core::shard::Found::Loaded(run)) => run,
+            other => panic!("{id} is not loaded after the open: {other:?}"),
+        })
+        .collect();
+    let soon = runs[SLEEPERS];
+    let started = |shard: &ShardLoop| runs.iter().filter(|r| shard.live.get(r).is_some()).count();
+    assert_eq!(started(&shard), 0, "the open started runs' code");
+
+    let _ = shard.run(now_ms);
+    assert!(
+        shard.core.get(soon).is_some_and(|l| l.done.is_some()),
+        "the overdue timer's run did not end in the first pass"
+    );
+    let first_pass = started(&shard);
+    assert!(
+        first_pass <= super::DEFERRED_STARTS_MAX + 1,
+        "{first_pass} runs' code started in the first pass"
+    );
+
+    settle(&mut shard, now_ms);
+    assert_eq!(
+        started(&shard),
+        SLEEPERS,
+        "every unfinished run's code starts (the finished one's is gone)"
+    );
+    for run in &runs[..SLEEPERS] {
+        let live = shard.live.get(run).expect("started");
+        assert!(
+            live.stopped.is_none(),
+            "run {run} stopped: {:?}",
+            live.stopped
+        );
+        assert!(shard.core.get(*run).is_some_and(|l| l.done.is_none()));
+    }
+}

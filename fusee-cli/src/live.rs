@@ -282,6 +282,30 @@ fn done(verb: &str, id: &str, reply: Option<&StartReply>, json: bool) -> Result<
 }
 
 /// `fusee start|signal|cancel|terminate|pause|resume|reset --url URL ...`.
+/// `fusee backup --url URL DEST`: the server's engine backs its store up
+/// into DEST (on the server's machine) while it runs.
+pub(crate) fn backup(a: &crate::migrate::BackupArgs) -> Result<ExitCode, CliError> {
+    let dest = a.live_dest()?.display().to_string();
+    let client = client(&a.remote)?;
+    let reply = block_on(async { client.backup(&dest).await.map_err(from_client) })?;
+    if a.json {
+        emit_json(&serde_json::to_value(&reply).map_err(|e| CliError::Other(e.to_string()))?)?;
+    } else {
+        let longest = reply.pauses.iter().map(|p| p.paused_us).max().unwrap_or(0);
+        emit(&format!(
+            "backed up into {}: {} shards, {} runs, {} bytes; longest shard pause {:.1} ms, \
+             {:.1} ms in all\n",
+            reply.dest,
+            reply.shards,
+            reply.runs,
+            reply.bytes,
+            longest as f64 / 1000.0,
+            reply.took_us as f64 / 1000.0
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
     let (remote, json) = verb.remote();
     let client = client(remote)?;

@@ -199,6 +199,14 @@ enum Command {
     /// refused at open until the command is run again. To reshard in
     /// place: reshard into a new directory, then swap the directories.
     Reshard(migrate::ReshardArgs),
+    /// Backs up a store. `fusee backup SRC DEST`: a stopped engine's
+    /// store, written by `migrate` into a new directory of the same backend
+    /// and checked run by run. `fusee backup --url URL DEST`: a live
+    /// engine, through its server (admin token): a consistent copy while it
+    /// runs, into DEST on the server's machine. A store a live engine holds
+    /// is locked: go through its server, or `Engine::backup` in the program
+    /// that runs it.
+    Backup(migrate::BackupArgs),
     #[command(flatten)]
     Verb(Verb),
 }
@@ -415,6 +423,10 @@ mod live {
     pub(crate) fn verb(_: Verb) -> Result<ExitCode, CliError> {
         refuse()
     }
+
+    pub(crate) fn backup(_: &crate::migrate::BackupArgs) -> Result<ExitCode, CliError> {
+        refuse()
+    }
 }
 
 /// `DIR ID` offline, `ID` with --url.
@@ -459,6 +471,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Compare(a) => compare::run(a),
         Command::Migrate(a) => migrate::run(&a, None),
         Command::Reshard(a) => migrate::run(&a.migrate, Some(a.shards)),
+        Command::Backup(a) => migrate::backup(&a),
         Command::Check { dir, json } => {
             eprintln!(
                 "note: this fusee binary holds no workflow code: every unfinished run is listed \

@@ -52,6 +52,93 @@ pub(crate) struct ReshardArgs {
     pub(crate) shards: u32,
 }
 
+/// `fusee backup`'s arguments: `SRC DEST` for a stopped store, `--url URL
+/// DEST` for a live engine's server.
+#[derive(clap::Args, Debug)]
+pub(crate) struct BackupArgs {
+    /// The stopped store's directory, then a new or empty directory; with
+    /// --url, the destination only (a directory on the server's machine).
+    #[arg(num_args = 1..=2, required = true, value_name = "SRC DEST")]
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) remote: crate::Remote,
+    /// JSON on stdout instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl BackupArgs {
+    /// The destination of a backup through `--url`.
+    pub(crate) fn live_dest(&self) -> Result<&std::path::Path, CliError> {
+        match self.paths.as_slice() {
+            [dest] => Ok(dest),
+            _ => Err(CliError::Usage(
+                "backup --url takes the destination only: fusee backup --url URL DEST".into(),
+            )),
+        }
+    }
+}
+
+/// Runs `fusee backup`: through the server with `--url`; else `migrate`
+/// into the source's own backend, after telling a store a live engine
+/// holds from any other refusal.
+pub(crate) fn backup(a: &BackupArgs) -> Result<ExitCode, CliError> {
+    if a.remote.url.is_some() {
+        return crate::live::backup(a);
+    }
+    let [source, destination] = a.paths.as_slice() else {
+        return Err(CliError::Usage(
+            "backup takes the stopped store's directory and a new one: fusee backup SRC DEST \
+             (or fusee backup --url URL DEST for a live engine's server)"
+                .into(),
+        ));
+    };
+    let a = Plain {
+        source,
+        destination,
+        json: a.json,
+    };
+    let backend = fusee::inspect::backend_of(a.source)?;
+    if matches!(backend, Backend::Memory | Backend::Postgres) {
+        return Err(CliError::Usage(format!(
+            "{} is a {backend} store: back up PostgreSQL with pg_dump (see \
+             fusee-storage-postgres/DEPLOYMENT.md)",
+            a.source.display()
+        )));
+    }
+    let locked = std::fs::OpenOptions::new()
+        .read(true)
+        .open(a.source.join("LOCK"))
+        .is_ok_and(|f| f.try_lock_shared().is_err());
+    if locked {
+        return Err(CliError::Other(format!(
+            "an engine holds {}: this command reads stopped stores only; back a live \
+             store up through its server (fusee backup --url URL DEST) or with \
+             Engine::backup in the program that runs the engine (a consistent copy \
+             while it runs)",
+            a.source.display()
+        )));
+    }
+    run(
+        &Args {
+            source: a.source.display().to_string(),
+            destination: a.destination.display().to_string(),
+            to: backend,
+            source_schema: "fusee".into(),
+            schema: "fusee".into(),
+            json: a.json,
+        },
+        None,
+    )
+}
+
+/// A stopped store's backup: its directories.
+struct Plain<'a> {
+    source: &'a PathBuf,
+    destination: &'a PathBuf,
+    json: bool,
+}
+
 fn is_url(s: &str) -> bool {
     s.starts_with("postgresql://") || s.starts_with("postgres://")
 }

@@ -855,3 +855,39 @@ async fn postgres_inbox_rows_are_carried_by_migrate_and_reshard() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// `fusee backup`: a stopped store copied into its own backend, journals
+/// byte-equal; a store an engine holds refused with the way to back it up
+/// live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_copies_a_stopped_store_and_points_a_live_one_at_the_engine() {
+    let _serial = serial().await;
+    let src = build_crashed("file", "backup-src").await;
+    let dst = temp_dir("backup-dst");
+    let out = fusee(&["backup", s(&src), s(&dst)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(journals(&dst), journals(&src));
+    // A live engine's store.
+    let clock = VirtualClock::new(START_MS + 40_000);
+    let engine = Engine::open(config("file", &src, &clock))
+        .await
+        .expect("opens");
+    let dst2 = temp_dir("backup-dst-live");
+    let out = fusee(&["backup", s(&src), s(&dst2)]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("an engine holds") && err.contains("Engine::backup"),
+        "{err}"
+    );
+    assert!(!dst2.exists(), "nothing is written for a live store");
+    engine.close().await.expect("close");
+    for d in [&src, &dst, &dst2] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

@@ -54,6 +54,7 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(reset))
         .routes(routes!(workflows))
         .routes(routes!(shards))
+        .routes(routes!(backup))
         .routes(routes!(list_schedules))
         .routes(routes!(describe_schedule, delete_schedule))
         .routes(routes!(pause_schedule))
@@ -742,6 +743,36 @@ async fn workflows(State(app): State<App>) -> Json<Vec<String>> {
     responses((status = 200, body = Vec<ShardInfo>)))]
 async fn shards(State(app): State<App>) -> Json<Vec<ShardInfo>> {
     Json(shard_infos(&app.engine).await)
+}
+
+/// An online backup of the store into a new directory on the server's
+/// machine (admin token): every shard paused at one cut while it is
+/// copied; restore is opening the copy. A PostgreSQL store is refused
+/// (`pg_dump`).
+#[utoipa::path(post, path = "/api/v1/backup", tag = "meta", request_body = BackupRequest,
+    responses((status = 200, body = BackupReply), (status = 400, body = ErrorBody),
+    (status = 409, body = ErrorBody)))]
+async fn backup(State(app): State<App>, Body(r): Body<BackupRequest>) -> Reply<BackupReply> {
+    if r.dest.is_empty() {
+        return Err(ApiError::bad_request("dest is empty".to_string()));
+    }
+    let report = app.engine.backup(&r.dest).await?;
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    Ok(Json(BackupReply {
+        dest: report.dest.display().to_string(),
+        shards: report.shards,
+        runs: report.runs,
+        bytes: report.bytes,
+        pauses: report
+            .pauses
+            .iter()
+            .map(|&(shard, d)| BackupPause {
+                shard,
+                paused_us: micros(d),
+            })
+            .collect(),
+        took_us: micros(report.took),
+    }))
 }
 
 /// Each shard's state and figures.

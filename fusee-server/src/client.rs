@@ -24,10 +24,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::model::{
-    BulkReply, BulkRequest, ChainLink, Deleted, Description, ErrorBody, ExecuteRequest, LimitInfo,
-    PauseRequest, QueryRequest, QueueInfo, ReasonRequest, ResetRequest, ResultReply, RunsPage,
-    RunsQuery, ScheduleInfo, ShardInfo, SignalRequest, StartReply, StartRequest, UpdateRequest,
-    ValueReply,
+    BackupReply, BackupRequest, BulkReply, BulkRequest, ChainLink, Deleted, Description, ErrorBody,
+    ExecuteRequest, LimitInfo, PauseRequest, QueryRequest, QueueInfo, ReasonRequest, ResetRequest,
+    ResultReply, RunsPage, RunsQuery, ScheduleInfo, ShardInfo, SignalRequest, StartReply,
+    StartRequest, UpdateRequest, ValueReply,
 };
 
 /// Why a [`Client`] call failed.
@@ -352,6 +352,15 @@ impl Client {
     /// with `dry_run`).
     pub async fn bulk(&self, request: &BulkRequest) -> Result<BulkReply, ClientError> {
         self.post(&["api", "v1", "bulk"], request).await
+    }
+
+    /// An online backup of the engine's store into `dest`, a new or empty
+    /// directory on the server's machine (admin token).
+    pub async fn backup(&self, dest: &str) -> Result<BackupReply, ClientError> {
+        let request = BackupRequest {
+            dest: dest.to_string(),
+        };
+        self.post(&["api", "v1", "backup"], &request).await
     }
 
     /// The registered workflow types.

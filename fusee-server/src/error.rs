@@ -108,6 +108,17 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::BadSignalKey { .. } => (StatusCode::BAD_REQUEST, "bad_signal_key"),
         // A finished run's journal let go after its history retention.
         E::HistoryGone { .. } => (StatusCode::GONE, "history_gone"),
+        E::Backup(b) => match b {
+            fusee::BackupError::NotEmpty(_) => (StatusCode::CONFLICT, "backup_not_empty"),
+            fusee::BackupError::Busy => (StatusCode::CONFLICT, "backup_busy"),
+            fusee::BackupError::InsideStore { .. } => {
+                (StatusCode::BAD_REQUEST, "backup_inside_store")
+            }
+            fusee::BackupError::Postgres | fusee::BackupError::NoBackend => {
+                (StatusCode::BAD_REQUEST, "backup_unsupported")
+            }
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "backup_failed"),
+        },
         // A kind added to the engine after this server was written.
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }

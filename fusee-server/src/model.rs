@@ -378,6 +378,45 @@ pub struct BulkReply {
     pub dry_run: bool,
 }
 
+/// `POST /api/v1/backup`: an online backup of the engine's store
+/// (`fusee::Engine::backup`) into a new directory on the server's machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct BackupRequest {
+    /// The destination: a new or empty directory, as the server's process
+    /// sees paths.
+    pub dest: String,
+}
+
+/// What a backup did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct BackupReply {
+    /// Where the copy is.
+    pub dest: String,
+    /// Shards copied.
+    pub shards: u32,
+    /// Runs the copy holds.
+    pub runs: u64,
+    /// The copy's size on disk, in bytes.
+    pub bytes: u64,
+    /// Each shard's pause, in shard order.
+    pub pauses: Vec<BackupPause>,
+    /// The whole backup, in microseconds.
+    pub took_us: u64,
+}
+
+/// How long one shard was paused by a backup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct BackupPause {
+    /// The shard.
+    pub shard: u32,
+    /// From when it stopped taking requests until it went on, in
+    /// microseconds.
+    pub paused_us: u64,
+}
+
 /// A shard as this engine sees it (`GET /api/v1/shards`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(ToSchema))]

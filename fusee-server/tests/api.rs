@@ -835,6 +835,7 @@ const SERVED: &[&str] = &[
     "POST /api/v1/runs/{id}/reset",
     "GET /api/v1/workflows",
     "GET /api/v1/shards",
+    "POST /api/v1/backup",
     "GET /api/v1/schedules",
     "GET /api/v1/schedules/{id}",
     "DELETE /api/v1/schedules/{id}",

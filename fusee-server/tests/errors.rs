@@ -150,6 +150,30 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "history_gone",
         ),
         (
+            Error::Backup(fusee::BackupError::NotEmpty("/x".into())),
+            409,
+            "backup_not_empty",
+        ),
+        (Error::Backup(fusee::BackupError::Busy), 409, "backup_busy"),
+        (
+            Error::Backup(fusee::BackupError::InsideStore {
+                dest: "/s/b".into(),
+                store: "/s".into(),
+            }),
+            400,
+            "backup_inside_store",
+        ),
+        (
+            Error::Backup(fusee::BackupError::Postgres),
+            400,
+            "backup_unsupported",
+        ),
+        (
+            Error::Backup(fusee::BackupError::ShardGone(1)),
+            500,
+            "backup_failed",
+        ),
+        (
             Error::Open(OpenError::FeatureDisabled {
                 backend: Backend::Redb,
                 feature: "redb",

@@ -92,6 +92,8 @@ struct Inner {
     shards: Arc<Shards>,
     telemetry: Option<Arc<Telemetry>>,
     closed: AtomicBool,
+    /// Held while a backup runs (`Engine::backup`: one at a time).
+    backup: std::sync::Mutex<()>,
 }
 
 impl Drop for Inner {
@@ -255,6 +257,7 @@ impl Engine {
                 shards,
                 telemetry,
                 closed: AtomicBool::new(false),
+                backup: std::sync::Mutex::new(()),
             }),
         })
     }
@@ -774,6 +777,102 @@ impl Engine {
     /// opened and lost, and why it is not owned.
     pub fn shard_status(&self) -> Vec<ShardStatus> {
         self.inner.shards.status()
+    }
+
+    /// Writes a consistent copy of the store into the new directory `dest`
+    /// while the engine keeps running (refused if `dest` exists and is not
+    /// empty); restoring is opening `dest` with the same backend and shard
+    /// count (`Config::file(dest)` for the file backend and for an
+    /// in-memory engine, whose copy is a file store). Every owned shard is
+    /// paused at one cut (flushed, checkpointed, held) while it is copied;
+    /// the report says how long. Design and guarantees: [`crate::backup`].
+    /// A PostgreSQL store is refused ([`crate::BackupError::Postgres`]):
+    /// back it up with the server's tools.
+    pub async fn backup(&self, dest: impl AsRef<std::path::Path>) -> Result<crate::BackupReport> {
+        self.backup_with(dest, Box::new(|_| std::ops::ControlFlow::Continue(())))
+            .await
+    }
+
+    /// [`Engine::backup`], telling `progress` each step (which may stop the
+    /// backup, leaving its destination refused at open).
+    pub async fn backup_with(
+        &self,
+        dest: impl AsRef<std::path::Path>,
+        progress: crate::backup::BackupProgress,
+    ) -> Result<crate::BackupReport> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let dest = dest.as_ref().to_path_buf();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            // One at a time: a shard holds one backup's hold.
+            let Ok(_one) = inner.backup.try_lock() else {
+                return Err(crate::BackupError::Busy.into());
+            };
+            let session = crate::backup::Session::start(
+                &inner.storage,
+                &inner.config.storage,
+                &dest,
+                progress,
+            )?;
+            let owned = inner.shards.owned();
+            let mut holds = session.holds(&owned);
+            inner.shards.each_owned(|shard, h| {
+                if let Some(i) = holds.iter().position(|(s, _)| *s == shard) {
+                    let (_, hold) = holds.swap_remove(i);
+                    // Not sent: the hold comes back and is dropped, which
+                    // gives the backup up.
+                    let _ = h.tx.send(Input::Backup { hold });
+                }
+            });
+            drop(holds);
+            Ok(session.finish()?)
+        })
+        .await
+        .map_err(|e| Error::Config(format!("the backup task failed: {e}")))?
+    }
+
+    /// A deliberately inconsistent backup, for the tests that show the
+    /// barrier of [`Engine::backup`] is needed (feature `testing`): each
+    /// shard is cut, copied and let go alone, one after another with `gap`
+    /// between them, so messages between shards may fall between two
+    /// copies.
+    #[cfg(feature = "testing")]
+    pub async fn backup_without_barrier(
+        &self,
+        dest: impl AsRef<std::path::Path>,
+        gap: std::time::Duration,
+    ) -> Result<crate::BackupReport> {
+        let dest = dest.as_ref().to_path_buf();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let Ok(_one) = inner.backup.try_lock() else {
+                return Err(crate::BackupError::Busy.into());
+            };
+            let mut session = crate::backup::Session::start(
+                &inner.storage,
+                &inner.config.storage,
+                &dest,
+                Box::new(|_| std::ops::ControlFlow::Continue(())),
+            )?;
+            for shard in inner.shards.owned() {
+                let mut hold = Some(session.hold_alone(shard));
+                inner.shards.each_owned(|s, h| {
+                    if s == shard
+                        && let Some(hold) = hold.take()
+                    {
+                        let _ = h.tx.send(Input::Backup { hold });
+                    }
+                });
+                drop(hold);
+                session.wait_one();
+                std::thread::sleep(gap);
+            }
+            Ok(session.finish()?)
+        })
+        .await
+        .map_err(|e| Error::Config(format!("the backup task failed: {e}")))?
     }
 
     /// Closes the engine: stops taking requests, lets runs reach a quiescent

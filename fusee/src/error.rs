@@ -167,6 +167,10 @@ pub enum Error {
     /// Another engine setting is wrong.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// An online backup failed ([`crate::Engine::backup`]); its
+    /// destination is refused at open (or untouched).
+    #[error("backup failed: {0}")]
+    Backup(#[from] crate::backup::BackupError),
     /// A string [`crate::Engine::complete`] was given that no
     /// [`crate::Ctx::promise`] made; nothing was recorded.
     #[error("{promise:?} is not a promise ID: {reason}")]

@@ -55,6 +55,7 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`Engine`] | open, register, start, execute, signal, update, update_once (keyed: retried safely), update_with_start, query, cancel, terminate, result, describe, metrics, close |
+//! | [`Engine::backup`] | a consistent copy of a live directory store (file, redb, RocksDB) in a new directory, every shard cut at one instant; restore is opening it ([`backup`], [`BackupReport`]) |
 //! | operator verbs on [`Engine`] | [`Engine::pause`], [`Engine::resume`], [`Engine::reset`], [`Engine::list`] ([`ListFilter`], [`Page`]), [`Engine::cancel_all`], [`Engine::terminate_all`] |
 //! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock, [`Ownership`] |
 //! | [`Ownership::Lease`] | several processes on one PostgreSQL store, each owning the shards whose leases it holds and taking over a dead one's; a call for a shard owned elsewhere is [`Error::NotOwner`]; [`Engine::owned_shards`], [`Engine::shard_status`] ([`ownership`]) |
@@ -99,6 +100,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+pub mod backup;
 pub mod check;
 mod client;
 pub mod clock;
@@ -144,6 +146,7 @@ pub(crate) fn test_pg_url() -> Option<String> {
 }
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use backup::{BackupError, BackupReport};
 pub use check::ReplayReport;
 pub use client::{
     CurrentStep, Cursor, Description, Divergence, IdPolicy, InFlightStep, ListFilter, Page,

@@ -158,8 +158,10 @@ mod check;
 mod copy;
 mod reshard;
 
+pub(crate) use check::runs_in;
 pub use check::{CheckReport, compare};
 pub use copy::{CopyReport, Inboxes, copy_storage};
+pub(crate) use copy::{SourceShard, copy_parts};
 pub use reshard::GONE;
 
 /// Why a migration failed.
@@ -602,7 +604,10 @@ impl StoreVisitor for Shards {
     }
 }
 
-fn mark_incomplete(dst: &AnyStorage, target: &StorageConfig) -> Result<(), MigrateError> {
+pub(crate) fn mark_incomplete(
+    dst: &AnyStorage,
+    target: &StorageConfig,
+) -> Result<(), MigrateError> {
     let err = MigrateError::storage("destination", None);
     match dst {
         #[cfg(feature = "postgres")]
@@ -614,7 +619,7 @@ fn mark_incomplete(dst: &AnyStorage, target: &StorageConfig) -> Result<(), Migra
 }
 
 /// Closes `dst` and takes the mark back: the destination opens from now on.
-fn mark_complete(dst: AnyStorage, target: &StorageConfig) -> Result<(), MigrateError> {
+pub(crate) fn mark_complete(dst: AnyStorage, target: &StorageConfig) -> Result<(), MigrateError> {
     let err = MigrateError::storage("destination", None);
     #[cfg(feature = "postgres")]
     if let AnyStorage::Postgres(pg) = &dst {

@@ -219,3 +219,34 @@ async fn a_pg_dump_taken_live_restores_into_a_fresh_database_and_its_runs_carry_
     psql(&url, &format!("DROP DATABASE \"{database}\" WITH (FORCE)"));
     psql(&url, &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
 }
+
+/// `Engine::backup` on a PostgreSQL store refuses, naming the server's
+/// tools and this crate's deployment guide, and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_backup_of_a_postgres_store_points_at_pg_dump() {
+    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
+    if url.is_empty() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
+        );
+        eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
+        return;
+    }
+    let schema = format!("t_pg_backup_{}", std::process::id());
+    let engine = Engine::open(config(&url, &schema)).await.expect("open");
+    let dest = std::env::temp_dir().join(format!("fusee-pg-backup-{}", std::process::id()));
+    let refused = engine.backup(&dest).await;
+    match refused {
+        Err(fusee::Error::Backup(fusee::BackupError::Postgres)) => {}
+        other => panic!("a PostgreSQL backup through the engine: {other:?}"),
+    }
+    let text = fusee::Error::Backup(fusee::BackupError::Postgres).to_string();
+    assert!(
+        text.contains("pg_dump") && text.contains("DEPLOYMENT.md"),
+        "{text}"
+    );
+    assert!(!dest.exists(), "the refused backup created its destination");
+    engine.close().await.expect("close");
+    psql(&url, &format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+}

@@ -131,16 +131,22 @@ pub(crate) fn same_run(
 
 /// How many runs (loaded or parked) a rebuilt shard holds.
 pub(crate) fn runs_held<R>(view: &ShardView<R>) -> u64 {
+    runs_in(&view.core)
+}
+
+/// How many runs (loaded or parked) `core` holds: a rebuilt shard's, or a
+/// live one's (a backup's check, [`crate::backup`]).
+pub(crate) fn runs_in(core: &fusee_core::shard::ShardCore) -> u64 {
     let mut held = 0u64;
-    let mut cursor = view.core.newest_first();
+    let mut cursor = core.newest_first();
     loop {
-        let batch = cursor.next_batch(&view.core, 4096);
+        let batch = cursor.next_batch(core, 4096);
         if batch.is_empty() {
             return held;
         }
         held += batch
             .into_iter()
-            .filter(|&r| view.core.get(r).is_some() || view.core.parked(r).is_some())
+            .filter(|&r| core.get(r).is_some() || core.parked(r).is_some())
             .count() as u64;
     }
 }

@@ -109,8 +109,46 @@ fn copy_shard<S: Storage, D: Storage>(
     out: &mut CopyReport,
 ) -> Result<(), MigrateError> {
     let from = MigrateError::storage("source", Some(shard));
-    let to = MigrateError::storage("destination", Some(shard));
     let mut s = src.open_shard(shard).map_err(&from)?;
+    let inbox = src_inbox.take(&mut s.log).map_err(&from)?;
+    let source = SourceShard {
+        checkpoint: s.recovered.checkpoint.as_deref(),
+        log: &mut s.log,
+        runs: &mut s.runs,
+        index: &mut s.checkpoint,
+    };
+    copy_parts(source, inbox, dst, shard, dst_inbox, progress, out)
+}
+
+/// A source shard's parts as the copier reads them: a stopped store's
+/// shard opened for the copy, or a live engine's shard held at its
+/// checkpoint ([`crate::backup`]).
+pub(crate) struct SourceShard<'a, L, R, C> {
+    /// The last commit's checkpoint bytes (`None`: the shard never took
+    /// one).
+    pub(crate) checkpoint: Option<&'a [u8]>,
+    /// The log (read after the checkpoint's LSN).
+    pub(crate) log: &'a mut L,
+    /// The run store (the frames the commit names).
+    pub(crate) runs: &'a mut R,
+    /// The checkpoint part (the last commit's index).
+    pub(crate) index: &'a mut C,
+}
+
+/// Copies one source shard's last commit, the frames it names, its log
+/// tail and `inbox` (its inbox messages, already read) into the new shard
+/// `shard` of `dst`.
+pub(crate) fn copy_parts<L: LogStore, R: RunStore, C: CheckpointStore, D: Storage>(
+    s: SourceShard<'_, L, R, C>,
+    inbox: Vec<Vec<u8>>,
+    dst: &D,
+    shard: u32,
+    dst_inbox: &mut dyn Inboxes<D::Log>,
+    progress: Progress<'_>,
+    out: &mut CopyReport,
+) -> Result<(), MigrateError> {
+    let from = MigrateError::storage("source", Some(shard));
+    let to = MigrateError::storage("destination", Some(shard));
     let mut d = dst.open_shard(shard).map_err(&to)?;
     if d.recovered.checkpoint.is_some() || d.recovered.store_position != 0 || d.log.last_lsn() != 0
     {
@@ -123,13 +161,10 @@ fn copy_shard<S: Storage, D: Storage>(
             detail: e.to_string(),
         }
     };
-    let inbox = src_inbox.take(&mut s.log).map_err(&from)?;
     out.inbox_messages += inbox.len() as u64;
     let posted = inbox.is_empty() || dst_inbox.post(&mut d.log, shard, &inbox).map_err(&to)?;
     let checkpoint = s
-        .recovered
         .checkpoint
-        .as_deref()
         .map(Checkpoint::decode)
         .transpose()
         .map_err(|e| damaged("checkpoint")(&e))?;
@@ -141,7 +176,7 @@ fn copy_shard<S: Storage, D: Storage>(
         for run in &mut cp.runs {
             if let Some(blob) = run.blob {
                 let new = copy_frame(
-                    &mut s.runs,
+                    &mut *s.runs,
                     &mut d.runs,
                     blob,
                     base,
@@ -163,8 +198,8 @@ fn copy_shard<S: Storage, D: Storage>(
         let mut chunk = Vec::with_capacity(CHUNK_BYTES + RECORD);
         let mut failed: Option<MigrateError> = None;
         let mut parked = 0u64;
-        let (sruns, druns, dcp) = (&mut s.runs, &mut d.runs, &mut d.checkpoint);
-        s.checkpoint
+        let (sruns, druns, dcp) = (&mut *s.runs, &mut d.runs, &mut d.checkpoint);
+        s.index
             .read_index(&mut |records| {
                 if failed.is_some() {
                     return Ok(());

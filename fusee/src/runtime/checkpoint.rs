@@ -29,6 +29,9 @@ pub(super) struct Checkpoints {
     /// one, is never taken for one whose first open was interrupted (which
     /// may be opened with more shards: see `Engine::interrupted_creation`).
     taken: bool,
+    /// A backup's hold waiting for the next checkpoint (`backup`): it makes
+    /// one due at once, whatever was logged.
+    hold: Option<super::backup::Hold>,
 }
 
 impl Checkpoints {
@@ -38,7 +41,28 @@ impl Checkpoints {
             since: 0,
             at_ms: now_ms,
             taken,
+            hold: None,
         }
+    }
+
+    /// A checkpoint was committed at `now_ms` (a hold waiting stays).
+    fn committed(&mut self, now_ms: u64) {
+        self.since = 0;
+        self.at_ms = now_ms;
+        self.taken = true;
+    }
+
+    /// A backup's hold waits for the next checkpoint (one at a time: a
+    /// second is dropped, which its backup hears).
+    pub(super) fn ask_hold(&mut self, hold: super::backup::Hold) {
+        if self.hold.is_none() {
+            self.hold = Some(hold);
+        }
+    }
+
+    /// The hold waiting, taken out.
+    pub(super) fn take_hold(&mut self) -> Option<super::backup::Hold> {
+        self.hold.take()
     }
 
     /// `bytes` of log were appended.
@@ -60,9 +84,15 @@ impl ShardLoop {
     pub(super) fn maybe_checkpoint(&mut self, now_ms: u64) {
         let due = self.checkpoint_due(now_ms);
         let closing = self.life.is_closing();
-        if !(due || closing) || self.life.has_failed() {
+        if self.life.has_failed() {
+            // A backup waiting hears of the failure from its dropped hold.
+            drop(self.checkpoints.take_hold());
             return;
         }
+        if !(due || closing) {
+            return;
+        }
+        let backup = self.checkpoints.hold.is_some();
         if closing && (self.has_runnable_work() || self.seals.is_out()) {
             // Let the code that can go on without the disk reach quiescence
             // first; its records are flushed before the checkpoint. A seal
@@ -70,7 +100,8 @@ impl ShardLoop {
             // checkpoint.
             return;
         }
-        let taken = if self.checkpoints.since > 0
+        let taken = if backup
+            || self.checkpoints.since > 0
             || self.core.index_pending() > 0
             || self.compaction_wanted()
             || (closing && !self.checkpoints.taken)
@@ -78,12 +109,21 @@ impl ShardLoop {
             // Frames moved by a compaction are committed by this checkpoint.
             self.maybe_compact()
                 .and_then(|()| self.checkpoint_now(now_ms))
+                .map(Some)
         } else {
-            Ok(())
+            Ok(None)
         };
-        if let Err(e) = taken {
-            self.fail(e);
-            return;
+        let committed = match taken {
+            Ok(committed) => committed,
+            Err(e) => {
+                drop(self.checkpoints.take_hold());
+                self.fail(e);
+                return;
+            }
+        };
+        if let Some(checkpoint) = committed.filter(|_| backup) {
+            // The shard takes nothing until the backup lets it go.
+            self.hold_for_backup(&checkpoint);
         }
         if closing && let Err(e) = self.seal_now() {
             // The close seals after its checkpoint, so damage to anything
@@ -105,7 +145,8 @@ impl ShardLoop {
     /// the frames' new addresses.
     pub(super) fn checkpoint_due(&self, now_ms: u64) -> bool {
         !self.life.has_failed()
-            && (self.checkpoints.since >= self.config.checkpoint_bytes
+            && (self.checkpoints.hold.is_some()
+                || self.checkpoints.since >= self.config.checkpoint_bytes
                 || (self.checkpoints.since > 0
                     && now_ms >= self.checkpoints.at_ms + self.config.checkpoint_interval_ms)
                 || self.compaction_wanted())
@@ -117,8 +158,8 @@ impl ShardLoop {
     }
 
     /// Commits a checkpoint of the shard as it is (the log wholly durable)
-    /// and discards the log it covers.
-    fn checkpoint_now(&mut self, now_ms: u64) -> Result<(), fusee_storage::StorageError> {
+    /// and discards the log it covers; returns the checkpoint's bytes.
+    fn checkpoint_now(&mut self, now_ms: u64) -> Result<Vec<u8>, fusee_storage::StorageError> {
         debug_assert_eq!(self.log.last_lsn(), self.flights.durable());
         let lsn = self.flights.durable();
         let runs = self
@@ -162,15 +203,15 @@ impl ShardLoop {
         if unsynced {
             self.log.discard_through(lsn)?;
         }
-        self.checkpoint
-            .commit(&mut self.store, change, &cp.encode())?;
+        let bytes = cp.encode();
+        self.checkpoint.commit(&mut self.store, change, &bytes)?;
         if !unsynced {
             self.log.discard_through(lsn)?;
         }
-        self.checkpoints = Checkpoints::new(now_ms, true);
+        self.checkpoints.committed(now_ms);
         self.metrics.checkpoints += 1;
         tracing::debug!(shard = self.shard, lsn, "checkpoint");
-        Ok(())
+        Ok(bytes)
     }
 
     /// Streams every parked run to the checkpoint part as a new base, in

@@ -235,6 +235,7 @@ impl ShardLoop {
                 }
             }
             Input::Close { reply } => self.life.close_after_checkpoint(reply),
+            Input::Backup { hold } => self.backup_asked(hold),
             Input::Crash => {
                 self.life.stop();
                 self.live.clear();

@@ -51,6 +51,7 @@
 //!   storage answered `Fenced`, [`crate::Error::Unavailable`] when it was
 //!   out of reach), and nothing more is appended.
 
+mod backup;
 mod check;
 mod checkpoint;
 mod compaction;
@@ -95,6 +96,7 @@ use crate::metrics::ShardMetrics;
 use crate::step::StepError;
 use run::Fault;
 
+pub(crate) use backup::{Frozen, Hold};
 pub(crate) use check::{judge, note};
 pub(crate) use steps::StepJob;
 
@@ -253,6 +255,9 @@ pub(crate) enum Input {
     /// A page of the replay check (`runtime/check`) below a run number;
     /// answered with a `CheckPage` as JSON.
     Check { below: RunId, reply: Reply<Vec<u8>> },
+    /// An online backup (`crate::backup`): checkpoint with the log wholly
+    /// durable, then run `hold` with the shard frozen.
+    Backup { hold: Hold },
 }
 
 impl Input {
@@ -646,6 +651,8 @@ impl ShardLoop {
     /// The storage failed: stop taking work (see the module docs).
     fn fail(&mut self, e: fusee_storage::StorageError) {
         let (failure, new) = self.life.fail(&e);
+        // A backup waiting for this shard hears of it from its dropped hold.
+        drop(self.checkpoints.take_hold());
         let fenced = failure.fenced();
         if let Some(t) = self.telemetry.as_ref().filter(|_| new && fenced) {
             t.fenced();

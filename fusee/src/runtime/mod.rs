@@ -153,11 +153,6 @@ pub(crate) enum Input {
         attempt: u32,
         result: std::result::Result<Vec<u8>, StepError>,
     },
-    /// A running step attempt sent heartbeats: its link, with the latest
-    /// details (`steps`).
-    Heartbeat {
-        link: std::sync::Arc<crate::step::AttemptLink>,
-    },
     /// A flush ticket ran (on the flusher); with how long its I/O took.
     Flushed { ticket: FlushTicket, micros: u64 },
     /// A seal ticket ran (on the flusher).
@@ -383,8 +378,6 @@ pub(crate) struct ShardLoop {
     /// acknowledgements owed (`receive`).
     mail: receive::Mail,
     metrics: ShardMetrics,
-    /// Running step attempts' deadlines, heartbeats to record (`steps`).
-    watch: steps::Watch,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
     encode: Vec<u8>,
@@ -451,13 +444,9 @@ impl ShardLoop {
         self.flights.is_empty() && !self.seals.is_out() && self.inbox.is_empty()
     }
 
-    /// The next time only time can bring, in ms: the core's next timer,
-    /// or a step attempt's deadline or heartbeat tick (`steps`).
+    /// The core's next timer, in ms.
     pub(crate) fn next_timer(&self) -> Option<u64> {
-        [self.core.next_timer(), self.watch.next_wake()]
-            .into_iter()
-            .flatten()
-            .min()
+        self.core.next_timer()
     }
 
     /// Asks the shard's log whether the shard is still this process's: a
@@ -501,10 +490,9 @@ impl ShardLoop {
         let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
             .then_some(self.parking.housekeeping_ms());
         // A step's retry time is the core's retry timer, armed by its
-        // `Attempt` record (see `run`'s docs): `next_timer` has it, and
-        // the running attempts' deadlines and heartbeat ticks.
+        // `Attempt` record (see `run`'s docs): `next_timer` has it.
         [
-            self.next_timer(),
+            self.core.next_timer(),
             checkpoint,
             housekeeping,
             self.next_seal(),
@@ -550,7 +538,6 @@ impl ShardLoop {
         }
         deferred.append(&mut self.inbox);
         self.inbox = deferred;
-        self.watch_steps(now_ms, holding);
         let more = if holding {
             false
         } else {

@@ -116,7 +116,6 @@ impl ShardLoop {
                 recovered_records: replayed,
                 ..ShardMetrics::default()
             },
-            watch: Default::default(),
             telemetry: None,
             encode: Vec::new(),
         };

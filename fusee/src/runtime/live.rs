@@ -70,12 +70,13 @@ pub(super) struct LiveRun {
 }
 
 impl LiveRun {
-    /// A run's entry with its code's `future` (`None`: code that cannot
-    /// run, stopped at once by the caller), woken through `waker`.
-    pub(super) fn new(state: RunState, future: Option<RunFuture>, waker: Waker) -> Self {
+    /// A run's entry, woken through `waker`, with no future yet: the
+    /// caller makes its code's future from the entry's `state` (or stops
+    /// it at once, for code that cannot run).
+    pub(super) fn new(state: RunState, waker: Waker) -> Self {
         Self {
             state: Rc::new(RefCell::new(state)),
-            future,
+            future: None,
             waker,
             handlers: Vec::new(),
             stopped: None,

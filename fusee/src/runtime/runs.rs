@@ -49,7 +49,10 @@ impl ShardLoop {
                         });
                     }
                     TimerKind::Retry => {
-                        // The attempt's time came: `start_steps` runs it.
+                        // The attempt's time came: `start_steps` runs it
+                        // (a recovered run's code starts for it now rather
+                        // than at its turn among the deferred ones).
+                        self.start_deferred(run);
                         self.live.step_due(run);
                     }
                     TimerKind::Deadline => {
@@ -152,7 +155,7 @@ impl ShardLoop {
                     self.registry.clone(),
                     self.config.max_payload,
                 );
-                let mut live = LiveRun::new(state, None, waker);
+                let mut live = LiveRun::new(state, waker);
                 stop(
                     &mut live,
                     run,
@@ -171,7 +174,7 @@ impl ShardLoop {
             self.config.max_payload,
         );
         state.saw_time(started_ms);
-        let mut live = LiveRun::new(state, None, waker);
+        let mut live = LiveRun::new(state, waker);
         live.future = Some(handler(Ctx::new(Rc::clone(&live.state)), &input));
         self.live.insert(run, live);
         self.wake(run);

@@ -331,21 +331,13 @@ impl Session {
         mut progress: BackupProgress,
     ) -> Result<Self, BackupError> {
         let started = Instant::now();
-        let backend = match storage {
-            #[cfg(feature = "postgres")]
-            AnyStorage::Postgres(_) => return Err(BackupError::Postgres),
-            #[cfg(feature = "file")]
-            AnyStorage::Memory(_) => Backend::File,
-            #[cfg(not(feature = "file"))]
-            AnyStorage::Memory(_) => return Err(BackupError::NoBackend),
-            #[cfg(feature = "file")]
-            AnyStorage::File(_) => Backend::File,
-            #[cfg(all(feature = "file", feature = "testing"))]
-            AnyStorage::SimFile(_) => Backend::File,
-            #[cfg(feature = "rocksdb")]
-            AnyStorage::Rocksdb(_) => Backend::Rocksdb,
-            #[cfg(feature = "redb")]
-            AnyStorage::Redb(_) => Backend::Redb,
+        // The copy is written with the store's own backend; an in-memory
+        // engine's as a file store.
+        let backend = match storage.backend() {
+            Backend::Postgres => return Err(BackupError::Postgres),
+            Backend::Memory if cfg!(feature = "file") => Backend::File,
+            Backend::Memory => return Err(BackupError::NoBackend),
+            other => other,
         };
         if !matches!(storage, AnyStorage::Memory(_))
             && settings.backend == backend

@@ -11,11 +11,14 @@
 //! `FUSEE_PG_URL` (`source scripts/postgres.sh`) and `psql`.
 #![cfg(feature = "postgres")]
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fusee::{Config, Engine, Ownership, StorageConfig};
+
+#[path = "common/pg.rs"]
+mod pg;
+use pg::{pg_url_or_skip, psql};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
@@ -61,29 +64,11 @@ impl Caught {
 
 const W: fusee::Workflow<(), ()> = fusee::Workflow::new("w");
 
-fn psql(url: &str, sql: &str) {
-    let out = Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
-        .output()
-        .expect("psql runs");
-    assert!(
-        out.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_seen_by_a_live_engine_is_one_warning_naming_the_new_owner() {
-    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-    if url.is_empty() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-        );
-        eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
+    let Some(url) = pg_url_or_skip() else {
         return;
-    }
+    };
     let caught = Caught::default();
     tracing::subscriber::set_global_default(caught.clone()).expect("the only subscriber");
 

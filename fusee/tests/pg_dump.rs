@@ -18,6 +18,10 @@ use std::time::Duration;
 
 use fusee::{Config, Ctx, Engine, Failure, Ownership, Signal, StorageConfig, Workflow};
 
+#[path = "common/pg.rs"]
+mod pg;
+use pg::{pg_url_or_skip, psql};
+
 const PARENT: Workflow<u64, u64> = Workflow::new("parent");
 const KID: Workflow<u64, u64> = Workflow::new("kid");
 const PING: Signal<u64> = Signal::new("ping");
@@ -73,13 +77,6 @@ fn run(program: PathBuf, args: &[&str]) {
     );
 }
 
-fn psql(url: &str, sql: &str) {
-    run(
-        pg_bin("psql"),
-        &[url, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql],
-    );
-}
-
 fn config(url: &str, schema: &str) -> Config {
     let mut storage = StorageConfig::postgres(url)
         .postgres_schema(schema)
@@ -92,21 +89,6 @@ fn config(url: &str, schema: &str) -> Config {
         retry: Some(Duration::from_millis(50)),
         prefer: None,
     })
-}
-
-/// The server CI starts (`FUSEE_PG_URL`); `None`, with a SKIPPED line,
-/// outside CI when none is set (under CI a missing server fails).
-fn pg_url_or_skip() -> Option<String> {
-    let url = std::env::var("FUSEE_PG_URL").unwrap_or_default();
-    if url.is_empty() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSEE_PG_URL is unset under CI: .ci/run must source scripts/postgres.sh"
-        );
-        eprintln!("SKIPPED: no PostgreSQL server (FUSEE_PG_URL unset)");
-        return None;
-    }
-    Some(url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

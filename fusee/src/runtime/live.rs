@@ -227,7 +227,9 @@ impl Live {
     /// Takes `run` out of the deferred runs: true if its code was waiting
     /// to start (the caller starts it now).
     pub(super) fn undefer(&mut self, run: RunId) -> bool {
-        self.deferred_set.remove(&run)
+        // Every append for a run without code asks: most shards have no
+        // deferred run left, and then no hash is worked out.
+        !self.deferred_set.is_empty() && self.deferred_set.remove(&run)
     }
 
     /// The next deferred run, taken out of them, if any.
@@ -277,7 +279,11 @@ impl Live {
 
     /// Step attempts started, for the driver to run.
     pub(super) fn push_jobs(&mut self, jobs: Vec<StepJob>) {
-        self.jobs.extend(jobs);
+        if self.jobs.is_empty() {
+            self.jobs = jobs;
+        } else {
+            self.jobs.extend(jobs);
+        }
     }
 
     /// The step attempts started since the last call.

@@ -440,7 +440,7 @@ impl ShardTraces {
                 return;
             }
             RecordBuf::Update { id, name, .. } => {
-                let ordinal = l.updates.len() as u64;
+                let ordinal = l.updates().len() as u64;
                 marks
                     .open
                     .push(open(SpanOf::Update(ordinal), name, id.clone()));
@@ -512,7 +512,7 @@ impl ShardTraces {
             } => {
                 let slot = usize::try_from(*ordinal)
                     .ok()
-                    .and_then(|i| l.updates.get(i));
+                    .and_then(|i| l.updates().get(i));
                 let (ms, how, name, id) =
                     marks.take(SpanOf::Update(*ordinal)).unwrap_or_else(|| {
                         let (name, id) = slot.map_or_else(

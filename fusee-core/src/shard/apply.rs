@@ -3,11 +3,11 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
-use super::run::{Kid, LoadedRun, SignalSlot, WaitSlot};
+use super::run::{Kid, LoadedRun, SignalSlot, WaitSlot, push_small, reserve_journal};
 use super::{CANCEL_SIGNAL, Event, Mode, Output, ShardCore, TimerKind, UpdateSlot, send_dedup};
 use crate::record::{
     Lsn, Name, PAUSED, ParentRef, Payload, Record, RecordBuf, RunId, StartMeta, Status, ToName,
-    ToPayload, WaitOutcome, decode_canonical_all, encode_canonical, policy,
+    ToPayload, WaitOutcome, canonical_len, decode_canonical_all, encode_canonical, policy,
 };
 use crate::wire::hash_id;
 
@@ -64,18 +64,26 @@ impl ShardCore {
         if mode.journal {
             let before = run.journal.len();
             match canonical {
-                Some(bytes) => run.journal.extend_from_slice(bytes),
-                None => encode_canonical(rec, &mut run.journal),
+                Some(bytes) => {
+                    reserve_journal(&mut run.journal, bytes.len());
+                    run.journal.extend_from_slice(bytes);
+                }
+                None => {
+                    reserve_journal(&mut run.journal, canonical_len(rec));
+                    encode_canonical(rec, &mut run.journal);
+                }
             }
             self.journal_bytes += run.journal.len() - before;
             run.journal_records += 1;
         }
         // Records copied from a reset run's journal sent their messages once
         // already, in the run they were copied from.
-        let copied = !matches!(rec, Record::Start { .. }) && run.copies_left > 0;
-        if copied {
-            run.copies_left -= 1;
-        }
+        let copied = !matches!(rec, Record::Start { .. })
+            && run.rare.as_mut().is_some_and(|r| {
+                let left = r.copies_left > 0;
+                r.copies_left = r.copies_left.saturating_sub(1);
+                left
+            });
         let outputs = mode.outputs && !copied;
         match rec {
             Record::Start { .. }
@@ -109,7 +117,11 @@ impl ShardCore {
                 let ordinal = run.signal_count;
                 run.signal_count += 1;
                 if *dedup != 0 {
-                    run.dedup.insert(*dedup);
+                    run.rare_mut().dedup.insert(*dedup);
+                }
+                if run.signals.capacity() == 0 {
+                    // Usually one at a time (see `push_small`).
+                    run.signals.reserve_exact(1);
                 }
                 run.signals.push_back(SignalSlot {
                     ordinal,
@@ -125,11 +137,14 @@ impl ShardCore {
                 deadline_ms,
                 ..
             } => {
-                run.waits.push(WaitSlot {
-                    seq: *seq,
-                    name: name.to_name(),
-                    offered: None,
-                });
+                push_small(
+                    &mut run.waits,
+                    WaitSlot {
+                        seq: *seq,
+                        name: name.to_name(),
+                        offered: None,
+                    },
+                );
                 if *deadline_ms > 0 {
                     self.arm(run_id, *seq, TimerKind::WaitTimeout, *deadline_ms);
                 }
@@ -148,11 +163,12 @@ impl ShardCore {
                 input,
                 ..
             } => {
+                let rare = run.rare_mut();
                 if flags & policy::DETACHED == 0 {
-                    run.children.push(*seq);
+                    rare.children.push(*seq);
                 }
-                if !run.kids.iter().any(|k| k.seq == *seq) {
-                    run.kids.push(Kid {
+                if !rare.kids.iter().any(|k| k.seq == *seq) {
+                    rare.kids.push(Kid {
                         seq: *seq,
                         id: id.to_name(),
                         wtype: wtype.to_name(),
@@ -181,8 +197,10 @@ impl ShardCore {
                 }
             }
             Record::ChildDone { seq, .. } => {
-                run.children.retain(|s| s != seq);
-                run.kids.retain(|k| k.seq != *seq);
+                if let Some(rare) = run.rare.as_mut() {
+                    rare.children.retain(|s| s != seq);
+                    rare.kids.retain(|k| k.seq != *seq);
+                }
             }
             Record::Send {
                 seq,
@@ -215,10 +233,11 @@ impl ShardCore {
             Record::Update {
                 id, name, caller, ..
             } => {
-                let ordinal = run.updates.len() as u64;
+                let rare = run.rare_mut();
+                let ordinal = rare.updates.len() as u64;
                 let id = id.to_name();
-                run.update_ids.insert(id.clone(), ordinal);
-                run.updates.push(UpdateSlot {
+                rare.update_ids.insert(id.clone(), ordinal);
+                rare.updates.push(UpdateSlot {
                     id,
                     name: name.to_name(),
                     caller: *caller,
@@ -233,7 +252,7 @@ impl ShardCore {
             } => {
                 let Some(slot) = usize::try_from(*ordinal)
                     .ok()
-                    .and_then(|i| run.updates.get_mut(i))
+                    .and_then(|i| run.rare.as_mut()?.updates.get_mut(i))
                 else {
                     return;
                 };
@@ -266,10 +285,12 @@ impl ShardCore {
                 }
             }
             Record::Awaiting { seq, attempt, .. } => {
-                run.awaiting.insert(*seq, *attempt);
+                run.rare_mut().awaiting.insert(*seq, *attempt);
             }
             Record::Completed { seq, .. } => {
-                run.awaiting.remove(seq);
+                if let Some(rare) = run.rare.as_mut() {
+                    rare.awaiting.remove(seq);
+                }
             }
             Record::Attributes { payload, .. } => run.attrs.push(payload.to_payload()),
             Record::Chunk { .. } | Record::StreamEnd { .. } => run.streams = true,
@@ -330,8 +351,9 @@ impl ShardCore {
             .unwrap_or_else(|| Box::new(LoadedRun::empty()));
         if let Some(u) = update {
             let uid = u.id.to_name();
-            l.update_ids.insert(uid.clone(), 0);
-            l.updates.push(UpdateSlot {
+            let rare = l.rare_mut();
+            rare.update_ids.insert(uid.clone(), 0);
+            rare.updates.push(UpdateSlot {
                 id: uid,
                 name: u.name.to_name(),
                 caller: None,
@@ -339,7 +361,7 @@ impl ShardCore {
             });
         }
         l.id = id;
-        l.wtype = wtype.to_name();
+        l.wtype = self.type_name(wtype.as_ref());
         l.version = *version;
         l.codec = *codec;
         l.parent = *parent;
@@ -354,14 +376,17 @@ impl ShardCore {
         l.journal_records = 0;
         l.signal_count = 0;
         l.policy = *policy;
-        l.from = *from;
         l.meta = meta.as_ref().map(|m| {
             Box::new(StartMeta {
                 attributes: m.attributes.to_payload(),
                 memo: m.memo.to_payload(),
             })
         });
-        l.copies_left = *copies;
+        if from.is_some() || *copies > 0 {
+            let rare = l.rare_mut();
+            rare.from = *from;
+            rare.copies_left = *copies;
+        }
         l.streams = false;
         l.queued = 0;
         self.loaded.insert(*run, l);

@@ -72,9 +72,9 @@ mod tests;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::record::{Lsn, RunId};
+use crate::record::{Lsn, Name, RunId};
 use crate::table::{self, Entry, RunTable, Slot, flag};
 use crate::wheel::Wheel;
 use crate::wire::hash_id;
@@ -105,6 +105,14 @@ const BUCKET_BITS: u32 = 12;
 
 /// Emptied runs kept for reuse while runs come and go.
 const SPARE_RUNS: usize = 2048;
+
+/// Workflow type names a shard shares among its runs; a store with more
+/// types than this gives each run of the others its own copy.
+const WTYPES_SHARED_MAX: usize = 4096;
+
+/// Room the output queue keeps once empty: a live shard's queue holds about
+/// one group commit's outputs, so more is left over from a burst.
+const OUTPUTS_KEPT_MAX: usize = 1024;
 
 /// Emptied runs a host keeps once a shard is idle (see
 /// [`ShardCore::shrink_spare`]).
@@ -159,6 +167,8 @@ pub struct ShardCore {
     /// state never moves between the pool and the map.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<LoadedRun>>,
+    /// Workflow type names loaded runs share (see `type_name`).
+    wtypes: FxHashSet<Name>,
     /// Runs whose parked entry changed, and runs removed, since the index
     /// last recorded them.
     changed: Vec<RunId>,
@@ -200,6 +210,7 @@ impl ShardCore {
             scratch_keys: Vec::new(),
             scratch_runs: Vec::new(),
             spare: Vec::new(),
+            wtypes: FxHashSet::default(),
             changed: Vec::new(),
             deleted: Vec::new(),
             index_rebase: false,
@@ -322,14 +333,23 @@ impl ShardCore {
             + self.far.capacity() * std::mem::size_of::<u64>()
     }
 
+    /// The name of workflow type `wtype`, shared by every loaded run of the
+    /// type rather than copied into each (a loaded run's bytes, issue 37).
+    fn type_name(&mut self, wtype: &str) -> Name {
+        if let Some(name) = self.wtypes.get(wtype) {
+            return name.clone();
+        }
+        let name = Name::from(wtype);
+        if self.wtypes.len() < WTYPES_SHARED_MAX {
+            self.wtypes.insert(name.clone());
+        }
+        name
+    }
+
     /// Whether the loaded run `run` already accepted a signal with dedup key
     /// `dedup` (0 = no key: never seen).
     pub fn seen_signal(&self, run: RunId, dedup: u64) -> bool {
-        dedup != 0
-            && self
-                .loaded
-                .get(&run)
-                .is_some_and(|l| l.dedup.contains(&dedup))
+        self.loaded.get(&run).is_some_and(|l| l.seen_signal(dedup))
     }
 
     /// Queues an output that may leave once LSN `lsn` (the most recent
@@ -349,6 +369,11 @@ impl ShardCore {
             if let Some((_, o)) = self.outputs.pop_front() {
                 out.push(o);
             }
+        }
+        // Recovery queues an output for every run it saw finish (a queue of
+        // megabytes after a busy log): once they are out, the room goes back.
+        if self.outputs.is_empty() && self.outputs.capacity() > OUTPUTS_KEPT_MAX {
+            self.outputs.shrink_to(OUTPUTS_KEPT_MAX);
         }
     }
 

@@ -43,19 +43,23 @@ fn observe_run(l: &LoadedRun) -> String {
     armed.sort_by_key(|&(s, k, at)| (s, k as u8, at));
     let mut waits: Vec<_> = l.waiting_on().map(|(s, n)| (s, n.to_string())).collect();
     waits.sort();
-    let mut awaiting: Vec<_> = l.awaiting.iter().map(|(s, a)| (*s, *a)).collect();
+    let mut awaiting: Vec<_> = l.awaiting().collect();
     awaiting.sort();
     let signals: Vec<_> = l
         .signals
         .iter()
         .map(|s| (s.ordinal, s.name.clone(), s.payload.clone()))
         .collect();
-    let mut dedup: Vec<_> = l.dedup.iter().copied().collect();
+    let mut dedup: Vec<_> = l
+        .rare
+        .iter()
+        .flat_map(|r| r.dedup.iter().copied())
+        .collect();
     dedup.sort();
     // A run rebuilt from its frame applies every record at the frame's
     // LSN, so an update result's LSN is not compared.
     let updates: Vec<_> = l
-        .updates
+        .updates()
         .iter()
         .map(|u| {
             (
@@ -67,8 +71,9 @@ fn observe_run(l: &LoadedRun) -> String {
         })
         .collect();
     let kids: Vec<_> = l
-        .kids
+        .rare
         .iter()
+        .flat_map(|r| &r.kids)
         .map(|k| (k.seq, k.id.clone(), k.flags))
         .collect();
     format!(
@@ -86,13 +91,13 @@ fn observe_run(l: &LoadedRun) -> String {
         l.done,
         l.result,
         l.policy,
-        l.from,
+        l.from(),
         updates,
         l.attrs,
         l.streams,
         l.signal_count,
-        l.children,
-        l.copies_left,
+        l.pending_children(),
+        l.rare.as_ref().map_or(0, |r| r.copies_left),
     )
 }
 

@@ -73,12 +73,6 @@ pub struct LoadedRun {
     pub journal_records: u32,
     /// The start policy (see [`crate::record::policy`]).
     pub policy: u8,
-    /// The run it replaced.
-    pub from: Option<Origin>,
-    /// Accepted updates by ordinal.
-    pub updates: Vec<UpdateSlot>,
-    /// Async completions whose token is out: operation → attempt.
-    pub awaiting: FxHashMap<Seq, u32>,
     /// Search attribute objects in the order they were set.
     pub attrs: Vec<Payload>,
     /// Its `Start`'s rarely used fields (the trace context the host
@@ -93,15 +87,63 @@ pub struct LoadedRun {
     pub(super) signals: VecDeque<SignalSlot>,
     pub(super) waits: Vec<WaitSlot>,
     pub(super) armed: Vec<(Seq, TimerKind, u64)>,
-    pub(super) dedup: FxHashSet<u64>,
-    pub(super) children: Vec<Seq>,
+    /// What few runs use, out of line; `None` until a record needs it.
+    pub(super) rare: Option<Box<Rare>>,
+    /// Timer and signal events queued for the host and not taken yet.
+    pub(super) queued: u32,
+}
+
+/// A loaded run's state that most runs never touch: where a reset or
+/// continue-as-new came from, updates, completion tokens, children, signal
+/// dedup keys. Kept behind one pointer so a loaded sleeper pays 8 bytes
+/// for it, not the ~200 of its empty containers (issue 37's 1 KB a run).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Rare {
+    /// The run it replaced.
+    pub(super) from: Option<Origin>,
     /// Records still to come that are copies from the replaced run's journal
     /// (a reset): their messages were sent once already.
     pub(super) copies_left: u32,
+    /// Accepted updates by ordinal.
+    pub(super) updates: Vec<UpdateSlot>,
     pub(super) update_ids: FxHashMap<Name, u64>,
+    /// Async completions whose token is out: operation → attempt.
+    pub(super) awaiting: FxHashMap<Seq, u32>,
+    pub(super) dedup: FxHashSet<u64>,
+    /// Operations waiting for an attached child's result.
+    pub(super) children: Vec<Seq>,
     pub(super) kids: Vec<Kid>,
-    /// Timer and signal events queued for the host and not taken yet.
-    pub(super) queued: u32,
+}
+
+/// Journals shorter than this grow by a quarter over what they need;
+/// longer ones double, as a `Vec` does.
+const JOURNAL_SNUG_MAX: usize = 4096;
+
+/// Makes room for `more` bytes in a run's journal. Most journals hold a few
+/// records and thousands are loaded at once, so a short one grows by what
+/// it needs plus a quarter (doubling left about a third of their memory
+/// unused); a long one doubles, so its appends stay amortized O(1).
+pub(super) fn reserve_journal(journal: &mut Vec<u8>, more: usize) {
+    let len = journal.len();
+    if journal.capacity() - len >= more {
+        return;
+    }
+    if len < JOURNAL_SNUG_MAX {
+        let want = len + more;
+        journal.reserve_exact(want + want / 4 - len);
+    } else {
+        journal.reserve(more);
+    }
+}
+
+/// Pushes onto a list that is usually empty or holds one item: the first
+/// push allocates room for exactly one (`Vec`'s first growth makes room
+/// for four, 3x the memory of a loaded sleeper's one wait or timer).
+pub(super) fn push_small<T>(list: &mut Vec<T>, item: T) {
+    if list.capacity() == 0 {
+        list.reserve_exact(1);
+    }
+    list.push(item);
 }
 
 impl LoadedRun {
@@ -129,7 +171,35 @@ impl LoadedRun {
 
     /// Operations waiting for an attached child's result.
     pub fn pending_children(&self) -> &[Seq] {
-        &self.children
+        self.rare.as_ref().map_or(&[], |r| &r.children)
+    }
+
+    /// The run it replaced, if it is not a fresh start.
+    pub fn from(&self) -> Option<Origin> {
+        self.rare.as_ref().and_then(|r| r.from)
+    }
+
+    /// Accepted updates by ordinal.
+    pub fn updates(&self) -> &[UpdateSlot] {
+        self.rare.as_ref().map_or(&[], |r| &r.updates)
+    }
+
+    /// Async completions whose token is out: (operation, attempt).
+    pub fn awaiting(&self) -> impl Iterator<Item = (Seq, u32)> + '_ {
+        self.rare
+            .iter()
+            .flat_map(|r| r.awaiting.iter().map(|(s, a)| (*s, *a)))
+    }
+
+    /// Whether the run accepted a signal with dedup key `dedup` (never for
+    /// 0, no key).
+    pub fn seen_signal(&self, dedup: u64) -> bool {
+        dedup != 0 && self.rare.as_ref().is_some_and(|r| r.dedup.contains(&dedup))
+    }
+
+    /// Its rarely used state, made on first use.
+    pub(super) fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
     }
 
     /// How many delivered signals no wait has consumed.
@@ -139,8 +209,9 @@ impl LoadedRun {
 
     /// The accepted update with this ID: its ordinal and slot.
     pub fn update(&self, id: &str) -> Option<(u64, &UpdateSlot)> {
-        let ordinal = *self.update_ids.get(id)?;
-        let slot = self.updates.get(usize::try_from(ordinal).ok()?)?;
+        let rare = self.rare.as_ref()?;
+        let ordinal = *rare.update_ids.get(id)?;
+        let slot = rare.updates.get(usize::try_from(ordinal).ok()?)?;
         Some((ordinal, slot))
     }
 
@@ -164,9 +235,6 @@ impl LoadedRun {
             journal: Vec::new(),
             journal_records: 0,
             policy: 0,
-            from: None,
-            updates: Vec::new(),
-            awaiting: FxHashMap::default(),
             attrs: Vec::new(),
             meta: None,
             streams: false,
@@ -174,11 +242,7 @@ impl LoadedRun {
             signals: VecDeque::new(),
             waits: Vec::new(),
             armed: Vec::new(),
-            dedup: FxHashSet::default(),
-            children: Vec::new(),
-            copies_left: 0,
-            update_ids: FxHashMap::default(),
-            kids: Vec::new(),
+            rare: None,
             queued: 0,
         }
     }
@@ -196,12 +260,6 @@ impl LoadedRun {
                 self.signals.capacity(),
                 self.waits.capacity(),
                 self.armed.capacity(),
-                self.dedup.capacity(),
-                self.children.capacity(),
-                self.updates.capacity(),
-                self.update_ids.capacity(),
-                self.awaiting.capacity(),
-                self.kids.capacity(),
                 self.attrs.capacity(),
             ]
             .into_iter()
@@ -214,12 +272,8 @@ impl LoadedRun {
         self.signals.clear();
         self.waits.clear();
         self.armed.clear();
-        self.dedup.clear();
-        self.children.clear();
-        self.updates.clear();
-        self.update_ids.clear();
-        self.awaiting.clear();
-        self.kids.clear();
+        // Few runs have one: the next run makes its own if it needs one.
+        self.rare = None;
         self.attrs.clear();
         self.meta = None;
         true
@@ -232,8 +286,11 @@ impl LoadedRun {
         self.result = Some(result);
         self.armed.clear();
         self.waits.clear();
-        self.children.clear();
-        self.awaiting.clear();
-        std::mem::take(&mut self.kids)
+        let Some(rare) = self.rare.as_mut() else {
+            return Vec::new();
+        };
+        rare.children.clear();
+        rare.awaiting.clear();
+        std::mem::take(&mut rare.kids)
     }
 }

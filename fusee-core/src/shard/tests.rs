@@ -176,7 +176,7 @@ fn continue_as_new_ends_one_run_and_starts_the_next_in_one_record() {
     let successor = core.get(2).expect("the successor is loaded");
     assert_eq!(successor.version, 2);
     assert_eq!(
-        successor.from,
+        successor.from(),
         Some(Origin {
             run: 1,
             cause: origin::CONTINUED
@@ -1114,4 +1114,13 @@ fn continue_as_new_closes_children_and_a_reset_keeps_them() {
             payload: payload(b""),
         }));
     }
+}
+
+#[test]
+fn a_loaded_run_stays_small() {
+    // Issue 37: 100,000 loaded sleepers in 128 MB; this struct was 504
+    // bytes of a sleeper's ~2 KB before its rarely used parts moved out.
+    let size = std::mem::size_of::<LoadedRun>();
+    eprintln!("LoadedRun: {size} bytes");
+    assert!(size <= 320, "LoadedRun grew to {size} bytes");
 }

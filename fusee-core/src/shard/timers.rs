@@ -1,7 +1,7 @@
 //! Timers: the two wheels, the far timers waiting in table buckets, and the
 //! sweep that moves them into the wheels as they approach.
 
-use super::run::LoadedRun;
+use super::run::{LoadedRun, push_small};
 use super::{
     BUCKET_BITS, Event, HORIZON_MS, SWEEP_MS, ShardCore, TIMER_CHUNK, TimerKey, TimerKind,
 };
@@ -231,7 +231,7 @@ impl ShardCore {
         if let Some(l) = self.loaded.get_mut(&run)
             && !l.armed.contains(&(seq, kind, at))
         {
-            l.armed.push((seq, kind, at));
+            push_small(&mut l.armed, (seq, kind, at));
         }
         self.schedule(run, seq, kind, at);
     }

@@ -164,6 +164,20 @@ impl LoadedRun {
         self.armed.iter().copied()
     }
 
+    /// Whether the run waits on something the shard announces when it
+    /// happens (a timer other than its deadline, a signal, a child's
+    /// result, a completion): its code, not running after a recovery, need
+    /// not run before that. A run waiting on nothing was cut mid-way and
+    /// its code should run first.
+    pub fn waits_on_shard(&self) -> bool {
+        self.armed
+            .iter()
+            .any(|&(_, kind, _)| kind != TimerKind::Deadline)
+            || !self.waits.is_empty()
+            || !self.pending_children().is_empty()
+            || self.awaiting().next().is_some()
+    }
+
     /// Its pending waits: (operation, signal name).
     pub fn waiting_on(&self) -> impl Iterator<Item = (Seq, &str)> + '_ {
         self.waits.iter().map(|w| (w.seq, &*w.name))

@@ -16,7 +16,13 @@
 //!   reaches it (a record appended for it, a query, an update, a
 //!   describe) or, a bounded number per pass of the loop, when nothing
 //!   else is ready ([`ShardLoop::drive`]): timers due and new work go
-//!   first, and the open does not wait for every run's replay.
+//!   first, and the open does not wait for every run's replay. Runs that
+//!   wait on nothing the shard announces (cut mid-way by the crash, say
+//!   right after a timer fired, or with a step in flight) start first.
+//!   Runs that sleep or wait start when their timer or signal comes, and
+//!   before that only when the shard is quiet (no timer due soon) or the
+//!   open was a while ago: their code has nothing to do until then, unless
+//!   the crash cut a command it asked for beside its wait.
 //!
 //! # Invariants
 //!
@@ -118,10 +124,14 @@ pub(super) struct Live {
     no_code: FxHashSet<RunId>,
     stepping: FxHashSet<RunId>,
     jobs: Vec<StepJob>,
-    /// Recovered runs whose code waits to start, in recovery order; a
-    /// run taken out of `deferred_set` early leaves a stale entry here,
-    /// skipped when reached.
+    /// Recovered runs whose code waits to start, in recovery order, those
+    /// waiting on nothing first; a run taken out of `deferred_set` early
+    /// leaves a stale entry here, skipped when reached.
+    deferred_first: VecDeque<RunId>,
     deferred: VecDeque<RunId>,
+    /// After this time, `deferred` runs start when nothing else is ready,
+    /// quiet or not.
+    waiting_start_by_ms: u64,
     deferred_set: FxHashSet<RunId>,
 }
 
@@ -182,6 +192,7 @@ impl Live {
     /// Drops every run's code: the shard stopped (closed or crashed).
     pub(super) fn clear(&mut self) {
         self.runs.clear();
+        self.deferred_first.clear();
         self.deferred.clear();
         self.deferred_set.clear();
     }
@@ -216,11 +227,15 @@ impl Live {
         self.no_code.insert(run);
     }
 
-    /// A recovered run's code starts later (see the [module docs](self)).
-    pub(super) fn defer(&mut self, run: RunId) {
+    /// A recovered run's code starts later (see the [module docs](self)),
+    /// among the first if `first`.
+    pub(super) fn defer(&mut self, run: RunId, first: bool) {
         if !self.runs.contains_key(&run) && self.deferred_set.insert(run) {
             self.no_code.remove(&run);
-            self.deferred.push_back(run);
+            match first {
+                true => self.deferred_first.push_back(run),
+                false => self.deferred.push_back(run),
+            }
         }
     }
 
@@ -229,12 +244,27 @@ impl Live {
     pub(super) fn undefer(&mut self, run: RunId) -> bool {
         // Every append for a run without code asks: most shards have no
         // deferred run left, and then no hash is worked out.
-        !self.deferred_set.is_empty() && self.deferred_set.remove(&run)
+        if self.deferred_set.is_empty() || !self.deferred_set.remove(&run) {
+            return false;
+        }
+        if self.deferred_set.is_empty() {
+            // Only stale entries are left in the queues: give their room back.
+            self.deferred_first = VecDeque::new();
+            self.deferred = VecDeque::new();
+        }
+        true
     }
 
-    /// The next deferred run, taken out of them, if any.
-    pub(super) fn next_deferred(&mut self) -> Option<RunId> {
-        while let Some(run) = self.deferred.pop_front() {
+    /// The next deferred run to start, taken out of them: one waiting on
+    /// nothing, else (if `waiting_too`) one that waits on a timer or a
+    /// signal.
+    pub(super) fn next_deferred(&mut self, waiting_too: bool) -> Option<RunId> {
+        while let Some(run) = self.deferred_first.pop_front() {
+            if self.deferred_set.remove(&run) {
+                return Some(run);
+            }
+        }
+        while waiting_too && let Some(run) = self.deferred.pop_front() {
             if self.deferred_set.remove(&run) {
                 return Some(run);
             }
@@ -242,9 +272,22 @@ impl Live {
         None
     }
 
-    /// Whether some recovered run's code has not started yet.
-    pub(super) fn has_deferred(&self) -> bool {
-        !self.deferred_set.is_empty()
+    /// Whether [`next_deferred`](Self::next_deferred) may find a run: some
+    /// recovered run's code has not started yet, and one waiting on
+    /// nothing or (if `waiting_too`) any may start.
+    pub(super) fn has_deferred_to_start(&self, waiting_too: bool) -> bool {
+        !self.deferred_set.is_empty() && (waiting_too || !self.deferred_first.is_empty())
+    }
+
+    /// Deferred runs that wait on a timer or a signal start by `at_ms` at
+    /// the latest (see the [module docs](self)).
+    pub(super) fn start_waiting_by(&mut self, at_ms: u64) {
+        self.waiting_start_by_ms = at_ms;
+    }
+
+    /// See [`start_waiting_by`](Self::start_waiting_by).
+    pub(super) fn waiting_start_by_ms(&self) -> u64 {
+        self.waiting_start_by_ms
     }
 
     /// Whether the run waits for its code to be registered.

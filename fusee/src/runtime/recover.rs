@@ -119,18 +119,21 @@ impl ShardLoop {
             telemetry: None,
             encode: Vec::new(),
         };
-        let unfinished: Vec<u64> = this
+        let unfinished: Vec<(u64, bool)> = this
             .core
             .loaded_runs()
             .filter(|(_, l)| !l.is_done())
-            .map(|(run, _)| run)
+            .map(|(run, l)| (run, l.waits_on_shard()))
             .collect();
-        for run in unfinished {
+        this.live
+            .start_waiting_by(now_ms.saturating_add(super::DEFERRED_WAITING_GRACE_MS));
+        for (run, waits) in unfinished {
             // Offers made during replay emitted no events: make them again.
             this.core.reoffer(run);
             // Its code starts when something reaches it, or when the loop
-            // has nothing else to do (`live`'s docs): not in the open.
-            this.live.defer(run);
+            // has nothing else to do (`live`'s docs): not in the open. A
+            // run cut mid-way (waiting on nothing) goes first.
+            this.live.defer(run, !waits);
         }
         // Every message not acknowledged before the crash goes out again.
         this.mail.route_pending();

@@ -211,13 +211,14 @@ impl ShardLoop {
                 // Recovered runs' code, with nothing else ready, a bounded
                 // number per pass: what comes due meanwhile goes first. A
                 // closing shard starts none (their journals are durable).
-                if !self.live.has_deferred() || self.life.is_closing() {
+                let waiting_too = self.quiet(now_ms);
+                if !self.live.has_deferred_to_start(waiting_too) || self.life.is_closing() {
                     return true;
                 }
                 if *budget == 0 || starts == super::DEFERRED_STARTS_MAX {
                     return false;
                 }
-                if let Some(run) = self.live.next_deferred() {
+                if let Some(run) = self.live.next_deferred(waiting_too) {
                     *budget -= 1;
                     starts += 1;
                     self.start_code(run);
@@ -234,6 +235,19 @@ impl ShardLoop {
                 return true;
             }
         }
+    }
+
+    /// Whether recovered runs that wait on a timer or a signal may start
+    /// their code now though nothing reached them: no timer is due within
+    /// [`DEFERRED_QUIET_MS`](super::DEFERRED_QUIET_MS), or the open was
+    /// long enough ago. Their replays would otherwise take the CPU of the
+    /// timers coming due (on every shard: they share the cores).
+    fn quiet(&self, now_ms: u64) -> bool {
+        now_ms >= self.live.waiting_start_by_ms()
+            || self
+                .core
+                .next_timer()
+                .is_none_or(|at| at >= now_ms.saturating_add(super::DEFERRED_QUIET_MS))
     }
 
     /// Polls `run` while it waits on the ready queue, so a query reads the

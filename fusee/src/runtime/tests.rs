@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fusee_core::record::{Record, Status, iter_canonical};
+use fusee_core::record::{Record, RunId, Status, iter_canonical};
 use fusee_storage::{LogStore, MemoryStorage};
 use tokio::sync::oneshot;
 
@@ -316,6 +316,215 @@ fn sleeper_registry() -> Registry {
         })
         .expect("a fresh registry");
     registry
+}
+
+const NAPPER: Workflow<u64, ()> = Workflow::new("napper");
+
+/// Opens a shard after a crash, `reopen_ms`, with 1,000 sleepers of an hour
+/// and one "soon" due at `soon_ms` recovered, its first pass not run yet.
+fn reopened_with_sleepers(soon_ms: u64, reopen_ms: u64) -> (ShardLoop, Vec<RunId>) {
+    let registry = || {
+        let registry = sleeper_registry();
+        registry
+            .register(NAPPER, |ctx: Ctx, until_ms: u64| async move {
+                let left = until_ms.saturating_sub(START_MS);
+                ctx.sleep("nap", Duration::from_millis(left)).await?;
+                Ok::<_, Failure>(())
+            })
+            .expect("a fresh type");
+        registry
+    };
+    let storage = MemoryStorage::new();
+    let mut shard = ShardLoop::open(
+        &AnyStorage::Memory(storage.clone()),
+        0,
+        config(),
+        registry(),
+        START_MS,
+    )
+    .unwrap();
+    let start = |shard: &mut ShardLoop, wtype: &str, id: String, input: String| {
+        let (reply, _started) = oneshot::channel();
+        shard.handle(Input::Start {
+            wtype: wtype.into(),
+            id,
+            input: input.into_bytes(),
+            policy: IdPolicy::NewOnly,
+            trace: None,
+            version: None,
+            reply,
+        });
+    };
+    for i in 0..1_000 {
+        start(
+            &mut shard,
+            SLEEPER.name(),
+            format!("late-{i}"),
+            "3600".into(),
+        );
+    }
+    start(
+        &mut shard,
+        NAPPER.name(),
+        "soon".into(),
+        soon_ms.to_string(),
+    );
+    settle(&mut shard, START_MS);
+    drop(shard);
+    let storage = AnyStorage::Memory(storage.crash());
+    let shard = ShardLoop::open(&storage, 0, config(), registry(), reopen_ms).unwrap();
+    let sleepers = (0..1_000)
+        .map(|i| match shard.core.find(&format!("late-{i}")) {
+            Some(fusee_core::shard::Found::Loaded(run)) => run,
+            other => panic!("late-{i} is not loaded after the open: {other:?}"),
+        })
+        .collect();
+    (shard, sleepers)
+}
+
+/// Recovered sleepers' code waits while a timer is due soon: their replays
+/// would take the time of the timers coming due. Once none is, they start.
+#[test]
+fn recovered_sleepers_start_their_code_only_when_no_timer_is_due_soon() {
+    let now_ms = START_MS + 1_000;
+    let (mut shard, sleepers) = reopened_with_sleepers(now_ms + 30, now_ms);
+    let started = |shard: &ShardLoop| {
+        sleepers
+            .iter()
+            .filter(|r| shard.live.get(r).is_some())
+            .count()
+    };
+    let effects = shard.run(now_ms);
+    assert_eq!(
+        started(&shard),
+        0,
+        "sleepers started with a timer due in 30 ms"
+    );
+    assert!(
+        !effects.more,
+        "a shard with only waiting runs to start has no work left"
+    );
+    settle(&mut shard, now_ms + 30);
+    assert_eq!(
+        started(&shard),
+        sleepers.len(),
+        "sleepers did not start once quiet"
+    );
+}
+
+/// However busy with timers, a shard starts its recovered sleepers' code
+/// once the grace after its open has passed.
+#[test]
+fn recovered_sleepers_start_their_code_after_the_grace_though_timers_are_due_soon() {
+    let now_ms = START_MS + 1_000;
+    let grace_ms = super::DEFERRED_WAITING_GRACE_MS;
+    let (mut shard, sleepers) = reopened_with_sleepers(now_ms + grace_ms + 30, now_ms);
+    let _ = shard.run(now_ms + grace_ms);
+    let started = sleepers
+        .iter()
+        .filter(|r| shard.live.get(r).is_some())
+        .count();
+    assert!(started > 0, "no sleeper started after the grace");
+}
+
+const STEPPER: Workflow<(), u64> = Workflow::new("stepper");
+
+/// A recovered run cut mid-way (here: a step in flight, which waits on
+/// nothing the shard announces) starts its code before the recovered runs
+/// that sleep, though it was recovered after 2,000 of them: its step runs
+/// again in the first pass of the loop, not after every sleeper's replay.
+#[test]
+fn a_reopened_shard_starts_a_run_cut_mid_way_before_its_sleepers() {
+    const SLEEPERS: usize = 2_000;
+    let registry = || {
+        let registry = sleeper_registry();
+        registry
+            .register(STEPPER, |ctx: Ctx, (): ()| async move {
+                Ok::<_, Failure>(ctx.step("work", |_| async { Ok(7u64) }).await?)
+            })
+            .expect("a fresh type");
+        registry
+    };
+    let storage = MemoryStorage::new();
+    let mut shard = ShardLoop::open(
+        &AnyStorage::Memory(storage.clone()),
+        0,
+        config(),
+        registry(),
+        START_MS,
+    )
+    .unwrap();
+    let start = |shard: &mut ShardLoop, wtype: &str, id: String, input: &str| {
+        let (reply, _started) = oneshot::channel();
+        shard.handle(Input::Start {
+            wtype: wtype.into(),
+            id,
+            input: input.as_bytes().to_vec(),
+            policy: IdPolicy::NewOnly,
+            trace: None,
+            version: None,
+            reply,
+        });
+    };
+    for i in 0..SLEEPERS {
+        start(&mut shard, SLEEPER.name(), format!("late-{i}"), "3600");
+    }
+    settle(&mut shard, START_MS);
+    start(&mut shard, STEPPER.name(), "cut".into(), "null");
+    // Until the step's `Began` is durable; its attempt is dropped unrun,
+    // as a crash would.
+    let mut jobs = 0;
+    for _ in 0..100 {
+        let effects = shard.run(START_MS);
+        jobs += effects.steps.len();
+        match effects.flush {
+            Some(mut ticket) => {
+                ticket.run();
+                shard.handle(Input::Flushed { ticket, micros: 0 });
+            }
+            None if !effects.more => break,
+            None => {}
+        }
+    }
+    assert_eq!(jobs, 1, "the step was handed out once before the crash");
+    drop(shard);
+
+    let now_ms = START_MS + 1_000;
+    let storage = AnyStorage::Memory(storage.crash());
+    let mut shard = ShardLoop::open(&storage, 0, config(), registry(), now_ms).unwrap();
+    let cut = match shard.core.find("cut") {
+        Some(fusee_core::shard::Found::Loaded(run)) => run,
+        other => panic!("the cut run is not loaded after the open: {other:?}"),
+    };
+    let mut effects = shard.run(now_ms);
+    assert!(
+        shard.live.get(&cut).is_some(),
+        "the cut run's code did not start in the first pass"
+    );
+    // The step goes out once its new `Began` is durable.
+    let mut handed_out = false;
+    for _ in 0..4 {
+        if effects.steps.iter().any(|job| job.run == cut) {
+            handed_out = true;
+            break;
+        }
+        if let Some(mut ticket) = effects.flush.take() {
+            ticket.run();
+            shard.handle(Input::Flushed { ticket, micros: 0 });
+        }
+        effects = shard.run(now_ms);
+    }
+    assert!(handed_out, "its step was not handed out again");
+    let sleepers_started = (0..SLEEPERS)
+        .filter(|i| match shard.core.find(&format!("late-{i}")) {
+            Some(fusee_core::shard::Found::Loaded(run)) => shard.live.get(&run).is_some(),
+            _ => false,
+        })
+        .count();
+    assert!(
+        sleepers_started <= 5 * super::DEFERRED_STARTS_MAX,
+        "{sleepers_started} sleepers' code started first"
+    );
 }
 
 /// A shard reopened after a crash starts no run's code in its open: a

@@ -544,3 +544,69 @@ pub mod engine_kill {
         }
     }
 }
+
+/// The reminders SIGKILL test (`tests/reminders_sigkill.rs`) and its child
+/// (`reminders-child`): the reminder service both sides agree on.
+pub mod reminders {
+    use fusee::{Signal, Workflow};
+
+    /// A reminder: when it is due (ms since the Unix epoch) in; `None` if
+    /// it was cancelled, else (when it was due, snoozes included; when its
+    /// code ran after the wait) out.
+    pub const REMINDER: Workflow<u64, Option<(u64, u64)>> = Workflow::new("reminder");
+    /// What a reminder is told while it sleeps: a [`Control`] as a byte.
+    pub const CONTROL: Signal<u8> = Signal::new("control");
+    /// Shards of the store: four, so reminders spread over threads.
+    pub const SHARDS: u32 = 4;
+    /// How much later a snooze makes a reminder due.
+    pub const SNOOZE_MS: u64 = 1000;
+    /// When the parent kills the first child, after its base time: about
+    /// half the reminders are due by then.
+    pub const KILL_AFTER_MS: u64 = 2000;
+
+    /// A signal a reminder takes.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Control {
+        /// Due [`SNOOZE_MS`] later.
+        Snooze = 1,
+        /// Never fires.
+        Cancel = 2,
+    }
+
+    /// What reminder `i` is told, if anything: one in ten snoozed, one in
+    /// ten cancelled.
+    pub fn fate(i: u64) -> Option<Control> {
+        match i % 10 {
+            0 => Some(Control::Snooze),
+            1 => Some(Control::Cancel),
+            _ => None,
+        }
+    }
+
+    /// When reminder `i` is due, before any snooze: 1 to 3 s after
+    /// `base_ms`; those told something 1.5 to 3 s after, so their signals
+    /// (sent first) come before they are due.
+    pub fn due_ms(base_ms: u64, i: u64) -> u64 {
+        let spread = i.wrapping_mul(7919) % 2000;
+        match fate(i) {
+            None => base_ms + 1000 + spread,
+            Some(_) => base_ms + 1500 + spread * 3 / 4,
+        }
+    }
+
+    /// When reminder `i` should fire: its due time, a snooze later if it
+    /// was snoozed; `None` if it was cancelled.
+    pub fn fires_at(base_ms: u64, i: u64) -> Option<u64> {
+        match fate(i) {
+            Some(Control::Cancel) => None,
+            Some(Control::Snooze) => Some(due_ms(base_ms, i) + SNOOZE_MS),
+            None => Some(due_ms(base_ms, i)),
+        }
+    }
+
+    /// Reminder `i`'s workflow ID.
+    pub fn id(i: u64) -> String {
+        format!("remind-{i}")
+    }
+}

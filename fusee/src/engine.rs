@@ -216,6 +216,7 @@ impl Engine {
             history_ms: config.history_retention.as_millis() as u64,
             history_max_bytes: config.history_max_bytes,
             park_after_ms: config.park_after.as_millis() as u64,
+            doze_after_ms: config.doze_after.as_millis() as u64,
             compact_after_bytes: config.compact_after_bytes,
             seal_idle_ms: config.seal_after_idle.as_millis() as u64,
             seal_interval_ms: config.seal_interval.as_millis() as u64,

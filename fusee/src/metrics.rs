@@ -123,6 +123,9 @@ pub struct ShardMetrics {
     pub loaded_runs: u64,
     /// Runs parked in the run store.
     pub parked_runs: u64,
+    /// Loaded runs whose code dozed (dropped while it waited; see
+    /// [`crate::Config::doze_after`]).
+    pub dormant_runs: u64,
     /// Inputs waiting in the shard's queue.
     pub queued: u64,
     /// Log records the last open replayed (0 after a clean close).
@@ -138,6 +141,8 @@ pub struct ShardMetrics {
     pub parks: u64,
     /// Parked runs loaded back.
     pub loads: u64,
+    /// Times a waiting run's code dozed.
+    pub dozes: u64,
     /// Run-store compactions.
     pub compactions: u64,
     /// Frames compactions moved.
@@ -158,6 +163,7 @@ impl ShardMetrics {
         self.flush_micros.merge(&other.flush_micros);
         self.loaded_runs += other.loaded_runs;
         self.parked_runs += other.parked_runs;
+        self.dormant_runs += other.dormant_runs;
         self.queued += other.queued;
         self.recovered_records += other.recovered_records;
         self.checkpoints += other.checkpoints;
@@ -165,6 +171,7 @@ impl ShardMetrics {
         self.sealed_lsn += other.sealed_lsn;
         self.parks += other.parks;
         self.loads += other.loads;
+        self.dozes += other.dozes;
         self.compactions += other.compactions;
         self.frames_moved += other.frames_moved;
         self.unacknowledged_messages += other.unacknowledged_messages;

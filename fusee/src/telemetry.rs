@@ -70,12 +70,12 @@
 //! | `fusee_flushes_total`, `fusee_flushed_records_total` | counter | shard | flushes, and the records they made durable |
 //! | `fusee_shard_runs_started_total`, `fusee_shard_runs_finished_total` | counter | shard | runs started, and whose result was released |
 //! | `fusee_shard_step_attempts_total` | counter | shard | step attempts whose end was appended (`Step` or `Attempt`), as `fusee_step_attempts_total` without its labels (cheap to sum for a steps-per-second rate) |
-//! | `fusee_loaded_runs`, `fusee_parked_runs` | gauge | shard | runs in memory, runs parked in the run store |
+//! | `fusee_loaded_runs`, `fusee_parked_runs`, `fusee_dormant_runs` | gauge | shard | runs in memory, runs parked in the run store, runs in memory whose code dozed |
 //! | `fusee_queued_inputs` | gauge | shard | inputs waiting in the shard's queue |
 //! | `fusee_unacknowledged_messages` | gauge | shard | messages to other workflows not yet recorded by their target |
 //! | `fusee_recovered_records` | gauge | shard | log records the last open replayed |
 //! | `fusee_shard_open_duration_seconds` | gauge | shard | how long the shard's last open (recovery) took |
-//! | `fusee_checkpoints_total`, `fusee_seals_total`, `fusee_parks_total`, `fusee_loads_total`, `fusee_compactions_total`, `fusee_compaction_frames_moved_total` | counter | shard | checkpoints, log seals, runs parked, parked runs loaded, run-store compactions, frames they moved |
+//! | `fusee_checkpoints_total`, `fusee_seals_total`, `fusee_parks_total`, `fusee_loads_total`, `fusee_dozes_total`, `fusee_compactions_total`, `fusee_compaction_frames_moved_total` | counter | shard | checkpoints, log seals, runs parked, parked runs loaded, runs whose code dozed, run-store compactions, frames they moved |
 //! | `fusee_sealed_lsn` | gauge | shard | the LSN the shard's last seal recorded |
 //! | `fusee_shard_owned` | gauge | shard | 1 while this engine owns the shard |
 //! | `fusee_shard_opens_total` | counter | shard | opens of the shard by this engine; under [`Ownership::Lease`](crate::Ownership::Lease) each after the first is a takeover |
@@ -209,7 +209,7 @@ pub async fn render(engine: &impl Exposition) -> String {
 /// A shard's figures as counters and gauges labelled by shard.
 fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
     type Read = fn(&ShardMetrics) -> u64;
-    let counters: [(&str, &str, Read); 11] = [
+    let counters: [(&str, &str, Read); 12] = [
         ("fusee_flushes", "Log flushes completed", |m| m.flushes),
         (
             "fusee_flushed_records",
@@ -241,6 +241,11 @@ fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
             |m| m.parks,
         ),
         ("fusee_loads", "Parked runs loaded back", |m| m.loads),
+        (
+            "fusee_dozes",
+            "Times a waiting run's code was dropped (the run stays in memory)",
+            |m| m.dozes,
+        ),
         ("fusee_compactions", "Run-store compactions", |m| {
             m.compactions
         }),
@@ -259,11 +264,16 @@ fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
         }
         registry.register(name, help, family);
     }
-    let gauges: [(&str, &str, Read); 6] = [
+    let gauges: [(&str, &str, Read); 7] = [
         ("fusee_loaded_runs", "Runs in memory", |m| m.loaded_runs),
         ("fusee_parked_runs", "Runs parked in the run store", |m| {
             m.parked_runs
         }),
+        (
+            "fusee_dormant_runs",
+            "Runs in memory whose code dozed",
+            |m| m.dormant_runs,
+        ),
         (
             "fusee_queued_inputs",
             "Inputs waiting in the shard's queue",

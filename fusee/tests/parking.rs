@@ -490,3 +490,104 @@ async fn a_finished_run_over_the_history_size_keeps_only_its_summary() {
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const DOZER: Workflow<(), u32> = Workflow::new("dozer");
+const NUDGE: Signal<u32> = Signal::new("nudge");
+const NUDGED: fusee::Query<(), u32> = fusee::Query::new("nudged");
+
+/// A waiting run's code dozes once idle past `doze_after` (the run stays in
+/// memory, its code dropped), and comes back, by replay, for a query, a
+/// signal and its timer: each answers from the state its journal implies,
+/// and the run ends as if its code had never left. Steps that ran before a
+/// doze do not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_runs_code_dozes_and_comes_back_for_a_query_a_signal_and_its_timer() {
+    let dir = temp_dir("dozer");
+    let clock = VirtualClock::new(START_MS);
+    let config = Config::file(&dir)
+        .shards(2)
+        .park_after(Duration::from_secs(3600))
+        .doze_after(Duration::from_secs(1))
+        .clock(Clock::Virtual(clock.clone()));
+    let engine = Engine::open(config).await.unwrap();
+    let steps = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = Arc::clone(&steps);
+    engine.register(DOZER, move |ctx: Ctx, ()| {
+        let counted = Arc::clone(&counted);
+        async move {
+            let total = std::rc::Rc::new(std::cell::Cell::new(0u32));
+            let seen = std::rc::Rc::clone(&total);
+            ctx.on_query(NUDGED, move |()| Ok(seen.get()));
+            loop {
+                // Waits up to a minute for each nudge; a minute without one
+                // ends it.
+                match ctx
+                    .wait_for(&NUDGE)
+                    .timeout(Duration::from_secs(60))
+                    .await?
+                {
+                    Some(n) => total.set(total.get() + n),
+                    None => break,
+                }
+                let counted = Arc::clone(&counted);
+                ctx.step("count", move |_| {
+                    let counted = Arc::clone(&counted);
+                    async move {
+                        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok(())
+                    }
+                })
+                .await?;
+            }
+            Ok::<_, Failure>(total.get())
+        }
+    });
+    engine.start(DOZER, "dozer", &()).await.unwrap();
+    engine.signal("dozer", NUDGE, &2).await.unwrap();
+    until(&engine, "the first nudge counted", |_| {
+        steps.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    // Two seconds idle, then the clock creeps on so housekeeping runs
+    // again once the last records are durable.
+    let doze = |what: &'static str| {
+        let (engine, clock) = (engine.clone(), clock.clone());
+        async move {
+            clock.advance(2_000);
+            for _ in 0..200 {
+                let m = engine.metrics().await;
+                if m.dormant_runs == 1 && m.loaded_runs == 1 {
+                    return;
+                }
+                clock.advance(100);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{what}: not dozed: {:?}", engine.metrics().await);
+        }
+    };
+    doze("the waiting run's code dozed").await;
+    let m = engine.metrics().await;
+    assert!(m.dozes >= 1 && m.parked_runs == 0, "{m:?}");
+
+    // A query starts its code again: the total its journal implies.
+    assert_eq!(engine.query("dozer", NUDGED, &()).await.unwrap(), 2);
+    doze("it dozed again after the query").await;
+    // A signal: counted once, its step run once more (2 in all).
+    engine.signal("dozer", NUDGE, &5).await.unwrap();
+    until(&engine, "the second nudge counted", |_| {
+        steps.load(std::sync::atomic::Ordering::SeqCst) == 2
+    })
+    .await;
+    doze("it dozed after the signal").await;
+    // Its timer ends it: the minute without a nudge (from the signal, at
+    // most 22 s of creeping ago).
+    clock.advance(60_000);
+    assert_eq!(engine.result(DOZER, "dozer").await.unwrap(), 7);
+    assert_eq!(
+        steps.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a step ran again after a doze"
+    );
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -117,6 +117,7 @@ impl ShardLoop {
                 let mut m = self.metrics.clone();
                 m.loaded_runs = self.core.loaded_len() as u64;
                 m.parked_runs = self.core.parked_len() as u64;
+                m.dormant_runs = self.live.dormant_len() as u64;
                 m.queued = self.inbox.len() as u64;
                 m.unacknowledged_messages = self.mail.unacknowledged() as u64;
                 let _ = reply.send(m);

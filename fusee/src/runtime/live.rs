@@ -24,6 +24,12 @@
 //!   open was a while ago: their code has nothing to do until then, unless
 //!   the crash cut a command it asked for beside its wait.
 //!
+//! - `dormant`: loaded runs whose code was dropped while it waited, idle
+//!   past `doze_after` with nothing in flight ([`ShardLoop::doze`]). They
+//!   count among the deferred runs, so whatever reaches one starts its
+//!   code as for a recovered run, but the loop never starts theirs on its
+//!   own: their code was seen waiting, with every record durable.
+//!
 //! # Invariants
 //!
 //! - A run is in at most one of `runs`, `no_code` and `deferred`: code
@@ -36,6 +42,7 @@
 //! What it does not know: records, the core, storage. The loop decides;
 //! this part only keeps the sets consistent.
 //!
+//! [`ShardLoop::doze`]: super::ShardLoop::doze
 //! [`ShardLoop::start_waiting_code`]: super::ShardLoop::start_waiting_code
 //! [`ShardLoop::start_steps`]: super::ShardLoop::start_steps
 //! [`ShardLoop::drive`]: super::ShardLoop::drive
@@ -132,6 +139,9 @@ pub(super) struct Live {
     /// After this time, `deferred` runs start when nothing else is ready,
     /// quiet or not.
     waiting_start_by_ms: u64,
+    /// Runs whose code dozed, with when it was last active (they are in
+    /// `deferred_set` too, in no queue).
+    dormant: FxHashMap<RunId, u64>,
     deferred_set: FxHashSet<RunId>,
 }
 
@@ -164,7 +174,31 @@ impl Live {
     pub(super) fn insert(&mut self, run: RunId, live: LiveRun) {
         self.no_code.remove(&run);
         self.deferred_set.remove(&run);
+        self.dormant.remove(&run);
         self.runs.insert(run, live);
+    }
+
+    /// Drops the run's code, which waits with nothing in flight; the run
+    /// stays loaded and dormant until something reaches it (see the
+    /// [module docs](self)). False if its code was not running.
+    pub(super) fn doze(&mut self, run: RunId) -> bool {
+        let Some(live) = self.runs.remove(&run) else {
+            return false;
+        };
+        self.stepping.remove(&run);
+        self.dormant.insert(run, live.active_ms);
+        self.deferred_set.insert(run);
+        true
+    }
+
+    /// When a dormant run's code was last active, if the run is dormant.
+    pub(super) fn dormant_since(&self, run: RunId) -> Option<u64> {
+        self.dormant.get(&run).copied()
+    }
+
+    /// How many runs are dormant.
+    pub(super) fn dormant_len(&self) -> usize {
+        self.dormant.len()
     }
 
     /// A waker that puts `run` on the ready queue.
@@ -187,11 +221,13 @@ impl Live {
         self.stepping.remove(&run);
         self.no_code.remove(&run);
         self.deferred_set.remove(&run);
+        self.dormant.remove(&run);
     }
 
     /// Drops every run's code: the shard stopped (closed or crashed).
     pub(super) fn clear(&mut self) {
         self.runs.clear();
+        self.dormant.clear();
         self.deferred_first.clear();
         self.deferred.clear();
         self.deferred_set.clear();
@@ -247,7 +283,8 @@ impl Live {
         if self.deferred_set.is_empty() || !self.deferred_set.remove(&run) {
             return false;
         }
-        if self.deferred_set.is_empty() {
+        self.dormant.remove(&run);
+        if self.deferred_set.len() == self.dormant.len() {
             // Only stale entries are left in the queues: give their room back.
             self.deferred_first = VecDeque::new();
             self.deferred = VecDeque::new();
@@ -276,7 +313,10 @@ impl Live {
     /// recovered run's code has not started yet, and one waiting on
     /// nothing or (if `waiting_too`) any may start.
     pub(super) fn has_deferred_to_start(&self, waiting_too: bool) -> bool {
-        !self.deferred_set.is_empty() && (waiting_too || !self.deferred_first.is_empty())
+        // The queues may hold stale entries (`next_deferred` skips them),
+        // never a dormant run, which only something reaching it starts.
+        self.deferred_set.len() > self.dormant.len()
+            && (!self.deferred_first.is_empty() || (waiting_too && !self.deferred.is_empty()))
     }
 
     /// Deferred runs that wait on a timer or a signal start by `at_ms` at
@@ -308,6 +348,11 @@ impl Live {
     /// The run has no step attempt left to begin or start.
     pub(super) fn steps_started(&mut self, run: RunId) {
         self.stepping.remove(&run);
+    }
+
+    /// Whether the run has a step attempt to begin or start.
+    pub(super) fn is_stepping(&self, run: RunId) -> bool {
+        self.stepping.contains(&run)
     }
 
     /// The runs with a step attempt to begin or start (empty: none).

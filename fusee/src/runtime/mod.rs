@@ -315,6 +315,9 @@ pub(crate) struct LoopConfig {
     pub(crate) history_ms: u64,
     pub(crate) history_max_bytes: u64,
     pub(crate) park_after_ms: u64,
+    /// How long a waiting run's code is idle before it is dropped (the run
+    /// stays loaded; `runtime/parking.rs`); not below `park_after_ms`.
+    pub(crate) doze_after_ms: u64,
     pub(crate) compact_after_bytes: u64,
     /// How long the log stays idle after a flush before it is sealed.
     pub(crate) seal_idle_ms: u64,

@@ -21,16 +21,25 @@
 //! A run parks only when nothing about it is in flight: its records are
 //! durable, its code is quiescent (no delivery waiting, no record asked
 //! for, no step attempt running or due), and no event for it is queued.
+//!
+//! Before it parks, a waiting run's code dozes ([`ShardLoop::doze`]) once
+//! idle past `doze_after` (1 s by default) under the same conditions: the
+//! code (its state, future and operation table, about 1.1 KB for a
+//! sleeper) is dropped and the run stays loaded, dormant; what reaches it
+//! next starts its code again by replaying its journal from memory, with
+//! no read of the run store. Sleepers of a few seconds, which would never
+//! park, cost their journal and shard state only.
 
 use std::cmp::Reverse;
 
 use fusee_core::record::{Record, RecordBuf, RunId, iter_canonical};
-use fusee_core::shard::BlobRef;
+use fusee_core::shard::{BlobRef, LoadedRun};
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
 use fusee_core::wire::hash_id;
 use fusee_storage::{RunStore, StorageError};
 
 use super::ShardLoop;
+use super::live::LiveRun;
 use crate::AnyRuns;
 use crate::recovery::ChainError;
 
@@ -127,22 +136,45 @@ impl ShardLoop {
             return;
         }
         let park_after = self.config.park_after_ms;
-        let Some(idle_since) = now_ms.checked_sub(park_after) else {
-            self.parking.scan_ms = park_after;
+        // Code dozes only in the time before its run would park.
+        let doze_after = self.config.doze_after_ms.min(park_after);
+        let Some(doze_since) = now_ms.checked_sub(doze_after) else {
+            self.parking.scan_ms = doze_after;
             return;
         };
-        let mut next_scan = now_ms.saturating_add(park_after);
+        // `None`: too early in the clock's life for any run to park.
+        let idle_since = now_ms.checked_sub(park_after);
+        let mut next_scan = now_ms.saturating_add(doze_after);
         let mut candidates: Vec<RunId> = Vec::new();
+        let mut dozers: Vec<RunId> = Vec::new();
         for (run, l) in self.core.loaded_runs() {
-            if let Some(active_ms) = self
-                .live
-                .get(&run)
-                .map(|live| live.active_ms)
-                .filter(|&at| at > idle_since)
+            let live = self.live.get(&run);
+            if let Some(live) = live {
+                let active_ms = live.active_ms;
+                if active_ms > doze_since {
+                    next_scan = next_scan.min(active_ms.saturating_add(doze_after));
+                    continue;
+                }
+                if idle_since.is_none_or(|since| active_ms > since) {
+                    // Idle long enough to doze, not to park.
+                    next_scan = next_scan.min(active_ms.saturating_add(park_after));
+                    if dozers.len() < PARK_BUDGET && self.dozable(run, l, live, now_ms) {
+                        dozers.push(run);
+                    } else if l.done.is_none() {
+                        next_scan = now_ms;
+                    }
+                    continue;
+                }
+            } else if let Some(active_ms) = self.live.dormant_since(run)
+                && idle_since.is_none_or(|since| active_ms > since)
             {
                 next_scan = next_scan.min(active_ms.saturating_add(park_after));
                 continue;
             }
+            let Some(idle_since) = idle_since else {
+                next_scan = next_scan.min(park_after);
+                continue;
+            };
             let parkable = candidates.len() < PARK_BUDGET
                 && l.last_lsn <= self.flights.durable()
                 && !l.has_queued_events()
@@ -157,6 +189,9 @@ impl ShardLoop {
             }
         }
         self.parking.scan_ms = next_scan;
+        for run in dozers {
+            self.doze(run);
+        }
         for run in candidates {
             if let Err(e) = self.park(run, now_ms) {
                 self.fail(e);
@@ -165,10 +200,40 @@ impl ShardLoop {
         }
     }
 
+    /// Whether `run`'s code may doze: it waits (its run unfinished) with
+    /// nothing in flight: its records durable, no event queued for it, no
+    /// timer due now, no step to start, no update handler running, and its
+    /// code quiescent and not stopped.
+    fn dozable(&self, run: RunId, l: &LoadedRun, live: &LiveRun, now_ms: u64) -> bool {
+        l.done.is_none()
+            && l.last_lsn <= self.flights.durable()
+            && !l.has_queued_events()
+            && l.armed_timers().all(|(_, _, at)| at > now_ms)
+            && live.stopped.is_none()
+            && live.handlers.is_empty()
+            && !self.live.is_stepping(run)
+            && live.state.borrow().quiescent()
+    }
+
+    /// Drops `run`'s code, which [`dozable`](Self::dozable) allowed: the run
+    /// stays loaded, and whatever reaches it next starts its code again by
+    /// replaying its journal, as after a recovery (`live.rs`).
+    pub(super) fn doze(&mut self, run: RunId) {
+        if self.live.doze(run) {
+            self.metrics.dozes += 1;
+            tracing::trace!(shard = self.shard, run, "dozed");
+        }
+    }
+
     /// Whether `run` may park: its code (if any) is quiescent and has been
     /// since `idle_since`.
     fn quiescent(&self, run: RunId, idle_since: u64) -> bool {
         let Some(live) = self.live.get(&run) else {
+            // Dormant: its code was quiescent when it dozed, and nothing
+            // reached it since (that would have started its code).
+            if let Some(active_ms) = self.live.dormant_since(run) {
+                return active_ms <= idle_since;
+            }
             // Finished: nothing runs. A run waiting for its code to be
             // registered stays: its code must replay before it may park (a
             // step it had in flight would wait for a timer or a signal that

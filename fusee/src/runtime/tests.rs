@@ -28,6 +28,7 @@ fn config() -> LoopConfig {
         history_ms: 30_000,
         history_max_bytes: 1 << 20,
         park_after_ms: u64::MAX / 2,
+        doze_after_ms: u64::MAX / 2,
         compact_after_bytes: u64::MAX,
         seal_idle_ms: 20,
         seal_interval_ms: 1000,

@@ -99,6 +99,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+pub mod attrs;
 pub mod backup;
 pub mod check;
 mod client;
@@ -145,6 +146,7 @@ pub(crate) fn test_pg_url() -> Option<String> {
 }
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use attrs::{AttrCondition, AttrMap, AttrValue, SearchAttributes};
 pub use backup::{BackupError, BackupReport};
 pub use check::ReplayReport;
 pub use client::{

@@ -71,6 +71,7 @@ pub(crate) mod run;
 mod runs;
 pub(crate) mod sabotage;
 mod seal;
+mod search;
 #[cfg(feature = "testing")]
 pub(crate) mod sim_access;
 mod steps;
@@ -115,6 +116,8 @@ pub(crate) enum Input {
         trace: Option<crate::trace::TraceParent>,
         /// The version of its code (`None`: the newest registered).
         version: Option<u32>,
+        /// Search attributes to record in its `Start` (checked).
+        attrs: Option<crate::attrs::SearchAttributes>,
         reply: Reply<RunRef>,
     },
     /// Signal a workflow.
@@ -380,6 +383,8 @@ pub(crate) struct ShardLoop {
     metrics: ShardMetrics,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
+    /// The search-attribute index (`search`, `crate::attrs`).
+    attr_index: crate::attrs::AttrIndex,
     encode: Vec<u8>,
 }
 
@@ -620,6 +625,7 @@ impl ShardLoop {
             t.appended(lsn, rec, &self.core);
         }
         self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
+        self.index_attributes(rec);
         if let Some(live) = self.live.get_mut(&run) {
             live.active_ms = live.state.borrow().now_ms().max(live.active_ms);
             let refused = live

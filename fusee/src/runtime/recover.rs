@@ -117,6 +117,7 @@ impl ShardLoop {
                 ..ShardMetrics::default()
             },
             telemetry: None,
+            attr_index: crate::attrs::AttrIndex::default(),
             encode: Vec::new(),
         };
         let unfinished: Vec<u64> = this

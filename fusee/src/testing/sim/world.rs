@@ -545,6 +545,7 @@ impl World {
                     policy: IdPolicy::Attach,
                     trace: None,
                     version: None,
+                    attrs: None,
                     reply,
                 });
                 self.busy[shard] = true;

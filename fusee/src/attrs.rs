@@ -165,8 +165,8 @@ impl AttrValue {
         })
     }
 
-    /// Its recorded JSON form (`{"int": 42}`).
-    pub(crate) fn to_json(&self) -> Value {
+    /// Its recorded JSON form (`{"int": 42}`), also the HTTP API's.
+    pub fn to_json(&self) -> Value {
         let v = match self {
             AttrValue::Keyword(s) | AttrValue::Text(s) => Value::from(s.as_str()),
             AttrValue::Int(i) => Value::from(*i),
@@ -180,7 +180,7 @@ impl AttrValue {
     }
 
     /// A value from its recorded JSON form; `None` for anything else.
-    pub(crate) fn from_json(v: &Value) -> Option<Self> {
+    pub fn from_json(v: &Value) -> Option<Self> {
         let m = v.as_object()?;
         if m.len() != 1 {
             return None;

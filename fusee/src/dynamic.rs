@@ -258,6 +258,7 @@ impl Engine {
             finished_ms: None,
             last_lsn: live.last_lsn,
             waiting_for: Vec::new(),
+            attributes: crate::attrs::journal_attributes(&live.journal),
         };
         for rec in &records {
             match rec {

@@ -421,7 +421,8 @@ pub type AttrMap = BTreeMap<String, AttrValue>;
 /// meta's attributes) to `attrs`. Anything but a JSON object with a
 /// `"fusee.attrs"` object changes nothing.
 pub(crate) fn apply_payload(attrs: &mut AttrMap, payload: &[u8]) {
-    if payload.is_empty() {
+    // Most payloads (a pause, a trace context) set none: no parse.
+    if !holds(payload, ATTRS_KEY) {
         return;
     }
     let Ok(Value::Object(mut m)) = serde_json::from_slice::<Value>(payload) else {
@@ -439,8 +440,20 @@ pub(crate) fn apply_payload(attrs: &mut AttrMap, payload: &[u8]) {
     }
 }
 
+/// Whether `payload` holds `key` as a JSON string (`"key"`): a cheap test
+/// before a parse.
+fn holds(payload: &[u8], key: &str) -> bool {
+    let k = key.as_bytes();
+    payload
+        .windows(k.len() + 2)
+        .any(|w| w[0] == b'"' && w[k.len() + 1] == b'"' && &w[1..=k.len()] == k)
+}
+
 /// Whether a recorded payload is one the run's code made.
 pub(crate) fn by_code(payload: &[u8]) -> bool {
+    if !holds(payload, CODE_KEY) {
+        return false;
+    }
     serde_json::from_slice::<Value>(payload)
         .ok()
         .and_then(|v| v.get(CODE_KEY)?.as_bool())
@@ -772,6 +785,9 @@ impl KeyRange {
     }
 }
 
+/// One run's values in the index: (name, value) pairs.
+type RunValues = Box<[(Arc<str>, AttrKey)]>;
+
 /// A shard's search-attribute index (see the module docs): for each name
 /// the (value, run) pairs in order, and each run's values.
 #[derive(Default)]
@@ -780,7 +796,7 @@ pub(crate) struct AttrIndex {
     /// open (until then only runs changed since are).
     built: bool,
     by_name: FxHashMap<Arc<str>, BTreeSet<(AttrKey, RunId)>>,
-    by_run: FxHashMap<RunId, Box<[(Arc<str>, AttrKey)]>>,
+    by_run: FxHashMap<RunId, RunValues>,
 }
 
 impl AttrIndex {

@@ -281,11 +281,12 @@ async fn bad_attributes_and_filters_are_named_errors_and_record_nothing() {
         SearchAttributes::new().int("", 1),
         SearchAttributes::new().int("fusee.paused", 1),
     ] {
-        let e = engine
+        let Err(e) = engine
             .start_with_options(IDLE, "bad", &(), StartOptions::new().attributes(attrs))
             .await
-            .err()
-            .expect("refused");
+        else {
+            panic!("a bad attribute was accepted");
+        };
         assert!(matches!(e, fusee::Error::InvalidAttribute(_)), "{e}");
     }
     assert!(matches!(

@@ -564,6 +564,15 @@ impl ShardLoop {
             self.expire(now_ms);
             self.drop_histories(now_ms);
         }
+        // The search-attribute index's background build, a batch at a
+        // time, between the shard's other work (`search`).
+        let mut more = more;
+        if !holding && self.attr_index.building() {
+            match self.build_attr_index_some(search::BUILD_BATCH) {
+                Ok(done) => more |= !done,
+                Err(e) => self.fail(e),
+            }
+        }
         let mut effects = Effects {
             more,
             ..Effects::default()

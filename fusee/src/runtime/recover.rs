@@ -135,6 +135,7 @@ impl ShardLoop {
         }
         // Every message not acknowledged before the crash goes out again.
         this.mail.route_pending();
+        this.want_attr_index_if_used();
         Ok(this)
     }
 }

@@ -1038,6 +1038,31 @@ mod tests {
     }
 
     #[test]
+    fn no_text_or_payload_makes_a_parser_panic() {
+        let alphabet: Vec<char> = "ab=<>:.-0123456789eE+ \"{}[],fusekywordintflotimbl"
+            .chars()
+            .collect();
+        let mut rng = fastrand::Rng::with_seed(33);
+        for _ in 0..20_000 {
+            let len = rng.usize(0..24);
+            let text: String = (0..len)
+                .map(|_| alphabet[rng.usize(..alphabet.len())])
+                .collect();
+            let _ = AttrValue::parse(&text);
+            if let Ok(c) = AttrCondition::parse(&text) {
+                // What parses is a condition a listing accepts.
+                c.check().expect("a parsed condition checks");
+                let _ = c.to_string();
+            }
+            let mut a = AttrMap::new();
+            apply_payload(&mut a, text.as_bytes());
+            let wrapped = format!("{{\"fusee.attrs\":{{\"x\":{text}}}}}");
+            apply_payload(&mut a, wrapped.as_bytes());
+            let _ = by_code(text.as_bytes());
+        }
+    }
+
+    #[test]
     fn payloads_fold_as_upserts_and_old_payloads_read_as_none() {
         let mut a = AttrMap::new();
         apply_payload(&mut a, br#"{"fusee.paused":true}"#);

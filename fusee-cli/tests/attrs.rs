@@ -1,6 +1,7 @@
 //! `fusee runs --attr`: a stopped store's runs filtered by their search
-//! attributes offline (loaded and parked runs alike), shown in the JSON;
-//! a malformed condition is a usage error (exit 2) saying what is wrong.
+//! attributes offline (loaded and parked runs alike), and a live engine's
+//! through its server (`--url`), shown in the JSON; a malformed condition
+//! is a usage error (exit 2) saying what is wrong.
 
 mod common;
 
@@ -38,6 +39,46 @@ async fn runs_are_filtered_by_attribute_offline() {
             .unwrap();
         engine.result(IDLE, &format!("o{i}")).await.unwrap();
     }
+    // Live, through the server: the same runs.
+    let server = fusee_server::Server::new(engine.clone())
+        .bind("127.0.0.1:0".parse().unwrap())
+        .read_token("read")
+        .start()
+        .await
+        .unwrap();
+    let url = server.url();
+    let live = tokio::task::spawn_blocking(move || {
+        fusee_json(
+            &[
+                "runs",
+                "--url",
+                &url,
+                "--token",
+                "read",
+                "--json",
+                "--attr",
+                "customer_id=1",
+                "--attr",
+                "amount>float:50",
+            ],
+            0,
+        )
+    })
+    .await
+    .unwrap();
+    let mut live_ids: Vec<&str> = live
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    live_ids.sort();
+    assert_eq!(live_ids, ["o10", "o7"]);
+    assert_eq!(
+        live[0]["attributes"]["customer_id"],
+        serde_json::json!({"int": 1})
+    );
+    server.stop().await.unwrap();
     engine.close().await.unwrap();
     let d = dir.to_str().unwrap();
     let ids = |args: &[&str]| -> Vec<String> {

@@ -1,7 +1,7 @@
 //! Search attributes (`fusee::attrs`): set at start and from workflow
 //! code, recorded once and replayed, listed by value and by range with
 //! the status and type filters, across a crash at every record boundary,
-//! parking, reopening, history retention and continue-as-new; bad input
+//! parking, reopening, history retention, expiry and continue-as-new; bad input
 //! is a named error.
 
 use std::collections::BTreeSet;
@@ -395,6 +395,7 @@ fn file_config(dir: &std::path::Path, clock: &VirtualClock) -> Config {
         .shards(2)
         .park_after(Duration::ZERO)
         .history_retention(Duration::from_secs(60))
+        .retention(Duration::from_secs(2 * 3600))
         .clock(Clock::Virtual(clock.clone()))
 }
 
@@ -486,6 +487,29 @@ async fn parked_reopened_and_past_history_runs_are_listed_by_their_attributes() 
     assert_eq!(
         shown(&engine.describe("g5").await.unwrap()),
         ["batch=int:1", "got=int:9", "state=keyword:opened"]
+    );
+    // Past its retention it is gone, from listings too.
+    clock.advance(2 * 3_600_000);
+    let mut gone = false;
+    for _ in 0..500 {
+        if matches!(
+            engine.describe("g5").await,
+            Err(fusee::Error::NotFound { .. })
+        ) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "g5 expired");
+    assert!(
+        ids(&engine, ListFilter::new().attribute("got", 9))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        listed(ids(&engine, ListFilter::new().attribute("batch", 1)).await).len(),
+        9
     );
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);

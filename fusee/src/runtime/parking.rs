@@ -377,6 +377,8 @@ impl ShardLoop {
         for (run, blob) in gone {
             self.live.remove(&run);
             self.waiters.take_results(run);
+            // Its retention ended: listings no longer find it.
+            self.attr_index.remove(run);
             if let Some(blob) = blob
                 && let Err(e) = self.release_chain(blob)
             {

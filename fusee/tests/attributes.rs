@@ -514,3 +514,29 @@ async fn parked_reopened_and_past_history_runs_are_listed_by_their_attributes() 
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_keeps_the_attributes_set_before_its_cut_and_records_none_twice() {
+    let kit = TestEngine::open(register).await.unwrap();
+    let opts = StartOptions::new().attributes(SearchAttributes::new().keyword("region", "eu"));
+    kit.engine()
+        .start_with_options(ORDER, "r", &3, opts)
+        .await
+        .unwrap();
+    assert_eq!(kit.result(ORDER, "r").await.unwrap(), 30);
+    let before = shown(&kit.engine().describe("r").await.unwrap());
+    assert_eq!(
+        before,
+        ["amount=float:30", "customer_id=int:3", "stage=keyword:done"]
+    );
+    let new = kit.engine().reset("r", "charge", "again").await.unwrap();
+    assert_eq!(kit.result(ORDER, "r").await.unwrap(), 30);
+    let d = kit.engine().describe("r").await.unwrap();
+    assert_eq!(d.run, new.run);
+    assert_eq!(shown(&d), before);
+    // The copied first set, replayed, is not recorded again; the second
+    // is the new run's own.
+    assert_eq!(attribute_records(kit.engine(), "r").await, 2);
+    let listed = ids(kit.engine(), ListFilter::new().attribute("customer_id", 3)).await;
+    assert_eq!(listed, ["r", "r"], "both runs of the ID");
+}

@@ -121,6 +121,15 @@ fn row(s: fusee_server::model::RunSummary, d: Option<Description>) -> RunRow {
             .map(waiting_of)
             .unwrap_or_default(),
         last_lsn: None,
+        attributes: d
+            .as_ref()
+            .map(|d| {
+                d.attributes
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), fusee::AttrValue::from_json(v)?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
         id: s.id,
         workflow: s.workflow,
         started_ms: s.started_ms,
@@ -171,6 +180,7 @@ async fn rows(client: &Client, filter: &Filter) -> Result<Vec<RunRow>, CliError>
     let mut query = RunsQuery {
         status,
         workflow: filter.wtype.clone(),
+        attr: filter.attr_query(),
         ..RunsQuery::default()
     };
     let bar = Bar::new(0, "runs");
@@ -222,6 +232,7 @@ pub(crate) fn inspect(remote: &Remote, json: bool) -> Result<ExitCode, CliError>
     let every = Filter {
         status: None,
         wtype: None,
+        attrs: Vec::new(),
         limit: None,
     };
     let (shards, runs) = block_on(async {
@@ -324,6 +335,7 @@ pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
                 input: json_arg("input", input.as_deref())?,
                 policy,
                 version: code_version,
+                attributes: None,
             };
             let reply = block_on(async { client.start(&request).await.map_err(from_client) })?;
             done("started", &id, Some(&reply), json)?;

@@ -4,7 +4,7 @@
 //! | command | what it does |
 //! |---|---|
 //! | `fusee inspect DIR` | the backend, shards, runs by status, log and store sizes, last checkpoint per shard |
-//! | `fusee runs DIR [--status S] [--type T] [--limit N]` | runs, newest first |
+//! | `fusee runs DIR [--status S] [--type T] [--attr COND]... [--limit N]` | runs, newest first (`--attr customer_id=42`, `--attr amount>float:100`: search attributes) |
 //! | `fusee show DIR ID` | one run's journal, record by record (`--json`: the `fusee-journal` format, version 1) |
 //! | `fusee verify DIR` | every byte a recovery reads, every checksum, offline; exit 1 on any problem |
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use fusee::Backend;
 use fusee::inspect::{RunSummary, Waiting, status_of};
+use fusee::{AttrCondition, AttrMap, Backend};
 use serde_json::{Value, json};
 
 use crate::output::{emit, emit_json};
@@ -340,6 +340,14 @@ pub(crate) struct FilterArgs {
     /// Only runs of this workflow type.
     #[arg(long = "type")]
     wtype: Option<String>,
+    /// Only runs whose search attributes pass this condition (repeat for
+    /// several, all must hold): name=value, name>value, name>=value,
+    /// name<value, name<=value or name=low..high; a value is type:value
+    /// (keyword, text, int, float, bool, time as ms or RFC 3339) or bare
+    /// (an integer is an int, a decimal a float, true/false a bool, else a
+    /// keyword). E.g. --attr customer_id=42 --attr amount>float:100.
+    #[arg(long = "attr", value_name = "CONDITION")]
+    attrs: Vec<String>,
     /// At most this many runs.
     #[arg(long)]
     limit: Option<usize>,
@@ -361,9 +369,15 @@ impl FilterArgs {
                  failed, cancelled, timed-out, terminated, continued-as-new or reset"
             )));
         }
+        let attrs = self
+            .attrs
+            .iter()
+            .map(|a| AttrCondition::parse(a).map_err(|e| CliError::Usage(format!("--attr: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Filter {
             status: self.status,
             wtype: self.wtype,
+            attrs,
             limit: self.limit,
         })
     }
@@ -374,6 +388,7 @@ impl FilterArgs {
 pub(crate) struct Filter {
     pub(crate) status: Option<String>,
     pub(crate) wtype: Option<String>,
+    pub(crate) attrs: Vec<AttrCondition>,
     pub(crate) limit: Option<usize>,
 }
 
@@ -384,7 +399,22 @@ impl Filter {
             "finished" => status_of(&r.status).is_some(),
             other => r.status == other,
         });
-        status && self.wtype.as_deref().is_none_or(|t| r.workflow == t)
+        let attrs = self
+            .attrs
+            .iter()
+            .all(|c| r.attributes.get(c.name()).is_some_and(|v| c.admits(v)));
+        status && attrs && self.wtype.as_deref().is_none_or(|t| r.workflow == t)
+    }
+
+    /// The attribute conditions in the server's query form (`;` between).
+    pub(crate) fn attr_query(&self) -> Option<String> {
+        (!self.attrs.is_empty()).then(|| {
+            self.attrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(";")
+        })
     }
 }
 
@@ -404,6 +434,8 @@ pub(crate) struct RunRow {
     /// The LSN of its last record (a store only: the API does not say).
     pub(crate) last_lsn: Option<u64>,
     pub(crate) waiting_for: Vec<Waiting>,
+    /// Its search attributes.
+    pub(crate) attributes: AttrMap,
 }
 
 impl From<RunSummary> for RunRow {
@@ -418,6 +450,7 @@ impl From<RunSummary> for RunRow {
             finished_ms: r.finished_ms,
             last_lsn: Some(r.last_lsn),
             waiting_for: r.waiting_for,
+            attributes: r.attributes,
         }
     }
 }
@@ -437,6 +470,7 @@ pub(crate) fn run_json(r: &RunRow) -> Value {
             Waiting::Signal(name) => json!({"signal": name}),
             Waiting::Sleep(at) => json!({"sleep_until_ms": at}),
         }).collect::<Vec<_>>(),
+        "attributes": r.attributes.iter().map(|(k, v)| (k.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
     })
 }
 

@@ -104,6 +104,7 @@ async fn start_and_wait() {
                     input: json!(i),
                     policy: None,
                     version: None,
+                    attributes: None,
                 },
                 timeout_ms: Some(30_000),
             })

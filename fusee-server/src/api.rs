@@ -229,6 +229,14 @@ pub(crate) async fn runs_page(engine: &fusee::Engine, q: &RunsQuery) -> Result<R
     if let Some(c) = q.cursor.as_deref().filter(|c| !c.is_empty()) {
         filter = filter.after(Cursor::from_str(c)?);
     }
+    for cond in q
+        .attr
+        .iter()
+        .flat_map(|a| a.split(';'))
+        .filter(|c| !c.trim().is_empty())
+    {
+        filter = filter.condition(fusee::AttrCondition::parse(cond.trim())?);
+    }
     let prefix = q.id_prefix.as_deref().filter(|p| !p.is_empty());
     let passes = |r: &fusee::RunSummary| {
         prefix.is_none_or(|p| r.id.starts_with(p))
@@ -310,6 +318,11 @@ fn description(d: fusee::Description) -> Description {
                 id: c.id,
                 workflow: c.workflow,
             })
+            .collect(),
+        attributes: d
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_json()))
             .collect(),
         in_flight: d
             .in_flight
@@ -450,6 +463,19 @@ fn start_options(r: &StartRequest, headers: &HeaderMap) -> Result<StartOptions, 
     let mut options = StartOptions::new().policy(policy(r.policy.as_deref())?);
     if let Some(v) = r.version {
         options = options.version(v);
+    }
+    if let Some(attrs) = &r.attributes {
+        let mut set = fusee::SearchAttributes::new();
+        for (name, v) in attrs {
+            let value = fusee::AttrValue::from_json(v).ok_or_else(|| {
+                ApiError::from(fusee::Error::InvalidAttribute(format!(
+                    "attribute {name:?}: {v} is not a typed value ({{\"keyword\": ...}}, \
+                     text, int, float, bool or time)"
+                )))
+            })?;
+            set = set.set(name.clone(), value);
+        }
+        options = options.attributes(set);
     }
     let Some(v) = headers.get("traceparent") else {
         return Ok(options);

@@ -155,6 +155,7 @@ impl Client {
         put("status", query.status.clone());
         put("workflow", query.workflow.clone());
         put("id_prefix", query.id_prefix.clone());
+        put("attr", query.attr.clone());
         put(
             "started_after_ms",
             query.started_after_ms.map(|v| v.to_string()),

@@ -618,6 +618,14 @@ async fn run_page(
                 @if let Some(why) = described.as_ref().and_then(|d| d.held.as_ref()) {
                     tr { th { "held" } td id="held" { "by the replay check: " (why) " (resume once the code is fixed, or reset)" } }
                 }
+                @if let Some(d) = described.as_ref().filter(|d| !d.attributes.is_empty()) {
+                    tr { th { "attributes" } td id="attributes" {
+                        @for (i, (name, v)) in d.attributes.iter().enumerate() {
+                            @if i > 0 { br; }
+                            b { (name) } " = " (v.to_string())
+                        }
+                    } }
+                }
                 tr { th { "shard / run" } td { (journal["shard"]) " / " (journal["run"]) } }
                 tr { th { "started" } td { (time(records.first().and_then(|r| r["started_ms"].as_u64()).unwrap_or(0))) } }
                 tr { th { "finished" } td { (done.and_then(|d| d["finished_ms"].as_u64()).map_or("-".to_string(), time)) } }

@@ -87,6 +87,7 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::Open(_) => (StatusCode::INTERNAL_SERVER_ERROR, "open"),
         E::Storage { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
         E::Config(_) => (StatusCode::BAD_REQUEST, "config"),
+        E::InvalidAttribute(_) => (StatusCode::BAD_REQUEST, "invalid_attribute"),
         E::BadPromiseId { .. } => (StatusCode::BAD_REQUEST, "bad_promise_id"),
         E::UnknownPromise { .. } => (StatusCode::NOT_FOUND, "unknown_promise"),
         E::PromiseCompleted { .. } => (StatusCode::CONFLICT, "promise_completed"),

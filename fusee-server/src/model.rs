@@ -94,6 +94,14 @@ pub struct RunsQuery {
     /// Only runs that finished before this time (no running run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_before_ms: Option<u64>,
+    /// Only runs whose search attributes pass these conditions, separated
+    /// by `;`: `name=value`, `name>value`, `name>=value`, `name<value`,
+    /// `name<=value`, `name=low..high`; a value is `type:value` (types
+    /// keyword, text, int, float, bool, time as ms or RFC 3339) or bare
+    /// (an integer is an int, a decimal a float, true/false a bool, else a
+    /// keyword). E.g. `customer_id=42;amount>float:100`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attr: Option<String>,
     /// Runs per page (1 to 10,000; default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
@@ -185,6 +193,12 @@ pub struct Description {
     /// begun again yet), by operation.
     #[serde(default)]
     pub in_flight: Vec<InFlightStep>,
+    /// Its search attributes: name to typed value (`{"int": 42}`,
+    /// `{"keyword": "gold"}`, `{"text": ...}`, `{"float": ...}`,
+    /// `{"bool": ...}`, `{"time": <ms>}`).
+    #[serde(default)]
+    #[cfg_attr(feature = "server", schema(value_type = Object))]
+    pub attributes: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// A step attempt a run's journal shows begun and not ended.
@@ -239,6 +253,12 @@ pub struct StartRequest {
     /// registered; one not registered is kind `unknown_version`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u32>,
+    /// Search attributes the run starts with: name to typed value, as
+    /// [`Description::attributes`] shows them (`{"int": 42}`); a bad name
+    /// or value is kind `invalid_attribute` and nothing is started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
+    pub attributes: Option<std::collections::BTreeMap<String, Value>>,
 }
 
 /// A run a start created or attached to.

@@ -20,6 +20,7 @@ fn start(workflow: &str, id: &str, input: serde_json::Value) -> StartRequest {
         input,
         policy: None,
         version: None,
+        attributes: None,
     }
 }
 
@@ -1254,4 +1255,60 @@ async fn a_start_names_its_code_version_and_runs_show_it() {
     ));
     server.stop().await.expect("stop");
     engine.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_attributes_start_filter_and_describe() {
+    let (engine, _server, client) = setup().await;
+    for i in 0..6i64 {
+        let mut r = start("echo", &format!("s-{i}"), json!(i));
+        r.attributes = Some(
+            [
+                ("customer_id".to_string(), json!({"int": i % 2})),
+                ("amount".to_string(), json!({"float": i as f64 * 10.0})),
+            ]
+            .into(),
+        );
+        client.start(&r).await.unwrap();
+        client
+            .result(&format!("s-{i}"), Some(10_000))
+            .await
+            .unwrap();
+    }
+    let ids = |p: RunsPage| p.runs.into_iter().map(|r| r.id).collect::<BTreeSet<_>>();
+    let q = |attr: &str| RunsQuery {
+        attr: Some(attr.into()),
+        ..RunsQuery::default()
+    };
+    assert_eq!(
+        ids(client.runs(&q("customer_id=1")).await.unwrap()),
+        BTreeSet::from(["s-1".to_string(), "s-3".into(), "s-5".into()])
+    );
+    assert_eq!(
+        ids(client
+            .runs(&q("customer_id=1;amount>float:15"))
+            .await
+            .unwrap()),
+        BTreeSet::from(["s-3".to_string(), "s-5".into()])
+    );
+    let d = client.describe("s-4").await.unwrap();
+    assert_eq!(d.attributes["customer_id"], json!({"int": 0}));
+    assert_eq!(d.attributes["amount"], json!({"float": 40.0}));
+    // Bad input: a clear 400, nothing started.
+    assert_eq!(
+        kind(client.runs(&q("colour=paint:red")).await),
+        (400, "invalid_attribute".into())
+    );
+    assert_eq!(
+        kind(client.runs(&q("amount=int:1..float:2")).await),
+        (400, "invalid_attribute".into())
+    );
+    let mut bad = start("echo", "s-bad", json!(0));
+    bad.attributes = Some([("x".to_string(), json!({"colour": "red"}))].into());
+    assert_eq!(
+        kind(client.start(&bad).await),
+        (400, "invalid_attribute".into())
+    );
+    assert_eq!(kind(client.describe("s-bad").await).0, 404);
+    engine.close().await.unwrap();
 }

@@ -480,3 +480,36 @@ async fn a_run_page_shows_how_long_each_step_attempt_ran() {
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
+
+/// Issue 33: the run page shows the run's search attributes, escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_shows_its_search_attributes() {
+    const QUIET: fusee::Workflow<(), ()> = fusee::Workflow::new("quiet");
+    let engine = engine().await;
+    engine.register(QUIET, |_ctx: fusee::Ctx, ()| async move {
+        Ok::<_, fusee::Failure>(())
+    });
+    let server = serve(&engine).await;
+    let attrs = fusee::SearchAttributes::new()
+        .int("customer_id", 42)
+        .keyword("tier", "<gold>");
+    engine
+        .start_with_options(
+            QUIET,
+            "q-1",
+            &(),
+            fusee::StartOptions::new().attributes(attrs),
+        )
+        .await
+        .unwrap();
+    engine.result(QUIET, "q-1").await.unwrap();
+    let reader = Session::login(&server.url(), READ).await;
+    let (status, page) = reader.get("/runs/q-1").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("id=\"attributes\"")
+            && page.contains("<b>customer_id</b> = int:42")
+            && page.contains("<b>tier</b> = keyword:&lt;gold&gt;"),
+        "{page}"
+    );
+}

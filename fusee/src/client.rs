@@ -8,10 +8,12 @@
 //! so the shard side never depends on the client API that drives it.
 
 use std::fmt;
+use std::ops::Bound;
 use std::str::FromStr;
 
 use fusee_core::record::{Record, RunId, Status};
 
+use crate::attrs::{AttrCondition, AttrMap, AttrValue, SearchAttributes};
 use crate::error::{Error, Result};
 use crate::inspect::RunState;
 use crate::trace::TraceParent;
@@ -33,11 +35,12 @@ pub enum IdPolicy {
 
 /// How a run starts: [`Engine::start_with_options`](crate::Engine::start_with_options),
 /// [`Engine::start_json_with`](crate::Engine::start_json_with).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StartOptions {
     policy: IdPolicy,
     trace: Option<TraceParent>,
     version: Option<u32>,
+    attributes: Option<SearchAttributes>,
 }
 
 impl StartOptions {
@@ -75,6 +78,19 @@ impl StartOptions {
     pub fn version(mut self, version: u32) -> Self {
         self.version = Some(version);
         self
+    }
+
+    /// Search attributes the run starts with, recorded in its `Start`
+    /// (see [`crate::SearchAttributes`]; removals mean nothing here). A bad
+    /// name or value is [`Error::InvalidAttribute`](crate::Error::InvalidAttribute)
+    /// and nothing is recorded; an attach to an existing run records none.
+    pub fn attributes(mut self, attributes: SearchAttributes) -> Self {
+        self.attributes = Some(attributes);
+        self
+    }
+
+    pub(crate) fn attributes_of(&self) -> Option<&SearchAttributes> {
+        self.attributes.as_ref()
     }
 
     pub(crate) fn version_of(&self) -> Option<u32> {
@@ -193,6 +209,9 @@ pub struct Description {
     /// journal, so a restart, a parked run or a run with no code shows
     /// them too. Empty for journals written before `Began` existed.
     pub in_flight: Vec<InFlightStep>,
+    /// Its search attributes as its journal stands (durable or not yet:
+    /// as the rest of a running run's description), by name.
+    pub attributes: AttrMap,
 }
 
 /// A step attempt the journal shows begun and not ended
@@ -279,18 +298,21 @@ pub enum PendingWait {
     },
 }
 
-/// Which runs [`Engine::list`](crate::Engine::list) returns: a status, a workflow type, a page
-/// size, and where the previous page ended.
+/// Which runs [`Engine::list`](crate::Engine::list) returns: a status, a workflow type,
+/// conditions on search attributes (all must hold), a page size, and
+/// where the previous page ended.
 ///
 /// ```
 /// # use fusee::{ListFilter, StatusFilter};
 /// let first = ListFilter::new().status(StatusFilter::Running).workflow("checkout").limit(50);
-/// # let _ = first;
+/// let gold = ListFilter::new().attribute("tier", "gold").attribute_above("amount", 100);
+/// # let _ = (first, gold);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListFilter {
     status: Option<StatusFilter>,
     workflow: Option<String>,
+    attrs: Vec<AttrCondition>,
     pub(crate) limit: usize,
     pub(crate) after: Option<Cursor>,
 }
@@ -314,6 +336,7 @@ impl ListFilter {
         Self {
             status: None,
             workflow: None,
+            attrs: Vec::new(),
             limit: Self::LIMIT_DEFAULT,
             after: None,
         }
@@ -329,6 +352,64 @@ impl ListFilter {
     pub fn workflow(mut self, wtype: impl Into<String>) -> Self {
         self.workflow = Some(wtype.into());
         self
+    }
+
+    /// Only runs whose search attribute `name` equals `value` (of the
+    /// same type: see [`AttrCondition`]).
+    pub fn attribute(self, name: impl Into<String>, value: impl Into<AttrValue>) -> Self {
+        self.condition(AttrCondition::eq(name, value))
+    }
+
+    /// Only runs whose attribute `name` is above `value` (`amount > 100`).
+    pub fn attribute_above(self, name: impl Into<String>, value: impl Into<AttrValue>) -> Self {
+        self.condition(AttrCondition::range(
+            name,
+            Bound::Excluded(value.into()),
+            Bound::Unbounded,
+        ))
+    }
+
+    /// Only runs whose attribute `name` is below `value`.
+    pub fn attribute_below(self, name: impl Into<String>, value: impl Into<AttrValue>) -> Self {
+        self.condition(AttrCondition::range(
+            name,
+            Bound::Unbounded,
+            Bound::Excluded(value.into()),
+        ))
+    }
+
+    /// Only runs whose attribute `name` is between `low` and `high`, both
+    /// included (an order date between two times).
+    pub fn attribute_between(
+        self,
+        name: impl Into<String>,
+        low: impl Into<AttrValue>,
+        high: impl Into<AttrValue>,
+    ) -> Self {
+        self.condition(AttrCondition::range(
+            name,
+            Bound::Included(low.into()),
+            Bound::Included(high.into()),
+        ))
+    }
+
+    /// Only runs passing `cond` too (any bounds; [`AttrCondition::parse`]
+    /// reads the text form `amount>100`). A condition no value can pass
+    /// (bounds of two types, no bound, a bad name) makes the listing fail
+    /// with [`Error::InvalidAttribute`](crate::Error::InvalidAttribute).
+    pub fn condition(mut self, cond: AttrCondition) -> Self {
+        self.attrs.push(cond);
+        self
+    }
+
+    /// The attribute conditions.
+    pub fn conditions(&self) -> &[AttrCondition] {
+        &self.attrs
+    }
+
+    /// `Err` for a condition no value can pass.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.attrs.iter().try_for_each(AttrCondition::check)
     }
 
     /// At most `n` runs per page (1 to [`LIMIT_MAX`](Self::LIMIT_MAX)).

@@ -201,6 +201,26 @@ impl Ctx {
         UNIX_EPOCH + Duration::from_millis(value_u64(&bytes))
     }
 
+    /// Sets (upserts) the run's search attributes: names not mentioned
+    /// keep their values, [`SearchAttributes::remove`](crate::SearchAttributes::remove)
+    /// removes one. Recorded as an `Attributes` record after the records
+    /// the code asked for before it; a replay records nothing again (the
+    /// code's `n`th call is matched with the journal's `n`th such record,
+    /// see [`crate::attrs`]). `Engine::list` finds the run by them
+    /// ([`ListFilter::attribute`](crate::ListFilter::attribute)). A bad
+    /// name or value (kind `invalid-attribute`), or a set past the payload
+    /// limit (`too-large`), is refused and nothing is recorded.
+    pub fn set_attributes(&self, attributes: &crate::SearchAttributes) -> Result<(), Failure> {
+        attributes
+            .check()
+            .map_err(|e| Failure::with_kind("invalid-attribute", e.to_string()))?;
+        let payload = attributes.payload(true);
+        let mut s = self.state.borrow_mut();
+        s.check_payload("search attributes", payload.len())?;
+        s.set_attributes(payload);
+        Ok(())
+    }
+
     /// A random number, recorded: a replay sees the same.
     pub fn random(&self) -> u64 {
         let bytes = self.value(value_kind::RANDOM, |_| {

@@ -107,6 +107,9 @@ impl Engine {
         input: &Value,
         options: StartOptions,
     ) -> Result<RunRef> {
+        if let Some(a) = options.attributes_of() {
+            a.check()?;
+        }
         let input = json_bytes(input);
         self.request(id, |reply| Input::Start {
             wtype: wtype.to_string(),
@@ -115,6 +118,7 @@ impl Engine {
             policy: options.policy_of(),
             trace: options.trace_of().or_else(crate::trace::current),
             version: options.version_of(),
+            attrs: options.attributes_of().cloned(),
             reply,
         })
         .await
@@ -254,6 +258,7 @@ impl Engine {
             finished_ms: None,
             last_lsn: live.last_lsn,
             waiting_for: Vec::new(),
+            attributes: crate::attrs::journal_attributes(&live.journal),
         };
         for rec in &records {
             match rec {

@@ -421,6 +421,9 @@ impl Engine {
         options: StartOptions,
     ) -> Result<RunHandle<O>> {
         let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        if let Some(a) = options.attributes_of() {
+            a.check()?;
+        }
         self.check_input(workflow.name(), options.version_of(), &input)?;
         let run = self
             .request(id, |reply| Input::Start {
@@ -430,6 +433,7 @@ impl Engine {
                 policy: options.policy_of(),
                 trace: options.trace_of().or_else(crate::trace::current),
                 version: options.version_of(),
+                attrs: options.attributes_of().cloned(),
                 reply,
             })
             .await?;

@@ -164,6 +164,11 @@ pub enum Error {
         /// The storage's error.
         error: StorageError,
     },
+    /// A search attribute or a filter on one is malformed (an unknown
+    /// type, a bad name or value, bounds of two types); nothing was
+    /// recorded.
+    #[error("invalid search attribute: {0}")]
+    InvalidAttribute(String),
     /// Another engine setting is wrong.
     #[error("invalid configuration: {0}")]
     Config(String),

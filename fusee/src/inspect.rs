@@ -448,6 +448,8 @@ pub struct RunSummary {
     pub last_lsn: Lsn,
     /// What it waits for, if anything.
     pub waiting_for: Vec<Waiting>,
+    /// Its search attributes, by name ([`crate::attrs`]).
+    pub attributes: crate::attrs::AttrMap,
 }
 
 /// What a waiting run waits for.
@@ -522,6 +524,7 @@ impl<R: RunStore> ShardView<R> {
                 finished_ms: l.done.map(|(_, at)| at),
                 last_lsn: l.last_lsn,
                 waiting_for,
+                attributes: crate::attrs::fold(l.meta.as_deref(), l.attrs.iter().map(|p| &p[..])),
             }));
         }
         let Some(parked) = self.core.parked(run) else {
@@ -539,6 +542,7 @@ impl<R: RunStore> ShardView<R> {
             finished_ms: None,
             last_lsn: frame.last_lsn,
             waiting_for: Vec::new(),
+            attributes: crate::attrs::journal_attributes(&frame.journal),
         };
         for item in iter_canonical(&frame.journal) {
             let (rec, _) =

@@ -60,6 +60,7 @@
 //! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock, [`Ownership`] |
 //! | [`Ownership::Lease`] | several processes on one PostgreSQL store, each owning the shards whose leases it holds and taking over a dead one's; a call for a shard owned elsewhere is [`Error::NotOwner`]; [`Engine::owned_shards`], [`Engine::shard_status`] ([`ownership`]) |
 //! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
+//! | [`SearchAttributes`], [`AttrValue`], [`AttrCondition`] | typed search attributes set at start ([`StartOptions::attributes`]) or by workflow code ([`Ctx::set_attributes`]), recorded and replayed; [`ListFilter::attribute`] and ranges find runs by them through each shard's index ([`attrs`]) |
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
 //! | [`RetryPolicy`] | how failed step attempts are retried |
 //! | [`Saga`] | steps that register compensations, run durably newest first when the workflow fails or is cancelled ([`saga`]) |
@@ -99,6 +100,7 @@ pub use fusee_core as core;
 pub use fusee_storage as storage;
 
 pub mod any_storage;
+pub mod attrs;
 pub mod backup;
 pub mod check;
 mod client;
@@ -145,6 +147,7 @@ pub(crate) fn test_pg_url() -> Option<String> {
 }
 
 pub use any_storage::{AnyCheckpoint, AnyLog, AnyRuns, AnyStorage};
+pub use attrs::{AttrCondition, AttrMap, AttrValue, SearchAttributes};
 pub use backup::{BackupError, BackupReport};
 pub use check::ReplayReport;
 pub use client::{

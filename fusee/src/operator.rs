@@ -152,6 +152,11 @@ impl Engine {
     /// from its frame only to show its type (or filter by it). Runs started
     /// after the first page was taken are not shown on later pages.
     ///
+    /// A filter with search-attribute conditions walks each shard's
+    /// attribute index (built the first time after an open: see
+    /// [`crate::attrs`]) instead of every run; a malformed condition is
+    /// [`Error::InvalidAttribute`] before any shard is asked.
+    ///
     /// ```
     /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
     /// use fusee::{ListFilter, StatusFilter};
@@ -169,6 +174,7 @@ impl Engine {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, filter: ListFilter) -> Result<Page> {
+        filter.check()?;
         let shards = self.shard_count();
         let below = match &filter.after {
             Some(c) if c.below.len() == shards as usize => c.below.clone(),

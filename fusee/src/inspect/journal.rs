@@ -1102,6 +1102,7 @@ mod tests {
                 finished_ms: Some(11),
                 last_lsn: 0,
                 waiting_for: Vec::new(),
+                attributes: Default::default(),
             },
             records,
             complete: true,

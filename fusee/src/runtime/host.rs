@@ -221,6 +221,7 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
     let mut records: Lsn = 0;
     let mut end_recorded = false;
     let mut start = None;
+    let mut code_attrs = 0u32;
     for item in iter_canonical(bytes) {
         let (rec, _) = item.map_err(|e| malformed(&e))?;
         records += 1;
@@ -241,6 +242,9 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
                 status: Status::Ok | Status::Failed | Status::Cancelled | Status::ContinuedAsNew,
                 ..
             } => end_recorded = true,
+            Record::Attributes { payload, .. } if crate::attrs::by_code(payload) => {
+                code_attrs += 1;
+            }
             _ => {}
         }
     }
@@ -269,6 +273,7 @@ pub(crate) fn replay_encoded(registry: &Registry, bytes: &[u8]) -> Result<Replay
     )));
     // The code's clock reads the run's start; recorded values replay.
     state.borrow_mut().set_now(started_ms);
+    state.borrow_mut().set_code_attributes(code_attrs);
     let diverged = |d: Departure| ReplayFault::Diverged(d);
     let text = |e: &dyn std::fmt::Display| ReplayFault::Diverged(Departure::text(e.to_string()));
     let mut future: RunFuture = handler(Ctx::new(Rc::clone(&state)), input);

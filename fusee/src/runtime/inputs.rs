@@ -32,8 +32,15 @@ impl ShardLoop {
                 policy,
                 trace,
                 version,
+                attrs,
                 reply,
-            } => self.start(wtype, id, input, (policy, trace, version), reply, now_ms),
+            } => {
+                let meta = crate::attrs::start_meta(
+                    trace.map(crate::trace::TraceParent::to_meta),
+                    attrs.as_ref(),
+                );
+                self.start(wtype, id, input, (policy, meta, version), reply, now_ms)
+            }
             Input::Signal {
                 id,
                 name: signal,
@@ -199,8 +206,12 @@ impl ShardLoop {
                 below,
                 reply,
             } => {
-                let page = self.list_page(&filter, below);
-                let _ = reply.send(Ok(page));
+                let page = if filter.conditions().is_empty() {
+                    Ok(self.list_page(&filter, below))
+                } else {
+                    self.attr_page(&filter, below)
+                };
+                let _ = reply.send(page);
             }
             Input::Journal { id, run, reply } => match self.live_journal(&id, run) {
                 Ok(journal) => {
@@ -248,7 +259,11 @@ impl ShardLoop {
         wtype: String,
         id: String,
         input: Vec<u8>,
-        (id_policy, trace, version): (IdPolicy, Option<crate::trace::TraceParent>, Option<u32>),
+        (id_policy, meta, version): (
+            IdPolicy,
+            Option<Box<fusee_core::record::StartMeta<Payload>>>,
+            Option<u32>,
+        ),
         reply: super::Reply<RunRef>,
         now_ms: u64,
     ) {
@@ -327,7 +342,7 @@ impl ShardLoop {
             copies: 0,
             update: None,
             input: Payload::from(input.as_slice()),
-            meta: trace.map(crate::trace::TraceParent::to_meta),
+            meta,
         };
         let started = RunRef {
             id,
@@ -844,6 +859,7 @@ impl ShardLoop {
                 children: view.children,
                 waits: view.waits,
                 in_flight: view.in_flight,
+                attributes: view.attributes,
             });
         }
         let journal = self.run_journal(run).map_err(|error| Error::Storage {
@@ -887,6 +903,7 @@ impl ShardLoop {
             children: view.children,
             waits: view.waits,
             in_flight: view.in_flight,
+            attributes: view.attributes,
         })
     }
 

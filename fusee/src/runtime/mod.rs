@@ -71,6 +71,7 @@ pub(crate) mod run;
 mod runs;
 pub(crate) mod sabotage;
 mod seal;
+mod search;
 #[cfg(feature = "testing")]
 pub(crate) mod sim_access;
 mod steps;
@@ -115,6 +116,8 @@ pub(crate) enum Input {
         trace: Option<crate::trace::TraceParent>,
         /// The version of its code (`None`: the newest registered).
         version: Option<u32>,
+        /// Search attributes to record in its `Start` (checked).
+        attrs: Option<crate::attrs::SearchAttributes>,
         reply: Reply<RunRef>,
     },
     /// Signal a workflow.
@@ -398,6 +401,8 @@ pub(crate) struct ShardLoop {
     metrics: ShardMetrics,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
+    /// The search-attribute index (`search`, `crate::attrs`).
+    attr_index: crate::attrs::AttrIndex,
     encode: Vec<u8>,
 }
 
@@ -577,6 +582,15 @@ impl ShardLoop {
             self.expire(now_ms);
             self.drop_histories(now_ms);
         }
+        // The search-attribute index's background build, a batch at a
+        // time, between the shard's other work (`search`).
+        let mut more = more;
+        if !holding && self.attr_index.building() {
+            match self.build_attr_index_some(search::BUILD_BATCH) {
+                Ok(done) => more |= !done,
+                Err(e) => self.fail(e),
+            }
+        }
         let mut effects = Effects {
             more,
             ..Effects::default()
@@ -638,6 +652,7 @@ impl ShardLoop {
             t.appended(lsn, rec, &self.core);
         }
         self.core.apply_encoded(lsn, rec, Mode::LIVE, &self.encode);
+        self.index_attributes(rec);
         if let Some(live) = self.live.get_mut(&run) {
             live.active_ms = live.state.borrow().now_ms().max(live.active_ms);
             let refused = live

@@ -7,7 +7,8 @@
 //! writes their payload as a JSON object; the key `"fusee.paused"`, a
 //! boolean, pauses (`true`) or resumes (`false`) the run, and the latest
 //! record holding the key wins. Payloads that are not JSON objects, and
-//! other keys, are left alone (they are for search attributes). Being in
+//! other keys, are left alone (search attributes, `"fusee.attrs"`: the
+//! one payload format is documented in [`crate::attrs`]). Being in
 //! the journal, the state survives a restart and a park, and replay never
 //! sees it: `RunMachine` passes `Attributes` to the host.
 //!
@@ -85,6 +86,7 @@ pub(super) struct JournalView {
     pub(super) children: Vec<PendingChild>,
     pub(super) waits: Vec<PendingWait>,
     pub(super) in_flight: Vec<InFlightStep>,
+    pub(super) attributes: crate::attrs::AttrMap,
 }
 
 impl JournalView {
@@ -139,7 +141,11 @@ impl JournalView {
                 Record::Fired { seq, .. } | Record::Waited { seq, .. } => {
                     waits.retain(|(s, _)| *s != seq)
                 }
+                Record::Start { meta: Some(m), .. } => {
+                    crate::attrs::apply_payload(&mut view.attributes, m.attributes);
+                }
                 Record::Attributes { payload, .. } => {
+                    crate::attrs::apply_payload(&mut view.attributes, payload);
                     if let Some(p) = paused_in(payload) {
                         view.paused = p;
                         view.held = held_in(payload);
@@ -588,7 +594,7 @@ impl ShardLoop {
     }
 
     /// `run` as a listing shows it, if it passes `filter`.
-    fn summary(&mut self, run: RunId, filter: &ListFilter) -> Option<RunSummary> {
+    pub(super) fn summary(&mut self, run: RunId, filter: &ListFilter) -> Option<RunSummary> {
         if let Some(l) = self.core.get(run) {
             // Only a durable end counts, as in `describe`.
             let ended = l.done.filter(|_| l.last_lsn <= self.flights.durable());

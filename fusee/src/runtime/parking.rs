@@ -442,6 +442,8 @@ impl ShardLoop {
         for (run, blob) in gone {
             self.live.remove(&run);
             self.waiters.take_results(run);
+            // Its retention ended: listings no longer find it.
+            self.attr_index.remove(run);
             if let Some(blob) = blob
                 && let Err(e) = self.release_chain(blob)
             {
@@ -530,12 +532,54 @@ impl ShardLoop {
 const HISTORY_BUDGET: usize = 1024;
 
 /// A finished run's summary: its `Start` and `Done` records out of its
-/// whole journal `whole`.
+/// whole journal `whole`, its search attributes as they stood at its end
+/// folded into the `Start`'s meta (`crate::attrs`: a run is listed by them
+/// for its whole retention).
 fn summary(whole: &[u8]) -> Vec<u8> {
     let mut kept = Vec::new();
     let mut walk = iter_canonical(whole);
-    if let Some(Ok((_, start))) = walk.next() {
-        kept.extend_from_slice(start);
+    if let Some(Ok((start, bytes))) = walk.next() {
+        let (attrs, _) = crate::attrs::of_journal(whole);
+        match start.to_buf() {
+            RecordBuf::Start { meta, .. } if attrs.is_empty() && meta.is_none() => {
+                kept.extend_from_slice(bytes)
+            }
+            RecordBuf::Start {
+                run,
+                id,
+                wtype,
+                version,
+                codec,
+                started_ms,
+                deadline_ms,
+                parent,
+                policy,
+                from,
+                copies,
+                update,
+                input,
+                meta,
+            } => {
+                let folded = RecordBuf::Start {
+                    run,
+                    id,
+                    wtype,
+                    version,
+                    codec,
+                    started_ms,
+                    deadline_ms,
+                    parent,
+                    policy,
+                    from,
+                    copies,
+                    update,
+                    input,
+                    meta: crate::attrs::meta_with(meta.as_deref(), &attrs),
+                };
+                fusee_core::record::encode_canonical(&folded, &mut kept);
+            }
+            _ => kept.extend_from_slice(bytes),
+        }
     }
     if let Some((_, done)) = walk
         .filter_map(Result::ok)

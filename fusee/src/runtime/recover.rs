@@ -117,6 +117,7 @@ impl ShardLoop {
                 ..ShardMetrics::default()
             },
             telemetry: None,
+            attr_index: crate::attrs::AttrIndex::default(),
             encode: Vec::new(),
         };
         let unfinished: Vec<(u64, bool)> = this
@@ -137,6 +138,7 @@ impl ShardLoop {
         }
         // Every message not acknowledged before the crash goes out again.
         this.mail.route_pending();
+        this.want_attr_index_if_used();
         Ok(this)
     }
 }

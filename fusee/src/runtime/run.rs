@@ -30,7 +30,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::task::{Poll, Waker};
 
-use fusee_core::record::{Name, RecordBuf, RunId, Seq, Status, WaitOutcome};
+use fusee_core::record::{Name, Payload, RecordBuf, RunId, Seq, Status, WaitOutcome};
 use fusee_core::run::{Abandon, Attempt, Issued, OpError, RetryAt, RunMachine, StepRun};
 use rustc_hash::FxHashMap;
 
@@ -238,6 +238,11 @@ pub(crate) struct RunState<C: Code> {
     /// payload the code hands over beyond it is refused at the call, before
     /// anything is recorded, rather than a record the log would refuse.
     max_payload: usize,
+    /// `Attributes` records the code made that the journal held when the
+    /// code started, and the code's calls so far: call `n` records only
+    /// past the first (`crate::attrs`).
+    attrs_recorded: u32,
+    attrs_called: u32,
 }
 
 /// An update handler, type-erased: its validator, and its code started
@@ -321,7 +326,15 @@ impl<C: Code> RunState<C> {
             updates: FxHashMap::default(),
             queries: FxHashMap::default(),
             max_payload,
+            attrs_recorded: 0,
+            attrs_called: 0,
         }
+    }
+
+    /// The journal the code starts from holds `n` `Attributes` records the
+    /// code made.
+    pub(crate) fn set_code_attributes(&mut self, n: u32) {
+        self.attrs_recorded = n;
     }
 
     /// The run's machine (fusee-core), which the loop hands every record
@@ -566,6 +579,18 @@ impl<C: Code> RunState<C> {
                 self.fail(e);
                 None
             }
+        }
+    }
+
+    /// The code sets search attributes: an `Attributes` record, unless the
+    /// journal already holds this call's.
+    pub(crate) fn set_attributes(&mut self, payload: Vec<u8>) {
+        self.attrs_called += 1;
+        if self.attrs_called > self.attrs_recorded {
+            self.appends.push(RecordBuf::Attributes {
+                run: self.run,
+                payload: Payload::from(payload.as_slice()),
+            });
         }
     }
 

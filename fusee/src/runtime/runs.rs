@@ -132,6 +132,7 @@ impl ShardLoop {
         };
         let id = l.id.clone();
         let (last_lsn, started_ms) = (l.last_lsn, l.started_ms);
+        let code_attrs = l.attrs.iter().filter(|p| crate::attrs::by_code(p)).count();
         let journal = match self.run_journal(run) {
             Ok(j) => j,
             Err(e) => {
@@ -174,6 +175,7 @@ impl ShardLoop {
             self.config.max_payload,
         );
         state.saw_time(started_ms);
+        state.set_code_attributes(u32::try_from(code_attrs).unwrap_or(u32::MAX));
         let mut live = LiveRun::new(state, waker);
         live.future = Some(handler(Ctx::new(Rc::clone(&live.state)), &input));
         self.live.insert(run, live);
@@ -440,8 +442,10 @@ impl ShardLoop {
         // it may move to a new version); a type not registered here keeps
         // its version.
         let version = self.registry.newest(&wtype).unwrap_or(l.version);
-        // The next run continues its predecessor's trace context.
-        let meta = l.meta.clone();
+        // The next run continues its predecessor's trace context, and
+        // carries its search attributes as they stand (`crate::attrs`).
+        let attrs = crate::attrs::fold(l.meta.as_deref(), l.attrs.iter().map(|p| &p[..]));
+        let meta = crate::attrs::meta_with(l.meta.as_deref(), &attrs);
         let next = self.core.allocate_run();
         let start = RecordBuf::Start {
             run: next,

@@ -90,6 +90,7 @@ fn a_signal_and_a_timeout_in_one_iteration_end_the_wait_once() {
         policy: IdPolicy::NewOnly,
         trace: None,
         version: None,
+        attrs: None,
         reply,
     });
     settle(&mut shard, START_MS);
@@ -157,6 +158,7 @@ fn a_cancel_sent_twice_is_recorded_once() {
         policy: IdPolicy::NewOnly,
         trace: None,
         version: None,
+        attrs: None,
         reply,
     });
     settle(&mut shard, START_MS);
@@ -224,6 +226,7 @@ fn each_run_parks_park_after_its_last_activity_and_scans_wait_for_it() {
             policy: IdPolicy::NewOnly,
             trace: None,
             version: None,
+            attrs: None,
             reply,
         });
         settle(shard, now_ms);
@@ -289,6 +292,7 @@ fn telemetry_counts_records_when_durable_and_not_before() {
             policy: IdPolicy::NewOnly,
             trace: None,
             version: None,
+            attrs: None,
             reply,
         });
     };
@@ -554,6 +558,7 @@ fn a_reopened_shard_fires_a_due_timer_before_starting_every_runs_code() {
             policy: IdPolicy::NewOnly,
             trace: None,
             version: None,
+            attrs: None,
             reply,
         });
     };

@@ -550,6 +550,7 @@ impl World {
                     policy: IdPolicy::Attach,
                     trace: None,
                     version: None,
+                    attrs: None,
                     reply,
                 });
                 self.busy[shard] = true;

@@ -1,0 +1,186 @@
+//! The shard's side of search attributes: its [`AttrIndex`] kept current
+//! as records are appended, built from every run the first time a listing
+//! filters by an attribute after an open, and the listing's pages walked
+//! through it (format, rules and costs: [`crate::attrs`]).
+
+use fusee_core::record::{Record, RecordBuf, RunId, Status, iter_canonical};
+use fusee_storage::StorageError;
+
+use super::ShardLoop;
+use crate::attrs::{self, AttrIndex};
+use crate::client::{LIST_VISITS_MAX, ListFilter, ShardPage};
+
+/// Runs asked of the index per round of a page.
+const BATCH: usize = 256;
+
+/// Newest runs whose frames the open reads to guess whether the shard
+/// uses attributes.
+const PROBE: usize = 64;
+
+/// Runs the background build reads per loop iteration (a few ms of the
+/// shard's time).
+pub(super) const BUILD_BATCH: usize = 1024;
+
+impl ShardLoop {
+    /// Keeps the index current after `rec` was applied: an `Attributes`
+    /// record or a `Start` changes its run's attributes, and a `Done` that
+    /// hands over starts the next run, whose `Start` meta may carry some.
+    pub(super) fn index_attributes(&mut self, rec: &RecordBuf) {
+        let run = match rec {
+            RecordBuf::Attributes { run, .. } => *run,
+            RecordBuf::Start { run, meta, .. } => {
+                if meta.is_none() && !self.attr_index.has(*run) {
+                    return;
+                }
+                *run
+            }
+            RecordBuf::Done {
+                status: Status::ContinuedAsNew | Status::Reset,
+                payload,
+                ..
+            } => match iter_canonical(payload).next() {
+                Some(Ok((Record::Start { run, .. }, _))) => run,
+                _ => return,
+            },
+            _ => return,
+        };
+        self.reindex_loaded(run);
+    }
+
+    /// Sets loaded run `run`'s entry from its `Start` meta and records.
+    fn reindex_loaded(&mut self, run: RunId) {
+        if let Some(l) = self.core.get(run) {
+            let now = attrs::fold(l.meta.as_deref(), l.attrs.iter().map(|p| &p[..]));
+            self.attr_index.set(run, &now);
+        }
+    }
+
+    /// Reads every run not yet in the index into it (loaded runs from
+    /// memory, parked ones from their frames): the rest of the build, at
+    /// once (a filtered listing needs it whole).
+    fn build_attr_index(&mut self) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
+        while !self.attr_index.built() {
+            self.build_attr_index_some(BUILD_BATCH)?;
+        }
+        tracing::debug!(
+            shard = self.shard,
+            ms = started.elapsed().as_millis() as u64,
+            "search attribute index completed for a listing"
+        );
+        Ok(())
+    }
+
+    /// The background build's share of one loop iteration: at most
+    /// [`BUILD_BATCH`] runs read, newest first, from where it stands.
+    /// Whether it is done.
+    pub(super) fn build_attr_index_some(&mut self, batch: usize) -> Result<bool, StorageError> {
+        if self.attr_index.built() {
+            return Ok(true);
+        }
+        let mut cursor = self.core.newest_first_below(self.attr_index.build_below());
+        let runs = cursor.next_batch(&self.core, batch);
+        let Some(&last) = runs.last() else {
+            self.attr_index.set_built();
+            tracing::info!(shard = self.shard, "search attribute index built");
+            return Ok(true);
+        };
+        for run in runs {
+            if self.attr_index.has(run) {
+                continue;
+            }
+            if self.core.get(run).is_some() {
+                self.reindex_loaded(run);
+            } else if let Some(p) = self.core.parked(run) {
+                let frame = self.read_frame(p.blob())?;
+                let (now, _) = attrs::of_journal(&frame.journal);
+                self.attr_index.set(run, &now);
+            }
+        }
+        self.attr_index.built_down_to(last);
+        Ok(false)
+    }
+
+    /// At open: the background build is wanted if a loaded run holds
+    /// attributes, or one of the [`PROBE`] newest parked runs does (their
+    /// frames read: a store that uses attributes has them on its recent
+    /// runs). Payloads without attributes are not parsed.
+    pub(super) fn want_attr_index_if_used(&mut self) {
+        let used = self.core.loaded_runs().any(|(_, l)| {
+            let meta = l.meta.as_deref().map(|m| &m.attributes[..]);
+            meta.into_iter()
+                .chain(l.attrs.iter().map(|p| &p[..]))
+                .any(|p| !attrs::fold(None, [p]).is_empty())
+        });
+        if used {
+            self.attr_index.want();
+            return;
+        }
+        let mut cursor = self.core.newest_first_below(RunId::MAX);
+        for run in cursor.next_batch(&self.core, PROBE) {
+            let Some(p) = self.core.parked(run) else {
+                continue;
+            };
+            // A frame that does not read is the build's (or a load's) to
+            // report: the probe only guesses.
+            let Ok(frame) = self.read_frame(p.blob()) else {
+                continue;
+            };
+            if !attrs::of_journal(&frame.journal).0.is_empty() {
+                self.attr_index.want();
+                return;
+            }
+        }
+    }
+
+    /// One shard's page of runs below `below` passing `filter`, which has
+    /// attribute conditions: walked newest first through the index by one
+    /// condition, the others, the status and the type checked per run.
+    pub(super) fn attr_page(
+        &mut self,
+        filter: &ListFilter,
+        below: RunId,
+    ) -> Result<ShardPage, crate::error::Error> {
+        let shard = self.shard;
+        self.build_attr_index()
+            .map_err(|error| crate::error::Error::Storage { shard, error })?;
+        let conds = filter.conditions();
+        let Some(driver) = AttrIndex::driver(conds).cloned() else {
+            return Ok(ShardPage::default());
+        };
+        let limit = filter.limit_value();
+        let mut page = ShardPage::default();
+        let mut visited = 0usize;
+        let mut next = below;
+        let mut gone = Vec::new();
+        'walk: loop {
+            let batch = self.attr_index.candidates(&driver, next, BATCH);
+            if batch.is_empty() {
+                break;
+            }
+            for run in batch {
+                if page.runs.len() == limit || visited == LIST_VISITS_MAX {
+                    page.resume = Some(next);
+                    break 'walk;
+                }
+                visited += 1;
+                next = run;
+                if !self.attr_index.admits(run, conds) {
+                    continue;
+                }
+                match self.summary(run, filter) {
+                    Some(s) => page.runs.push(s),
+                    // Expired since it was indexed.
+                    None if self.core.get(run).is_none() && self.core.parked(run).is_none() => {
+                        gone.push(run)
+                    }
+                    None => {}
+                }
+            }
+        }
+        for run in gone {
+            self.attr_index.remove(run);
+        }
+        Ok(page)
+    }
+}

@@ -121,6 +121,7 @@ mod registry;
 mod retry;
 mod runtime;
 mod step;
+pub mod stream;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -181,5 +182,6 @@ pub use schedule::{
     Spec,
 };
 pub use step::{StepContext, StepError};
+pub use stream::{StreamChunk, StreamSender, Subscription};
 pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

@@ -22,6 +22,7 @@ fn config() -> LoopConfig {
     LoopConfig {
         shards: 1,
         max_payload: 1 << 20,
+        max_stream_chunks: 1_000_000,
         checkpoint_bytes: u64::MAX,
         checkpoint_interval_ms: u64::MAX / 2,
         retention_ms: 60_000,

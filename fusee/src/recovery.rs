@@ -10,7 +10,7 @@
 //! own way. Also the one reader of a run's frame chain ([`read_chain`]),
 //! for recovery, for loading a parked run and for the inspection.
 
-use fusee_core::record::{Lsn, decode_canonical_all, iter_canonical};
+use fusee_core::record::{Lsn, iter_canonical};
 use fusee_core::shard::{BlobRef, IndexError, Mode, ShardCore};
 use fusee_core::store::{Checkpoint, EntryRef, StoreError, decode_entry};
 use fusee_core::wire::DecodeError;
@@ -166,16 +166,19 @@ pub(crate) fn load_checkpoint<R: RunStore + ?Sized>(
         if let Some(blob) = run.blob {
             let prefix =
                 read_chain(runs, blob).map_err(|error| Damage::Frame { lsn: None, error })?;
-            let records = decode_canonical_all(&prefix.journal)
-                .map_err(|error| Damage::FrameJournal { lsn: None, error })?;
-            for rec in &records {
-                core.apply(run.last_lsn, rec, Mode::BLOB);
+            // Borrowed, record by record: a long journal (a stream's
+            // chunks) costs no allocation per record. A record that does
+            // not decode fails the open, which keeps nothing of this core.
+            for item in iter_canonical(&prefix.journal) {
+                let (rec, _) = item.map_err(|error| Damage::FrameJournal { lsn: None, error })?;
+                core.apply(run.last_lsn, &rec, Mode::BLOB);
             }
             core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
         }
-        let records = decode_canonical_all(&run.journal).map_err(Damage::CheckpointJournal)?;
-        for rec in &records {
-            core.apply(run.last_lsn, rec, Mode::SUFFIX);
+        // The suffix stays in memory: its bytes are copied, not encoded again.
+        for item in iter_canonical(&run.journal) {
+            let (rec, whole) = item.map_err(Damage::CheckpointJournal)?;
+            core.apply_encoded(run.last_lsn, &rec, Mode::SUFFIX, whole);
         }
     }
     Ok(())
@@ -226,13 +229,11 @@ pub(crate) fn replay_log<L: LogStore + ?Sized, R: RunStore + ?Sized>(
                     error,
                 })
                 .and_then(|frame| {
-                    let records = decode_canonical_all(&frame.journal).map_err(|error| {
-                        Damage::FrameJournal {
+                    core.unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
+                        .map_err(|error| Damage::FrameJournal {
                             lsn: Some(lsn),
                             error,
-                        }
-                    })?;
-                    core.unpark(run, frame.last_lsn, &records, now_ms);
+                        })?;
                     core.set_blob(run, blob, frame.chain_bytes, frame.depth);
                     Ok(())
                 });

@@ -320,9 +320,11 @@ impl ShardLoop {
             return Ok(false);
         }
         let frame = self.read_frame(parked.blob())?;
-        let records = fusee_core::record::decode_canonical_all(&frame.journal)
+        let loaded = self
+            .core
+            .unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
             .map_err(|_| corrupt("run frame journal", parked.blob().offset))?;
-        if !self.core.unpark(run, frame.last_lsn, &records, now_ms) {
+        if !loaded {
             return Err(corrupt(
                 "run frame that does not load",
                 parked.blob().offset,

@@ -1146,11 +1146,6 @@ impl Engine {
         self.inner.registry.set_host(self.downgrade());
     }
 
-    /// The configuration the engine was opened with.
-    pub(crate) fn config(&self) -> &Config {
-        &self.inner.config
-    }
-
     /// Whether workflow type `wtype` is registered here.
     pub(crate) fn is_registered(&self, wtype: &str) -> bool {
         self.inner.registry.contains(wtype)

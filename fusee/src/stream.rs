@@ -51,12 +51,19 @@
 //!
 //! A run sends at most [`crate::Config::max_stream_chunks`] chunks over all
 //! its streams ([`Error::StreamLimit`]), each at most
-//! [`crate::Config::max_payload`] bytes ([`Error::TooLarge`]). Chunks are
-//! kept as long as their run's journal: while the run is unfinished, and
-//! for [`crate::Config::history_retention`] after it finished (at once
-//! gone for a journal over [`crate::Config::history_max_bytes`]); a
-//! subscription after that is [`Error::HistoryGone`]. The run's result is
-//! kept for [`crate::Config::retention`] as always.
+//! [`crate::Config::max_payload`] bytes ([`Error::TooLarge`]).
+//!
+//! Retention: a stream is kept as long as its run's result. While the run
+//! is unfinished its chunks are in its journal; once it finished, its
+//! journal is kept whole for [`crate::Config::history_retention`] (for a
+//! journal of at most [`crate::Config::history_max_bytes`]) and then cut
+//! to a summary, which keeps the run's `Start` and `Done` *and every
+//! stream record* (each opening, chunk and end), whatever their size;
+//! the summary goes when the run's [`crate::Config::retention`] ends, and
+//! the stream with it (a subscription then is [`Error::NotFound`]). So a
+//! client that comes back for the tokens of a finished answer finds them
+//! for as long as it finds the answer; the disk cost is bounded per run by
+//! the chunk limit.
 //!
 //! # Subscribing
 //!
@@ -234,23 +241,20 @@ impl Engine {
     /// item: [`Error::NotFound`] (no such workflow),
     /// [`Error::UnknownStream`] (its run finished without opening
     /// `name`), [`Error::StreamCursor`] (`from` past the stream's durable
-    /// chunks), [`Error::HistoryGone`] (the finished run's journal was let
-    /// go). A subscription made before the run opens the stream waits for
-    /// it.
+    /// chunks). A subscription made before the run opens the stream waits
+    /// for it.
     pub fn subscribe(&self, id: &str, name: &str, from: u64) -> Subscription {
-        let sub = Sub {
-            engine: self.clone(),
-            id: id.to_string(),
-            name: name.to_string(),
-            run: None,
-            next: from,
-            buf: VecDeque::new(),
-            finished: false,
-            idle: IDLE_MIN,
-        };
-        Subscription {
-            inner: Box::pin(futures_util::stream::unfold(sub, Sub::next_item)),
-        }
+        Sub::new(self, id, name, from).subscription()
+    }
+
+    /// [`subscribe`](Self::subscribe), with its first read done before it
+    /// returns: bad input is this call's `Err` rather than the
+    /// subscription's item (what a server needs to answer it with an HTTP
+    /// status before it starts streaming).
+    pub async fn subscribe_checked(&self, id: &str, name: &str, from: u64) -> Result<Subscription> {
+        let mut sub = Sub::new(self, id, name, from);
+        sub.read().await?;
+        Ok(sub.subscription())
     }
 }
 
@@ -267,6 +271,25 @@ struct Sub {
 }
 
 impl Sub {
+    fn new(engine: &Engine, id: &str, name: &str, from: u64) -> Self {
+        Sub {
+            engine: engine.clone(),
+            id: id.to_string(),
+            name: name.to_string(),
+            run: None,
+            next: from,
+            buf: VecDeque::new(),
+            finished: false,
+            idle: IDLE_MIN,
+        }
+    }
+
+    fn subscription(self) -> Subscription {
+        Subscription {
+            inner: Box::pin(futures_util::stream::unfold(self, Sub::next_item)),
+        }
+    }
+
     async fn next_item(mut self) -> Option<(Result<StreamChunk>, Self)> {
         loop {
             if let Some(c) = self.buf.pop_front() {
@@ -307,17 +330,8 @@ impl Sub {
                 },
             }
         })?;
-        if !live.complete {
-            let finished_ms = view.run_end.map_or(0, |(_, ms)| ms);
-            let history = self.engine.config().history_retention.as_millis() as u64;
-            return Err(Error::HistoryGone {
-                id: self.id.clone(),
-                run: live.run,
-                what: format!("stream {:?}", self.name),
-                finished_ms,
-                gone_ms: finished_ms.saturating_add(history),
-            });
-        }
+        // `live.complete` false: a finished run's summary, which keeps
+        // every stream record (`crate::recovery::summary_keeps`).
         if self.next > view.len {
             return Err(Error::StreamCursor {
                 id: self.id.clone(),

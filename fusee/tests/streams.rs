@@ -326,3 +326,36 @@ async fn a_retried_step_sends_on_after_what_its_first_attempt_sent() {
     assert_eq!(got, ["a1-0", "a1-1", "a2-2", "a2-3"]);
     kit.close().await.unwrap();
 }
+
+/// A finished run's history goes (here at once: its journal is over
+/// `history_max_bytes`) but its streams stay with its summary for the
+/// run's retention: a subscriber after the run parked still reads every
+/// chunk, while a query-like reader sees the history gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_runs_streams_outlive_its_history() {
+    let config = Config::memory()
+        .history_max_bytes(64)
+        .park_after(Duration::ZERO);
+    let (kit, _) = kit_with(Some(config)).await;
+    assert_eq!(
+        kit.execute(CHAT, "h", &(30, false, true)).await.unwrap(),
+        30
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = kit.engine().describe("h").await.unwrap();
+        if d.parked {
+            // Start, the stream's opening, 30 chunks, its end and Done: the
+            // steps' records are gone.
+            assert_eq!(d.journal_records, 34, "{d:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run parks");
+        kit.advance(Duration::from_secs(1)).await.unwrap();
+    }
+    assert_eq!(texts(&collect(kit.engine(), "h", 0).await), toks(0..30));
+    assert_eq!(texts(&collect(kit.engine(), "h", 28).await), toks(28..30));
+    let journal = kit.engine().journal_json("h", None).await.unwrap();
+    assert_eq!(journal["complete"], false, "the history is gone");
+    kit.close().await.unwrap();
+}

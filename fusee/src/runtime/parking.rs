@@ -9,8 +9,9 @@
 //! (`history_ms` since it finished, for a journal of at most
 //! `history_max_bytes`): what `describe`, queries and `fusee show` read
 //! after the end. Once its history time passes, the frame is rewritten
-//! with only its `Start` and `Done` records, enough to answer for its
-//! result until its retention ends ([`ShardLoop::drop_histories`]; the new
+//! with only its `Start` and `Done` records (and its streams' records:
+//! `crate::recovery::summary_keeps`), enough to answer for its result
+//! (and its streams' subscribers) until its retention ends ([`ShardLoop::drop_histories`]; the new
 //! frame, like every frame, is referenced only once a checkpoint commits
 //! the index with it, so a crash leaves the whole frame or the summary,
 //! never a broken one). The core keeps only the run's
@@ -466,19 +467,15 @@ impl ShardLoop {
 /// [`ShardLoop::drop_histories`].
 const HISTORY_BUDGET: usize = 1024;
 
-/// A finished run's summary: its `Start` and `Done` records out of its
-/// whole journal `whole`.
+/// A finished run's summary: out of its whole journal `whole`, the
+/// records a summary keeps (`crate::recovery::summary_keeps`: its `Start`
+/// and `Done`, and its streams), in journal order.
 fn summary(whole: &[u8]) -> Vec<u8> {
     let mut kept = Vec::new();
-    let mut walk = iter_canonical(whole);
-    if let Some(Ok((_, start))) = walk.next() {
-        kept.extend_from_slice(start);
-    }
-    if let Some((_, done)) = walk
-        .filter_map(Result::ok)
-        .find(|(r, _)| matches!(r, Record::Done { .. }))
-    {
-        kept.extend_from_slice(done);
+    for (rec, bytes) in iter_canonical(whole).filter_map(Result::ok) {
+        if crate::recovery::summary_keeps(&rec) {
+            kept.extend_from_slice(bytes);
+        }
     }
     kept
 }

@@ -768,6 +768,11 @@ fn fill(path: &str) -> String {
     if url.ends_with("/result") {
         return format!("{url}?timeout_ms=10");
     }
+    if url.contains("/streams/") {
+        // A cursor past the (empty) stream: answered at once, not a
+        // stream of events that waits for the run.
+        return format!("{url}?from=1");
+    }
     url
 }
 

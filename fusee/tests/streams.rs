@@ -359,3 +359,35 @@ async fn a_finished_runs_streams_outlive_its_history() {
     assert_eq!(journal["complete"], false, "the history is gone");
     kit.close().await.unwrap();
 }
+
+/// Opening a stream is an operation: replayed against code that opens
+/// another name there, the run departs from its journal, naming both; the
+/// same code replays with no step run and no chunk sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_that_opens_another_stream_on_replay_departs_from_its_journal() {
+    let (mut kit, _) = kit_with(None).await;
+    assert_eq!(kit.execute(CHAT, "d", &(3, false, true)).await.unwrap(), 3);
+    let journal = kit.export_journal("d").await.unwrap();
+    let same = kit.replay(&journal).expect("the same code replays");
+    assert_eq!(same.result::<u64>().unwrap(), 3);
+    let changed = TestEngine::open(|engine: &Engine| {
+        engine.register(CHAT, |ctx: Ctx, _: (u64, bool, bool)| async move {
+            let _tx = ctx.stream("answer");
+            Ok::<_, Failure>(0)
+        });
+    })
+    .await
+    .unwrap();
+    match changed.replay(&journal) {
+        Err(e @ fusee::testing::ReplayError::Diverged { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("\"tokens\"") && text.contains("\"answer\""),
+                "{text}"
+            );
+        }
+        other => panic!("expected a divergence, got {other:?}"),
+    }
+    changed.close().await.unwrap();
+    kit.close().await.unwrap();
+}

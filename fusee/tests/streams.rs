@@ -391,3 +391,71 @@ async fn code_that_opens_another_stream_on_replay_departs_from_its_journal() {
     changed.close().await.unwrap();
     kit.close().await.unwrap();
 }
+
+/// No subscriber sees a chunk a crash could take back: chunks appended
+/// while flushes are held come only once they are durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_sees_a_chunk_only_once_it_is_durable() {
+    const GATED: Workflow<(), u64> = Workflow::new("gated");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = Arc::clone(&gate);
+    let kit = TestEngine::open(move |engine: &Engine| {
+        let g = Arc::clone(&g);
+        engine.register(GATED, move |ctx: Ctx, ()| {
+            let g = Arc::clone(&g);
+            async move {
+                let tx = ctx.stream("tokens");
+                let n = ctx
+                    .step("model", move |_| {
+                        let (mut tx, g) = (tx.clone(), Arc::clone(&g));
+                        async move {
+                            let fatal = |e: Error| StepError::fatal(e.to_string());
+                            for i in 0..3u64 {
+                                tx.send(format!("tok-{i}")).await.map_err(fatal)?;
+                            }
+                            g.acquire()
+                                .await
+                                .map_err(|e| StepError::fatal(e.to_string()))?
+                                .forget();
+                            for i in 3..6u64 {
+                                tx.send(format!("tok-{i}")).await.map_err(fatal)?;
+                            }
+                            tx.end().await.map_err(fatal)?;
+                            Ok(6u64)
+                        }
+                    })
+                    .await?;
+                Ok::<_, Failure>(n)
+            }
+        });
+    })
+    .await
+    .unwrap();
+    kit.engine().start(GATED, "g", &()).await.unwrap();
+    let mut sub = kit.engine().subscribe("g", "tokens", 0);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(sub.next().await.unwrap().unwrap());
+    }
+    // The next three are appended while no flush completes.
+    kit.storage().hold_flushes(true);
+    gate.add_permits(1);
+    let early = tokio::time::timeout(Duration::from_millis(200), sub.next()).await;
+    assert!(
+        early.is_err(),
+        "a chunk left before it was durable: {early:?}"
+    );
+    kit.storage().hold_flushes(false);
+    while let Some(c) = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("the rest come once durable")
+    {
+        seen.push(c.unwrap());
+    }
+    let got: Vec<_> = seen
+        .iter()
+        .map(|c| (c.index, String::from_utf8(c.payload.clone()).unwrap()))
+        .collect();
+    assert_eq!(got, toks(0..6));
+    kit.close().await.unwrap();
+}

@@ -82,7 +82,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use fusee_core::record::{Record, RunId, Seq, Status, iter_canonical, value_kind};
+use fusee_core::record::{Record, RecordRef, RunId, Seq, iter_canonical, value_kind};
 use futures_util::Stream;
 use serde::Serialize;
 
@@ -340,7 +340,7 @@ impl Sub {
                 len: view.len,
             });
         }
-        if view.seq.is_none() && view.run_end.is_some() {
+        if view.seq.is_none() && view.run_ended {
             return Err(Error::UnknownStream {
                 id: self.id.clone(),
                 run: live.run,
@@ -350,7 +350,7 @@ impl Sub {
         let got = !view.chunks.is_empty();
         self.next += view.chunks.len() as u64;
         self.buf.extend(view.chunks);
-        self.finished = (view.ended || view.run_end.is_some()) && self.next == view.len;
+        self.finished = (view.ended || view.run_ended) && self.next == view.len;
         Ok(got || self.finished)
     }
 }
@@ -366,8 +366,8 @@ pub(crate) struct StreamView {
     pub(crate) chunks: Vec<StreamChunk>,
     /// Its `StreamEnd` is in the journal.
     pub(crate) ended: bool,
-    /// The run's end: how and when.
-    pub(crate) run_end: Option<(Status, u64)>,
+    /// The run's `Done` is in the journal.
+    pub(crate) run_ended: bool,
 }
 
 /// Walks `journal` (canonical records) for stream `name`: its opening,
@@ -384,43 +384,61 @@ pub(crate) fn scan(
     let mut bytes = 0usize;
     // A chunk did not fit: later reads take the rest.
     let mut full = false;
+    each_record(journal, |rec| match rec {
+        Record::Chunk { seq, payload, .. } if Some(seq) == view.seq => {
+            let index = view.len;
+            view.len += 1;
+            if index >= from && !full {
+                if view.chunks.is_empty() || bytes.saturating_add(payload.len()) <= page_bytes {
+                    bytes = bytes.saturating_add(payload.len());
+                    view.chunks.push(StreamChunk {
+                        index,
+                        payload: payload.to_vec(),
+                    });
+                } else {
+                    full = true;
+                }
+            }
+        }
+        Record::StreamEnd { seq, .. } if Some(seq) == view.seq => view.ended = true,
+        Record::Done { .. } => view.run_ended = true,
+        rec => {
+            if let Some((seq, opened)) = opening(&rec)
+                && view.seq.is_none()
+                && opened == name.as_bytes()
+            {
+                view.seq = Some(seq);
+            }
+        }
+    })?;
+    Ok(view)
+}
+
+/// Visits every record of `journal` (canonical records), borrowed; `Err`
+/// is the offset of the first that does not decode.
+fn each_record<'a>(
+    journal: &'a [u8],
+    mut visit: impl FnMut(RecordRef<'a>),
+) -> std::result::Result<(), u64> {
     let mut records = iter_canonical(journal);
     while let Some(next) = records.next() {
         let Ok((rec, _)) = next else {
             return Err(records.offset() as u64);
         };
-        match rec {
-            Record::Value {
-                seq,
-                kind: value_kind::STREAM,
-                value,
-                ..
-            } if view.seq.is_none() && value == name.as_bytes() => view.seq = Some(seq),
-            Record::Chunk { seq, payload, .. } if Some(seq) == view.seq => {
-                let index = view.len;
-                view.len += 1;
-                if index >= from && !full {
-                    if view.chunks.is_empty() || bytes.saturating_add(payload.len()) <= page_bytes {
-                        bytes = bytes.saturating_add(payload.len());
-                        view.chunks.push(StreamChunk {
-                            index,
-                            payload: payload.to_vec(),
-                        });
-                    } else {
-                        full = true;
-                    }
-                }
-            }
-            Record::StreamEnd { seq, .. } if Some(seq) == view.seq => view.ended = true,
-            Record::Done {
-                status,
-                finished_ms,
-                ..
-            } => view.run_end = Some((status, finished_ms)),
-            _ => {}
-        }
+        visit(rec);
     }
-    Ok(view)
+    Ok(())
+}
+
+/// The stream `rec` opens, if it is a stream's opening: its operation and
+/// its name's bytes.
+fn opening<'a>(rec: &RecordRef<'a>) -> Option<(Seq, &'a [u8])> {
+    match *rec {
+        Record::Value {
+            seq, kind, value, ..
+        } if kind == value_kind::STREAM => Some((seq, value)),
+        _ => None,
+    }
 }
 
 /// A run's streams as its shard counts them to take chunks: each stream's
@@ -452,44 +470,25 @@ impl RunStreams {
     pub(crate) fn of(journal: &[u8]) -> std::result::Result<Self, u64> {
         let mut out = Self::default();
         let mut first: rustc_hash::FxHashMap<&[u8], Seq> = rustc_hash::FxHashMap::default();
-        let mut records = iter_canonical(journal);
-        while let Some(next) = records.next() {
-            let Ok((rec, _)) = next else {
-                return Err(records.offset() as u64);
-            };
-            match rec {
-                Record::Value {
-                    seq,
-                    kind: value_kind::STREAM,
-                    value,
-                    ..
-                } => {
-                    let again = first.get(value).copied();
-                    first.entry(value).or_insert(seq);
+        each_record(journal, |rec| match rec {
+            Record::Chunk { seq, .. } => out.chunk(seq),
+            Record::StreamEnd { seq, .. } => out.end(seq),
+            rec => {
+                if let Some((seq, name)) = opening(&rec) {
+                    let again = first.get(name).copied();
+                    first.entry(name).or_insert(seq);
                     out.streams.insert(
                         seq,
                         Counted {
-                            name: Arc::from(String::from_utf8_lossy(value).as_ref()),
+                            name: Arc::from(String::from_utf8_lossy(name).as_ref()),
                             len: 0,
                             ended: false,
                             again,
                         },
                     );
                 }
-                Record::Chunk { seq, .. } => {
-                    out.total += 1;
-                    if let Some(c) = out.streams.get_mut(&seq) {
-                        c.len += 1;
-                    }
-                }
-                Record::StreamEnd { seq, .. } => {
-                    if let Some(c) = out.streams.get_mut(&seq) {
-                        c.ended = true;
-                    }
-                }
-                _ => {}
             }
-        }
+        })?;
         Ok(out)
     }
 

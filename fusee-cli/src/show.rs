@@ -194,6 +194,7 @@ fn value_kind_name(kind: u8) -> &'static str {
         value_kind::RANDOM => "random",
         value_kind::UUID => "uuid",
         value_kind::CUSTOM => "custom",
+        value_kind::STREAM => "stream",
         _ => "value",
     }
 }

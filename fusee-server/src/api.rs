@@ -43,6 +43,7 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(describe))
         .routes(routes!(journal))
         .routes(routes!(chain))
+        .routes(routes!(stream))
         .routes(routes!(result))
         .routes(routes!(signal))
         .routes(routes!(update))
@@ -591,6 +592,100 @@ async fn journal(
     Params(q): Params<JournalQuery>,
 ) -> Reply<Value> {
     Ok(Json(app.engine.journal_json(&id, q.run).await?))
+}
+
+/// Query parameters of the stream route.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+struct StreamQuery {
+    /// The first chunk's index (default 0, or after the `Last-Event-ID`
+    /// header's index when an SSE client reconnects).
+    from: Option<u64>,
+}
+
+/// A run's stream as Server-Sent Events (`fusee::Engine::subscribe`):
+/// one `chunk` event per durable chunk from `from` on (its `id` the
+/// chunk's index, its data a `StreamChunkEvent`), then an `end` event
+/// (`StreamEndEvent`) once the stream ended or the run finished. Bad input
+/// is an HTTP error before any event (404 `not_found` or
+/// `unknown_stream`, 400 `stream_cursor`); an error
+/// after the events began is an `error` event (an `ErrorBody`), the last.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/streams/{name}", tag = "runs",
+    params(("id" = String, Path, description = "The workflow ID"),
+        ("name" = String, Path, description = "The stream's name"), StreamQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "The last chunk an SSE client got")),
+    responses(
+    (status = 200, description = "text/event-stream: `chunk` events (data: StreamChunkEvent), \
+        then `end` (data: StreamEndEvent) or `error` (data: ErrorBody)", content_type = "text/event-stream",
+        body = StreamChunkEvent),
+    (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn stream(
+    State(app): State<App>,
+    Path((id, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    Params(q): Params<StreamQuery>,
+) -> Result<
+    axum::response::sse::Sse<
+        impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+    >,
+    ApiError,
+> {
+    use axum::response::sse::{KeepAlive, Sse};
+    use futures_util::StreamExt;
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|last| last.saturating_add(1));
+    let from = q.from.or(resumed).unwrap_or(0);
+    let sub = app.engine.subscribe_checked(&id, &name, from).await?;
+    // Each chunk an event; after the last, `end` (or `error`).
+    let events = futures_util::stream::unfold(
+        (sub, from, false),
+        move |(mut sub, next, over)| async move {
+            if over {
+                return None;
+            }
+            let event = match sub.next().await {
+                Some(Ok(c)) => {
+                    let index = c.index;
+                    let body = match String::from_utf8(c.payload) {
+                        Ok(text) => StreamChunkEvent {
+                            index,
+                            text: Some(text),
+                            bytes: None,
+                        },
+                        Err(e) => StreamChunkEvent {
+                            index,
+                            text: None,
+                            bytes: Some(e.into_bytes()),
+                        },
+                    };
+                    let ev = sse_event("chunk", &body).id(index.to_string());
+                    return Some((ev, (sub, index + 1, false)));
+                }
+                Some(Err(e)) => {
+                    let e = ApiError::from(e);
+                    sse_event(
+                        "error",
+                        &ErrorBody {
+                            kind: e.kind.to_string(),
+                            message: e.message,
+                        },
+                    )
+                }
+                None => sse_event("end", &StreamEndEvent { next }),
+            };
+            Some((event, (sub, next, true)))
+        },
+    )
+    .map(Ok);
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// An event named `name` whose data is `body` as one line of JSON.
+fn sse_event(name: &str, body: &impl serde::Serialize) -> axum::response::sse::Event {
+    let data = serde_json::to_string(body).unwrap_or_else(|_| "null".into());
+    axum::response::sse::Event::default().event(name).data(data)
 }
 
 /// The runs of an ID, newest first (continue-as-new, resets).

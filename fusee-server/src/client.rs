@@ -204,6 +204,50 @@ impl Client {
         self.get(&["api", "v1", "runs", id, "chain"]).await
     }
 
+    /// Stream `name` of workflow `id`'s latest run from chunk `from` on
+    /// (`GET /api/v1/runs/{id}/streams/{name}`, Server-Sent Events), as
+    /// [`fusee::Engine::subscribe`] gives it in process: each durable
+    /// chunk with its index, in order, ending after the last once the
+    /// stream ended or the run finished. Bad input is this call's
+    /// [`ClientError::Api`]; an error after the events began is the
+    /// stream's last item. After a dropped connection, call again with
+    /// `from` one past the last index received.
+    pub async fn subscribe(
+        &self,
+        id: &str,
+        name: &str,
+        from: u64,
+    ) -> Result<ChunkStream, ClientError> {
+        let url = self.url(&["api", "v1", "runs", id, "streams", name]);
+        let mut req = self
+            .http
+            .get(url.clone())
+            .query(&[("from", from.to_string())])
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let transport = |source| ClientError::Transport {
+            url: url.to_string(),
+            source,
+        };
+        let reply = req.send().await.map_err(transport)?;
+        let status = reply.status();
+        if !status.is_success() {
+            let bytes = reply.bytes().await.map_err(transport)?;
+            return Err(api_error(status, &bytes));
+        }
+        let events = Events {
+            reply,
+            url: url.to_string(),
+            buf: Vec::new(),
+            over: false,
+        };
+        Ok(ChunkStream {
+            inner: Box::pin(futures_util::stream::unfold(events, Events::next_chunk)),
+        })
+    }
+
     /// Waits up to `timeout_ms` (the server's default: 30 s) for `id`'s
     /// result. A run that did not end `ok` is kind `failed`; a wait that
     /// timed out is kind `timeout`.
@@ -562,6 +606,122 @@ impl Client {
             url: url.to_string(),
             detail: e.to_string(),
         })
+    }
+}
+
+/// The chunks of a stream from [`Client::subscribe`]: a
+/// [`futures_util::Stream`] of [`fusee::StreamChunk`]s.
+pub struct ChunkStream {
+    inner: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<fusee::StreamChunk, ClientError>> + Send>,
+    >,
+}
+
+impl std::fmt::Debug for ChunkStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkStream").finish_non_exhaustive()
+    }
+}
+
+impl futures_util::Stream for ChunkStream {
+    type Item = Result<fusee::StreamChunk, ClientError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// A stream route's reply read as Server-Sent Events.
+struct Events {
+    reply: reqwest::Response,
+    url: String,
+    /// Bytes received and not yet parsed into events (an event's bytes
+    /// may come in several reads, split anywhere).
+    buf: Vec<u8>,
+    over: bool,
+}
+
+impl Events {
+    async fn next_chunk(mut self) -> Option<(Result<fusee::StreamChunk, ClientError>, Self)> {
+        loop {
+            if self.over {
+                return None;
+            }
+            // One whole event: lines up to a blank line.
+            if let Some(at) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let bytes: Vec<u8> = self.buf.drain(..at + 2).collect();
+                let event = String::from_utf8_lossy(&bytes);
+                let (mut kind, mut data) = ("message", String::new());
+                for line in event.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        kind = match v.trim() {
+                            "chunk" => "chunk",
+                            "end" => "end",
+                            "error" => "error",
+                            _ => "other",
+                        };
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        if !data.is_empty() {
+                            data.push('\n');
+                        }
+                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                let decode = |detail: String| ClientError::Decode {
+                    url: self.url.clone(),
+                    detail,
+                };
+                match kind {
+                    "chunk" => {
+                        let item = serde_json::from_str::<crate::model::StreamChunkEvent>(&data)
+                            .map(|c| fusee::StreamChunk {
+                                index: c.index,
+                                payload: c.payload(),
+                            })
+                            .map_err(|e| decode(e.to_string()));
+                        self.over = item.is_err();
+                        return Some((item, self));
+                    }
+                    "end" => return None,
+                    "error" => {
+                        self.over = true;
+                        let e = match serde_json::from_str::<ErrorBody>(&data) {
+                            Ok(b) => ClientError::Api {
+                                status: 200,
+                                kind: b.kind,
+                                message: b.message,
+                            },
+                            Err(e) => decode(e.to_string()),
+                        };
+                        return Some((Err(e), self));
+                    }
+                    // Keep-alive comments and unknown events.
+                    _ => continue,
+                }
+            }
+            match self.reply.chunk().await {
+                Ok(Some(bytes)) => self.buf.extend_from_slice(&bytes),
+                Ok(None) => {
+                    self.over = true;
+                    let e = ClientError::Decode {
+                        url: self.url.clone(),
+                        detail: "the events ended without an `end` event".into(),
+                    };
+                    return Some((Err(e), self));
+                }
+                Err(source) => {
+                    self.over = true;
+                    let e = ClientError::Transport {
+                        url: self.url.clone(),
+                        source,
+                    };
+                    return Some((Err(e), self));
+                }
+            }
+        }
     }
 }
 

@@ -109,6 +109,10 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::BadSignalKey { .. } => (StatusCode::BAD_REQUEST, "bad_signal_key"),
         // A finished run's journal let go after its history retention.
         E::HistoryGone { .. } => (StatusCode::GONE, "history_gone"),
+        E::UnknownStream { .. } => (StatusCode::NOT_FOUND, "unknown_stream"),
+        E::StreamCursor { .. } => (StatusCode::BAD_REQUEST, "stream_cursor"),
+        E::StreamLimit { .. } => (StatusCode::CONFLICT, "stream_limit"),
+        E::StreamClosed { .. } => (StatusCode::CONFLICT, "stream_closed"),
         E::Backup(b) => match b {
             fusee::BackupError::NotEmpty(_) => (StatusCode::CONFLICT, "backup_not_empty"),
             fusee::BackupError::Busy => (StatusCode::CONFLICT, "backup_busy"),

@@ -67,7 +67,7 @@ pub mod error;
 pub mod model;
 
 #[cfg(feature = "client")]
-pub use client::{Client, ClientError};
+pub use client::{ChunkStream, Client, ClientError};
 
 #[cfg(feature = "server")]
 pub use server::{DEFAULT_ADDR, Server, ServerError, ServerHandle};

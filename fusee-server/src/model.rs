@@ -572,3 +572,41 @@ pub struct Deleted {
     /// Items dropped (queues); 0 otherwise.
     pub dropped: u64,
 }
+
+/// One chunk of a run's stream, the data of a `chunk` event of
+/// `GET /api/v1/runs/{id}/streams/{name}` (Server-Sent Events; the event's
+/// `id` is the index too). The chunk's bytes are `text` when they are
+/// UTF-8 (a model's tokens), else `bytes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct StreamChunkEvent {
+    /// Its index in the stream, from 0: resume with `from = index + 1`.
+    pub index: u64,
+    /// The chunk, if it is UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The chunk's bytes, if it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl StreamChunkEvent {
+    /// The chunk's bytes, whichever way they came.
+    pub fn payload(&self) -> Vec<u8> {
+        match (&self.text, &self.bytes) {
+            (Some(t), _) => t.as_bytes().to_vec(),
+            (None, Some(b)) => b.clone(),
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+/// The data of the `end` event that closes a stream's events: the stream
+/// ended or its run finished, and `next` is the index after the last
+/// chunk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct StreamEndEvent {
+    /// The index after the stream's last chunk.
+    pub next: u64,
+}

@@ -769,6 +769,11 @@ fn fill(path: &str) -> String {
     if url.ends_with("/result") {
         return format!("{url}?timeout_ms=10");
     }
+    if url.contains("/streams/") {
+        // A cursor past the (empty) stream: answered at once, not a
+        // stream of events that waits for the run.
+        return format!("{url}?from=1");
+    }
     url
 }
 
@@ -825,6 +830,7 @@ const SERVED: &[&str] = &[
     "GET /api/v1/runs/{id}",
     "GET /api/v1/runs/{id}/journal",
     "GET /api/v1/runs/{id}/chain",
+    "GET /api/v1/runs/{id}/streams/{name}",
     "GET /api/v1/runs/{id}/result",
     "POST /api/v1/runs/{id}/signal",
     "POST /api/v1/runs/{id}/update",
@@ -1310,5 +1316,84 @@ async fn search_attributes_start_filter_and_describe() {
         (400, "invalid_attribute".into())
     );
     assert_eq!(kind(client.describe("s-bad").await).0, 404);
+    engine.close().await.unwrap();
+}
+
+/// A run's stream over Server-Sent Events through the client: every
+/// chunk in order from a cursor, the end, and bad input as HTTP errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_stream_comes_as_server_sent_events() {
+    use futures_util::StreamExt;
+    const TALK: fusee::Workflow<u64, u64> = fusee::Workflow::new("talk");
+    let engine = engine().await;
+    engine.register(TALK, |ctx: fusee::Ctx, n: u64| async move {
+        let tx = ctx.stream("tokens");
+        let sent = ctx
+            .step("model", move |_| {
+                let mut tx = tx.clone();
+                async move {
+                    for i in 0..n {
+                        // Text, then one chunk that is not UTF-8.
+                        let chunk = if i == n - 1 {
+                            vec![0xff, 0x00, b'\n']
+                        } else {
+                            format!("tok {i}\nline").into_bytes()
+                        };
+                        tx.send(chunk)
+                            .await
+                            .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                    }
+                    tx.end()
+                        .await
+                        .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                    Ok(n)
+                }
+            })
+            .await?;
+        Ok::<_, fusee::Failure>(sent)
+    });
+    let server = serve(&engine).await;
+    let client = Client::new(&server.url()).unwrap().token(READ);
+    engine.start(TALK, "s-1", &40).await.unwrap();
+    // Subscribed while the step may still be sending.
+    let all: Vec<_> = client
+        .subscribe("s-1", "tokens", 0)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let all: Vec<fusee::StreamChunk> = all.into_iter().map(Result::unwrap).collect();
+    assert_eq!(all.len(), 40);
+    for (i, c) in all.iter().enumerate() {
+        assert_eq!(c.index, i as u64);
+    }
+    assert_eq!(all[3].payload, b"tok 3\nline");
+    assert_eq!(all[39].payload, vec![0xff, 0x00, b'\n']);
+    let tail: Vec<_> = client
+        .subscribe("s-1", "tokens", 38)
+        .await
+        .unwrap()
+        .map(|c| c.unwrap().index)
+        .collect()
+        .await;
+    assert_eq!(tail, [38, 39]);
+    let past = client.subscribe("s-1", "tokens", 41).await.unwrap_err();
+    assert_eq!(
+        (past.status(), past.kind()),
+        (Some(400), Some("stream_cursor"))
+    );
+    let nobody = client.subscribe("nobody", "tokens", 0).await.unwrap_err();
+    assert_eq!(
+        (nobody.status(), nobody.kind()),
+        (Some(404), Some("not_found"))
+    );
+    // A stream the finished run never opened.
+    assert_eq!(engine.result(TALK, "s-1").await.unwrap(), 40);
+    let other = client.subscribe("s-1", "other", 0).await.unwrap_err();
+    assert_eq!(
+        (other.status(), other.kind()),
+        (Some(404), Some("unknown_stream"))
+    );
+    server.stop().await.unwrap();
     engine.close().await.unwrap();
 }

@@ -150,6 +150,43 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "history_gone",
         ),
         (
+            Error::UnknownStream {
+                id: s(),
+                run: 3,
+                name: s(),
+            },
+            404,
+            "unknown_stream",
+        ),
+        (
+            Error::StreamCursor {
+                id: s(),
+                name: s(),
+                from: 5,
+                len: 4,
+            },
+            400,
+            "stream_cursor",
+        ),
+        (
+            Error::StreamLimit {
+                id: s(),
+                run: 3,
+                limit: 10,
+            },
+            409,
+            "stream_limit",
+        ),
+        (
+            Error::StreamClosed {
+                id: s(),
+                name: s(),
+                reason: s(),
+            },
+            409,
+            "stream_closed",
+        ),
+        (
             Error::Backup(fusee::BackupError::NotEmpty("/x".into())),
             409,
             "backup_not_empty",

@@ -245,6 +245,37 @@ impl Ctx {
             .unwrap_or_default()
     }
 
+    /// Opens this run's stream `name`: a [`StreamSender`](crate::StreamSender)
+    /// of chunks that clients read with [`crate::Engine::subscribe`]
+    /// (the [stream docs](crate::stream)). Opening is an operation,
+    /// recorded (a `Value` naming the stream): replayed, the journal's
+    /// opening is found again, and code that opens another name there
+    /// stops the run with both names. Move the sender into a step to send:
+    /// the step that calls a language model sends its tokens as they come.
+    /// A name is opened once per run (a second opening's sends are
+    /// refused).
+    pub fn stream(&self, name: &str) -> crate::StreamSender {
+        let recorded = self.value(value_kind::STREAM, |_| name.as_bytes().to_vec());
+        let mut s = self.state.borrow_mut();
+        // The operation `value` just took.
+        let seq = s.machine().next_seq().saturating_sub(1);
+        if recorded != name.as_bytes() {
+            s.refuse(format!(
+                "determinism: the journal opened stream {:?} at operation {seq}, the code opens {name:?}",
+                String::from_utf8_lossy(&recorded),
+            ));
+            drop(s);
+            std::panic::resume_unwind(Box::new(Stopped));
+        }
+        crate::StreamSender::new(
+            s.registry().host(),
+            std::sync::Arc::from(&**s.id()),
+            std::sync::Arc::from(name),
+            s.run(),
+            seq,
+        )
+    }
+
     /// Sends `signal` with `value` to workflow `id` (on any shard): it
     /// leaves once this call's record is durable and lands in the target's
     /// journal exactly once, even across crashes of either side. A target

@@ -210,6 +210,7 @@ impl Engine {
         let loop_config = LoopConfig {
             shards: config.shards,
             max_payload: config.max_payload,
+            max_stream_chunks: config.max_stream_chunks,
             checkpoint_bytes: config.checkpoint_bytes,
             checkpoint_interval_ms: config.checkpoint_interval.as_millis() as u64,
             retention_ms: config.retention.as_millis() as u64,
@@ -250,7 +251,7 @@ impl Engine {
                 .unwrap_or(crate::config::DEFAULT_INBOX_POLL),
         };
         let shards = Shards::open(context, config.shards, &config.ownership, config.lease())?;
-        Ok(Engine {
+        let engine = Engine {
             inner: Arc::new(Inner {
                 config,
                 registry,
@@ -260,7 +261,12 @@ impl Engine {
                 closed: AtomicBool::new(false),
                 backup: std::sync::Mutex::new(()),
             }),
-        })
+        };
+        // Runs' code reaches its engine (flow control, and a stream's
+        // sender moved into a step) through the registry's host; no code
+        // runs before a registration, which comes after this.
+        engine.host_engine();
+        Ok(engine)
     }
 
     /// Registers `f` as the code of `workflow`. Runs of that type
@@ -1139,17 +1145,13 @@ impl Engine {
     }
 
     /// Makes this engine the host its runs' code reaches
-    /// ([`crate::flow::shared::EngineRef`]); a second call changes nothing.
-    pub(crate) fn host_flow_control(&self) {
+    /// ([`crate::flow::shared::EngineRef`], [`crate::StreamSender`]): set
+    /// at open; a second call changes nothing.
+    fn host_engine(&self) {
         self.inner.registry.set_host(self.downgrade());
     }
 
-    /// Whether [`Engine::register_flow_control`] was called.
-    pub(crate) fn hosts_flow_control(&self) -> bool {
-        self.inner.registry.host().is_some()
-    }
-
-    /// Whether workflow type `wtype` is registered.
+    /// Whether workflow type `wtype` is registered here.
     pub(crate) fn is_registered(&self, wtype: &str) -> bool {
         self.inner.registry.contains(wtype)
     }

@@ -397,6 +397,57 @@ pub enum Error {
         /// over the size limit.
         gone_ms: u64,
     },
+    /// A subscription names a stream the run never opened, and the run
+    /// has finished, so it never will (`Engine::subscribe`).
+    #[error("workflow {id:?} (run {run}) finished without opening stream {name:?}")]
+    UnknownStream {
+        /// The workflow ID.
+        id: String,
+        /// The run.
+        run: u64,
+        /// The stream asked for.
+        name: String,
+    },
+    /// A subscription's cursor lies past the stream's durable chunks: a
+    /// client only ever sees durable chunks, so no cursor it kept can be
+    /// there (`Engine::subscribe`).
+    #[error(
+        "stream {name:?} of workflow {id:?} has {len} durable chunks; cursor {from} is past its end"
+    )]
+    StreamCursor {
+        /// The workflow ID.
+        id: String,
+        /// The stream.
+        name: String,
+        /// The cursor asked for (a chunk index).
+        from: u64,
+        /// How many durable chunks the stream holds.
+        len: u64,
+    },
+    /// A run sent as many chunks as `Config::max_stream_chunks` allows,
+    /// over all its streams: the chunk was not recorded.
+    #[error(
+        "workflow {id:?} (run {run}) has sent {limit} stream chunks, the most a run may (Config::max_stream_chunks)"
+    )]
+    StreamLimit {
+        /// The workflow ID.
+        id: String,
+        /// The run.
+        run: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A chunk or a stream's end that cannot be taken: the stream ended or
+    /// its run finished (or is unknown). Nothing was recorded.
+    #[error("stream {name:?} of workflow {id:?} takes no more chunks: {reason}")]
+    StreamClosed {
+        /// The workflow ID.
+        id: String,
+        /// The stream.
+        name: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {

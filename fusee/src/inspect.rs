@@ -469,7 +469,7 @@ pub struct RunJournal {
     /// Its records, oldest first.
     pub records: Vec<RecordBuf>,
     /// False for a finished run parked in the run store whose frame keeps
-    /// only its `Start` and `Done` records: its history time
+    /// only its `Start` and `Done` records (and its streams'): its history time
     /// (`Config::history_retention`) passed, or its journal was over
     /// `Config::history_max_bytes`, and the rest was let go. (A run whose
     /// whole journal is those two records reads as incomplete too: a frame
@@ -606,8 +606,8 @@ impl<R: RunStore> ShardView<R> {
         let records = decode_canonical_all(&bytes)
             .map_err(|e| InspectError::damaged(shard, "run journal", None, e))?;
         // A finished run's frame holding more than its summary (`Start`,
-        // `Done`) holds its whole journal: its history is kept.
-        let complete = complete || records.len() > 2;
+        // `Done`, its streams) holds its whole journal: its history is kept.
+        let complete = complete || !crate::recovery::summary_only(&bytes);
         Ok(RunJournal {
             summary,
             records,

@@ -123,6 +123,7 @@ mod registry;
 mod retry;
 mod runtime;
 mod step;
+pub mod stream;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -184,5 +185,6 @@ pub use schedule::{
     Spec,
 };
 pub use step::{StepContext, StepError};
+pub use stream::{StreamChunk, StreamSender, Subscription};
 pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

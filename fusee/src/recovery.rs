@@ -10,7 +10,7 @@
 //! own way. Also the one reader of a run's frame chain ([`read_chain`]),
 //! for recovery, for loading a parked run and for the inspection.
 
-use fusee_core::record::{Lsn, decode_canonical_all, iter_canonical};
+use fusee_core::record::{Lsn, Record, iter_canonical, value_kind};
 use fusee_core::shard::{BlobRef, IndexError, Mode, ShardCore};
 use fusee_core::store::{Checkpoint, EntryRef, StoreError, decode_entry};
 use fusee_core::wire::DecodeError;
@@ -45,6 +45,31 @@ pub(crate) enum ChainError {
     OtherKind { offset: u64 },
     /// The chain from `offset` is deeper than [`MAX_DEPTH`].
     TooDeep { offset: u64 },
+}
+
+/// Whether a finished run's summary frame keeps `rec`: its `Start` and
+/// `Done` (input and result), and its streams (each stream's opening, its
+/// chunks and its end: a stream stays readable as long as its run's
+/// result, `Config::retention`, whatever its size and the history time).
+/// One rule for the engine's summaries (`runtime/parking`) and for every
+/// reader telling a summary from a whole journal ([`summary_only`]).
+pub(crate) fn summary_keeps<S, B>(rec: &Record<S, B>) -> bool {
+    matches!(
+        rec,
+        Record::Start { .. }
+            | Record::Done { .. }
+            | Record::Chunk { .. }
+            | Record::StreamEnd { .. }
+    ) || matches!(rec, Record::Value { kind, .. } if *kind == value_kind::STREAM)
+}
+
+/// Whether the finished run's stored `journal` holds only what a summary
+/// keeps ([`summary_keeps`]): its history was let go. (A journal that
+/// never held more reads the same: a frame does not say which it is; a
+/// run that streams has steps, so this is a run of no operation.)
+/// Undecodable bytes count as more.
+pub(crate) fn summary_only(journal: &[u8]) -> bool {
+    iter_canonical(journal).all(|r| r.is_ok_and(|(rec, _)| summary_keeps(&rec)))
 }
 
 /// Reads the frame at `blob` and the chain of `Delta` frames before it.
@@ -166,16 +191,19 @@ pub(crate) fn load_checkpoint<R: RunStore + ?Sized>(
         if let Some(blob) = run.blob {
             let prefix =
                 read_chain(runs, blob).map_err(|error| Damage::Frame { lsn: None, error })?;
-            let records = decode_canonical_all(&prefix.journal)
-                .map_err(|error| Damage::FrameJournal { lsn: None, error })?;
-            for rec in &records {
-                core.apply(run.last_lsn, rec, Mode::BLOB);
+            // Borrowed, record by record: a long journal (a stream's
+            // chunks) costs no allocation per record. A record that does
+            // not decode fails the open, which keeps nothing of this core.
+            for item in iter_canonical(&prefix.journal) {
+                let (rec, _) = item.map_err(|error| Damage::FrameJournal { lsn: None, error })?;
+                core.apply(run.last_lsn, &rec, Mode::BLOB);
             }
             core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
         }
-        let records = decode_canonical_all(&run.journal).map_err(Damage::CheckpointJournal)?;
-        for rec in &records {
-            core.apply(run.last_lsn, rec, Mode::SUFFIX);
+        // The suffix stays in memory: its bytes are copied, not encoded again.
+        for item in iter_canonical(&run.journal) {
+            let (rec, whole) = item.map_err(Damage::CheckpointJournal)?;
+            core.apply_encoded(run.last_lsn, &rec, Mode::SUFFIX, whole);
         }
     }
     Ok(())
@@ -226,13 +254,11 @@ pub(crate) fn replay_log<L: LogStore + ?Sized, R: RunStore + ?Sized>(
                     error,
                 })
                 .and_then(|frame| {
-                    let records = decode_canonical_all(&frame.journal).map_err(|error| {
-                        Damage::FrameJournal {
+                    core.unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
+                        .map_err(|error| Damage::FrameJournal {
                             lsn: Some(lsn),
                             error,
-                        }
-                    })?;
-                    core.unpark(run, frame.last_lsn, &records, now_ms);
+                        })?;
                     core.set_blob(run, blob, frame.chain_bytes, frame.depth);
                     Ok(())
                 });

@@ -199,6 +199,13 @@ pub mod value_kind {
     pub const UUID: u8 = 2;
     /// A value the workflow computed outside the journal.
     pub const CUSTOM: u8 = 3;
+    /// A stream opened (`ctx.stream(name)`): the value is the stream's
+    /// name, and the `Value`'s operation is the `seq` its [`Chunk`] and
+    /// [`StreamEnd`] records name.
+    ///
+    /// [`Chunk`]: super::Record::Chunk
+    /// [`StreamEnd`]: super::Record::StreamEnd
+    pub const STREAM: u8 = 4;
 }
 
 /// How a wait for a signal ended.

@@ -274,6 +274,7 @@ impl fmt::Display for Call {
                 value_kind::RANDOM => f.write_str("random()"),
                 value_kind::UUID => f.write_str("uuid()"),
                 value_kind::CUSTOM => f.write_str("a recorded value"),
+                value_kind::STREAM => f.write_str("stream()"),
                 k => write!(f, "a recorded value of kind {k}"),
             },
             Call::Patch { id } => write!(f, "patched({id:?})"),

@@ -5,8 +5,9 @@ use std::cmp::Reverse;
 
 use super::run::LoadedRun;
 use super::{BlobRef, Mode, ParkedRun, SPARE_RUNS, ShardCore, TimerKey};
-use crate::record::{Lsn, Record, RecordBuf, RunId, Status};
+use crate::record::{Lsn, Record, RecordBuf, RunId, Status, iter_canonical};
 use crate::table::{self, Entry, flag};
+use crate::wire::DecodeError;
 use crate::wire::hash_id;
 
 /// The table state of a parked run: suspended, or finished with a status.
@@ -72,19 +73,60 @@ impl ShardCore {
         blob_records: &[RecordBuf],
         now_ms: u64,
     ) -> bool {
+        let starts =
+            matches!(blob_records.first(), Some(Record::Start { run, .. }) if *run == run_id);
+        self.unpark_with(run_id, starts, last_lsn, now_ms, |core| {
+            for rec in blob_records {
+                core.apply(last_lsn, rec, Mode::BLOB);
+            }
+        })
+    }
+
+    /// [`unpark`](Self::unpark) from the journal's canonical bytes, each
+    /// record applied as it is read (borrowed: no record is copied, so a
+    /// long journal, a stream's chunks say, costs no allocation per
+    /// record). A record that does not decode is `Err`, changing nothing
+    /// (the bytes are checked before any is applied).
+    pub fn unpark_encoded(
+        &mut self,
+        run_id: RunId,
+        last_lsn: Lsn,
+        journal: &[u8],
+        now_ms: u64,
+    ) -> Result<bool, DecodeError> {
+        let mut starts = None;
+        for item in iter_canonical(journal) {
+            let (rec, _) = item?;
+            starts.get_or_insert(matches!(rec, Record::Start { run, .. } if run == run_id));
+        }
+        Ok(
+            self.unpark_with(run_id, starts == Some(true), last_lsn, now_ms, |core| {
+                for (rec, _) in iter_canonical(journal).flatten() {
+                    core.apply(last_lsn, &rec, Mode::BLOB);
+                }
+            }),
+        )
+    }
+
+    /// What both unparks share: `apply` applies the journal (which
+    /// `starts` with the run's `Start`) in [`Mode::BLOB`].
+    fn unpark_with(
+        &mut self,
+        run_id: RunId,
+        starts: bool,
+        last_lsn: Lsn,
+        now_ms: u64,
+        apply: impl FnOnce(&mut Self),
+    ) -> bool {
         let Some(slot) = self.runs.find_run(run_id) else {
             return false;
         };
         let e = *self.runs.get(slot);
-        let starts =
-            matches!(blob_records.first(), Some(Record::Start { run, .. }) if *run == run_id);
         if !e.is_parked() || !starts {
             return false;
         }
         let load_asked = e.has(flag::PENDING);
-        for rec in blob_records {
-            self.apply(last_lsn, rec, Mode::BLOB);
-        }
+        apply(self);
         let Some(l) = self.loaded.get_mut(&run_id) else {
             return false;
         };

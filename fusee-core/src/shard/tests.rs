@@ -913,6 +913,37 @@ fn unpark_refuses_a_journal_that_does_not_start_the_run() {
 }
 
 #[test]
+fn unpark_encoded_loads_as_unpark_does_and_refuses_damage_changing_nothing() {
+    let mut core = ShardCore::new(0, 1, 1000, 0);
+    let journal = sleeper(&mut core, 1, "a", 10);
+    let mut bytes = Vec::new();
+    for rec in &journal {
+        encode_canonical(rec, &mut bytes);
+    }
+    core.park(1, BlobRef { offset: 0, len: 1 }, false);
+    // Damage anywhere (here a cut last record) loads nothing.
+    assert!(
+        core.unpark_encoded(1, 11, &bytes[..bytes.len() - 1], 0)
+            .is_err()
+    );
+    assert!(core.is_parked(1));
+    assert_eq!(core.loaded_len(), 0);
+    // Not the run's journal: refused, as `unpark` refuses it.
+    assert_eq!(core.unpark_encoded(2, 11, &bytes, 0), Ok(false));
+    assert!(core.unpark_encoded(1, 11, &bytes, 0).unwrap());
+    let loaded = core.get(1).unwrap();
+    let timers: Vec<_> = loaded.armed_timers().collect();
+    // The same state `unpark` of the decoded records gives.
+    let mut other = ShardCore::new(0, 1, 1000, 0);
+    let again = sleeper(&mut other, 1, "a", 10);
+    other.park(1, BlobRef { offset: 0, len: 1 }, false);
+    assert!(other.unpark(1, 11, &again, 0));
+    let expected: Vec<_> = other.get(1).unwrap().armed_timers().collect();
+    assert_eq!(timers, expected);
+    assert_eq!(core.get(1).unwrap().last_lsn, 11);
+}
+
+#[test]
 fn at_most_a_timer_chunk_fires_per_poll() {
     let mut core = ShardCore::new(0, 1, 1000, 0);
     let runs = TIMER_CHUNK as u64 + 100;

@@ -195,6 +195,13 @@ pub struct Config {
     /// Largest input, signal, step result or workflow result, in bytes
     /// (default 4 MiB; at most 64 MiB, the record limit).
     pub max_payload: usize,
+    /// Most stream chunks one run may send, over all its streams (default
+    /// 1,000,000; at least 1): the next is refused with
+    /// [`crate::Error::StreamLimit`] and nothing is recorded. Chunks live in
+    /// the run's journal (see [`crate::StreamSender`]), so this bounds what a
+    /// run's streams add to its journal at `max_stream_chunks` chunks of at
+    /// most [`Config::max_payload`] each.
+    pub max_stream_chunks: u64,
     /// How long a shard's log stays idle after a flush before the shard
     /// seals it (default 20 ms). A seal is one small write and `fdatasync`
     /// of a file apart from the log (run on the shard's flusher thread),
@@ -265,6 +272,7 @@ impl Config {
             doze_after: Duration::from_secs(1),
             compact_after_bytes: 8 << 20,
             max_payload: 4 << 20,
+            max_stream_chunks: 1_000_000,
             seal_after_idle: Duration::from_millis(20),
             seal_interval: Duration::from_secs(1),
             clock: Clock::System,
@@ -428,6 +436,13 @@ impl Config {
         self
     }
 
+    /// Sets the most stream chunks one run may send
+    /// ([`Config::max_stream_chunks`]).
+    pub fn max_stream_chunks(mut self, n: u64) -> Self {
+        self.max_stream_chunks = n;
+        self
+    }
+
     /// Sets which shards the engine owns: [`Ownership::Lease`] for a store
     /// shared by several processes.
     ///
@@ -474,6 +489,9 @@ impl Config {
             && p < Duration::from_millis(1)
         {
             return Err(format!("the inbox poll interval of {p:?} is below 1 ms"));
+        }
+        if self.max_stream_chunks == 0 {
+            return Err("max_stream_chunks is 0: a run could open a stream but never send".into());
         }
         let limit = fusee_core::wire::MAX_PAYLOAD;
         if self.max_payload > limit {

@@ -65,7 +65,6 @@ impl Engine {
     /// # }
     /// ```
     pub fn register_flow_control(&self) {
-        self.host_flow_control();
         schedule::register(self);
         debounce::register(self);
         queue::register(self);

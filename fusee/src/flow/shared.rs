@@ -30,19 +30,19 @@ pub(crate) const MOVING: &str = "fusee: moving to a new run; send again";
 const MOVING_RETRIES: u32 = 64;
 
 /// The engine a run belongs to, as its steps hold it: read from the run's
-/// context (its registry's host, set by [`Engine::register_flow_control`]),
+/// context (its registry's host, set when the engine opens),
 /// weak so a step in flight does not keep a dropped engine open.
 #[derive(Clone)]
 pub(crate) struct EngineRef(Option<WeakEngine>);
 
 impl EngineRef {
-    /// The engine of the run `ctx` is the context of (none yet when flow
-    /// control is not registered).
+    /// The engine of the run `ctx` is the context of (none for code run
+    /// without an engine: the test kit's offline replay).
     pub(crate) fn of(ctx: &Ctx) -> Self {
         Self(ctx.registry().host())
     }
 
-    /// The engine, while it lives and has registered flow control.
+    /// The engine, while it lives.
     pub(crate) fn get(&self) -> Option<Engine> {
         self.0.as_ref().and_then(WeakEngine::upgrade)
     }
@@ -53,14 +53,8 @@ impl Engine {
     /// registered in this engine and `wtype` (a workflow a schedule or
     /// queue will start) is registered.
     pub(crate) fn check_flow(&self, internal: &str, wtype: Option<&str>) -> Result<()> {
-        let registered = self.hosts_flow_control();
         for name in std::iter::once(internal).chain(wtype) {
-            let known = if name == internal {
-                registered
-            } else {
-                self.is_registered(name)
-            };
-            if !known {
+            if !self.is_registered(name) {
                 return Err(Error::UnknownWorkflow {
                     wtype: name.to_string(),
                     registered: self.registered_names(),

@@ -131,6 +131,14 @@ impl ShardLoop {
             }
             Input::Registered => self.start_waiting_code(),
             Input::Check { below, reply } => self.take_check(below, reply, now_ms),
+            Input::Chunk {
+                run,
+                seq,
+                index,
+                payload,
+                reply,
+            } => self.take_chunk(run, seq, index, payload, reply, now_ms),
+            Input::StreamEnd { run, seq, reply } => self.take_stream_end(run, seq, reply, now_ms),
             Input::StepDone {
                 run,
                 seq,
@@ -953,6 +961,7 @@ impl ShardLoop {
                     status,
                     payload,
                 } => {
+                    self.streams.forget(run);
                     self.metrics.finished += 1;
                     self.end_update_waiters(run, status);
                     let waiting = self.waiters.take_results(run);

@@ -75,6 +75,7 @@ mod search;
 #[cfg(feature = "testing")]
 pub(crate) mod sim_access;
 mod steps;
+mod streams;
 #[cfg(test)]
 mod tests;
 mod waiters;
@@ -256,6 +257,21 @@ pub(crate) enum Input {
     /// An online backup (`crate::backup`): checkpoint with the log wholly
     /// durable, then run `hold` with the shard frozen.
     Backup { hold: Hold },
+    /// Chunk `index` of the stream run `run` opened at operation `seq`
+    /// (`crate::stream`).
+    Chunk {
+        run: RunId,
+        seq: u32,
+        index: u64,
+        payload: Vec<u8>,
+        reply: Reply<()>,
+    },
+    /// The end of the stream run `run` opened at operation `seq`.
+    StreamEnd {
+        run: RunId,
+        seq: u32,
+        reply: Reply<()>,
+    },
 }
 
 impl Input {
@@ -279,6 +295,8 @@ impl Input {
                 | Input::List { .. }
                 | Input::Journal { .. }
                 | Input::Check { .. }
+                | Input::Chunk { .. }
+                | Input::StreamEnd { .. }
         )
     }
 }
@@ -310,6 +328,8 @@ pub(crate) struct Effects {
 pub(crate) struct LoopConfig {
     pub(crate) shards: u32,
     pub(crate) max_payload: usize,
+    /// Most stream chunks one run may send ([`crate::Config::max_stream_chunks`]).
+    pub(crate) max_stream_chunks: u64,
     pub(crate) checkpoint_bytes: u64,
     pub(crate) checkpoint_interval_ms: u64,
     pub(crate) retention_ms: u64,
@@ -395,6 +415,8 @@ pub(crate) struct ShardLoop {
     parking: parking::Parking,
     /// Run-store bytes since the last compaction (`compaction`).
     store_bytes: compaction::StoreBytes,
+    /// Streaming runs' chunk counts (`streams`).
+    streams: streams::Streams,
     /// Messages sent and not acknowledged, what goes to other shards, the
     /// acknowledgements owed (`receive`).
     mail: receive::Mail,

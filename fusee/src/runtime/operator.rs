@@ -700,8 +700,8 @@ impl ShardLoop {
             _ => return Err(not_found()),
         }
         // A finished run's frame keeps its whole journal for its history
-        // time, then only Start and Done (the rule `fusee::inspect` reads).
-        let complete = done.is_none() || iter_canonical(&frame.journal).nth(2).is_some();
+        // time, then only its summary (the rule `fusee::inspect` reads).
+        let complete = done.is_none() || !crate::recovery::summary_only(&frame.journal);
         Ok(LiveJournal {
             shard,
             run,

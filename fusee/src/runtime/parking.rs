@@ -9,8 +9,9 @@
 //! (`history_ms` since it finished, for a journal of at most
 //! `history_max_bytes`): what `describe`, queries and `fusee show` read
 //! after the end. Once its history time passes, the frame is rewritten
-//! with only its `Start` and `Done` records, enough to answer for its
-//! result until its retention ends ([`ShardLoop::drop_histories`]; the new
+//! with only its `Start` and `Done` records (and its streams' records:
+//! `crate::recovery::summary_keeps`), enough to answer for its result
+//! (and its streams' subscribers) until its retention ends ([`ShardLoop::drop_histories`]; the new
 //! frame, like every frame, is referenced only once a checkpoint commits
 //! the index with it, so a crash leaves the whole frame or the summary,
 //! never a broken one). The core keeps only the run's
@@ -385,9 +386,11 @@ impl ShardLoop {
             return Ok(false);
         }
         let frame = self.read_frame(parked.blob())?;
-        let records = fusee_core::record::decode_canonical_all(&frame.journal)
+        let loaded = self
+            .core
+            .unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
             .map_err(|_| corrupt("run frame journal", parked.blob().offset))?;
-        if !self.core.unpark(run, frame.last_lsn, &records, now_ms) {
+        if !loaded {
             return Err(corrupt(
                 "run frame that does not load",
                 parked.blob().offset,
@@ -531,16 +534,23 @@ impl ShardLoop {
 /// [`ShardLoop::drop_histories`].
 const HISTORY_BUDGET: usize = 1024;
 
-/// A finished run's summary: its `Start` and `Done` records out of its
-/// whole journal `whole`, its search attributes as they stood at its end
-/// folded into the `Start`'s meta (`crate::attrs`: a run is listed by them
-/// for its whole retention).
+/// A finished run's summary: out of its whole journal `whole`, the
+/// records a summary keeps (`crate::recovery::summary_keeps`: its `Start`
+/// and `Done`, and its streams), in journal order, with its search
+/// attributes as they stood at its end folded into the `Start`'s meta
+/// (`crate::attrs`: a run is listed by them for its whole retention).
 fn summary(whole: &[u8]) -> Vec<u8> {
     let mut kept = Vec::new();
-    let mut walk = iter_canonical(whole);
-    if let Some(Ok((start, bytes))) = walk.next() {
+    for (rec, bytes) in iter_canonical(whole).filter_map(Result::ok) {
+        if !crate::recovery::summary_keeps(&rec) {
+            continue;
+        }
+        if !matches!(rec, Record::Start { .. }) {
+            kept.extend_from_slice(bytes);
+            continue;
+        }
         let (attrs, _) = crate::attrs::of_journal(whole);
-        match start.to_buf() {
+        match rec.to_buf() {
             RecordBuf::Start { meta, .. } if attrs.is_empty() && meta.is_none() => {
                 kept.extend_from_slice(bytes)
             }
@@ -580,12 +590,6 @@ fn summary(whole: &[u8]) -> Vec<u8> {
             }
             _ => kept.extend_from_slice(bytes),
         }
-    }
-    if let Some((_, done)) = walk
-        .filter_map(Result::ok)
-        .find(|(r, _)| matches!(r, Record::Done { .. }))
-    {
-        kept.extend_from_slice(done);
     }
     kept
 }

@@ -111,6 +111,7 @@ impl ShardLoop {
             checkpoints: Checkpoints::new(now_ms, checkpointed),
             parking: Parking::new(now_ms, histories),
             store_bytes: Default::default(),
+            streams: Default::default(),
             mail,
             metrics: ShardMetrics {
                 recovered_records: replayed,

@@ -22,6 +22,7 @@ fn config() -> LoopConfig {
     LoopConfig {
         shards: 1,
         max_payload: 1 << 20,
+        max_stream_chunks: 1_000_000,
         checkpoint_bytes: u64::MAX,
         checkpoint_interval_ms: u64::MAX / 2,
         retention_ms: 60_000,
@@ -357,6 +358,7 @@ fn reopened_with_sleepers(soon_ms: u64, reopen_ms: u64) -> (ShardLoop, Vec<RunId
             policy: IdPolicy::NewOnly,
             trace: None,
             version: None,
+            attrs: None,
             reply,
         });
     };
@@ -468,6 +470,7 @@ fn a_reopened_shard_starts_a_run_cut_mid_way_before_its_sleepers() {
             policy: IdPolicy::NewOnly,
             trace: None,
             version: None,
+            attrs: None,
             reply,
         });
     };

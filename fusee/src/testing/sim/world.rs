@@ -211,6 +211,7 @@ impl World {
         let loop_config = LoopConfig {
             shards: cfg.shards,
             max_payload: 1 << 20,
+            max_stream_chunks: 1_000_000,
             checkpoint_bytes,
             checkpoint_interval_ms: 1000,
             retention_ms: 24 * 3_600_000,

@@ -550,43 +550,11 @@ fn summary(whole: &[u8]) -> Vec<u8> {
             continue;
         }
         let (attrs, _) = crate::attrs::of_journal(whole);
-        match rec.to_buf() {
-            RecordBuf::Start { meta, .. } if attrs.is_empty() && meta.is_none() => {
-                kept.extend_from_slice(bytes)
-            }
-            RecordBuf::Start {
-                run,
-                id,
-                wtype,
-                version,
-                codec,
-                started_ms,
-                deadline_ms,
-                parent,
-                policy,
-                from,
-                copies,
-                update,
-                input,
-                meta,
-            } => {
-                let folded = RecordBuf::Start {
-                    run,
-                    id,
-                    wtype,
-                    version,
-                    codec,
-                    started_ms,
-                    deadline_ms,
-                    parent,
-                    policy,
-                    from,
-                    copies,
-                    update,
-                    input,
-                    meta: crate::attrs::meta_with(meta.as_deref(), &attrs),
-                };
-                fusee_core::record::encode_canonical(&folded, &mut kept);
+        let mut start = rec.to_buf();
+        match &mut start {
+            RecordBuf::Start { meta, .. } if !(attrs.is_empty() && meta.is_none()) => {
+                *meta = crate::attrs::meta_with(meta.as_deref(), &attrs);
+                fusee_core::record::encode_canonical(&start, &mut kept);
             }
             _ => kept.extend_from_slice(bytes),
         }

@@ -324,6 +324,21 @@ fn sleeper_registry() -> Registry {
     registry
 }
 
+/// Asks `shard` to start a run of `wtype` as `id` with JSON `input`.
+fn start_run(shard: &mut ShardLoop, wtype: &str, id: String, input: &str) {
+    let (reply, _started) = oneshot::channel();
+    shard.handle(Input::Start {
+        wtype: wtype.into(),
+        id,
+        input: input.as_bytes().to_vec(),
+        policy: IdPolicy::NewOnly,
+        trace: None,
+        version: None,
+        attrs: None,
+        reply,
+    });
+}
+
 const NAPPER: Workflow<u64, ()> = Workflow::new("napper");
 
 /// Opens a shard after a crash, `reopen_ms`, with 1,000 sleepers of an hour
@@ -349,32 +364,14 @@ fn reopened_with_sleepers(soon_ms: u64, reopen_ms: u64) -> (ShardLoop, Vec<RunId
         START_MS,
     )
     .unwrap();
-    let start = |shard: &mut ShardLoop, wtype: &str, id: String, input: String| {
-        let (reply, _started) = oneshot::channel();
-        shard.handle(Input::Start {
-            wtype: wtype.into(),
-            id,
-            input: input.into_bytes(),
-            policy: IdPolicy::NewOnly,
-            trace: None,
-            version: None,
-            attrs: None,
-            reply,
-        });
-    };
     for i in 0..1_000 {
-        start(
-            &mut shard,
-            SLEEPER.name(),
-            format!("late-{i}"),
-            "3600".into(),
-        );
+        start_run(&mut shard, SLEEPER.name(), format!("late-{i}"), "3600");
     }
-    start(
+    start_run(
         &mut shard,
         NAPPER.name(),
         "soon".into(),
-        soon_ms.to_string(),
+        &soon_ms.to_string(),
     );
     settle(&mut shard, START_MS);
     drop(shard);
@@ -461,24 +458,11 @@ fn a_reopened_shard_starts_a_run_cut_mid_way_before_its_sleepers() {
         START_MS,
     )
     .unwrap();
-    let start = |shard: &mut ShardLoop, wtype: &str, id: String, input: &str| {
-        let (reply, _started) = oneshot::channel();
-        shard.handle(Input::Start {
-            wtype: wtype.into(),
-            id,
-            input: input.as_bytes().to_vec(),
-            policy: IdPolicy::NewOnly,
-            trace: None,
-            version: None,
-            attrs: None,
-            reply,
-        });
-    };
     for i in 0..SLEEPERS {
-        start(&mut shard, SLEEPER.name(), format!("late-{i}"), "3600");
+        start_run(&mut shard, SLEEPER.name(), format!("late-{i}"), "3600");
     }
     settle(&mut shard, START_MS);
-    start(&mut shard, STEPPER.name(), "cut".into(), "null");
+    start_run(&mut shard, STEPPER.name(), "cut".into(), "null");
     // Until the step's `Began` is durable; its attempt is dropped unrun,
     // as a crash would.
     let mut jobs = 0;

@@ -35,7 +35,7 @@ use crate::retry::RetryPolicy;
 /// What flow control's promises register for an update made at run time.
 pub(crate) use crate::runtime::run::{HandlerStart, Validator};
 use crate::runtime::run::{Outcome, QueryHandler, UpdateHandler};
-use crate::step::{StepContext, StepError, StepFn};
+use crate::step::{StepContext, StepError, StepFn, Timeouts};
 use crate::workflow::{Failure, Query, Signal, Update, Workflow, decode, encode};
 
 /// A live run's state as its code sees it (owned by the runtime:
@@ -123,7 +123,11 @@ impl Ctx {
     /// attempts are retried by the default [`RetryPolicy`]; set another
     /// with [`Step::retry`]. `f` may run more than once (a retried attempt,
     /// or a crash before its result was durable): make its effects
-    /// idempotent with [`StepContext::key`].
+    /// idempotent with [`StepContext::key`]. An attempt may be given a
+    /// timeout ([`Step::timeout`]), a heartbeat timeout
+    /// ([`Step::heartbeat_timeout`], with [`StepContext::heartbeat`]) and
+    /// all attempts a limit together ([`RetryPolicy::schedule_to_close`]):
+    /// see [`Step`'s time limits](Step#time-limits).
     ///
     /// A panic in `f` (or in its future) does not take the engine down: it
     /// is a failed attempt, retryable, of kind `"panic"` with the panic's
@@ -163,6 +167,7 @@ impl Ctx {
             name: Name::from(name),
             f,
             policy: RetryPolicy::default(),
+            timeouts: Timeouts::default(),
             _type: PhantomData,
         }
     }
@@ -513,13 +518,46 @@ pub(crate) fn value_u64(bytes: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// A step about to be called: set its retry policy, then `.await` it.
+/// A step about to be called: set its retry policy and time limits, then
+/// `.await` it.
+///
+/// # Time limits
+///
+/// Three limits fail a step that takes too long, each with a
+/// [`StepError`] of kind `timeout` whose message names the limit:
+///
+/// - [`timeout`](Step::timeout) (Temporal's start-to-close): one attempt
+///   runs at most this long; past it the attempt fails and the retry
+///   policy retries it like any failure (a policy that lists `"timeout"`
+///   as [non-retryable](RetryPolicy::non_retryable) makes it final).
+/// - [`heartbeat_timeout`](Step::heartbeat_timeout): an attempt that goes
+///   this long without a [`StepContext::heartbeat`] (counted from its
+///   start, then from its latest heartbeat) fails the same way: a stuck
+///   attempt is noticed long before its overall timeout.
+/// - [`RetryPolicy::schedule_to_close`]: all attempts together, from the
+///   first attempt's start, retry delays included; past it the step fails
+///   for good.
+///
+/// A timed-out attempt's future is dropped (cancelled) on the tokio
+/// runtime at its next poll: its work stops at the await it was waiting
+/// in, and a result it would have produced is never recorded. Code that
+/// blocks its thread without awaiting runs on until it awaits (put it in
+/// `spawn_blocking`, which is not cancelled either), and work it handed
+/// elsewhere (a spawned task, a request already sent) may still happen:
+/// make effects idempotent with [`StepContext::key`], as for any retried
+/// attempt. Only a step with a limit can be cancelled so (its future is
+/// wrapped for it; a step without one pays nothing). The limits are measured by the engine's clock from
+/// the attempt's start (once its `Began` is durable); an attempt run
+/// again after a crash counts from its new start, while the
+/// schedule-to-close limit counts from the first attempt's recorded
+/// `Began`, across crashes.
 #[must_use = "a step does nothing until awaited"]
 pub struct Step<T> {
     ctx: Ctx,
     name: Name,
     f: StepFn,
     policy: RetryPolicy,
+    timeouts: Timeouts,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -527,6 +565,25 @@ impl<T> Step<T> {
     /// Retries failed attempts by `policy` instead of the default.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Each attempt runs at most `d`: one still running then fails with
+    /// kind `timeout` and its future is dropped; the retry policy decides
+    /// whether another attempt runs (see [Time limits](Step#time-limits)).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeouts.attempt = Some(d);
+        self
+    }
+
+    /// An attempt that sends no [`StepContext::heartbeat`] for `d` (from
+    /// its start, then from its latest heartbeat) fails with kind
+    /// `timeout`, its message saying it was the heartbeat, and its future
+    /// is dropped; the retry policy decides whether another attempt runs,
+    /// which reads the latest recorded details with
+    /// [`StepContext::last_heartbeat`] (see [Time limits](Step#time-limits)).
+    pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
+        self.timeouts.heartbeat = Some(d);
         self
     }
 }
@@ -563,7 +620,7 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
                 return Poll::Pending;
             };
             let mut s = step.ctx.state.borrow_mut();
-            let Some(seq) = s.call_step(&step.name, &step.f, &step.policy) else {
+            let Some(seq) = s.call_step(&step.name, &step.f, &step.policy, step.timeouts) else {
                 return Poll::Pending;
             };
             let cancels = s.cancels();

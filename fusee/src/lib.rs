@@ -61,7 +61,8 @@
 //! | [`Ownership::Lease`] | several processes on one PostgreSQL store, each owning the shards whose leases it holds and taking over a dead one's; a call for a shard owned elsewhere is [`Error::NotOwner`]; [`Engine::owned_shards`], [`Engine::shard_status`] ([`ownership`]) |
 //! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
-//! | [`RetryPolicy`] | how failed step attempts are retried |
+//! | [`RetryPolicy`] | how failed step attempts are retried, and how long all of them may take ([`RetryPolicy::schedule_to_close`]) |
+//! | [`Step::timeout`], [`Step::heartbeat_timeout`], [`StepContext::heartbeat`], [`StepContext::last_heartbeat`] | time limits on a step's attempts (kind `timeout`; the timed-out attempt's future dropped), and progress a step reports that its next attempt reads, also after a crash ([`Step`'s time limits](Step#time-limits)) |
 //! | [`Saga`] | steps that register compensations, run durably newest first when the workflow fails or is cancelled ([`saga`]) |
 //! | [`Engine::schedule`], [`Engine::schedules`] | a workflow started on a cron expression or an interval, each fire exactly once; time zone, [`Overlap`] and [`CatchUp`] policies; pause, resume, delete, describe ([`schedule`]) |
 //! | [`Engine::queue`], [`Engine::queues`] | a durable queue starting a workflow per item: concurrency and rate limits, priorities, fairness or serialisation by key, enqueue idempotent by a dedup key ([`queue`]) |

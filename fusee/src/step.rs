@@ -1,14 +1,23 @@
 //! What a step function is given and returns: [`StepContext`] (its
-//! idempotency key, attempt, fencing token, trace context) and
-//! [`StepError`]; and the type-erased step function the runtime keeps.
+//! idempotency key, attempt, fencing token, trace context, heartbeats) and
+//! [`StepError`]; the type-erased step function the runtime keeps; and an
+//! attempt's link to its shard loop ([`AttemptLink`]: heartbeats on their
+//! way, the cancel of an attempt that timed out).
 //! A leaf: both the workflow API (`ctx`) and the runtime import it.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use crate::workflow::Failure;
+use fusee_core::record::{RunId, Seq};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::workflow::{Failure, decode, encode};
 
 /// How a step attempt failed: a message, an optional kind that retry
 /// policies match on ([`crate::RetryPolicy::non_retryable`]), and whether it may
@@ -81,7 +90,9 @@ impl From<StepError> for Failure {
 }
 
 /// What a step function is told: which attempt this is, the step's
-/// idempotency key, and the fencing token of its run's shard.
+/// idempotency key, and the fencing token of its run's shard; and how it
+/// reports progress ([`StepContext::heartbeat`]) and reads the progress an
+/// earlier attempt reported ([`StepContext::last_heartbeat`]).
 #[derive(Clone, Debug)]
 pub struct StepContext {
     key: Key,
@@ -92,6 +103,14 @@ pub struct StepContext {
     /// ([`StepContext::traceparent`]), so a step that never asks pays no
     /// hash.
     trace: Option<(crate::trace::RunTrace, u32)>,
+    /// The attempt's link to its shard loop (`None`: a context made
+    /// outside the engine's shard loop, whose heartbeats go nowhere).
+    link: Option<Arc<AttemptLink>>,
+    /// The latest heartbeat details recorded for the step before this
+    /// attempt began (by an earlier attempt, or before a crash).
+    last_beat: Option<Arc<[u8]>>,
+    /// The engine's payload limit, which heartbeat details must keep to.
+    max_payload: usize,
 }
 
 /// A step's idempotency key. The engine's is made only when asked for:
@@ -124,7 +143,77 @@ impl StepContext {
             attempt,
             fencing_token: 0,
             trace: None,
+            link: None,
+            last_beat: None,
+            max_payload: usize::MAX,
         }
+    }
+
+    /// The same context reporting heartbeats through `link`, the step's
+    /// latest recorded details being `last_beat`, details kept within
+    /// `max_payload` bytes.
+    pub(crate) fn with_link(
+        mut self,
+        link: Arc<AttemptLink>,
+        last_beat: Option<Arc<[u8]>>,
+        max_payload: usize,
+    ) -> Self {
+        self.link = Some(link);
+        self.last_beat = last_beat;
+        self.max_payload = max_payload;
+        self
+    }
+
+    /// Reports that this attempt is alive and how far it got: `details`
+    /// (any JSON-encodable value: bytes uploaded, the last item done) are
+    /// what the step's next attempt reads with
+    /// [`last_heartbeat`](Self::last_heartbeat), also after a crash.
+    ///
+    /// Every call keeps the attempt alive against its heartbeat timeout
+    /// ([`crate::Step::heartbeat_timeout`]). Not every call is recorded:
+    /// the shard appends each attempt's latest details at most once a
+    /// second, all attempts' together, so they ride in one group commit
+    /// and heartbeats never add a flush of their own per step, however
+    /// often steps call this; an attempt that fails or times out has its
+    /// latest details recorded with its failure, so its next attempt reads
+    /// them. After a crash the next attempt reads the latest details
+    /// recorded before it (up to a second older than the latest call).
+    ///
+    /// Cheap and never waits: call it as often as progress is made. `Err`
+    /// (kind `too-large`) when the details exceed the engine's payload
+    /// limit ([`crate::Config::max_payload`]), or (kind `encode`) when
+    /// they do not encode as JSON; nothing is reported then.
+    pub fn heartbeat<T: Serialize + ?Sized>(&self, details: &T) -> Result<(), StepError> {
+        let bytes = encode(details).map_err(|e| {
+            StepError::fatal(format!("heartbeat details do not encode as JSON: {e}")).kind("encode")
+        })?;
+        if bytes.len() > self.max_payload {
+            return Err(StepError::fatal(format!(
+                "heartbeat details of {} bytes exceed the payload limit of {} bytes",
+                bytes.len(),
+                self.max_payload
+            ))
+            .kind("too-large"));
+        }
+        if let Some(link) = &self.link {
+            link.beat(bytes);
+        }
+        Ok(())
+    }
+
+    /// The latest heartbeat details recorded for this step before this
+    /// attempt began (an earlier attempt's, or this attempt's own before a
+    /// crash ran it again): where a long job stopped, to resume from
+    /// there. `Ok(None)` on a step that never reported any. `Err` (kind
+    /// `decode`) when they do not decode as `T`.
+    pub fn last_heartbeat<T: DeserializeOwned>(&self) -> Result<Option<T>, StepError> {
+        let Some(bytes) = &self.last_beat else {
+            return Ok(None);
+        };
+        decode(bytes).map(Some).map_err(|e| {
+            StepError::fatal(format!("the last heartbeat's details do not decode: {e}"))
+                .kind("decode")
+        })
     }
 
     /// The same context carrying `token` ([`StepContext::fencing_token`]).
@@ -218,6 +307,153 @@ impl StepContext {
     /// This attempt's number, from 1.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+}
+
+/// Limits on a step's attempts set on its builder ([`crate::Step::timeout`],
+/// [`crate::Step::heartbeat_timeout`]); the limit on all attempts together
+/// is the retry policy's ([`crate::RetryPolicy::schedule_to_close`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// The longest one attempt may run.
+    pub(crate) attempt: Option<Duration>,
+    /// The longest an attempt may go without a heartbeat.
+    pub(crate) heartbeat: Option<Duration>,
+}
+
+/// Hands an attempt's link to its shard loop (the driver's, which sends it
+/// as an input).
+pub(crate) type Poster = Arc<dyn Fn(Arc<AttemptLink>) + Send + Sync>;
+
+/// One running attempt's link between its step function (on tokio) and its
+/// shard loop: heartbeats going to the loop, and the loop's cancel of an
+/// attempt that timed out. Shared by the attempt's [`StepContext`], its
+/// future's [`Cancellable`] wrapper, the job and the loop.
+pub(crate) struct AttemptLink {
+    /// The run.
+    pub(crate) run: RunId,
+    /// The step.
+    pub(crate) seq: Seq,
+    /// The attempt.
+    pub(crate) attempt: u32,
+    /// The latest details reported and not yet taken by the loop.
+    details: Mutex<Option<Vec<u8>>>,
+    /// The link is on its way to the loop (posted, not yet taken): later
+    /// heartbeats only replace the details, so a step calling in a tight
+    /// loop sends at most one input at a time.
+    posted: AtomicBool,
+    /// How the link reaches the loop, set by the driver before the
+    /// attempt's first poll (none: a driver that takes no heartbeats).
+    poster: OnceLock<Poster>,
+    /// The loop cancelled the attempt (it timed out).
+    cancelled: AtomicBool,
+    /// The attempt's task, woken by a cancel.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl fmt::Debug for AttemptLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttemptLink")
+            .field("run", &self.run)
+            .field("seq", &self.seq)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AttemptLink {
+    /// The link of attempt `attempt` of step `seq` of run `run`.
+    pub(crate) fn new(run: RunId, seq: Seq, attempt: u32) -> Arc<Self> {
+        Arc::new(Self {
+            run,
+            seq,
+            attempt,
+            details: Mutex::new(None),
+            posted: AtomicBool::new(false),
+            poster: OnceLock::new(),
+            cancelled: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        })
+    }
+
+    /// Heartbeats reach the loop through `poster` (the driver's).
+    pub(crate) fn set_poster(&self, poster: &Poster) {
+        let _ = self.poster.set(Arc::clone(poster));
+    }
+
+    /// A heartbeat with `details`: kept as the latest, and the link posted
+    /// to the loop unless it is on its way already.
+    fn beat(self: &Arc<Self>, details: Vec<u8>) {
+        *self.details.lock().unwrap_or_else(|e| e.into_inner()) = Some(details);
+        if !self.posted.swap(true, Ordering::AcqRel) {
+            match self.poster.get() {
+                Some(post) => post(Arc::clone(self)),
+                None => self.posted.store(false, Ordering::Release),
+            }
+        }
+    }
+
+    /// The loop takes the link it was posted: the latest details reported
+    /// (a heartbeat after this posts the link again).
+    pub(crate) fn take(&self) -> Option<Vec<u8>> {
+        // Cleared first: a heartbeat racing with the take posts again
+        // rather than being left unseen.
+        self.posted.store(false, Ordering::Release);
+        self.details
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// The loop cancels the attempt: its future is dropped at its task's
+    /// next poll, which this wakes.
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        if let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            w.wake();
+        }
+    }
+}
+
+/// An attempt's future that its loop can cancel ([`AttemptLink::cancel`]):
+/// the step's future is dropped (its work stops at the await it was
+/// waiting in) and the attempt ends with a `cancelled` error the loop
+/// ignores (it recorded the attempt's end when it cancelled it).
+pub(crate) struct Cancellable {
+    future: Option<StepFuture>,
+    link: Arc<AttemptLink>,
+}
+
+impl Cancellable {
+    /// `future`, cancelled through `link`.
+    pub(crate) fn wrap(future: StepFuture, link: Arc<AttemptLink>) -> StepFuture {
+        Box::pin(Self {
+            future: Some(future),
+            link,
+        })
+    }
+}
+
+impl Future for Cancellable {
+    type Output = Result<Vec<u8>, StepError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let cancelled = || StepError::fatal("the attempt was cancelled").kind("cancelled");
+        if self.link.cancelled.load(Ordering::Acquire) {
+            self.future = None;
+            return Poll::Ready(Err(cancelled()));
+        }
+        *self.link.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        // A cancel between the check and the waker's store finds no waker:
+        // looked at again now the waker is in place.
+        if self.link.cancelled.load(Ordering::Acquire) {
+            self.future = None;
+            return Poll::Ready(Err(cancelled()));
+        }
+        match self.future.as_mut() {
+            Some(f) => f.as_mut().poll(cx),
+            None => Poll::Ready(Err(cancelled())),
+        }
     }
 }
 

@@ -279,7 +279,7 @@ fn drive(
     clock: Clock,
     runtime: Handle,
     peers: &Peers,
-    activity: &Activity,
+    activity: &Arc<Activity>,
     leased: Option<Leased>,
 ) {
     let Channel {
@@ -299,6 +299,17 @@ fn drive(
     // `SLOW_STEPS_MAX` step names were slow (names made per call would
     // otherwise grow the set without bound).
     let mut poll_steps = true;
+    // How a running attempt's heartbeats reach this loop: its link, sent
+    // as an input (at most one on its way per attempt: `AttemptLink`).
+    // Counted as sent before it goes, like a message, so the test kit
+    // never takes the shard for idle while a heartbeat is on its way.
+    let poster: crate::step::Poster = {
+        let (tx, activity) = (tx.clone(), Arc::clone(activity));
+        Arc::new(move |link| {
+            activity.message_sent();
+            let _ = tx.send(Input::Heartbeat { link });
+        })
+    };
     loop {
         if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
             probed = Instant::now();
@@ -353,6 +364,7 @@ fn drive(
         if !stopping {
             for job in steps {
                 activity.step_started();
+                job.link.set_poster(&poster);
                 if !poll_steps || slow_steps.contains(&job.name) {
                     spawn_step(&runtime, job, tx.clone());
                     continue;
@@ -544,6 +556,7 @@ fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
         attempt,
         name,
         future,
+        link,
     } = job;
     let mut attempt_future = CatchUnwind { future };
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -560,6 +573,7 @@ fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
             attempt,
             name,
             future: attempt_future.future,
+            link,
         }),
     }
 }
@@ -752,9 +766,11 @@ pub(crate) struct ActivityState {
     pub(crate) generation: u64,
     /// Step tasks started whose end (`StepDone`) the loop has not taken.
     pub(crate) steps: u64,
-    /// Messages (and acknowledgements) this shard sent to shards.
+    /// Messages (and acknowledgements) this shard sent to shards, and
+    /// heartbeats its step tasks sent it.
     pub(crate) sent: u64,
-    /// Messages (and acknowledgements) this shard took from shards.
+    /// Messages (and acknowledgements) this shard took from shards, and
+    /// heartbeats it took.
     pub(crate) received: u64,
     /// The shard's next timer (a sleep, a wait's timeout, a retry, a
     /// deadline, or a sweep of far timers), when idle: the time only time
@@ -764,9 +780,15 @@ pub(crate) struct ActivityState {
 }
 
 impl Activity {
-    /// Whether `input` travels between shards (counted on both sides).
+    /// Whether `input` travels between shards (counted on both sides), or
+    /// is a step task's heartbeat (counted the same way: both are sent
+    /// from outside the shard's thread and must be taken before it is
+    /// idle).
     fn is_message(input: &Input) -> bool {
-        matches!(input, Input::Message { .. } | Input::Delivered { .. })
+        matches!(
+            input,
+            Input::Message { .. } | Input::Delivered { .. } | Input::Heartbeat { .. }
+        )
     }
 
     #[cfg(feature = "testing")]

@@ -153,6 +153,11 @@ pub(crate) enum Input {
         attempt: u32,
         result: std::result::Result<Vec<u8>, StepError>,
     },
+    /// A running step attempt sent heartbeats: its link, with the latest
+    /// details (`steps`).
+    Heartbeat {
+        link: std::sync::Arc<crate::step::AttemptLink>,
+    },
     /// A flush ticket ran (on the flusher); with how long its I/O took.
     Flushed { ticket: FlushTicket, micros: u64 },
     /// A seal ticket ran (on the flusher).
@@ -378,6 +383,8 @@ pub(crate) struct ShardLoop {
     /// acknowledgements owed (`receive`).
     mail: receive::Mail,
     metrics: ShardMetrics,
+    /// Running step attempts' deadlines, heartbeats to record (`steps`).
+    watch: steps::Watch,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
     encode: Vec<u8>,
@@ -444,9 +451,13 @@ impl ShardLoop {
         self.flights.is_empty() && !self.seals.is_out() && self.inbox.is_empty()
     }
 
-    /// The core's next timer, in ms.
+    /// The next time only time can bring, in ms: the core's next timer,
+    /// or a step attempt's deadline or heartbeat tick (`steps`).
     pub(crate) fn next_timer(&self) -> Option<u64> {
-        self.core.next_timer()
+        [self.core.next_timer(), self.watch.next_wake()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Asks the shard's log whether the shard is still this process's: a
@@ -490,9 +501,10 @@ impl ShardLoop {
         let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
             .then_some(self.parking.housekeeping_ms());
         // A step's retry time is the core's retry timer, armed by its
-        // `Attempt` record (see `run`'s docs): `next_timer` has it.
+        // `Attempt` record (see `run`'s docs): `next_timer` has it, and
+        // the running attempts' deadlines and heartbeat ticks.
         [
-            self.core.next_timer(),
+            self.next_timer(),
             checkpoint,
             housekeeping,
             self.next_seal(),
@@ -538,6 +550,7 @@ impl ShardLoop {
         }
         deferred.append(&mut self.inbox);
         self.inbox = deferred;
+        self.watch_steps(now_ms, holding);
         let more = if holding {
             false
         } else {

@@ -116,6 +116,7 @@ impl ShardLoop {
                 recovered_records: replayed,
                 ..ShardMetrics::default()
             },
+            watch: Default::default(),
             telemetry: None,
             encode: Vec::new(),
         };

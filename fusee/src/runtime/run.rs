@@ -25,19 +25,35 @@
 //! (a parked run has no machine, and the timer is what wakes the loop:
 //! `ShardLoop::next_wake` reads it through `ShardCore::next_timer`, and
 //! no step is scanned for it).
+//!
+//! # Time limits and heartbeats: the running attempt's
+//!
+//! A running attempt's deadline (its timeout, its heartbeat timeout, the
+//! policy's schedule-to-close limit) and its heartbeat details not yet
+//! recorded are its [`StepSpec`]'s, not the machine's: no record holds a
+//! deadline (a crash forgets the attempt, and the one run again counts
+//! from its own start). What must survive a crash comes from the journal:
+//! the step's first `Began` (where schedule-to-close counts from) and its
+//! latest `Heartbeat` (what the next attempt reads), read once for a step
+//! this process did not begin ([`StepSpec::needs_history`]). The loop's
+//! `steps::Watch` orders the deadlines and records heartbeats on a tick.
 
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::Duration;
 
-use fusee_core::record::{Name, RecordBuf, RunId, Seq, Status, WaitOutcome};
+use fusee_core::record::{
+    Name, Record, RecordBuf, RunId, Seq, Status, WaitOutcome, iter_canonical,
+};
 use fusee_core::run::{Abandon, Attempt, Issued, OpError, RetryAt, RunMachine, StepRun};
 use rustc_hash::FxHashMap;
 
 use crate::client::CurrentStep;
 use crate::registry::{Code, Registry, RunFuture};
 use crate::retry::{Decision, RetryPolicy};
-use crate::step::{StepContext, StepFn, StepFuture};
+use crate::step::{AttemptLink, Cancellable, StepContext, StepError, StepFn, StepFuture, Timeouts};
 use crate::workflow::Failure;
 
 /// A live step the shard must run: the function and its policy, kept until
@@ -46,10 +62,13 @@ pub(crate) struct StepSpec {
     name: Name,
     f: StepFn,
     policy: RetryPolicy,
-    /// When its first attempt began (for the policy's time limit).
+    /// Its per-attempt and heartbeat timeouts.
+    timeouts: Timeouts,
+    /// When its first attempt (since the latest resume) began, by its
+    /// `Began` (for the policy's time limits); `None` before it began.
     first_ms: Option<u64>,
-    /// An attempt is running.
-    running: bool,
+    /// The attempt running, if one is.
+    running: Option<Running>,
     /// The attempt to run next and when: the machine's answer as of the
     /// latest record for the step (see the [module docs](self)); `None`
     /// once the machine has no attempt to run.
@@ -62,6 +81,36 @@ pub(crate) struct StepSpec {
     /// attempt starts once the run is durable through its gate LSN, which
     /// then covers the `Began`. Any other attempt needs its own first.
     began: Option<u32>,
+    /// Whether `first_ms` and `beat` are known: true for a step new in
+    /// this process; else read from the run's journal before its first
+    /// attempt here starts ([`StepSpec::read_history`]).
+    known: bool,
+    /// The latest heartbeat details recorded for the step.
+    beat: Option<Arc<[u8]>>,
+}
+
+/// A step's running attempt, as its loop watches it.
+pub(crate) struct Running {
+    /// Its number.
+    attempt: u32,
+    /// When it started.
+    started_ms: u64,
+    /// Its latest sign of life: its start or its latest heartbeat.
+    alive_ms: u64,
+    /// Its link (heartbeats in, cancel out).
+    link: Arc<AttemptLink>,
+    /// Details it reported that are not recorded yet.
+    pending: Option<Vec<u8>>,
+    /// The deadline its entry in the loop's watch has (`steps::Watch`).
+    watched: Option<u64>,
+}
+
+/// Which limit a timed-out attempt passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limit {
+    Attempt(Duration),
+    Heartbeat(Duration),
+    ScheduleToClose(Duration),
 }
 
 /// Whether a step's next attempt may start now.
@@ -86,7 +135,7 @@ impl StepSpec {
         let Some(next) = self.next else {
             return Due::No;
         };
-        if self.running {
+        if self.running.is_some() {
             return Due::No;
         }
         match next.at {
@@ -113,6 +162,7 @@ impl StepSpec {
             return None;
         }
         self.began = Some(attempt);
+        self.first_ms.get_or_insert(now_ms);
         Some(RecordBuf::Began {
             run,
             seq,
@@ -122,18 +172,196 @@ impl StepSpec {
         })
     }
 
-    /// Starts an attempt with context `cx`: the function's future.
+    /// Starts attempt `attempt` at `now_ms` with context `cx` (linked to
+    /// the loop by `link`): the function's future, cancellable through
+    /// `link` when the step has a time limit.
     #[inline]
-    pub(crate) fn begin(&mut self, now_ms: u64, cx: StepContext) -> StepFuture {
-        self.running = true;
+    pub(crate) fn begin(
+        &mut self,
+        attempt: u32,
+        now_ms: u64,
+        cx: StepContext,
+        link: Arc<AttemptLink>,
+    ) -> StepFuture {
         self.first_ms.get_or_insert(now_ms);
-        (self.f)(cx)
+        let future = (self.f)(cx);
+        let limited =
+            self.timeouts != Timeouts::default() || self.policy.schedule_to_close.is_some();
+        let future = if limited {
+            Cancellable::wrap(future, Arc::clone(&link))
+        } else {
+            future
+        };
+        self.running = Some(Running {
+            attempt,
+            started_ms: now_ms,
+            alive_ms: now_ms,
+            link,
+            pending: None,
+            watched: None,
+        });
+        future
     }
 
-    /// The attempt running ended.
+    /// The attempt running, if one is.
     #[inline]
-    pub(crate) fn ended(&mut self) {
-        self.running = false;
+    pub(crate) fn running(&self) -> Option<u32> {
+        self.running.as_ref().map(|r| r.attempt)
+    }
+
+    /// The attempt running ended: its details not recorded yet (the
+    /// latest, also those its link holds and the loop has not taken: a
+    /// heartbeat just before the end may reach the loop after it), and the
+    /// deadline its entry in the loop's watch has, if any.
+    #[inline]
+    pub(crate) fn ended(&mut self) -> (Option<Vec<u8>>, Option<u64>) {
+        match self.running.take() {
+            Some(r) => (r.link.take().or(r.pending), r.watched),
+            None => (None, None),
+        }
+    }
+
+    /// The latest heartbeat details recorded for the step, for its next
+    /// attempt's context.
+    pub(crate) fn last_beat(&self) -> Option<Arc<[u8]>> {
+        self.beat.clone()
+    }
+
+    /// Details `details` of the step are recorded (a `Heartbeat`).
+    pub(crate) fn beat_recorded(&mut self, details: &[u8]) {
+        self.beat = Some(Arc::from(details));
+    }
+
+    /// Attempt `attempt` sent a heartbeat at `now_ms`, with `details` if
+    /// any: true if they are the first of it waiting to be recorded.
+    pub(crate) fn heartbeat(
+        &mut self,
+        attempt: u32,
+        details: Option<Vec<u8>>,
+        now_ms: u64,
+    ) -> bool {
+        let Some(r) = self.running.as_mut().filter(|r| r.attempt == attempt) else {
+            return false;
+        };
+        r.alive_ms = r.alive_ms.max(now_ms);
+        let Some(details) = details else {
+            return false;
+        };
+        r.pending.replace(details).is_none()
+    }
+
+    /// Attempt `attempt`'s details waiting to be recorded, taken.
+    pub(crate) fn take_pending(&mut self, attempt: u32) -> Option<Vec<u8>> {
+        self.running
+            .as_mut()
+            .filter(|r| r.attempt == attempt)
+            .and_then(|r| r.pending.take())
+    }
+
+    /// When the running attempt times out (the earliest of its own
+    /// timeout, its heartbeat timeout and the policy's schedule-to-close
+    /// limit), and which limit that is; `None` with no attempt running or
+    /// no limit.
+    fn deadline(&self) -> Option<(u64, Limit)> {
+        let r = self.running.as_ref()?;
+        let after = |from: u64, d: Duration| from.saturating_add(d.as_millis() as u64);
+        [
+            self.timeouts
+                .attempt
+                .map(|d| (after(r.started_ms, d), Limit::Attempt(d))),
+            self.timeouts
+                .heartbeat
+                .map(|d| (after(r.alive_ms, d), Limit::Heartbeat(d))),
+            self.policy
+                .schedule_to_close
+                .zip(self.first_ms)
+                .map(|(d, first)| (after(first, d), Limit::ScheduleToClose(d))),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(at, _)| *at)
+    }
+
+    /// When the running attempt times out, if it can: the time the loop
+    /// watches it at from now on (kept, so its entry is removed when it
+    /// ends).
+    #[inline]
+    pub(crate) fn watch_at(&mut self) -> Option<u64> {
+        let at = self.deadline().map(|(at, _)| at);
+        if let Some(r) = self.running.as_mut() {
+            r.watched = at;
+        }
+        at
+    }
+
+    /// If attempt `attempt` is running and past its deadline at `now_ms`:
+    /// cancels its future (dropped at its task's next poll) and returns
+    /// its failure, kind `timeout` (final once the schedule-to-close limit
+    /// passed, else retried by the policy).
+    pub(crate) fn time_out(&mut self, attempt: u32, now_ms: u64) -> Option<StepError> {
+        if self.running() != Some(attempt) {
+            return None;
+        }
+        let (at, limit) = self.deadline()?;
+        if at > now_ms {
+            return None;
+        }
+        let name = &self.name;
+        let error = match limit {
+            Limit::Attempt(d) => StepError::retryable(format!(
+                "step `{name}` attempt {attempt} ran past its timeout of {d:?}"
+            )),
+            Limit::Heartbeat(d) => StepError::retryable(format!(
+                "step `{name}` attempt {attempt} sent no heartbeat within its heartbeat timeout of {d:?}"
+            )),
+            Limit::ScheduleToClose(d) => StepError::fatal(format!(
+                "step `{name}` ran past its schedule-to-close limit of {d:?} (attempt {attempt} was running)"
+            )),
+        };
+        if let Some(r) = &self.running {
+            r.link.cancel();
+        }
+        Some(error.kind("timeout"))
+    }
+
+    /// The failure of a step whose next attempt would start past its
+    /// schedule-to-close limit, after attempt `attempt` failed with `e`.
+    pub(crate) fn out_of_time(&self, attempt: u32, e: &StepError) -> StepError {
+        let limit = self.policy.schedule_to_close.unwrap_or_default();
+        StepError::fatal(format!(
+            "step `{}` ran out of its schedule-to-close limit of {limit:?}: no retry after attempt {attempt}, which failed: {e}",
+            self.name
+        ))
+        .kind("timeout")
+    }
+
+    /// Whether the step's start time and last heartbeat must be read from
+    /// its run's journal before its next attempt starts here.
+    #[inline]
+    pub(crate) fn needs_history(&self) -> bool {
+        !self.known
+    }
+
+    /// Reads, from its run's canonical journal, when the step's first
+    /// attempt since its latest resume began and its latest heartbeat
+    /// details: what a crash or an unload took from memory.
+    fn read_history(&mut self, seq: Seq, journal: &[u8]) {
+        self.known = true;
+        for item in iter_canonical(journal) {
+            let Ok((rec, _)) = item else { break };
+            match rec {
+                Record::Began {
+                    seq: s, started_ms, ..
+                } if s == seq => {
+                    self.first_ms.get_or_insert(started_ms);
+                }
+                Record::Resume { seq: s, .. } if s == seq => self.first_ms = None,
+                Record::Heartbeat {
+                    seq: s, payload, ..
+                } if s == seq => self.beat = Some(Arc::from(payload)),
+                _ => {}
+            }
+        }
     }
 
     /// What the step's policy decides about failed attempt `attempt`
@@ -150,7 +378,7 @@ impl StepSpec {
     /// Whether an attempt could start without a record or a time coming
     /// first: it holds the run from parking.
     fn busy(&self) -> bool {
-        self.running
+        self.running.is_some()
             || self
                 .next
                 .is_some_and(|a| a.at == RetryAt::Now || self.began == Some(a.attempt))
@@ -398,13 +626,21 @@ impl<C: Code> RunState<C> {
     /// its retry time) and none running.
     #[inline]
     pub(crate) fn has_step_to_start(&self) -> bool {
-        self.steps.values().any(|s| !s.running && s.next.is_some())
+        self.steps
+            .values()
+            .any(|s| s.running.is_none() && s.next.is_some())
     }
 
     /// The run's live steps, to start their attempts.
     #[inline]
     pub(crate) fn steps_mut(&mut self) -> impl Iterator<Item = (Seq, &mut StepSpec)> {
         self.steps.iter_mut().map(|(seq, spec)| (*seq, spec))
+    }
+
+    /// Live step `seq`.
+    #[inline]
+    pub(crate) fn step(&self, seq: Seq) -> Option<&StepSpec> {
+        self.steps.get(&seq)
     }
 
     /// Live step `seq`.
@@ -417,6 +653,22 @@ impl<C: Code> RunState<C> {
     #[inline]
     pub(crate) fn step_ended(&mut self, seq: Seq) {
         self.steps.remove(&seq);
+    }
+
+    /// Reads, from the run's whole canonical journal, what its steps that
+    /// need it ([`StepSpec::needs_history`]) lost from memory.
+    pub(crate) fn read_step_history(&mut self, journal: &[u8]) {
+        for (seq, spec) in self.steps.iter_mut() {
+            if spec.needs_history() {
+                spec.read_history(*seq, journal);
+            }
+        }
+    }
+
+    /// Whether one of the run's steps needs its history read
+    /// ([`read_step_history`](Self::read_step_history)).
+    pub(crate) fn steps_need_history(&self) -> bool {
+        self.steps.values().any(StepSpec::needs_history)
     }
 
     /// The loop appended an `Attempt` for step `seq`: its next attempt is
@@ -467,7 +719,7 @@ impl<C: Code> RunState<C> {
             .map(|(_, spec)| CurrentStep {
                 name: spec.name.to_string(),
                 attempt: spec.next.map_or(0, |a| a.attempt),
-                running: spec.running,
+                running: spec.running.is_some(),
                 paused: matches!(
                     spec.next,
                     Some(Attempt {
@@ -606,14 +858,17 @@ impl<C: Code> RunState<C> {
         name: &Name,
         f: &StepFn,
         policy: &RetryPolicy,
+        timeouts: Timeouts,
     ) -> Option<Seq> {
         let start = self.issue(|m| m.step(name))?;
         if let StepRun::Attempt(a) = start.run {
             // A new step's first `Began`, asked by the machine in call
             // order: it rides in the flush of the records before it.
+            let mut first_ms = None;
             let began = start.began.then(|| {
                 let (run, seq, attempt) = (self.run, start.seq, a.attempt);
                 let started_ms = self.now_ms();
+                first_ms = Some(started_ms);
                 self.appends.push(RecordBuf::Began {
                     run,
                     seq,
@@ -629,11 +884,16 @@ impl<C: Code> RunState<C> {
                     name: name.clone(),
                     f: f.clone(),
                     policy: policy.clone(),
-                    first_ms: None,
-                    running: false,
+                    timeouts,
+                    first_ms,
+                    running: None,
                     next: Some(a),
                     resumed_after: 0,
+                    // A new step has no history; one the journal holds
+                    // begun or retried has.
+                    known: began.is_some(),
                     began,
+                    beat: None,
                 },
             );
         }

@@ -1,8 +1,9 @@
 //! What a step function is given and returns: [`StepContext`] (its
 //! idempotency key, attempt, fencing token, trace context, heartbeats) and
-//! [`StepError`]; the type-erased step function the runtime keeps; and an
-//! attempt's link to its shard loop ([`AttemptLink`]: heartbeats on their
-//! way, the cancel of an attempt that timed out).
+//! [`StepError`]; the type-erased step function the runtime keeps; a
+//! shard's side of its running attempts ([`StepHub`]: heartbeats on their
+//! way to the loop), and the cancel of an attempt that timed out
+//! ([`AttemptLink`], made only for a step with a time limit).
 //! A leaf: both the workflow API (`ctx`) and the runtime import it.
 
 use std::fmt;
@@ -10,6 +11,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+use rustc_hash::FxHashMap;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -103,14 +106,13 @@ pub struct StepContext {
     /// ([`StepContext::traceparent`]), so a step that never asks pays no
     /// hash.
     trace: Option<(crate::trace::RunTrace, u32)>,
-    /// The attempt's link to its shard loop (`None`: a context made
-    /// outside the engine's shard loop, whose heartbeats go nowhere).
-    link: Option<Arc<AttemptLink>>,
+    /// Its shard's hub, where heartbeats go (`None`: a context made
+    /// outside the engine's shard loop, whose heartbeats go nowhere). One
+    /// per shard, shared: an attempt allocates nothing for it.
+    hub: Option<Arc<StepHub>>,
     /// The latest heartbeat details recorded for the step before this
     /// attempt began (by an earlier attempt, or before a crash).
     last_beat: Option<Arc<[u8]>>,
-    /// The engine's payload limit, which heartbeat details must keep to.
-    max_payload: usize,
 }
 
 /// A step's idempotency key. The engine's is made only when asked for:
@@ -125,8 +127,8 @@ enum Key {
         seq: u32,
         made: std::sync::OnceLock<Box<str>>,
     },
-    /// A key given whole (a saga's own).
-    Given(Arc<str>),
+    /// A key given whole (a saga's own), for step `seq` of run `run`.
+    Given { key: Arc<str>, run: u64, seq: u32 },
 }
 
 impl StepContext {
@@ -143,25 +145,24 @@ impl StepContext {
             attempt,
             fencing_token: 0,
             trace: None,
-            link: None,
+            hub: None,
             last_beat: None,
-            max_payload: usize::MAX,
         }
     }
 
-    /// The same context reporting heartbeats through `link`, the step's
-    /// latest recorded details being `last_beat`, details kept within
-    /// `max_payload` bytes.
-    pub(crate) fn with_link(
-        mut self,
-        link: Arc<AttemptLink>,
-        last_beat: Option<Arc<[u8]>>,
-        max_payload: usize,
-    ) -> Self {
-        self.link = Some(link);
+    /// The same context reporting heartbeats to `hub`, the step's latest
+    /// recorded details being `last_beat`.
+    pub(crate) fn with_hub(mut self, hub: Arc<StepHub>, last_beat: Option<Arc<[u8]>>) -> Self {
+        self.hub = Some(hub);
         self.last_beat = last_beat;
-        self.max_payload = max_payload;
         self
+    }
+
+    /// The run and step this attempt is of.
+    fn place(&self) -> (RunId, Seq) {
+        match &self.key {
+            Key::Step { run, seq, .. } | Key::Given { run, seq, .. } => (*run, *seq),
+        }
     }
 
     /// Reports that this attempt is alive and how far it got: `details`
@@ -187,17 +188,19 @@ impl StepContext {
         let bytes = encode(details).map_err(|e| {
             StepError::fatal(format!("heartbeat details do not encode as JSON: {e}")).kind("encode")
         })?;
-        if bytes.len() > self.max_payload {
+        let Some(hub) = &self.hub else {
+            return Ok(());
+        };
+        if bytes.len() > hub.max_payload {
             return Err(StepError::fatal(format!(
                 "heartbeat details of {} bytes exceed the payload limit of {} bytes",
                 bytes.len(),
-                self.max_payload
+                hub.max_payload
             ))
             .kind("too-large"));
         }
-        if let Some(link) = &self.link {
-            link.beat(bytes);
-        }
+        let (run, seq) = self.place();
+        hub.beat((run, seq, self.attempt), bytes);
         Ok(())
     }
 
@@ -271,7 +274,8 @@ impl StepContext {
 
     /// The same attempt under another idempotency key (a saga's own).
     pub(crate) fn with_key(mut self, key: Arc<str>) -> Self {
-        self.key = Key::Given(key);
+        let (run, seq) = self.place();
+        self.key = Key::Given { key, run, seq };
         self
     }
 
@@ -300,7 +304,7 @@ impl StepContext {
             Key::Step { id, run, seq, made } => {
                 made.get_or_init(|| format!("{id}/{run}/{seq}").into_boxed_str())
             }
-            Key::Given(key) => key,
+            Key::Given { key, .. } => key,
         }
     }
 
@@ -321,90 +325,104 @@ pub(crate) struct Timeouts {
     pub(crate) heartbeat: Option<Duration>,
 }
 
-/// Hands an attempt's link to its shard loop (the driver's, which sends it
-/// as an input).
-pub(crate) type Poster = Arc<dyn Fn(Arc<AttemptLink>) + Send + Sync>;
+/// An attempt: its run, its step, its number.
+pub(crate) type AttemptId = (RunId, Seq, u32);
 
-/// One running attempt's link between its step function (on tokio) and its
-/// shard loop: heartbeats going to the loop, and the loop's cancel of an
-/// attempt that timed out. Shared by the attempt's [`StepContext`], its
-/// future's [`Cancellable`] wrapper, the job and the loop.
-pub(crate) struct AttemptLink {
-    /// The run.
-    pub(crate) run: RunId,
-    /// The step.
-    pub(crate) seq: Seq,
-    /// The attempt.
-    pub(crate) attempt: u32,
-    /// The latest details reported and not yet taken by the loop.
-    details: Mutex<Option<Vec<u8>>>,
-    /// The link is on its way to the loop (posted, not yet taken): later
-    /// heartbeats only replace the details, so a step calling in a tight
-    /// loop sends at most one input at a time.
+/// Tells a shard loop that heartbeats wait in its hub (the driver's: an
+/// input sent to the loop).
+pub(crate) type Poster = Box<dyn Fn() + Send + Sync>;
+
+/// One shard's side of its running step attempts, shared by their
+/// contexts (one `Arc` per shard, cloned into each context: no attempt
+/// allocates for it): the heartbeat details reported and not yet taken by
+/// the loop, by attempt. The first heartbeat after the loop took them
+/// posts one input ([`StepHub::take_beats`]); later ones only replace
+/// details, so steps calling in a tight loop send at most one input at a
+/// time between them all.
+pub(crate) struct StepHub {
+    /// The engine's payload limit, which heartbeat details must keep to.
+    max_payload: usize,
+    /// The latest details of each attempt that reported since the loop
+    /// last took them.
+    beats: Mutex<FxHashMap<AttemptId, Vec<u8>>>,
+    /// An input is on its way to the loop (posted, not yet taken).
     posted: AtomicBool,
-    /// How the link reaches the loop, set by the driver before the
-    /// attempt's first poll (none: a driver that takes no heartbeats).
+    /// How the loop is told, set once by the driver (none: a driver that
+    /// takes no heartbeats, which then go nowhere).
     poster: OnceLock<Poster>,
+}
+
+impl fmt::Debug for StepHub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepHub")
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StepHub {
+    /// A shard's hub, heartbeat details kept within `max_payload` bytes.
+    pub(crate) fn new(max_payload: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max_payload,
+            beats: Mutex::new(FxHashMap::default()),
+            posted: AtomicBool::new(false),
+            poster: OnceLock::new(),
+        })
+    }
+
+    /// Heartbeats reach the loop through `poster` (the driver's); set once.
+    pub(crate) fn set_poster(&self, poster: Poster) {
+        let _ = self.poster.set(poster);
+    }
+
+    /// A heartbeat of attempt `id` with `details`: kept as its latest, and
+    /// the loop told unless it was told already.
+    fn beat(&self, id: AttemptId, details: Vec<u8>) {
+        let Some(post) = self.poster.get() else {
+            return;
+        };
+        self.beats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, details);
+        if !self.posted.swap(true, Ordering::AcqRel) {
+            post();
+        }
+    }
+
+    /// The loop takes every attempt's latest details (a heartbeat after
+    /// this tells it again).
+    pub(crate) fn take_beats(&self) -> FxHashMap<AttemptId, Vec<u8>> {
+        // Cleared first: a heartbeat racing with the take posts again
+        // rather than being left unseen.
+        self.posted.store(false, Ordering::Release);
+        std::mem::take(&mut *self.beats.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The loop takes attempt `id`'s latest details, if the loop has not
+    /// yet (a heartbeat just before an attempt's end may still wait here
+    /// when its end reaches the loop).
+    pub(crate) fn take_beat(&self, id: AttemptId) -> Option<Vec<u8>> {
+        self.beats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+    }
+}
+
+/// The loop's cancel of a running attempt of a step with a time limit,
+/// which timed out: shared by the attempt's future's [`Cancellable`]
+/// wrapper and the loop. Made only for a step with a limit.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptLink {
     /// The loop cancelled the attempt (it timed out).
     cancelled: AtomicBool,
     /// The attempt's task, woken by a cancel.
     waker: Mutex<Option<Waker>>,
 }
 
-impl fmt::Debug for AttemptLink {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AttemptLink")
-            .field("run", &self.run)
-            .field("seq", &self.seq)
-            .field("attempt", &self.attempt)
-            .finish_non_exhaustive()
-    }
-}
-
 impl AttemptLink {
-    /// The link of attempt `attempt` of step `seq` of run `run`.
-    pub(crate) fn new(run: RunId, seq: Seq, attempt: u32) -> Arc<Self> {
-        Arc::new(Self {
-            run,
-            seq,
-            attempt,
-            details: Mutex::new(None),
-            posted: AtomicBool::new(false),
-            poster: OnceLock::new(),
-            cancelled: AtomicBool::new(false),
-            waker: Mutex::new(None),
-        })
-    }
-
-    /// Heartbeats reach the loop through `poster` (the driver's).
-    pub(crate) fn set_poster(&self, poster: &Poster) {
-        let _ = self.poster.set(Arc::clone(poster));
-    }
-
-    /// A heartbeat with `details`: kept as the latest, and the link posted
-    /// to the loop unless it is on its way already.
-    fn beat(self: &Arc<Self>, details: Vec<u8>) {
-        *self.details.lock().unwrap_or_else(|e| e.into_inner()) = Some(details);
-        if !self.posted.swap(true, Ordering::AcqRel) {
-            match self.poster.get() {
-                Some(post) => post(Arc::clone(self)),
-                None => self.posted.store(false, Ordering::Release),
-            }
-        }
-    }
-
-    /// The loop takes the link it was posted: the latest details reported
-    /// (a heartbeat after this posts the link again).
-    pub(crate) fn take(&self) -> Option<Vec<u8>> {
-        // Cleared first: a heartbeat racing with the take posts again
-        // rather than being left unseen.
-        self.posted.store(false, Ordering::Release);
-        self.details
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
-
     /// The loop cancels the attempt: its future is dropped at its task's
     /// next poll, which this wakes.
     pub(crate) fn cancel(&self) {

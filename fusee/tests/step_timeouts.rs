@@ -260,34 +260,38 @@ async fn schedule_to_close_refuses_a_retry_that_would_start_past_it() {
 
 const BEATING: Workflow<u32, (u32, Option<u32>)> = Workflow::new("beating");
 
-/// Registers `BEATING`: step "upload" with a 5 s heartbeat timeout. An
+/// Registers `BEATING`: step "upload" with a 5 s heartbeat timeout
+/// (`limited`; else no limit at all, its heartbeats only progress). An
 /// attempt reads the last heartbeat, then heartbeats `1..=n` every 2 s
 /// (n is the input for attempt 1, and 2 for later attempts) and, on
 /// attempt 1 with `stall` set, then sleeps an hour without heartbeating.
 /// Returns (attempt, details read).
-fn register_beating(engine: &Engine, cell: &Cell, stall: bool) {
+fn register_beating(engine: &Engine, cell: &Cell, stall: bool, limited: bool) {
     let cell = Arc::clone(cell);
     engine.register(BEATING, move |ctx: Ctx, n: u32| {
         let cell = Arc::clone(&cell);
         async move {
-            let v = ctx
-                .step("upload", move |sc: StepContext| {
-                    let sl = sleeper(&cell);
-                    async move {
-                        let last = sc.last_heartbeat::<u32>()?;
-                        let beats = if sc.attempt() == 1 { n } else { 2 };
-                        for i in 1..=beats {
-                            sl.sleep(2 * SECOND).await?;
-                            sc.heartbeat(&(last.unwrap_or(0) + i))?;
-                        }
-                        if stall && sc.attempt() == 1 {
-                            sl.sleep(HOUR).await?;
-                        }
-                        Ok((sc.attempt(), last))
+            let step = ctx.step("upload", move |sc: StepContext| {
+                let sl = sleeper(&cell);
+                async move {
+                    let last = sc.last_heartbeat::<u32>()?;
+                    let beats = if sc.attempt() == 1 { n } else { 2 };
+                    for i in 1..=beats {
+                        sl.sleep(2 * SECOND).await?;
+                        sc.heartbeat(&(last.unwrap_or(0) + i))?;
                     }
-                })
-                .heartbeat_timeout(5 * SECOND)
-                .await?;
+                    if stall && sc.attempt() == 1 {
+                        sl.sleep(HOUR).await?;
+                    }
+                    Ok((sc.attempt(), last))
+                }
+            });
+            let step = if limited {
+                step.heartbeat_timeout(5 * SECOND)
+            } else {
+                step
+            };
+            let v = step.await?;
             Ok::<_, Failure>(v)
         }
     });
@@ -297,7 +301,7 @@ fn register_beating(engine: &Engine, cell: &Cell, stall: bool) {
 /// heartbeat timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeating_step_outlives_its_heartbeat_timeout() {
-    let kit = kit(|engine, cell| register_beating(engine, cell, false)).await;
+    let kit = kit(|engine, cell| register_beating(engine, cell, false, true)).await;
     let start = kit.now_ms();
     let out = kit.execute(BEATING, "b-1", &10).await.expect("result");
     assert_eq!(out, (1, None), "attempt 1 finished");
@@ -309,7 +313,7 @@ async fn a_heartbeating_step_outlives_its_heartbeat_timeout() {
 /// attempt reads its last details (3) and goes on from there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_that_stops_heartbeating_is_failed_and_the_next_attempt_resumes() {
-    let mut kit = kit(|engine, cell| register_beating(engine, cell, true)).await;
+    let mut kit = kit(|engine, cell| register_beating(engine, cell, true, true)).await;
     let out = kit.execute(BEATING, "b-2", &3).await.expect("result");
     assert_eq!(out, (2, Some(3)), "attempt 2 read attempt 1's last details");
     let journal = kit.export_journal("b-2").await.expect("journal");
@@ -356,7 +360,7 @@ async fn a_step_that_stops_heartbeating_is_failed_and_the_next_attempt_resumes()
 /// details recorded before the crash, from the journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attempt_after_a_crash_reads_the_last_recorded_heartbeat() {
-    let mut kit = kit(|engine, cell| register_beating(engine, cell, false)).await;
+    let mut kit = kit(|engine, cell| register_beating(engine, cell, false, true)).await;
     kit.engine()
         .start(BEATING, "b-3", &10)
         .await
@@ -372,6 +376,24 @@ async fn the_attempt_after_a_crash_reads_the_last_recorded_heartbeat() {
         (1, Some(3)),
         "attempt 1 again, resumed from its recorded details"
     );
+}
+
+/// The same with a step that has no time limit: its heartbeats are still
+/// recorded on the shard's tick (no link of its own carries them), and
+/// the attempt run again after a crash reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_without_limits_heartbeats_and_resumes_after_a_crash() {
+    let mut kit = kit(|engine, cell| register_beating(engine, cell, false, false)).await;
+    kit.engine()
+        .start(BEATING, "b-4", &10)
+        .await
+        .expect("start");
+    kit.advance(Duration::from_millis(7_000))
+        .await
+        .expect("advance");
+    kit.crash().await.expect("crash");
+    let out = kit.result(BEATING, "b-4").await.expect("result");
+    assert_eq!(out, (1, Some(3)), "resumed from its recorded details");
 }
 
 const MANY: Workflow<u32, u32> = Workflow::new("many");

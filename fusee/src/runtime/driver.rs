@@ -299,17 +299,17 @@ fn drive(
     // `SLOW_STEPS_MAX` step names were slow (names made per call would
     // otherwise grow the set without bound).
     let mut poll_steps = true;
-    // How a running attempt's heartbeats reach this loop: its link, sent
-    // as an input (at most one on its way per attempt: `AttemptLink`).
+    // How running attempts' heartbeats reach this loop: an input saying
+    // they wait in the shard's hub (at most one on its way: `StepHub`).
     // Counted as sent before it goes, like a message, so the test kit
     // never takes the shard for idle while a heartbeat is on its way.
-    let poster: crate::step::Poster = {
+    {
         let (tx, activity) = (tx.clone(), Arc::clone(activity));
-        Arc::new(move |link| {
+        shard.step_hub().set_poster(Box::new(move || {
             activity.message_sent();
-            let _ = tx.send(Input::Heartbeat { link });
-        })
-    };
+            let _ = tx.send(Input::Heartbeats);
+        }));
+    }
     loop {
         if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
             probed = Instant::now();
@@ -364,7 +364,6 @@ fn drive(
         if !stopping {
             for job in steps {
                 activity.step_started();
-                job.link.set_poster(&poster);
                 if !poll_steps || slow_steps.contains(&job.name) {
                     spawn_step(&runtime, job, tx.clone());
                     continue;
@@ -556,7 +555,6 @@ fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
         attempt,
         name,
         future,
-        link,
     } = job;
     let mut attempt_future = CatchUnwind { future };
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -573,7 +571,6 @@ fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
             attempt,
             name,
             future: attempt_future.future,
-            link,
         }),
     }
 }
@@ -787,7 +784,7 @@ impl Activity {
     fn is_message(input: &Input) -> bool {
         matches!(
             input,
-            Input::Message { .. } | Input::Delivered { .. } | Input::Heartbeat { .. }
+            Input::Message { .. } | Input::Delivered { .. } | Input::Heartbeats
         )
     }
 

@@ -131,7 +131,7 @@ impl ShardLoop {
             } => self.step_done(run, seq, attempt, result, now_ms),
             Input::Flushed { ticket, micros } => self.flushed(ticket, micros, now_ms),
             Input::Sealed { ticket } => self.sealed(ticket, now_ms),
-            Input::Heartbeat { link } => self.heartbeat(&link, now_ms),
+            Input::Heartbeats => self.heartbeats(now_ms),
             Input::Tick => {}
             Input::Message { from, id, message } => {
                 self.receive(Origin::Shard { shard: from, id }, message, now_ms);

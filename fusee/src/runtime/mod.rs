@@ -153,11 +153,9 @@ pub(crate) enum Input {
         attempt: u32,
         result: std::result::Result<Vec<u8>, StepError>,
     },
-    /// A running step attempt sent heartbeats: its link, with the latest
-    /// details (`steps`).
-    Heartbeat {
-        link: std::sync::Arc<crate::step::AttemptLink>,
-    },
+    /// Running step attempts sent heartbeats: their details wait in the
+    /// shard's hub (`steps`).
+    Heartbeats,
     /// A flush ticket ran (on the flusher); with how long its I/O took.
     Flushed { ticket: FlushTicket, micros: u64 },
     /// A seal ticket ran (on the flusher).
@@ -385,6 +383,9 @@ pub(crate) struct ShardLoop {
     metrics: ShardMetrics,
     /// Running step attempts' deadlines, heartbeats to record (`steps`).
     watch: steps::Watch,
+    /// The shard's side of its running step attempts, shared by their
+    /// contexts: heartbeats on their way (`steps`).
+    hub: std::sync::Arc<crate::step::StepHub>,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
     encode: Vec<u8>,
@@ -399,6 +400,12 @@ impl ShardLoop {
     /// Counts this shard's durable records into `telemetry` from now on.
     pub(crate) fn attach_telemetry(&mut self, telemetry: crate::telemetry::ShardTelemetry) {
         self.telemetry = Some(telemetry);
+    }
+
+    /// The shard's side of its running step attempts: the driver tells it
+    /// how heartbeats reach the loop ([`crate::step::StepHub::set_poster`]).
+    pub(crate) fn step_hub(&self) -> &crate::step::StepHub {
+        &self.hub
     }
 
     /// The shard's number.

@@ -94,6 +94,7 @@ impl ShardLoop {
             Default::default()
         };
         let mail = Mail::new(shard, config.shards, outbox);
+        let hub = crate::step::StepHub::new(config.max_payload);
         let mut this = Self {
             shard,
             config,
@@ -117,6 +118,7 @@ impl ShardLoop {
                 ..ShardMetrics::default()
             },
             watch: Default::default(),
+            hub,
             telemetry: None,
             encode: Vec::new(),
         };

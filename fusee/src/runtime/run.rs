@@ -57,18 +57,15 @@ use crate::step::{AttemptLink, Cancellable, StepContext, StepError, StepFn, Step
 use crate::workflow::Failure;
 
 /// A live step the shard must run: the function and its policy, kept until
-/// the step's final record.
+/// the step's final record. Small, as every step has one: what only a step
+/// with a time limit or heartbeats needs is out of line ([`Watched`]).
 pub(crate) struct StepSpec {
     name: Name,
     f: StepFn,
     policy: RetryPolicy,
-    /// Its per-attempt and heartbeat timeouts.
-    timeouts: Timeouts,
     /// When its first attempt (since the latest resume) began, by its
     /// `Began` (for the policy's time limits); `None` before it began.
     first_ms: Option<u64>,
-    /// The attempt running, if one is.
-    running: Option<Running>,
     /// The attempt to run next and when: the machine's answer as of the
     /// latest record for the step (see the [module docs](self)); `None`
     /// once the machine has no attempt to run.
@@ -81,28 +78,40 @@ pub(crate) struct StepSpec {
     /// attempt starts once the run is durable through its gate LSN, which
     /// then covers the `Began`. Any other attempt needs its own first.
     began: Option<u32>,
-    /// Whether `first_ms` and `beat` are known: true for a step new in
-    /// this process; else read from the run's journal before its first
-    /// attempt here starts ([`StepSpec::read_history`]).
+    /// The attempt running (0: none; attempts count from 1).
+    running: u32,
+    /// Whether `first_ms` and the latest recorded heartbeat are known:
+    /// true for a step new in this process; else read from the run's
+    /// journal before its first attempt here starts
+    /// ([`StepSpec::read_history`]).
     known: bool,
-    /// The latest heartbeat details recorded for the step.
-    beat: Option<Arc<[u8]>>,
+    /// A step's time limits and heartbeat state: `None` for a step with no
+    /// limit that never heartbeated (most), which pays nothing for either.
+    watched: Option<Box<Watched>>,
 }
 
-/// A step's running attempt, as its loop watches it.
-pub(crate) struct Running {
-    /// Its number.
-    attempt: u32,
-    /// When it started.
+/// What only a step with a time limit or heartbeats keeps.
+#[derive(Default)]
+pub(crate) struct Watched {
+    /// Its per-attempt and heartbeat timeouts.
+    timeouts: Timeouts,
+    /// Whether it has a limit (a timeout, or the policy's
+    /// schedule-to-close): its attempts are watched and cancellable.
+    limited: bool,
+    /// The latest heartbeat details recorded for the step.
+    beat: Option<Arc<[u8]>>,
+    /// When the running attempt started.
     started_ms: u64,
-    /// Its latest sign of life: its start or its latest heartbeat.
+    /// The running attempt's latest sign of life: its start or its latest
+    /// heartbeat.
     alive_ms: u64,
-    /// Its link (heartbeats in, cancel out).
-    link: Arc<AttemptLink>,
-    /// Details it reported that are not recorded yet.
+    /// The running attempt's cancel (a limited step's).
+    link: Option<Arc<AttemptLink>>,
+    /// Details the running attempt reported that are not recorded yet.
     pending: Option<Vec<u8>>,
-    /// The deadline its entry in the loop's watch has (`steps::Watch`).
-    watched: Option<u64>,
+    /// The deadline the running attempt's entry in the loop's watch has
+    /// (`steps::Watch`).
+    deadline: Option<u64>,
 }
 
 /// Which limit a timed-out attempt passed.
@@ -135,7 +144,7 @@ impl StepSpec {
         let Some(next) = self.next else {
             return Due::No;
         };
-        if self.running.is_some() {
+        if self.running != 0 {
             return Due::No;
         }
         match next.at {
@@ -172,90 +181,80 @@ impl StepSpec {
         })
     }
 
-    /// Starts attempt `attempt` at `now_ms` with context `cx` (linked to
-    /// the loop by `link`): the function's future, cancellable through
-    /// `link` when the step has a time limit.
+    /// Starts attempt `attempt` at `now_ms` with context `cx`: the
+    /// function's future, cancellable by the loop when the step has a time
+    /// limit.
     #[inline]
-    pub(crate) fn begin(
-        &mut self,
-        attempt: u32,
-        now_ms: u64,
-        cx: StepContext,
-        link: Arc<AttemptLink>,
-    ) -> StepFuture {
+    pub(crate) fn begin(&mut self, attempt: u32, now_ms: u64, cx: StepContext) -> StepFuture {
         self.first_ms.get_or_insert(now_ms);
+        self.running = attempt;
         let future = (self.f)(cx);
-        let limited =
-            self.timeouts != Timeouts::default() || self.policy.schedule_to_close.is_some();
-        let future = if limited {
-            Cancellable::wrap(future, Arc::clone(&link))
-        } else {
-            future
+        let Some(w) = self.watched.as_deref_mut() else {
+            return future;
         };
-        self.running = Some(Running {
-            attempt,
-            started_ms: now_ms,
-            alive_ms: now_ms,
-            link,
-            pending: None,
-            watched: None,
-        });
-        future
+        w.started_ms = now_ms;
+        w.alive_ms = now_ms;
+        w.pending = None;
+        w.deadline = None;
+        if !w.limited {
+            w.link = None;
+            return future;
+        }
+        let link = Arc::new(AttemptLink::default());
+        w.link = Some(Arc::clone(&link));
+        Cancellable::wrap(future, link)
     }
 
     /// The attempt running, if one is.
     #[inline]
     pub(crate) fn running(&self) -> Option<u32> {
-        self.running.as_ref().map(|r| r.attempt)
+        (self.running != 0).then_some(self.running)
     }
 
-    /// The attempt running ended: its details not recorded yet (the
-    /// latest, also those its link holds and the loop has not taken: a
-    /// heartbeat just before the end may reach the loop after it), and the
-    /// deadline its entry in the loop's watch has, if any.
+    /// The attempt running ended: its details not recorded yet that the
+    /// loop took, and the deadline its entry in the loop's watch has, if
+    /// any.
     #[inline]
     pub(crate) fn ended(&mut self) -> (Option<Vec<u8>>, Option<u64>) {
-        match self.running.take() {
-            Some(r) => (r.link.take().or(r.pending), r.watched),
+        self.running = 0;
+        match self.watched.as_deref_mut() {
             None => (None, None),
+            Some(w) => {
+                w.link = None;
+                (w.pending.take(), w.deadline.take())
+            }
         }
     }
 
     /// The latest heartbeat details recorded for the step, for its next
     /// attempt's context.
+    #[inline]
     pub(crate) fn last_beat(&self) -> Option<Arc<[u8]>> {
-        self.beat.clone()
+        self.watched.as_ref().and_then(|w| w.beat.clone())
     }
 
     /// Details `details` of the step are recorded (a `Heartbeat`).
     pub(crate) fn beat_recorded(&mut self, details: &[u8]) {
-        self.beat = Some(Arc::from(details));
+        self.watched.get_or_insert_with(Box::default).beat = Some(Arc::from(details));
     }
 
-    /// Attempt `attempt` sent a heartbeat at `now_ms`, with `details` if
-    /// any: true if they are the first of it waiting to be recorded.
-    pub(crate) fn heartbeat(
-        &mut self,
-        attempt: u32,
-        details: Option<Vec<u8>>,
-        now_ms: u64,
-    ) -> bool {
-        let Some(r) = self.running.as_mut().filter(|r| r.attempt == attempt) else {
+    /// Attempt `attempt` sent a heartbeat with `details` at `now_ms`: true
+    /// if they are the first of it waiting to be recorded.
+    pub(crate) fn heartbeat(&mut self, attempt: u32, details: Vec<u8>, now_ms: u64) -> bool {
+        if self.running() != Some(attempt) {
             return false;
-        };
-        r.alive_ms = r.alive_ms.max(now_ms);
-        let Some(details) = details else {
-            return false;
-        };
-        r.pending.replace(details).is_none()
+        }
+        let w = self.watched.get_or_insert_with(Box::default);
+        w.alive_ms = w.alive_ms.max(now_ms);
+        w.pending.replace(details).is_none()
     }
 
     /// Attempt `attempt`'s details waiting to be recorded, taken.
     pub(crate) fn take_pending(&mut self, attempt: u32) -> Option<Vec<u8>> {
-        self.running
-            .as_mut()
-            .filter(|r| r.attempt == attempt)
-            .and_then(|r| r.pending.take())
+        if self.running() != Some(attempt) {
+            return None;
+        }
+        self.watched.as_mut().and_then(|w| w.pending.take())
     }
 
     /// When the running attempt times out (the earliest of its own
@@ -263,15 +262,16 @@ impl StepSpec {
     /// limit), and which limit that is; `None` with no attempt running or
     /// no limit.
     fn deadline(&self) -> Option<(u64, Limit)> {
-        let r = self.running.as_ref()?;
+        self.running()?;
+        let w = self.watched.as_deref().filter(|w| w.limited)?;
         let after = |from: u64, d: Duration| from.saturating_add(d.as_millis() as u64);
         [
-            self.timeouts
+            w.timeouts
                 .attempt
-                .map(|d| (after(r.started_ms, d), Limit::Attempt(d))),
-            self.timeouts
+                .map(|d| (after(w.started_ms, d), Limit::Attempt(d))),
+            w.timeouts
                 .heartbeat
-                .map(|d| (after(r.alive_ms, d), Limit::Heartbeat(d))),
+                .map(|d| (after(w.alive_ms, d), Limit::Heartbeat(d))),
             self.policy
                 .schedule_to_close
                 .zip(self.first_ms)
@@ -288,8 +288,8 @@ impl StepSpec {
     #[inline]
     pub(crate) fn watch_at(&mut self) -> Option<u64> {
         let at = self.deadline().map(|(at, _)| at);
-        if let Some(r) = self.running.as_mut() {
-            r.watched = at;
+        if let Some(w) = self.watched.as_deref_mut() {
+            w.deadline = at;
         }
         at
     }
@@ -318,8 +318,8 @@ impl StepSpec {
                 "step `{name}` ran past its schedule-to-close limit of {d:?} (attempt {attempt} was running)"
             )),
         };
-        if let Some(r) = &self.running {
-            r.link.cancel();
+        if let Some(link) = self.watched.as_ref().and_then(|w| w.link.as_ref()) {
+            link.cancel();
         }
         Some(error.kind("timeout"))
     }
@@ -358,7 +358,7 @@ impl StepSpec {
                 Record::Resume { seq: s, .. } if s == seq => self.first_ms = None,
                 Record::Heartbeat {
                     seq: s, payload, ..
-                } if s == seq => self.beat = Some(Arc::from(payload)),
+                } if s == seq => self.beat_recorded(payload),
                 _ => {}
             }
         }
@@ -378,7 +378,7 @@ impl StepSpec {
     /// Whether an attempt could start without a record or a time coming
     /// first: it holds the run from parking.
     fn busy(&self) -> bool {
-        self.running.is_some()
+        self.running != 0
             || self
                 .next
                 .is_some_and(|a| a.at == RetryAt::Now || self.began == Some(a.attempt))
@@ -447,6 +447,10 @@ pub(crate) struct RunState<C: Code> {
     wakers: FxHashMap<Seq, Waker>,
     /// Live steps, by operation.
     steps: FxHashMap<Seq, StepSpec>,
+    /// Whether a step may need its history read from the journal
+    /// ([`StepSpec::needs_history`]): set when one is made, cleared when
+    /// read, so starting steps looks at no step for it otherwise.
+    unknown_steps: bool,
     fault: Option<Fault>,
     /// Cancellations delivered to the code: an operation pending when one
     /// arrived ends with a `cancelled` error.
@@ -541,6 +545,7 @@ impl<C: Code> RunState<C> {
             outcomes: FxHashMap::default(),
             wakers: FxHashMap::default(),
             steps: FxHashMap::default(),
+            unknown_steps: false,
             fault: None,
             cancels: 0,
             cancel_reason: String::new(),
@@ -628,19 +633,13 @@ impl<C: Code> RunState<C> {
     pub(crate) fn has_step_to_start(&self) -> bool {
         self.steps
             .values()
-            .any(|s| s.running.is_none() && s.next.is_some())
+            .any(|s| s.running == 0 && s.next.is_some())
     }
 
     /// The run's live steps, to start their attempts.
     #[inline]
     pub(crate) fn steps_mut(&mut self) -> impl Iterator<Item = (Seq, &mut StepSpec)> {
         self.steps.iter_mut().map(|(seq, spec)| (*seq, spec))
-    }
-
-    /// Live step `seq`.
-    #[inline]
-    pub(crate) fn step(&self, seq: Seq) -> Option<&StepSpec> {
-        self.steps.get(&seq)
     }
 
     /// Live step `seq`.
@@ -658,6 +657,7 @@ impl<C: Code> RunState<C> {
     /// Reads, from the run's whole canonical journal, what its steps that
     /// need it ([`StepSpec::needs_history`]) lost from memory.
     pub(crate) fn read_step_history(&mut self, journal: &[u8]) {
+        self.unknown_steps = false;
         for (seq, spec) in self.steps.iter_mut() {
             if spec.needs_history() {
                 spec.read_history(*seq, journal);
@@ -667,8 +667,9 @@ impl<C: Code> RunState<C> {
 
     /// Whether one of the run's steps needs its history read
     /// ([`read_step_history`](Self::read_step_history)).
+    #[inline]
     pub(crate) fn steps_need_history(&self) -> bool {
-        self.steps.values().any(StepSpec::needs_history)
+        self.unknown_steps
     }
 
     /// The loop appended an `Attempt` for step `seq`: its next attempt is
@@ -719,7 +720,7 @@ impl<C: Code> RunState<C> {
             .map(|(_, spec)| CurrentStep {
                 name: spec.name.to_string(),
                 attempt: spec.next.map_or(0, |a| a.attempt),
-                running: spec.running.is_some(),
+                running: spec.running != 0,
                 paused: matches!(
                     spec.next,
                     Some(Attempt {
@@ -878,22 +879,30 @@ impl<C: Code> RunState<C> {
                 });
                 attempt
             });
+            let limited = timeouts != Timeouts::default() || policy.schedule_to_close.is_some();
+            // A new step has no history; one the journal holds begun or
+            // retried has.
+            let known = began.is_some();
+            self.unknown_steps |= !known;
             self.steps.insert(
                 start.seq,
                 StepSpec {
                     name: name.clone(),
                     f: f.clone(),
                     policy: policy.clone(),
-                    timeouts,
                     first_ms,
-                    running: None,
                     next: Some(a),
                     resumed_after: 0,
-                    // A new step has no history; one the journal holds
-                    // begun or retried has.
-                    known: began.is_some(),
                     began,
-                    beat: None,
+                    running: 0,
+                    known,
+                    watched: limited.then(|| {
+                        Box::new(Watched {
+                            timeouts,
+                            limited,
+                            ..Watched::default()
+                        })
+                    }),
                 },
             );
         }

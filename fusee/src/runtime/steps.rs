@@ -19,7 +19,13 @@
 //! driver's task drops it at its next poll, and its late end, if any, is
 //! ignored (it is no longer the running attempt).
 //!
-//! Heartbeats come in as [`super::Input::Heartbeat`]: each keeps its
+//! Only a step with a limit is watched, its future wrapped to be
+//! cancelled and given an [`AttemptLink`]; any other attempt costs nothing
+//! here.
+//!
+//! Heartbeats wait in the shard's [`crate::step::StepHub`] (one per shard,
+//! shared by every attempt's context), which tells the loop with one
+//! [`super::Input::Heartbeats`] at a time: each heartbeat taken keeps its
 //! attempt alive at the pass's time, and its details wait in the attempt's
 //! [`super::run::StepSpec`]. Every [`HEARTBEAT_TICK_MS`] the pending details
 //! of every attempt are appended together, so they ride in one group
@@ -34,7 +40,7 @@ use fusee_core::record::{PAUSED, Payload, RecordBuf, RunId, Seq, Status};
 use super::ShardLoop;
 use super::run::Due;
 use crate::retry::Decision;
-use crate::step::{AttemptLink, StepContext, StepError, StepFuture};
+use crate::step::{StepContext, StepError, StepFuture};
 use crate::workflow::encode;
 
 /// How often, at most, an attempt's heartbeat details are recorded: the
@@ -101,9 +107,6 @@ pub(crate) struct StepJob {
     pub(crate) name: fusee_core::record::Name,
     /// The step function's future for this attempt.
     pub(crate) future: StepFuture,
-    /// The attempt's link to the loop: the driver gives it the way to
-    /// post heartbeats ([`AttemptLink::set_poster`]).
-    pub(crate) link: Arc<AttemptLink>,
 }
 
 impl ShardLoop {
@@ -118,7 +121,6 @@ impl ShardLoop {
         }
         let early = self.sabotaged(super::sabotage::Sabotage::EarlyStep);
         let token = self.log.fencing_token();
-        let max_payload = self.config.max_payload;
         let runs = self.live.stepping();
         let mut began = Vec::new();
         let mut jobs = Vec::new();
@@ -189,14 +191,13 @@ impl ShardLoop {
                 if !durable {
                     continue;
                 }
-                let link = AttemptLink::new(run, seq, attempt);
                 let mut cx = StepContext::new(Arc::clone(&id), run, seq, attempt)
                     .with_fencing_token(token)
-                    .with_link(Arc::clone(&link), spec.last_beat(), max_payload);
+                    .with_hub(Arc::clone(&self.hub), spec.last_beat());
                 if let Some(t) = trace {
                     cx = cx.traced(t, seq);
                 }
-                let future = spec.begin(attempt, now_ms, cx, Arc::clone(&link));
+                let future = spec.begin(attempt, now_ms, cx);
                 if let Some(at) = spec.watch_at() {
                     watched.push((at, run, seq, attempt));
                 }
@@ -206,7 +207,6 @@ impl ShardLoop {
                     attempt,
                     name: spec.name().clone(),
                     future,
-                    link,
                 });
             }
             drop(guard);
@@ -237,20 +237,14 @@ impl ShardLoop {
         result: Result<Vec<u8>, StepError>,
         now_ms: u64,
     ) {
-        let running = self.live.get(&run).and_then(|live| {
-            let s = live.state.borrow();
-            s.step(seq).and_then(|spec| spec.running())
-        });
-        if running != Some(attempt) {
-            return;
-        }
         self.end_attempt(run, seq, attempt, result, now_ms);
     }
 
     /// Records the end of running attempt `attempt` of step `seq`: its
     /// result, or what its retry policy decides about its failure (after
     /// the details it reported and that are not recorded yet, so its next
-    /// attempt, here or after a crash, reads them).
+    /// attempt, here or after a crash, reads them). Nothing if it is not
+    /// the running attempt (the loop timed it out already).
     fn end_attempt(
         &mut self,
         run: RunId,
@@ -265,7 +259,10 @@ impl ShardLoop {
         };
         let (beat, rec) = {
             let mut s = live.state.borrow_mut();
-            let Some(spec) = s.step_mut(seq) else {
+            let Some(spec) = s
+                .step_mut(seq)
+                .filter(|spec| spec.running() == Some(attempt))
+            else {
                 return;
             };
             let (pending, watched) = spec.ended();
@@ -323,15 +320,20 @@ impl ShardLoop {
                     };
                     // Details the next attempt reads go before the
                     // `Attempt` that lets it run, in the same flush.
-                    let beat = pending.map(|details| {
-                        spec.beat_recorded(&details);
-                        RecordBuf::Heartbeat {
-                            run,
-                            seq,
-                            attempt,
-                            payload: Payload::from(details.as_slice()),
-                        }
-                    });
+                    // The latest details may still wait in the hub.
+                    let beat = self
+                        .hub
+                        .take_beat((run, seq, attempt))
+                        .or(pending)
+                        .map(|details| {
+                            spec.beat_recorded(&details);
+                            RecordBuf::Heartbeat {
+                                run,
+                                seq,
+                                attempt,
+                                payload: Payload::from(details.as_slice()),
+                            }
+                        });
                     match decision {
                         Decision::Fail | Decision::OutOfTime => {
                             s.step_ended(seq);
@@ -359,25 +361,26 @@ impl ShardLoop {
         }
     }
 
-    /// A running attempt sent heartbeats (its link came as an input): it
-    /// is alive at `now_ms`, and its latest details wait for the next
-    /// tick to be recorded.
-    pub(super) fn heartbeat(&mut self, link: &AttemptLink, now_ms: u64) {
-        let details = link.take();
-        let Some(live) = self.live.get(&link.run) else {
-            return;
-        };
-        let first = {
-            let mut s = live.state.borrow_mut();
-            let Some(spec) = s.step_mut(link.seq) else {
-                return;
+    /// Running attempts sent heartbeats (the hub told the loop): each is
+    /// alive at `now_ms`, and its latest details wait for the next tick to
+    /// be recorded.
+    pub(super) fn heartbeats(&mut self, now_ms: u64) {
+        for ((run, seq, attempt), details) in self.hub.take_beats() {
+            let Some(live) = self.live.get(&run) else {
+                continue;
             };
-            spec.heartbeat(link.attempt, details, now_ms)
-        };
-        if first {
-            self.watch.pending.push((link.run, link.seq, link.attempt));
-            let tick = (now_ms / HEARTBEAT_TICK_MS + 1) * HEARTBEAT_TICK_MS;
-            self.watch.tick_ms.get_or_insert(tick);
+            let first = {
+                let mut s = live.state.borrow_mut();
+                let Some(spec) = s.step_mut(seq) else {
+                    continue;
+                };
+                spec.heartbeat(attempt, details, now_ms)
+            };
+            if first {
+                self.watch.pending.push((run, seq, attempt));
+                let tick = (now_ms / HEARTBEAT_TICK_MS + 1) * HEARTBEAT_TICK_MS;
+                self.watch.tick_ms.get_or_insert(tick);
+            }
         }
     }
 

@@ -34,8 +34,8 @@ use crate::registry::RunFuture;
 use crate::retry::RetryPolicy;
 /// What flow control's promises register for an update made at run time.
 pub(crate) use crate::runtime::run::{HandlerStart, Validator};
-use crate::runtime::run::{Outcome, QueryHandler, UpdateHandler};
-use crate::step::{StepContext, StepError, StepFn, Timeouts};
+use crate::runtime::run::{Outcome, QueryHandler, StepExtra, UpdateHandler};
+use crate::step::{StepContext, StepError, StepFn};
 use crate::workflow::{Failure, Query, Signal, Update, Workflow, decode, encode};
 
 /// A live run's state as its code sees it (owned by the runtime:
@@ -166,8 +166,7 @@ impl Ctx {
             ctx: self.clone(),
             name: Name::from(name),
             f,
-            policy: RetryPolicy::default(),
-            timeouts: Timeouts::default(),
+            extra: None,
             _type: PhantomData,
         }
     }
@@ -556,15 +555,16 @@ pub struct Step<T> {
     ctx: Ctx,
     name: Name,
     f: StepFn,
-    policy: RetryPolicy,
-    timeouts: Timeouts,
+    /// Its policy and time limits when not the defaults (`None`: most
+    /// steps, which move and keep none).
+    extra: Option<Box<StepExtra>>,
     _type: PhantomData<fn() -> T>,
 }
 
 impl<T> Step<T> {
     /// Retries failed attempts by `policy` instead of the default.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
+        self.extra.get_or_insert_with(Box::default).policy = policy;
         self
     }
 
@@ -572,7 +572,7 @@ impl<T> Step<T> {
     /// kind `timeout` and its future is dropped; the retry policy decides
     /// whether another attempt runs (see [Time limits](Step#time-limits)).
     pub fn timeout(mut self, d: Duration) -> Self {
-        self.timeouts.attempt = Some(d);
+        self.extra.get_or_insert_with(Box::default).timeouts.attempt = Some(d);
         self
     }
 
@@ -583,7 +583,10 @@ impl<T> Step<T> {
     /// which reads the latest recorded details with
     /// [`StepContext::last_heartbeat`] (see [Time limits](Step#time-limits)).
     pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
-        self.timeouts.heartbeat = Some(d);
+        self.extra
+            .get_or_insert_with(Box::default)
+            .timeouts
+            .heartbeat = Some(d);
         self
     }
 }
@@ -616,16 +619,23 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
         // Nothing here is pinned structurally.
         let this = self.get_mut();
         if this.seq.is_none() {
-            let Some(step) = this.step.take() else {
+            let Some(Step {
+                ctx,
+                name,
+                f,
+                extra,
+                ..
+            }) = this.step.take()
+            else {
                 return Poll::Pending;
             };
-            let mut s = step.ctx.state.borrow_mut();
-            let Some(seq) = s.call_step(&step.name, &step.f, &step.policy, step.timeouts) else {
+            let mut s = ctx.state.borrow_mut();
+            let Some(seq) = s.call_step(&name, &f, extra) else {
                 return Poll::Pending;
             };
             let cancels = s.cancels();
             drop(s);
-            this.seq = Some((step.ctx, seq, cancels));
+            this.seq = Some((ctx, seq, cancels));
         }
         let Some((ctx, seq, cancels)) = &this.seq else {
             return Poll::Pending;

@@ -57,18 +57,22 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_attempts: 5,
-            initial_delay: Duration::from_millis(100),
-            backoff: 2.0,
-            max_delay: Duration::from_secs(10),
-            max_duration: Some(Duration::from_secs(300)),
-            schedule_to_close: None,
-            non_retryable: Vec::new(),
-            on_exhausted: OnExhausted::Fail,
-        }
+        DEFAULT_POLICY.clone()
     }
 }
+
+/// The default policy, one copy: a step that keeps it stores none of its
+/// own (`runtime::run::StepSpec::policy`).
+pub(crate) static DEFAULT_POLICY: RetryPolicy = RetryPolicy {
+    max_attempts: 5,
+    initial_delay: Duration::from_millis(100),
+    backoff: 2.0,
+    max_delay: Duration::from_secs(10),
+    max_duration: Some(Duration::from_secs(300)),
+    schedule_to_close: None,
+    non_retryable: Vec::new(),
+    on_exhausted: OnExhausted::Fail,
+};
 
 /// What the policy decides after attempt `attempt` failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -133,7 +133,8 @@ enum Key {
 
 impl StepContext {
     /// The context of attempt `attempt` of operation `seq` of run `run`
-    /// of workflow `id`.
+    /// of workflow `id`, outside any shard (the unit tests').
+    #[cfg(test)]
     pub(crate) fn new(id: Arc<str>, run: u64, seq: u32, attempt: u32) -> Self {
         Self {
             key: Key::Step {
@@ -150,12 +151,34 @@ impl StepContext {
         }
     }
 
-    /// The same context reporting heartbeats to `hub`, the step's latest
-    /// recorded details being `last_beat`.
-    pub(crate) fn with_hub(mut self, hub: Arc<StepHub>, last_beat: Option<Arc<[u8]>>) -> Self {
-        self.hub = Some(hub);
-        self.last_beat = last_beat;
-        self
+    /// The context of attempt `id` of workflow `wf`'s run, its shard's
+    /// fencing token `token`, in the run's trace `trace` (if traced),
+    /// reporting heartbeats to `hub`, the step's latest recorded details
+    /// being `last_beat`: made whole at once, as every attempt's start
+    /// makes one.
+    #[inline]
+    pub(crate) fn of_attempt(
+        wf: Arc<str>,
+        id: AttemptId,
+        token: u64,
+        trace: Option<crate::trace::RunTrace>,
+        hub: Arc<StepHub>,
+        last_beat: Option<Arc<[u8]>>,
+    ) -> Self {
+        let (run, seq, attempt) = id;
+        Self {
+            key: Key::Step {
+                id: wf,
+                run,
+                seq,
+                made: std::sync::OnceLock::new(),
+            },
+            attempt,
+            fencing_token: token,
+            trace: trace.map(|t| (t, seq)),
+            hub: Some(hub),
+            last_beat,
+        }
     }
 
     /// The run and step this attempt is of.
@@ -219,12 +242,6 @@ impl StepContext {
         })
     }
 
-    /// The same context carrying `token` ([`StepContext::fencing_token`]).
-    pub(crate) fn with_fencing_token(mut self, token: u64) -> Self {
-        self.fencing_token = token;
-        self
-    }
-
     /// A number that grows with every change of owner of the run's shard
     /// (under [`crate::Ownership::Lease`] on PostgreSQL: the shard's lease
     /// epoch, which every open of the shard moves), so an outside service
@@ -276,12 +293,6 @@ impl StepContext {
     pub(crate) fn with_key(mut self, key: Arc<str>) -> Self {
         let (run, seq) = self.place();
         self.key = Key::Given { key, run, seq };
-        self
-    }
-
-    /// The context of step `seq`'s attempt of run `run`'s trace.
-    pub(crate) fn traced(mut self, run: crate::trace::RunTrace, seq: u32) -> Self {
-        self.trace = Some((run, seq));
         self
     }
 

@@ -52,17 +52,17 @@ use rustc_hash::FxHashMap;
 
 use crate::client::CurrentStep;
 use crate::registry::{Code, Registry, RunFuture};
-use crate::retry::{Decision, RetryPolicy};
+use crate::retry::{DEFAULT_POLICY, Decision, RetryPolicy};
 use crate::step::{AttemptLink, Cancellable, StepContext, StepError, StepFn, StepFuture, Timeouts};
 use crate::workflow::Failure;
 
 /// A live step the shard must run: the function and its policy, kept until
 /// the step's final record. Small, as every step has one: what only a step
-/// with a time limit or heartbeats needs is out of line ([`Watched`]).
+/// with a policy of its own, a time limit or heartbeats needs is out of
+/// line ([`StepExtra`]).
 pub(crate) struct StepSpec {
     name: Name,
     f: StepFn,
-    policy: RetryPolicy,
     /// When its first attempt (since the latest resume) began, by its
     /// `Began` (for the policy's time limits); `None` before it began.
     first_ms: Option<u64>,
@@ -85,16 +85,21 @@ pub(crate) struct StepSpec {
     /// journal before its first attempt here starts
     /// ([`StepSpec::read_history`]).
     known: bool,
-    /// A step's time limits and heartbeat state: `None` for a step with no
-    /// limit that never heartbeated (most), which pays nothing for either.
-    watched: Option<Box<Watched>>,
+    /// A step's own policy, time limits and heartbeat state: `None` for a
+    /// step with the default policy, no limit, that never heartbeated
+    /// (most), which pays nothing for any of them.
+    extra: Option<Box<StepExtra>>,
 }
 
-/// What only a step with a time limit or heartbeats keeps.
+/// What only a step with a policy of its own, a time limit or heartbeats
+/// keeps: made by its builder ([`crate::Step`]) for the first two, moved
+/// into its [`StepSpec`], or by its first heartbeat.
 #[derive(Default)]
-pub(crate) struct Watched {
+pub(crate) struct StepExtra {
+    /// Its retry policy.
+    pub(crate) policy: RetryPolicy,
     /// Its per-attempt and heartbeat timeouts.
-    timeouts: Timeouts,
+    pub(crate) timeouts: Timeouts,
     /// Whether it has a limit (a timeout, or the policy's
     /// schedule-to-close): its attempts are watched and cancellable.
     limited: bool,
@@ -189,7 +194,7 @@ impl StepSpec {
         self.first_ms.get_or_insert(now_ms);
         self.running = attempt;
         let future = (self.f)(cx);
-        let Some(w) = self.watched.as_deref_mut() else {
+        let Some(w) = self.extra.as_deref_mut() else {
             return future;
         };
         w.started_ms = now_ms;
@@ -217,7 +222,7 @@ impl StepSpec {
     #[inline]
     pub(crate) fn ended(&mut self) -> (Option<Vec<u8>>, Option<u64>) {
         self.running = 0;
-        match self.watched.as_deref_mut() {
+        match self.extra.as_deref_mut() {
             None => (None, None),
             Some(w) => {
                 w.link = None;
@@ -230,12 +235,12 @@ impl StepSpec {
     /// attempt's context.
     #[inline]
     pub(crate) fn last_beat(&self) -> Option<Arc<[u8]>> {
-        self.watched.as_ref().and_then(|w| w.beat.clone())
+        self.extra.as_ref().and_then(|w| w.beat.clone())
     }
 
     /// Details `details` of the step are recorded (a `Heartbeat`).
     pub(crate) fn beat_recorded(&mut self, details: &[u8]) {
-        self.watched.get_or_insert_with(Box::default).beat = Some(Arc::from(details));
+        self.extra.get_or_insert_with(Box::default).beat = Some(Arc::from(details));
     }
 
     /// Attempt `attempt` sent a heartbeat with `details` at `now_ms`: true
@@ -244,7 +249,7 @@ impl StepSpec {
         if self.running() != Some(attempt) {
             return false;
         }
-        let w = self.watched.get_or_insert_with(Box::default);
+        let w = self.extra.get_or_insert_with(Box::default);
         w.alive_ms = w.alive_ms.max(now_ms);
         w.pending.replace(details).is_none()
     }
@@ -254,7 +259,7 @@ impl StepSpec {
         if self.running() != Some(attempt) {
             return None;
         }
-        self.watched.as_mut().and_then(|w| w.pending.take())
+        self.extra.as_mut().and_then(|w| w.pending.take())
     }
 
     /// When the running attempt times out (the earliest of its own
@@ -263,7 +268,7 @@ impl StepSpec {
     /// no limit.
     fn deadline(&self) -> Option<(u64, Limit)> {
         self.running()?;
-        let w = self.watched.as_deref().filter(|w| w.limited)?;
+        let w = self.extra.as_deref().filter(|w| w.limited)?;
         let after = |from: u64, d: Duration| from.saturating_add(d.as_millis() as u64);
         [
             w.timeouts
@@ -272,7 +277,7 @@ impl StepSpec {
             w.timeouts
                 .heartbeat
                 .map(|d| (after(w.alive_ms, d), Limit::Heartbeat(d))),
-            self.policy
+            w.policy
                 .schedule_to_close
                 .zip(self.first_ms)
                 .map(|(d, first)| (after(first, d), Limit::ScheduleToClose(d))),
@@ -287,8 +292,9 @@ impl StepSpec {
     /// ends).
     #[inline]
     pub(crate) fn watch_at(&mut self) -> Option<u64> {
+        self.extra.as_ref()?;
         let at = self.deadline().map(|(at, _)| at);
-        if let Some(w) = self.watched.as_deref_mut() {
+        if let Some(w) = self.extra.as_deref_mut() {
             w.deadline = at;
         }
         at
@@ -318,7 +324,7 @@ impl StepSpec {
                 "step `{name}` ran past its schedule-to-close limit of {d:?} (attempt {attempt} was running)"
             )),
         };
-        if let Some(link) = self.watched.as_ref().and_then(|w| w.link.as_ref()) {
+        if let Some(link) = self.extra.as_ref().and_then(|w| w.link.as_ref()) {
             link.cancel();
         }
         Some(error.kind("timeout"))
@@ -327,7 +333,7 @@ impl StepSpec {
     /// The failure of a step whose next attempt would start past its
     /// schedule-to-close limit, after attempt `attempt` failed with `e`.
     pub(crate) fn out_of_time(&self, attempt: u32, e: &StepError) -> StepError {
-        let limit = self.policy.schedule_to_close.unwrap_or_default();
+        let limit = self.policy().schedule_to_close.unwrap_or_default();
         StepError::fatal(format!(
             "step `{}` ran out of its schedule-to-close limit of {limit:?}: no retry after attempt {attempt}, which failed: {e}",
             self.name
@@ -364,10 +370,16 @@ impl StepSpec {
         }
     }
 
+    /// The step's retry policy.
+    #[inline]
+    fn policy(&self) -> &RetryPolicy {
+        self.extra.as_ref().map_or(&DEFAULT_POLICY, |w| &w.policy)
+    }
+
     /// What the step's policy decides about failed attempt `attempt`
     /// (counted since the latest resume) of kind `kind`.
     pub(crate) fn decide(&self, attempt: u32, kind: Option<&str>, now_ms: u64) -> Decision {
-        self.policy.decide(
+        self.policy().decide(
             attempt.saturating_sub(self.resumed_after),
             kind,
             self.first_ms.unwrap_or(now_ms),
@@ -851,15 +863,15 @@ impl<C: Code> RunState<C> {
     }
 
     /// The code calls step `name`: its operation, and, unless the journal
-    /// holds its result, a live step the loop runs with `f` by `policy`.
+    /// holds its result, a live step the loop runs with `f` by `extra`'s
+    /// policy and limits (`None`: the defaults).
     /// `None` when the run cannot go on.
     #[inline]
     pub(crate) fn call_step(
         &mut self,
         name: &Name,
         f: &StepFn,
-        policy: &RetryPolicy,
-        timeouts: Timeouts,
+        extra: Option<Box<StepExtra>>,
     ) -> Option<Seq> {
         let start = self.issue(|m| m.step(name))?;
         if let StepRun::Attempt(a) = start.run {
@@ -879,7 +891,11 @@ impl<C: Code> RunState<C> {
                 });
                 attempt
             });
-            let limited = timeouts != Timeouts::default() || policy.schedule_to_close.is_some();
+            let extra = extra.map(|mut x| {
+                x.limited =
+                    x.timeouts != Timeouts::default() || x.policy.schedule_to_close.is_some();
+                x
+            });
             // A new step has no history; one the journal holds begun or
             // retried has.
             let known = began.is_some();
@@ -889,20 +905,13 @@ impl<C: Code> RunState<C> {
                 StepSpec {
                     name: name.clone(),
                     f: f.clone(),
-                    policy: policy.clone(),
                     first_ms,
                     next: Some(a),
                     resumed_after: 0,
                     began,
                     running: 0,
                     known,
-                    watched: limited.then(|| {
-                        Box::new(Watched {
-                            timeouts,
-                            limited,
-                            ..Watched::default()
-                        })
-                    }),
+                    extra,
                 },
             );
         }

@@ -125,30 +125,12 @@ impl ShardLoop {
         let mut began = Vec::new();
         let mut jobs = Vec::new();
         let mut watched = Vec::new();
+        let mut history = Vec::new();
         for run in runs {
             // A paused run starts nothing; resuming puts it back.
             if self.is_paused(run) {
                 self.live.steps_started(run);
                 continue;
-            }
-            // A step begun before a crash or an unload: its first start
-            // and last heartbeat come from the journal, read once.
-            if self
-                .live
-                .get(&run)
-                .is_some_and(|l| l.state.borrow().steps_need_history())
-            {
-                match self.run_journal(run) {
-                    Ok(journal) => {
-                        if let Some(l) = self.live.get(&run) {
-                            l.state.borrow_mut().read_step_history(&journal);
-                        }
-                    }
-                    Err(e) => {
-                        self.fail(e);
-                        return;
-                    }
-                }
             }
             let Some(live) = self.live.get_mut(&run) else {
                 self.live.steps_started(run);
@@ -156,6 +138,13 @@ impl ShardLoop {
             };
             let mut guard = live.state.borrow_mut();
             let s = &mut *guard;
+            // A step begun before a crash or an unload: its first start
+            // and last heartbeat come from the journal, read once after
+            // this pass, which starts the run's steps again then.
+            if s.steps_need_history() {
+                history.push(run);
+                continue;
+            }
             // The `Began`s go after the records the code asked for.
             let Some(gate) = s.machine().gate_lsn() else {
                 continue;
@@ -191,12 +180,14 @@ impl ShardLoop {
                 if !durable {
                     continue;
                 }
-                let mut cx = StepContext::new(Arc::clone(&id), run, seq, attempt)
-                    .with_fencing_token(token)
-                    .with_hub(Arc::clone(&self.hub), spec.last_beat());
-                if let Some(t) = trace {
-                    cx = cx.traced(t, seq);
-                }
+                let cx = StepContext::of_attempt(
+                    Arc::clone(&id),
+                    (run, seq, attempt),
+                    token,
+                    trace,
+                    Arc::clone(&self.hub),
+                    spec.last_beat(),
+                );
                 let future = spec.begin(attempt, now_ms, cx);
                 if let Some(at) = spec.watch_at() {
                     watched.push((at, run, seq, attempt));
@@ -223,6 +214,24 @@ impl ShardLoop {
         for rec in &began {
             self.append_quiet(rec);
         }
+        if history.is_empty() {
+            return;
+        }
+        for run in history {
+            match self.run_journal(run) {
+                Ok(journal) => {
+                    if let Some(l) = self.live.get(&run) {
+                        l.state.borrow_mut().read_step_history(&journal);
+                    }
+                }
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+        // Their steps start now (read, the flag is down: no second round).
+        self.start_steps(now_ms);
     }
 
     /// A step attempt ended (its future returned): record its result, or
@@ -325,15 +334,7 @@ impl ShardLoop {
                         .hub
                         .take_beat((run, seq, attempt))
                         .or(pending)
-                        .map(|details| {
-                            spec.beat_recorded(&details);
-                            RecordBuf::Heartbeat {
-                                run,
-                                seq,
-                                attempt,
-                                payload: Payload::from(details.as_slice()),
-                            }
-                        });
+                        .inspect(|details| spec.beat_recorded(details));
                     match decision {
                         Decision::Fail | Decision::OutOfTime => {
                             s.step_ended(seq);
@@ -345,8 +346,13 @@ impl ShardLoop {
                 }
             }
         };
-        if let Some(beat) = &beat {
-            self.append_quiet(beat);
+        if let Some(details) = beat {
+            self.append_quiet(&RecordBuf::Heartbeat {
+                run,
+                seq,
+                attempt,
+                payload: Payload::from(details.as_slice()),
+            });
         }
         let retried = matches!(rec, RecordBuf::Attempt { .. });
         if retried {

@@ -517,8 +517,22 @@ pub(crate) fn value_u64(bytes: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// A step about to be called: set its retry policy and time limits, then
-/// `.await` it.
+/// A step about to be called: set its retry policy, time limits and
+/// cancellation policy, then `.await` it.
+///
+/// # Cancellation
+///
+/// A step's running attempt is told to stop ([`StepContext::cancelled`]
+/// resolves, [`StepContext::cancel_reason`] says why: a [`crate::StepCancel`])
+/// when its run is cancelled ([`crate::Engine::cancel`]) or ends
+/// (terminated, or its code returned without awaiting it), when the
+/// workflow drops the step's future (it lost a `select!`), or when the
+/// attempt times out. After a cancel (of the run, or the future dropped)
+/// no further attempt of the step starts: one due is recorded failed with
+/// kind `cancelled`, and a failure the running attempt returns is final.
+/// [`on_cancel`](Step::on_cancel) says whether the workflow's await waits
+/// for the step's end ([`OnCancel::Wait`]) or ends at once with a
+/// `cancelled` error ([`OnCancel::Abandon`], the default).
 ///
 /// # Time limits
 ///
@@ -589,6 +603,32 @@ impl<T> Step<T> {
             .heartbeat = Some(d);
         self
     }
+
+    /// What the workflow's await does when its run is cancelled while the
+    /// step is live (see [Cancellation](Step#cancellation)); the default
+    /// is [`OnCancel::Abandon`].
+    pub fn on_cancel(mut self, policy: OnCancel) -> Self {
+        if policy == OnCancel::Wait || self.extra.is_some() {
+            self.extra.get_or_insert_with(Box::default).wait_on_cancel = policy == OnCancel::Wait;
+        }
+        self
+    }
+}
+
+/// What a workflow's await of a step does when the run is cancelled while
+/// the step is live ([`Step::on_cancel`]). Either way the step is told
+/// ([`StepContext::cancelled`]), no attempt of it starts after the
+/// cancel, and its end is recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnCancel {
+    /// The await ends at once with a `cancelled` error; the step goes on
+    /// (or stops, if it listens) without the workflow.
+    #[default]
+    Abandon,
+    /// The await waits for the step to end and returns its result or
+    /// failure (a failure after the cancel is final): the workflow sees
+    /// what the step did, and cleans up knowing it.
+    Wait,
 }
 
 impl<T: DeserializeOwned> IntoFuture for Step<T> {
@@ -599,6 +639,7 @@ impl<T: DeserializeOwned> IntoFuture for Step<T> {
         StepCall {
             step: Some(self),
             seq: None,
+            done: false,
         }
     }
 }
@@ -610,6 +651,25 @@ pub struct StepCall<T> {
     /// The step's context, number, and the cancellations delivered when it
     /// was called.
     seq: Option<(Ctx, Seq, u32)>,
+    /// Its result was taken: dropping it cancels nothing.
+    done: bool,
+}
+
+impl<T> Drop for StepCall<T> {
+    fn drop(&mut self) {
+        // A step dropped before its result (it lost a race): cancelled, so
+        // its attempt is told and no other starts.
+        if self.done {
+            return;
+        }
+        let Some((ctx, seq, _)) = &self.seq else {
+            return;
+        };
+        let Ok(mut s) = ctx.state.try_borrow_mut() else {
+            return;
+        };
+        s.abandon_step(*seq);
+    }
 }
 
 impl<T: DeserializeOwned> Future for StepCall<T> {
@@ -629,11 +689,14 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
             else {
                 return Poll::Pending;
             };
+            let wait = extra.as_ref().is_some_and(|x| x.wait_on_cancel);
             let mut s = ctx.state.borrow_mut();
             let Some(seq) = s.call_step(&name, &f, extra) else {
                 return Poll::Pending;
             };
-            let cancels = s.cancels();
+            // A step the workflow waits for sees no cancellation as its
+            // error: its own end is the await's.
+            let cancels = if wait { u32::MAX } else { s.cancels() };
             drop(s);
             this.seq = Some((ctx, seq, cancels));
         }
@@ -643,6 +706,7 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
         let mut s = ctx.state.borrow_mut();
         match s.poll_outcome(*seq, *cancels, cx.waker()) {
             Poll::Ready(Ok(Outcome::Step { status, payload })) => {
+                this.done = true;
                 Poll::Ready(step_result(status, &payload))
             }
             Poll::Ready(Err(f)) => Poll::Ready(Err(StepError {

@@ -159,7 +159,8 @@ pub use config::{
     open_storage,
 };
 pub use ctx::{
-    ChildCall, ContinueAsNew, Ctx, DetachedChild, ParentClose, Sleep, Step, StepCall, WaitFor,
+    ChildCall, ContinueAsNew, Ctx, DetachedChild, OnCancel, ParentClose, Sleep, Step, StepCall,
+    WaitFor,
 };
 pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, RunHandle};
@@ -181,6 +182,6 @@ pub use schedule::{
     CatchUp, FireOutcome, FireRecord, Overlap, ScheduleBuilder, ScheduleDescription, Schedules,
     Spec,
 };
-pub use step::{StepContext, StepError};
+pub use step::{Cancelled, StepCancel, StepContext, StepError};
 pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

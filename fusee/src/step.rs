@@ -9,7 +9,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashMap;
@@ -242,6 +242,31 @@ impl StepContext {
         })
     }
 
+    /// Resolves when this attempt is told to stop (see [`StepCancel`] for
+    /// when): the run was cancelled or ended, the workflow dropped the
+    /// step's future, or the attempt ran past a time limit. Race it
+    /// against the work (`tokio::select!`) to stop early, clean up, and
+    /// return: a failure returned after the cancel is final (never
+    /// retried), a result is recorded as usual. Nothing forces the step to
+    /// listen: one that does not runs to its end, and no further attempt
+    /// of it starts after the cancel. Never resolves on a context made
+    /// outside the engine. Costs nothing until called.
+    pub fn cancelled(&self) -> Cancelled {
+        let (run, seq) = self.place();
+        Cancelled {
+            hub: self.hub.clone(),
+            id: (run, seq, self.attempt),
+            slot: None,
+        }
+    }
+
+    /// Why this attempt was told to stop, if it was ([`cancelled`](Self::cancelled)
+    /// without waiting): to look between two pieces of work.
+    pub fn cancel_reason(&self) -> Option<StepCancel> {
+        let (run, seq) = self.place();
+        self.hub.as_ref()?.cancel_of((run, seq, self.attempt))
+    }
+
     /// A number that grows with every change of owner of the run's shard
     /// (under [`crate::Ownership::Lease`] on PostgreSQL: the shard's lease
     /// epoch, which every open of the shard moves), so an outside service
@@ -361,6 +386,25 @@ pub(crate) struct StepHub {
     /// How the loop is told, set once by the driver (none: a driver that
     /// takes no heartbeats, which then go nowhere).
     poster: OnceLock<Poster>,
+    /// Attempts told to stop, or listening for it ([`StepContext::cancelled`]),
+    /// until their end reaches the loop.
+    cancels: Mutex<FxHashMap<AttemptId, Arc<CancelSlot>>>,
+    /// How many `cancels` holds: an attempt's end looks there only when
+    /// some are (most never are).
+    slots: AtomicUsize,
+}
+
+/// An attempt's cancel: why, once told, and the wakers of its
+/// [`Cancelled`] futures waiting. A future keeps its slot once it looked,
+/// so a cancel right before the attempt's end (a timeout) still reaches
+/// it after the loop forgot the slot.
+#[derive(Default)]
+struct CancelSlot(Mutex<(Option<StepCancel>, Vec<Waker>)>);
+
+impl CancelSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<StepCancel>, Vec<Waker>)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl fmt::Debug for StepHub {
@@ -379,7 +423,53 @@ impl StepHub {
             beats: Mutex::new(FxHashMap::default()),
             posted: AtomicBool::new(false),
             poster: OnceLock::new(),
+            cancels: Mutex::new(FxHashMap::default()),
+            slots: AtomicUsize::new(0),
         })
+    }
+
+    /// The loop tells attempt `id` to stop, for `cause` (the first cause
+    /// told is kept): its [`Cancelled`] futures resolve.
+    pub(crate) fn cancel(&self, id: AttemptId, cause: StepCancel) {
+        let slot = self.slot(id);
+        let mut state = slot.lock();
+        if state.0.is_none() {
+            state.0 = Some(cause);
+            for w in state.1.drain(..) {
+                w.wake();
+            }
+        }
+    }
+
+    /// Attempt `id`'s slot, made if it has none.
+    fn slot(&self, id: AttemptId) -> Arc<CancelSlot> {
+        let mut cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(cancels.entry(id).or_insert_with(|| {
+            self.slots.fetch_add(1, Ordering::Relaxed);
+            Arc::default()
+        }))
+    }
+
+    /// Why attempt `id` was told to stop, if it was.
+    fn cancel_of(&self, id: AttemptId) -> Option<StepCancel> {
+        if self.slots.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        cancels.get(&id).and_then(|slot| slot.lock().0.clone())
+    }
+
+    /// Attempt `id`'s end reached the loop: its cancel is forgotten (one
+    /// atomic load when no attempt has one).
+    #[inline]
+    pub(crate) fn attempt_ended(&self, id: AttemptId) {
+        if self.slots.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        if cancels.remove(&id).is_some() {
+            self.slots.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Heartbeats reach the loop through `poster` (the driver's); set once.
@@ -419,6 +509,84 @@ impl StepHub {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id)
+    }
+}
+
+/// Why a step attempt is told to stop ([`StepContext::cancelled`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepCancel {
+    /// The run was cancelled ([`crate::Engine::cancel`]) with this reason.
+    RunCancelled(String),
+    /// The run ended while the attempt ran: terminated, or its code
+    /// returned without awaiting the step.
+    RunEnded,
+    /// The workflow dropped the step's future (it lost a `select!`).
+    Dropped,
+    /// The attempt ran past a time limit ([`crate::Step::timeout`],
+    /// [`crate::Step::heartbeat_timeout`],
+    /// [`crate::RetryPolicy::schedule_to_close`]); its future is dropped
+    /// at its next poll.
+    TimedOut,
+}
+
+impl fmt::Display for StepCancel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepCancel::RunCancelled(reason) => write!(f, "the run was cancelled: {reason}"),
+            StepCancel::RunEnded => f.write_str("the run ended"),
+            StepCancel::Dropped => f.write_str("the workflow dropped the step's future"),
+            StepCancel::TimedOut => f.write_str("the attempt ran past its time limit"),
+        }
+    }
+}
+
+impl StepCancel {
+    /// The failure a step returns when it stops for this cause: kind
+    /// `cancelled`, final.
+    pub fn to_error(&self) -> StepError {
+        StepError::fatal(format!("step attempt cancelled: {self}")).kind("cancelled")
+    }
+}
+
+/// Resolves when a step attempt is told to stop: [`StepContext::cancelled`].
+#[must_use = "a future does nothing until awaited"]
+#[derive(Debug)]
+pub struct Cancelled {
+    hub: Option<Arc<StepHub>>,
+    id: AttemptId,
+    /// The attempt's slot, once looked up.
+    slot: Option<Arc<CancelSlot>>,
+}
+
+impl fmt::Debug for CancelSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CancelSlot").field(&self.lock().0).finish()
+    }
+}
+
+impl Future for Cancelled {
+    type Output = StepCancel;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StepCancel> {
+        let this = &mut *self;
+        if this.slot.is_none() {
+            let Some(hub) = &this.hub else {
+                return Poll::Pending;
+            };
+            this.slot = Some(hub.slot(this.id));
+        }
+        let Some(slot) = &this.slot else {
+            return Poll::Pending;
+        };
+        let mut state = slot.lock();
+        if let Some(cause) = &state.0 {
+            return Poll::Ready(cause.clone());
+        }
+        if !state.1.iter().any(|w| w.will_wake(cx.waker())) {
+            state.1.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 

@@ -53,7 +53,9 @@ use rustc_hash::FxHashMap;
 use crate::client::CurrentStep;
 use crate::registry::{Code, Registry, RunFuture};
 use crate::retry::{DEFAULT_POLICY, Decision, RetryPolicy};
-use crate::step::{AttemptLink, Cancellable, StepContext, StepError, StepFn, StepFuture, Timeouts};
+use crate::step::{
+    AttemptLink, Cancellable, StepCancel, StepContext, StepError, StepFn, StepFuture, Timeouts,
+};
 use crate::workflow::Failure;
 
 /// A live step the shard must run: the function and its policy, kept until
@@ -80,6 +82,10 @@ pub(crate) struct StepSpec {
     began: Option<u32>,
     /// The attempt running (0: none; attempts count from 1).
     running: u32,
+    /// Whether the step was cancelled (its run cancelled, or its future
+    /// dropped by the workflow): no attempt starts after it, a failure
+    /// after it is final ([`StepSpec::due`]).
+    cancelled: Cancel,
     /// Whether `first_ms` and the latest recorded heartbeat are known:
     /// true for a step new in this process; else read from the run's
     /// journal before its first attempt here starts
@@ -100,6 +106,9 @@ pub(crate) struct StepExtra {
     pub(crate) policy: RetryPolicy,
     /// Its per-attempt and heartbeat timeouts.
     pub(crate) timeouts: Timeouts,
+    /// Whether the workflow waits for it when its run is cancelled (the
+    /// code's side only reads it: [`crate::Step::on_cancel`]).
+    pub(crate) wait_on_cancel: bool,
     /// Whether it has a limit (a timeout, or the policy's
     /// schedule-to-close): its attempts are watched and cancellable.
     limited: bool,
@@ -117,6 +126,17 @@ pub(crate) struct StepExtra {
     /// The deadline the running attempt's entry in the loop's watch has
     /// (`steps::Watch`).
     deadline: Option<u64>,
+}
+
+/// Whether, and why, a live step was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// It was not.
+    No,
+    /// Its run was cancelled while it was live.
+    Run,
+    /// The workflow dropped its future before its result.
+    Dropped,
 }
 
 /// Which limit a timed-out attempt passed.
@@ -151,6 +171,11 @@ impl StepSpec {
         };
         if self.running != 0 {
             return Due::No;
+        }
+        // A cancelled step runs no attempt: its failure is recorded now,
+        // whatever its retry time.
+        if self.cancelled != Cancel::No {
+            return Due::Now(next.attempt);
         }
         match next.at {
             RetryAt::Now => Due::Now(next.attempt),
@@ -370,6 +395,26 @@ impl StepSpec {
         }
     }
 
+    /// Whether the step was cancelled (see [`StepSpec::cancel_error`]).
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled != Cancel::No
+    }
+
+    /// The failure recorded for a cancelled step whose attempt `attempt`
+    /// never started (the run's cancel's reason `reason`).
+    pub(crate) fn cancel_error(&self, attempt: u32, reason: &str) -> StepError {
+        let why = match self.cancelled {
+            Cancel::Dropped => StepCancel::Dropped,
+            _ => StepCancel::RunCancelled(reason.to_string()),
+        };
+        StepError::fatal(format!(
+            "step `{}` was cancelled before attempt {attempt} started: {why}",
+            self.name
+        ))
+        .kind("cancelled")
+    }
+
     /// The step's retry policy.
     #[inline]
     fn policy(&self) -> &RetryPolicy {
@@ -459,6 +504,10 @@ pub(crate) struct RunState<C: Code> {
     wakers: FxHashMap<Seq, Waker>,
     /// Live steps, by operation.
     steps: FxHashMap<Seq, StepSpec>,
+    /// Running attempts told to stop by the code's side (its run
+    /// cancelled, a step's future dropped): the loop tells the hub after
+    /// the poll ([`RunState::take_step_cancels`]).
+    step_cancels: Vec<(Seq, u32, StepCancel)>,
     /// Whether a step may need its history read from the journal
     /// ([`StepSpec::needs_history`]): set when one is made, cleared when
     /// read, so starting steps looks at no step for it otherwise.
@@ -558,6 +607,7 @@ impl<C: Code> RunState<C> {
             wakers: FxHashMap::default(),
             steps: FxHashMap::default(),
             unknown_steps: false,
+            step_cancels: Vec::new(),
             fault: None,
             cancels: 0,
             cancel_reason: String::new(),
@@ -594,6 +644,26 @@ impl<C: Code> RunState<C> {
         self.fault.take()
     }
 
+    /// Running attempts the code's side cancelled since the last call:
+    /// the loop tells them through its hub.
+    #[inline]
+    pub(crate) fn take_step_cancels(&mut self) -> Vec<(Seq, u32, StepCancel)> {
+        std::mem::take(&mut self.step_cancels)
+    }
+
+    /// The run's running attempts (step, attempt), to tell when it ends.
+    pub(crate) fn running_steps(&self) -> impl Iterator<Item = (Seq, u32)> + '_ {
+        self.steps
+            .iter()
+            .filter(|(_, spec)| spec.running != 0)
+            .map(|(seq, spec)| (*seq, spec.running))
+    }
+
+    /// The latest cancellation's reason.
+    pub(crate) fn cancel_reason(&self) -> &str {
+        &self.cancel_reason
+    }
+
     /// The records the code asked for since the last call, in order.
     #[inline]
     pub(crate) fn take_appends(&mut self) -> Vec<RecordBuf> {
@@ -609,6 +679,17 @@ impl<C: Code> RunState<C> {
     /// end with a `cancelled` error.
     pub(crate) fn cancel(&mut self, reason: String) {
         self.cancels += 1;
+        // Its live steps are cancelled: a running attempt is told, no
+        // attempt starts after (a step called after it is not).
+        for (seq, spec) in self.steps.iter_mut() {
+            if spec.cancelled == Cancel::No {
+                spec.cancelled = Cancel::Run;
+                if spec.running != 0 {
+                    let why = StepCancel::RunCancelled(reason.clone());
+                    self.step_cancels.push((*seq, spec.running, why));
+                }
+            }
+        }
         self.cancel_reason = reason;
         for (_, w) in self.wakers.drain() {
             w.wake();
@@ -910,6 +991,7 @@ impl<C: Code> RunState<C> {
                     resumed_after: 0,
                     began,
                     running: 0,
+                    cancelled: Cancel::No,
                     known,
                     extra,
                 },
@@ -956,6 +1038,23 @@ impl<C: Code> RunState<C> {
     /// Registers query handler `name`.
     pub(crate) fn on_query(&mut self, name: String, handler: QueryHandler) {
         self.queries.insert(name, handler);
+    }
+
+    /// Step `seq`'s future was dropped before its result (it lost a
+    /// race): the step is cancelled (its running attempt told, no attempt
+    /// after), unless it was already or has ended.
+    pub(crate) fn abandon_step(&mut self, seq: Seq) {
+        self.wakers.remove(&seq);
+        let Some(spec) = self.steps.get_mut(&seq) else {
+            return;
+        };
+        if spec.cancelled == Cancel::No {
+            spec.cancelled = Cancel::Dropped;
+            if spec.running != 0 {
+                self.step_cancels
+                    .push((seq, spec.running, StepCancel::Dropped));
+            }
+        }
     }
 
     /// Wait `seq` was dropped before it ended (it lost a race): recorded

@@ -40,7 +40,7 @@ use fusee_core::record::{PAUSED, Payload, RecordBuf, RunId, Seq, Status};
 use super::ShardLoop;
 use super::run::Due;
 use crate::retry::Decision;
-use crate::step::{StepContext, StepError, StepFuture};
+use crate::step::{StepCancel, StepContext, StepError, StepFuture};
 use crate::workflow::encode;
 
 /// How often, at most, an attempt's heartbeat details are recorded: the
@@ -126,6 +126,8 @@ impl ShardLoop {
         let mut jobs = Vec::new();
         let mut watched = Vec::new();
         let mut history = Vec::new();
+        // Cancelled steps whose attempt came due: failed, not started.
+        let mut refused = Vec::new();
         for run in runs {
             // A paused run starts nothing; resuming puts it back.
             if self.is_paused(run) {
@@ -172,6 +174,10 @@ impl ShardLoop {
                     }
                     Due::No => continue,
                 };
+                if spec.is_cancelled() {
+                    refused.push((run, seq, attempt));
+                    continue;
+                }
                 if let Some(rec) = spec.began_record(run, seq, attempt, now_ms) {
                     began.push(rec);
                     waiting = true;
@@ -214,6 +220,9 @@ impl ShardLoop {
         for rec in &began {
             self.append_quiet(rec);
         }
+        for (run, seq, attempt) in refused {
+            self.refuse_cancelled(run, seq, attempt, now_ms);
+        }
         if history.is_empty() {
             return;
         }
@@ -246,7 +255,55 @@ impl ShardLoop {
         result: Result<Vec<u8>, StepError>,
         now_ms: u64,
     ) {
+        self.hub.attempt_ended((run, seq, attempt));
         self.end_attempt(run, seq, attempt, result, now_ms);
+    }
+
+    /// Cancelled step `seq` of run `run`, attempt `attempt` due: recorded
+    /// failed (kind `cancelled`) without running it.
+    fn refuse_cancelled(&mut self, run: RunId, seq: Seq, attempt: u32, now_ms: u64) {
+        let Some(live) = self.live.get(&run) else {
+            return;
+        };
+        let rec = {
+            let mut s = live.state.borrow_mut();
+            let reason = s.cancel_reason().to_string();
+            let Some(spec) = s.step_mut(seq) else {
+                return;
+            };
+            let e = spec.cancel_error(attempt, &reason);
+            let error = encode(&e).unwrap_or_else(|_| e.message.clone().into_bytes());
+            let rec = RecordBuf::Step {
+                run,
+                seq,
+                name: spec.name().clone(),
+                attempt,
+                status: Status::Failed,
+                payload: Payload::from(error.as_slice()),
+                ended_ms: Some(now_ms),
+            };
+            s.step_ended(seq);
+            rec
+        };
+        self.append(&rec);
+    }
+
+    /// Tells running attempts of run `run` to stop (`cancels`: step,
+    /// attempt, why), through the shard's hub.
+    pub(super) fn tell_cancels(&self, run: RunId, cancels: Vec<(Seq, u32, StepCancel)>) {
+        for (seq, attempt, why) in cancels {
+            self.hub.cancel((run, seq, attempt), why);
+        }
+    }
+
+    /// Run `run` ended: its running attempts are told to stop.
+    pub(super) fn steps_run_ended(&self, run: RunId) {
+        let Some(live) = self.live.get(&run) else {
+            return;
+        };
+        for (seq, attempt) in live.state.borrow().running_steps() {
+            self.hub.cancel((run, seq, attempt), StepCancel::RunEnded);
+        }
     }
 
     /// Records the end of running attempt `attempt` of step `seq`: its
@@ -308,7 +365,8 @@ impl ShardLoop {
                     (None, step(Status::Ok, &bytes))
                 }
                 Err(e) => {
-                    let decision = if e.retryable {
+                    // A cancelled step's failure is final.
+                    let decision = if e.retryable && !spec.is_cancelled() {
                         spec.decide(attempt, e.kind.as_deref(), now_ms)
                     } else {
                         Decision::Fail
@@ -454,6 +512,7 @@ impl ShardLoop {
                 }
             };
             if let Some(e) = timed_out {
+                self.hub.cancel((run, seq, attempt), StepCancel::TimedOut);
                 tracing::debug!(run, seq, attempt, error = %e, "a step attempt timed out");
                 self.end_attempt(run, seq, attempt, Err(e), now_ms);
             }

@@ -57,6 +57,7 @@ mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
 mod flights;
+mod grace;
 pub(crate) mod host;
 mod inputs;
 mod lifecycle;
@@ -131,6 +132,8 @@ pub(crate) enum Input {
     Cancel {
         id: String,
         reason: String,
+        /// Terminated this long after, if it has not ended (ms).
+        grace_ms: Option<u64>,
         reply: Reply<()>,
     },
     /// Wait for a workflow's result.
@@ -386,6 +389,8 @@ pub(crate) struct ShardLoop {
     /// The shard's side of its running step attempts, shared by their
     /// contexts: heartbeats on their way (`steps`).
     hub: std::sync::Arc<crate::step::StepHub>,
+    /// Cancelled runs under a grace, terminated when it passes (`grace`).
+    graces: grace::Graces,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
     encode: Vec<u8>,
@@ -459,12 +464,17 @@ impl ShardLoop {
     }
 
     /// The next time only time can bring, in ms: the core's next timer,
-    /// or a step attempt's deadline or heartbeat tick (`steps`).
+    /// a step attempt's deadline or heartbeat tick (`steps`), or the end
+    /// of a cancel's grace (`grace`).
     pub(crate) fn next_timer(&self) -> Option<u64> {
-        [self.core.next_timer(), self.watch.next_wake()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.core.next_timer(),
+            self.watch.next_wake(),
+            self.graces.next_wake(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Asks the shard's log whether the shard is still this process's: a
@@ -558,6 +568,7 @@ impl ShardLoop {
         deferred.append(&mut self.inbox);
         self.inbox = deferred;
         self.watch_steps(now_ms, holding);
+        self.end_graces(now_ms, holding);
         let more = if holding {
             false
         } else {

@@ -168,6 +168,10 @@ impl ShardLoop {
     /// Whether `run` may park: its code (if any) is quiescent and has been
     /// since `idle_since`.
     fn quiescent(&self, run: RunId, idle_since: u64) -> bool {
+        // A cancel's grace is the loop's deadline: the run stays.
+        if self.graces.holds(run) {
+            return false;
+        }
         let Some(live) = self.live.get(&run) else {
             // Finished: nothing runs. A run waiting for its code to be
             // registered stays: its code must replay before it may park (a

@@ -119,6 +119,7 @@ impl ShardLoop {
             },
             watch: Default::default(),
             hub,
+            graces: Default::default(),
             telemetry: None,
             encode: Vec::new(),
         };
@@ -131,6 +132,7 @@ impl ShardLoop {
         for run in unfinished {
             // Offers made during replay emitted no events: make them again.
             this.core.reoffer(run);
+            this.arm_recovered_grace(run);
             // Its code starts when something reaches it, or when the loop
             // has nothing else to do (`live`'s docs): not in the open.
             this.live.defer(run);

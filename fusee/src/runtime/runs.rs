@@ -76,6 +76,7 @@ impl ShardLoop {
                 }
                 Event::Finished { run } => {
                     self.steps_run_ended(run);
+                    self.graces.ended(run);
                     self.live.forget(run);
                 }
                 Event::NeedLoad { run } => {

@@ -138,6 +138,11 @@ impl Sleeper {
         }
     }
 
+    /// The virtual time now, in ms since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
     /// Returns once the virtual clock moved `d` past now. `Err` (kind
     /// `mock`) if the engine the step runs in crashed meanwhile: nobody
     /// takes its result.

@@ -29,12 +29,18 @@ pub(crate) struct Graces {
     due: BTreeSet<(u64, RunId)>,
     /// Run → (until, the cancel's reason).
     runs: FxHashMap<RunId, (u64, String)>,
+    /// The time of the latest pass that looked: a grace come and not acted
+    /// on yet (a checkpoint held the pass) asks for a wake-up just after
+    /// it, not a spin.
+    seen_ms: u64,
 }
 
 impl Graces {
     /// When the loop must look again: the earliest grace's end.
     pub(crate) fn next_wake(&self) -> Option<u64> {
-        self.due.first().map(|(at, _)| *at)
+        self.due
+            .first()
+            .map(|(at, _)| (*at).max(self.seen_ms.saturating_add(1)))
     }
 
     /// Whether `run` is under a grace (it must not park).
@@ -110,6 +116,7 @@ impl ShardLoop {
     /// that has not ended, with its cancel's reason; nothing while a
     /// checkpoint holds new records back (`holding`).
     pub(super) fn end_graces(&mut self, now_ms: u64, holding: bool) {
+        self.graces.seen_ms = now_ms;
         if holding || self.life.has_failed() {
             return;
         }

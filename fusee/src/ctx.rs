@@ -34,7 +34,7 @@ use crate::registry::RunFuture;
 use crate::retry::RetryPolicy;
 /// What flow control's promises register for an update made at run time.
 pub(crate) use crate::runtime::run::{HandlerStart, Validator};
-use crate::runtime::run::{Outcome, QueryHandler, UpdateHandler};
+use crate::runtime::run::{Outcome, QueryHandler, StepExtra, UpdateHandler};
 use crate::step::{StepContext, StepError, StepFn};
 use crate::workflow::{Failure, Query, Signal, Update, Workflow, decode, encode};
 
@@ -123,7 +123,11 @@ impl Ctx {
     /// attempts are retried by the default [`RetryPolicy`]; set another
     /// with [`Step::retry`]. `f` may run more than once (a retried attempt,
     /// or a crash before its result was durable): make its effects
-    /// idempotent with [`StepContext::key`].
+    /// idempotent with [`StepContext::key`]. An attempt may be given a
+    /// timeout ([`Step::timeout`]), a heartbeat timeout
+    /// ([`Step::heartbeat_timeout`], with [`StepContext::heartbeat`]) and
+    /// all attempts a limit together ([`RetryPolicy::schedule_to_close`]):
+    /// see [`Step`'s time limits](Step#time-limits).
     ///
     /// A panic in `f` (or in its future) does not take the engine down: it
     /// is a failed attempt, retryable, of kind `"panic"` with the panic's
@@ -162,7 +166,7 @@ impl Ctx {
             ctx: self.clone(),
             name: Name::from(name),
             f,
-            policy: RetryPolicy::default(),
+            extra: None,
             _type: PhantomData,
         }
     }
@@ -564,22 +568,118 @@ pub(crate) fn value_u64(bytes: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// A step about to be called: set its retry policy, then `.await` it.
+/// A step about to be called: set its retry policy, time limits and
+/// cancellation policy, then `.await` it.
+///
+/// # Cancellation
+///
+/// A step's running attempt is told to stop ([`StepContext::cancelled`]
+/// resolves, [`StepContext::cancel_reason`] says why: a [`crate::StepCancel`])
+/// when its run is cancelled ([`crate::Engine::cancel`]) or ends
+/// (terminated, or its code returned without awaiting it), when the
+/// workflow drops the step's future (it lost a `select!`), or when the
+/// attempt times out. After a cancel (of the run, or the future dropped)
+/// no further attempt of the step starts: one due is recorded failed with
+/// kind `cancelled`, and a failure the running attempt returns is final.
+/// [`on_cancel`](Step::on_cancel) says whether the workflow's await waits
+/// for the step's end ([`OnCancel::Wait`]) or ends at once with a
+/// `cancelled` error ([`OnCancel::Abandon`], the default).
+///
+/// # Time limits
+///
+/// Three limits fail a step that takes too long, each with a
+/// [`StepError`] of kind `timeout` whose message names the limit:
+///
+/// - [`timeout`](Step::timeout) (Temporal's start-to-close): one attempt
+///   runs at most this long; past it the attempt fails and the retry
+///   policy retries it like any failure (a policy that lists `"timeout"`
+///   as [non-retryable](RetryPolicy::non_retryable) makes it final).
+/// - [`heartbeat_timeout`](Step::heartbeat_timeout): an attempt that goes
+///   this long without a [`StepContext::heartbeat`] (counted from its
+///   start, then from its latest heartbeat) fails the same way: a stuck
+///   attempt is noticed long before its overall timeout.
+/// - [`RetryPolicy::schedule_to_close`]: all attempts together, from the
+///   first attempt's start, retry delays included; past it the step fails
+///   for good.
+///
+/// A timed-out attempt's future is dropped (cancelled) on the tokio
+/// runtime at its next poll: its work stops at the await it was waiting
+/// in, and a result it would have produced is never recorded. Code that
+/// blocks its thread without awaiting runs on until it awaits (put it in
+/// `spawn_blocking`, which is not cancelled either), and work it handed
+/// elsewhere (a spawned task, a request already sent) may still happen:
+/// make effects idempotent with [`StepContext::key`], as for any retried
+/// attempt. Only a step with a limit can be cancelled so (its future is
+/// wrapped for it; a step without one pays nothing). The limits are measured by the engine's clock from
+/// the attempt's start (once its `Began` is durable); an attempt run
+/// again after a crash counts from its new start, while the
+/// schedule-to-close limit counts from the first attempt's recorded
+/// `Began`, across crashes.
 #[must_use = "a step does nothing until awaited"]
 pub struct Step<T> {
     ctx: Ctx,
     name: Name,
     f: StepFn,
-    policy: RetryPolicy,
+    /// Its policy and time limits when not the defaults (`None`: most
+    /// steps, which move and keep none).
+    extra: Option<Box<StepExtra>>,
     _type: PhantomData<fn() -> T>,
 }
 
 impl<T> Step<T> {
     /// Retries failed attempts by `policy` instead of the default.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
+        self.extra.get_or_insert_with(Box::default).policy = policy;
         self
     }
+
+    /// Each attempt runs at most `d`: one still running then fails with
+    /// kind `timeout` and its future is dropped; the retry policy decides
+    /// whether another attempt runs (see [Time limits](Step#time-limits)).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.extra.get_or_insert_with(Box::default).timeouts.attempt = Some(d);
+        self
+    }
+
+    /// An attempt that sends no [`StepContext::heartbeat`] for `d` (from
+    /// its start, then from its latest heartbeat) fails with kind
+    /// `timeout`, its message saying it was the heartbeat, and its future
+    /// is dropped; the retry policy decides whether another attempt runs,
+    /// which reads the latest recorded details with
+    /// [`StepContext::last_heartbeat`] (see [Time limits](Step#time-limits)).
+    pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
+        self.extra
+            .get_or_insert_with(Box::default)
+            .timeouts
+            .heartbeat = Some(d);
+        self
+    }
+
+    /// What the workflow's await does when its run is cancelled while the
+    /// step is live (see [Cancellation](Step#cancellation)); the default
+    /// is [`OnCancel::Abandon`].
+    pub fn on_cancel(mut self, policy: OnCancel) -> Self {
+        if policy == OnCancel::Wait || self.extra.is_some() {
+            self.extra.get_or_insert_with(Box::default).wait_on_cancel = policy == OnCancel::Wait;
+        }
+        self
+    }
+}
+
+/// What a workflow's await of a step does when the run is cancelled while
+/// the step is live ([`Step::on_cancel`]). Either way the step is told
+/// ([`StepContext::cancelled`]), no attempt of it starts after the
+/// cancel, and its end is recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnCancel {
+    /// The await ends at once with a `cancelled` error; the step goes on
+    /// (or stops, if it listens) without the workflow.
+    #[default]
+    Abandon,
+    /// The await waits for the step to end and returns its result or
+    /// failure (a failure after the cancel is final): the workflow sees
+    /// what the step did, and cleans up knowing it.
+    Wait,
 }
 
 impl<T: DeserializeOwned> IntoFuture for Step<T> {
@@ -590,6 +690,7 @@ impl<T: DeserializeOwned> IntoFuture for Step<T> {
         StepCall {
             step: Some(self),
             seq: None,
+            done: false,
         }
     }
 }
@@ -601,6 +702,25 @@ pub struct StepCall<T> {
     /// The step's context, number, and the cancellations delivered when it
     /// was called.
     seq: Option<(Ctx, Seq, u32)>,
+    /// Its result was taken: dropping it cancels nothing.
+    done: bool,
+}
+
+impl<T> Drop for StepCall<T> {
+    fn drop(&mut self) {
+        // A step dropped before its result (it lost a race): cancelled, so
+        // its attempt is told and no other starts.
+        if self.done {
+            return;
+        }
+        let Some((ctx, seq, _)) = &self.seq else {
+            return;
+        };
+        let Ok(mut s) = ctx.state.try_borrow_mut() else {
+            return;
+        };
+        s.abandon_step(*seq);
+    }
 }
 
 impl<T: DeserializeOwned> Future for StepCall<T> {
@@ -610,16 +730,26 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
         // Nothing here is pinned structurally.
         let this = self.get_mut();
         if this.seq.is_none() {
-            let Some(step) = this.step.take() else {
+            let Some(Step {
+                ctx,
+                name,
+                f,
+                extra,
+                ..
+            }) = this.step.take()
+            else {
                 return Poll::Pending;
             };
-            let mut s = step.ctx.state.borrow_mut();
-            let Some(seq) = s.call_step(&step.name, &step.f, &step.policy) else {
+            let wait = extra.as_ref().is_some_and(|x| x.wait_on_cancel);
+            let mut s = ctx.state.borrow_mut();
+            let Some(seq) = s.call_step(&name, &f, extra) else {
                 return Poll::Pending;
             };
-            let cancels = s.cancels();
+            // A step the workflow waits for sees no cancellation as its
+            // error: its own end is the await's.
+            let cancels = if wait { u32::MAX } else { s.cancels() };
             drop(s);
-            this.seq = Some((step.ctx, seq, cancels));
+            this.seq = Some((ctx, seq, cancels));
         }
         let Some((ctx, seq, cancels)) = &this.seq else {
             return Poll::Pending;
@@ -627,6 +757,7 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
         let mut s = ctx.state.borrow_mut();
         match s.poll_outcome(*seq, *cancels, cx.waker()) {
             Poll::Ready(Ok(Outcome::Step { status, payload })) => {
+                this.done = true;
                 Poll::Ready(step_result(status, &payload))
             }
             Poll::Ready(Err(f)) => Poll::Ready(Err(StepError {

@@ -510,11 +510,43 @@ impl Engine {
         .await
     }
 
-    /// Asks workflow `id` to cancel; its run ends as cancelled.
+    /// Asks workflow `id` to cancel: a cooperative cancel, which the code
+    /// may swallow. Its pending operations end with `cancelled` errors,
+    /// which the code may catch to clean up (operations it calls after
+    /// run normally), and its live steps are told
+    /// ([`StepContext::cancelled`](crate::StepContext::cancelled)); the run
+    /// ends as the code decides: as cancelled if it returns the error.
+    /// Code that catches and ignores it, or awaits nothing of the engine
+    /// (a bug, but it happens), never ends by this: for a cancel it cannot
+    /// swallow, [`cancel_with_grace`](Self::cancel_with_grace).
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<()> {
         self.request(id, |reply| Input::Cancel {
             id: id.to_string(),
             reason: reason.to_string(),
+            grace_ms: None,
+            reply,
+        })
+        .await
+    }
+
+    /// Cancels workflow `id` as [`cancel`](Self::cancel) does, and
+    /// terminates its run with `reason` (as [`terminate`](Self::terminate),
+    /// status terminated) if it has not ended `grace` after: a cancel the
+    /// code cannot swallow, which still lets it clean up for `grace`. The
+    /// grace is recorded with the cancel, so it holds across a crash or a
+    /// restart (counted from the cancel, by the engine's clock). A second
+    /// grace for the same run keeps the earlier end.
+    pub async fn cancel_with_grace(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: std::time::Duration,
+    ) -> Result<()> {
+        let grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.request(id, |reply| Input::Cancel {
+            id: id.to_string(),
+            reason: reason.to_string(),
+            grace_ms: Some(grace_ms),
             reply,
         })
         .await

@@ -54,7 +54,7 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`Engine`] | open, register, start, execute, signal, update, update_once (keyed: retried safely), update_with_start, query, cancel, terminate, result, describe, metrics, close |
+//! | [`Engine`] | open, register, start, execute, signal, update, update_once (keyed: retried safely), update_with_start, query, cancel (cooperative), cancel_with_grace (terminated with the cancel's reason once the grace passes), terminate, result, describe, metrics, close |
 //! | [`Engine::backup`] | a consistent copy of a live directory store (file, redb, RocksDB) in a new directory, every shard cut at one instant; restore is opening it ([`backup`], [`BackupReport`]) |
 //! | operator verbs on [`Engine`] | [`Engine::pause`], [`Engine::resume`], [`Engine::reset`], [`Engine::list`] ([`ListFilter`], [`Page`]), [`Engine::cancel_all`], [`Engine::terminate_all`] |
 //! | [`Config`] | storage, shards, checkpoints, retention, queue capacity, payload limit, clock, [`Ownership`] |
@@ -62,7 +62,9 @@
 //! | [`Ctx`] | what workflow code calls: [`Ctx::step`], [`Ctx::sleep`], [`Ctx::wait_for`], [`Ctx::child`], [`Ctx::signal`], [`Ctx::on_update`], [`Ctx::on_query`], [`Ctx::patched`], [`Ctx::continue_as_new`], [`Ctx::now`], [`Ctx::random`], [`Ctx::uuid`] |
 //! | [`SearchAttributes`], [`AttrValue`], [`AttrCondition`] | typed search attributes set at start ([`StartOptions::attributes`]) or by workflow code ([`Ctx::set_attributes`]), recorded and replayed; [`ListFilter::attribute`] and ranges find runs by them through each shard's index ([`attrs`]) |
 //! | [`Workflow`], [`Signal`], [`Update`], [`Query`] | typed names shared by workflow code and callers |
-//! | [`RetryPolicy`] | how failed step attempts are retried |
+//! | [`RetryPolicy`] | how failed step attempts are retried, and how long all of them may take ([`RetryPolicy::schedule_to_close`]) |
+//! | [`Step::timeout`], [`Step::heartbeat_timeout`], [`StepContext::heartbeat`], [`StepContext::last_heartbeat`] | time limits on a step's attempts (kind `timeout`; the timed-out attempt's future dropped), and progress a step reports that its next attempt reads, also after a crash ([`Step`'s time limits](Step#time-limits)) |
+//! | [`StepContext::cancelled`], [`StepCancel`], [`Step::on_cancel`] ([`OnCancel`]) | a step attempt told to stop when its run is cancelled or ends, its future is dropped, or it times out; whether the workflow's await waits for a cancelled step ([`Step`'s cancellation](Step#cancellation)) |
 //! | [`Saga`] | steps that register compensations, run durably newest first when the workflow fails or is cancelled ([`saga`]) |
 //! | [`Engine::schedule`], [`Engine::schedules`] | a workflow started on a cron expression or an interval, each fire exactly once; time zone, [`Overlap`] and [`CatchUp`] policies; pause, resume, delete, describe ([`schedule`]) |
 //! | [`Engine::queue`], [`Engine::queues`] | a durable queue starting a workflow per item: concurrency and rate limits, priorities, fairness or serialisation by key, enqueue idempotent by a dedup key ([`queue`]) |
@@ -162,7 +164,8 @@ pub use config::{
     open_storage,
 };
 pub use ctx::{
-    ChildCall, ContinueAsNew, Ctx, DetachedChild, ParentClose, Sleep, Step, StepCall, WaitFor,
+    ChildCall, ContinueAsNew, Ctx, DetachedChild, OnCancel, ParentClose, Sleep, Step, StepCall,
+    WaitFor,
 };
 pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, RunHandle};
@@ -184,7 +187,7 @@ pub use schedule::{
     CatchUp, FireOutcome, FireRecord, Overlap, ScheduleBuilder, ScheduleDescription, Schedules,
     Spec,
 };
-pub use step::{StepContext, StepError};
+pub use step::{Cancelled, StepCancel, StepContext, StepError};
 pub use stream::{StreamChunk, StreamSender, Subscription};
 pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Failure, Query, Signal, Update, Workflow};

@@ -38,6 +38,16 @@ pub struct RetryPolicy {
     /// No attempt starts later than this after the first one began
     /// (`None`: no limit).
     pub max_duration: Option<Duration>,
+    /// Schedule-to-close: the longest all attempts together may take,
+    /// from the first attempt's recorded `Began` (after an operator's
+    /// [`crate::Engine::resume_step`], from the next attempt's), across
+    /// crashes (`None`: no limit). An attempt
+    /// still running then is cancelled and fails the step for good with
+    /// kind `timeout`; a retry that would start at or after it is not
+    /// made and the step fails with kind `timeout` too. Unlike
+    /// [`max_duration`](Self::max_duration) it cuts a running attempt and
+    /// never pauses the step.
+    pub schedule_to_close: Option<Duration>,
     /// Error kinds that are never retried (matched against
     /// [`StepError::kind`](crate::StepError)).
     pub non_retryable: Vec<String>,
@@ -47,17 +57,22 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_attempts: 5,
-            initial_delay: Duration::from_millis(100),
-            backoff: 2.0,
-            max_delay: Duration::from_secs(10),
-            max_duration: Some(Duration::from_secs(300)),
-            non_retryable: Vec::new(),
-            on_exhausted: OnExhausted::Fail,
-        }
+        DEFAULT_POLICY.clone()
     }
 }
+
+/// The default policy, one copy: a step that keeps it stores none of its
+/// own (`runtime::run::StepSpec::policy`).
+pub(crate) static DEFAULT_POLICY: RetryPolicy = RetryPolicy {
+    max_attempts: 5,
+    initial_delay: Duration::from_millis(100),
+    backoff: 2.0,
+    max_delay: Duration::from_secs(10),
+    max_duration: Some(Duration::from_secs(300)),
+    schedule_to_close: None,
+    non_retryable: Vec::new(),
+    on_exhausted: OnExhausted::Fail,
+};
 
 /// What the policy decides after attempt `attempt` failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +83,9 @@ pub(crate) enum Decision {
     Pause,
     /// Fail the step.
     Fail,
+    /// Fail the step: its retry would start past its schedule-to-close
+    /// limit (kind `timeout`).
+    OutOfTime,
 }
 
 impl RetryPolicy {
@@ -101,6 +119,13 @@ impl RetryPolicy {
     /// No attempt starts later than `d` after the first one.
     pub fn max_duration(mut self, d: Duration) -> Self {
         self.max_duration = Some(d);
+        self
+    }
+
+    /// All attempts together take at most `d` from the first one's start
+    /// (see [`schedule_to_close`](Self::schedule_to_close)).
+    pub fn schedule_to_close(mut self, d: Duration) -> Self {
+        self.schedule_to_close = Some(d);
         self
     }
 
@@ -144,6 +169,11 @@ impl RetryPolicy {
             return exhausted(self);
         }
         let at = now_ms.saturating_add(self.delay_after(attempt).as_millis() as u64);
+        if let Some(limit) = self.schedule_to_close
+            && at >= first_ms.saturating_add(limit.as_millis() as u64)
+        {
+            return Decision::OutOfTime;
+        }
         if let Some(max) = self.max_duration
             && at > first_ms.saturating_add(max.as_millis() as u64)
         {
@@ -179,5 +209,14 @@ mod tests {
         assert_eq!(short.decide(1, None, 0, 0), Decision::RetryAt(100));
         assert_eq!(short.decide(2, None, 0, 100), Decision::Fail);
         assert_eq!(RetryPolicy::none().decide(1, None, 0, 0), Decision::Fail);
+        let closing = RetryPolicy::default()
+            .pause_when_exhausted()
+            .schedule_to_close(Duration::from_millis(250));
+        assert_eq!(closing.decide(1, None, 0, 100), Decision::RetryAt(200));
+        assert_eq!(
+            closing.decide(2, None, 0, 50),
+            Decision::OutOfTime,
+            "a retry at 250 starts at the limit: never paused"
+        );
     }
 }

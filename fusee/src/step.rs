@@ -1,14 +1,26 @@
 //! What a step function is given and returns: [`StepContext`] (its
-//! idempotency key, attempt, fencing token, trace context) and
-//! [`StepError`]; and the type-erased step function the runtime keeps.
+//! idempotency key, attempt, fencing token, trace context, heartbeats) and
+//! [`StepError`]; the type-erased step function the runtime keeps; a
+//! shard's side of its running attempts ([`StepHub`]: heartbeats on their
+//! way to the loop), and the cancel of an attempt that timed out
+//! ([`AttemptLink`], made only for a step with a time limit).
 //! A leaf: both the workflow API (`ctx`) and the runtime import it.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::workflow::Failure;
+use rustc_hash::FxHashMap;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use fusee_core::record::{RunId, Seq};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::workflow::{Failure, decode, encode};
 
 /// How a step attempt failed: a message, an optional kind that retry
 /// policies match on ([`crate::RetryPolicy::non_retryable`]), and whether it may
@@ -81,7 +93,9 @@ impl From<StepError> for Failure {
 }
 
 /// What a step function is told: which attempt this is, the step's
-/// idempotency key, and the fencing token of its run's shard.
+/// idempotency key, and the fencing token of its run's shard; and how it
+/// reports progress ([`StepContext::heartbeat`]) and reads the progress an
+/// earlier attempt reported ([`StepContext::last_heartbeat`]).
 #[derive(Clone, Debug)]
 pub struct StepContext {
     key: Key,
@@ -92,6 +106,13 @@ pub struct StepContext {
     /// ([`StepContext::traceparent`]), so a step that never asks pays no
     /// hash.
     trace: Option<(crate::trace::RunTrace, u32)>,
+    /// Its shard's hub, where heartbeats go (`None`: a context made
+    /// outside the engine's shard loop, whose heartbeats go nowhere). One
+    /// per shard, shared: an attempt allocates nothing for it.
+    hub: Option<Arc<StepHub>>,
+    /// The latest heartbeat details recorded for the step before this
+    /// attempt began (by an earlier attempt, or before a crash).
+    last_beat: Option<Arc<[u8]>>,
 }
 
 /// A step's idempotency key. The engine's is made only when asked for:
@@ -106,13 +127,14 @@ enum Key {
         seq: u32,
         made: std::sync::OnceLock<Box<str>>,
     },
-    /// A key given whole (a saga's own).
-    Given(Arc<str>),
+    /// A key given whole (a saga's own), for step `seq` of run `run`.
+    Given { key: Arc<str>, run: u64, seq: u32 },
 }
 
 impl StepContext {
     /// The context of attempt `attempt` of operation `seq` of run `run`
-    /// of workflow `id`.
+    /// of workflow `id`, outside any shard (the unit tests').
+    #[cfg(test)]
     pub(crate) fn new(id: Arc<str>, run: u64, seq: u32, attempt: u32) -> Self {
         Self {
             key: Key::Step {
@@ -124,13 +146,125 @@ impl StepContext {
             attempt,
             fencing_token: 0,
             trace: None,
+            hub: None,
+            last_beat: None,
         }
     }
 
-    /// The same context carrying `token` ([`StepContext::fencing_token`]).
-    pub(crate) fn with_fencing_token(mut self, token: u64) -> Self {
-        self.fencing_token = token;
-        self
+    /// The context of attempt `id` of workflow `wf`'s run, its shard's
+    /// fencing token `token`, in the run's trace `trace` (if traced),
+    /// reporting heartbeats to `hub`, the step's latest recorded details
+    /// being `last_beat`: made whole at once, as every attempt's start
+    /// makes one.
+    #[inline]
+    pub(crate) fn of_attempt(
+        wf: Arc<str>,
+        id: AttemptId,
+        token: u64,
+        trace: Option<crate::trace::RunTrace>,
+        hub: Arc<StepHub>,
+        last_beat: Option<Arc<[u8]>>,
+    ) -> Self {
+        let (run, seq, attempt) = id;
+        Self {
+            key: Key::Step {
+                id: wf,
+                run,
+                seq,
+                made: std::sync::OnceLock::new(),
+            },
+            attempt,
+            fencing_token: token,
+            trace: trace.map(|t| (t, seq)),
+            hub: Some(hub),
+            last_beat,
+        }
+    }
+
+    /// The run and step this attempt is of.
+    fn place(&self) -> (RunId, Seq) {
+        match &self.key {
+            Key::Step { run, seq, .. } | Key::Given { run, seq, .. } => (*run, *seq),
+        }
+    }
+
+    /// Reports that this attempt is alive and how far it got: `details`
+    /// (any JSON-encodable value: bytes uploaded, the last item done) are
+    /// what the step's next attempt reads with
+    /// [`last_heartbeat`](Self::last_heartbeat), also after a crash.
+    ///
+    /// Every call keeps the attempt alive against its heartbeat timeout
+    /// ([`crate::Step::heartbeat_timeout`]). Not every call is recorded:
+    /// the shard appends each attempt's latest details at most once a
+    /// second, all attempts' together, so they ride in one group commit
+    /// and heartbeats never add a flush of their own per step, however
+    /// often steps call this; an attempt that fails or times out has its
+    /// latest details recorded with its failure, so its next attempt reads
+    /// them. After a crash the next attempt reads the latest details
+    /// recorded before it (up to a second older than the latest call).
+    ///
+    /// Cheap and never waits: call it as often as progress is made. `Err`
+    /// (kind `too-large`) when the details exceed the engine's payload
+    /// limit ([`crate::Config::max_payload`]), or (kind `encode`) when
+    /// they do not encode as JSON; nothing is reported then.
+    pub fn heartbeat<T: Serialize + ?Sized>(&self, details: &T) -> Result<(), StepError> {
+        let bytes = encode(details).map_err(|e| {
+            StepError::fatal(format!("heartbeat details do not encode as JSON: {e}")).kind("encode")
+        })?;
+        let Some(hub) = &self.hub else {
+            return Ok(());
+        };
+        if bytes.len() > hub.max_payload {
+            return Err(StepError::fatal(format!(
+                "heartbeat details of {} bytes exceed the payload limit of {} bytes",
+                bytes.len(),
+                hub.max_payload
+            ))
+            .kind("too-large"));
+        }
+        let (run, seq) = self.place();
+        hub.beat((run, seq, self.attempt), bytes);
+        Ok(())
+    }
+
+    /// The latest heartbeat details recorded for this step before this
+    /// attempt began (an earlier attempt's, or this attempt's own before a
+    /// crash ran it again): where a long job stopped, to resume from
+    /// there. `Ok(None)` on a step that never reported any. `Err` (kind
+    /// `decode`) when they do not decode as `T`.
+    pub fn last_heartbeat<T: DeserializeOwned>(&self) -> Result<Option<T>, StepError> {
+        let Some(bytes) = &self.last_beat else {
+            return Ok(None);
+        };
+        decode(bytes).map(Some).map_err(|e| {
+            StepError::fatal(format!("the last heartbeat's details do not decode: {e}"))
+                .kind("decode")
+        })
+    }
+
+    /// Resolves when this attempt is told to stop (see [`StepCancel`] for
+    /// when): the run was cancelled or ended, the workflow dropped the
+    /// step's future, or the attempt ran past a time limit. Race it
+    /// against the work (`tokio::select!`) to stop early, clean up, and
+    /// return: a failure returned after the cancel is final (never
+    /// retried), a result is recorded as usual. Nothing forces the step to
+    /// listen: one that does not runs to its end, and no further attempt
+    /// of it starts after the cancel. Never resolves on a context made
+    /// outside the engine. Costs nothing until called.
+    pub fn cancelled(&self) -> Cancelled {
+        let (run, seq) = self.place();
+        Cancelled {
+            hub: self.hub.clone(),
+            id: (run, seq, self.attempt),
+            slot: None,
+        }
+    }
+
+    /// Why this attempt was told to stop, if it was ([`cancelled`](Self::cancelled)
+    /// without waiting): to look between two pieces of work.
+    pub fn cancel_reason(&self) -> Option<StepCancel> {
+        let (run, seq) = self.place();
+        self.hub.as_ref()?.cancel_of((run, seq, self.attempt))
     }
 
     /// A number that grows with every change of owner of the run's shard
@@ -182,13 +316,8 @@ impl StepContext {
 
     /// The same attempt under another idempotency key (a saga's own).
     pub(crate) fn with_key(mut self, key: Arc<str>) -> Self {
-        self.key = Key::Given(key);
-        self
-    }
-
-    /// The context of step `seq`'s attempt of run `run`'s trace.
-    pub(crate) fn traced(mut self, run: crate::trace::RunTrace, seq: u32) -> Self {
-        self.trace = Some((run, seq));
+        let (run, seq) = self.place();
+        self.key = Key::Given { key, run, seq };
         self
     }
 
@@ -211,13 +340,317 @@ impl StepContext {
             Key::Step { id, run, seq, made } => {
                 made.get_or_init(|| format!("{id}/{run}/{seq}").into_boxed_str())
             }
-            Key::Given(key) => key,
+            Key::Given { key, .. } => key,
         }
     }
 
     /// This attempt's number, from 1.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+}
+
+/// Limits on a step's attempts set on its builder ([`crate::Step::timeout`],
+/// [`crate::Step::heartbeat_timeout`]); the limit on all attempts together
+/// is the retry policy's ([`crate::RetryPolicy::schedule_to_close`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// The longest one attempt may run.
+    pub(crate) attempt: Option<Duration>,
+    /// The longest an attempt may go without a heartbeat.
+    pub(crate) heartbeat: Option<Duration>,
+}
+
+/// An attempt: its run, its step, its number.
+pub(crate) type AttemptId = (RunId, Seq, u32);
+
+/// Tells a shard loop that heartbeats wait in its hub (the driver's: an
+/// input sent to the loop).
+pub(crate) type Poster = Box<dyn Fn() + Send + Sync>;
+
+/// One shard's side of its running step attempts, shared by their
+/// contexts (one `Arc` per shard, cloned into each context: no attempt
+/// allocates for it): the heartbeat details reported and not yet taken by
+/// the loop, by attempt. The first heartbeat after the loop took them
+/// posts one input ([`StepHub::take_beats`]); later ones only replace
+/// details, so steps calling in a tight loop send at most one input at a
+/// time between them all.
+pub(crate) struct StepHub {
+    /// The engine's payload limit, which heartbeat details must keep to.
+    max_payload: usize,
+    /// The latest details of each attempt that reported since the loop
+    /// last took them.
+    beats: Mutex<FxHashMap<AttemptId, Vec<u8>>>,
+    /// An input is on its way to the loop (posted, not yet taken).
+    posted: AtomicBool,
+    /// How the loop is told, set once by the driver (none: a driver that
+    /// takes no heartbeats, which then go nowhere).
+    poster: OnceLock<Poster>,
+    /// Attempts told to stop, or listening for it ([`StepContext::cancelled`]),
+    /// until their end reaches the loop.
+    cancels: Mutex<FxHashMap<AttemptId, Arc<CancelSlot>>>,
+    /// How many `cancels` holds: an attempt's end looks there only when
+    /// some are (most never are).
+    slots: AtomicUsize,
+}
+
+/// An attempt's cancel: why, once told, and the wakers of its
+/// [`Cancelled`] futures waiting. A future keeps its slot once it looked,
+/// so a cancel right before the attempt's end (a timeout) still reaches
+/// it after the loop forgot the slot.
+#[derive(Default)]
+struct CancelSlot(Mutex<(Option<StepCancel>, Vec<Waker>)>);
+
+impl CancelSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<StepCancel>, Vec<Waker>)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl fmt::Debug for StepHub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepHub")
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StepHub {
+    /// A shard's hub, heartbeat details kept within `max_payload` bytes.
+    pub(crate) fn new(max_payload: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max_payload,
+            beats: Mutex::new(FxHashMap::default()),
+            posted: AtomicBool::new(false),
+            poster: OnceLock::new(),
+            cancels: Mutex::new(FxHashMap::default()),
+            slots: AtomicUsize::new(0),
+        })
+    }
+
+    /// The loop tells attempt `id` to stop, for `cause` (the first cause
+    /// told is kept): its [`Cancelled`] futures resolve.
+    pub(crate) fn cancel(&self, id: AttemptId, cause: StepCancel) {
+        let slot = self.slot(id);
+        let mut state = slot.lock();
+        if state.0.is_none() {
+            state.0 = Some(cause);
+            for w in state.1.drain(..) {
+                w.wake();
+            }
+        }
+    }
+
+    /// Attempt `id`'s slot, made if it has none.
+    fn slot(&self, id: AttemptId) -> Arc<CancelSlot> {
+        let mut cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(cancels.entry(id).or_insert_with(|| {
+            self.slots.fetch_add(1, Ordering::Relaxed);
+            Arc::default()
+        }))
+    }
+
+    /// Why attempt `id` was told to stop, if it was.
+    fn cancel_of(&self, id: AttemptId) -> Option<StepCancel> {
+        if self.slots.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        cancels.get(&id).and_then(|slot| slot.lock().0.clone())
+    }
+
+    /// Attempt `id`'s end reached the loop: its cancel is forgotten (one
+    /// atomic load when no attempt has one).
+    #[inline]
+    pub(crate) fn attempt_ended(&self, id: AttemptId) {
+        if self.slots.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        if cancels.remove(&id).is_some() {
+            self.slots.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Heartbeats reach the loop through `poster` (the driver's); set once.
+    pub(crate) fn set_poster(&self, poster: Poster) {
+        let _ = self.poster.set(poster);
+    }
+
+    /// A heartbeat of attempt `id` with `details`: kept as its latest, and
+    /// the loop told unless it was told already.
+    fn beat(&self, id: AttemptId, details: Vec<u8>) {
+        let Some(post) = self.poster.get() else {
+            return;
+        };
+        self.beats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, details);
+        if !self.posted.swap(true, Ordering::AcqRel) {
+            post();
+        }
+    }
+
+    /// The loop takes every attempt's latest details (a heartbeat after
+    /// this tells it again).
+    pub(crate) fn take_beats(&self) -> FxHashMap<AttemptId, Vec<u8>> {
+        // Cleared first: a heartbeat racing with the take posts again
+        // rather than being left unseen.
+        self.posted.store(false, Ordering::Release);
+        std::mem::take(&mut *self.beats.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The loop takes attempt `id`'s latest details, if the loop has not
+    /// yet (a heartbeat just before an attempt's end may still wait here
+    /// when its end reaches the loop).
+    pub(crate) fn take_beat(&self, id: AttemptId) -> Option<Vec<u8>> {
+        self.beats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+    }
+}
+
+/// Why a step attempt is told to stop ([`StepContext::cancelled`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepCancel {
+    /// The run was cancelled ([`crate::Engine::cancel`]) with this reason.
+    RunCancelled(String),
+    /// The run ended while the attempt ran: terminated, or its code
+    /// returned without awaiting the step.
+    RunEnded,
+    /// The workflow dropped the step's future (it lost a `select!`).
+    Dropped,
+    /// The attempt ran past a time limit ([`crate::Step::timeout`],
+    /// [`crate::Step::heartbeat_timeout`],
+    /// [`crate::RetryPolicy::schedule_to_close`]); its future is dropped
+    /// at its next poll.
+    TimedOut,
+}
+
+impl fmt::Display for StepCancel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepCancel::RunCancelled(reason) => write!(f, "the run was cancelled: {reason}"),
+            StepCancel::RunEnded => f.write_str("the run ended"),
+            StepCancel::Dropped => f.write_str("the workflow dropped the step's future"),
+            StepCancel::TimedOut => f.write_str("the attempt ran past its time limit"),
+        }
+    }
+}
+
+impl StepCancel {
+    /// The failure a step returns when it stops for this cause: kind
+    /// `cancelled`, final.
+    pub fn to_error(&self) -> StepError {
+        StepError::fatal(format!("step attempt cancelled: {self}")).kind("cancelled")
+    }
+}
+
+/// Resolves when a step attempt is told to stop: [`StepContext::cancelled`].
+#[must_use = "a future does nothing until awaited"]
+#[derive(Debug)]
+pub struct Cancelled {
+    hub: Option<Arc<StepHub>>,
+    id: AttemptId,
+    /// The attempt's slot, once looked up.
+    slot: Option<Arc<CancelSlot>>,
+}
+
+impl fmt::Debug for CancelSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CancelSlot").field(&self.lock().0).finish()
+    }
+}
+
+impl Future for Cancelled {
+    type Output = StepCancel;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StepCancel> {
+        let this = &mut *self;
+        if this.slot.is_none() {
+            let Some(hub) = &this.hub else {
+                return Poll::Pending;
+            };
+            this.slot = Some(hub.slot(this.id));
+        }
+        let Some(slot) = &this.slot else {
+            return Poll::Pending;
+        };
+        let mut state = slot.lock();
+        if let Some(cause) = &state.0 {
+            return Poll::Ready(cause.clone());
+        }
+        if !state.1.iter().any(|w| w.will_wake(cx.waker())) {
+            state.1.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// The loop's cancel of a running attempt of a step with a time limit,
+/// which timed out: shared by the attempt's future's [`Cancellable`]
+/// wrapper and the loop. Made only for a step with a limit.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptLink {
+    /// The loop cancelled the attempt (it timed out).
+    cancelled: AtomicBool,
+    /// The attempt's task, woken by a cancel.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl AttemptLink {
+    /// The loop cancels the attempt: its future is dropped at its task's
+    /// next poll, which this wakes.
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        if let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            w.wake();
+        }
+    }
+}
+
+/// An attempt's future that its loop can cancel ([`AttemptLink::cancel`]):
+/// the step's future is dropped (its work stops at the await it was
+/// waiting in) and the attempt ends with a `cancelled` error the loop
+/// ignores (it recorded the attempt's end when it cancelled it).
+pub(crate) struct Cancellable {
+    future: Option<StepFuture>,
+    link: Arc<AttemptLink>,
+}
+
+impl Cancellable {
+    /// `future`, cancelled through `link`.
+    pub(crate) fn wrap(future: StepFuture, link: Arc<AttemptLink>) -> StepFuture {
+        Box::pin(Self {
+            future: Some(future),
+            link,
+        })
+    }
+}
+
+impl Future for Cancellable {
+    type Output = Result<Vec<u8>, StepError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let cancelled = || StepError::fatal("the attempt was cancelled").kind("cancelled");
+        if self.link.cancelled.load(Ordering::Acquire) {
+            self.future = None;
+            return Poll::Ready(Err(cancelled()));
+        }
+        *self.link.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        // A cancel between the check and the waker's store finds no waker:
+        // looked at again now the waker is in place.
+        if self.link.cancelled.load(Ordering::Acquire) {
+            self.future = None;
+            return Poll::Ready(Err(cancelled()));
+        }
+        match self.future.as_mut() {
+            Some(f) => f.as_mut().poll(cx),
+            None => Poll::Ready(Err(cancelled())),
+        }
     }
 }
 

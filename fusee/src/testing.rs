@@ -16,6 +16,7 @@
 //! | a crash: only what was durable survives | [`TestEngine::crash`] |
 //! | every crash point of a workflow checked | [`TestEngine::crash_everywhere`], [`TestEngine::crash_everywhere_with`] |
 //! | a step's outside call replaced | [`TestEngine::mock_step`] with a [`StepMock`] |
+//! | a step's own code that works on virtual time (heartbeats between sleeps, a timeout passing) | [`TestEngine::sleeper`] |
 //! | new code checked against journals of old runs | [`TestEngine::replay`] with a [`Journal`] |
 //! | the engine itself judged under seeded faults | [`sim::run`] (the deterministic simulator) |
 //!
@@ -25,7 +26,8 @@
 //! and another start all happen at the same instant. It moves only while
 //! the kit waits: [`TestEngine::result`] moves it, whenever every run waits
 //! and nothing else is going on (no step running, nothing being written),
-//! straight to the next timer (a sleep, a wait's timeout, a retry), so a
+//! straight to the next timer (a sleep, a wait's timeout, a retry, a step
+//! attempt's timeout, a heartbeat tick), so a
 //! day-long sleep takes milliseconds; [`TestEngine::advance`] moves it by a
 //! given time, stopping at every timer on the way so each fires in its
 //! turn. A wait that cannot end (every run waits for a signal nobody sends)
@@ -229,6 +231,7 @@ use serde::de::DeserializeOwned;
 pub use crash::{CRASH_ID, CrashPoint, CrashReport};
 pub use mock::{MockCall, StepMock};
 pub use replay::{Journal, ReplayError, Replayed};
+pub use timers::Sleeper;
 
 use self::timers::Timers;
 use crate::AnyStorage;
@@ -477,6 +480,13 @@ impl TestEngine {
     /// [`advance`](Self::advance) does, without waiting for what follows).
     pub fn clock(&self) -> &VirtualClock {
         &self.clock
+    }
+
+    /// Sleeps on this engine's virtual clock for step functions' own code
+    /// (a step that heartbeats between two pieces of work): see
+    /// [`Sleeper`].
+    pub fn sleeper(&self) -> Sleeper {
+        Sleeper::new(&self.timers)
     }
 
     /// The virtual time now, in ms since the Unix epoch.

@@ -5,8 +5,10 @@
 //!   `FUSEE_SIM_FIRST` (default 0).
 //! - `FUSEE_SIM_SABOTAGE_SEEDS`: seeds each sabotage may take to be caught
 //!   (default 2,000; the bound).
-//! - `FUSEE_SIM_SEED` (and `FUSEE_SIM_SABOTAGE`): the seed `replay` runs,
-//!   as a failure prints it.
+//! - `FUSEE_SIM_CANCEL_SEEDS`: seeds run by `cancels_with_a_grace_pass`
+//!   (default 100).
+//! - `FUSEE_SIM_SEED` (and `FUSEE_SIM_SABOTAGE`, `FUSEE_SIM_CANCELS=1`):
+//!   the seed `replay` runs, as a failure prints it.
 
 use std::time::Instant;
 
@@ -62,6 +64,36 @@ fn seeds_pass() {
     }
 }
 
+/// Clients cancel runs with a grace, steps in flight: every seed passes
+/// (no step attempt of a cancelled run starts after its grace; runs end
+/// cancelled or terminated), and cancels did land with steps in flight.
+/// `FUSEE_SIM_CANCEL_SEEDS` seeds (default 100).
+#[test]
+fn cancels_with_a_grace_pass() {
+    let seeds = env_u64("FUSEE_SIM_CANCEL_SEEDS", 100);
+    let (mut acked, mut in_flight) = (0u64, 0u64);
+    let mut failures: Vec<SimFailure> = Vec::new();
+    for seed in 0..seeds {
+        match run(&SimConfig::new(seed).with_cancels()) {
+            Ok(r) => {
+                acked += u64::from(r.cancels_acked);
+                in_flight += u64::from(r.cancels_with_steps_in_flight);
+            }
+            Err(f) => failures.push(f),
+        }
+    }
+    println!("{seeds} seeds: {acked} cancels acknowledged, {in_flight} with steps in flight");
+    if let Some(f) = failures.first() {
+        for f in &failures {
+            eprintln!("{f}");
+        }
+        panic!("{} of {seeds} seeds failed; the first: {f}", failures.len());
+    }
+    if seeds >= 50 {
+        assert!(in_flight > 0, "no cancel landed with a step in flight");
+    }
+}
+
 #[test]
 fn every_sabotage_is_caught() {
     let budget = env_u64("FUSEE_SIM_SABOTAGE_SEEDS", 2000);
@@ -95,6 +127,9 @@ fn replay() {
             .find(|s| format!("{s:?}") == name)
             .unwrap_or_else(|| panic!("no sabotage {name:?}; one of {:?}", Sabotage::ALL));
         config = config.sabotage(s);
+    }
+    if std::env::var("FUSEE_SIM_CANCELS").is_ok_and(|v| v == "1") {
+        config = config.with_cancels();
     }
     match run(&config) {
         Ok(report) => println!("{report:?}"),

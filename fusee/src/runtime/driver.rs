@@ -279,7 +279,7 @@ fn drive(
     clock: Clock,
     runtime: Handle,
     peers: &Peers,
-    activity: &Activity,
+    activity: &Arc<Activity>,
     leased: Option<Leased>,
 ) {
     let Channel {
@@ -299,6 +299,17 @@ fn drive(
     // `SLOW_STEPS_MAX` step names were slow (names made per call would
     // otherwise grow the set without bound).
     let mut poll_steps = true;
+    // How running attempts' heartbeats reach this loop: an input saying
+    // they wait in the shard's hub (at most one on its way: `StepHub`).
+    // Counted as sent before it goes, like a message, so the test kit
+    // never takes the shard for idle while a heartbeat is on its way.
+    {
+        let (tx, activity) = (tx.clone(), Arc::clone(activity));
+        shard.step_hub().set_poster(Box::new(move || {
+            activity.message_sent();
+            let _ = tx.send(Input::Heartbeats);
+        }));
+    }
     loop {
         if leased.is_some() && probed.elapsed() >= PROBE_EVERY {
             probed = Instant::now();
@@ -752,9 +763,11 @@ pub(crate) struct ActivityState {
     pub(crate) generation: u64,
     /// Step tasks started whose end (`StepDone`) the loop has not taken.
     pub(crate) steps: u64,
-    /// Messages (and acknowledgements) this shard sent to shards.
+    /// Messages (and acknowledgements) this shard sent to shards, and
+    /// heartbeats its step tasks sent it.
     pub(crate) sent: u64,
-    /// Messages (and acknowledgements) this shard took from shards.
+    /// Messages (and acknowledgements) this shard took from shards, and
+    /// heartbeats it took.
     pub(crate) received: u64,
     /// The shard's next timer (a sleep, a wait's timeout, a retry, a
     /// deadline, or a sweep of far timers), when idle: the time only time
@@ -764,9 +777,15 @@ pub(crate) struct ActivityState {
 }
 
 impl Activity {
-    /// Whether `input` travels between shards (counted on both sides).
+    /// Whether `input` travels between shards (counted on both sides), or
+    /// is a step task's heartbeat (counted the same way: both are sent
+    /// from outside the shard's thread and must be taken before it is
+    /// idle).
     fn is_message(input: &Input) -> bool {
-        matches!(input, Input::Message { .. } | Input::Delivered { .. })
+        matches!(
+            input,
+            Input::Message { .. } | Input::Delivered { .. } | Input::Heartbeats
+        )
     }
 
     #[cfg(feature = "testing")]

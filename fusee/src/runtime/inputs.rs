@@ -71,7 +71,12 @@ impl ShardLoop {
                 }
                 Err(e) => self.refuse_after_durable(reply, e),
             },
-            Input::Cancel { id, reason, reply } => {
+            Input::Cancel {
+                id,
+                reason,
+                grace_ms,
+                reply,
+            } => {
                 match self.running(&id, "cancel reason", reason.len(), now_ms) {
                     Ok(run) => {
                         let rec = RecordBuf::Cancel {
@@ -79,7 +84,17 @@ impl ShardLoop {
                             reason: Payload::from(reason.as_bytes()),
                             by: None,
                         };
-                        self.ack_after(&rec, reply);
+                        match grace_ms {
+                            None => self.ack_after(&rec, reply),
+                            Some(grace) => {
+                                // The grace rides right after the cancel,
+                                // acknowledged once both are durable.
+                                self.append(&rec);
+                                let until = now_ms.saturating_add(grace);
+                                let grace = self.grace_record(run, until, &reason);
+                                self.ack_after(&grace, reply);
+                            }
+                        }
                     }
                     Err(e) => self.refuse_after_durable(reply, e),
                 }
@@ -147,6 +162,7 @@ impl ShardLoop {
             } => self.step_done(run, seq, attempt, result, now_ms),
             Input::Flushed { ticket, micros } => self.flushed(ticket, micros, now_ms),
             Input::Sealed { ticket } => self.sealed(ticket, now_ms),
+            Input::Heartbeats => self.heartbeats(now_ms),
             Input::Tick => {}
             Input::Message { from, id, message } => {
                 self.receive(Origin::Shard { shard: from, id }, message, now_ms);
@@ -236,18 +252,7 @@ impl ShardLoop {
             Input::Terminate { id, reason, reply } => {
                 match self.running(&id, "terminate reason", reason.len(), now_ms) {
                     Ok(run) => {
-                        let failure = crate::Failure::with_kind("terminated", reason);
-                        let rec = RecordBuf::Done {
-                            run,
-                            status: fusee_core::record::Status::Terminated,
-                            finished_ms: now_ms,
-                            payload: Payload::from(
-                                crate::workflow::encode(&failure)
-                                    .unwrap_or_default()
-                                    .as_slice(),
-                            ),
-                            by: Some(Payload::from(&b"client"[..])),
-                        };
+                        let rec = self.terminate_record(run, reason, "client", now_ms);
                         self.ack_after(&rec, reply);
                     }
                     Err(e) => self.refuse_after_durable(reply, e),
@@ -804,6 +809,29 @@ impl ShardLoop {
         }
         let token = self.waiters.wait(Waiting::Done(reply));
         self.core.add_output(lsn, Output::Ack(token));
+    }
+
+    /// The `Done` that terminates run `run` at `now_ms` for `reason`, on
+    /// the word of `by` (a client's terminate, a cancel's grace passed).
+    pub(super) fn terminate_record(
+        &self,
+        run: RunId,
+        reason: String,
+        by: &str,
+        now_ms: u64,
+    ) -> RecordBuf {
+        let failure = crate::Failure::with_kind("terminated", reason);
+        RecordBuf::Done {
+            run,
+            status: fusee_core::record::Status::Terminated,
+            finished_ms: now_ms,
+            payload: Payload::from(
+                crate::workflow::encode(&failure)
+                    .unwrap_or_default()
+                    .as_slice(),
+            ),
+            by: Some(Payload::from(by.as_bytes())),
+        }
     }
 
     pub(super) fn ack_after(&mut self, rec: &RecordBuf, reply: super::Reply<()>) {

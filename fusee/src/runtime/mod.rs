@@ -57,6 +57,7 @@ mod checkpoint;
 mod compaction;
 pub(crate) mod driver;
 mod flights;
+mod grace;
 pub(crate) mod host;
 mod inputs;
 mod lifecycle;
@@ -135,6 +136,8 @@ pub(crate) enum Input {
     Cancel {
         id: String,
         reason: String,
+        /// Terminated this long after, if it has not ended (ms).
+        grace_ms: Option<u64>,
         reply: Reply<()>,
     },
     /// Wait for a workflow's result.
@@ -157,6 +160,9 @@ pub(crate) enum Input {
         attempt: u32,
         result: std::result::Result<Vec<u8>, StepError>,
     },
+    /// Running step attempts sent heartbeats: their details wait in the
+    /// shard's hub (`steps`).
+    Heartbeats,
     /// A flush ticket ran (on the flusher); with how long its I/O took.
     Flushed { ticket: FlushTicket, micros: u64 },
     /// A seal ticket ran (on the flusher).
@@ -421,6 +427,13 @@ pub(crate) struct ShardLoop {
     /// acknowledgements owed (`receive`).
     mail: receive::Mail,
     metrics: ShardMetrics,
+    /// Running step attempts' deadlines, heartbeats to record (`steps`).
+    watch: steps::Watch,
+    /// The shard's side of its running step attempts, shared by their
+    /// contexts: heartbeats on their way (`steps`).
+    hub: std::sync::Arc<crate::step::StepHub>,
+    /// Cancelled runs under a grace, terminated when it passes (`grace`).
+    graces: grace::Graces,
     /// The engine's telemetry (`None`: off, or a test driver's loop).
     telemetry: Option<crate::telemetry::ShardTelemetry>,
     /// The search-attribute index (`search`, `crate::attrs`).
@@ -437,6 +450,12 @@ impl ShardLoop {
     /// Counts this shard's durable records into `telemetry` from now on.
     pub(crate) fn attach_telemetry(&mut self, telemetry: crate::telemetry::ShardTelemetry) {
         self.telemetry = Some(telemetry);
+    }
+
+    /// The shard's side of its running step attempts: the driver tells it
+    /// how heartbeats reach the loop ([`crate::step::StepHub::set_poster`]).
+    pub(crate) fn step_hub(&self) -> &crate::step::StepHub {
+        &self.hub
     }
 
     /// The shard's number.
@@ -489,9 +508,18 @@ impl ShardLoop {
         self.flights.is_empty() && !self.seals.is_out() && self.inbox.is_empty()
     }
 
-    /// The core's next timer, in ms.
+    /// The next time only time can bring, in ms: the core's next timer,
+    /// a step attempt's deadline or heartbeat tick (`steps`), or the end
+    /// of a cancel's grace (`grace`).
     pub(crate) fn next_timer(&self) -> Option<u64> {
-        self.core.next_timer()
+        [
+            self.core.next_timer(),
+            self.watch.next_wake(),
+            self.graces.next_wake(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Asks the shard's log whether the shard is still this process's: a
@@ -535,9 +563,10 @@ impl ShardLoop {
         let housekeeping = (self.core.loaded_len() > 0 || self.core.next_expiry().is_some())
             .then_some(self.parking.housekeeping_ms());
         // A step's retry time is the core's retry timer, armed by its
-        // `Attempt` record (see `run`'s docs): `next_timer` has it.
+        // `Attempt` record (see `run`'s docs): `next_timer` has it, and
+        // the running attempts' deadlines and heartbeat ticks.
         [
-            self.core.next_timer(),
+            self.next_timer(),
             checkpoint,
             housekeeping,
             self.next_seal(),
@@ -583,6 +612,8 @@ impl ShardLoop {
         }
         deferred.append(&mut self.inbox);
         self.inbox = deferred;
+        self.watch_steps(now_ms, holding);
+        self.end_graces(now_ms, holding);
         let more = if holding {
             false
         } else {

@@ -229,6 +229,10 @@ impl ShardLoop {
     /// Whether `run` may park: its code (if any) is quiescent and has been
     /// since `idle_since`.
     fn quiescent(&self, run: RunId, idle_since: u64) -> bool {
+        // A cancel's grace is the loop's deadline: the run stays.
+        if self.graces.holds(run) {
+            return false;
+        }
         let Some(live) = self.live.get(&run) else {
             // Dormant: its code was quiescent when it dozed, and nothing
             // reached it since (that would have started its code).

@@ -94,6 +94,7 @@ impl ShardLoop {
             Default::default()
         };
         let mail = Mail::new(shard, config.shards, outbox);
+        let hub = crate::step::StepHub::new(config.max_payload);
         let mut this = Self {
             shard,
             config,
@@ -117,6 +118,9 @@ impl ShardLoop {
                 recovered_records: replayed,
                 ..ShardMetrics::default()
             },
+            watch: Default::default(),
+            hub,
+            graces: Default::default(),
             telemetry: None,
             attr_index: crate::attrs::AttrIndex::default(),
             encode: Vec::new(),
@@ -132,6 +136,7 @@ impl ShardLoop {
         for (run, waits) in unfinished {
             // Offers made during replay emitted no events: make them again.
             this.core.reoffer(run);
+            this.arm_recovered_grace(run);
             // Its code starts when something reaches it, or when the loop
             // has nothing else to do (`live`'s docs): not in the open. A
             // run cut mid-way (waiting on nothing) goes first.

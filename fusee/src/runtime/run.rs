@@ -25,31 +25,49 @@
 //! (a parked run has no machine, and the timer is what wakes the loop:
 //! `ShardLoop::next_wake` reads it through `ShardCore::next_timer`, and
 //! no step is scanned for it).
+//!
+//! # Time limits and heartbeats: the running attempt's
+//!
+//! A running attempt's deadline (its timeout, its heartbeat timeout, the
+//! policy's schedule-to-close limit) and its heartbeat details not yet
+//! recorded are its [`StepSpec`]'s, not the machine's: no record holds a
+//! deadline (a crash forgets the attempt, and the one run again counts
+//! from its own start). What must survive a crash comes from the journal:
+//! the step's first `Began` (where schedule-to-close counts from) and its
+//! latest `Heartbeat` (what the next attempt reads), read once for a step
+//! this process did not begin ([`StepSpec::needs_history`]). The loop's
+//! `steps::Watch` orders the deadlines and records heartbeats on a tick.
 
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::Duration;
 
-use fusee_core::record::{Name, Payload, RecordBuf, RunId, Seq, Status, WaitOutcome};
+use fusee_core::record::{
+    Name, Payload, Record, RecordBuf, RunId, Seq, Status, WaitOutcome, iter_canonical,
+};
 use fusee_core::run::{Abandon, Attempt, Issued, OpError, RetryAt, RunMachine, StepRun};
 use rustc_hash::FxHashMap;
 
 use crate::client::CurrentStep;
 use crate::registry::{Code, Registry, RunFuture};
-use crate::retry::{Decision, RetryPolicy};
-use crate::step::{StepContext, StepFn, StepFuture};
+use crate::retry::{DEFAULT_POLICY, Decision, RetryPolicy};
+use crate::step::{
+    AttemptLink, Cancellable, StepCancel, StepContext, StepError, StepFn, StepFuture, Timeouts,
+};
 use crate::workflow::Failure;
 
 /// A live step the shard must run: the function and its policy, kept until
-/// the step's final record.
+/// the step's final record. Small, as every step has one: what only a step
+/// with a policy of its own, a time limit or heartbeats needs is out of
+/// line ([`StepExtra`]).
 pub(crate) struct StepSpec {
     name: Name,
     f: StepFn,
-    policy: RetryPolicy,
-    /// When its first attempt began (for the policy's time limit).
+    /// When its first attempt (since the latest resume) began, by its
+    /// `Began` (for the policy's time limits); `None` before it began.
     first_ms: Option<u64>,
-    /// An attempt is running.
-    running: bool,
     /// The attempt to run next and when: the machine's answer as of the
     /// latest record for the step (see the [module docs](self)); `None`
     /// once the machine has no attempt to run.
@@ -62,6 +80,71 @@ pub(crate) struct StepSpec {
     /// attempt starts once the run is durable through its gate LSN, which
     /// then covers the `Began`. Any other attempt needs its own first.
     began: Option<u32>,
+    /// The attempt running (0: none; attempts count from 1).
+    running: u32,
+    /// Whether the step was cancelled (its run cancelled, or its future
+    /// dropped by the workflow): no attempt starts after it, a failure
+    /// after it is final ([`StepSpec::due`]).
+    cancelled: Cancel,
+    /// Whether `first_ms` and the latest recorded heartbeat are known:
+    /// true for a step new in this process; else read from the run's
+    /// journal before its first attempt here starts
+    /// ([`StepSpec::read_history`]).
+    known: bool,
+    /// A step's own policy, time limits and heartbeat state: `None` for a
+    /// step with the default policy, no limit, that never heartbeated
+    /// (most), which pays nothing for any of them.
+    extra: Option<Box<StepExtra>>,
+}
+
+/// What only a step with a policy of its own, a time limit or heartbeats
+/// keeps: made by its builder ([`crate::Step`]) for the first two, moved
+/// into its [`StepSpec`], or by its first heartbeat.
+#[derive(Default)]
+pub(crate) struct StepExtra {
+    /// Its retry policy.
+    pub(crate) policy: RetryPolicy,
+    /// Its per-attempt and heartbeat timeouts.
+    pub(crate) timeouts: Timeouts,
+    /// Whether the workflow waits for it when its run is cancelled (the
+    /// code's side only reads it: [`crate::Step::on_cancel`]).
+    pub(crate) wait_on_cancel: bool,
+    /// Whether it has a limit (a timeout, or the policy's
+    /// schedule-to-close): its attempts are watched and cancellable.
+    limited: bool,
+    /// The latest heartbeat details recorded for the step.
+    beat: Option<Arc<[u8]>>,
+    /// When the running attempt started.
+    started_ms: u64,
+    /// The running attempt's latest sign of life: its start or its latest
+    /// heartbeat.
+    alive_ms: u64,
+    /// The running attempt's cancel (a limited step's).
+    link: Option<Arc<AttemptLink>>,
+    /// Details the running attempt reported that are not recorded yet.
+    pending: Option<Vec<u8>>,
+    /// The deadline the running attempt's entry in the loop's watch has
+    /// (`steps::Watch`).
+    deadline: Option<u64>,
+}
+
+/// Whether, and why, a live step was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// It was not.
+    No,
+    /// Its run was cancelled while it was live.
+    Run,
+    /// The workflow dropped its future before its result.
+    Dropped,
+}
+
+/// Which limit a timed-out attempt passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limit {
+    Attempt(Duration),
+    Heartbeat(Duration),
+    ScheduleToClose(Duration),
 }
 
 /// Whether a step's next attempt may start now.
@@ -86,8 +169,13 @@ impl StepSpec {
         let Some(next) = self.next else {
             return Due::No;
         };
-        if self.running {
+        if self.running != 0 {
             return Due::No;
+        }
+        // A cancelled step runs no attempt: its failure is recorded now,
+        // whatever its retry time.
+        if self.cancelled != Cancel::No {
+            return Due::Now(next.attempt);
         }
         match next.at {
             RetryAt::Now => Due::Now(next.attempt),
@@ -113,6 +201,7 @@ impl StepSpec {
             return None;
         }
         self.began = Some(attempt);
+        self.first_ms.get_or_insert(now_ms);
         Some(RecordBuf::Began {
             run,
             seq,
@@ -122,24 +211,220 @@ impl StepSpec {
         })
     }
 
-    /// Starts an attempt with context `cx`: the function's future.
+    /// Starts attempt `attempt` at `now_ms` with context `cx`: the
+    /// function's future, cancellable by the loop when the step has a time
+    /// limit.
     #[inline]
-    pub(crate) fn begin(&mut self, now_ms: u64, cx: StepContext) -> StepFuture {
-        self.running = true;
+    pub(crate) fn begin(&mut self, attempt: u32, now_ms: u64, cx: StepContext) -> StepFuture {
         self.first_ms.get_or_insert(now_ms);
-        (self.f)(cx)
+        self.running = attempt;
+        let future = (self.f)(cx);
+        let Some(w) = self.extra.as_deref_mut() else {
+            return future;
+        };
+        w.started_ms = now_ms;
+        w.alive_ms = now_ms;
+        w.pending = None;
+        w.deadline = None;
+        if !w.limited {
+            w.link = None;
+            return future;
+        }
+        let link = Arc::new(AttemptLink::default());
+        w.link = Some(Arc::clone(&link));
+        Cancellable::wrap(future, link)
     }
 
-    /// The attempt running ended.
+    /// The attempt running, if one is.
     #[inline]
-    pub(crate) fn ended(&mut self) {
-        self.running = false;
+    pub(crate) fn running(&self) -> Option<u32> {
+        (self.running != 0).then_some(self.running)
+    }
+
+    /// The attempt running ended: its details not recorded yet that the
+    /// loop took, and the deadline its entry in the loop's watch has, if
+    /// any.
+    #[inline]
+    pub(crate) fn ended(&mut self) -> (Option<Vec<u8>>, Option<u64>) {
+        self.running = 0;
+        match self.extra.as_deref_mut() {
+            None => (None, None),
+            Some(w) => {
+                w.link = None;
+                (w.pending.take(), w.deadline.take())
+            }
+        }
+    }
+
+    /// The latest heartbeat details recorded for the step, for its next
+    /// attempt's context.
+    #[inline]
+    pub(crate) fn last_beat(&self) -> Option<Arc<[u8]>> {
+        self.extra.as_ref().and_then(|w| w.beat.clone())
+    }
+
+    /// Details `details` of the step are recorded (a `Heartbeat`).
+    pub(crate) fn beat_recorded(&mut self, details: &[u8]) {
+        self.extra.get_or_insert_with(Box::default).beat = Some(Arc::from(details));
+    }
+
+    /// Attempt `attempt` sent a heartbeat with `details` at `now_ms`: true
+    /// if they are the first of it waiting to be recorded.
+    pub(crate) fn heartbeat(&mut self, attempt: u32, details: Vec<u8>, now_ms: u64) -> bool {
+        if self.running() != Some(attempt) {
+            return false;
+        }
+        let w = self.extra.get_or_insert_with(Box::default);
+        w.alive_ms = w.alive_ms.max(now_ms);
+        w.pending.replace(details).is_none()
+    }
+
+    /// Attempt `attempt`'s details waiting to be recorded, taken.
+    pub(crate) fn take_pending(&mut self, attempt: u32) -> Option<Vec<u8>> {
+        if self.running() != Some(attempt) {
+            return None;
+        }
+        self.extra.as_mut().and_then(|w| w.pending.take())
+    }
+
+    /// When the running attempt times out (the earliest of its own
+    /// timeout, its heartbeat timeout and the policy's schedule-to-close
+    /// limit), and which limit that is; `None` with no attempt running or
+    /// no limit.
+    fn deadline(&self) -> Option<(u64, Limit)> {
+        self.running()?;
+        let w = self.extra.as_deref().filter(|w| w.limited)?;
+        let after = |from: u64, d: Duration| from.saturating_add(d.as_millis() as u64);
+        [
+            w.timeouts
+                .attempt
+                .map(|d| (after(w.started_ms, d), Limit::Attempt(d))),
+            w.timeouts
+                .heartbeat
+                .map(|d| (after(w.alive_ms, d), Limit::Heartbeat(d))),
+            w.policy
+                .schedule_to_close
+                .zip(self.first_ms)
+                .map(|(d, first)| (after(first, d), Limit::ScheduleToClose(d))),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(at, _)| *at)
+    }
+
+    /// When the running attempt times out, if it can: the time the loop
+    /// watches it at from now on (kept, so its entry is removed when it
+    /// ends).
+    #[inline]
+    pub(crate) fn watch_at(&mut self) -> Option<u64> {
+        self.extra.as_ref()?;
+        let at = self.deadline().map(|(at, _)| at);
+        if let Some(w) = self.extra.as_deref_mut() {
+            w.deadline = at;
+        }
+        at
+    }
+
+    /// If attempt `attempt` is running and past its deadline at `now_ms`:
+    /// cancels its future (dropped at its task's next poll) and returns
+    /// its failure, kind `timeout` (final once the schedule-to-close limit
+    /// passed, else retried by the policy).
+    pub(crate) fn time_out(&mut self, attempt: u32, now_ms: u64) -> Option<StepError> {
+        if self.running() != Some(attempt) {
+            return None;
+        }
+        let (at, limit) = self.deadline()?;
+        if at > now_ms {
+            return None;
+        }
+        let name = &self.name;
+        let error = match limit {
+            Limit::Attempt(d) => StepError::retryable(format!(
+                "step `{name}` attempt {attempt} ran past its timeout of {d:?}"
+            )),
+            Limit::Heartbeat(d) => StepError::retryable(format!(
+                "step `{name}` attempt {attempt} sent no heartbeat within its heartbeat timeout of {d:?}"
+            )),
+            Limit::ScheduleToClose(d) => StepError::fatal(format!(
+                "step `{name}` ran past its schedule-to-close limit of {d:?} (attempt {attempt} was running)"
+            )),
+        };
+        if let Some(link) = self.extra.as_ref().and_then(|w| w.link.as_ref()) {
+            link.cancel();
+        }
+        Some(error.kind("timeout"))
+    }
+
+    /// The failure of a step whose next attempt would start past its
+    /// schedule-to-close limit, after attempt `attempt` failed with `e`.
+    pub(crate) fn out_of_time(&self, attempt: u32, e: &StepError) -> StepError {
+        let limit = self.policy().schedule_to_close.unwrap_or_default();
+        StepError::fatal(format!(
+            "step `{}` ran out of its schedule-to-close limit of {limit:?}: no retry after attempt {attempt}, which failed: {e}",
+            self.name
+        ))
+        .kind("timeout")
+    }
+
+    /// Whether the step's start time and last heartbeat must be read from
+    /// its run's journal before its next attempt starts here.
+    #[inline]
+    pub(crate) fn needs_history(&self) -> bool {
+        !self.known
+    }
+
+    /// Reads, from its run's canonical journal, when the step's first
+    /// attempt since its latest resume began and its latest heartbeat
+    /// details: what a crash or an unload took from memory.
+    fn read_history(&mut self, seq: Seq, journal: &[u8]) {
+        self.known = true;
+        for item in iter_canonical(journal) {
+            let Ok((rec, _)) = item else { break };
+            match rec {
+                Record::Began {
+                    seq: s, started_ms, ..
+                } if s == seq => {
+                    self.first_ms.get_or_insert(started_ms);
+                }
+                Record::Resume { seq: s, .. } if s == seq => self.first_ms = None,
+                Record::Heartbeat {
+                    seq: s, payload, ..
+                } if s == seq => self.beat_recorded(payload),
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the step was cancelled (see [`StepSpec::cancel_error`]).
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled != Cancel::No
+    }
+
+    /// The failure recorded for a cancelled step whose attempt `attempt`
+    /// never started (the run's cancel's reason `reason`).
+    pub(crate) fn cancel_error(&self, attempt: u32, reason: &str) -> StepError {
+        let why = match self.cancelled {
+            Cancel::Dropped => StepCancel::Dropped,
+            _ => StepCancel::RunCancelled(reason.to_string()),
+        };
+        StepError::fatal(format!(
+            "step `{}` was cancelled before attempt {attempt} started: {why}",
+            self.name
+        ))
+        .kind("cancelled")
+    }
+
+    /// The step's retry policy.
+    #[inline]
+    fn policy(&self) -> &RetryPolicy {
+        self.extra.as_ref().map_or(&DEFAULT_POLICY, |w| &w.policy)
     }
 
     /// What the step's policy decides about failed attempt `attempt`
     /// (counted since the latest resume) of kind `kind`.
     pub(crate) fn decide(&self, attempt: u32, kind: Option<&str>, now_ms: u64) -> Decision {
-        self.policy.decide(
+        self.policy().decide(
             attempt.saturating_sub(self.resumed_after),
             kind,
             self.first_ms.unwrap_or(now_ms),
@@ -150,7 +435,7 @@ impl StepSpec {
     /// Whether an attempt could start without a record or a time coming
     /// first: it holds the run from parking.
     fn busy(&self) -> bool {
-        self.running
+        self.running != 0
             || self
                 .next
                 .is_some_and(|a| a.at == RetryAt::Now || self.began == Some(a.attempt))
@@ -219,6 +504,14 @@ pub(crate) struct RunState<C: Code> {
     wakers: FxHashMap<Seq, Waker>,
     /// Live steps, by operation.
     steps: FxHashMap<Seq, StepSpec>,
+    /// Running attempts told to stop by the code's side (its run
+    /// cancelled, a step's future dropped): the loop tells the hub after
+    /// the poll ([`RunState::take_step_cancels`]).
+    step_cancels: Vec<(Seq, u32, StepCancel)>,
+    /// Whether a step may need its history read from the journal
+    /// ([`StepSpec::needs_history`]): set when one is made, cleared when
+    /// read, so starting steps looks at no step for it otherwise.
+    unknown_steps: bool,
     fault: Option<Fault>,
     /// Cancellations delivered to the code: an operation pending when one
     /// arrived ends with a `cancelled` error.
@@ -318,6 +611,8 @@ impl<C: Code> RunState<C> {
             outcomes: FxHashMap::default(),
             wakers: FxHashMap::default(),
             steps: FxHashMap::default(),
+            unknown_steps: false,
+            step_cancels: Vec::new(),
             fault: None,
             cancels: 0,
             cancel_reason: String::new(),
@@ -362,6 +657,26 @@ impl<C: Code> RunState<C> {
         self.fault.take()
     }
 
+    /// Running attempts the code's side cancelled since the last call:
+    /// the loop tells them through its hub.
+    #[inline]
+    pub(crate) fn take_step_cancels(&mut self) -> Vec<(Seq, u32, StepCancel)> {
+        std::mem::take(&mut self.step_cancels)
+    }
+
+    /// The run's running attempts (step, attempt), to tell when it ends.
+    pub(crate) fn running_steps(&self) -> impl Iterator<Item = (Seq, u32)> + '_ {
+        self.steps
+            .iter()
+            .filter(|(_, spec)| spec.running != 0)
+            .map(|(seq, spec)| (*seq, spec.running))
+    }
+
+    /// The latest cancellation's reason.
+    pub(crate) fn cancel_reason(&self) -> &str {
+        &self.cancel_reason
+    }
+
     /// The records the code asked for since the last call, in order.
     #[inline]
     pub(crate) fn take_appends(&mut self) -> Vec<RecordBuf> {
@@ -377,6 +692,17 @@ impl<C: Code> RunState<C> {
     /// end with a `cancelled` error.
     pub(crate) fn cancel(&mut self, reason: String) {
         self.cancels += 1;
+        // Its live steps are cancelled: a running attempt is told, no
+        // attempt starts after (a step called after it is not).
+        for (seq, spec) in self.steps.iter_mut() {
+            if spec.cancelled == Cancel::No {
+                spec.cancelled = Cancel::Run;
+                if spec.running != 0 {
+                    let why = StepCancel::RunCancelled(reason.clone());
+                    self.step_cancels.push((*seq, spec.running, why));
+                }
+            }
+        }
         self.cancel_reason = reason;
         for (_, w) in self.wakers.drain() {
             w.wake();
@@ -411,7 +737,9 @@ impl<C: Code> RunState<C> {
     /// its retry time) and none running.
     #[inline]
     pub(crate) fn has_step_to_start(&self) -> bool {
-        self.steps.values().any(|s| !s.running && s.next.is_some())
+        self.steps
+            .values()
+            .any(|s| s.running == 0 && s.next.is_some())
     }
 
     /// The run's live steps, to start their attempts.
@@ -430,6 +758,24 @@ impl<C: Code> RunState<C> {
     #[inline]
     pub(crate) fn step_ended(&mut self, seq: Seq) {
         self.steps.remove(&seq);
+    }
+
+    /// Reads, from the run's whole canonical journal, what its steps that
+    /// need it ([`StepSpec::needs_history`]) lost from memory.
+    pub(crate) fn read_step_history(&mut self, journal: &[u8]) {
+        self.unknown_steps = false;
+        for (seq, spec) in self.steps.iter_mut() {
+            if spec.needs_history() {
+                spec.read_history(*seq, journal);
+            }
+        }
+    }
+
+    /// Whether one of the run's steps needs its history read
+    /// ([`read_step_history`](Self::read_step_history)).
+    #[inline]
+    pub(crate) fn steps_need_history(&self) -> bool {
+        self.unknown_steps
     }
 
     /// The loop appended an `Attempt` for step `seq`: its next attempt is
@@ -480,7 +826,7 @@ impl<C: Code> RunState<C> {
             .map(|(_, spec)| CurrentStep {
                 name: spec.name.to_string(),
                 attempt: spec.next.map_or(0, |a| a.attempt),
-                running: spec.running,
+                running: spec.running != 0,
                 paused: matches!(
                     spec.next,
                     Some(Attempt {
@@ -623,22 +969,25 @@ impl<C: Code> RunState<C> {
     }
 
     /// The code calls step `name`: its operation, and, unless the journal
-    /// holds its result, a live step the loop runs with `f` by `policy`.
+    /// holds its result, a live step the loop runs with `f` by `extra`'s
+    /// policy and limits (`None`: the defaults).
     /// `None` when the run cannot go on.
     #[inline]
     pub(crate) fn call_step(
         &mut self,
         name: &Name,
         f: &StepFn,
-        policy: &RetryPolicy,
+        extra: Option<Box<StepExtra>>,
     ) -> Option<Seq> {
         let start = self.issue(|m| m.step(name))?;
         if let StepRun::Attempt(a) = start.run {
             // A new step's first `Began`, asked by the machine in call
             // order: it rides in the flush of the records before it.
+            let mut first_ms = None;
             let began = start.began.then(|| {
                 let (run, seq, attempt) = (self.run, start.seq, a.attempt);
                 let started_ms = self.now_ms();
+                first_ms = Some(started_ms);
                 self.appends.push(RecordBuf::Began {
                     run,
                     seq,
@@ -648,17 +997,28 @@ impl<C: Code> RunState<C> {
                 });
                 attempt
             });
+            let extra = extra.map(|mut x| {
+                x.limited =
+                    x.timeouts != Timeouts::default() || x.policy.schedule_to_close.is_some();
+                x
+            });
+            // A new step has no history; one the journal holds begun or
+            // retried has.
+            let known = began.is_some();
+            self.unknown_steps |= !known;
             self.steps.insert(
                 start.seq,
                 StepSpec {
                     name: name.clone(),
                     f: f.clone(),
-                    policy: policy.clone(),
-                    first_ms: None,
-                    running: false,
+                    first_ms,
                     next: Some(a),
                     resumed_after: 0,
                     began,
+                    running: 0,
+                    cancelled: Cancel::No,
+                    known,
+                    extra,
                 },
             );
         }
@@ -703,6 +1063,23 @@ impl<C: Code> RunState<C> {
     /// Registers query handler `name`.
     pub(crate) fn on_query(&mut self, name: String, handler: QueryHandler) {
         self.queries.insert(name, handler);
+    }
+
+    /// Step `seq`'s future was dropped before its result (it lost a
+    /// race): the step is cancelled (its running attempt told, no attempt
+    /// after), unless it was already or has ended.
+    pub(crate) fn abandon_step(&mut self, seq: Seq) {
+        self.wakers.remove(&seq);
+        let Some(spec) = self.steps.get_mut(&seq) else {
+            return;
+        };
+        if spec.cancelled == Cancel::No {
+            spec.cancelled = Cancel::Dropped;
+            if spec.running != 0 {
+                self.step_cancels
+                    .push((seq, spec.running, StepCancel::Dropped));
+            }
+        }
     }
 
     /// Wait `seq` was dropped before it ended (it lost a race): recorded

@@ -74,7 +74,11 @@ impl ShardLoop {
                         outcome: WaitOutcome::Signal(ordinal),
                     });
                 }
-                Event::Finished { run } => self.live.forget(run),
+                Event::Finished { run } => {
+                    self.steps_run_ended(run);
+                    self.graces.ended(run);
+                    self.live.forget(run);
+                }
                 Event::NeedLoad { run } => {
                     if let Err(e) = self.load(run, now_ms) {
                         self.fail(e);
@@ -289,9 +293,15 @@ impl ShardLoop {
                 None => true,
             });
         let fault = live.state.borrow_mut().take_fault();
-        let asked = live.state.borrow_mut().take_appends();
+        let (asked, cancels) = {
+            let mut s = live.state.borrow_mut();
+            (s.take_appends(), s.take_step_cancels())
+        };
         if live.state.borrow().has_step_to_start() {
             self.live.step_due(run);
+        }
+        if !cancels.is_empty() {
+            self.tell_cancels(run, cancels);
         }
         let reuse_seq = self.sabotaged(Sabotage::ReuseSeq);
         for mut rec in asked {

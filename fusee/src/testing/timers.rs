@@ -109,6 +109,54 @@ impl Timers {
     }
 }
 
+/// Sleeps on a [`TestEngine`](super::TestEngine)'s virtual clock for a
+/// step function's own code ([`TestEngine::sleeper`](super::TestEngine::sleeper)):
+/// a step that works for a while, heartbeating between two sleeps, runs
+/// on virtual time, and the kit counts it as waiting for time (so the
+/// clock moves on to its deadline when everything else waits). Valid
+/// across the engine's crashes.
+#[derive(Clone)]
+pub struct Sleeper {
+    clock: VirtualClock,
+    timers: Arc<Timers>,
+}
+
+impl std::fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleeper")
+            .field("now_ms", &self.clock.now_ms())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sleeper {
+    /// A sleeper on `timers`' clock.
+    pub(crate) fn new(timers: &Arc<Timers>) -> Self {
+        Self {
+            clock: timers.clock.clone(),
+            timers: Arc::clone(timers),
+        }
+    }
+
+    /// The virtual time now, in ms since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Returns once the virtual clock moved `d` past now. `Err` (kind
+    /// `mock`) if the engine the step runs in crashed meanwhile: nobody
+    /// takes its result.
+    pub async fn sleep(&self, d: std::time::Duration) -> Result<(), crate::StepError> {
+        let ms = d.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.timers
+            .sleep_until(self.clock.now_ms().saturating_add(ms))
+            .await
+            .map_err(|Abandoned| {
+                crate::StepError::retryable("the test engine crashed").kind("mock")
+            })
+    }
+}
+
 /// The sleep's engine crashed before its deadline.
 #[derive(Debug)]
 pub(crate) struct Abandoned;

@@ -41,7 +41,13 @@
 //!   across crashes.
 //! - Once faults stop, every workflow finishes, within a bounded number of
 //!   actions and of simulated time, and finishes `Ok` (the programs are
-//!   built to succeed: a failure is the engine's).
+//!   built to succeed: a failure is the engine's), or, for a client that
+//!   cancelled it, cancelled or terminated.
+//! - With [`SimConfig::cancels`]: about half the clients cancel their
+//!   workflow with a grace ([`crate::Engine::cancel_with_grace`]) at a time
+//!   the seed chooses, often with steps in flight (a saga swallows the
+//!   cancel and goes on); no step attempt of a cancelled run starts after
+//!   its grace ended.
 //!
 //! # Sabotage
 //!
@@ -79,6 +85,9 @@ pub struct SimConfig {
     pub sabotage: Option<Sabotage>,
     /// The disk under the shards.
     pub disk: SimDisk,
+    /// Some clients cancel their workflow with a grace (off by default:
+    /// [`SimConfig::with_cancels`]).
+    pub cancels: bool,
 }
 
 /// The disk a simulation runs on.
@@ -113,7 +122,16 @@ impl SimConfig {
             } else {
                 SimDisk::Memory
             },
+            cancels: false,
         }
+    }
+
+    /// The same simulation with clients cancelling their workflows with a
+    /// grace ([`SimConfig::cancels`]; the cancels are drawn from a stream
+    /// of their own, so the rest of the seed's choices stay as they were).
+    pub fn with_cancels(mut self) -> Self {
+        self.cancels = true;
+        self
     }
 
     /// The same simulation with `sabotage` switched on.
@@ -150,6 +168,11 @@ pub struct SimReport {
     pub service_calls: u32,
     /// The simulated clock at the end (ms since the Unix epoch).
     pub end_ms: u64,
+    /// Cancels with a grace acknowledged ([`SimConfig::cancels`]).
+    pub cancels_acked: u32,
+    /// Of those, the ones acknowledged while a step attempt of the run was
+    /// in flight.
+    pub cancels_with_steps_in_flight: u32,
 }
 
 /// A simulation that failed: which check, what it saw, and the command
@@ -175,13 +198,18 @@ impl SimFailure {
             .sabotage
             .map(|s| format!(" FUSEE_SIM_SABOTAGE={s:?}"))
             .unwrap_or_default();
+        let cancels = if cfg.cancels {
+            " FUSEE_SIM_CANCELS=1"
+        } else {
+            ""
+        };
         SimFailure {
             seed: cfg.seed,
             sabotage: cfg.sabotage,
             check,
             detail,
             replay: format!(
-                "FUSEE_SIM_SEED={}{sabotage} cargo test -p fusee --features testing --test sim -- --nocapture replay",
+                "FUSEE_SIM_SEED={}{sabotage}{cancels} cargo test -p fusee --features testing --test sim -- --nocapture replay",
                 cfg.seed
             ),
         }

@@ -105,6 +105,20 @@ struct Client {
     signals: Vec<(u32, usize, u64)>,
     /// (action, nonce) of the updates it sends, in order.
     updates: Vec<(u32, u64)>,
+    /// (action, grace ms) of its cancel with a grace, if it sends one.
+    cancel: Option<(u32, u64)>,
+    /// Its cancel was sent (its workflow may end cancelled or terminated).
+    cancel_sent: bool,
+}
+
+/// A cancelled run and when its grace ended at the latest: no step
+/// attempt of it may start after.
+struct Graced {
+    id: String,
+    /// The run's shard and number (numbers are per shard).
+    shard: u32,
+    run: RunId,
+    end_ms: u64,
 }
 
 /// An update a client got the result of: its `Update` is on record.
@@ -131,6 +145,7 @@ enum Pending {
         String,
         oneshot::Receiver<EngineResult<RunResult>>,
     ),
+    Cancel(usize, u64, oneshot::Receiver<EngineResult<()>>),
 }
 
 pub(super) struct World {
@@ -156,6 +171,11 @@ pub(super) struct World {
     pending: Vec<Pending>,
     acked_signals: Vec<AckedSignal>,
     acked_updates: Vec<AckedUpdate>,
+    /// Runs cancelled with a grace, acknowledged.
+    graced: Vec<Graced>,
+    /// Cancels acknowledged while the shards were down (a power cut):
+    /// (client, grace, when), looked at once they are up.
+    cancels_to_check: Vec<(usize, u64, u64)>,
     /// Results reported to clients, by workflow ID.
     results: BTreeMap<String, (Status, Vec<u8>)>,
     action: u32,
@@ -172,6 +192,9 @@ impl World {
         let service = Arc::new(Mutex::new(Service::default()));
         let registry = Registry::default();
         workload::register(&registry, Arc::clone(&programs), Arc::clone(&service));
+        // Cancels come from a stream of their own: the seed's other choices
+        // stay as they were without them.
+        let mut cancel_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xca9c_e1ed);
         let clients = (0..cfg.workflows)
             .map(|i| {
                 let program = 4 + i;
@@ -193,8 +216,16 @@ impl World {
                     .map(|_| (start_at + rng.u32(0..cfg.actions.max(1)), rng.u64(1..)))
                     .collect();
                 updates.sort();
+                let cancel = (cfg.cancels && cancel_rng.bool()).then(|| {
+                    (
+                        start_at + cancel_rng.u32(0..cfg.actions.max(1) / 2 + 1),
+                        cancel_rng.u64(0..1_000),
+                    )
+                });
                 Client {
                     updates,
+                    cancel,
+                    cancel_sent: false,
                     id: format!("wf-{i}"),
                     program,
                     start_at,
@@ -246,6 +277,8 @@ impl World {
             pending: Vec::new(),
             acked_signals: Vec::new(),
             acked_updates: Vec::new(),
+            graced: Vec::new(),
+            cancels_to_check: Vec::new(),
             results: BTreeMap::new(),
             action: 0,
             random_cuts: 0,
@@ -261,6 +294,8 @@ impl World {
                 flushes_out_of_turn: 0,
                 service_calls: 0,
                 end_ms: 0,
+                cancels_acked: 0,
+                cancels_with_steps_in_flight: 0,
             },
         };
         world.open_shards()?;
@@ -323,9 +358,19 @@ impl World {
         self.report.finished = self.clients.len() as u32;
         // The programs are built to succeed: steps fail fewer times than
         // the retry policy allows, children have IDs of their own.
-        if let Some((id, (status, payload))) =
-            self.results.iter().find(|(_, (s, _))| *s != Status::Ok)
-        {
+        // A client that cancelled may see its workflow cancelled or
+        // terminated.
+        let cancelled: Vec<&str> = self
+            .clients
+            .iter()
+            .filter(|c| c.cancel_sent)
+            .map(|c| c.id.as_str())
+            .collect();
+        if let Some((id, (status, payload))) = self.results.iter().find(|(id, (s, _))| {
+            *s != Status::Ok
+                && !(cancelled.contains(&id.as_str())
+                    && matches!(s, Status::Cancelled | Status::Terminated))
+        }) {
             return Err(self.fail(
                 "unexpected failure",
                 format!(
@@ -468,6 +513,19 @@ impl World {
             self.seals.push((s as u32, ticket));
         }
         for job in steps {
+            if let Some(g) = self
+                .graced
+                .iter()
+                .find(|g| g.shard == s as u32 && g.run == job.run && self.now_ms > g.end_ms)
+            {
+                return Err(self.fail(
+                    "step after a cancel's grace",
+                    format!(
+                        "{} (shard {} run {}): step {} attempt {} started at {}, its grace ended by {}",
+                        g.id, g.shard, g.run, job.seq, job.attempt, self.now_ms, g.end_ms
+                    ),
+                ));
+            }
             self.steps.push((s as u32, job));
         }
         for (target, input) in messages {
@@ -599,6 +657,24 @@ impl World {
                 self.busy[shard] = true;
                 self.pending.push(Pending::Update(c, run, update_id, rx));
             }
+            // Its cancel, with a grace, when its time comes.
+            if let Some((at, grace_ms)) = self.clients[c].cancel
+                && !self.clients[c].cancel_sent
+                && (!faults || at <= self.action)
+            {
+                self.clients[c].cancel_sent = true;
+                let (reply, rx) = oneshot::channel();
+                let id = self.clients[c].id.clone();
+                let shard = shard_of(&id, shards) as usize;
+                self.shards[shard].handle(Input::Cancel {
+                    id,
+                    reason: "the simulator cancels".to_string(),
+                    grace_ms: Some(grace_ms),
+                    reply,
+                });
+                self.busy[shard] = true;
+                self.pending.push(Pending::Cancel(c, grace_ms, rx));
+            }
             // Now and then a client asks for the result.
             if self.rng.u32(0..200) == 0 {
                 let (reply, rx) = oneshot::channel();
@@ -653,6 +729,13 @@ impl World {
                         still.push(Pending::Update(c, run, update_id, rx))
                     }
                 },
+                Pending::Cancel(c, grace_ms, mut rx) => match rx.try_recv() {
+                    Ok(Ok(())) => self.cancels_to_check.push((c, grace_ms, self.now_ms)),
+                    Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
+                    Err(oneshot::error::TryRecvError::Empty) => {
+                        still.push(Pending::Cancel(c, grace_ms, rx))
+                    }
+                },
                 Pending::Result(c, mut rx) => match rx.try_recv() {
                     Ok(Ok(r)) => self.reported(c, r)?,
                     Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
@@ -661,6 +744,49 @@ impl World {
             }
         }
         self.pending = still;
+        if !self.shards.is_empty() {
+            for (c, grace_ms, acked_ms) in std::mem::take(&mut self.cancels_to_check) {
+                self.cancel_acked(c, grace_ms, acked_ms)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A client's cancel with a grace of `grace_ms` was acknowledged at
+    /// `acked_ms`: the run it reached (the current run, once its journal
+    /// holds a `Cancel`) starts no step attempt after `acked_ms` + the
+    /// grace (the loop took the cancel no later, and counts the grace from
+    /// then).
+    fn cancel_acked(&mut self, c: usize, grace_ms: u64, acked_ms: u64) -> Result<(), SimFailure> {
+        let id = self.clients[c].id.clone();
+        let shard = shard_of(&id, self.cfg.shards) as usize;
+        let view = self.shards[shard]
+            .view(&id)
+            .map_err(|e| self.fail("read back", format!("{id}: {e}")))?;
+        let Some(v) = view else {
+            return Ok(());
+        };
+        if !v
+            .journal
+            .iter()
+            .any(|r| matches!(r, fusee_core::record::RecordBuf::Cancel { .. }))
+        {
+            return Ok(());
+        }
+        self.report.cancels_acked += 1;
+        if self
+            .steps
+            .iter()
+            .any(|(s, job)| *s as usize == shard && job.run == v.run)
+        {
+            self.report.cancels_with_steps_in_flight += 1;
+        }
+        self.graced.push(Graced {
+            id,
+            shard: shard as u32,
+            run: v.run,
+            end_ms: acked_ms + grace_ms,
+        });
         Ok(())
     }
 
@@ -834,6 +960,7 @@ impl World {
                 Pending::Signal(c, ..) => format!("signal to {}", self.clients[*c].id),
                 Pending::Result(c, _) => format!("result of {}", self.clients[*c].id),
                 Pending::Update(c, ..) => format!("update of {}", self.clients[*c].id),
+                Pending::Cancel(c, ..) => format!("cancel of {}", self.clients[*c].id),
             })
             .collect();
         let mut detail = format!("requests never answered: {waiting:?}");

@@ -1,0 +1,139 @@
+//! Cancels with a grace period ([`crate::Engine::cancel_with_grace`]): a
+//! cancel the code cannot swallow. The run is cancelled as by a plain
+//! cancel (its code sees `cancelled` errors and may clean up), and if it
+//! has not ended when the grace passes, the loop terminates it with the
+//! cancel's reason.
+//!
+//! The grace is durable: it rides in an `Attributes` record appended right
+//! after the `Cancel` (key [`GRACE_KEY`]: `{"until_ms": u64, "reason":
+//! str}`), which the run's table entry keeps, so a recovery arms it again
+//! ([`ShardLoop::arm_recovered_grace`]) and a restart never lets a run out
+//! of its grace. A run under a grace never parks (its deadline is the
+//! loop's, not the core's timers), and the grace is forgotten when the run
+//! ends.
+
+use std::collections::BTreeSet;
+
+use fusee_core::record::{Payload, RecordBuf, RunId};
+use rustc_hash::FxHashMap;
+
+use super::ShardLoop;
+
+/// The `Attributes` key of a cancel's grace.
+pub(crate) const GRACE_KEY: &str = "fusee.cancel_grace";
+
+/// The runs under a cancel's grace: when each is terminated, and why.
+#[derive(Default)]
+pub(crate) struct Graces {
+    /// (until, run), earliest first.
+    due: BTreeSet<(u64, RunId)>,
+    /// Run → (until, the cancel's reason).
+    runs: FxHashMap<RunId, (u64, String)>,
+    /// The time of the latest pass that looked: a grace come and not acted
+    /// on yet (a checkpoint held the pass) asks for a wake-up just after
+    /// it, not a spin.
+    seen_ms: u64,
+}
+
+impl Graces {
+    /// When the loop must look again: the earliest grace's end.
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        self.due
+            .first()
+            .map(|(at, _)| (*at).max(self.seen_ms.saturating_add(1)))
+    }
+
+    /// Whether `run` is under a grace (it must not park).
+    pub(crate) fn holds(&self, run: RunId) -> bool {
+        !self.runs.is_empty() && self.runs.contains_key(&run)
+    }
+
+    /// Run `run` is terminated at `until_ms` unless it ends first; an
+    /// earlier grace already armed for it stands.
+    fn arm(&mut self, run: RunId, until_ms: u64, reason: String) {
+        if let Some((at, _)) = self.runs.get(&run)
+            && *at <= until_ms
+        {
+            return;
+        }
+        if let Some((at, _)) = self.runs.insert(run, (until_ms, reason)) {
+            self.due.remove(&(at, run));
+        }
+        self.due.insert((until_ms, run));
+    }
+
+    /// Run `run` ended: its grace, if any, is over.
+    pub(crate) fn ended(&mut self, run: RunId) {
+        if self.runs.is_empty() {
+            return;
+        }
+        if let Some((at, _)) = self.runs.remove(&run) {
+            self.due.remove(&(at, run));
+        }
+    }
+}
+
+/// The `Attributes` payload of a grace until `until_ms` for `reason`.
+fn grace_payload(until_ms: u64, reason: &str) -> Vec<u8> {
+    serde_json::json!({ GRACE_KEY: { "until_ms": until_ms, "reason": reason } })
+        .to_string()
+        .into_bytes()
+}
+
+/// The grace an `Attributes` payload sets, if it sets one.
+fn grace_in(payload: &[u8]) -> Option<(u64, String)> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    let grace = value.get(GRACE_KEY)?;
+    let until = grace.get("until_ms")?.as_u64()?;
+    let reason = grace.get("reason")?.as_str()?.to_string();
+    Some((until, reason))
+}
+
+impl ShardLoop {
+    /// The record of run `run`'s grace until `until_ms` for `reason`,
+    /// appended right after its `Cancel`; armed now.
+    pub(super) fn grace_record(&mut self, run: RunId, until_ms: u64, reason: &str) -> RecordBuf {
+        self.graces.arm(run, until_ms, reason.to_string());
+        RecordBuf::Attributes {
+            run,
+            payload: Payload::from(grace_payload(until_ms, reason).as_slice()),
+        }
+    }
+
+    /// A recovered, unfinished run `run`: its grace, if its records hold
+    /// one, is armed again.
+    pub(super) fn arm_recovered_grace(&mut self, run: RunId) {
+        let grace = self
+            .core
+            .get(run)
+            .and_then(|l| l.attrs.iter().rev().find_map(|a| grace_in(a)));
+        if let Some((until, reason)) = grace {
+            self.graces.arm(run, until, reason);
+        }
+    }
+
+    /// Each pass: terminates every run whose grace passed at `now_ms` and
+    /// that has not ended, with its cancel's reason; nothing while a
+    /// checkpoint holds new records back (`holding`).
+    pub(super) fn end_graces(&mut self, now_ms: u64, holding: bool) {
+        self.graces.seen_ms = now_ms;
+        if holding || self.life.has_failed() {
+            return;
+        }
+        while let Some(&(at, run)) = self.graces.due.first() {
+            if at > now_ms {
+                break;
+            }
+            self.graces.due.pop_first();
+            let Some((_, reason)) = self.graces.runs.remove(&run) else {
+                continue;
+            };
+            if self.core.get(run).is_none_or(|l| l.is_done()) {
+                continue;
+            }
+            tracing::debug!(run, %reason, "a cancelled run outlived its grace: terminated");
+            let rec = self.terminate_record(run, reason, "cancel grace", now_ms);
+            self.append(&rec);
+        }
+    }
+}

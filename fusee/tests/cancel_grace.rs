@@ -1,0 +1,197 @@
+//! A cancel the code cannot swallow (issue 32, item 2):
+//! `Engine::cancel_with_grace` terminates a run that has not ended when
+//! its grace passes, with the cancel's reason, also across a crash; a
+//! plain `cancel` stays cooperative. On the test kit's virtual clock.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use fusee::testing::{Sleeper, TestEngine};
+use fusee::{Ctx, Engine, Failure, RetryPolicy, RunStatus, Status, StepContext, Workflow};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Code that swallows every cancel: it sleeps an hour, again and again.
+const STUBBORN: Workflow<(), u32> = Workflow::new("stubborn");
+/// Code that ends at its cancel (the sleep's `cancelled` error returned).
+const POLITE: Workflow<(), u32> = Workflow::new("polite");
+
+async fn kit() -> TestEngine {
+    TestEngine::open(|engine: &Engine| {
+        engine.register(STUBBORN, |ctx: Ctx, ()| async move {
+            let mut naps = 0u32;
+            loop {
+                let _ = ctx.sleep("nap", HOUR).await;
+                naps += 1;
+                if naps > 1_000 {
+                    return Ok::<_, Failure>(naps);
+                }
+            }
+        });
+        engine.register(POLITE, |ctx: Ctx, ()| async move {
+            ctx.sleep("nap", HOUR).await?;
+            Ok::<_, Failure>(1)
+        });
+    })
+    .await
+    .expect("open")
+}
+
+async fn status(kit: &TestEngine, id: &str) -> RunStatus {
+    kit.engine().describe(id).await.expect("describe").status
+}
+
+/// The grace passes with the code still running: the run is terminated
+/// with the cancel's reason, exactly at the grace's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_with_grace_terminates_code_that_swallows_it() {
+    let kit = kit().await;
+    kit.engine()
+        .start(STUBBORN, "s-1", &())
+        .await
+        .expect("start");
+    let at = kit.now_ms();
+    kit.engine()
+        .cancel_with_grace("s-1", "shutting down", Duration::from_secs(30))
+        .await
+        .expect("cancel");
+    let err = kit.result(STUBBORN, "s-1").await.expect_err("terminated");
+    let text = err.to_string();
+    assert!(text.contains("terminated"), "{text}");
+    assert!(text.contains("shutting down"), "{text}");
+    assert_eq!(kit.now_ms() - at, 30_000, "at the grace's end");
+    assert_eq!(
+        status(&kit, "s-1").await,
+        RunStatus::Finished(Status::Terminated)
+    );
+}
+
+/// A plain cancel is cooperative: code that swallows it runs on (hours
+/// later it still does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_cancel_can_be_swallowed() {
+    let kit = kit().await;
+    kit.engine()
+        .start(STUBBORN, "s-2", &())
+        .await
+        .expect("start");
+    kit.engine().cancel("s-2", "please").await.expect("cancel");
+    kit.advance(3 * HOUR).await.expect("advance");
+    assert_eq!(status(&kit, "s-2").await, RunStatus::Running);
+}
+
+/// The grace is recorded with the cancel: a crash during it does not let
+/// the run out, and the run is terminated at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_holds_across_a_crash() {
+    let mut kit = kit().await;
+    kit.engine()
+        .start(STUBBORN, "s-3", &())
+        .await
+        .expect("start");
+    let at = kit.now_ms();
+    kit.engine()
+        .cancel_with_grace("s-3", "moving house", Duration::from_secs(60))
+        .await
+        .expect("cancel");
+    kit.advance(Duration::from_secs(10)).await.expect("advance");
+    kit.crash().await.expect("crash");
+    let err = kit.result(STUBBORN, "s-3").await.expect_err("terminated");
+    assert!(err.to_string().contains("moving house"), "{err}");
+    assert_eq!(kit.now_ms() - at, 60_000, "at the recorded grace's end");
+}
+
+/// Code that ends at its cancel ends as cancelled, and its grace, passing
+/// later, changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_that_ends_within_its_grace_is_not_terminated() {
+    let kit = kit().await;
+    kit.engine().start(POLITE, "p-1", &()).await.expect("start");
+    kit.engine()
+        .cancel_with_grace("p-1", "done here", Duration::from_secs(30))
+        .await
+        .expect("cancel");
+    let err = kit.result(POLITE, "p-1").await.expect_err("cancelled");
+    assert!(err.to_string().contains("cancel"), "{err}");
+    kit.advance(Duration::from_secs(60)).await.expect("advance");
+    assert_eq!(
+        status(&kit, "p-1").await,
+        RunStatus::Finished(Status::Cancelled)
+    );
+}
+
+/// Code that swallows its cancel and keeps calling steps, each working 1 s
+/// of virtual time and ignoring its own cancel signal, failing half its
+/// attempts (retried).
+const BUSY: Workflow<(), u32> = Workflow::new("busy");
+
+/// A cancelled run with steps in flight, under a 10 s grace: steps called
+/// after the cancel still run within the grace, none starts after it,
+/// and the run ends terminated at the grace's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_step_starts_after_a_cancels_grace() {
+    type Cell = Arc<OnceLock<Sleeper>>;
+    let cell: Cell = Arc::default();
+    let starts: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let (c, st) = (Arc::clone(&cell), Arc::clone(&starts));
+    let mut kit = TestEngine::open(move |engine: &Engine| {
+        let (c, st) = (Arc::clone(&c), Arc::clone(&st));
+        engine.register(BUSY, move |ctx: Ctx, ()| {
+            let (c, st) = (Arc::clone(&c), Arc::clone(&st));
+            async move {
+                let mut done = 0u32;
+                loop {
+                    let (c, st) = (Arc::clone(&c), Arc::clone(&st));
+                    let r = ctx
+                        .step("work", move |sc: StepContext| {
+                            let sl = c.get().expect("the kit is open").clone();
+                            let st = Arc::clone(&st);
+                            async move {
+                                st.lock().unwrap().push(sl.now_ms());
+                                sl.sleep(Duration::from_secs(1)).await?;
+                                if sc.attempt() % 2 == 1 {
+                                    return Err(fusee::StepError::retryable("again"));
+                                }
+                                Ok(())
+                            }
+                        })
+                        .retry(RetryPolicy::default().attempts(1_000))
+                        .await;
+                    done += u32::from(r.is_ok());
+                    if done > 10_000 {
+                        return Ok::<_, Failure>(done);
+                    }
+                }
+            }
+        });
+    })
+    .await
+    .expect("open");
+    let _ = cell.set(kit.sleeper());
+    kit.engine().start(BUSY, "b-1", &()).await.expect("start");
+    kit.advance(Duration::from_secs(5)).await.expect("advance");
+    let at = kit.now_ms();
+    kit.engine()
+        .cancel_with_grace("b-1", "stop working", Duration::from_secs(10))
+        .await
+        .expect("cancel");
+    let err = kit.result(BUSY, "b-1").await.expect_err("terminated");
+    assert!(err.to_string().contains("stop working"), "{err}");
+    let end = at + 10_000;
+    assert_eq!(kit.now_ms(), end);
+    kit.advance(Duration::from_secs(60)).await.expect("advance");
+    let starts = starts.lock().unwrap().clone();
+    assert!(
+        starts.iter().any(|&t| t > at),
+        "steps ran within the grace: {starts:?}"
+    );
+    assert!(
+        starts.iter().all(|&t| t < end),
+        "no step started at or after the grace's end ({end}): {starts:?}"
+    );
+    kit.crash().await.expect("crash");
+    assert_eq!(
+        status(&kit, "b-1").await,
+        RunStatus::Finished(Status::Terminated)
+    );
+}

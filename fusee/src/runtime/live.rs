@@ -185,7 +185,6 @@ impl Live {
         let Some(live) = self.runs.remove(&run) else {
             return false;
         };
-        self.stepping.remove(&run);
         self.dormant.insert(run, live.active_ms);
         self.deferred_set.insert(run);
         true

@@ -217,8 +217,13 @@ impl ShardLoop {
                 // Recovered runs' code, with nothing else ready, a bounded
                 // number per pass: what comes due meanwhile goes first. A
                 // closing shard starts none (their journals are durable).
+                // The timer look (`quiet`) only when some run could start:
+                // most passes of most shards have none deferred.
+                if self.life.is_closing() || !self.live.has_deferred_to_start(true) {
+                    return true;
+                }
                 let waiting_too = self.quiet(now_ms);
-                if !self.live.has_deferred_to_start(waiting_too) || self.life.is_closing() {
+                if !self.live.has_deferred_to_start(waiting_too) {
                     return true;
                 }
                 if *budget == 0 || starts == super::DEFERRED_STARTS_MAX {

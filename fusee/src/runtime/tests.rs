@@ -324,6 +324,21 @@ fn sleeper_registry() -> Registry {
     registry
 }
 
+/// A shard opened at `START_MS` on a fresh in-memory store, and the store
+/// (to crash it later).
+fn open_fresh(registry: Registry) -> (MemoryStorage, ShardLoop) {
+    let storage = MemoryStorage::new();
+    let shard = ShardLoop::open(
+        &AnyStorage::Memory(storage.clone()),
+        0,
+        config(),
+        registry,
+        START_MS,
+    )
+    .unwrap();
+    (storage, shard)
+}
+
 /// Asks `shard` to start a run of `wtype` as `id` with JSON `input`.
 fn start_run(shard: &mut ShardLoop, wtype: &str, id: String, input: &str) {
     let (reply, _started) = oneshot::channel();
@@ -355,15 +370,7 @@ fn reopened_with_sleepers(soon_ms: u64, reopen_ms: u64) -> (ShardLoop, Vec<RunId
             .expect("a fresh type");
         registry
     };
-    let storage = MemoryStorage::new();
-    let mut shard = ShardLoop::open(
-        &AnyStorage::Memory(storage.clone()),
-        0,
-        config(),
-        registry(),
-        START_MS,
-    )
-    .unwrap();
+    let (storage, mut shard) = open_fresh(registry());
     for i in 0..1_000 {
         start_run(&mut shard, SLEEPER.name(), format!("late-{i}"), "3600");
     }
@@ -449,15 +456,7 @@ fn a_reopened_shard_starts_a_run_cut_mid_way_before_its_sleepers() {
             .expect("a fresh type");
         registry
     };
-    let storage = MemoryStorage::new();
-    let mut shard = ShardLoop::open(
-        &AnyStorage::Memory(storage.clone()),
-        0,
-        config(),
-        registry(),
-        START_MS,
-    )
-    .unwrap();
+    let (storage, mut shard) = open_fresh(registry());
     for i in 0..SLEEPERS {
         start_run(&mut shard, SLEEPER.name(), format!("late-{i}"), "3600");
     }

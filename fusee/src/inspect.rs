@@ -524,7 +524,7 @@ impl<R: RunStore> ShardView<R> {
                 finished_ms: l.done.map(|(_, at)| at),
                 last_lsn: l.last_lsn,
                 waiting_for,
-                attributes: crate::attrs::fold(l.meta.as_deref(), l.attrs.iter().map(|p| &p[..])),
+                attributes: crate::attrs::fold(l.meta.as_deref(), l.attrs().iter().map(|p| &p[..])),
             }));
         }
         let Some(parked) = self.core.parked(run) else {

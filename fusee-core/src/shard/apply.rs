@@ -119,11 +119,7 @@ impl ShardCore {
                 if *dedup != 0 {
                     run.rare_mut().dedup.insert(*dedup);
                 }
-                if run.signals.capacity() == 0 {
-                    // Usually one at a time (see `push_small`).
-                    run.signals.reserve_exact(1);
-                }
-                run.signals.push_back(SignalSlot {
+                run.signal_buffer().push_back(SignalSlot {
                     ordinal,
                     name: name.to_name(),
                     payload: payload.to_payload(),
@@ -292,7 +288,9 @@ impl ShardCore {
                     rare.awaiting.remove(seq);
                 }
             }
-            Record::Attributes { payload, .. } => run.attrs.push(payload.to_payload()),
+            Record::Attributes { payload, .. } => {
+                run.attrs.get_or_insert_default().push(payload.to_payload());
+            }
             Record::Chunk { .. } | Record::StreamEnd { .. } => run.streams = true,
             Record::Done {
                 status,
@@ -364,7 +362,7 @@ impl ShardCore {
         l.wtype = self.type_name(wtype.as_ref());
         l.version = *version;
         l.codec = *codec;
-        l.parent = *parent;
+        l.parent = parent.map(Box::new);
         l.started_ms = *started_ms;
         l.deadline_ms = *deadline_ms;
         l.last_lsn = lsn;
@@ -410,8 +408,10 @@ impl ShardCore {
         let consumed = match outcome {
             WaitOutcome::Signal(ordinal) => {
                 // Usually the oldest: found at the front.
-                if let Some(i) = run.signals.iter().position(|s| s.ordinal == ordinal) {
-                    run.signals.remove(i);
+                if let Some(q) = run.signals.as_mut()
+                    && let Some(i) = q.iter().position(|s| s.ordinal == ordinal)
+                {
+                    q.remove(i);
                 }
                 Some(ordinal)
             }
@@ -419,7 +419,11 @@ impl ShardCore {
         };
         if let Some(o) = offered
             && Some(o) != consumed
-            && let Some(s) = run.signals.iter_mut().find(|s| s.ordinal == o)
+            && let Some(s) = run
+                .signals
+                .iter_mut()
+                .flat_map(|q| q.iter_mut())
+                .find(|s| s.ordinal == o)
         {
             s.offered = None;
         }
@@ -435,6 +439,7 @@ impl ShardCore {
             let Some(sig) = run
                 .signals
                 .iter_mut()
+                .flat_map(|q| q.iter_mut())
                 .find(|s| s.offered.is_none() && s.name == w.name)
             else {
                 continue;
@@ -458,7 +463,10 @@ impl ShardCore {
     pub fn reoffer(&mut self, run_id: RunId) {
         if let Some(run) = self.loaded.get_mut(&run_id) {
             run.waits.iter_mut().for_each(|w| w.offered = None);
-            run.signals.iter_mut().for_each(|s| s.offered = None);
+            run.signals
+                .iter_mut()
+                .flat_map(|q| q.iter_mut())
+                .for_each(|s| s.offered = None);
         }
         self.offer(run_id, true);
     }
@@ -483,8 +491,10 @@ impl ShardCore {
         let Some(run) = self.loaded.get_mut(&run_id) else {
             return;
         };
-        let kids = run.finish(status, at_ms, payload.clone());
-        let child_result = match run.parent {
+        // The journal holds the result when the `Done` went into it.
+        let held = (!mode.journal).then(|| payload.clone());
+        let kids = run.finish(status, at_ms, held);
+        let child_result = match run.parent() {
             Some(parent) if !status.is_handover() && run.policy & policy::DETACHED == 0 => {
                 Some(parent)
             }

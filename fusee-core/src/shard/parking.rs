@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 
 use super::run::LoadedRun;
 use super::{BlobRef, Mode, ParkedRun, SPARE_RUNS, ShardCore, TimerKey};
-use crate::record::{Lsn, Record, RecordBuf, RunId, Status, iter_canonical};
+use crate::record::{Lsn, Payload, Record, RecordBuf, RunId, Status, iter_canonical};
 use crate::table::{self, Entry, flag};
 use crate::wire::DecodeError;
 use crate::wire::hash_id;
@@ -242,6 +242,10 @@ impl ShardCore {
             l.blob = Some(blob);
             l.blob_chain = chain;
             l.blob_depth = depth;
+            // A finished run's result leaves with its `Done`: hold it.
+            if l.result.is_none() {
+                l.result = l.result().map(Payload::from);
+            }
             self.journal_bytes = self.journal_bytes.saturating_sub(l.journal.len());
             l.journal.clear();
             l.journal_records = 0;

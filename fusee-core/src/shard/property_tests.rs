@@ -48,6 +48,7 @@ fn observe_run(l: &LoadedRun) -> String {
     let signals: Vec<_> = l
         .signals
         .iter()
+        .flat_map(|q| q.iter())
         .map(|s| (s.ordinal, s.name.clone(), s.payload.clone()))
         .collect();
     let mut dedup: Vec<_> = l
@@ -85,15 +86,15 @@ fn observe_run(l: &LoadedRun) -> String {
         l.wtype,
         l.version,
         l.codec,
-        l.parent,
+        l.parent(),
         l.started_ms,
         l.deadline_ms,
         l.done,
-        l.result,
+        l.result(),
         l.policy,
         l.from(),
         updates,
-        l.attrs,
+        l.attrs(),
         l.streams,
         l.signal_count,
         l.pending_children(),

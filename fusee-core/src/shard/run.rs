@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::types::{BlobRef, TimerKind, UpdateSlot};
-use crate::record::{Lsn, Name, Origin, ParentRef, Payload, Seq, StartMeta, Status};
+use crate::record::{
+    Lsn, Name, Origin, ParentRef, Payload, Record, Seq, StartMeta, Status, iter_canonical,
+};
 
 /// A buffered signal: delivered to the run, not yet consumed by a wait.
 #[derive(Clone, Debug)]
@@ -49,8 +51,9 @@ pub struct LoadedRun {
     pub version: u32,
     /// How its payloads are encoded.
     pub codec: u8,
-    /// The run that started it as a child.
-    pub parent: Option<ParentRef>,
+    /// The run that started it as a child, out of line: few runs are
+    /// children, and a loaded sleeper pays 8 bytes for it, not 32.
+    pub(super) parent: Option<Box<ParentRef>>,
     /// When it started.
     pub started_ms: u64,
     /// Its deadline; 0 = none.
@@ -59,8 +62,10 @@ pub struct LoadedRun {
     pub last_lsn: Lsn,
     /// How and when it finished.
     pub done: Option<(Status, u64)>,
-    /// Its result, once finished (empty for a handover).
-    pub result: Option<Payload>,
+    /// Its result while its `Done` is not in `journal` (the run was rebuilt
+    /// from its frame): otherwise [`result`](Self::result) reads it there,
+    /// and a finished run does not hold its payload twice (issue 37).
+    pub(super) result: Option<Payload>,
     /// The newest frame of its journal prefix in the run store, if any.
     pub blob: Option<BlobRef>,
     /// Bytes of `blob` and of the frames it extends.
@@ -73,8 +78,11 @@ pub struct LoadedRun {
     pub journal_records: u32,
     /// The start policy (see [`crate::record::policy`]).
     pub policy: u8,
-    /// Search attribute objects in the order they were set.
-    pub attrs: Vec<Payload>,
+    /// Search attribute objects in the order they were set, out of line
+    /// (most runs set none).
+    // A box for 8 bytes inline, not a `Vec`'s 24: most runs have none.
+    #[allow(clippy::box_collection)]
+    pub(super) attrs: Option<Box<Vec<Payload>>>,
     /// Its `Start`'s rarely used fields (the trace context the host
     /// recorded there, say), as recorded.
     pub meta: Option<Box<StartMeta<Payload>>>,
@@ -83,8 +91,11 @@ pub struct LoadedRun {
     pub streams: bool,
     pub(super) signal_count: u64,
     /// Oldest first: waits take signals in arrival order, so a long buffer
-    /// drains from the front.
-    pub(super) signals: VecDeque<SignalSlot>,
+    /// drains from the front. Out of line, made by the first signal: a
+    /// waiting run's signal is usually taken as it comes.
+    // A box for 8 bytes inline, not a `VecDeque`'s 32.
+    #[allow(clippy::box_collection)]
+    pub(super) signals: Option<Box<VecDeque<SignalSlot>>>,
     pub(super) waits: Vec<WaitSlot>,
     pub(super) armed: Vec<(Seq, TimerKind, u64)>,
     /// What few runs use, out of line; `None` until a record needs it.
@@ -218,7 +229,47 @@ impl LoadedRun {
 
     /// How many delivered signals no wait has consumed.
     pub fn buffered_signals(&self) -> usize {
-        self.signals.len()
+        self.signals.as_ref().map_or(0, |q| q.len())
+    }
+
+    /// The signal buffer, made on first use with room for one (usually the
+    /// one signal a wait takes next, see [`push_small`]).
+    pub(super) fn signal_buffer(&mut self) -> &mut VecDeque<SignalSlot> {
+        self.signals
+            .get_or_insert_with(|| Box::new(VecDeque::with_capacity(1)))
+    }
+
+    /// The run that started it as a child, if any.
+    pub fn parent(&self) -> Option<ParentRef> {
+        self.parent.as_deref().copied()
+    }
+
+    /// Its search attribute objects in the order they were set.
+    pub fn attrs(&self) -> &[Payload] {
+        self.attrs.as_deref().map_or(&[], |a| a.as_slice())
+    }
+
+    /// Its result, once finished (empty for a handover): the payload of the
+    /// `Done` in its journal, or the copy held when the journal does not
+    /// have it. `None` while it runs, or if the journal's bytes do not
+    /// decode (they were checked when they were appended).
+    pub fn result(&self) -> Option<&[u8]> {
+        let (status, _) = self.done?;
+        if status.is_handover() {
+            // Its `Done` carries the next run's `Start`, not a result.
+            return Some(&[]);
+        }
+        if let Some(held) = &self.result {
+            return Some(held);
+        }
+        // The first `Done` is the one applied (a later one changes
+        // nothing); a walk of a journal in memory, once per caller.
+        iter_canonical(&self.journal)
+            .map_while(Result::ok)
+            .find_map(|(rec, _)| match rec {
+                Record::Done { payload, .. } => Some(payload),
+                _ => None,
+            })
     }
 
     /// The accepted update with this ID: its ordinal and slot.
@@ -249,11 +300,11 @@ impl LoadedRun {
             journal: Vec::new(),
             journal_records: 0,
             policy: 0,
-            attrs: Vec::new(),
+            attrs: None,
             meta: None,
             streams: false,
             signal_count: 0,
-            signals: VecDeque::new(),
+            signals: None,
             waits: Vec::new(),
             armed: Vec::new(),
             rare: None,
@@ -271,10 +322,10 @@ impl LoadedRun {
         const JOURNAL_BYTES_MAX: usize = 4096;
         let large = self.journal.capacity() > JOURNAL_BYTES_MAX
             || [
-                self.signals.capacity(),
+                self.signals.as_ref().map_or(0, |q| q.capacity()),
                 self.waits.capacity(),
                 self.armed.capacity(),
-                self.attrs.capacity(),
+                self.attrs.as_ref().map_or(0, |a| a.capacity()),
             ]
             .into_iter()
             .any(|c| c > ITEMS_MAX);
@@ -283,21 +334,25 @@ impl LoadedRun {
         }
         self.result = None;
         self.journal.clear();
-        self.signals.clear();
+        if let Some(q) = self.signals.as_mut() {
+            q.clear();
+        }
         self.waits.clear();
         self.armed.clear();
         // Few runs have one: the next run makes its own if it needs one.
         self.rare = None;
-        self.attrs.clear();
+        self.attrs = None;
+        self.parent = None;
         self.meta = None;
         true
     }
 
     /// Ends the run's pending work when it finishes: nothing it waited for
     /// matters any more. Returns the children the parent close policy acts on.
-    pub(super) fn finish(&mut self, status: Status, at_ms: u64, result: Payload) -> Vec<Kid> {
+    /// `held` is the result when its `Done` is not appended to `journal`.
+    pub(super) fn finish(&mut self, status: Status, at_ms: u64, held: Option<Payload>) -> Vec<Kid> {
         self.done = Some((status, at_ms));
-        self.result = Some(result);
+        self.result = held;
         self.armed.clear();
         self.waits.clear();
         let Some(rare) = self.rare.as_mut() else {

@@ -106,7 +106,7 @@ impl ShardLoop {
         let grace = self
             .core
             .get(run)
-            .and_then(|l| l.attrs.iter().rev().find_map(|a| grace_in(a)));
+            .and_then(|l| l.attrs().iter().rev().find_map(|a| grace_in(a)));
         if let Some((until, reason)) = grace {
             self.graces.arm(run, until, reason);
         }

@@ -772,7 +772,7 @@ impl ShardLoop {
         let (status, _) = l.done?;
         (l.last_lsn <= self.flights.durable()).then(|| RunResult {
             status,
-            payload: l.result.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
+            payload: l.result().map(<[u8]>::to_vec).unwrap_or_default(),
         })
     }
 }

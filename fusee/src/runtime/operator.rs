@@ -205,7 +205,7 @@ impl ShardLoop {
     /// with the pause key says so.
     pub(super) fn is_paused(&self, run: RunId) -> bool {
         self.core.get(run).is_some_and(|l| {
-            l.attrs
+            l.attrs()
                 .iter()
                 .rev()
                 .find_map(|a| paused_in(a))
@@ -218,7 +218,7 @@ impl ShardLoop {
     /// why.
     pub(super) fn held_reason(&self, run: RunId) -> Option<String> {
         let l = self.core.get(run)?;
-        let latest = l.attrs.iter().rev().find(|a| paused_in(a).is_some())?;
+        let latest = l.attrs().iter().rev().find(|a| paused_in(a).is_some())?;
         held_in(latest)
     }
 

@@ -366,7 +366,7 @@ impl ShardLoop {
     /// `None` if the run is unknown.
     fn start_of(&mut self, run: u64) -> Option<Option<fusee_core::record::ParentRef>> {
         if let Some(l) = self.core.get(run) {
-            return Some(l.parent);
+            return Some(l.parent());
         }
         match self.parked_start(run) {
             Ok(Some(RecordBuf::Start { parent, .. })) => Some(parent),

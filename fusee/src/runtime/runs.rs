@@ -136,7 +136,11 @@ impl ShardLoop {
         };
         let id = l.id.clone();
         let (last_lsn, started_ms) = (l.last_lsn, l.started_ms);
-        let code_attrs = l.attrs.iter().filter(|p| crate::attrs::by_code(p)).count();
+        let code_attrs = l
+            .attrs()
+            .iter()
+            .filter(|p| crate::attrs::by_code(p))
+            .count();
         let journal = match self.run_journal(run) {
             Ok(j) => j,
             Err(e) => {
@@ -452,14 +456,14 @@ impl ShardLoop {
         let Some(l) = self.core.get(run) else {
             return;
         };
-        let (id, wtype, parent, policy) = (l.id.clone(), l.wtype.clone(), l.parent, l.policy);
+        let (id, wtype, parent, policy) = (l.id.clone(), l.wtype.clone(), l.parent(), l.policy);
         // The next run takes the newest code registered (a fresh run, so
         // it may move to a new version); a type not registered here keeps
         // its version.
         let version = self.registry.newest(&wtype).unwrap_or(l.version);
         // The next run continues its predecessor's trace context, and
         // carries its search attributes as they stand (`crate::attrs`).
-        let attrs = crate::attrs::fold(l.meta.as_deref(), l.attrs.iter().map(|p| &p[..]));
+        let attrs = crate::attrs::fold(l.meta.as_deref(), l.attrs().iter().map(|p| &p[..]));
         let meta = crate::attrs::meta_with(l.meta.as_deref(), &attrs);
         let next = self.core.allocate_run();
         let start = RecordBuf::Start {

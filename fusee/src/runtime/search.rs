@@ -50,7 +50,7 @@ impl ShardLoop {
     /// Sets loaded run `run`'s entry from its `Start` meta and records.
     fn reindex_loaded(&mut self, run: RunId) {
         if let Some(l) = self.core.get(run) {
-            let now = attrs::fold(l.meta.as_deref(), l.attrs.iter().map(|p| &p[..]));
+            let now = attrs::fold(l.meta.as_deref(), l.attrs().iter().map(|p| &p[..]));
             self.attr_index.set(run, &now);
         }
     }
@@ -109,7 +109,7 @@ impl ShardLoop {
         let used = self.core.loaded_runs().any(|(_, l)| {
             let meta = l.meta.as_deref().map(|m| &m.attributes[..]);
             meta.into_iter()
-                .chain(l.attrs.iter().map(|p| &p[..]))
+                .chain(l.attrs().iter().map(|p| &p[..]))
                 .any(|p| !attrs::fold(None, [p]).is_empty())
         });
         if used {

@@ -723,6 +723,10 @@ fn reminders_turn(b: &mut Books, plan: &EnginePlan, program: &Path) -> Result<()
         .set(EngineMetric::RemindersCatchup, r.catchup_rate());
     b.figures
         .set(EngineMetric::RemindersRunBytes, r.bytes_per_run as f64);
+    b.figures.set(
+        EngineMetric::RemindersPeakBytes,
+        r.peak_bytes_per_run as f64,
+    );
     b.figures.notes.push(format!(
         "reminders: {} loaded after the open; {} due after it fired late by p50 {} ms, p99 {} \
          ms, max {} ms; {} overdue caught up in {:.3} s",

@@ -10,7 +10,7 @@
 //! | **timers** | [`EnginePlan::timers`] workflows ([`EnginePlan::peer_timers`] on the peer) that sleep [`TIMER_SLEEP`] then finish, from the first start to the last result (the ideal: the sleep) | every engine |
 //! | **parked** | [`EnginePlan::parked`] sleepers parked, the store closed and opened in a fresh process: open time and resident memory after open | durable Fusee backends |
 //! | **recovery** | a child process runs the fanout and is killed with SIGKILL once half its runs finished; the time to open the store again and finish every run | durable Fusee backends, the peer |
-//! | **reminders** | a child starts [`EnginePlan::reminders`] durable sleepers due in 1 to 5 s (a tenth snoozed, a tenth cancelled by signals) and is killed with SIGKILL when half are due; a fresh process opens the store: open time, log records replayed, lateness of the reminders due after the open (p99), overdue ones caught up per second, resident bytes per loaded run | durable Fusee backends |
+//! | **reminders** | a child starts [`EnginePlan::reminders`] durable sleepers due in 1 to 5 s (a tenth snoozed, a tenth cancelled by signals) and is killed with SIGKILL when half are due; a fresh process opens the store: open time, log records replayed, lateness of the reminders due after the open (p99), overdue ones caught up per second, resident bytes per loaded run after the open, and the peak from the open to the last reminder's end | durable Fusee backends |
 //!
 //! Every engine is opened for its turn and closed after it (opening is not
 //! timed), so no idle engine polls or flushes during another's turn.
@@ -256,6 +256,8 @@ pub enum EngineMetric {
     RemindersCatchup,
     /// Resident bytes the open added per loaded reminder.
     RemindersRunBytes,
+    /// Reminders: peak resident bytes per loaded run, open to last end.
+    RemindersPeakBytes,
     /// The peer's infrastructure failures over every workload, counted
     /// ([`peer::FailureCounts::total`]; the peer only).
     PeerFailures,
@@ -263,7 +265,7 @@ pub enum EngineMetric {
 
 impl EngineMetric {
     /// Every engine metric, in report order.
-    pub const ALL: [EngineMetric; 17] = [
+    pub const ALL: [EngineMetric; 18] = [
         EngineMetric::ChainP50,
         EngineMetric::ChainP99,
         EngineMetric::ChainFloorP50,
@@ -280,6 +282,7 @@ impl EngineMetric {
         EngineMetric::RemindersLateP99,
         EngineMetric::RemindersCatchup,
         EngineMetric::RemindersRunBytes,
+        EngineMetric::RemindersPeakBytes,
         EngineMetric::PeerFailures,
     ];
 
@@ -302,6 +305,7 @@ impl EngineMetric {
             EngineMetric::RemindersLateP99 => "engine_reminders_late_p99_ms",
             EngineMetric::RemindersCatchup => "engine_reminders_overdue_per_s",
             EngineMetric::RemindersRunBytes => "engine_reminders_bytes_per_loaded_run",
+            EngineMetric::RemindersPeakBytes => "engine_reminders_peak_bytes_per_loaded_run",
             EngineMetric::PeerFailures => "engine_peer_infrastructure_failures",
         }
     }
@@ -325,6 +329,7 @@ impl EngineMetric {
             EngineMetric::RemindersLateP99 => "reminders: due after open, late p99",
             EngineMetric::RemindersCatchup => "reminders: overdue caught up",
             EngineMetric::RemindersRunBytes => "reminders: resident per loaded run",
+            EngineMetric::RemindersPeakBytes => "reminders: peak resident per loaded run",
             EngineMetric::PeerFailures => "peer: infrastructure failures",
         }
     }
@@ -346,7 +351,7 @@ impl EngineMetric {
             EngineMetric::RemindersReplayed => "records",
             EngineMetric::RemindersLateP99 => "ms",
             EngineMetric::RemindersCatchup => "timers/s",
-            EngineMetric::RemindersRunBytes => "bytes",
+            EngineMetric::RemindersRunBytes | EngineMetric::RemindersPeakBytes => "bytes",
             EngineMetric::ParkedRss => "MB",
             EngineMetric::PeerFailures => "count",
         }

@@ -171,6 +171,9 @@ pub struct Reopened {
     pub loaded: u64,
     /// Resident bytes the open added, per loaded run.
     pub bytes_per_run: u64,
+    /// Peak resident bytes from before the open to the last reminder's
+    /// end (code started, fired and finished, dozed), per loaded run.
+    pub peak_bytes_per_run: u64,
     /// Reminders due after the open (the lateness figures are theirs).
     pub late_count: u64,
     /// p50 lateness, ms.
@@ -189,11 +192,12 @@ impl Reopened {
     /// The child's line.
     pub fn line(&self) -> String {
         format!(
-            "reminders {} {} {} {} {} {} {} {} {} {}",
+            "reminders {} {} {} {} {} {} {} {} {} {} {}",
             self.open_s,
             self.replayed,
             self.loaded,
             self.bytes_per_run,
+            self.peak_bytes_per_run,
             self.late_count,
             self.late_p50_ms,
             self.late_p99_ms,
@@ -211,6 +215,7 @@ impl Reopened {
             replayed,
             loaded,
             bytes,
+            peak,
             count,
             p50,
             p99,
@@ -227,6 +232,7 @@ impl Reopened {
             replayed: int(replayed)?,
             loaded: int(loaded)?,
             bytes_per_run: int(bytes)?,
+            peak_bytes_per_run: int(peak)?,
             late_count: int(count)?,
             late_p50_ms: int(p50)?,
             late_p99_ms: int(p99)?,
@@ -267,6 +273,8 @@ pub async fn reopen(config: fusee::Config, n: u64, base_ms: u64) -> WorkResult<R
         }
     })
     .await?;
+    // Before the close, which frees the runs: the live phase's high mark.
+    let peak = workload::peak_resident_bytes().saturating_sub(before);
     engine.close().await?;
     let endings = endings.into_inner().unwrap_or_else(|e| e.into_inner());
     let mut late = Vec::new();
@@ -308,6 +316,7 @@ pub async fn reopen(config: fusee::Config, n: u64, base_ms: u64) -> WorkResult<R
         replayed: metrics.recovered_records,
         loaded: metrics.loaded_runs,
         bytes_per_run: added / metrics.loaded_runs.max(1),
+        peak_bytes_per_run: peak / metrics.loaded_runs.max(1),
         late_count: late.len() as u64,
         late_p50_ms: pct(50).copied().unwrap_or(0),
         late_p99_ms: pct(99).copied().unwrap_or(0),
@@ -328,6 +337,7 @@ mod tests {
             replayed: 605_165,
             loaded: 50_000,
             bytes_per_run: 2_700,
+            peak_bytes_per_run: 2_900,
             late_count: 40_000,
             late_p50_ms: 83,
             late_p99_ms: 562,

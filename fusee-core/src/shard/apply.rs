@@ -367,7 +367,6 @@ impl ShardCore {
         l.deadline_ms = *deadline_ms;
         l.last_lsn = lsn;
         l.done = None;
-        l.result = None;
         l.blob = None;
         l.blob_chain = 0;
         l.blob_depth = 0;
@@ -412,6 +411,11 @@ impl ShardCore {
                     && let Some(i) = q.iter().position(|s| s.ordinal == ordinal)
                 {
                     q.remove(i);
+                    if q.is_empty() {
+                        // Most runs take one signal now and then: a
+                        // sleeper does not keep an empty buffer (issue 37).
+                        run.signals = None;
+                    }
                 }
                 Some(ordinal)
             }

@@ -243,8 +243,8 @@ impl ShardCore {
             l.blob_chain = chain;
             l.blob_depth = depth;
             // A finished run's result leaves with its `Done`: hold it.
-            if l.result.is_none() {
-                l.result = l.result().map(Payload::from);
+            if let Some(result) = l.result().map(Payload::from) {
+                l.rare_mut().result = Some(result);
             }
             self.journal_bytes = self.journal_bytes.saturating_sub(l.journal.len());
             l.journal.clear();

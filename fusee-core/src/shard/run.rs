@@ -62,10 +62,6 @@ pub struct LoadedRun {
     pub last_lsn: Lsn,
     /// How and when it finished.
     pub done: Option<(Status, u64)>,
-    /// Its result while its `Done` is not in `journal` (the run was rebuilt
-    /// from its frame): otherwise [`result`](Self::result) reads it there,
-    /// and a finished run does not hold its payload twice (issue 37).
-    pub(super) result: Option<Payload>,
     /// The newest frame of its journal prefix in the run store, if any.
     pub blob: Option<BlobRef>,
     /// Bytes of `blob` and of the frames it extends.
@@ -91,8 +87,8 @@ pub struct LoadedRun {
     pub streams: bool,
     pub(super) signal_count: u64,
     /// Oldest first: waits take signals in arrival order, so a long buffer
-    /// drains from the front. Out of line, made by the first signal: a
-    /// waiting run's signal is usually taken as it comes.
+    /// drains from the front. Out of line, made by the first signal and
+    /// dropped when a wait takes the last: most runs hold none.
     // A box for 8 bytes inline, not a `VecDeque`'s 32.
     #[allow(clippy::box_collection)]
     pub(super) signals: Option<Box<VecDeque<SignalSlot>>>,
@@ -124,6 +120,10 @@ pub(super) struct Rare {
     /// Operations waiting for an attached child's result.
     pub(super) children: Vec<Seq>,
     pub(super) kids: Vec<Kid>,
+    /// Its result while its `Done` is not in `journal` (the run was rebuilt
+    /// from its frame, or spilled): otherwise [`LoadedRun::result`] reads
+    /// it there, and a finished run does not hold its payload twice.
+    pub(super) result: Option<Payload>,
 }
 
 /// Journals shorter than this grow by a quarter over what they need;
@@ -259,7 +259,7 @@ impl LoadedRun {
             // Its `Done` carries the next run's `Start`, not a result.
             return Some(&[]);
         }
-        if let Some(held) = &self.result {
+        if let Some(held) = self.rare.as_ref().and_then(|r| r.result.as_deref()) {
             return Some(held);
         }
         // The first `Done` is the one applied (a later one changes
@@ -293,7 +293,6 @@ impl LoadedRun {
             deadline_ms: 0,
             last_lsn: 0,
             done: None,
-            result: None,
             blob: None,
             blob_chain: 0,
             blob_depth: 0,
@@ -332,7 +331,6 @@ impl LoadedRun {
         if large {
             return false;
         }
-        self.result = None;
         self.journal.clear();
         if let Some(q) = self.signals.as_mut() {
             q.clear();
@@ -352,7 +350,9 @@ impl LoadedRun {
     /// `held` is the result when its `Done` is not appended to `journal`.
     pub(super) fn finish(&mut self, status: Status, at_ms: u64, held: Option<Payload>) -> Vec<Kid> {
         self.done = Some((status, at_ms));
-        self.result = held;
+        if let Some(result) = held {
+            self.rare_mut().result = Some(result);
+        }
         self.armed.clear();
         self.waits.clear();
         let Some(rare) = self.rare.as_mut() else {

@@ -1149,11 +1149,11 @@ fn continue_as_new_closes_children_and_a_reset_keeps_them() {
 
 #[test]
 fn a_loaded_run_stays_small() {
-    // Issue 37: 100,000 loaded sleepers in 128 MB; this struct was 504
-    // bytes of a sleeper's ~2 KB before its rarely used parts moved out.
+    // Issue 37: 100,000 loaded sleepers in 128 MB. This struct was 504
+    // bytes of a sleeper's ~2 KB; what few runs use is now out of line.
     let size = std::mem::size_of::<LoadedRun>();
     eprintln!("LoadedRun: {size} bytes");
-    assert!(size <= 256, "LoadedRun grew to {size} bytes");
+    assert!(size <= 240, "LoadedRun grew to {size} bytes");
 }
 
 #[test]
@@ -1163,7 +1163,10 @@ fn a_finished_run_reads_its_result_from_its_journal_or_holds_it_when_rebuilt() {
     core.apply(1, &start(1, "a", 0), Mode::LIVE);
     core.apply(2, &done(1, Status::Ok, 5, b"the result"), Mode::LIVE);
     let l = core.get(1).unwrap();
-    assert!(l.result.is_none(), "held twice");
+    assert!(
+        l.rare.as_ref().is_none_or(|r| r.result.is_none()),
+        "held twice"
+    );
     assert_eq!(l.result(), Some(&b"the result"[..]));
     // Rebuilt from a frame, the journal is empty: the result is held.
     let mut rebuilt = ShardCore::new(0, 1, 1000, 0);

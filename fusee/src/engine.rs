@@ -520,13 +520,7 @@ impl Engine {
     /// (a bug, but it happens), never ends by this: for a cancel it cannot
     /// swallow, [`cancel_with_grace`](Self::cancel_with_grace).
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<()> {
-        self.request(id, |reply| Input::Cancel {
-            id: id.to_string(),
-            reason: reason.to_string(),
-            grace_ms: None,
-            reply,
-        })
-        .await
+        self.cancel_as(id, reason, None).await
     }
 
     /// Cancels workflow `id` as [`cancel`](Self::cancel) does, and
@@ -542,11 +536,22 @@ impl Engine {
         reason: &str,
         grace: std::time::Duration,
     ) -> Result<()> {
-        let grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.cancel_as(id, reason, Some(grace)).await
+    }
+
+    /// The one way a cancel reaches its shard: cooperative (`grace` none)
+    /// or with a grace (see [`cancel_with_grace`](Self::cancel_with_grace)).
+    pub(crate) async fn cancel_as(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: Option<std::time::Duration>,
+    ) -> Result<()> {
+        let grace_ms = grace.map(|g| g.as_millis().min(u128::from(u64::MAX)) as u64);
         self.request(id, |reply| Input::Cancel {
             id: id.to_string(),
             reason: reason.to_string(),
-            grace_ms: Some(grace_ms),
+            grace_ms,
             reply,
         })
         .await

@@ -195,3 +195,49 @@ async fn no_step_starts_after_a_cancels_grace() {
         RunStatus::Finished(Status::Terminated)
     );
 }
+
+/// A step, a nap (where a cancel comes, swallowed), a step after it, then
+/// naps that swallow every cancel.
+const RESETTABLE: Workflow<(), u32> = Workflow::new("resettable");
+
+/// A reset to a step after a cancel with a grace copies the cancel, not
+/// its grace: the new run is not terminated at the old run's deadline,
+/// neither live nor after a crash (which arms the graces its records hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_after_a_cancel_with_grace_does_not_inherit_the_grace() {
+    let mut kit = TestEngine::open(|engine: &Engine| {
+        engine.register(RESETTABLE, |ctx: Ctx, ()| async move {
+            ctx.step("first", |_| async { Ok(1u32) }).await?;
+            let _ = ctx.sleep("nap", HOUR).await;
+            ctx.step("after", |_| async { Ok(2u32) }).await?;
+            loop {
+                let _ = ctx.sleep("doze", HOUR).await;
+            }
+        });
+    })
+    .await
+    .expect("open");
+    kit.engine()
+        .start(RESETTABLE, "r-1", &())
+        .await
+        .expect("start");
+    kit.advance(Duration::from_secs(1)).await.expect("advance");
+    kit.engine()
+        .cancel_with_grace("r-1", "old deadline", Duration::from_secs(60))
+        .await
+        .expect("cancel");
+    kit.advance(Duration::from_secs(5)).await.expect("advance");
+    let old = kit.engine().describe("r-1").await.expect("describe").run;
+    let new = kit
+        .engine()
+        .reset("r-1", "after", "try again")
+        .await
+        .expect("reset");
+    assert_ne!(new.run, old);
+    kit.advance(Duration::from_secs(120)).await.expect("advance");
+    assert_eq!(status(&kit, "r-1").await, RunStatus::Running, "live");
+    kit.crash().await.expect("crash");
+    kit.advance(Duration::from_secs(120)).await.expect("advance");
+    let d = kit.engine().describe("r-1").await.expect("describe");
+    assert_eq!((d.run, d.status), (new.run, RunStatus::Running), "recovered");
+}

@@ -89,6 +89,13 @@ fn grace_in(payload: &[u8]) -> Option<(u64, String)> {
     Some((until, reason))
 }
 
+/// Whether `rec` is a cancel's grace: a reset leaves it out of the
+/// records it copies, so the new run is not terminated at the old run's
+/// deadline (the `Cancel` itself is copied: the code replays it).
+pub(super) fn is_grace(rec: &RecordBuf) -> bool {
+    matches!(rec, RecordBuf::Attributes { payload, .. } if grace_in(payload).is_some())
+}
+
 impl ShardLoop {
     /// The record of run `run`'s grace until `until_ms` for `reason`,
     /// appended right after its `Cancel`; armed now.

@@ -919,7 +919,11 @@ pub enum ParentClose {
     #[default]
     Terminate,
     /// The child is asked to cancel (its code sees the cancellation and
-    /// may clean up).
+    /// may clean up). If this run was cancelled with a grace
+    /// ([`Engine::cancel_with_grace`](crate::Engine::cancel_with_grace)),
+    /// the child gets the same grace, counted from its own cancel: it is
+    /// terminated if it has not ended that long after. Without one, the
+    /// child's cancel is cooperative, as a plain cancel is.
     Cancel,
     /// The child runs on.
     Abandon,

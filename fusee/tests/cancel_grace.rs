@@ -234,10 +234,90 @@ async fn a_reset_after_a_cancel_with_grace_does_not_inherit_the_grace() {
         .await
         .expect("reset");
     assert_ne!(new.run, old);
-    kit.advance(Duration::from_secs(120)).await.expect("advance");
+    kit.advance(Duration::from_secs(120))
+        .await
+        .expect("advance");
     assert_eq!(status(&kit, "r-1").await, RunStatus::Running, "live");
     kit.crash().await.expect("crash");
-    kit.advance(Duration::from_secs(120)).await.expect("advance");
+    kit.advance(Duration::from_secs(120))
+        .await
+        .expect("advance");
     let d = kit.engine().describe("r-1").await.expect("describe");
-    assert_eq!((d.run, d.status), (new.run, RunStatus::Running), "recovered");
+    assert_eq!(
+        (d.run, d.status),
+        (new.run, RunStatus::Running),
+        "recovered"
+    );
+}
+
+/// A parent that starts a child which swallows every cancel, under the
+/// parent-close policy `Cancel`, then ends at its own cancel.
+const PARENT: Workflow<(), u32> = Workflow::new("parent");
+
+async fn family() -> TestEngine {
+    TestEngine::open(|engine: &Engine| {
+        engine.register(STUBBORN, |ctx: Ctx, ()| async move {
+            loop {
+                let _ = ctx.sleep("nap", HOUR).await;
+            }
+        });
+        engine.register(PARENT, |ctx: Ctx, ()| async move {
+            ctx.child(STUBBORN, "kid", &())
+                .on_parent_close(fusee::ParentClose::Cancel)
+                .detach()
+                .await?;
+            ctx.sleep("nap", HOUR).await?;
+            Ok::<_, Failure>(1)
+        });
+    })
+    .await
+    .expect("open")
+}
+
+/// A parent cancelled with a grace passes the grace to the children its
+/// close cancels: the child, which swallows its cancel, is terminated with
+/// the reason the grace's length after its cancel, also across a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parents_grace_cascades_to_the_children_its_close_cancels() {
+    let mut kit = family().await;
+    kit.engine().start(PARENT, "dad", &()).await.expect("start");
+    kit.advance(Duration::from_secs(1)).await.expect("advance");
+    assert_eq!(status(&kit, "kid").await, RunStatus::Running);
+    let at = kit.now_ms();
+    kit.engine()
+        .cancel_with_grace("dad", "closing shop", Duration::from_secs(30))
+        .await
+        .expect("cancel");
+    kit.result(PARENT, "dad").await.expect_err("cancelled");
+    assert_eq!(
+        status(&kit, "dad").await,
+        RunStatus::Finished(Status::Cancelled)
+    );
+    kit.advance(Duration::from_secs(10)).await.expect("advance");
+    assert_eq!(status(&kit, "kid").await, RunStatus::Running, "in grace");
+    kit.crash().await.expect("crash");
+    let err = kit.result(STUBBORN, "kid").await.expect_err("terminated");
+    assert!(err.to_string().contains("parent"), "{err}");
+    assert_eq!(
+        status(&kit, "kid").await,
+        RunStatus::Finished(Status::Terminated)
+    );
+    let waited = kit.now_ms() - at;
+    assert!(
+        (30_000..31_000).contains(&waited),
+        "terminated the grace after its cancel: {waited} ms"
+    );
+}
+
+/// A parent cancelled without a grace passes none on: the child's cancel
+/// stays cooperative (swallowed, it runs on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_cancel_cascades_without_a_grace() {
+    let kit = family().await;
+    kit.engine().start(PARENT, "mum", &()).await.expect("start");
+    kit.advance(Duration::from_secs(1)).await.expect("advance");
+    kit.engine().cancel("mum", "closing").await.expect("cancel");
+    kit.result(PARENT, "mum").await.expect_err("cancelled");
+    kit.advance(3 * HOUR).await.expect("advance");
+    assert_eq!(status(&kit, "kid").await, RunStatus::Running);
 }

@@ -90,8 +90,7 @@ impl ShardLoop {
                                 // The grace rides right after the cancel,
                                 // acknowledged once both are durable.
                                 self.append(&rec);
-                                let until = now_ms.saturating_add(grace);
-                                let grace = self.grace_record(run, until, &reason);
+                                let grace = self.grace_record(run, now_ms, grace, &reason);
                                 self.ack_after(&grace, reply);
                             }
                         }

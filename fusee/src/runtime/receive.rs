@@ -217,6 +217,7 @@ impl ShardLoop {
                 terminate,
                 reason,
                 dedup,
+                grace_ms,
                 ..
             } => {
                 // A child whose start has not arrived is not closed here:
@@ -246,11 +247,18 @@ impl ShardLoop {
                     } else {
                         RecordBuf::Cancel {
                             run,
-                            reason,
+                            reason: reason.clone(),
                             by: key.map(|k| Payload::from(k.as_slice())),
                         }
                     };
                     self.append(&rec);
+                    // A parent's grace, cascaded: right after the cancel,
+                    // as a client's cancel with a grace records it.
+                    if let (false, Some(g)) = (terminate, grace_ms) {
+                        let why = String::from_utf8_lossy(&reason).into_owned();
+                        let grace = self.grace_record(run, now_ms, g, &why);
+                        self.append(&grace);
+                    }
                 }
             }
             Message::ChildStart {

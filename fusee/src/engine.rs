@@ -529,7 +529,15 @@ impl Engine {
     /// code cannot swallow, which still lets it clean up for `grace`. The
     /// grace is recorded with the cancel, so it holds across a crash or a
     /// restart (counted from the cancel, by the engine's clock). A second
-    /// grace for the same run keeps the earlier end.
+    /// grace for the same run keeps the earlier end. No step attempt starts
+    /// after the grace; one running then that does not listen to
+    /// [`StepContext::cancelled`](crate::StepContext::cancelled) and has no
+    /// time limit runs on until it returns (its result is dropped). Children
+    /// the run's close cancels ([`ParentClose::Cancel`](crate::ParentClose::Cancel))
+    /// get the same grace from their own cancel; a reset's new run does
+    /// not inherit it. Also in the server's API (`grace_ms` on the cancel
+    /// route and bulk cancel), `Client::cancel_with_grace` and
+    /// `fusee cancel --grace`.
     pub async fn cancel_with_grace(
         &self,
         id: &str,

@@ -630,13 +630,13 @@ async fn every_crash_point_resumes_from_the_last_durable_heartbeat() {
                 let durable = point
                     .kept
                     .iter()
-                    .filter_map(|rec| match rec {
+                    .rev()
+                    .find_map(|rec| match rec {
                         Record::Heartbeat { payload, .. } => {
                             Some(serde_json::from_slice::<u32>(payload).expect("details"))
                         }
                         _ => None,
                     })
-                    .last()
                     .unwrap_or(0);
                 if at.is_none() {
                     assert_eq!(read, [0, 2, 4], "uncrashed: each attempt two parts on");

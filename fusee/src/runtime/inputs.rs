@@ -288,6 +288,7 @@ impl ShardLoop {
         };
         if input.len() > self.config.max_payload {
             let _ = reply.send(Err(Error::TooLarge {
+                id,
                 what: "workflow input",
                 len: input.len(),
                 max: self.config.max_payload,
@@ -405,6 +406,7 @@ impl ShardLoop {
     ) -> Result<u64, Error> {
         if len > self.config.max_payload {
             return Err(Error::TooLarge {
+                id: id.to_string(),
                 what,
                 len,
                 max: self.config.max_payload,
@@ -622,7 +624,8 @@ impl ShardLoop {
                     ("update argument", payload.len()),
                 ] {
                     if len > max {
-                        let _ = reply.send(Err(Error::TooLarge { what, len, max }));
+                        let id = start.id.clone();
+                        let _ = reply.send(Err(Error::TooLarge { id, what, len, max }));
                         return;
                     }
                 }

@@ -321,3 +321,62 @@ async fn a_plain_cancel_cascades_without_a_grace() {
     kit.advance(3 * HOUR).await.expect("advance");
     assert_eq!(status(&kit, "kid").await, RunStatus::Running);
 }
+
+/// The cascaded grace at every record boundary: whatever a crash keeps of
+/// the parent's cancel, its end, the child's cancel and the child's grace,
+/// the child is terminated within the grace after the scenario's cancel
+/// (a crash that kept the child's cancel and cut its grace gets the grace
+/// recorded when the close is sent again). One crash point differs, as it
+/// may: the one that kept the parent's cancel and cut its grace, before
+/// the cancel was acknowledged; the parent then ends at its cancel (as
+/// cancelled, so the client's retry finds it finished) and its child gets
+/// a cooperative cancel, which it swallows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascaded_grace_holds_at_every_crash_point() {
+    use fusee::core::record::Record;
+    let kit = family().await;
+    let mut torn = 0;
+    let report = kit
+        .crash_everywhere_with(
+            async |kit: &TestEngine| {
+                kit.engine()
+                    .start_with(PARENT, "dad", &(), fusee::IdPolicy::Attach)
+                    .await?;
+                kit.advance(Duration::from_secs(1)).await?;
+                let grace = Duration::from_secs(30);
+                match kit
+                    .engine()
+                    .cancel_with_grace("dad", "closing shop", grace)
+                    .await
+                {
+                    Ok(()) | Err(fusee::Error::Finished { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                kit.advance(Duration::from_secs(60)).await?;
+                Ok(kit.engine().describe("kid").await?.status)
+            },
+            |point| {
+                let at = point.crashed_after;
+                // The parent's cancel kept, its grace (the next record) not.
+                let cut_grace = matches!(
+                    point.kept.last(),
+                    Some(Record::Cancel { run, .. }) if *run == 1
+                );
+                if cut_grace {
+                    torn += 1;
+                    assert_eq!(*point.outcome, RunStatus::Running, "crash after {at:?}");
+                    return;
+                }
+                assert_eq!(
+                    *point.outcome,
+                    RunStatus::Finished(Status::Terminated),
+                    "crash after {at:?} of {} records",
+                    point.records
+                );
+            },
+        )
+        .await
+        .expect("every crash point ends");
+    assert!(report.records > 6, "{report:?}");
+    assert_eq!(torn, 1, "one crash point cut the parent's grace");
+}

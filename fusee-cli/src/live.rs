@@ -357,8 +357,16 @@ pub(crate) fn verb(verb: Verb) -> Result<ExitCode, CliError> {
             })?;
             done("signalled", &id, None, json)?;
         }
-        Verb::Cancel { id, reason, .. } => {
-            block_on(async { client.cancel(&id, &reason).await.map_err(from_client) })?;
+        Verb::Cancel {
+            id, reason, grace, ..
+        } => {
+            block_on(async {
+                match grace {
+                    Some(grace) => client.cancel_with_grace(&id, &reason, grace).await,
+                    None => client.cancel(&id, &reason).await,
+                }
+                .map_err(from_client)
+            })?;
             done("cancel asked", &id, None, json)?;
         }
         Verb::Terminate { id, reason, .. } => {

@@ -252,13 +252,19 @@ pub(crate) enum Verb {
         args: VerbArgs,
     },
     /// Asks workflow ID ID's run to cancel (its code sees the
-    /// cancellation and may compensate).
+    /// cancellation and may compensate; without --grace it may also
+    /// swallow it).
     Cancel {
         /// The workflow ID.
         id: String,
         /// The reason recorded.
         #[arg(long, default_value = "operator")]
         reason: String,
+        /// Terminate the run with the reason if it has not ended this long
+        /// after the cancel (e.g. 500ms, 30s, 5m, 2h): a cancel its code
+        /// cannot swallow.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        grace: Option<std::time::Duration>,
         #[command(flatten)]
         args: VerbArgs,
     },
@@ -378,6 +384,27 @@ impl CliError {
 }
 
 /// The inspect error, with what to do about a lock.
+/// A duration as people write it on a command line: a whole number and
+/// a unit (`ms`, `s`, `m`, `h`), e.g. `30s`.
+pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let bad = || format!("{text:?} is not a duration such as 500ms, 30s, 5m or 2h");
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(ms_per)
+        .map(std::time::Duration::from_millis)
+        .ok_or_else(bad)
+}
+
 fn describe(e: &fusee::inspect::InspectError) -> String {
     use fusee::inspect::InspectError;
     match e {

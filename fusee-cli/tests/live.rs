@@ -142,6 +142,15 @@ async fn order(ctx: Ctx, n: u32) -> Result<String, Failure> {
     Ok(done)
 }
 
+const STUBBORN: Workflow<(), u32> = Workflow::new("stubborn");
+
+/// Swallows every cancel: naps an hour, again and again.
+async fn stubborn(ctx: Ctx, (): ()) -> Result<u32, Failure> {
+    loop {
+        let _ = ctx.sleep("nap", Duration::from_secs(3600)).await;
+    }
+}
+
 /// Waits until `id`'s latest run ended with `status`.
 async fn until_status(engine: &Engine, id: &str, status: &str) -> fusee::Description {
     for _ in 0..1000 {
@@ -160,6 +169,7 @@ async fn until_status(engine: &Engine, id: &str, status: &str) -> fusee::Descrip
 async fn verbs_act_on_a_live_engine_and_refusals_are_named() {
     let engine = Engine::open(Config::memory()).await.expect("opens");
     engine.register(ORDER, order);
+    engine.register(STUBBORN, stubborn);
     let handle = server(&engine).await;
     let url = handle.url();
     let u = url.as_str();
@@ -218,6 +228,17 @@ async fn verbs_act_on_a_live_engine_and_refusals_are_named() {
     stdout(&admin(&["start", "order", "o-4", "1"]), 0).await;
     stdout(&admin(&["terminate", "o-4"]), 0).await;
     until_status(&engine, "o-4", "terminated").await;
+    // cancel --grace: code that swallows the cancel is terminated with
+    // its reason once the grace passes.
+    stdout(&admin(&["start", "stubborn", "s-1"]), 0).await;
+    let asked = &["cancel", "s-1", "--reason", "late", "--grace", "200ms"];
+    stdout(&admin(asked), 0).await;
+    until_status(&engine, "s-1", "terminated").await;
+    let err = engine
+        .result(STUBBORN, "s-1")
+        .await
+        .expect_err("terminated");
+    assert!(err.to_string().contains("late"), "{err}");
 
     // Refusals: the server's kind and message; 400 is exit 2, others 3.
     let refused = |out: &Output, code: i32, words: &[&str]| {
@@ -243,6 +264,8 @@ async fn verbs_act_on_a_live_engine_and_refusals_are_named() {
     let out = fusee(&admin(&["signal", "o-1", "go", "not json"])).await;
     refused(&out, 2, &["not JSON"]);
     refused(&fusee(&["cancel", "o-1"]).await, 2, &["--url"]);
+    let out = fusee(&admin(&["cancel", "o-1", "--grace", "soon"])).await;
+    refused(&out, 2, &["\"soon\" is not a duration"]);
     refused(&fusee(&["runs", "--token", ADMIN]).await, 2, &["--url"]);
     refused(
         &fusee(&["runs", "--url", "not a url"]).await,

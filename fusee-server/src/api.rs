@@ -538,6 +538,12 @@ async fn bulk(State(app): State<App>, Body(r): Body<BulkRequest>) -> Reply<BulkR
             r.action
         )));
     }
+    if r.grace_ms.is_some() && r.action != "cancel" {
+        return Err(ApiError::bad_request(format!(
+            "grace_ms is for action \"cancel\" only, not {:?}",
+            r.action
+        )));
+    }
     let count = if r.dry_run {
         // The runs the action would ask: running ones passing the filter.
         let mut filter = filter.status(StatusFilter::Running);
@@ -551,7 +557,14 @@ async fn bulk(State(app): State<App>, Body(r): Body<BulkRequest>) -> Reply<BulkR
             }
         }
     } else if r.action == "cancel" {
-        app.engine.cancel_all(filter, reason).await?
+        match r.grace_ms {
+            Some(ms) => {
+                app.engine
+                    .cancel_all_with_grace(filter, reason, Duration::from_millis(ms))
+                    .await?
+            }
+            None => app.engine.cancel_all(filter, reason).await?,
+        }
     } else {
         app.engine.terminate_all(filter, reason).await?
     };
@@ -786,18 +799,25 @@ async fn query(
     Ok(Json(ValueReply { value }))
 }
 
-/// Asks the run to cancel.
+/// Asks the run to cancel: cooperatively, or with `grace_ms`, terminated
+/// with the reason if it has not ended that long after.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", tag = "verbs",
-    params(("id" = String, Path, description = "The workflow ID")), request_body = ReasonRequest,
+    params(("id" = String, Path, description = "The workflow ID")), request_body = CancelRequest,
     responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn cancel(
     State(app): State<App>,
     Path(id): Path<String>,
-    OptBody(r): OptBody<ReasonRequest>,
+    OptBody(r): OptBody<CancelRequest>,
 ) -> Reply<Value> {
-    app.engine
-        .cancel(&id, r.reason.as_deref().unwrap_or("operator"))
-        .await?;
+    let reason = r.reason.as_deref().unwrap_or("operator");
+    match r.grace_ms {
+        Some(ms) => {
+            app.engine
+                .cancel_with_grace(&id, reason, Duration::from_millis(ms))
+                .await?
+        }
+        None => app.engine.cancel(&id, reason).await?,
+    }
     Ok(Json(serde_json::json!({})))
 }
 

@@ -24,10 +24,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::model::{
-    BackupReply, BackupRequest, BulkReply, BulkRequest, ChainLink, Deleted, Description, ErrorBody,
-    ExecuteRequest, LimitInfo, PauseRequest, QueryRequest, QueueInfo, ReasonRequest, ResetRequest,
-    ResultReply, RunsPage, RunsQuery, ScheduleInfo, ShardInfo, SignalRequest, StartReply,
-    StartRequest, UpdateRequest, ValueReply,
+    BackupReply, BackupRequest, BulkReply, BulkRequest, CancelRequest, ChainLink, Deleted,
+    Description, ErrorBody, ExecuteRequest, LimitInfo, PauseRequest, QueryRequest, QueueInfo,
+    ReasonRequest, ResetRequest, ResultReply, RunsPage, RunsQuery, ScheduleInfo, ShardInfo,
+    SignalRequest, StartReply, StartRequest, UpdateRequest, ValueReply,
 };
 
 /// Why a [`Client`] call failed.
@@ -346,10 +346,34 @@ impl Client {
         Ok(reply.value)
     }
 
-    /// Asks `id` to cancel.
+    /// Asks `id` to cancel, cooperatively (its code may swallow it; see
+    /// `Engine::cancel`).
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<(), ClientError> {
-        let body = ReasonRequest {
+        self.cancel_as(id, reason, None).await
+    }
+
+    /// Asks `id` to cancel and has its run terminated with `reason` if it
+    /// has not ended `grace` after (`Engine::cancel_with_grace`; the grace
+    /// is sent in whole milliseconds).
+    pub async fn cancel_with_grace(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: std::time::Duration,
+    ) -> Result<(), ClientError> {
+        self.cancel_as(id, reason, Some(grace)).await
+    }
+
+    /// The one cancel request, with a grace if `grace` is some.
+    async fn cancel_as(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: Option<std::time::Duration>,
+    ) -> Result<(), ClientError> {
+        let body = CancelRequest {
             reason: Some(reason.to_string()),
+            grace_ms: grace.map(|g| g.as_millis().min(u128::from(u64::MAX)) as u64),
         };
         self.post_empty(&["api", "v1", "runs", id, "cancel"], &body)
             .await

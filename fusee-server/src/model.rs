@@ -355,6 +355,22 @@ pub struct ReasonRequest {
     pub reason: Option<String>,
 }
 
+/// `cancel`: why, and how long the run's code has to end before it is
+/// terminated (`Engine::cancel_with_grace`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(ToSchema))]
+pub struct CancelRequest {
+    /// The reason recorded (default `operator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A grace in milliseconds: the run is terminated with the reason if
+    /// it has not ended this long after the cancel (recorded, so it holds
+    /// across a restart). Absent: a cooperative cancel the code may
+    /// swallow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+}
+
 /// `POST /api/v1/runs/{id}/reset`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(ToSchema))]
@@ -386,6 +402,10 @@ pub struct BulkRequest {
     /// Count the runs it would act on, and act on none.
     #[serde(default)]
     pub dry_run: bool,
+    /// `cancel` only: each run asked is terminated with the reason if it
+    /// has not ended this many milliseconds after its cancel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
 }
 
 /// What a bulk action did.

@@ -385,6 +385,96 @@ async fn operator_verbs() {
     engine.close().await.unwrap();
 }
 
+/// Code that swallows every cancel: it naps an hour, again and again.
+const STUBBORN: fusee::Workflow<(), u32> = fusee::Workflow::new("stubborn");
+
+async fn stubborn(ctx: fusee::Ctx, (): ()) -> Result<u32, fusee::Failure> {
+    loop {
+        let _ = ctx.sleep("nap", Duration::from_secs(3600)).await;
+    }
+}
+
+/// A cancel with a grace through the route, the client and a bulk cancel:
+/// code that swallows it is terminated with the cancel's reason once the
+/// grace passes; a plain cancel it swallows; the errors are the Rust
+/// errors' kinds, and a grace is refused on a bulk terminate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_with_grace_terminates_code_that_swallows_it() {
+    let engine = engine().await;
+    engine.register(STUBBORN, stubborn);
+    let server = serve(&engine).await;
+    let client = Client::new(&server.url()).unwrap().token(ADMIN);
+    for id in ["g-1", "g-2", "g-3", "g-4"] {
+        client
+            .start(&start("stubborn", id, json!(null)))
+            .await
+            .unwrap();
+    }
+    client.cancel("g-2", "please").await.unwrap();
+    client
+        .cancel_with_grace("g-1", "out of time", Duration::from_millis(200))
+        .await
+        .unwrap();
+    let d = until(&client, "g-1", |d| d.status != "running").await;
+    assert_eq!(d.status, "terminated");
+    let result = engine
+        .result(STUBBORN, "g-1")
+        .await
+        .expect_err("terminated");
+    assert!(result.to_string().contains("out of time"), "{result}");
+    // The plain cancel, long before g-1's grace, was swallowed.
+    assert_eq!(client.describe("g-2").await.unwrap().status, "running");
+    // The route's errors are the engine's.
+    assert_eq!(
+        kind(
+            client
+                .cancel_with_grace("g-1", "again", Duration::from_secs(1))
+                .await
+        ),
+        (409, "finished".into())
+    );
+    assert_eq!(
+        kind(
+            client
+                .cancel_with_grace("nobody", "x", Duration::from_secs(1))
+                .await
+        ),
+        (404, "not_found".into())
+    );
+    // A bulk cancel with a grace: every stubborn run still running.
+    let bulk = |action: &str, grace_ms| BulkRequest {
+        action: action.into(),
+        workflow: Some("stubborn".into()),
+        reason: Some("closing".into()),
+        dry_run: false,
+        grace_ms,
+    };
+    assert_eq!(
+        kind(client.bulk(&bulk("terminate", Some(10))).await),
+        (400, "bad_request".into())
+    );
+    assert_eq!(client.describe("g-3").await.unwrap().status, "running");
+    assert_eq!(
+        client.bulk(&bulk("cancel", Some(100))).await.unwrap().count,
+        3
+    );
+    for id in ["g-2", "g-3", "g-4"] {
+        let d = until(&client, id, |d| d.status != "running").await;
+        assert_eq!(d.status, "terminated", "{id}");
+    }
+    // The OpenAPI document names the grace in the cancel's body.
+    let doc = client.openapi().await.unwrap();
+    let schema = &doc["components"]["schemas"]["CancelRequest"]["properties"];
+    assert!(schema.get("grace_ms").is_some(), "{schema}");
+    assert!(
+        doc["components"]["schemas"]["BulkRequest"]["properties"]
+            .get("grace_ms")
+            .is_some()
+    );
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_counts_then_acts() {
     let (engine, server, client) = setup().await;
@@ -404,6 +494,7 @@ async fn bulk_counts_then_acts() {
         workflow: Some("order".into()),
         reason: Some("bulk".into()),
         dry_run,
+        grace_ms: None,
     };
     assert_eq!(
         client.bulk(&bulk("terminate", true)).await.unwrap().count,

@@ -60,6 +60,7 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
         ),
         (
             Error::TooLarge {
+                id: s(),
                 what: "signal",
                 len: 10,
                 max: 5,

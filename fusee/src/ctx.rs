@@ -585,6 +585,15 @@ pub(crate) fn value_u64(bytes: &[u8]) -> u64 {
 /// for the step's end ([`OnCancel::Wait`]) or ends at once with a
 /// `cancelled` error ([`OnCancel::Abandon`], the default).
 ///
+/// Being told is all the engine does to a running attempt, except past a
+/// time limit (below), where its future is dropped. An attempt of a step
+/// without a limit that does not listen runs until its function returns,
+/// whatever happened to its run meanwhile: after a cancel, a cancel's
+/// grace ([`crate::Engine::cancel_with_grace`]; the grace stops new
+/// attempts, not running ones), a terminate, or its run's end, its result
+/// is then recorded if the run still waits for it and dropped if not. To
+/// bound such a step, listen, or give it a [`timeout`](Step::timeout).
+///
 /// # Time limits
 ///
 /// Three limits fail a step that takes too long, each with a
@@ -657,7 +666,11 @@ impl<T> Step<T> {
 
     /// What the workflow's await does when its run is cancelled while the
     /// step is live (see [Cancellation](Step#cancellation)); the default
-    /// is [`OnCancel::Abandon`].
+    /// is [`OnCancel::Abandon`]. Neither stops the step's running attempt:
+    /// it is told ([`StepContext::cancelled`]), and one that does not
+    /// listen runs until it returns (under `Wait`, the workflow waits that
+    /// long; under a cancel's grace, the run is terminated at the grace's
+    /// end even so).
     pub fn on_cancel(mut self, policy: OnCancel) -> Self {
         if policy == OnCancel::Wait || self.extra.is_some() {
             self.extra.get_or_insert_with(Box::default).wait_on_cancel = policy == OnCancel::Wait;
@@ -673,7 +686,8 @@ impl<T> Step<T> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnCancel {
     /// The await ends at once with a `cancelled` error; the step goes on
-    /// (or stops, if it listens) without the workflow.
+    /// (or stops, if it listens) without the workflow: one that does not
+    /// listen runs until it returns.
     #[default]
     Abandon,
     /// The await waits for the step to end and returns its result or
@@ -919,7 +933,11 @@ pub enum ParentClose {
     #[default]
     Terminate,
     /// The child is asked to cancel (its code sees the cancellation and
-    /// may clean up).
+    /// may clean up). If this run was cancelled with a grace
+    /// ([`Engine::cancel_with_grace`](crate::Engine::cancel_with_grace)),
+    /// the child gets the same grace, counted from its own cancel: it is
+    /// terminated if it has not ended that long after. Without one, the
+    /// child's cancel is cooperative, as a plain cancel is.
     Cancel,
     /// The child runs on.
     Abandon,

@@ -520,13 +520,7 @@ impl Engine {
     /// (a bug, but it happens), never ends by this: for a cancel it cannot
     /// swallow, [`cancel_with_grace`](Self::cancel_with_grace).
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<()> {
-        self.request(id, |reply| Input::Cancel {
-            id: id.to_string(),
-            reason: reason.to_string(),
-            grace_ms: None,
-            reply,
-        })
-        .await
+        self.cancel_as(id, reason, None).await
     }
 
     /// Cancels workflow `id` as [`cancel`](Self::cancel) does, and
@@ -535,18 +529,37 @@ impl Engine {
     /// code cannot swallow, which still lets it clean up for `grace`. The
     /// grace is recorded with the cancel, so it holds across a crash or a
     /// restart (counted from the cancel, by the engine's clock). A second
-    /// grace for the same run keeps the earlier end.
+    /// grace for the same run keeps the earlier end. No step attempt starts
+    /// after the grace; one running then that does not listen to
+    /// [`StepContext::cancelled`](crate::StepContext::cancelled) and has no
+    /// time limit runs on until it returns (its result is dropped). Children
+    /// the run's close cancels ([`ParentClose::Cancel`](crate::ParentClose::Cancel))
+    /// get the same grace from their own cancel; a reset's new run does
+    /// not inherit it. Also in the server's API (`grace_ms` on the cancel
+    /// route and bulk cancel), `Client::cancel_with_grace` and
+    /// `fusee cancel --grace`.
     pub async fn cancel_with_grace(
         &self,
         id: &str,
         reason: &str,
         grace: std::time::Duration,
     ) -> Result<()> {
-        let grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.cancel_as(id, reason, Some(grace)).await
+    }
+
+    /// The one way a cancel reaches its shard: cooperative (`grace` none)
+    /// or with a grace (see [`cancel_with_grace`](Self::cancel_with_grace)).
+    pub(crate) async fn cancel_as(
+        &self,
+        id: &str,
+        reason: &str,
+        grace: Option<std::time::Duration>,
+    ) -> Result<()> {
+        let grace_ms = grace.map(|g| g.as_millis().min(u128::from(u64::MAX)) as u64);
         self.request(id, |reply| Input::Cancel {
             id: id.to_string(),
             reason: reason.to_string(),
-            grace_ms: Some(grace_ms),
+            grace_ms,
             reply,
         })
         .await

@@ -93,8 +93,10 @@ pub enum Error {
         status: &'static str,
     },
     /// A payload (input, signal, result) longer than the limit.
-    #[error("{what} of {len} bytes exceeds the limit of {max} bytes")]
+    #[error("{what} of {len} bytes for workflow {id:?} exceeds the limit of {max} bytes")]
     TooLarge {
+        /// The workflow ID it was for.
+        id: String,
         /// What was too large.
         what: &'static str,
         /// Its length in bytes.

@@ -209,9 +209,32 @@ impl Engine {
     /// is ignored) to cancel with `reason`; the count asked. Runs that
     /// finish meanwhile are skipped.
     pub async fn cancel_all(&self, filter: ListFilter, reason: &str) -> Result<u64> {
+        self.cancel_all_as(filter, reason, None).await
+    }
+
+    /// Cancels every running workflow that passes `filter` (its status
+    /// part is ignored) as [`cancel_with_grace`](Self::cancel_with_grace)
+    /// does: each run asked is terminated with `reason` if it has not
+    /// ended `grace` after its own cancel. The count asked.
+    pub async fn cancel_all_with_grace(
+        &self,
+        filter: ListFilter,
+        reason: &str,
+        grace: std::time::Duration,
+    ) -> Result<u64> {
+        self.cancel_all_as(filter, reason, Some(grace)).await
+    }
+
+    /// [`cancel_all`](Self::cancel_all), with a grace if `grace` is some.
+    async fn cancel_all_as(
+        &self,
+        filter: ListFilter,
+        reason: &str,
+        grace: Option<std::time::Duration>,
+    ) -> Result<u64> {
         self.for_each_running(filter, |engine, id| {
             let reason = reason.to_string();
-            async move { engine.cancel(&id, &reason).await }
+            async move { engine.cancel_as(&id, &reason, grace).await }
         })
         .await
     }

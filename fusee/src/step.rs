@@ -248,9 +248,12 @@ impl StepContext {
     /// against the work (`tokio::select!`) to stop early, clean up, and
     /// return: a failure returned after the cancel is final (never
     /// retried), a result is recorded as usual. Nothing forces the step to
-    /// listen: one that does not runs to its end, and no further attempt
-    /// of it starts after the cancel. Never resolves on a context made
-    /// outside the engine. Costs nothing until called.
+    /// listen: one that does not runs until its function returns (its
+    /// future is dropped only past a time limit, such as
+    /// [`Step::timeout`](crate::Step::timeout)), even after its run was
+    /// terminated or a cancel's grace passed, and no further attempt of it
+    /// starts after the cancel. Never resolves on a context made outside
+    /// the engine. Costs nothing until called.
     pub fn cancelled(&self) -> Cancelled {
         let (run, seq) = self.place();
         Cancelled {

@@ -195,3 +195,188 @@ async fn no_step_starts_after_a_cancels_grace() {
         RunStatus::Finished(Status::Terminated)
     );
 }
+
+/// A step, a nap (where a cancel comes, swallowed), a step after it, then
+/// naps that swallow every cancel.
+const RESETTABLE: Workflow<(), u32> = Workflow::new("resettable");
+
+/// A reset to a step after a cancel with a grace copies the cancel, not
+/// its grace: the new run is not terminated at the old run's deadline,
+/// neither live nor after a crash (which arms the graces its records hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_after_a_cancel_with_grace_does_not_inherit_the_grace() {
+    let mut kit = TestEngine::open(|engine: &Engine| {
+        engine.register(RESETTABLE, |ctx: Ctx, ()| async move {
+            ctx.step("first", |_| async { Ok(1u32) }).await?;
+            let _ = ctx.sleep("nap", HOUR).await;
+            ctx.step("after", |_| async { Ok(2u32) }).await?;
+            loop {
+                let _ = ctx.sleep("doze", HOUR).await;
+            }
+        });
+    })
+    .await
+    .expect("open");
+    kit.engine()
+        .start(RESETTABLE, "r-1", &())
+        .await
+        .expect("start");
+    kit.advance(Duration::from_secs(1)).await.expect("advance");
+    kit.engine()
+        .cancel_with_grace("r-1", "old deadline", Duration::from_secs(60))
+        .await
+        .expect("cancel");
+    kit.advance(Duration::from_secs(5)).await.expect("advance");
+    let old = kit.engine().describe("r-1").await.expect("describe").run;
+    let new = kit
+        .engine()
+        .reset("r-1", "after", "try again")
+        .await
+        .expect("reset");
+    assert_ne!(new.run, old);
+    kit.advance(Duration::from_secs(120))
+        .await
+        .expect("advance");
+    assert_eq!(status(&kit, "r-1").await, RunStatus::Running, "live");
+    kit.crash().await.expect("crash");
+    kit.advance(Duration::from_secs(120))
+        .await
+        .expect("advance");
+    let d = kit.engine().describe("r-1").await.expect("describe");
+    assert_eq!(
+        (d.run, d.status),
+        (new.run, RunStatus::Running),
+        "recovered"
+    );
+}
+
+/// A parent that starts a child which swallows every cancel, under the
+/// parent-close policy `Cancel`, then ends at its own cancel.
+const PARENT: Workflow<(), u32> = Workflow::new("parent");
+
+async fn family() -> TestEngine {
+    TestEngine::open(|engine: &Engine| {
+        engine.register(STUBBORN, |ctx: Ctx, ()| async move {
+            loop {
+                let _ = ctx.sleep("nap", HOUR).await;
+            }
+        });
+        engine.register(PARENT, |ctx: Ctx, ()| async move {
+            ctx.child(STUBBORN, "kid", &())
+                .on_parent_close(fusee::ParentClose::Cancel)
+                .detach()
+                .await?;
+            ctx.sleep("nap", HOUR).await?;
+            Ok::<_, Failure>(1)
+        });
+    })
+    .await
+    .expect("open")
+}
+
+/// A parent cancelled with a grace passes the grace to the children its
+/// close cancels: the child, which swallows its cancel, is terminated with
+/// the reason the grace's length after its cancel, also across a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parents_grace_cascades_to_the_children_its_close_cancels() {
+    let mut kit = family().await;
+    kit.engine().start(PARENT, "dad", &()).await.expect("start");
+    kit.advance(Duration::from_secs(1)).await.expect("advance");
+    assert_eq!(status(&kit, "kid").await, RunStatus::Running);
+    let at = kit.now_ms();
+    kit.engine()
+        .cancel_with_grace("dad", "closing shop", Duration::from_secs(30))
+        .await
+        .expect("cancel");
+    kit.result(PARENT, "dad").await.expect_err("cancelled");
+    assert_eq!(
+        status(&kit, "dad").await,
+        RunStatus::Finished(Status::Cancelled)
+    );
+    kit.advance(Duration::from_secs(10)).await.expect("advance");
+    assert_eq!(status(&kit, "kid").await, RunStatus::Running, "in grace");
+    kit.crash().await.expect("crash");
+    let err = kit.result(STUBBORN, "kid").await.expect_err("terminated");
+    assert!(err.to_string().contains("parent"), "{err}");
+    assert_eq!(
+        status(&kit, "kid").await,
+        RunStatus::Finished(Status::Terminated)
+    );
+    let waited = kit.now_ms() - at;
+    assert!(
+        (30_000..31_000).contains(&waited),
+        "terminated the grace after its cancel: {waited} ms"
+    );
+}
+
+/// A parent cancelled without a grace passes none on: the child's cancel
+/// stays cooperative (swallowed, it runs on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_cancel_cascades_without_a_grace() {
+    let kit = family().await;
+    kit.engine().start(PARENT, "mum", &()).await.expect("start");
+    kit.advance(Duration::from_secs(1)).await.expect("advance");
+    kit.engine().cancel("mum", "closing").await.expect("cancel");
+    kit.result(PARENT, "mum").await.expect_err("cancelled");
+    kit.advance(3 * HOUR).await.expect("advance");
+    assert_eq!(status(&kit, "kid").await, RunStatus::Running);
+}
+
+/// The cascaded grace at every record boundary: whatever a crash keeps of
+/// the parent's cancel, its end, the child's cancel and the child's grace,
+/// the child is terminated within the grace after the scenario's cancel
+/// (a crash that kept the child's cancel and cut its grace gets the grace
+/// recorded when the close is sent again). One crash point differs, as it
+/// may: the one that kept the parent's cancel and cut its grace, before
+/// the cancel was acknowledged; the parent then ends at its cancel (as
+/// cancelled, so the client's retry finds it finished) and its child gets
+/// a cooperative cancel, which it swallows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascaded_grace_holds_at_every_crash_point() {
+    use fusee::core::record::Record;
+    let kit = family().await;
+    let mut torn = 0;
+    let report = kit
+        .crash_everywhere_with(
+            async |kit: &TestEngine| {
+                kit.engine()
+                    .start_with(PARENT, "dad", &(), fusee::IdPolicy::Attach)
+                    .await?;
+                kit.advance(Duration::from_secs(1)).await?;
+                let grace = Duration::from_secs(30);
+                match kit
+                    .engine()
+                    .cancel_with_grace("dad", "closing shop", grace)
+                    .await
+                {
+                    Ok(()) | Err(fusee::Error::Finished { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                kit.advance(Duration::from_secs(60)).await?;
+                Ok(kit.engine().describe("kid").await?.status)
+            },
+            |point| {
+                let at = point.crashed_after;
+                // The parent's cancel kept, its grace (the next record) not.
+                let cut_grace = matches!(
+                    point.kept.last(),
+                    Some(Record::Cancel { run, .. }) if *run == 1
+                );
+                if cut_grace {
+                    torn += 1;
+                    assert_eq!(*point.outcome, RunStatus::Running, "crash after {at:?}");
+                    return;
+                }
+                assert_eq!(
+                    *point.outcome,
+                    RunStatus::Finished(Status::Terminated),
+                    "crash after {at:?} of {} records",
+                    point.records
+                );
+            },
+        )
+        .await
+        .expect("every crash point ends");
+    assert!(report.records > 6, "{report:?}");
+    assert_eq!(torn, 1, "one crash point cut the parent's grace");
+}

@@ -100,6 +100,13 @@ async fn bad_requests_get_named_errors() {
         engine.start(WAITER, "big", &big).await,
         Err(Error::TooLarge { .. })
     ));
+    // The refusal names the workflow it was for.
+    let text = engine
+        .start(WAITER, "big", &big)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("workflow \"big\""), "{text}");
     assert!(
         matches!(engine.describe("big").await, Err(Error::NotFound { .. })),
         "a refused start records nothing"
@@ -706,5 +713,31 @@ async fn a_chain_of_steps_takes_one_flush_a_step() {
         flushes <= u64::from(n) + 2,
         "{flushes} flushes for a chain of {n} steps"
     );
+    engine.close().await.unwrap();
+}
+
+const BOOM: fusee::Workflow<(), u32> = fusee::Workflow::new("boom");
+
+/// A step's panic fails its attempt with kind `panic`, the message naming
+/// the step (issue 32 item 6: names in every message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_steps_failure_names_the_step() {
+    let engine = Engine::open(fusee::Config::memory()).await.unwrap();
+    engine.register(BOOM, |ctx: fusee::Ctx, ()| async move {
+        let v = ctx
+            .step("detonate", |_| async {
+                if std::hint::black_box(true) {
+                    panic!("the fuse was short");
+                }
+                Ok(1u32)
+            })
+            .retry(fusee::RetryPolicy::default().attempts(1))
+            .await?;
+        Ok::<_, fusee::Failure>(v)
+    });
+    let err = engine.execute(BOOM, "b-1", &()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("step `detonate` panicked"), "{text}");
+    assert!(text.contains("the fuse was short"), "{text}");
     engine.close().await.unwrap();
 }

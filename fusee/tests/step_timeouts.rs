@@ -548,3 +548,126 @@ async fn timeouts_and_heartbeats_run_on_the_system_clock() {
     );
     engine.close().await.expect("close");
 }
+
+const UPLOAD: Workflow<(), u32> = Workflow::new("upload");
+
+/// Heartbeat details resumed across a crash at every record boundary, with
+/// heartbeats recorded in the middle of attempts (not only at their end).
+/// Each attempt of step "upload" reads the last heartbeat `L`, reports
+/// `L+1`, works 1.5 s of virtual time (so the heartbeat tick records it),
+/// reports `L+2`, works 1.5 s more, and fails (retried) until it reaches
+/// part 6 of 6 (a crash point resuming from an odd part reaches it the
+/// same). At each crash point, the first attempt run after the crash reads no
+/// older details than the last `Heartbeat` the crash kept (a step whose
+/// result was kept runs no attempt), every later attempt reads no older
+/// details than the one before, and the run ends with 6 as uncrashed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_point_resumes_from_the_last_durable_heartbeat() {
+    use std::sync::Mutex;
+    // The sleeper of the engine at hand: each crash point's kit has its
+    // own clock, set by the scenario and cleared by the check; an attempt
+    // recovered before the scenario sets it waits for it.
+    let slot: Arc<Mutex<Option<Sleeper>>> = Arc::default();
+    // What each attempt read, since the last check.
+    let reads: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let (s, r) = (Arc::clone(&slot), Arc::clone(&reads));
+    let kit = TestEngine::open(move |engine: &Engine| {
+        let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+        engine.register(UPLOAD, move |ctx: Ctx, ()| {
+            let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+            async move {
+                let v = ctx
+                    .step("upload", move |sc: StepContext| {
+                        let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+                        async move {
+                            let sl = loop {
+                                if let Some(sl) = s.lock().unwrap().clone() {
+                                    break sl;
+                                }
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            };
+                            let last = sc.last_heartbeat::<u32>()?.unwrap_or(0);
+                            r.lock().unwrap().push(last);
+                            // Six parts in all: none past the last.
+                            sc.heartbeat(&(last + 1).min(6))?;
+                            sl.sleep(Duration::from_millis(1_500)).await?;
+                            let reached = (last + 2).min(6);
+                            sc.heartbeat(&reached)?;
+                            sl.sleep(Duration::from_millis(1_500)).await?;
+                            if reached < 6 {
+                                return Err(StepError::retryable(format!(
+                                    "stopped at {}",
+                                    last + 2
+                                )));
+                            }
+                            Ok(reached)
+                        }
+                    })
+                    .retry(RetryPolicy::default().attempts(10))
+                    .await?;
+                Ok::<_, Failure>(v)
+            }
+        });
+    })
+    .await
+    .expect("open");
+    let mut exercised = 0;
+    let report = kit
+        .crash_everywhere_with(
+            async |kit: &TestEngine| {
+                *slot.lock().unwrap() = Some(kit.sleeper());
+                kit.engine()
+                    .start_with(UPLOAD, "up-1", &(), fusee::IdPolicy::Attach)
+                    .await?;
+                kit.outcome(UPLOAD, "up-1").await
+            },
+            |point| {
+                *slot.lock().unwrap() = None;
+                let read = std::mem::take(&mut *reads.lock().unwrap());
+                let at = point.crashed_after;
+                assert_eq!(point.outcome, point.uncrashed, "crash after {at:?}");
+                assert_eq!(point.outcome.as_ref().ok(), Some(&6), "crash after {at:?}");
+                let durable = point
+                    .kept
+                    .iter()
+                    .rev()
+                    .find_map(|rec| match rec {
+                        Record::Heartbeat { payload, .. } => {
+                            Some(serde_json::from_slice::<u32>(payload).expect("details"))
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                if at.is_none() {
+                    assert_eq!(read, [0, 2, 4], "uncrashed: each attempt two parts on");
+                    return;
+                }
+                let done = point
+                    .kept
+                    .iter()
+                    .any(|rec| matches!(rec, Record::Step { .. }));
+                if done {
+                    assert!(read.is_empty(), "crash after {at:?}: ran again: {read:?}");
+                    return;
+                }
+                let first = *read.first().expect("an attempt ran");
+                assert!(
+                    first >= durable,
+                    "crash after {at:?}: the first attempt read {first}, older than the \
+                     durable heartbeat {durable}"
+                );
+                assert!(
+                    read.windows(2).all(|w| w[0] <= w[1]),
+                    "crash after {at:?}: progress went back: {read:?}"
+                );
+                if durable > 0 && durable % 2 == 1 {
+                    // A heartbeat recorded mid-attempt was resumed from.
+                    exercised += 1;
+                }
+            },
+        )
+        .await
+        .expect("crash everywhere");
+    assert!(report.records > 10, "{report:?}");
+    assert!(exercised > 0, "no crash point kept a mid-attempt heartbeat");
+}

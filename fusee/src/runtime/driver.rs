@@ -563,7 +563,7 @@ fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
             run,
             seq,
             attempt,
-            result: attempt_result(r),
+            result: attempt_result(r, &name),
         }),
         std::task::Poll::Pending => Err(StepJob {
             run,
@@ -575,15 +575,17 @@ fn poll_step(runtime: &Handle, job: StepJob) -> Result<Input, StepJob> {
     }
 }
 
-/// An attempt's result, a panic in it a failed (retryable) attempt.
+/// An attempt's result, a panic in it a failed (retryable) attempt of
+/// step `name`.
 fn attempt_result(
     r: std::thread::Result<Result<Vec<u8>, StepError>>,
+    name: &str,
 ) -> Result<Vec<u8>, StepError> {
     match r {
         Ok(r) => r,
         Err(p) => {
             let msg = crate::ctx::panic_message(&*p);
-            Err(StepError::retryable(format!("step panicked: {msg}")).kind("panic"))
+            Err(StepError::retryable(format!("step `{name}` panicked: {msg}")).kind("panic"))
         }
     }
 }
@@ -595,12 +597,12 @@ fn spawn_step(runtime: &Handle, job: StepJob, tx: Sender<Input>) {
         seq,
         attempt,
         future,
-        ..
+        name,
     } = job;
     // One task, the panic caught in it: a second task awaiting the step's
     // (to learn of a panic from its `JoinError`) cost a wake-up per step.
     runtime.spawn(async move {
-        let result = attempt_result((CatchUnwind { future }).await);
+        let result = attempt_result((CatchUnwind { future }).await, &name);
         let _ = tx.send(Input::StepDone {
             run,
             seq,

@@ -6,15 +6,23 @@
 //!
 //! The grace is durable: it rides in an `Attributes` record appended right
 //! after the `Cancel` (key [`GRACE_KEY`]: `{"until_ms": u64, "reason":
-//! str}`), which the run's table entry keeps, so a recovery arms it again
+//! str, "grace_ms": u64}`; `grace_ms` is absent in records of older
+//! builds), which the run's table entry keeps, so a recovery arms it again
 //! ([`ShardLoop::arm_recovered_grace`]) and a restart never lets a run out
 //! of its grace. A run under a grace never parks (its deadline is the
 //! loop's, not the core's timers), and the grace is forgotten when the run
 //! ends.
+//!
+//! Children: when a run that got a grace ends, the children its
+//! parent-close policy asks to cancel (`ParentClose::Cancel`) get the same
+//! grace, counted from their own cancel ([`cascaded_grace`] puts it in the
+//! close message): each level of a tree gets as long to clean up as its
+//! parent had. A run cancelled without a grace passes none on.
 
 use std::collections::BTreeSet;
 
 use fusee_core::record::{Payload, RecordBuf, RunId};
+use fusee_core::shard::ShardCore;
 use rustc_hash::FxHashMap;
 
 use super::ShardLoop;
@@ -73,11 +81,24 @@ impl Graces {
     }
 }
 
-/// The `Attributes` payload of a grace until `until_ms` for `reason`.
-fn grace_payload(until_ms: u64, reason: &str) -> Vec<u8> {
-    serde_json::json!({ GRACE_KEY: { "until_ms": until_ms, "reason": reason } })
-        .to_string()
-        .into_bytes()
+/// The `Attributes` payload of a grace of `grace_ms` until `until_ms`
+/// for `reason`.
+fn grace_payload(until_ms: u64, grace_ms: u64, reason: &str) -> Vec<u8> {
+    serde_json::json!({ GRACE_KEY: {
+        "until_ms": until_ms, "reason": reason, "grace_ms": grace_ms
+    } })
+    .to_string()
+    .into_bytes()
+}
+
+/// The grace (its length, ms) that run `run`'s children cancelled by its
+/// close get: the grace its own cancel had, if any (the latest one
+/// recorded; none from records of builds that did not record its length).
+pub(super) fn cascaded_grace(core: &ShardCore, run: RunId) -> Option<u64> {
+    core.get(run)?.attrs.iter().rev().find_map(|a| {
+        let value: serde_json::Value = serde_json::from_slice(a).ok()?;
+        value.get(GRACE_KEY)?.get("grace_ms")?.as_u64()
+    })
 }
 
 /// The grace an `Attributes` payload sets, if it sets one.
@@ -89,14 +110,28 @@ fn grace_in(payload: &[u8]) -> Option<(u64, String)> {
     Some((until, reason))
 }
 
+/// Whether `rec` is a cancel's grace: a reset leaves it out of the
+/// records it copies, so the new run is not terminated at the old run's
+/// deadline (the `Cancel` itself is copied: the code replays it).
+pub(super) fn is_grace(rec: &RecordBuf) -> bool {
+    matches!(rec, RecordBuf::Attributes { payload, .. } if grace_in(payload).is_some())
+}
+
 impl ShardLoop {
-    /// The record of run `run`'s grace until `until_ms` for `reason`,
-    /// appended right after its `Cancel`; armed now.
-    pub(super) fn grace_record(&mut self, run: RunId, until_ms: u64, reason: &str) -> RecordBuf {
+    /// The record of run `run`'s grace of `grace_ms` from `now_ms` for
+    /// `reason`, appended right after its `Cancel`; armed now.
+    pub(super) fn grace_record(
+        &mut self,
+        run: RunId,
+        now_ms: u64,
+        grace_ms: u64,
+        reason: &str,
+    ) -> RecordBuf {
+        let until_ms = now_ms.saturating_add(grace_ms);
         self.graces.arm(run, until_ms, reason.to_string());
         RecordBuf::Attributes {
             run,
-            payload: Payload::from(grace_payload(until_ms, reason).as_slice()),
+            payload: Payload::from(grace_payload(until_ms, grace_ms, reason).as_slice()),
         }
     }
 

@@ -90,8 +90,7 @@ impl ShardLoop {
                                 // The grace rides right after the cancel,
                                 // acknowledged once both are durable.
                                 self.append(&rec);
-                                let until = now_ms.saturating_add(grace);
-                                let grace = self.grace_record(run, until, &reason);
+                                let grace = self.grace_record(run, now_ms, grace, &reason);
                                 self.ack_after(&grace, reply);
                             }
                         }
@@ -289,6 +288,7 @@ impl ShardLoop {
         };
         if input.len() > self.config.max_payload {
             let _ = reply.send(Err(Error::TooLarge {
+                id,
                 what: "workflow input",
                 len: input.len(),
                 max: self.config.max_payload,
@@ -406,6 +406,7 @@ impl ShardLoop {
     ) -> Result<u64, Error> {
         if len > self.config.max_payload {
             return Err(Error::TooLarge {
+                id: id.to_string(),
                 what,
                 len,
                 max: self.config.max_payload,
@@ -623,7 +624,8 @@ impl ShardLoop {
                     ("update argument", payload.len()),
                 ] {
                     if len > max {
-                        let _ = reply.send(Err(Error::TooLarge { what, len, max }));
+                        let id = start.id.clone();
+                        let _ = reply.send(Err(Error::TooLarge { id, what, len, max }));
                         return;
                     }
                 }

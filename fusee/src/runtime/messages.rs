@@ -44,6 +44,7 @@
 //! | 3 | signal | target str, name str, payload bytes, dedup u64 |
 //! | 4 | close (older outboxes; read only, its key is 0) | target str, wtype str, has parent u8 (then shard u32, run varint, seq u32), terminate u8, reason bytes |
 //! | 5 | close | as tag 4, then dedup u64 |
+//! | 7 | close with a grace (a cancel cascaded from a parent cancelled with one) | as tag 5, then grace_ms varint |
 //!
 //! (`str` and `bytes` are varint-length-prefixed; integers little-endian.)
 
@@ -94,6 +95,9 @@ pub(crate) enum Message {
         reason: Payload,
         /// The close's stable key (0: none, from an older outbox).
         dedup: u64,
+        /// A cancel's grace (ms): the parent's, cascaded (see
+        /// `super::grace`); none for a terminate.
+        grace_ms: Option<u64>,
     },
 }
 
@@ -149,6 +153,10 @@ impl Message {
                 reason,
                 dedup,
             } => Message::Close {
+                grace_ms: match parent {
+                    Some(p) if !terminate => super::grace::cascaded_grace(core, p.run),
+                    _ => None,
+                },
                 target,
                 wtype,
                 parent,
@@ -353,8 +361,9 @@ fn encode_message(m: &Message, out: &mut Vec<u8>) {
             terminate,
             reason,
             dedup,
+            grace_ms,
         } => {
-            put_u8(out, 5);
+            put_u8(out, if grace_ms.is_some() { 7 } else { 5 });
             put_str(out, target);
             put_str(out, wtype);
             match parent {
@@ -367,6 +376,9 @@ fn encode_message(m: &Message, out: &mut Vec<u8>) {
             put_u8(out, u8::from(*terminate));
             put_bytes(out, reason);
             put_u64(out, *dedup);
+            if let Some(g) = grace_ms {
+                put_varint(out, *g);
+            }
         }
     }
 }
@@ -402,7 +414,7 @@ fn decode_message(r: &mut Reader<'_>) -> DecodeResult<Message> {
             payload: payload(r.bytes()?),
             dedup: r.u64()?,
         },
-        tag @ (4 | 5) => Message::Close {
+        tag @ (4 | 5 | 7) => Message::Close {
             target: name(r.str()?),
             wtype: name(r.str()?),
             parent: match r.u8()? {
@@ -416,7 +428,8 @@ fn decode_message(r: &mut Reader<'_>) -> DecodeResult<Message> {
                 _ => return Err(fusee_core::wire::DecodeError::new("bad terminate flag")),
             },
             reason: payload(r.bytes()?),
-            dedup: if tag == 5 { r.u64()? } else { 0 },
+            dedup: if tag == 4 { 0 } else { r.u64()? },
+            grace_ms: if tag == 7 { Some(r.varint()?) } else { None },
         },
         _ => return Err(fusee_core::wire::DecodeError::new("unknown message tag")),
     })
@@ -472,6 +485,16 @@ mod tests {
                 terminate: true,
                 reason: Payload::from(&b"bye"[..]),
                 dedup: 0x0123_4567_89ab_cdef,
+                grace_ms: None,
+            },
+            Message::Close {
+                target: "kid".into(),
+                wtype: "w".into(),
+                parent: Some(p),
+                terminate: false,
+                reason: Payload::from(&b"hurry"[..]),
+                dedup: 9,
+                grace_ms: Some(30_000),
             },
             Message::Close {
                 target: "u".into(),
@@ -480,6 +503,7 @@ mod tests {
                 terminate: false,
                 reason: Payload::from(&[][..]),
                 dedup: 0,
+                grace_ms: None,
             },
         ]
     }
@@ -506,7 +530,7 @@ mod tests {
         let bytes = outbox.encode();
         let back = Outbox::decode(&bytes).expect("decodes");
         assert_eq!(back.pending, outbox.pending);
-        assert_eq!(back.next_id, 6);
+        assert_eq!(back.next_id, sample().len() as u64);
         assert_eq!(Outbox::decode(&[]).expect("empty").len(), 0);
         for cut in 0..bytes.len() {
             assert!(

@@ -26,7 +26,8 @@
 //!
 //! Resetting run R of an ID to step `s` cuts R's journal before the first
 //! record of the operation that is `s`'s first step (every record before
-//! the cut, but R's `Start`, is copied) and appends, for a running R:
+//! the cut, but R's `Start` and a cancel's grace, is copied: a grace
+//! ends R, not the new run) and appends, for a running R:
 //!
 //! 1. `Done { run: R, status: Reset, payload: <the new Start>, by: "operator: <reason>" }`:
 //!    one record ends R and, as for continue-as-new, carries the new run's
@@ -505,9 +506,15 @@ impl ShardLoop {
             .iter()
             .position(|r| r.seq() == Some(step_seq))
             .unwrap_or(records.len());
-        let copied = &records[1..cut];
+        // A cancel's grace belongs to the old run (its deadline): not
+        // copied, or a recovery would arm it for the new one.
+        let copied: Vec<RecordBuf> = records[1..cut]
+            .iter()
+            .filter(|r| !super::grace::is_grace(r))
+            .cloned()
+            .collect();
         let mut open_children: Vec<(u32, String)> = Vec::new();
-        for r in copied {
+        for r in &copied {
             match r {
                 RecordBuf::Child { seq, id, .. } => open_children.push((*seq, id.to_string())),
                 RecordBuf::ChildDone { seq, .. } => open_children.retain(|(s, _)| s != seq),
@@ -557,8 +564,7 @@ impl ShardLoop {
                 by: Some(Payload::from(format!("operator: {reason}").as_bytes())),
             });
         }
-        for r in copied {
-            let mut copy = r.clone();
+        for mut copy in copied {
             copy.set_run(new);
             out.push(copy);
         }

@@ -217,6 +217,7 @@ impl ShardLoop {
                 terminate,
                 reason,
                 dedup,
+                grace_ms,
                 ..
             } => {
                 // A child whose start has not arrived is not closed here:
@@ -224,12 +225,30 @@ impl ShardLoop {
                 // close policy acts on children it knows started).
                 let key = cancel_key(dedup);
                 if let Ok(run) = self.running(&target, "close", 0, now_ms) {
-                    match self.has_cancel(run, key.as_ref()) {
-                        Ok(false) => {}
-                        // Sent again after a crash: recorded already. The
-                        // acknowledgement below still goes.
-                        Ok(true) => return self.ack_message(from),
+                    // Sent again after a crash: recorded already. The
+                    // acknowledgement below still goes.
+                    let repeat = match self.has_cancel(run, key.as_ref()) {
+                        Ok(repeat) => repeat,
                         Err(e) => return self.fail(e),
+                    };
+                    // A parent's grace, cascaded: right after the cancel,
+                    // as a client's cancel with a grace records it; on a
+                    // repeat, again if a crash kept the cancel and cut its
+                    // grace (none is armed then).
+                    let grace = match grace_ms {
+                        Some(g) if !terminate && (!repeat || !self.graces.holds(run)) => Some(g),
+                        _ => None,
+                    };
+                    let record_grace = |this: &mut Self| {
+                        if let Some(g) = grace {
+                            let why = String::from_utf8_lossy(&reason).into_owned();
+                            let rec = this.grace_record(run, now_ms, g, &why);
+                            this.append(&rec);
+                        }
+                    };
+                    if repeat {
+                        record_grace(self);
+                        return self.ack_message(from);
                     }
                     let rec = if terminate {
                         let failure = Failure::with_kind(
@@ -246,11 +265,12 @@ impl ShardLoop {
                     } else {
                         RecordBuf::Cancel {
                             run,
-                            reason,
+                            reason: reason.clone(),
                             by: key.map(|k| Payload::from(k.as_slice())),
                         }
                     };
                     self.append(&rec);
+                    record_grace(self);
                 }
             }
             Message::ChildStart {

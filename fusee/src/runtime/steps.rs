@@ -339,7 +339,7 @@ impl ShardLoop {
             let result = match result {
                 Ok(bytes) if bytes.len() > self.config.max_payload => {
                     Err(StepError::fatal(format!(
-                        "step result of {} bytes exceeds the limit of {}",
+                        "step `{name}` result of {} bytes exceeds the limit of {} bytes",
                         bytes.len(),
                         self.config.max_payload
                     ))

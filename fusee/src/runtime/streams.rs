@@ -141,6 +141,7 @@ impl ShardLoop {
             Ask::Chunk { payload, .. } => {
                 if payload.len() > max {
                     return Err(Error::TooLarge {
+                        id,
                         what: "stream chunk",
                         len: payload.len(),
                         max,

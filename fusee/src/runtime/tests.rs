@@ -173,6 +173,7 @@ fn a_cancel_sent_twice_is_recorded_once() {
             terminate: false,
             reason: fusee_core::record::Payload::from(&b"stop"[..]),
             dedup,
+            grace_ms: None,
         },
     };
     shard.handle(close(1, 77));

@@ -77,22 +77,39 @@
 //! # Cost
 //!
 //! Without a tracer the shard pays one branch per record. With one, a
-//! record that opens or ends a span costs a note (a hash-map look-up of its
-//! run, the clock read) and each span one build and end on the provider at
-//! the flush; the shard keeps, per run with spans open, its trace context
-//! and the opening times of what is open (dropped at its `Done`).
+//! record that opens or ends a span costs a note when appended: a
+//! hash-map look-up of its run, the clock read, and for an ending record a
+//! compact note (the record's names shared, not copied; no text made, no
+//! attribute list built). When the flush that makes it durable comes back,
+//! each note becomes one span on the provider: one allocation of our own
+//! (its attribute list, sized; attribute values share the records' names),
+//! its name a `&'static str` interned once per span kind and name (a
+//! process-wide table bounded at 4,096 names: past it a name is made per
+//! span, so names that vary per run cost time, never unbounded memory),
+//! its parent's context made once per run. The shard keeps, per run with
+//! spans open, its trace context and the opening times of what is open
+//! (dropped at its `Done`).
+//!
+//! What is left is mostly the SDK's: under callgrind (the `telemetry`
+//! figure at `FUSEE_ENGINE_BENCH=quick`) a span costs about 2,800
+//! instructions in `opentelemetry_sdk` and the allocator (building it
+//! about 700, ending it into the batch processor's channel about 550, the
+//! batch thread receiving and dropping it about 1,400) and about 2,700 of
+//! ours with the metrics (note, span ID hashes, attributes), against about
+//! 15,000 for a no-op step of the fanout with telemetry off. On 2 cores
+//! the fanout is CPU-bound, so a span's instructions cost wall time
+//! wherever they run: the SDK's share alone is about a fifth of a no-op
+//! step, above the 5% goal of issue 30 for spans per no-op step attempt.
 //!
 //! Measured (`cargo bench -p fusee-benches --no-default-features
 //! --features file --bench engine -- telemetry`, metrics and traces to a
-//! batch processor exporting to a no-op sink, against both off, on a busy
-//! shared 2-core machine, 2026-12-04): the chain of 300 steps on the file
-//! backend 1.018x (goal 1.05: met); the fanout of 2,000 workflows of 10
-//! steps 2.28x in memory and 1.62x on files (goal not met). With a
-//! provider that has no processor (spans built and dropped), the fanout
-//! was 1.45x and 1.39x: about 40% is building spans on the shard thread
-//! (several allocations here and in the SDK per span), the rest the batch
-//! processor's thread taking CPU from the shard threads. Building spans
-//! off the shard thread is the next step; not done yet.
+//! batch processor exporting to a no-op sink against both off, median of
+//! 20 alternating rounds; a shared 2-core machine with other builds
+//! running, 2026-12-05; before this design, in alternating runs of the
+//! same bench): the chain of 300 steps on the file backend 1.03 to 1.06
+//! (before 1.05 to 1.06); the fanout of 2,000 workflows of 10 no-op steps
+//! 1.34 to 1.42 in memory (before 1.66 to 1.96) and 1.40 to 1.53 on files
+//! (before 1.64 to 1.80).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -849,5 +866,25 @@ fn status_label(status: Status) -> &'static str {
         Status::Terminated => "terminated",
         Status::ContinuedAsNew => "continued_as_new",
         Status::Reset => "reset",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_names_are_interned_once_and_spelled_as_before() {
+        let mut names = Names::default();
+        let step = Name::from("charge");
+        let a = names.get(0, &step);
+        // Another shard's cache, and another Arc of the same text.
+        let b = Names::default().get(0, &Name::from("charge"));
+        assert_eq!(a, "step charge");
+        let (Cow::Borrowed(a), Cow::Borrowed(b)) = (a, b) else {
+            panic!("interned names are borrowed");
+        };
+        assert!(std::ptr::eq(a, b), "one copy per name in the process");
+        assert_eq!(names.get(5, &step), "run charge", "the kind's word differs");
     }
 }

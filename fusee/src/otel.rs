@@ -104,12 +104,16 @@
 //! Measured (`cargo bench -p fusee-benches --no-default-features
 //! --features file --bench engine -- telemetry`, metrics and traces to a
 //! batch processor exporting to a no-op sink against both off, median of
-//! 20 alternating rounds; a shared 2-core machine with other builds
-//! running, 2026-12-05; before this design, in alternating runs of the
-//! same bench): the chain of 300 steps on the file backend 1.03 to 1.06
-//! (before 1.05 to 1.06); the fanout of 2,000 workflows of 10 no-op steps
-//! 1.34 to 1.42 in memory (before 1.66 to 1.96) and 1.40 to 1.53 on files
-//! (before 1.64 to 1.80).
+//! 20 alternating rounds), six runs of this design alternating with six
+//! of the one before (spans built on the shard when durable from notes
+//! holding their formatted names and attribute lists) on a shared 2-core
+//! machine with other builds running (load 1 to 4.7), 2026-12-05; the
+//! median run and the range: the chain of 300 steps on the file backend
+//! 1.05 (1.02 to 1.09; before 1.06, 1.04 to 1.11); the fanout of 2,000
+//! workflows of 10 no-op steps 1.45 in memory (1.33 to 1.76; before 1.71,
+//! 1.55 to 1.96) and 1.38 on files (1.29 to 1.60; before 1.72, 1.56 to
+//! 1.86). Under callgrind (the same figure, `FUSEE_ENGINE_BENCH=quick`)
+//! the instructions telemetry adds fell from 169 to 122 million (28%).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;

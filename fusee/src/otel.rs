@@ -133,6 +133,7 @@ use rustc_hash::FxHashMap;
 
 use crate::client::InFlight;
 use crate::clock::Clock;
+use crate::telemetry::status_label;
 use crate::trace::{RunTrace, SpanOf};
 
 /// The engine's side of tracing: the tracer and the clock, shared by its
@@ -858,19 +859,6 @@ fn error_of(payload: &[u8]) -> (SpanStatus, Option<KeyValue>) {
     let message = field("message").unwrap_or_else(|| String::from_utf8_lossy(payload).into_owned());
     let kind = field("kind").map(|k| KeyValue::new("error.type", k));
     (SpanStatus::error(message), kind)
-}
-
-/// A status as an attribute value (as the metrics' labels spell it).
-fn status_label(status: Status) -> &'static str {
-    match status {
-        Status::Ok => "ok",
-        Status::Failed => "failed",
-        Status::Cancelled => "cancelled",
-        Status::TimedOut => "timed_out",
-        Status::Terminated => "terminated",
-        Status::ContinuedAsNew => "continued_as_new",
-        Status::Reset => "reset",
-    }
 }
 
 #[cfg(test)]

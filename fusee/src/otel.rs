@@ -90,16 +90,20 @@
 //! spans open, its trace context and the opening times of what is open
 //! (dropped at its `Done`).
 //!
-//! What is left is mostly the SDK's: under callgrind (the `telemetry`
-//! figure at `FUSEE_ENGINE_BENCH=quick`) a span costs about 2,800
-//! instructions in `opentelemetry_sdk` and the allocator (building it
-//! about 700, ending it into the batch processor's channel about 550, the
-//! batch thread receiving and dropping it about 1,400) and about 2,700 of
-//! ours with the metrics (note, span ID hashes, attributes), against about
-//! 15,000 for a no-op step of the fanout with telemetry off. On 2 cores
-//! the fanout is CPU-bound, so a span's instructions cost wall time
-//! wherever they run: the SDK's share alone is about a fifth of a no-op
-//! step, above the 5% goal of issue 30 for spans per no-op step attempt.
+//! What is left is about half the SDK's and half ours: under callgrind
+//! (the `telemetry` figure at `FUSEE_ENGINE_BENCH=quick`) a span costs
+//! about 2,800 instructions in `opentelemetry_sdk` and the allocator
+//! (building it about 700, ending it into the batch processor's channel
+//! about 550, the batch thread receiving and dropping it about 1,400) and
+//! about 2,700 of ours with the metrics (the notes, about 500 per span;
+//! the span ID hash, about 300; the attribute list and its allocation;
+//! the metrics' counts), against about 15,000 for a no-op step of the
+//! fanout with telemetry off. On 2 cores the fanout is CPU-bound, so a
+//! span's instructions cost wall time wherever they run (a thread of its
+//! own would not help): each half alone is about a fifth of a no-op step.
+//! With the SDK calls skipped (a trial build, not kept) the fanout was
+//! 1.18 to 1.26 in memory and 1.20 to 1.40 on files, against 1.40 to
+//! 1.48 and 1.28 with them, in alternating runs.
 //!
 //! Measured (`cargo bench -p fusee-benches --no-default-features
 //! --features file --bench engine -- telemetry`, metrics and traces to a

@@ -77,41 +77,67 @@
 //! # Cost
 //!
 //! Without a tracer the shard pays one branch per record. With one, a
-//! record that opens or ends a span costs a note (a hash-map look-up of its
-//! run, the clock read) and each span one build and end on the provider at
-//! the flush; the shard keeps, per run with spans open, its trace context
-//! and the opening times of what is open (dropped at its `Done`).
+//! record that opens or ends a span costs a note when appended: a
+//! hash-map look-up of its run, the clock read, and for an ending record a
+//! compact note (the record's names shared, not copied; no text made, no
+//! attribute list built). When the flush that makes it durable comes back,
+//! each note becomes one span on the provider: one allocation of our own
+//! (its attribute list, sized; attribute values share the records' names),
+//! its name a `&'static str` interned once per span kind and name (a
+//! process-wide table bounded at 4,096 names: past it a name is made per
+//! span, so names that vary per run cost time, never unbounded memory),
+//! its parent's context made once per run. The shard keeps, per run with
+//! spans open, its trace context and the opening times of what is open
+//! (dropped at its `Done`).
+//!
+//! What is left is about half the SDK's and half ours: under callgrind
+//! (the `telemetry` figure at `FUSEE_ENGINE_BENCH=quick`) a span costs
+//! about 2,800 instructions in `opentelemetry_sdk` and the allocator
+//! (building it about 700, ending it into the batch processor's channel
+//! about 550, the batch thread receiving and dropping it about 1,400) and
+//! about 2,700 of ours with the metrics (the notes, about 500 per span;
+//! the span ID hash, about 300; the attribute list and its allocation;
+//! the metrics' counts), against about 15,000 for a no-op step of the
+//! fanout with telemetry off. On 2 cores the fanout is CPU-bound, so a
+//! span's instructions cost wall time wherever they run (a thread of its
+//! own would not help): each half alone is about a fifth of a no-op step.
+//! With the SDK calls skipped (a trial build, not kept) the fanout was
+//! 1.18 to 1.26 in memory and 1.20 to 1.40 on files, against 1.40 to
+//! 1.48 and 1.28 with them, in alternating runs.
 //!
 //! Measured (`cargo bench -p fusee-benches --no-default-features
 //! --features file --bench engine -- telemetry`, metrics and traces to a
-//! batch processor exporting to a no-op sink, against both off, on a busy
-//! shared 2-core machine, 2026-12-04): the chain of 300 steps on the file
-//! backend 1.018x (goal 1.05: met); the fanout of 2,000 workflows of 10
-//! steps 2.28x in memory and 1.62x on files (goal not met). With a
-//! provider that has no processor (spans built and dropped), the fanout
-//! was 1.45x and 1.39x: about 40% is building spans on the shard thread
-//! (several allocations here and in the SDK per span), the rest the batch
-//! processor's thread taking CPU from the shard threads. Building spans
-//! off the shard thread is the next step; not done yet.
+//! batch processor exporting to a no-op sink against both off, median of
+//! 20 alternating rounds), six runs of this design alternating with six
+//! of the one before (spans built on the shard when durable from notes
+//! holding their formatted names and attribute lists) on a shared 2-core
+//! machine with other builds running (load 1 to 4.7), 2026-12-05; the
+//! median run and the range: the chain of 300 steps on the file backend
+//! 1.05 (1.02 to 1.09; before 1.06, 1.04 to 1.11); the fanout of 2,000
+//! workflows of 10 no-op steps 1.45 in memory (1.33 to 1.76; before 1.71,
+//! 1.55 to 1.96) and 1.38 on files (1.29 to 1.60; before 1.72, 1.56 to
+//! 1.86). Under callgrind (the same figure, `FUSEE_ENGINE_BENCH=quick`)
+//! the instructions telemetry adds fell from 169 to 122 million (28%).
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use fusee_core::record::{
-    Lsn, Name, PAUSED, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical,
+    Lsn, Name, PAUSED, Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical,
 };
 use fusee_core::shard::ShardCore;
 use opentelemetry::trace::{
     Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status as SpanStatus, TraceContextExt,
     TraceFlags, TraceId, TraceState, Tracer as _, TracerProvider as _,
 };
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use rustc_hash::FxHashMap;
 
 use crate::client::InFlight;
 use crate::clock::Clock;
+use crate::telemetry::status_label;
 use crate::trace::{RunTrace, SpanOf};
 
 /// The engine's side of tracing: the tracer and the clock, shared by its
@@ -140,6 +166,8 @@ impl Traces {
             shard,
             runs: FxHashMap::default(),
             pending: VecDeque::new(),
+            names: Names::default(),
+            empty: Name::from(""),
         }
     }
 }
@@ -175,6 +203,8 @@ impl Begin {
 /// What the shard knows of a run with spans open, in this process.
 struct RunMarks {
     trace: RunTrace,
+    /// The run span's context: the parent of its other spans.
+    cx: Context,
     wtype: Name,
     id: Name,
     /// When its latest record was appended (the shard's open for a run
@@ -198,26 +228,135 @@ impl RunMarks {
     }
 }
 
-/// A span to emit once its ending record is durable.
+/// A span to emit once its ending record is durable: what the record
+/// said, compact (names shared with the records, no text made), turned
+/// into a span only when durable.
 struct Note {
     trace: RunTrace,
     run: RunId,
-    name: String,
-    parent: Parent,
-    span_id: [u8; 8],
+    /// The span (`None`: the run's own).
+    of: Option<SpanOf>,
+    kind: Kind,
+    /// The span's name after its kind's word (a step's, timer's, signal's
+    /// or update handler's name, a child's or run's workflow type).
+    name: Name,
+    /// A child's or update's ID, a run's workflow ID.
+    detail: Name,
     begin_ms: u64,
+    begin: Begin,
     end_ms: u64,
-    status: SpanStatus,
-    attributes: Vec<KeyValue>,
+    error: Failed,
+    /// The parent's context: the run span's for the run's other spans
+    /// (made once per run), `None` for the run's own span (made at emit).
+    parent: Option<Context>,
 }
 
-/// A span's parent.
-enum Parent {
-    /// The run span's: the context given at start or the parent's child
-    /// span, or none (a root).
-    OfRun,
-    /// Its run's span.
-    Run,
+/// What kind of span a note ends, with its kind's attributes.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A step attempt: `fusee.step.outcome`.
+    Attempt {
+        seq: u32,
+        attempt: u32,
+        outcome: &'static str,
+    },
+    Sleep,
+    Wait {
+        outcome: &'static str,
+    },
+    Child {
+        status: Status,
+    },
+    Update {
+        status: Status,
+    },
+    Run {
+        status: Status,
+    },
+}
+
+impl Kind {
+    /// The word the span's name begins with (the index into [`WORDS`]).
+    fn word(self) -> usize {
+        match self {
+            Kind::Attempt { .. } => 0,
+            Kind::Sleep => 1,
+            Kind::Wait { .. } => 2,
+            Kind::Child { .. } => 3,
+            Kind::Update { .. } => 4,
+            Kind::Run { .. } => 5,
+        }
+    }
+}
+
+/// The words span names begin with, by [`Kind::word`].
+const WORDS: [&str; 6] = ["step ", "sleep ", "wait ", "child ", "update ", "run "];
+
+/// A span's error status, read from the record only when emitted.
+enum Failed {
+    No,
+    /// A cut attempt (a fixed message).
+    Cut,
+    /// The recorded error (a `StepError` or `Failure` in JSON).
+    Recorded(Payload),
+}
+
+/// Span names interned for the process's life, so a span's name is a
+/// `&'static str` (no text made per span). Bounded: past
+/// [`INTERNED_MAX`] names each further name is made per span, so step or
+/// timer names that vary per run cost time, never unbounded memory.
+static INTERNED: std::sync::Mutex<Option<FxHashMap<(usize, Name), &'static str>>> =
+    std::sync::Mutex::new(None);
+
+/// The most span names [`INTERNED`] keeps (a few hundred bytes each at
+/// most: about a megabyte).
+const INTERNED_MAX: usize = 4096;
+
+/// A shard's cache of [`INTERNED`] (no lock per span): `None` for a name
+/// the table had no room for.
+#[derive(Default)]
+struct Names(FxHashMap<(usize, Name), Option<&'static str>>);
+
+impl Names {
+    /// The name of a span of word `word` and name `name`.
+    fn get(&mut self, word: usize, name: &Name) -> Cow<'static, str> {
+        let key = (word, name.clone());
+        let found = match self.0.get(&key) {
+            Some(found) => *found,
+            None => {
+                let found = intern(word, name);
+                // The cache is bounded as the table is (a name the table
+                // refused is remembered as refused, up to the same count).
+                if self.0.len() < 2 * INTERNED_MAX {
+                    self.0.insert(key, found);
+                }
+                found
+            }
+        };
+        match found {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(format!("{}{name}", WORDS[word])),
+        }
+    }
+}
+
+/// `name` after word `word`, interned; `None` when the table is full.
+fn intern(word: usize, name: &Name) -> Option<&'static str> {
+    // A poisoned lock only means another thread panicked mid-insert; the
+    // map is still a map.
+    let mut table = INTERNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let table = table.get_or_insert_with(FxHashMap::default);
+    if let Some(s) = table.get(&(word, name.clone())) {
+        return Some(s);
+    }
+    if table.len() >= INTERNED_MAX {
+        return None;
+    }
+    let s: &'static str = Box::leak(format!("{}{name}", WORDS[word]).into_boxed_str());
+    table.insert((word, name.clone()), s);
+    Some(s)
 }
 
 /// One shard loop's side of tracing: notes of the records appended that
@@ -229,6 +368,9 @@ pub(crate) struct ShardTraces {
     opened_ms: u64,
     runs: FxHashMap<RunId, RunMarks>,
     pending: VecDeque<(Lsn, Note)>,
+    names: Names,
+    /// The empty name (one allocation, shared).
+    empty: Name,
 }
 
 impl ShardTraces {
@@ -246,6 +388,7 @@ impl ShardTraces {
         };
         let now = self.clock.now_ms();
         let (shard, opened_ms) = (self.shard, self.opened_ms);
+        let empty = &self.empty;
         let marks = self.runs.entry(run).or_insert_with(|| {
             // First seen since the shard opened: its `Start` was the
             // previous record (started here), or the run was recovered or
@@ -258,8 +401,10 @@ impl ShardTraces {
             // Read once per run and process: a run started here holds its
             // `Start` alone by now, a recovered one what it did before.
             let cut = unended_attempts(&l.journal);
+            let trace = RunTrace::of(shard, run, l);
             RunMarks {
-                trace: RunTrace::of(shard, run, l),
+                cx: remote(trace.trace_id, trace.span_id, trace.sampled()),
+                trace,
                 wtype: l.wtype.clone(),
                 id: l.id.clone(),
                 last_ms,
@@ -271,7 +416,6 @@ impl ShardTraces {
         let (prev_ms, prev) = (marks.last_ms, marks.last);
         marks.last_ms = now;
         marks.last = Begin::PreviousRecord;
-        let trace = marks.trace;
         // What a span opened before this process has for a begin; its
         // names are in its opening record, if the run's journal in memory
         // still holds it.
@@ -279,30 +423,33 @@ impl ShardTraces {
             let (name, detail) = opening_names(&l.journal, of);
             (opened_ms, Begin::Recovered, name, detail)
         };
-        let note = |name: String,
-                    of: Option<SpanOf>,
-                    begin: (u64, Begin),
-                    status,
-                    mut attributes: Vec<KeyValue>| {
-            attributes.push(KeyValue::new("fusee.span.begin", begin.1.label()));
-            Note {
-                trace,
-                run,
-                name,
-                parent: if of.is_some() {
-                    Parent::Run
-                } else {
-                    Parent::OfRun
-                },
-                span_id: of.map_or(trace.span_id, |o| trace.span(o)),
-                begin_ms: begin.0,
-                end_ms: now,
-                status,
-                attributes,
-            }
+        let note = |marks: &RunMarks,
+                    of: SpanOf,
+                    kind: Kind,
+                    (name, detail): (Name, Name),
+                    (begin_ms, begin): (u64, Begin),
+                    error: Failed| Note {
+            trace: marks.trace,
+            run,
+            of: Some(of),
+            kind,
+            name,
+            detail,
+            begin_ms,
+            begin,
+            end_ms: now,
+            error,
+            parent: Some(marks.cx.clone()),
         };
         let open = |of: SpanOf, name: &Name, detail: Name| {
             (of, now, Begin::Appended, name.clone(), detail)
+        };
+        let failed = |is: bool, payload: &Payload| {
+            if is {
+                Failed::Recorded(payload.clone())
+            } else {
+                Failed::No
+            }
         };
         let n = match rec {
             RecordBuf::Began {
@@ -337,21 +484,22 @@ impl ShardTraces {
                     *started_ms,
                     Begin::Recorded,
                     name.clone(),
-                    Name::from(""),
+                    empty.clone(),
                 ));
                 let Some((a, ms, n, end_ms)) = cut else {
                     return;
                 };
-                let status = SpanStatus::error(
-                    "the attempt was cut: it began and never ended (its process stopped, \
-                     or its run was reloaded); a later attempt superseded it",
-                );
                 let mut note = note(
-                    format!("step {n}"),
-                    Some(SpanOf::Cut(*seq, a, ms)),
+                    marks,
+                    SpanOf::Cut(*seq, a, ms),
+                    Kind::Attempt {
+                        seq: *seq,
+                        attempt: a,
+                        outcome: "cut",
+                    },
+                    (n, empty.clone()),
                     (ms, Begin::Recorded),
-                    status,
-                    attempt_attributes(&n, *seq, a, "cut"),
+                    Failed::Cut,
                 );
                 note.end_ms = end_ms;
                 note
@@ -368,17 +516,18 @@ impl ShardTraces {
                     .take(SpanOf::Attempt(*seq, *attempt))
                     .map(|(ms, how, ..)| (ms, how))
                     .unwrap_or((prev_ms, prev));
-                let failed = *status != Status::Ok;
-                let (span_status, kind) = error_of(failed, payload);
-                let mut a =
-                    attempt_attributes(name, *seq, *attempt, if failed { "failed" } else { "ok" });
-                a.extend(kind);
+                let is_failed = *status != Status::Ok;
                 note(
-                    format!("step {name}"),
-                    Some(SpanOf::Attempt(*seq, *attempt)),
+                    marks,
+                    SpanOf::Attempt(*seq, *attempt),
+                    Kind::Attempt {
+                        seq: *seq,
+                        attempt: *attempt,
+                        outcome: if is_failed { "failed" } else { "ok" },
+                    },
+                    (name.clone(), empty.clone()),
                     begin,
-                    span_status,
-                    a,
+                    failed(is_failed, payload),
                 )
             }
             RecordBuf::Attempt {
@@ -396,41 +545,37 @@ impl ShardTraces {
                 let next = SpanOf::Attempt(*seq, attempt.saturating_add(1));
                 let paused = *retry_at_ms == PAUSED;
                 if !paused {
-                    let empty = Name::from("");
                     marks.open.push((
                         next,
                         (*retry_at_ms).max(now),
                         Begin::RetryTime,
                         empty.clone(),
-                        empty,
+                        empty.clone(),
                     ));
                 }
-                let (span_status, kind) = error_of(true, error);
-                let mut a = attempt_attributes(
-                    name,
-                    *seq,
-                    *attempt,
-                    if paused { "paused" } else { "retried" },
-                );
-                a.extend(kind);
                 note(
-                    format!("step {name}"),
-                    Some(SpanOf::Attempt(*seq, *attempt)),
+                    marks,
+                    SpanOf::Attempt(*seq, *attempt),
+                    Kind::Attempt {
+                        seq: *seq,
+                        attempt: *attempt,
+                        outcome: if paused { "paused" } else { "retried" },
+                    },
+                    (name.clone(), empty.clone()),
                     begin,
-                    span_status,
-                    a,
+                    failed(true, error),
                 )
             }
             RecordBuf::Timer { seq, name, .. } => {
                 marks
                     .open
-                    .push(open(SpanOf::Sleep(*seq), name, Name::from("")));
+                    .push(open(SpanOf::Sleep(*seq), name, empty.clone()));
                 return;
             }
             RecordBuf::Wait { seq, name, .. } => {
                 marks
                     .open
-                    .push(open(SpanOf::Wait(*seq), name, Name::from("")));
+                    .push(open(SpanOf::Wait(*seq), name, empty.clone()));
                 return;
             }
             RecordBuf::Child { seq, wtype, id, .. } => {
@@ -447,20 +592,20 @@ impl ShardTraces {
                 return;
             }
             RecordBuf::Fired { seq, .. } => {
-                let (ms, how, name, _) = marks
+                let (ms, how, name, detail) = marks
                     .take(SpanOf::Sleep(*seq))
                     .unwrap_or_else(|| recovered(SpanOf::Sleep(*seq)));
-                let a = vec![KeyValue::new("fusee.timer.name", name.to_string())];
                 note(
-                    format!("sleep {name}"),
-                    Some(SpanOf::Sleep(*seq)),
+                    marks,
+                    SpanOf::Sleep(*seq),
+                    Kind::Sleep,
+                    (name, detail),
                     (ms, how),
-                    SpanStatus::Unset,
-                    a,
+                    Failed::No,
                 )
             }
             RecordBuf::Waited { seq, outcome, .. } => {
-                let (ms, how, name, _) = marks
+                let (ms, how, name, detail) = marks
                     .take(SpanOf::Wait(*seq))
                     .unwrap_or_else(|| recovered(SpanOf::Wait(*seq)));
                 let outcome = match outcome {
@@ -468,16 +613,13 @@ impl ShardTraces {
                     WaitOutcome::TimedOut => "timed_out",
                     WaitOutcome::Abandoned => "abandoned",
                 };
-                let a = vec![
-                    KeyValue::new("fusee.signal.name", name.to_string()),
-                    KeyValue::new("fusee.wait.outcome", outcome),
-                ];
                 note(
-                    format!("wait {name}"),
-                    Some(SpanOf::Wait(*seq)),
+                    marks,
+                    SpanOf::Wait(*seq),
+                    Kind::Wait { outcome },
+                    (name, detail),
                     (ms, how),
-                    SpanStatus::Unset,
-                    a,
+                    Failed::No,
                 )
             }
             RecordBuf::ChildDone {
@@ -489,19 +631,13 @@ impl ShardTraces {
                 let (ms, how, wtype, id) = marks
                     .take(SpanOf::Child(*seq))
                     .unwrap_or_else(|| recovered(SpanOf::Child(*seq)));
-                let (span_status, kind) = error_of(is_error(*status), payload);
-                let mut a = vec![
-                    KeyValue::new("fusee.child.type", wtype.to_string()),
-                    KeyValue::new("fusee.child.id", id.to_string()),
-                    KeyValue::new("fusee.child.status", status_label(*status)),
-                ];
-                a.extend(kind);
                 note(
-                    format!("child {wtype}"),
-                    Some(SpanOf::Child(*seq)),
+                    marks,
+                    SpanOf::Child(*seq),
+                    Kind::Child { status: *status },
+                    (wtype, id),
                     (ms, how),
-                    span_status,
-                    a,
+                    failed(is_error(*status), payload),
                 )
             }
             RecordBuf::UpdateDone {
@@ -516,24 +652,18 @@ impl ShardTraces {
                 let (ms, how, name, id) =
                     marks.take(SpanOf::Update(*ordinal)).unwrap_or_else(|| {
                         let (name, id) = slot.map_or_else(
-                            || (Name::from(""), Name::from("")),
+                            || (empty.clone(), empty.clone()),
                             |s| (s.name.clone(), s.id.clone()),
                         );
                         (opened_ms, Begin::Recovered, name, id)
                     });
-                let (span_status, kind) = error_of(*status != Status::Ok, payload);
-                let mut a = vec![
-                    KeyValue::new("fusee.update.name", name.to_string()),
-                    KeyValue::new("fusee.update.id", id.to_string()),
-                    KeyValue::new("fusee.update.status", status_label(*status)),
-                ];
-                a.extend(kind);
                 note(
-                    format!("update {name}"),
-                    Some(SpanOf::Update(*ordinal)),
+                    marks,
+                    SpanOf::Update(*ordinal),
+                    Kind::Update { status: *status },
+                    (name, id),
                     (ms, how),
-                    span_status,
-                    a,
+                    failed(*status != Status::Ok, payload),
                 )
             }
             RecordBuf::Done {
@@ -542,21 +672,19 @@ impl ShardTraces {
                 payload,
                 ..
             } if l.done.is_none() => {
-                let (span_status, kind) = error_of(is_error(*status), payload);
-                let mut a = vec![
-                    KeyValue::new("fusee.workflow.type", marks.wtype.to_string()),
-                    KeyValue::new("fusee.workflow.id", marks.id.to_string()),
-                    KeyValue::new("fusee.run.status", status_label(*status)),
-                ];
-                a.extend(kind);
-                let mut n = note(
-                    format!("run {}", marks.wtype),
-                    None,
-                    (l.started_ms, Begin::Recorded),
-                    span_status,
-                    a,
-                );
-                n.end_ms = *finished_ms;
+                let n = Note {
+                    trace: marks.trace,
+                    run,
+                    of: None,
+                    kind: Kind::Run { status: *status },
+                    name: marks.wtype.clone(),
+                    detail: marks.id.clone(),
+                    begin_ms: l.started_ms,
+                    begin: Begin::Recorded,
+                    end_ms: *finished_ms,
+                    error: failed(is_error(*status), payload),
+                    parent: None,
+                };
                 self.runs.remove(&run);
                 n
             }
@@ -578,48 +706,99 @@ impl ShardTraces {
         }
     }
 
-    fn emit(&self, lsn: Lsn, n: Note) {
+    fn emit(&mut self, lsn: Lsn, n: Note) {
         let t = &n.trace;
-        let remote = |trace_id: [u8; 16], span_id: [u8; 8], sampled: bool| {
-            Context::new().with_remote_span_context(SpanContext::new(
-                TraceId::from_bytes(trace_id),
-                SpanId::from_bytes(span_id),
-                if sampled {
-                    TraceFlags::SAMPLED
-                } else {
-                    TraceFlags::default()
-                },
-                true,
-                TraceState::default(),
-            ))
-        };
         let parent = match n.parent {
-            Parent::Run => remote(t.trace_id, t.span_id, t.sampled()),
-            Parent::OfRun => match t.parent {
+            Some(cx) => cx,
+            // The run's own span: the context given at start or its
+            // parent's child span, or none (a root).
+            None => match t.parent {
                 Some(p) => remote(p.trace_id(), p.span_id(), p.sampled()),
                 None => Context::new(),
             },
         };
-        let mut attributes = n.attributes;
-        attributes.extend([
+        let (status, error_type) = match n.error {
+            Failed::No => (SpanStatus::Unset, None),
+            Failed::Cut => (
+                SpanStatus::error(
+                    "the attempt was cut: it began and never ended (its process stopped, \
+                     or its run was reloaded); a later attempt superseded it",
+                ),
+                None,
+            ),
+            Failed::Recorded(payload) => error_of(&payload),
+        };
+        // Each kind's attributes, the error's kind, and the four every
+        // span has: one allocation, sized.
+        let mut a = Vec::with_capacity(9);
+        let text = |name: &Name| Value::String(name.clone().into());
+        match n.kind {
+            Kind::Attempt {
+                seq,
+                attempt,
+                outcome,
+            } => a.extend([
+                KeyValue::new("fusee.step.name", text(&n.name)),
+                KeyValue::new("fusee.step.seq", i64::from(seq)),
+                KeyValue::new("fusee.step.attempt", i64::from(attempt)),
+                KeyValue::new("fusee.step.outcome", outcome),
+            ]),
+            Kind::Sleep => a.push(KeyValue::new("fusee.timer.name", text(&n.name))),
+            Kind::Wait { outcome } => a.extend([
+                KeyValue::new("fusee.signal.name", text(&n.name)),
+                KeyValue::new("fusee.wait.outcome", outcome),
+            ]),
+            Kind::Child { status } => a.extend([
+                KeyValue::new("fusee.child.type", text(&n.name)),
+                KeyValue::new("fusee.child.id", text(&n.detail)),
+                KeyValue::new("fusee.child.status", status_label(status)),
+            ]),
+            Kind::Update { status } => a.extend([
+                KeyValue::new("fusee.update.name", text(&n.name)),
+                KeyValue::new("fusee.update.id", text(&n.detail)),
+                KeyValue::new("fusee.update.status", status_label(status)),
+            ]),
+            Kind::Run { status } => a.extend([
+                KeyValue::new("fusee.workflow.type", text(&n.name)),
+                KeyValue::new("fusee.workflow.id", text(&n.detail)),
+                KeyValue::new("fusee.run.status", status_label(status)),
+            ]),
+        }
+        a.extend(error_type);
+        a.extend([
+            KeyValue::new("fusee.span.begin", n.begin.label()),
             KeyValue::new("fusee.shard", i64::from(self.shard)),
             KeyValue::new("fusee.run", i64::try_from(n.run).unwrap_or(i64::MAX)),
             KeyValue::new("fusee.lsn", i64::try_from(lsn).unwrap_or(i64::MAX)),
         ]);
-        let begin = time(n.begin_ms.min(n.end_ms));
         let builder = SpanBuilder {
             trace_id: Some(TraceId::from_bytes(t.trace_id)),
-            span_id: Some(SpanId::from_bytes(n.span_id)),
+            span_id: Some(SpanId::from_bytes(n.of.map_or(t.span_id, |o| t.span(o)))),
             span_kind: Some(SpanKind::Internal),
-            name: Cow::Owned(n.name),
-            start_time: Some(begin),
-            attributes: Some(attributes),
-            status: n.status,
+            name: self.names.get(n.kind.word(), &n.name),
+            start_time: Some(time(n.begin_ms.min(n.end_ms))),
+            attributes: Some(a),
+            status,
             ..SpanBuilder::from_name("")
         };
         let mut span = self.tracer.build_with_context(builder, &parent);
         span.end_with_timestamp(time(n.end_ms));
     }
+}
+
+/// A context whose span is the remote span `span_id` of `trace_id`.
+fn remote(trace_id: [u8; 16], span_id: [u8; 8], sampled: bool) -> Context {
+    Context::new().with_remote_span_context(SpanContext::new(
+        TraceId::from_bytes(trace_id),
+        SpanId::from_bytes(span_id),
+        if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        },
+        true,
+        TraceState::default(),
+    ))
 }
 
 /// The step attempts `journal` (a run's canonical records in memory)
@@ -662,15 +841,6 @@ fn time(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-fn attempt_attributes(name: &Name, seq: u32, attempt: u32, outcome: &'static str) -> Vec<KeyValue> {
-    vec![
-        KeyValue::new("fusee.step.name", name.to_string()),
-        KeyValue::new("fusee.step.seq", i64::from(seq)),
-        KeyValue::new("fusee.step.attempt", i64::from(attempt)),
-        KeyValue::new("fusee.step.outcome", outcome),
-    ]
-}
-
 /// A run's or child's end that is an error on its span.
 fn is_error(status: Status) -> bool {
     matches!(
@@ -679,13 +849,10 @@ fn is_error(status: Status) -> bool {
     )
 }
 
-/// The span status of an end (`failed`: its payload is the recorded
-/// error, a `StepError` or `Failure` in JSON, `message` and `kind`), and
-/// the `error.type` attribute when it has a kind.
-fn error_of(failed: bool, payload: &[u8]) -> (SpanStatus, Option<KeyValue>) {
-    if !failed {
-        return (SpanStatus::Unset, None);
-    }
+/// The span status of a failed end (`payload` is the recorded error, a
+/// `StepError` or `Failure` in JSON, `message` and `kind`), and the
+/// `error.type` attribute when it has a kind.
+fn error_of(payload: &[u8]) -> (SpanStatus, Option<KeyValue>) {
     let v: Option<serde_json::Value> = serde_json::from_slice(payload).ok();
     let field = |k: &str| {
         v.as_ref()
@@ -698,15 +865,22 @@ fn error_of(failed: bool, payload: &[u8]) -> (SpanStatus, Option<KeyValue>) {
     (SpanStatus::error(message), kind)
 }
 
-/// A status as an attribute value (as the metrics' labels spell it).
-fn status_label(status: Status) -> &'static str {
-    match status {
-        Status::Ok => "ok",
-        Status::Failed => "failed",
-        Status::Cancelled => "cancelled",
-        Status::TimedOut => "timed_out",
-        Status::Terminated => "terminated",
-        Status::ContinuedAsNew => "continued_as_new",
-        Status::Reset => "reset",
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_names_are_interned_once_and_spelled_as_before() {
+        let mut names = Names::default();
+        let step = Name::from("charge");
+        let a = names.get(0, &step);
+        // Another shard's cache, and another Arc of the same text.
+        let b = Names::default().get(0, &Name::from("charge"));
+        assert_eq!(a, "step charge");
+        let (Cow::Borrowed(a), Cow::Borrowed(b)) = (a, b) else {
+            panic!("interned names are borrowed");
+        };
+        assert!(std::ptr::eq(a, b), "one copy per name in the process");
+        assert_eq!(names.get(5, &step), "run charge", "the kind's word differs");
     }
 }

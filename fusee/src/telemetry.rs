@@ -749,8 +749,9 @@ fn publish<K>(counters: &mut FxHashMap<K, (Counter, u64)>) {
     }
 }
 
-/// A status as a label value (snake case, as Prometheus labels go).
-fn status_label(status: Status) -> &'static str {
+/// A status as a label value (snake case, as Prometheus labels go); the
+/// spans' status attributes spell it the same.
+pub(crate) fn status_label(status: Status) -> &'static str {
     match status {
         Status::Ok => "ok",
         Status::Failed => "failed",

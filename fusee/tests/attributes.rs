@@ -20,6 +20,10 @@ const GROW: Workflow<u32, u32> = Workflow::new("grow");
 const GO: Signal<u64> = Signal::new("go");
 const START_MS: u64 = 1_700_000_000_000;
 
+#[cfg(feature = "postgres")]
+#[path = "common/pg.rs"]
+mod pg;
+
 fn register(engine: &Engine) {
     engine.register(ORDER, |ctx: Ctx, customer: i64| async move {
         ctx.set_attributes(
@@ -390,9 +394,10 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
-fn file_config(dir: &std::path::Path, clock: &VirtualClock) -> Config {
-    Config::file(dir)
-        .shards(2)
+/// `base` with this file's settings: runs park at once, history kept a
+/// minute and results two hours, on `clock`.
+fn tuned(base: Config, clock: &VirtualClock) -> Config {
+    base.shards(2)
         .park_after(Duration::ZERO)
         .history_retention(Duration::from_secs(60))
         .retention(Duration::from_secs(2 * 3600))
@@ -412,8 +417,50 @@ async fn until(engine: &Engine, what: &str, cond: impl Fn(&fusee::Metrics) -> bo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_reopened_and_past_history_runs_are_listed_by_their_attributes() {
     let dir = temp_dir("parked");
+    listed_across_parking_reopen_and_retention(|c| tuned(Config::file(&dir), c)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "redb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redb_runs_are_listed_by_their_attributes_across_parking_reopen_and_retention() {
+    let dir = temp_dir("parked-redb");
+    listed_across_parking_reopen_and_retention(|c| tuned(Config::redb(&dir), c)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "rocksdb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rocksdb_runs_are_listed_by_their_attributes_across_parking_reopen_and_retention() {
+    let dir = temp_dir("parked-rocksdb");
+    listed_across_parking_reopen_and_retention(|c| tuned(Config::rocksdb(&dir), c)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_runs_are_listed_by_their_attributes_across_parking_reopen_and_retention() {
+    let Some(url) = pg::pg_url_or_skip() else {
+        return;
+    };
+    let schema = format!("t_attrs_parked_{}", std::process::id());
+    listed_across_parking_reopen_and_retention(|c| {
+        tuned(
+            Config::new(fusee::StorageConfig::postgres(&url).postgres_schema(&schema)),
+            c,
+        )
+    })
+    .await;
+    pg::psql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE"));
+}
+
+/// 40 runs parked with attributes are listed by them, after a reopen,
+/// after one is loaded and sets more, and past its history retention
+/// (twice reopened); past its retention it is listed no more. `config`
+/// makes the store's configuration on a clock (the same store each call).
+async fn listed_across_parking_reopen_and_retention(config: impl Fn(&VirtualClock) -> Config) {
     let clock = VirtualClock::new(START_MS);
-    let engine = Engine::open(file_config(&dir, &clock)).await.unwrap();
+    let engine = Engine::open(config(&clock)).await.unwrap();
     register(&engine);
     for i in 0..40i64 {
         let opts = StartOptions::new().attributes(SearchAttributes::new().int("batch", i % 4));
@@ -436,7 +483,7 @@ async fn parked_reopened_and_past_history_runs_are_listed_by_their_attributes() 
     );
     // Reopened: the index is built from the parked runs' frames.
     engine.close().await.unwrap();
-    let engine = Engine::open(file_config(&dir, &clock)).await.unwrap();
+    let engine = Engine::open(config(&clock)).await.unwrap();
     register(&engine);
     assert_eq!(
         listed(ids(&engine, ListFilter::new().attribute("batch", 2)).await),
@@ -472,7 +519,7 @@ async fn parked_reopened_and_past_history_runs_are_listed_by_their_attributes() 
     }
     assert_eq!(kept, 2, "the history of g5 is dropped");
     engine.close().await.unwrap();
-    let engine = Engine::open(file_config(&dir, &clock)).await.unwrap();
+    let engine = Engine::open(config(&clock)).await.unwrap();
     register(&engine);
     let j = engine.journal_json("g5", None).await.unwrap();
     assert_eq!(
@@ -512,7 +559,6 @@ async fn parked_reopened_and_past_history_runs_are_listed_by_their_attributes() 
         9
     );
     engine.close().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

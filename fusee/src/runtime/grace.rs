@@ -95,7 +95,7 @@ fn grace_payload(until_ms: u64, grace_ms: u64, reason: &str) -> Vec<u8> {
 /// close get: the grace its own cancel had, if any (the latest one
 /// recorded; none from records of builds that did not record its length).
 pub(super) fn cascaded_grace(core: &ShardCore, run: RunId) -> Option<u64> {
-    core.get(run)?.attrs.iter().rev().find_map(|a| {
+    core.get(run)?.attrs().iter().rev().find_map(|a| {
         let value: serde_json::Value = serde_json::from_slice(a).ok()?;
         value.get(GRACE_KEY)?.get("grace_ms")?.as_u64()
     })

@@ -141,15 +141,25 @@ impl ShardLoop {
             .iter()
             .filter(|p| crate::attrs::by_code(p))
             .count();
-        let journal = match self.run_journal(run) {
-            Ok(j) => j,
-            Err(e) => {
-                self.fail(e);
-                return;
+        // A run wholly in memory is read where it is, not copied: after an
+        // open, thousands of overdue runs start their code in one pass.
+        let framed = if l.blob.is_some() {
+            match self.run_journal(run) {
+                Ok(j) => Some(j),
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
             }
+        } else {
+            None
         };
-        let built = RunMachine::build(run, &journal, last_lsn);
-        let input = match iter_canonical(&journal).next() {
+        let journal: &[u8] = match &framed {
+            Some(j) => j,
+            None => self.core.get(run).map_or(&[], |l| &l.journal[..]),
+        };
+        let built = RunMachine::build(run, journal, last_lsn);
+        let input = match iter_canonical(journal).next() {
             Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
             _ => Vec::new(),
         };

@@ -50,8 +50,9 @@
 //! runs in the background (a batch of runs per loop iteration, between
 //! the shard's other work) once the shard is seen to use attributes (a
 //! loaded run or one of the 64 newest parked runs holds some at open, or
-//! one is set), and a listing that
-//! filters by an attribute before it is done finishes it first. A shard
+//! one is set). A listing that filters by an attribute before it is done
+//! reads on, newest first, as far as its page needs: a page takes only
+//! runs at or above the build's frontier, all of which are in the index. A shard
 //! whose runs never carry attributes reads no frame for it. Cost (measured
 //! with `benches/benches/list_attrs.rs`, 1,000,000 parked runs of 3
 //! attributes each, file backend, 2 shards): about 580 bytes of resident

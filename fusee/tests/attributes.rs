@@ -586,3 +586,46 @@ async fn a_reset_keeps_the_attributes_set_before_its_cut_and_records_none_twice(
     let listed = ids(kit.engine(), ListFilter::new().attribute("customer_id", 3)).await;
     assert_eq!(listed, ["r", "r"], "both runs of the ID");
 }
+
+const QUICK: Workflow<(), ()> = Workflow::new("quick");
+
+/// A filtered listing right after an open (the index's background build
+/// racing it): its pages, walked to the end by value and by range, hold
+/// every matching run once, newest first. `runtime/tests.rs` checks the
+/// same against an index the build has not begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_right_after_an_open_pages_through_every_matching_run() {
+    const RUNS: u32 = 3_000;
+    let dir = temp_dir("partial");
+    let config = || Config::file(&dir).shards(1).park_after(Duration::ZERO);
+    let engine = Engine::open(config()).await.unwrap();
+    engine.register(QUICK, |_ctx: Ctx, ()| async move { Ok::<_, Failure>(()) });
+    for i in 0..RUNS {
+        let attrs = SearchAttributes::new().int("k", i64::from(i % 3));
+        let opts = StartOptions::new().attributes(attrs);
+        engine
+            .start_with_options(QUICK, &format!("q{i}"), &(), opts)
+            .await
+            .unwrap();
+    }
+    until(&engine, "every run parked", |m| {
+        m.parked_runs == u64::from(RUNS)
+    })
+    .await;
+    engine.close().await.unwrap();
+
+    let engine = Engine::open(config()).await.unwrap();
+    let by_value = ids(&engine, ListFilter::new().attribute("k", 1).limit(50)).await;
+    let above = ids(&engine, ListFilter::new().attribute_above("k", 1).limit(70)).await;
+    let newest_first = |keep: fn(u32) -> bool| -> Vec<String> {
+        (0..RUNS)
+            .rev()
+            .filter(|&i| keep(i))
+            .map(|i| format!("q{i}"))
+            .collect()
+    };
+    assert_eq!(by_value, newest_first(|i| i % 3 == 1));
+    assert_eq!(above, newest_first(|i| i % 3 == 2));
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
 //! The shard's side of search attributes: its [`AttrIndex`] kept current
-//! as records are appended, built from every run the first time a listing
-//! filters by an attribute after an open, and the listing's pages walked
-//! through it (format, rules and costs: [`crate::attrs`]).
+//! as records are appended, built from every run newest first (in the
+//! background after an open, and as far as a filtered listing's page
+//! needs), and the listing's pages walked through it (format, rules and
+//! costs: [`crate::attrs`]).
 
 use fusee_core::record::{Record, RecordBuf, RunId, Status, iter_canonical};
 use fusee_storage::StorageError;
@@ -53,22 +54,6 @@ impl ShardLoop {
             let now = attrs::fold(l.meta.as_deref(), l.attrs().iter().map(|p| &p[..]));
             self.attr_index.set(run, &now);
         }
-    }
-
-    /// Reads every run not yet in the index into it (loaded runs from
-    /// memory, parked ones from their frames): the rest of the build, at
-    /// once (a filtered listing needs it whole).
-    fn build_attr_index(&mut self) -> Result<(), StorageError> {
-        let started = std::time::Instant::now();
-        while !self.attr_index.built() {
-            self.build_attr_index_some(BUILD_BATCH)?;
-        }
-        tracing::debug!(
-            shard = self.shard,
-            ms = started.elapsed().as_millis() as u64,
-            "search attribute index completed for a listing"
-        );
-        Ok(())
     }
 
     /// The background build's share of one loop iteration: at most
@@ -142,8 +127,7 @@ impl ShardLoop {
         below: RunId,
     ) -> Result<ShardPage, crate::error::Error> {
         let shard = self.shard;
-        self.build_attr_index()
-            .map_err(|error| crate::error::Error::Storage { shard, error })?;
+        let storage = |error| crate::error::Error::Storage { shard, error };
         let conds = filter.conditions();
         let Some(driver) = AttrIndex::driver(conds).cloned() else {
             return Ok(ShardPage::default());
@@ -154,11 +138,27 @@ impl ShardLoop {
         let mut next = below;
         let mut gone = Vec::new();
         'walk: loop {
+            // Runs at or above the build's frontier are all in the index;
+            // below it only those changed since the open are. The page
+            // takes only the former, and reads more of the shard (newest
+            // first) when it runs out: a listing right after an open reads
+            // what its page needs, not every run.
+            let built = self.attr_index.built();
+            let frontier = if built {
+                0
+            } else {
+                self.attr_index.build_below()
+            };
             let batch = self.attr_index.candidates(&driver, next, BATCH);
-            if batch.is_empty() {
-                break;
+            let exact = batch.iter().take_while(|&&run| run >= frontier).count();
+            if exact == 0 {
+                if built {
+                    break;
+                }
+                self.build_attr_index_some(BUILD_BATCH).map_err(storage)?;
+                continue;
             }
-            for run in batch {
+            for &run in &batch[..exact] {
                 if page.runs.len() == limit || visited == LIST_VISITS_MAX {
                     page.resume = Some(next);
                     break 'walk;

@@ -599,3 +599,82 @@ fn a_reopened_shard_fires_a_due_timer_before_starting_every_runs_code() {
         assert!(shard.core.get(*run).is_some_and(|l| l.done.is_none()));
     }
 }
+
+const TAGGED: Workflow<(), ()> = Workflow::new("tagged");
+
+/// A filtered page asked of a reopened shard whose index build has not
+/// begun reads on, newest first, only as far as the page needs, and the
+/// pages walked to the end hold every matching run once, newest first,
+/// by value and by range.
+#[test]
+fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
+    use crate::attrs::SearchAttributes;
+    use crate::client::ListFilter;
+    const RUNS: u32 = 3_000;
+    let registry = || {
+        let registry = Registry::default();
+        registry
+            .register(TAGGED, |_ctx: Ctx, ()| async move { Ok::<_, Failure>(()) })
+            .expect("a fresh registry");
+        registry
+    };
+    let mut parking = config();
+    parking.park_after_ms = 0;
+    let storage = MemoryStorage::new();
+    let any = AnyStorage::Memory(storage.clone());
+    let mut shard = ShardLoop::open(&any, 0, parking.clone(), registry(), START_MS).unwrap();
+    for i in 0..RUNS {
+        let (reply, _started) = oneshot::channel();
+        shard.handle(Input::Start {
+            wtype: TAGGED.name().into(),
+            id: format!("t{i}"),
+            input: b"null".to_vec(),
+            policy: IdPolicy::NewOnly,
+            trace: None,
+            version: None,
+            attrs: Some(SearchAttributes::new().int("k", i64::from(i % 3))),
+            reply,
+        });
+    }
+    settle(&mut shard, START_MS);
+    settle(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
+    drop(shard);
+    let any = AnyStorage::Memory(storage.crash());
+    let mut shard = ShardLoop::open(&any, 0, parking, registry(), START_MS + 1).unwrap();
+    assert!(!shard.attr_index.built());
+
+    let walk = |shard: &mut ShardLoop, filter: ListFilter| -> Vec<String> {
+        let (mut out, mut below) = (Vec::new(), RunId::MAX);
+        for _ in 0..1_000 {
+            let page = shard.attr_page(&filter, below).unwrap();
+            out.extend(page.runs.into_iter().map(|r| r.id));
+            match page.resume {
+                Some(r) => below = r,
+                None => return out,
+            }
+        }
+        panic!("pages never ended");
+    };
+    let first = shard
+        .attr_page(&ListFilter::new().attribute("k", 1).limit(10), RunId::MAX)
+        .unwrap();
+    assert_eq!(first.runs.len(), 10);
+    assert!(
+        !shard.attr_index.built(),
+        "a first page of 10 read the whole shard"
+    );
+    let newest_first = |keep: fn(u32) -> bool| -> Vec<String> {
+        (0..RUNS)
+            .rev()
+            .filter(|&i| keep(i))
+            .map(|i| format!("t{i}"))
+            .collect()
+    };
+    let by_value = walk(&mut shard, ListFilter::new().attribute("k", 1).limit(50));
+    assert_eq!(by_value, newest_first(|i| i % 3 == 1));
+    let above = walk(
+        &mut shard,
+        ListFilter::new().attribute_above("k", 1).limit(70),
+    );
+    assert_eq!(above, newest_first(|i| i % 3 == 2));
+}

@@ -147,11 +147,16 @@ impl Ctx {
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
     {
         let f: StepFn = Arc::new(move |sc: StepContext| {
+            // The name only for the error: a shared name's clone, no copy.
+            let name = sc.shared_name();
             let fut = f(sc);
             Box::pin(async move {
                 let value = fut.await?;
                 serde_json::to_vec(&value).map_err(|e| {
-                    StepError::fatal(format!("step result does not encode as JSON: {e}"))
+                    StepError::fatal(format!(
+                        "step {:?}: its result does not encode as JSON: {e}",
+                        &*name
+                    ))
                 })
             })
         });

@@ -99,6 +99,8 @@ impl From<StepError> for Failure {
 #[derive(Clone, Debug)]
 pub struct StepContext {
     key: Key,
+    /// The step's name (shared with its spec: a clone per attempt, no copy).
+    name: fusee_core::record::Name,
     attempt: u32,
     fencing_token: u64,
     /// The run's place in its trace and the step's sequence: the
@@ -143,6 +145,7 @@ impl StepContext {
                 seq,
                 made: std::sync::OnceLock::new(),
             },
+            name: fusee_core::record::Name::from("step"),
             attempt,
             fencing_token: 0,
             trace: None,
@@ -151,7 +154,7 @@ impl StepContext {
         }
     }
 
-    /// The context of attempt `id` of workflow `wf`'s run, its shard's
+    /// The context of attempt `id` of step `name` of workflow `wf`'s run, its shard's
     /// fencing token `token`, in the run's trace `trace` (if traced),
     /// reporting heartbeats to `hub`, the step's latest recorded details
     /// being `last_beat`: made whole at once, as every attempt's start
@@ -159,6 +162,7 @@ impl StepContext {
     #[inline]
     pub(crate) fn of_attempt(
         wf: Arc<str>,
+        name: fusee_core::record::Name,
         id: AttemptId,
         token: u64,
         trace: Option<crate::trace::RunTrace>,
@@ -173,12 +177,24 @@ impl StepContext {
                 seq,
                 made: std::sync::OnceLock::new(),
             },
+            name,
             attempt,
             fencing_token: token,
             trace: trace.map(|t| (t, seq)),
             hub: Some(hub),
             last_beat,
         }
+    }
+
+    /// The step's name, as the workflow called it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The step's name, shared (for errors built after the context is
+    /// moved into the step's function).
+    pub(crate) fn shared_name(&self) -> fusee_core::record::Name {
+        self.name.clone()
     }
 
     /// The run and step this attempt is of.
@@ -209,14 +225,19 @@ impl StepContext {
     /// they do not encode as JSON; nothing is reported then.
     pub fn heartbeat<T: Serialize + ?Sized>(&self, details: &T) -> Result<(), StepError> {
         let bytes = encode(details).map_err(|e| {
-            StepError::fatal(format!("heartbeat details do not encode as JSON: {e}")).kind("encode")
+            StepError::fatal(format!(
+                "step {:?}: heartbeat details do not encode as JSON: {e}",
+                self.name()
+            ))
+            .kind("encode")
         })?;
         let Some(hub) = &self.hub else {
             return Ok(());
         };
         if bytes.len() > hub.max_payload {
             return Err(StepError::fatal(format!(
-                "heartbeat details of {} bytes exceed the payload limit of {} bytes",
+                "step {:?}: heartbeat details of {} bytes exceed the payload limit of {} bytes",
+                self.name(),
                 bytes.len(),
                 hub.max_payload
             ))
@@ -546,7 +567,8 @@ impl fmt::Display for StepCancel {
 
 impl StepCancel {
     /// The failure a step returns when it stops for this cause: kind
-    /// `cancelled`, final.
+    /// `cancelled`, final. A cause knows no step: the step's record names
+    /// it, and [`StepContext::name`] gives it to a text that must.
     pub fn to_error(&self) -> StepError {
         StepError::fatal(format!("step attempt cancelled: {self}")).kind("cancelled")
     }

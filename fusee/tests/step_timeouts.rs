@@ -671,3 +671,43 @@ async fn every_crash_point_resumes_from_the_last_durable_heartbeat() {
     assert!(report.records > 10, "{report:?}");
     assert!(exercised > 0, "no crash point kept a mid-attempt heartbeat");
 }
+
+const NAMED: Workflow<(), Vec<String>> = Workflow::new("named");
+
+/// Errors a step's own context makes name the step: heartbeat details that
+/// do not encode or are too large, and a result that does not encode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_of_a_steps_context_name_the_step() {
+    let kit = kit(|engine, _cell| {
+        engine.register(NAMED, |ctx: Ctx, ()| async move {
+            let beats = ctx
+                .step("beater", |sc: StepContext| async move {
+                    // A map whose keys are not strings does not encode.
+                    let bad = std::collections::BTreeMap::from([((1u8, 2u8), 3u8)]);
+                    let huge = "x".repeat(8 << 20);
+                    let texts = [sc.heartbeat(&bad), sc.heartbeat(&huge)]
+                        .into_iter()
+                        .map(|r| r.err().map_or("accepted".into(), |e| e.to_string()))
+                        .collect::<Vec<String>>();
+                    Ok(texts)
+                })
+                .await?;
+            let unencodable = ctx
+                .step("encoder", |_sc: StepContext| async move {
+                    Ok(std::collections::BTreeMap::from([((1u8, 2u8), 3u8)]))
+                })
+                .await
+                .map_or_else(|e| e.to_string(), |_| "encoded".into());
+            Ok::<_, Failure>([beats, vec![unencodable]].concat())
+        });
+    })
+    .await;
+    let texts = kit.execute(NAMED, "n-1", &()).await.expect("result");
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    assert!(texts[0].starts_with("encode: step \"beater\""), "{texts:?}");
+    assert!(
+        texts[1].starts_with("too-large: step \"beater\""),
+        "{texts:?}"
+    );
+    assert!(texts[2].contains("step \"encoder\""), "{texts:?}");
+}

@@ -188,6 +188,7 @@ impl ShardLoop {
                 }
                 let cx = StepContext::of_attempt(
                     Arc::clone(&id),
+                    spec.name().clone(),
                     (run, seq, attempt),
                     token,
                     trace,

@@ -17,6 +17,10 @@ use futures_util::StreamExt;
 /// stream "tokens", a step sends `tok-0`.. and the run returns how many.
 const CHAT: Workflow<(u64, bool, bool), u64> = Workflow::new("chat");
 const GO: Signal<u64> = Signal::new("go");
+/// Chunks to send: the run opens stream "tokens", a step sends `tok-0`..
+/// (keeping its sender for the test), then the run waits for `GO` and
+/// returns how many; the stream is not ended.
+const TALK: Workflow<u64, u64> = Workflow::new("talk");
 
 /// A sender the test keeps, to send after the run.
 type Kept = Arc<Mutex<Option<StreamSender>>>;
@@ -55,6 +59,32 @@ fn register(engine: &Engine, kept: &Kept) {
     });
 }
 
+fn register_talk(engine: &Engine, kept: &Kept) {
+    let kept = Arc::clone(kept);
+    engine.register(TALK, move |ctx: Ctx, n: u64| {
+        let kept = Arc::clone(&kept);
+        async move {
+            let tx = ctx.stream("tokens");
+            let sent = ctx
+                .step("llm", move |_| {
+                    let (mut tx, kept) = (tx.clone(), Arc::clone(&kept));
+                    async move {
+                        for i in 0..n {
+                            tx.send(format!("tok-{i}"))
+                                .await
+                                .map_err(|e| StepError::fatal(e.to_string()))?;
+                        }
+                        *kept.lock().unwrap() = Some(tx);
+                        Ok(n)
+                    }
+                })
+                .await?;
+            ctx.wait_for(&GO).await?;
+            Ok::<_, Failure>(sent)
+        }
+    });
+}
+
 async fn kit_with(config: Option<Config>) -> (TestEngine, Kept) {
     let kept = Kept::default();
     let k = Arc::clone(&kept);
@@ -63,7 +93,10 @@ async fn kit_with(config: Option<Config>) -> (TestEngine, Kept) {
         None => TestEngine::builder(),
     };
     let kit = builder
-        .open(move |engine: &Engine| register(engine, &k))
+        .open(move |engine: &Engine| {
+            register(engine, &k);
+            register_talk(engine, &k);
+        })
         .await
         .expect("open");
     (kit, kept)
@@ -457,5 +490,48 @@ async fn a_subscriber_sees_a_chunk_only_once_it_is_durable() {
         .map(|c| (c.index, String::from_utf8(c.payload.clone()).unwrap()))
         .collect();
     assert_eq!(got, toks(0..6));
+    kit.close().await.unwrap();
+}
+
+/// Waits (advancing the test clock) until run `id` is parked.
+async fn parked(kit: &TestEngine, id: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !kit.engine().describe(id).await.unwrap().parked {
+        assert!(std::time::Instant::now() < deadline, "the run parks");
+        kit.advance(Duration::from_secs(1)).await.unwrap();
+    }
+}
+
+/// A run whose journal holds chunks parks unfinished, takes a chunk while
+/// parked (loaded from its frame, its chunks passed undecoded), parks
+/// again (a `Delta` frame), and after a crash is read from any cursor,
+/// loaded for a signal, replayed past its chunks, and finishes with its
+/// stream whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_with_chunks_loads_replays_and_streams_on() {
+    let config = Config::memory().park_after(Duration::ZERO);
+    let (mut kit, kept) = kit_with(Some(config)).await;
+    kit.engine().start(TALK, "p", &5).await.unwrap();
+    parked(&kit, "p").await;
+    let mut tx = kept
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the step kept its sender");
+    assert_eq!(tx.index(), 5);
+    tx.send("tok-5").await.unwrap();
+    parked(&kit, "p").await;
+    kit.crash().await.unwrap();
+    let tail: Vec<_> = kit
+        .engine()
+        .subscribe("p", "tokens", 3)
+        .take(3)
+        .collect()
+        .await;
+    assert_eq!(texts(&tail), toks(3..6));
+    assert!(kit.engine().describe("p").await.unwrap().parked);
+    kit.engine().signal("p", GO, &0).await.unwrap();
+    assert_eq!(kit.result(TALK, "p").await.unwrap(), 5);
+    assert_eq!(texts(&collect(kit.engine(), "p", 0).await), toks(0..6));
     kit.close().await.unwrap();
 }

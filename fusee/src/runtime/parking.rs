@@ -33,7 +33,9 @@
 
 use std::cmp::Reverse;
 
-use fusee_core::record::{Record, RecordBuf, RunId, iter_canonical};
+use fusee_core::record::{
+    Record, RecordBuf, RunId, Walked, iter_canonical, iter_canonical_passing, kind,
+};
 use fusee_core::shard::{BlobRef, LoadedRun};
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
 use fusee_core::wire::hash_id;
@@ -408,7 +410,8 @@ impl ShardLoop {
         self.metrics.loads += 1;
         tracing::trace!(shard = self.shard, run, "loaded");
         self.core.reoffer(run);
-        self.start_code(run);
+        // Just loaded, the run's journal is its frames' whole.
+        self.start_code_with(run, Some(frame.journal));
         Ok(true)
     }
 
@@ -431,10 +434,13 @@ impl ShardLoop {
             return Ok(None);
         };
         let frame = self.read_frame(parked.blob())?;
-        Ok(iter_canonical(&frame.journal)
+        // Past its streams' chunks undecoded.
+        Ok(iter_canonical_passing(&frame.journal, kind::CHUNK)
             .filter_map(Result::ok)
-            .find(|(r, _)| matches!(r, Record::Done { .. }))
-            .map(|(r, _)| r.to_buf()))
+            .find_map(|item| match item {
+                Walked::Record(r @ Record::Done { .. }, _) => Some(r.to_buf()),
+                _ => None,
+            }))
     }
 
     /// Removes finished runs whose retention ended and releases their
@@ -545,7 +551,15 @@ const HISTORY_BUDGET: usize = 1024;
 /// (`crate::attrs`: a run is listed by them for its whole retention).
 fn summary(whole: &[u8]) -> Vec<u8> {
     let mut kept = Vec::new();
-    for (rec, bytes) in iter_canonical(whole).filter_map(Result::ok) {
+    // Chunks, which it keeps, are copied as they are, not decoded.
+    for item in iter_canonical_passing(whole, kind::CHUNK).filter_map(Result::ok) {
+        let (rec, bytes) = match item {
+            Walked::Record(rec, bytes) => (rec, bytes),
+            Walked::Passed { bytes, .. } => {
+                kept.extend_from_slice(bytes);
+                continue;
+            }
+        };
         if !crate::recovery::summary_keeps(&rec) {
             continue;
         }

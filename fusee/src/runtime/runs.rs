@@ -5,8 +5,10 @@
 use std::rc::Rc;
 use std::task::Context;
 
-use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical};
-use fusee_core::run::{Answer, RunMachine};
+use fusee_core::record::{
+    Lsn, Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical,
+};
+use fusee_core::run::{Answer, JournalError, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
 use super::host::{Taken, poll_code, take_delivery};
@@ -120,6 +122,12 @@ impl ShardLoop {
     /// journal, and its workflow's future, replaying what the journal
     /// holds. A run whose type has no code yet waits for its registration.
     pub(super) fn start_code(&mut self, run: RunId) {
+        self.start_code_with(run, None);
+    }
+
+    /// [`start_code`](Self::start_code) with the run's whole journal when
+    /// the caller has just read it (a load: not read from the store twice).
+    pub(super) fn start_code_with(&mut self, run: RunId, journal: Option<Vec<u8>>) {
         if self.live.contains_key(&run) {
             return;
         }
@@ -141,17 +149,18 @@ impl ShardLoop {
             .iter()
             .filter(|p| crate::attrs::by_code(p))
             .count();
-        let journal = match self.run_journal(run) {
-            Ok(j) => j,
-            Err(e) => {
-                self.fail(e);
-                return;
-            }
-        };
-        let built = RunMachine::build(run, &journal, last_lsn);
-        let input = match iter_canonical(&journal).next() {
-            Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
-            _ => Vec::new(),
+        let (built, input) = match journal {
+            Some(journal) => build_machine(run, &journal, last_lsn),
+            // All in memory (no stored prefix): read where it is, not
+            // copied (a long stream's chunks are most of it).
+            None if l.blob.is_none() => build_machine(run, &l.journal, last_lsn),
+            None => match self.run_journal(run) {
+                Ok(journal) => build_machine(run, &journal, last_lsn),
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
+            },
         };
         let waker = self.live.waker(run);
         let machine = match built {
@@ -620,4 +629,19 @@ impl ShardLoop {
 /// A failure as a `Done` payload.
 fn failure_payload(f: &Failure) -> Vec<u8> {
     encode(f).unwrap_or_else(|_| f.message.clone().into_bytes())
+}
+
+/// A machine built from run `run`'s whole `journal`, and its `Start`'s
+/// input.
+fn build_machine(
+    run: RunId,
+    journal: &[u8],
+    last_lsn: Lsn,
+) -> (Result<RunMachine, JournalError>, Vec<u8>) {
+    let built = RunMachine::build(run, journal, last_lsn);
+    let input = match iter_canonical(journal).next() {
+        Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
+        _ => Vec::new(),
+    };
+    (built, input)
 }

@@ -21,6 +21,10 @@ const GO: Signal<u64> = Signal::new("go");
 /// (keeping its sender for the test), then the run waits for `GO` and
 /// returns how many; the stream is not ended.
 const TALK: Workflow<u64, u64> = Workflow::new("talk");
+/// [`TALK`] with each chunk padded with spaces to 8 KiB.
+const LONG: Workflow<u64, u64> = Workflow::new("long");
+/// The size of [`LONG`]'s chunks.
+const LONG_CHUNK: usize = 8 << 10;
 
 /// A sender the test keeps, to send after the run.
 type Kept = Arc<Mutex<Option<StreamSender>>>;
@@ -59,9 +63,9 @@ fn register(engine: &Engine, kept: &Kept) {
     });
 }
 
-fn register_talk(engine: &Engine, kept: &Kept) {
+fn register_talk(engine: &Engine, kept: &Kept, wf: Workflow<u64, u64>, pad: usize) {
     let kept = Arc::clone(kept);
-    engine.register(TALK, move |ctx: Ctx, n: u64| {
+    engine.register(wf, move |ctx: Ctx, n: u64| {
         let kept = Arc::clone(&kept);
         async move {
             let tx = ctx.stream("tokens");
@@ -70,7 +74,7 @@ fn register_talk(engine: &Engine, kept: &Kept) {
                     let (mut tx, kept) = (tx.clone(), Arc::clone(&kept));
                     async move {
                         for i in 0..n {
-                            tx.send(format!("tok-{i}"))
+                            tx.send(format!("{:<pad$}", format!("tok-{i}")))
                                 .await
                                 .map_err(|e| StepError::fatal(e.to_string()))?;
                         }
@@ -95,7 +99,8 @@ async fn kit_with(config: Option<Config>) -> (TestEngine, Kept) {
     let kit = builder
         .open(move |engine: &Engine| {
             register(engine, &k);
-            register_talk(engine, &k);
+            register_talk(engine, &k, TALK, 0);
+            register_talk(engine, &k, LONG, LONG_CHUNK);
         })
         .await
         .expect("open");
@@ -533,5 +538,47 @@ async fn a_parked_run_with_chunks_loads_replays_and_streams_on() {
     kit.engine().signal("p", GO, &0).await.unwrap();
     assert_eq!(kit.result(TALK, "p").await.unwrap(), 5);
     assert_eq!(texts(&collect(kit.engine(), "p", 0).await), toks(0..6));
+    kit.close().await.unwrap();
+}
+
+/// A run streaming more than a checkpoint carries (its journal goes to
+/// the run store at a checkpoint while it stays loaded: with checkpoints
+/// every 64 KiB, several times here) keeps every chunk across a crash, is
+/// read from any cursor, and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_past_checkpoints_survives_a_crash() {
+    let config = Config::memory().checkpoint_bytes(64 << 10);
+    let (mut kit, _) = kit_with(Some(config)).await;
+    let n = 64;
+    kit.engine().start(LONG, "l", &n).await.unwrap();
+    let got: Vec<_> = kit
+        .engine()
+        .subscribe("l", "tokens", 0)
+        .take(64)
+        .collect()
+        .await;
+    assert_eq!(got.len(), 64);
+    kit.crash().await.unwrap();
+    let tail: Vec<_> = kit
+        .engine()
+        .subscribe("l", "tokens", 60)
+        .take(4)
+        .collect()
+        .await;
+    let tail: Vec<_> = tail.into_iter().map(|c| c.unwrap()).collect();
+    assert_eq!(
+        tail.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![60, 61, 62, 63]
+    );
+    for c in &tail {
+        assert_eq!(c.payload.len(), LONG_CHUNK);
+        assert!(
+            c.payload
+                .starts_with(format!("tok-{} ", c.index).as_bytes())
+        );
+    }
+    kit.engine().signal("l", GO, &0).await.unwrap();
+    assert_eq!(kit.result(LONG, "l").await.unwrap(), n);
+    assert_eq!(collect(kit.engine(), "l", 0).await.len(), 64);
     kit.close().await.unwrap();
 }

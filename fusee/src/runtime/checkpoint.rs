@@ -161,6 +161,8 @@ impl ShardLoop {
     /// and discards the log it covers; returns the checkpoint's bytes.
     fn checkpoint_now(&mut self, now_ms: u64) -> Result<Vec<u8>, fusee_storage::StorageError> {
         debug_assert_eq!(self.log.last_lsn(), self.flights.durable());
+        // Long journals go to frames this commit makes durable.
+        self.spill_long_journals()?;
         let lsn = self.flights.durable();
         let runs = self
             .core

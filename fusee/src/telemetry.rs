@@ -533,6 +533,9 @@ enum Note {
     },
 }
 
+/// Notes a shard's queue keeps room for once it drains (tens of KB).
+const PENDING_KEPT_MAX: usize = 1024;
+
 /// One shard loop's side of the figures: the notes of records appended
 /// and not yet durable, counted when a flush makes them durable.
 pub(crate) struct ShardTelemetry {
@@ -710,6 +713,10 @@ impl ShardTelemetry {
                 }
             }
         }
+        // A recovery burst grows the queue to megabytes it would keep.
+        if self.pending.is_empty() && self.pending.capacity() > PENDING_KEPT_MAX {
+            self.pending.shrink_to(PENDING_KEPT_MAX);
+        }
         publish(&mut self.steps);
         publish(&mut self.starts);
         publish(&mut self.ends);
@@ -775,4 +782,28 @@ fn flow_name(l: &LoadedRun, wtype: &str) -> Option<Name> {
         crate::queue::QUEUE_ID_PREFIX
     };
     Some(Name::from(l.id.strip_prefix(prefix).unwrap_or(&l.id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drained_note_queue_gives_back_a_bursts_room() {
+        let mut shard = Arc::new(Telemetry::default()).shard(0);
+        let wtype = Name::from("w");
+        for lsn in 1..=10_000 {
+            let note = Note::Fired {
+                wtype: wtype.clone(),
+                late_ms: 0,
+            };
+            shard.pending.push_back((lsn, note));
+        }
+        shard.durable(5_000, 5_000, 1);
+        assert_eq!(shard.pending.len(), 5_000);
+        assert!(shard.pending.capacity() >= 5_000, "notes waiting keep it");
+        shard.durable(10_000, 5_000, 1);
+        assert!(shard.pending.is_empty());
+        assert!(shard.pending.capacity() <= PENDING_KEPT_MAX);
+    }
 }

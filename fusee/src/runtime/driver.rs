@@ -335,10 +335,12 @@ fn drive(
         // back (tens of µs each on a busy machine, the most of a chain
         // step's time beyond its `fdatasync`). Inputs that arrive meanwhile
         // wait in the channel; with a flush in flight their records could
-        // not have been flushed before it ended anyway.
+        // not have been flushed before it ended anyway, but code they wake
+        // could have run: so only while flushes are quick (`flights`).
         let mut inline = false;
         if let Some(ticket) = flush {
             if !more
+                && shard.flushes_are_quick()
                 && steps.is_empty()
                 && messages.is_empty()
                 && idle(&mut shard, &rx, &queued, activity)

@@ -34,12 +34,22 @@ struct Flight {
     back: Option<(FlushTicket, u64)>,
 }
 
+/// A flush whose I/O took longer than this makes the next one leave the
+/// shard thread: the driver's inline flush saves two thread wake-ups
+/// (tens of µs), which is not worth a shard deaf to its inputs for
+/// milliseconds (a first flush after an open took 20 ms, while the
+/// registration that starts its overdue runs' code waited behind it).
+pub(super) const INLINE_FLUSH_MAX_US: u64 = 1_000;
+
 /// The flushes in flight, oldest first, and the durable LSN.
 #[derive(Debug, Default)]
 pub(super) struct Flights {
     queue: VecDeque<Flight>,
     /// Every record through it is durable.
     durable: Lsn,
+    /// The latest flush that landed took at most [`INLINE_FLUSH_MAX_US`]
+    /// (false until one lands: nothing says an open's first is quick).
+    quick: bool,
 }
 
 /// A flush whose turn came: its ticket, for the log's `finish_flush`.
@@ -58,7 +68,15 @@ impl Flights {
         Self {
             queue: VecDeque::new(),
             durable,
+            quick: false,
         }
+    }
+
+    /// Whether the latest flush that landed took at most
+    /// [`INLINE_FLUSH_MAX_US`]: the next is likely quick too.
+    #[inline]
+    pub(super) fn are_quick(&self) -> bool {
+        self.quick
     }
 
     /// Every record through this LSN is durable.
@@ -127,15 +145,24 @@ impl Flights {
         self.queue.front()?.back.as_ref()?;
         let flight = self.queue.pop_front()?;
         let (ticket, micros) = flight.back?;
+        let micros = flight.begin_micros.saturating_add(micros);
+        self.quick = micros <= INLINE_FLUSH_MAX_US;
         Some(Landed {
             ticket,
-            micros: flight.begin_micros.saturating_add(micros),
+            micros,
             records: flight.records,
         })
     }
 }
 
 impl ShardLoop {
+    /// Whether the shard's flushes are quick lately (see
+    /// [`INLINE_FLUSH_MAX_US`]): only then may the driver run one on the
+    /// shard thread.
+    pub(super) fn flushes_are_quick(&self) -> bool {
+        self.flights.are_quick()
+    }
+
     /// Begins a flush of the records no flush covers yet, if the log takes
     /// one more ticket: its ticket, for the driver. With one at a time
     /// (most backends) a batch forms while the last is in flight; with
@@ -230,6 +257,25 @@ mod tests {
             "a flush whose begin did durable work counts it"
         );
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn flushes_are_quick_only_once_the_latest_one_landed_quick() {
+        let mut f = Flights::new(0);
+        assert!(!f.are_quick(), "an open's first flush is not known quick");
+        f.begun(1, 1, 0);
+        f.back(FlushTicket::done(1), 80);
+        f.next_landed();
+        assert!(f.are_quick());
+        f.begun(2, 1, 0);
+        f.back(FlushTicket::done(2), INLINE_FLUSH_MAX_US + 1);
+        assert!(f.are_quick(), "not before it lands");
+        f.next_landed();
+        assert!(!f.are_quick(), "a slow flush sends the next off the shard");
+        f.begun(3, 1, INLINE_FLUSH_MAX_US);
+        f.back(FlushTicket::done(3), 1);
+        f.next_landed();
+        assert!(!f.are_quick(), "a begin's durable work counts");
     }
 
     #[test]

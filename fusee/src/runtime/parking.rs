@@ -19,6 +19,11 @@
 //! checkpoint, which also makes the frame durable (until then a crash
 //! rebuilds the run from the checkpoint and the log, as if it never left).
 //!
+//! A checkpoint writes the frames of a loaded run whose journal in memory
+//! reached [`SPILL_BYTES`] the same way, the run staying loaded
+//! ([`ShardLoop::spill_long_journals`]): its later records go on in memory
+//! after the frame, as for a run loaded from its frames.
+//!
 //! A run parks only when nothing about it is in flight: its records are
 //! durable, its code is quiescent (no delivery waiting, no record asked
 //! for, no step attempt running or due), and no event for it is queued.

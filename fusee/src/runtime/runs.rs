@@ -5,10 +5,8 @@
 use std::rc::Rc;
 use std::task::Context;
 
-use fusee_core::record::{
-    Lsn, Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical,
-};
-use fusee_core::run::{Answer, JournalError, RunMachine};
+use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical};
+use fusee_core::run::{Answer, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
 use super::host::{Taken, poll_code, take_delivery};
@@ -149,18 +147,29 @@ impl ShardLoop {
             .iter()
             .filter(|p| crate::attrs::by_code(p))
             .count();
-        let (built, input) = match journal {
-            Some(journal) => build_machine(run, &journal, last_lsn),
-            // All in memory (no stored prefix): read where it is, not
-            // copied (a long stream's chunks are most of it).
-            None if l.blob.is_none() => build_machine(run, &l.journal, last_lsn),
-            None => match self.run_journal(run) {
-                Ok(journal) => build_machine(run, &journal, last_lsn),
+        // A run wholly in memory is read where it is, not copied: after an
+        // open, thousands of overdue runs start their code in one pass (and
+        // a long stream's chunks are most of a journal). A load hands in
+        // the frames it just read.
+        let framed = match journal {
+            Some(j) => Some(j),
+            None if l.blob.is_some() => match self.run_journal(run) {
+                Ok(j) => Some(j),
                 Err(e) => {
                     self.fail(e);
                     return;
                 }
             },
+            None => None,
+        };
+        let journal: &[u8] = match &framed {
+            Some(j) => j,
+            None => self.core.get(run).map_or(&[], |l| &l.journal[..]),
+        };
+        let built = RunMachine::build(run, journal, last_lsn);
+        let input = match iter_canonical(journal).next() {
+            Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
+            _ => Vec::new(),
         };
         let waker = self.live.waker(run);
         let machine = match built {
@@ -629,19 +638,4 @@ impl ShardLoop {
 /// A failure as a `Done` payload.
 fn failure_payload(f: &Failure) -> Vec<u8> {
     encode(f).unwrap_or_else(|_| f.message.clone().into_bytes())
-}
-
-/// A machine built from run `run`'s whole `journal`, and its `Start`'s
-/// input.
-fn build_machine(
-    run: RunId,
-    journal: &[u8],
-    last_lsn: Lsn,
-) -> (Result<RunMachine, JournalError>, Vec<u8>) {
-    let built = RunMachine::build(run, journal, last_lsn);
-    let input = match iter_canonical(journal).next() {
-        Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
-        _ => Vec::new(),
-    };
-    (built, input)
 }

@@ -65,7 +65,7 @@ use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use fusee_core::record::{Payload, Record, RunId, StartMeta, iter_canonical};
+use fusee_core::record::{Payload, Record, RunId, StartMeta, Walked, iter_canonical_passing, kind};
 use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
@@ -490,8 +490,13 @@ pub(crate) fn fold<'a>(
 pub(crate) fn of_journal(journal: &[u8]) -> (AttrMap, u32) {
     let mut attrs = AttrMap::new();
     let mut code = 0;
-    for item in iter_canonical(journal) {
-        let Ok((rec, _)) = item else { break };
+    // Stream chunks hold no attributes: framed, not decoded.
+    for item in iter_canonical_passing(journal, kind::CHUNK) {
+        let rec = match item {
+            Ok(Walked::Record(rec, _)) => rec,
+            Ok(Walked::Passed { .. }) => continue,
+            Err(_) => break,
+        };
         match rec {
             Record::Start { meta: Some(m), .. } => apply_payload(&mut attrs, m.attributes),
             Record::Attributes { payload, .. } => {

@@ -10,7 +10,9 @@
 //! own way. Also the one reader of a run's frame chain ([`read_chain`]),
 //! for recovery, for loading a parked run and for the inspection.
 
-use fusee_core::record::{Lsn, Record, iter_canonical, value_kind};
+use fusee_core::record::{
+    Lsn, Record, Walked, iter_canonical, iter_canonical_passing, kind, value_kind,
+};
 use fusee_core::shard::{BlobRef, IndexError, Mode, ShardCore};
 use fusee_core::store::{Checkpoint, EntryRef, StoreError, decode_entry};
 use fusee_core::wire::DecodeError;
@@ -69,7 +71,12 @@ pub(crate) fn summary_keeps<S, B>(rec: &Record<S, B>) -> bool {
 /// run that streams has steps, so this is a run of no operation.)
 /// Undecodable bytes count as more.
 pub(crate) fn summary_only(journal: &[u8]) -> bool {
-    iter_canonical(journal).all(|r| r.is_ok_and(|(rec, _)| summary_keeps(&rec)))
+    // Chunks, which a summary keeps, framed and not decoded.
+    iter_canonical_passing(journal, kind::CHUNK).all(|r| match r {
+        Ok(Walked::Record(rec, _)) => summary_keeps(&rec),
+        Ok(Walked::Passed { .. }) => true,
+        Err(_) => false,
+    })
 }
 
 /// Reads the frame at `blob` and the chain of `Delta` frames before it.
@@ -116,8 +123,14 @@ pub(crate) fn read_chain<R: RunStore + ?Sized>(
                 // At most MAX_DEPTH + 1 frames were read.
                 let depth = u8::try_from(parts.len() - 1).unwrap_or(MAX_DEPTH);
                 parts.reverse();
+                // A whole frame (the usual chain) is moved, not copied again.
+                let journal = if parts.len() == 1 {
+                    parts.pop().unwrap_or_default()
+                } else {
+                    parts.concat()
+                };
                 return Ok(Chain {
-                    journal: parts.concat(),
+                    journal,
                     last_lsn: last_lsn.unwrap_or(lsn),
                     depth,
                     chain_bytes,
@@ -191,19 +204,30 @@ pub(crate) fn load_checkpoint<R: RunStore + ?Sized>(
         if let Some(blob) = run.blob {
             let prefix =
                 read_chain(runs, blob).map_err(|error| Damage::Frame { lsn: None, error })?;
-            // Borrowed, record by record: a long journal (a stream's
-            // chunks) costs no allocation per record. A record that does
-            // not decode fails the open, which keeps nothing of this core.
-            for item in iter_canonical(&prefix.journal) {
-                let (rec, _) = item.map_err(|error| Damage::FrameJournal { lsn: None, error })?;
-                core.apply(run.last_lsn, &rec, Mode::BLOB);
+            // Borrowed, record by record: a long journal costs no
+            // allocation per record, and a stream's chunks no decode
+            // (`ShardCore::apply_passed_chunks`). A record that does not
+            // decode fails the open, which keeps nothing of this core.
+            for item in iter_canonical_passing(&prefix.journal, kind::CHUNK) {
+                match item.map_err(|error| Damage::FrameJournal { lsn: None, error })? {
+                    Walked::Record(rec, _) => core.apply(run.last_lsn, &rec, Mode::BLOB),
+                    Walked::Passed { bytes, count } => {
+                        core.apply_passed_chunks(run.last_lsn, run.run, Mode::BLOB, bytes, count);
+                    }
+                }
             }
             core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
         }
         // The suffix stays in memory: its bytes are copied, not encoded again.
-        for item in iter_canonical(&run.journal) {
-            let (rec, whole) = item.map_err(Damage::CheckpointJournal)?;
-            core.apply_encoded(run.last_lsn, &rec, Mode::SUFFIX, whole);
+        for item in iter_canonical_passing(&run.journal, kind::CHUNK) {
+            match item.map_err(Damage::CheckpointJournal)? {
+                Walked::Record(rec, whole) => {
+                    core.apply_encoded(run.last_lsn, &rec, Mode::SUFFIX, whole);
+                }
+                Walked::Passed { bytes, count } => {
+                    core.apply_passed_chunks(run.last_lsn, run.run, Mode::SUFFIX, bytes, count);
+                }
+            }
         }
     }
     Ok(())

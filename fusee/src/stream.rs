@@ -27,8 +27,22 @@
 //! record (it wakes no code, takes no number, keeps no byte of it), and
 //! nothing replays a send (a chunk comes from a step or a task holding the
 //! sender, and a replayed step returns its recorded result without
-//! running). Their cost at replay is decoding their headers as the machine
-//! walks the journal (the figure: `benches/benches/streams.rs`).
+//! running). No walk of a journal but a subscriber's decodes a chunk:
+//! loading a parked run, building its machine, loading a checkpoint,
+//! summing a finished run up, reading its attributes or its `Done` walk
+//! with `fusee_core::record::iter_canonical_passing`, which frames each
+//! chunk (its length varint and its kind byte) and hands a run of them
+//! over as one item (`ShardCore::apply_passed_chunks` applies it: the
+//! bytes journaled, a reset's copies counted off, the run marked as
+//! streaming). A loaded run's journal of 256 KiB or more is written to
+//! the run store at a checkpoint (a `Delta` or `Park` frame, as a park
+//! writes it) and the checkpoint names the frame, so a long stream is not
+//! carried by every checkpoint (nor rewritten into both checkpoint slots
+//! at every open of the file backend); a subscriber of such a run reads
+//! the frames through the shard. What a restart still pays per chunk is
+//! its bytes: read and copied with the frames that hold them, and written
+//! again when the run parks finished. The figure, and what keeping chunks out of the journal would
+//! take: `benches/RESULTS.md`, "Streams at a restart".
 //!
 //! # Sending, and determinism
 //!

@@ -617,3 +617,60 @@ async fn killed_mid_backup_the_destination_is_refused_or_whole() {
     let _ = std::fs::remove_dir_all(&src);
     let _ = std::fs::remove_dir_all(&dest);
 }
+
+const TALK: Workflow<u64, u64> = Workflow::new("talk");
+const CHUNK: usize = 8 << 10;
+
+/// A run streaming past what a checkpoint carries (its journal written to
+/// run-store frames at checkpoints while it stays loaded) is backed up
+/// whole: the copy is verify-clean, holds every chunk, and the run
+/// carries on there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_in_run_store_frames_is_backed_up_whole() {
+    use futures_util::StreamExt;
+    let (src, dest) = (scratch("stream-src"), scratch("stream-dest"));
+    let config = |dir: &Path| Config::file(dir).shards(1).checkpoint_bytes(64 << 10);
+    let talk = |engine: &Engine| {
+        engine.register(TALK, |ctx: Ctx, n: u64| async move {
+            let tx = ctx.stream("tokens");
+            let sent = ctx
+                .step("llm", move |_| {
+                    let mut tx = tx.clone();
+                    async move {
+                        for i in 0..n {
+                            tx.send(format!("{:<CHUNK$}", format!("tok-{i}")))
+                                .await
+                                .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                        }
+                        Ok(n)
+                    }
+                })
+                .await?;
+            ctx.wait_for(&GO).await?;
+            Ok::<_, Failure>(sent)
+        });
+    };
+    let engine = Engine::open(config(&src)).await.expect("open");
+    talk(&engine);
+    engine.start(TALK, "t", &64).await.expect("start");
+    let got: Vec<_> = engine.subscribe("t", "tokens", 0).take(64).collect().await;
+    assert_eq!(got.len(), 64);
+    engine.backup(&dest).await.expect("backup");
+    engine.close().await.expect("close");
+    assert_eq!(verify(&dest), Vec::<String>::new());
+    let copy = Engine::open(config(&dest)).await.expect("the copy opens");
+    talk(&copy);
+    let chunks: Vec<_> = copy.subscribe("t", "tokens", 0).take(64).collect().await;
+    for (i, c) in chunks.iter().enumerate() {
+        let c = c.as_ref().expect("a chunk");
+        assert_eq!(c.index, i as u64);
+        assert_eq!(c.payload.len(), CHUNK);
+        assert!(c.payload.starts_with(format!("tok-{i} ").as_bytes()));
+    }
+    assert_eq!(chunks.len(), 64);
+    copy.signal("t", GO, &0).await.expect("signal");
+    assert_eq!(copy.result(TALK, "t").await.expect("result"), 64);
+    copy.close().await.expect("close the copy");
+    let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(&dest);
+}

@@ -17,6 +17,14 @@ use futures_util::StreamExt;
 /// stream "tokens", a step sends `tok-0`.. and the run returns how many.
 const CHAT: Workflow<(u64, bool, bool), u64> = Workflow::new("chat");
 const GO: Signal<u64> = Signal::new("go");
+/// Chunks to send: the run opens stream "tokens", a step sends `tok-0`..
+/// (keeping its sender for the test), then the run waits for `GO` and
+/// returns how many; the stream is not ended.
+const TALK: Workflow<u64, u64> = Workflow::new("talk");
+/// [`TALK`] with each chunk padded with spaces to 8 KiB.
+const LONG: Workflow<u64, u64> = Workflow::new("long");
+/// The size of [`LONG`]'s chunks.
+const LONG_CHUNK: usize = 8 << 10;
 
 /// A sender the test keeps, to send after the run.
 type Kept = Arc<Mutex<Option<StreamSender>>>;
@@ -55,6 +63,32 @@ fn register(engine: &Engine, kept: &Kept) {
     });
 }
 
+fn register_talk(engine: &Engine, kept: &Kept, wf: Workflow<u64, u64>, pad: usize) {
+    let kept = Arc::clone(kept);
+    engine.register(wf, move |ctx: Ctx, n: u64| {
+        let kept = Arc::clone(&kept);
+        async move {
+            let tx = ctx.stream("tokens");
+            let sent = ctx
+                .step("llm", move |_| {
+                    let (mut tx, kept) = (tx.clone(), Arc::clone(&kept));
+                    async move {
+                        for i in 0..n {
+                            tx.send(format!("{:<pad$}", format!("tok-{i}")))
+                                .await
+                                .map_err(|e| StepError::fatal(e.to_string()))?;
+                        }
+                        *kept.lock().unwrap() = Some(tx);
+                        Ok(n)
+                    }
+                })
+                .await?;
+            ctx.wait_for(&GO).await?;
+            Ok::<_, Failure>(sent)
+        }
+    });
+}
+
 async fn kit_with(config: Option<Config>) -> (TestEngine, Kept) {
     let kept = Kept::default();
     let k = Arc::clone(&kept);
@@ -63,7 +97,11 @@ async fn kit_with(config: Option<Config>) -> (TestEngine, Kept) {
         None => TestEngine::builder(),
     };
     let kit = builder
-        .open(move |engine: &Engine| register(engine, &k))
+        .open(move |engine: &Engine| {
+            register(engine, &k);
+            register_talk(engine, &k, TALK, 0);
+            register_talk(engine, &k, LONG, LONG_CHUNK);
+        })
         .await
         .expect("open");
     (kit, kept)
@@ -457,5 +495,90 @@ async fn a_subscriber_sees_a_chunk_only_once_it_is_durable() {
         .map(|c| (c.index, String::from_utf8(c.payload.clone()).unwrap()))
         .collect();
     assert_eq!(got, toks(0..6));
+    kit.close().await.unwrap();
+}
+
+/// Waits (advancing the test clock) until run `id` is parked.
+async fn parked(kit: &TestEngine, id: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !kit.engine().describe(id).await.unwrap().parked {
+        assert!(std::time::Instant::now() < deadline, "the run parks");
+        kit.advance(Duration::from_secs(1)).await.unwrap();
+    }
+}
+
+/// A run whose journal holds chunks parks unfinished, takes a chunk while
+/// parked (loaded from its frame, its chunks passed undecoded), parks
+/// again (a `Delta` frame), and after a crash is read from any cursor,
+/// loaded for a signal, replayed past its chunks, and finishes with its
+/// stream whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_with_chunks_loads_replays_and_streams_on() {
+    let config = Config::memory().park_after(Duration::ZERO);
+    let (mut kit, kept) = kit_with(Some(config)).await;
+    kit.engine().start(TALK, "p", &5).await.unwrap();
+    parked(&kit, "p").await;
+    let mut tx = kept
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the step kept its sender");
+    assert_eq!(tx.index(), 5);
+    tx.send("tok-5").await.unwrap();
+    parked(&kit, "p").await;
+    kit.crash().await.unwrap();
+    let tail: Vec<_> = kit
+        .engine()
+        .subscribe("p", "tokens", 3)
+        .take(3)
+        .collect()
+        .await;
+    assert_eq!(texts(&tail), toks(3..6));
+    assert!(kit.engine().describe("p").await.unwrap().parked);
+    kit.engine().signal("p", GO, &0).await.unwrap();
+    assert_eq!(kit.result(TALK, "p").await.unwrap(), 5);
+    assert_eq!(texts(&collect(kit.engine(), "p", 0).await), toks(0..6));
+    kit.close().await.unwrap();
+}
+
+/// A run streaming more than a checkpoint carries (its journal goes to
+/// the run store at a checkpoint while it stays loaded: with checkpoints
+/// every 64 KiB, several times here) keeps every chunk across a crash, is
+/// read from any cursor, and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_past_checkpoints_survives_a_crash() {
+    let config = Config::memory().checkpoint_bytes(64 << 10);
+    let (mut kit, _) = kit_with(Some(config)).await;
+    let n = 64;
+    kit.engine().start(LONG, "l", &n).await.unwrap();
+    let got: Vec<_> = kit
+        .engine()
+        .subscribe("l", "tokens", 0)
+        .take(64)
+        .collect()
+        .await;
+    assert_eq!(got.len(), 64);
+    kit.crash().await.unwrap();
+    let tail: Vec<_> = kit
+        .engine()
+        .subscribe("l", "tokens", 60)
+        .take(4)
+        .collect()
+        .await;
+    let tail: Vec<_> = tail.into_iter().map(|c| c.unwrap()).collect();
+    assert_eq!(
+        tail.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![60, 61, 62, 63]
+    );
+    for c in &tail {
+        assert_eq!(c.payload.len(), LONG_CHUNK);
+        assert!(
+            c.payload
+                .starts_with(format!("tok-{} ", c.index).as_bytes())
+        );
+    }
+    kit.engine().signal("l", GO, &0).await.unwrap();
+    assert_eq!(kit.result(LONG, "l").await.unwrap(), n);
+    assert_eq!(collect(kit.engine(), "l", 0).await.len(), 64);
     kit.close().await.unwrap();
 }

@@ -543,6 +543,100 @@ pub fn iter_canonical(bytes: &[u8]) -> CanonicalIter<'_> {
     }
 }
 
+/// One step of [`iter_canonical_passing`]: a record decoded, or a run of
+/// consecutive records of the passed kind, framed only.
+#[derive(Clone, Debug)]
+pub enum Walked<'a> {
+    /// A record of another kind, decoded, with its whole canonical bytes.
+    Record(RecordRef<'a>, &'a [u8]),
+    /// `count` (at least 1) consecutive records of the passed kind: their
+    /// whole canonical bytes (length prefixes included), their bodies not
+    /// decoded.
+    Passed {
+        /// The records' bytes, concatenated as in the input.
+        bytes: &'a [u8],
+        /// How many records `bytes` holds.
+        count: u32,
+    },
+}
+
+/// A walk like [`CanonicalIter`] that does not decode the records of one
+/// kind: see [`iter_canonical_passing`].
+#[derive(Clone, Debug)]
+pub struct PassingIter<'a> {
+    inner: CanonicalIter<'a>,
+    pass: u8,
+}
+
+impl PassingIter<'_> {
+    /// Where the walk is in its input (see [`CanonicalIter::offset`]).
+    pub fn offset(&self) -> usize {
+        self.inner.offset()
+    }
+
+    /// The bytes and count of the passed records at the front of the
+    /// rest: framing each, stopping at another kind, the end, or bytes
+    /// that do not frame (the error, if it is the first).
+    fn passed(&self) -> DecodeResult<(usize, u32)> {
+        let rest = self.inner.rest;
+        let (mut end, mut count) = (0usize, 0u32);
+        while end < rest.len() && count < u32::MAX {
+            match split_first(&rest[end..]) {
+                Ok((body, total)) if body.first() == Some(&self.pass) => {
+                    end += total;
+                    count += 1;
+                }
+                Ok(_) => break,
+                Err(e) if count == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok((end, count))
+    }
+}
+
+impl<'a> Iterator for PassingIter<'a> {
+    type Item = DecodeResult<Walked<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.inner.failed || self.inner.rest.is_empty() {
+            return None;
+        }
+        match self.passed() {
+            Ok((0, _)) => self
+                .inner
+                .next()
+                .map(|r| r.map(|(rec, whole)| Walked::Record(rec, whole))),
+            Ok((end, count)) => {
+                let (bytes, rest) = self.inner.rest.split_at(end);
+                self.inner.rest = rest;
+                Some(Ok(Walked::Passed { bytes, count }))
+            }
+            Err(e) => {
+                self.inner.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for PassingIter<'_> {}
+
+/// Walks the canonical records in `bytes` like [`iter_canonical`], except
+/// that records whose kind tag is `pass` are only framed (each length
+/// checked against the input), not decoded, and a run of them comes as
+/// one item: a walk that has nothing to do with a kind (stream chunks, for
+/// every walk but a subscriber's) pays a varint and a byte for each of
+/// its records instead of a decode. Only for bytes whose integrity
+/// something else checked (a frame's or a checkpoint's crc, bytes this
+/// process encoded): a passed body's damage goes unseen here.
+pub fn iter_canonical_passing(bytes: &[u8], pass: u8) -> PassingIter<'_> {
+    PassingIter {
+        inner: iter_canonical(bytes),
+        pass,
+    }
+}
+
 /// Decodes every canonical record in `bytes` into owned records (repeated
 /// names share one allocation, see [`InlineDecoder`](super::InlineDecoder)).
 /// Any malformed record, including a torn last one, fails the whole call.

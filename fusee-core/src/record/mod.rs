@@ -42,8 +42,9 @@ mod inline;
 pub mod kind;
 
 pub use canonical::{
-    CanonicalIter, LimitError, MAX_BODY, body_len, canonical_len, check_limits, decode_body,
-    decode_canonical_all, encode_body, encode_canonical, iter_canonical,
+    CanonicalIter, LimitError, MAX_BODY, PassingIter, Walked, body_len, canonical_len,
+    check_limits, decode_body, decode_canonical_all, encode_body, encode_canonical, iter_canonical,
+    iter_canonical_passing,
 };
 pub use fields::{FieldSink, FieldSource};
 pub use inline::InlineDecoder;

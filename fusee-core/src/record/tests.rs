@@ -456,3 +456,55 @@ fn conversions_keep_every_field() {
     assert_eq!(owned.kind(), kind::STEP);
     assert_eq!(canonical(&owned), canonical(&rec));
 }
+
+#[test]
+fn a_passing_walk_frames_the_passed_kind_and_decodes_the_rest() {
+    let chunk: RecordRef<'_> = Record::Chunk {
+        run: 1,
+        seq: 3,
+        payload: b"tok",
+    };
+    let mut bytes = canonical(&step(1, "a", b"x"));
+    let chunk_bytes = canonical(&chunk);
+    bytes.extend_from_slice(&chunk_bytes);
+    bytes.extend_from_slice(&canonical(&step(1, "b", b"y")));
+    bytes.extend_from_slice(&chunk_bytes);
+    bytes.extend_from_slice(&chunk_bytes);
+    let walked: Vec<_> = iter_canonical_passing(&bytes, kind::CHUNK)
+        .map(Result::unwrap)
+        .collect();
+    assert!(matches!(
+        walked[0],
+        Walked::Record(Record::Step { name: "a", .. }, _)
+    ));
+    assert!(
+        matches!(walked[1], Walked::Passed { bytes, count: 1 } if bytes == chunk_bytes.as_slice())
+    );
+    assert!(matches!(
+        walked[2],
+        Walked::Record(Record::Step { name: "b", .. }, _)
+    ));
+    let two = [chunk_bytes.clone(), chunk_bytes.clone()].concat();
+    assert!(matches!(walked[3], Walked::Passed { bytes, count: 2 } if bytes == two.as_slice()));
+    assert_eq!(walked.len(), 4);
+    // The passed body is not decoded (its bad payload length goes
+    // unseen), but its framing is checked.
+    let mut damaged = chunk_bytes.clone();
+    let last = damaged.len() - 4;
+    damaged[last] = 0x7f;
+    assert!(iter_canonical(&damaged).next().unwrap().is_err());
+    assert!(
+        iter_canonical_passing(&damaged, kind::CHUNK)
+            .next()
+            .unwrap()
+            .is_ok()
+    );
+    let torn = &two[..two.len() - 1];
+    let mut walk = iter_canonical_passing(torn, kind::CHUNK);
+    assert!(matches!(
+        walk.next(),
+        Some(Ok(Walked::Passed { count: 1, .. }))
+    ));
+    assert!(walk.next().unwrap().is_err());
+    assert!(walk.next().is_none());
+}

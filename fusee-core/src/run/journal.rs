@@ -21,7 +21,9 @@ use super::slots::{
     RecordedDone, Slot, Span, UNAPPENDED, UPDATE_RECORDED,
 };
 use super::{End, RunMachine};
-use crate::record::{Lsn, PAUSED, Record, Seq, Status, WaitOutcome, iter_canonical};
+use crate::record::{
+    Lsn, PAUSED, Record, Seq, Status, WaitOutcome, Walked, iter_canonical_passing, kind,
+};
 
 type Taken = Result<(), Problem>;
 
@@ -64,7 +66,10 @@ impl RunMachine {
 
     /// Takes the journal a machine is built from.
     pub(super) fn take_journal(&mut self, journal: &[u8]) -> Result<(), JournalError> {
-        let mut walk = iter_canonical(journal);
+        // Stream chunks are the host's (`take` keeps nothing of them):
+        // framed and counted, not decoded, so a long stream costs a
+        // varint a chunk here.
+        let mut walk = iter_canonical_passing(journal, kind::CHUNK);
         // Each record is at least 4 bytes, so the walk ends within
         // `journal.len() / 4` steps.
         loop {
@@ -75,7 +80,16 @@ impl RunMachine {
             let Some(item) = walk.next() else {
                 break;
             };
-            let (rec, _) = item.map_err(|e| self.refuse(at, Problem::Decode(e)))?;
+            let rec = match item.map_err(|e| self.refuse(at, Problem::Decode(e)))? {
+                Walked::Record(rec, _) => rec,
+                Walked::Passed { .. } if self.records == 0 => {
+                    return Err(self.refuse(at, Problem::NotStart { kind: "Chunk" }));
+                }
+                Walked::Passed { count, .. } => {
+                    self.records = self.records.saturating_add(count);
+                    continue;
+                }
+            };
             if self.records == 0 {
                 self.take_start(&rec, at)?;
             } else {

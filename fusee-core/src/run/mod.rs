@@ -264,6 +264,9 @@ impl RunMachine {
     /// starting with `run`'s `Start`, records of another run, undecodable
     /// bytes, sequence numbers out of order, completions of operations no
     /// record started) is an error, after which the machine holds no run.
+    /// Stream chunks, which the machine keeps nothing of, are framed and
+    /// counted, not decoded (a long stream costs a varint a chunk): a
+    /// chunk's fields, its run's ID among them, are not checked here.
     pub fn rebuild(
         &mut self,
         run: RunId,

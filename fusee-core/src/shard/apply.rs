@@ -14,6 +14,16 @@ use crate::wire::hash_id;
 /// The reason an [`Output::Close`] under the parent close policy carries.
 const PARENT_CLOSED: &[u8] = b"parent closed";
 
+/// Counts a record after its run's `Start` off a reset's copies: whether
+/// it is one (its messages were sent by the run it was copied from).
+fn count_copy(run: &mut LoadedRun) -> bool {
+    run.rare.as_mut().is_some_and(|r| {
+        let left = r.copies_left > 0;
+        r.copies_left = r.copies_left.saturating_sub(1);
+        left
+    })
+}
+
 fn empty_payload() -> Payload {
     Payload::from(&[][..])
 }
@@ -39,6 +49,37 @@ impl ShardCore {
         canonical: &[u8],
     ) {
         self.apply_with(lsn, rec, mode, Some(canonical));
+    }
+
+    /// What [`apply_encoded`](Self::apply_encoded) does with `count`
+    /// consecutive `Chunk` records of run `run_id` whose canonical bytes
+    /// (`canonical`, concatenated) the host framed without decoding them
+    /// ([`crate::record::iter_canonical_passing`]): applying a chunk reads
+    /// none of its fields (it is journaled, counted off a reset's copies,
+    /// and marks its run as streaming), so a long stream is applied with
+    /// no decode and one lookup.
+    pub fn apply_passed_chunks(
+        &mut self,
+        lsn: Lsn,
+        run_id: RunId,
+        mode: Mode,
+        canonical: &[u8],
+        count: u32,
+    ) {
+        let Some(run) = self.loaded.get_mut(&run_id) else {
+            return;
+        };
+        run.last_lsn = run.last_lsn.max(lsn);
+        if mode.journal {
+            reserve_journal(&mut run.journal, canonical.len());
+            run.journal.extend_from_slice(canonical);
+            self.journal_bytes += canonical.len();
+            run.journal_records = run.journal_records.saturating_add(count);
+        }
+        if let Some(r) = run.rare.as_mut() {
+            r.copies_left = r.copies_left.saturating_sub(count);
+        }
+        run.streams = true;
     }
 
     fn apply_with<S: ToName, B: ToPayload>(
@@ -78,12 +119,7 @@ impl ShardCore {
         }
         // Records copied from a reset run's journal sent their messages once
         // already, in the run they were copied from.
-        let copied = !matches!(rec, Record::Start { .. })
-            && run.rare.as_mut().is_some_and(|r| {
-                let left = r.copies_left > 0;
-                r.copies_left = r.copies_left.saturating_sub(1);
-                left
-            });
+        let copied = !matches!(rec, Record::Start { .. }) && count_copy(run);
         let outputs = mode.outputs && !copied;
         match rec {
             Record::Start { .. }

@@ -6,7 +6,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::types::{BlobRef, TimerKind, UpdateSlot};
 use crate::record::{
-    Lsn, Name, Origin, ParentRef, Payload, Record, Seq, StartMeta, Status, iter_canonical,
+    Lsn, Name, Origin, ParentRef, Payload, Record, Seq, StartMeta, Status, Walked,
+    iter_canonical_passing, kind,
 };
 
 /// A buffered signal: delivered to the run, not yet consumed by a wait.
@@ -264,10 +265,11 @@ impl LoadedRun {
         }
         // The first `Done` is the one applied (a later one changes
         // nothing); a walk of a journal in memory, once per caller.
-        iter_canonical(&self.journal)
+        // Stream chunks framed, not decoded.
+        iter_canonical_passing(&self.journal, kind::CHUNK)
             .map_while(Result::ok)
-            .find_map(|(rec, _)| match rec {
-                Record::Done { payload, .. } => Some(payload),
+            .find_map(|item| match item {
+                Walked::Record(Record::Done { payload, .. }, _) => Some(payload),
                 _ => None,
             })
     }

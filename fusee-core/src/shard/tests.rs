@@ -943,6 +943,65 @@ fn unpark_encoded_loads_as_unpark_does_and_refuses_damage_changing_nothing() {
     assert_eq!(core.get(1).unwrap().last_lsn, 11);
 }
 
+/// Chunks framed and not decoded at an unpark still count off a reset's
+/// copies and mark the run as streaming, as decoded ones do.
+#[test]
+fn unpark_encoded_passes_chunks_as_apply_takes_them() {
+    let reset_start: RecordBuf = Record::Start {
+        run: 5,
+        id: Name::from("a"),
+        wtype: Name::from("wf"),
+        version: 1,
+        codec: 0,
+        started_ms: 0,
+        deadline_ms: 0,
+        parent: None,
+        policy: 0,
+        from: Some(Origin {
+            run: 4,
+            cause: origin::RESET,
+        }),
+        copies: 3,
+        update: None,
+        input: payload(b""),
+        meta: None,
+    };
+    let chunk: RecordBuf = Record::Chunk {
+        run: 5,
+        seq: 1,
+        payload: payload(b"tok"),
+    };
+    let send = |seq| -> RecordBuf {
+        Record::Send {
+            run: 5,
+            seq,
+            target: Name::from("b"),
+            name: Name::from("hello"),
+            payload: payload(b""),
+        }
+    };
+    // The copies: two chunks and a send.
+    let journal = [reset_start, chunk.clone(), chunk, send(2)];
+    let mut bytes = Vec::new();
+    for rec in &journal {
+        encode_canonical(rec, &mut bytes);
+    }
+    let mut core = ShardCore::new(0, 1, 1000, 0);
+    for (lsn, rec) in (1..).zip(&journal) {
+        core.apply(lsn, rec, Mode::LIVE);
+    }
+    let mut out = Vec::new();
+    core.release(4, &mut out);
+    assert!(out.is_empty(), "copies send nothing: {out:?}");
+    core.park(5, BlobRef { offset: 0, len: 1 }, false);
+    assert!(core.unpark_encoded(5, 4, &bytes, 0).unwrap());
+    assert!(core.get(5).unwrap().streams);
+    // The copies are counted off: the next record sends.
+    core.apply(5, &send(3), Mode::LIVE);
+    core.release(5, &mut out);
+    assert_eq!(out.len(), 1, "the record after the copies sends: {out:?}");
+}
+
 #[test]
 fn at_most_a_timer_chunk_fires_per_poll() {
     let mut core = ShardCore::new(0, 1, 1000, 0);

@@ -1,6 +1,9 @@
 //! Checkpoints: every loaded run's journal and the shard's counters,
 //! committed with the index, then the log discarded through the LSN they
-//! cover, so an open replays only the log after it. Taken when the log
+//! cover, so an open replays only the log after it. A loaded run holding
+//! `parking::SPILL_BYTES` or more of journal since its stored prefix (a
+//! long stream) has it written to the run store first, as a park writes
+//! it, and the checkpoint names the frame (`ShardLoop::spill_long_journals`). Taken when the log
 //! since the last one passes `checkpoint_bytes` or `checkpoint_interval`,
 //! and at close; only when the whole log is durable, so the checkpoint
 //! holds no record a crash could take back.
@@ -161,6 +164,8 @@ impl ShardLoop {
     /// and discards the log it covers; returns the checkpoint's bytes.
     fn checkpoint_now(&mut self, now_ms: u64) -> Result<Vec<u8>, fusee_storage::StorageError> {
         debug_assert_eq!(self.log.last_lsn(), self.flights.durable());
+        // Long journals go to frames this commit makes durable.
+        self.spill_long_journals()?;
         let lsn = self.flights.durable();
         let runs = self
             .core

@@ -19,6 +19,11 @@
 //! checkpoint, which also makes the frame durable (until then a crash
 //! rebuilds the run from the checkpoint and the log, as if it never left).
 //!
+//! A checkpoint writes the frames of a loaded run whose journal in memory
+//! reached [`SPILL_BYTES`] the same way, the run staying loaded
+//! ([`ShardLoop::spill_long_journals`]): its later records go on in memory
+//! after the frame, as for a run loaded from its frames.
+//!
 //! A run parks only when nothing about it is in flight: its records are
 //! durable, its code is quiescent (no delivery waiting, no record asked
 //! for, no step attempt running or due), and no event for it is queued.
@@ -33,7 +38,9 @@
 
 use std::cmp::Reverse;
 
-use fusee_core::record::{Record, RecordBuf, RunId, iter_canonical};
+use fusee_core::record::{
+    Record, RecordBuf, RunId, Walked, iter_canonical, iter_canonical_passing, kind,
+};
 use fusee_core::shard::{BlobRef, LoadedRun};
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
 use fusee_core::wire::hash_id;
@@ -258,15 +265,8 @@ impl ShardLoop {
             return Ok(());
         };
         let id_hash = hash_id(&l.id);
-        let timers: Vec<_> = l.armed_timers().collect();
         let (last_lsn, done) = (l.last_lsn, l.done);
-        let delta = l
-            .blob
-            .filter(|_| l.blob_depth < MAX_DEPTH && done.is_none())
-            .map(|prev| (prev, l.blob_depth + 1, l.blob_chain, l.journal.clone()));
-        let mut frame = Vec::new();
-        let mut released = Vec::new();
-        let encoded = if let Some((status, finished_ms)) = done {
+        let (blob, chained) = if let Some((status, finished_ms)) = done {
             let whole = self.run_journal(run)?;
             let history_until = finished_ms.saturating_add(self.config.history_ms);
             let kept =
@@ -276,7 +276,7 @@ impl ShardLoop {
                 } else {
                     summary(&whole)
                 };
-            released.extend(self.chain_of(run)?);
+            let released = self.chain_of(run)?;
             let entry = EntryRef::Done {
                 run,
                 last_lsn,
@@ -285,8 +285,50 @@ impl ShardLoop {
                 finished_ms,
                 journal: &kept,
             };
+            let mut frame = Vec::new();
             encode_entry_into(&entry, &mut frame)
-        } else if let Some((prev, depth, chain, journal)) = &delta {
+                .map_err(|_| corrupt("run frame (encode)", run))?;
+            let blob = self.store_frame(&frame)?;
+            for old in released {
+                self.release_frame(old)?;
+            }
+            (blob, false)
+        } else {
+            let w = self.write_suspended(run)?;
+            (w.blob, w.depth > 0)
+        };
+        self.core.park(run, blob, chained);
+        tracing::trace!(
+            shard = self.shard,
+            run,
+            frame = blob.len,
+            finished = done.is_some(),
+            "parked"
+        );
+        self.live.forget(run);
+        self.metrics.parks += 1;
+        Ok(())
+    }
+
+    /// Writes unfinished loaded run `run`'s journal to the run store: a
+    /// `Delta` frame of its records since its stored prefix, chained to
+    /// it, or (without one, or past [`MAX_DEPTH`]) a `Park` frame of its
+    /// whole journal, the old chain released. The frame is durable, and
+    /// the release too, with the next checkpoint's commit.
+    fn write_suspended(&mut self, run: RunId) -> Result<Written, StorageError> {
+        let Some(l) = self.core.get(run) else {
+            return Err(corrupt("run frame of a run not loaded", run));
+        };
+        let id_hash = hash_id(&l.id);
+        let timers: Vec<_> = l.armed_timers().collect();
+        let last_lsn = l.last_lsn;
+        let delta = l
+            .blob
+            .filter(|_| l.blob_depth < MAX_DEPTH)
+            .map(|prev| (prev, l.blob_depth + 1, l.blob_chain, l.journal.clone()));
+        let mut frame = Vec::new();
+        let mut released = Vec::new();
+        let encoded = if let Some((prev, depth, chain, journal)) = &delta {
             let entry = EntryRef::Delta {
                 run,
                 last_lsn,
@@ -315,16 +357,41 @@ impl ShardLoop {
         for old in released {
             self.release_frame(old)?;
         }
-        self.core.park(run, blob, delta.is_some());
-        tracing::trace!(
-            shard = self.shard,
-            run,
-            frame = blob.len,
-            finished = done.is_some(),
-            "parked"
-        );
-        self.live.forget(run);
-        self.metrics.parks += 1;
+        Ok(match delta {
+            Some((_, depth, chain, _)) => Written {
+                blob,
+                chain: chain.saturating_add(u64::from(blob.len)),
+                depth,
+            },
+            None => Written {
+                blob,
+                chain: u64::from(blob.len),
+                depth: 0,
+            },
+        })
+    }
+
+    /// Moves the journals of unfinished loaded runs holding at least
+    /// [`SPILL_BYTES`] since their stored prefix to the run store (as a
+    /// park writes them: [`write_suspended`](Self::write_suspended)); the
+    /// runs stay loaded. Called by a checkpoint right before it commits,
+    /// so the frames are durable with it and it names them rather than
+    /// carrying the bytes: a long journal (a stream's chunks) is written
+    /// once, not into every checkpoint, and an open reads it from its
+    /// frames instead of the checkpoint (which the file backend writes
+    /// again, twice, at every open).
+    pub(super) fn spill_long_journals(&mut self) -> Result<(), StorageError> {
+        let long: Vec<RunId> = self
+            .core
+            .loaded_runs()
+            .filter(|(_, l)| l.done.is_none() && l.journal.len() >= SPILL_BYTES)
+            .map(|(run, _)| run)
+            .collect();
+        for run in long {
+            let w = self.write_suspended(run)?;
+            self.core.spilled(run, w.blob, w.chain, w.depth);
+            tracing::trace!(shard = self.shard, run, frame = w.blob.len, "spilled");
+        }
         Ok(())
     }
 
@@ -408,7 +475,8 @@ impl ShardLoop {
         self.metrics.loads += 1;
         tracing::trace!(shard = self.shard, run, "loaded");
         self.core.reoffer(run);
-        self.start_code(run);
+        // Just loaded, the run's journal is its frames' whole.
+        self.start_code_with(run, Some(frame.journal));
         Ok(true)
     }
 
@@ -431,10 +499,13 @@ impl ShardLoop {
             return Ok(None);
         };
         let frame = self.read_frame(parked.blob())?;
-        Ok(iter_canonical(&frame.journal)
+        // Past its streams' chunks undecoded.
+        Ok(iter_canonical_passing(&frame.journal, kind::CHUNK)
             .filter_map(Result::ok)
-            .find(|(r, _)| matches!(r, Record::Done { .. }))
-            .map(|(r, _)| r.to_buf()))
+            .find_map(|item| match item {
+                Walked::Record(r @ Record::Done { .. }, _) => Some(r.to_buf()),
+                _ => None,
+            }))
     }
 
     /// Removes finished runs whose retention ended and releases their
@@ -534,6 +605,20 @@ impl ShardLoop {
     }
 }
 
+/// Bytes of journal a loaded run holds in memory (since its stored
+/// prefix) from which a checkpoint writes them to the run store instead
+/// ([`ShardLoop::spill_long_journals`]).
+pub(super) const SPILL_BYTES: usize = 256 << 10;
+
+/// A frame [`ShardLoop::write_suspended`] wrote.
+struct Written {
+    blob: BlobRef,
+    /// Bytes of it and the frames it extends.
+    chain: u64,
+    /// How many frames it extends.
+    depth: u8,
+}
+
 /// Finished runs whose history is dropped per call of
 /// [`ShardLoop::drop_histories`].
 const HISTORY_BUDGET: usize = 1024;
@@ -545,7 +630,15 @@ const HISTORY_BUDGET: usize = 1024;
 /// (`crate::attrs`: a run is listed by them for its whole retention).
 fn summary(whole: &[u8]) -> Vec<u8> {
     let mut kept = Vec::new();
-    for (rec, bytes) in iter_canonical(whole).filter_map(Result::ok) {
+    // Chunks, which it keeps, are copied as they are, not decoded.
+    for item in iter_canonical_passing(whole, kind::CHUNK).filter_map(Result::ok) {
+        let (rec, bytes) = match item {
+            Walked::Record(rec, bytes) => (rec, bytes),
+            Walked::Passed { bytes, .. } => {
+                kept.extend_from_slice(bytes);
+                continue;
+            }
+        };
         if !crate::recovery::summary_keeps(&rec) {
             continue;
         }

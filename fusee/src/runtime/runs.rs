@@ -120,6 +120,12 @@ impl ShardLoop {
     /// journal, and its workflow's future, replaying what the journal
     /// holds. A run whose type has no code yet waits for its registration.
     pub(super) fn start_code(&mut self, run: RunId) {
+        self.start_code_with(run, None);
+    }
+
+    /// [`start_code`](Self::start_code) with the run's whole journal when
+    /// the caller has just read it (a load: not read from the store twice).
+    pub(super) fn start_code_with(&mut self, run: RunId, journal: Option<Vec<u8>>) {
         if self.live.contains_key(&run) {
             return;
         }
@@ -142,17 +148,19 @@ impl ShardLoop {
             .filter(|p| crate::attrs::by_code(p))
             .count();
         // A run wholly in memory is read where it is, not copied: after an
-        // open, thousands of overdue runs start their code in one pass.
-        let framed = if l.blob.is_some() {
-            match self.run_journal(run) {
+        // open, thousands of overdue runs start their code in one pass (and
+        // a long stream's chunks are most of a journal). A load hands in
+        // the frames it just read.
+        let framed = match journal {
+            Some(j) => Some(j),
+            None if l.blob.is_some() => match self.run_journal(run) {
                 Ok(j) => Some(j),
                 Err(e) => {
                     self.fail(e);
                     return;
                 }
-            }
-        } else {
-            None
+            },
+            None => None,
         };
         let journal: &[u8] = match &framed {
             Some(j) => j,

@@ -678,3 +678,85 @@ fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
     );
     assert_eq!(above, newest_first(|i| i % 3 == 2));
 }
+
+const STREAMER: Workflow<(), ()> = Workflow::new("streamer");
+
+/// A loaded run's journal past `SPILL_BYTES` goes to the run store at a
+/// checkpoint (the run stays loaded, its journal in memory dropped), and
+/// after a crash the reopened shard reads every chunk back from its
+/// frames, then takes more.
+#[test]
+fn a_checkpoint_spills_a_long_journal_to_the_run_store_and_a_crash_keeps_it() {
+    let registry = || {
+        let registry = Registry::default();
+        registry
+            .register(STREAMER, |ctx: Ctx, ()| async move {
+                let _tx = ctx.stream("t");
+                ctx.wait_for(&GO).await?;
+                Ok::<_, Failure>(())
+            })
+            .expect("a fresh registry");
+        registry
+    };
+    let config = || LoopConfig {
+        checkpoint_bytes: 64 << 10,
+        ..config()
+    };
+    let storage = MemoryStorage::new();
+    let mut shard = ShardLoop::open(
+        &AnyStorage::Memory(storage.clone()),
+        0,
+        config(),
+        registry(),
+        START_MS,
+    )
+    .unwrap();
+    start_run(&mut shard, STREAMER.name(), "s".into(), "null");
+    settle(&mut shard, START_MS);
+    let run = match shard.core.find("s") {
+        Some(fusee_core::shard::Found::Loaded(run)) => run,
+        other => panic!("s is not loaded: {other:?}"),
+    };
+    let journal = shard.run_journal(run).unwrap();
+    let seq = crate::stream::scan(&journal, "t", 0, 0)
+        .unwrap()
+        .seq
+        .unwrap();
+    let chunk = |i: u64| vec![b'a' + (i % 26) as u8; 8 << 10];
+    let send = |shard: &mut ShardLoop, i: u64| {
+        let (reply, _answer) = oneshot::channel();
+        shard.handle(Input::Chunk {
+            run,
+            seq,
+            index: i,
+            payload: chunk(i),
+            reply,
+        });
+        settle(shard, START_MS);
+    };
+    let n = (super::parking::SPILL_BYTES / (8 << 10)) as u64 + 8;
+    for i in 0..n {
+        send(&mut shard, i);
+    }
+    let l = shard.core.get(run).unwrap();
+    assert!(l.blob.is_some(), "the journal went to the run store");
+    assert!(
+        l.journal.len() < super::parking::SPILL_BYTES,
+        "{}",
+        l.journal.len()
+    );
+    drop(shard);
+    let storage = AnyStorage::Memory(storage.crash());
+    let mut shard = ShardLoop::open(&storage, 0, config(), registry(), START_MS).unwrap();
+    let whole = shard.run_journal(run).unwrap();
+    let view = crate::stream::scan(&whole, "t", 0, usize::MAX).unwrap();
+    // Every chunk the crash kept (the log after the last checkpoint is
+    // durable: settled), in order.
+    assert_eq!(view.len, n);
+    for c in &view.chunks {
+        assert_eq!(c.payload, chunk(c.index));
+    }
+    send(&mut shard, n);
+    let whole = shard.run_journal(run).unwrap();
+    assert_eq!(crate::stream::scan(&whole, "t", 0, 0).unwrap().len, n + 1);
+}

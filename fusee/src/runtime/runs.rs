@@ -201,6 +201,11 @@ impl ShardLoop {
             self.config.max_payload,
         );
         state.saw_time(started_ms);
+        let code_attrs = if self.sabotaged(Sabotage::AttributesAgain) {
+            0
+        } else {
+            code_attrs
+        };
         state.set_code_attributes(u32::try_from(code_attrs).unwrap_or(u32::MAX));
         let mut live = LiveRun::new(state, waker);
         live.future = Some(handler(Ctx::new(Rc::clone(&live.state)), &input));

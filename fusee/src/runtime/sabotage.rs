@@ -31,18 +31,22 @@ pub enum Sabotage {
     /// Replaying a journal hands the code two consecutive recorded
     /// deliveries in the opposite order.
     ReorderReplay,
+    /// Code started again by replay records its search attributes again
+    /// (the journal's `Attributes` records not counted as done).
+    AttributesAgain,
 }
 
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 impl Sabotage {
     /// Every sabotage, for a test that checks each is caught.
-    pub const ALL: [Sabotage; 6] = [
+    pub const ALL: [Sabotage; 7] = [
         Sabotage::EarlyReply,
         Sabotage::EarlyStep,
         Sabotage::DropSignal,
         Sabotage::ReuseSeq,
         Sabotage::UnsyncedCheckpoint,
         Sabotage::ReorderReplay,
+        Sabotage::AttributesAgain,
     ];
 }
 

@@ -13,7 +13,8 @@
 //! one of them failing for good, undone newest first before the program
 //! goes on. A race's order goes into the name of the step after it: a
 //! replay that hands the race's results over in another order calls a step
-//! the journal does not hold, a determinism error.
+//! the journal does not hold, a determinism error. Each op begins by
+//! setting the run's search attribute [`PROGRESS`] to its number.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use crate::ctx::Registry;
 use crate::step::StepError;
-use crate::{Ctx, Failure, Saga, Signal, Update, Workflow};
+use crate::{Ctx, Failure, Saga, SearchAttributes, Signal, Update, Workflow};
 
 /// The one workflow type: input (program, generation).
 pub(super) const SIM: Workflow<(u32, u32), u64> = Workflow::new("sim");
@@ -35,6 +36,9 @@ pub(super) const SIGNALS: [Signal<u64>; 4] = [
     Signal::new("sig-2"),
     Signal::new("sig-3"),
 ];
+
+/// The search attribute each op sets to its number (from 1) as it begins.
+pub(super) const PROGRESS: &str = "progress";
 
 /// The update every run takes: a step with the caller's number as its
 /// input, its answer mixed into the run's result.
@@ -207,6 +211,10 @@ pub(super) fn register(
             }
             let mut state = u64::from(p) << 32 | u64::from(generation);
             for (i, op) in program.ops.iter().enumerate() {
+                // Each op begins by setting the run's progress as a search
+                // attribute: the world checks each value is recorded once,
+                // in order, through every crash and replay.
+                ctx.set_attributes(&SearchAttributes::new().int(PROGRESS, i as i64 + 1))?;
                 match op {
                     Op::Step { fail_first } => {
                         let v =

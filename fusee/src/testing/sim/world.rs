@@ -837,7 +837,8 @@ impl World {
         Ok(())
     }
 
-    /// Every acknowledged start on record; every acknowledged signal, and
+    /// Every acknowledged start on record; each op's progress attribute
+    /// recorded once, in order; every acknowledged signal, and
     /// every update a client got a result for, in the journal of the run
     /// it went to (while that run's journal is whole: a finished run
     /// parked keeps its start and end only). Each workflow's latest run is
@@ -869,6 +870,33 @@ impl World {
                 .filter(|v| v.run == run && v.done.is_none())
                 .map(|v| &v.journal)
         };
+        // Search attributes: the progress each op sets as it begins is
+        // recorded once and in order (a replay records none again), in
+        // every journal the shard still holds whole.
+        for (id, view) in &views {
+            let mut seen = 0i64;
+            for rec in &view.journal {
+                let Record::Attributes { payload, .. } = rec else {
+                    continue;
+                };
+                let mut set = crate::attrs::AttrMap::new();
+                crate::attrs::apply_payload(&mut set, payload);
+                let Some(v) = set.get(workload::PROGRESS) else {
+                    continue;
+                };
+                if *v != crate::attrs::AttrValue::Int(seen + 1) {
+                    return Err(self.fail(
+                        "search attribute out of order",
+                        format!(
+                            "{id} run {}: {} {v:?} recorded after {seen}",
+                            view.run,
+                            workload::PROGRESS
+                        ),
+                    ));
+                }
+                seen += 1;
+            }
+        }
         for a in &self.acked_signals {
             let Some(journal) = whole(&a.id, a.run) else {
                 continue;

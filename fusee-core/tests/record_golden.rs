@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 
 use fusee_core::record::{
-    MAX_RUN, Origin, PAUSED, ParentRef, Record, RecordRef, StartMeta, StartUpdate, Status,
-    WaitOutcome, check_limits, decode_body, decode_canonical_all, encode_body, encode_canonical,
-    iter_canonical,
+    CancelGrace, MAX_RUN, Origin, PAUSED, ParentRef, Record, RecordRef, StartMeta, StartUpdate,
+    Status, WaitOutcome, check_limits, decode_body, decode_canonical_all, encode_body,
+    encode_canonical, iter_canonical,
 };
 
 /// The values one sample set gives its records' fields.
@@ -258,6 +258,7 @@ fn every_kind(v: &Vals) -> Vec<RecordRef<'_>> {
             run: v.run,
             reason: p2,
             by: by.then_some(p1),
+            grace: None,
         },
         Record::Update {
             run: v.run,
@@ -528,13 +529,13 @@ fn decoder_rejects_exactly_what_it_rejected() {
     let want: &[(&str, usize)] = &[
         ("length over the payload limit", 398),
         ("length past the end of input", 3423),
-        ("ok", 14200),
+        ("ok", 14203),
         ("option marker is neither 0 nor 1", 708),
         ("run ID outside 1..=2^48-1", 447),
         ("string is not UTF-8", 3569),
-        ("trailing bytes", 1440),
+        ("trailing bytes", 1394),
         ("truncated", 258),
-        ("truncated varint", 1082),
+        ("truncated varint", 1125),
         ("unknown record kind", 532),
         ("unknown status", 341),
         ("unknown wait outcome", 52),
@@ -549,17 +550,20 @@ fn decoder_rejects_exactly_what_it_rejected() {
     // changed bodies that had bytes left after the payload or error (one
     // appended, a length made shorter) read as a record with an end time
     // rather than "trailing bytes" (1506 then, 14134 ok); nothing else
-    // moved.
+    // moved. `Cancel` then grew its `grace` tail: of its changed bodies
+    // with bytes left after `by`, 3 read as a cancel with a grace and 43
+    // as a grace cut short ("truncated varint") rather than "trailing
+    // bytes" (1440 then, 1082 truncated varints, 14200 ok).
     assert_eq!(
         (digest, &got[..]),
-        (2436836573, want),
+        (534624794, want),
         "decoder outcomes changed"
     );
 }
 
 /// Kinds and tail fields added after the five sets' pins were taken, one
 /// sample each per set: pinned apart, so the pins of the older kinds (and
-/// of `Step` and `Attempt` without their tail) stay as they were.
+/// of `Step`, `Attempt` and `Cancel` without their tail) stay as they were.
 fn later_kinds(v: &Vals) -> Vec<RecordRef<'_>> {
     let (s1, s2, p1) = (v.s1.as_str(), v.s2.as_str(), &v.p1[..]);
     vec![
@@ -589,20 +593,32 @@ fn later_kinds(v: &Vals) -> Vec<RecordRef<'_>> {
             error: p1,
             ended_ms: Some(v.a64),
         },
+        // `every_kind`'s cancel, with a grace.
+        Record::Cancel {
+            run: v.run,
+            reason: &v.p2[..],
+            by: v.some[4].then_some(p1),
+            grace: Some(CancelGrace {
+                until_ms: v.a64,
+                grace_ms: v.b64,
+            }),
+        },
     ]
 }
 
 /// [`later_kinds`] of sets 0 and 1.
-const LATER_HEX: [[&str; 3]; 2] = [
+const LATER_HEX: [[&str; 4]; 2] = [
     [
         "06190100000000",     // Began, set 0
         "080201000000000000", // Step with ended_ms 0, set 0
         "080301000000000000", // Attempt with ended_ms 0, set 0
+        "060e0100000000",     // Cancel with grace 0 until 0, set 0
     ],
     [
         "08190502016101e807",                   // Began, set 1
         "0b0205020161010102686907",             // Step with ended_ms 7, set 1
         "1103050206e697a5e69cac0107026869e807", // Attempt with ended_ms 1000, set 1
+        "0c0e05027b7d01026869e80707",           // Cancel with grace 7 until 1000, set 1
     ],
 ];
 
@@ -736,4 +752,49 @@ fn end_time_is_a_tail_and_old_bodies_read_as_none() {
         decode_body(&bad).map_err(|e| e.reason),
         Err("trailing bytes")
     );
+}
+
+/// `Cancel` ends with `grace`, a tail of two varints (`until_ms`, then
+/// `grace_ms`): a body stored before it existed (nothing after `by`) reads
+/// as `None` and is exactly what `None` encodes to. A grace cut after its
+/// first varint, or bytes after it, are refused, so a cancel and its grace
+/// are one record in one form.
+#[test]
+fn a_cancels_grace_is_a_tail_and_old_bodies_read_as_none() {
+    let cancel = |grace| -> RecordRef<'static> {
+        Record::Cancel {
+            run: 1,
+            reason: b"no",
+            by: None,
+            grace,
+        }
+    };
+    // As written before the field: tag 14, run 1, reason "no", no `by`.
+    let old: &[u8] = &[0x0e, 0x01, 0x02, 0x6e, 0x6f, 0x00];
+    assert_eq!(
+        decode_body(old),
+        Ok(cancel(None)),
+        "an old body reads as None"
+    );
+    assert_eq!(body(&cancel(None)), old, "None writes nothing");
+    let g = CancelGrace {
+        until_ms: 1_700_000_000_000,
+        grace_ms: 30_000,
+    };
+    // until_ms (6 bytes), then grace_ms 30,000 (3 bytes: b0 ea 01).
+    let new = [old, &[0x80, 0xd0, 0x95, 0xff, 0xbc, 0x31, 0xb0, 0xea, 0x01]].concat();
+    assert_eq!(decode_body(&new), Ok(cancel(Some(g))));
+    assert_eq!(body(&cancel(Some(g))), new);
+    for (bad, why) in [
+        ([&new[..], &[0]].concat(), "trailing bytes"),
+        (new[..new.len() - 3].to_vec(), "truncated varint"),
+        (new[..new.len() - 1].to_vec(), "truncated varint"),
+    ] {
+        assert_eq!(
+            decode_body(&bad).map_err(|e| e.reason),
+            Err(why),
+            "{}",
+            hex(&bad)
+        );
+    }
 }

@@ -708,6 +708,7 @@ impl<'s> Host<'s> {
                 run: RUN,
                 reason: payload(b"asked"),
                 by: None,
+                grace: None,
             },
         };
         self.append(rec);

@@ -35,6 +35,7 @@
 //! | `outcome` | [`WaitOutcome`]: `u8` 0 then the signal ordinal `v64` (`Signal`); `u8` 1 (`TimedOut`); `u8` 2 (`Abandoned`) |
 //! | `update` | [`StartUpdate`](super::StartUpdate): `id: str`, `name: str`, `payload: bytes` |
 //! | `meta` | [`StartMeta`](super::StartMeta): `attributes: bytes`, `memo: bytes` |
+//! | `grace` | [`CancelGrace`](super::CancelGrace): `until_ms: v64`, `grace_ms: v64` |
 //!
 //! The `u8` fields `codec`, `policy`, `flags`, `kind` and an origin's
 //! `cause` are stored as given: their meaning belongs to the shard (see
@@ -70,7 +71,10 @@
 //! old and new bodies keep one form each. `Step` and `Attempt` grew
 //! `ended_ms` (when the attempt's function returned) this way: a
 //! millisecond timestamp adds 6 bytes to each (7 from September 2039,
-//! when the time passes 2^41 ms).
+//! when the time passes 2^41 ms). `Cancel` grew `grace` (`tail<grace>`,
+//! a cancel's grace, which older builds wrote as an `Attributes` record
+//! after the `Cancel`): a cancel and its grace are one record, so no crash
+//! keeps the one without the other.
 //!
 //! # Invariants
 //!

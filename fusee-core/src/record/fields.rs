@@ -12,12 +12,16 @@
 //! `v32("caller.shard")`, `run("caller.run")`, `v32("caller.seq")`. A
 //! `tail<v64>` field `ended_ms` is `v64("ended_ms")` when present and
 //! nothing when absent for a sink; a source is asked `more("ended_ms")`
-//! first.
+//! first. A `tail<grace>` field `grace` is, when present,
+//! `v64("grace.until_ms")`, `v64("grace.grace_ms")`.
 //!
 //! [`check_limits`]: super::check_limits
 //! [`canonical`]: super::canonical
 
-use super::{Origin, ParentRef, Record, RunId, StartMeta, StartUpdate, Status, WaitOutcome, kind};
+use super::{
+    CancelGrace, Origin, ParentRef, Record, RunId, StartMeta, StartUpdate, Status, WaitOutcome,
+    kind,
+};
 
 /// Where [`Record::write_fields`] puts a record's fields, each with its
 /// name. The provided methods are the canonical decomposition of each wire
@@ -170,6 +174,12 @@ macro_rules! put {
             $w.v64(stringify!($f), *v);
         }
     };
+    ($w:ident, $f:ident, $v:expr, [tail<grace>]) => {
+        if let Some(g) = $v {
+            $w.v64(concat!(stringify!($f), ".until_ms"), g.until_ms);
+            $w.v64(concat!(stringify!($f), ".grace_ms"), g.grace_ms);
+        }
+    };
     ($w:ident, $f:ident, $v:expr, [str]) => {
         $w.str(stringify!($f), $v.as_ref())
     };
@@ -238,6 +248,16 @@ macro_rules! take {
     ($r:ident, $f:ident, [tail<v64>]) => {
         if $r.more(stringify!($f))? {
             Some($r.v64(stringify!($f))?)
+        } else {
+            None
+        }
+    };
+    ($r:ident, $f:ident, [tail<grace>]) => {
+        if $r.more(stringify!($f))? {
+            Some(CancelGrace {
+                until_ms: $r.v64(concat!(stringify!($f), ".until_ms"))?,
+                grace_ms: $r.v64(concat!(stringify!($f), ".grace_ms"))?,
+            })
         } else {
             None
         }

@@ -21,7 +21,7 @@
 //! A kind grows only at its end, by one `tail<T>` field (an `Option`
 //! written only when present, see [`canonical`](super::canonical)):
 //! bodies stored before it end where it would begin and read as `None`.
-//! `Step` and `Attempt` grew `ended_ms` this way.
+//! `Step` and `Attempt` grew `ended_ms` this way, `Cancel` its `grace`.
 
 /// Calls the macro `$gen` with the table of record kinds, in tag order:
 ///
@@ -33,7 +33,7 @@
 ///
 /// Every kind also has `run: RunId [run]` first, which the generators add.
 /// Wire types are `u8`, `v32`, `v64`, `str`, `bytes`, `status`, `outcome`,
-/// `opt<bytes|parent|origin|update|meta>` and `tail<v64>` (only as a
+/// `opt<bytes|parent|origin|update|meta>` and `tail<v64|grace>` (only as a
 /// kind's last field, at most one a kind: its presence is read from
 /// whether the body has bytes left).
 macro_rules! record_kinds {
@@ -198,6 +198,12 @@ macro_rules! record_kinds {
                 reason: B [bytes],
                 /// Who asked.
                 by: Option<B> [opt<bytes>],
+                /// The grace after which the run is terminated unless it
+                /// ended (`Engine::cancel_with_grace`, or a parent's grace
+                /// cascaded); `None` for a plain cancel. Bodies written
+                /// before it existed end at `by` (their grace, if any, is
+                /// in an `Attributes` record right after).
+                grace: Option<CancelGrace> [tail<grace>],
             }
             /// An update accepted.
             Update = 15 (UPDATE) {

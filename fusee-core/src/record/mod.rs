@@ -141,6 +141,18 @@ pub struct ParentRef {
     pub seq: Seq,
 }
 
+/// A cancel's grace (see `Cancel`'s `grace`): the run is terminated with
+/// the cancel's reason at `until_ms` unless it ends first. Both are kept:
+/// a recovery arms the absolute deadline, and the children the run's close
+/// cancels get the same length, counted from their own cancel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CancelGrace {
+    /// When the grace ends (ms since the epoch, the engine's clock).
+    pub until_ms: u64,
+    /// How long it is (ms): `until_ms` minus the cancel's time.
+    pub grace_ms: u64,
+}
+
 /// Where a run came from when it is not a fresh start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Origin {

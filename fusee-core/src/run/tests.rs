@@ -576,6 +576,7 @@ fn cancel_and_continue_as_new() {
             run: RUN,
             reason: b"user",
             by: None,
+            grace: None,
         });
         assert!(d.deliver().expect("cancel").starts_with("Cancel"));
         d.finish(Status::ContinuedAsNew);

@@ -124,7 +124,7 @@ impl ShardCore {
         match rec {
             Record::Start { .. }
             | Record::Value { .. }
-            | Record::Cancel { .. }
+            | Record::Cancel { grace: None, .. }
             | Record::Heartbeat { .. }
             | Record::Began { .. }
             | Record::Patch { .. } => {}
@@ -322,6 +322,15 @@ impl ShardCore {
             Record::Completed { seq, .. } => {
                 if let Some(rare) = run.rare.as_mut() {
                     rare.awaiting.remove(seq);
+                }
+            }
+            Record::Cancel {
+                reason,
+                grace: Some(grace),
+                ..
+            } => {
+                if !copied {
+                    run.rare_mut().grace = Some((*grace, reason.to_payload()));
                 }
             }
             Record::Attributes { payload, .. } => {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::tests::start;
 use super::*;
 use crate::record::{
-    Name, Origin, PAUSED, ParentRef, Payload, Record, RecordBuf, Status, WaitOutcome,
+    CancelGrace, Name, Origin, PAUSED, ParentRef, Payload, Record, RecordBuf, Status, WaitOutcome,
     decode_canonical_all, encode_canonical, origin,
 };
 
@@ -430,6 +430,10 @@ impl Workload {
                 run,
                 reason: self.bytes(),
                 by: None,
+                grace: self.rng.bool().then(|| CancelGrace {
+                    until_ms: self.time(),
+                    grace_ms: self.time(),
+                }),
             },
             24 => return (self.handover(i), Some(i)),
             _ => {

@@ -6,7 +6,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::types::{BlobRef, TimerKind, UpdateSlot};
 use crate::record::{
-    Lsn, Name, Origin, ParentRef, Payload, Record, Seq, StartMeta, Status, Walked,
+    CancelGrace, Lsn, Name, Origin, ParentRef, Payload, Record, Seq, StartMeta, Status, Walked,
     iter_canonical_passing, kind,
 };
 
@@ -125,6 +125,10 @@ pub(super) struct Rare {
     /// from its frame, or spilled): otherwise [`LoadedRun::result`] reads
     /// it there, and a finished run does not hold its payload twice.
     pub(super) result: Option<Payload>,
+    /// The grace its latest `Cancel` carried, if any, with that cancel's
+    /// reason (not one copied by a reset: the old run's deadline is not the
+    /// new run's).
+    pub(super) grace: Option<(CancelGrace, Payload)>,
 }
 
 /// Journals shorter than this grow by a quarter over what they need;
@@ -221,6 +225,17 @@ impl LoadedRun {
     /// 0, no key).
     pub fn seen_signal(&self, dedup: u64) -> bool {
         dedup != 0 && self.rare.as_ref().is_some_and(|r| r.dedup.contains(&dedup))
+    }
+
+    /// The grace of its latest cancel that carried one
+    /// ([`Record::Cancel`](crate::record::Record::Cancel)'s `grace`), with
+    /// that cancel's reason. Journals of older builds hold theirs in
+    /// [`LoadedRun::attrs`] instead (the host reads both).
+    pub fn cancel_grace(&self) -> Option<(CancelGrace, &Payload)> {
+        self.rare
+            .as_ref()
+            .and_then(|r| r.grace.as_ref())
+            .map(|(g, reason)| (*g, reason))
     }
 
     /// Its rarely used state, made on first use.

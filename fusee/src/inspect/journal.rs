@@ -68,6 +68,15 @@
 //! version 1 that does not know it ignores it, and one that does shows no
 //! duration without it.
 //!
+//! ## A cancel's `grace` (added within version 1)
+//!
+//! A `Cancel` record may have `"grace": {"until_ms": u64, "grace_ms":
+//! u64}`: the run is terminated with the cancel's reason at `until_ms`
+//! (engine clock, ms since the Unix epoch) unless it ends first, a grace
+//! of `grace_ms` from the cancel. Absent (and `null` reads the same) for a
+//! plain cancel, and in records written before the field, whose grace, if
+//! any, is an `Attributes` record (key `fusee.cancel_grace`) after it.
+//!
 //! ## Decoded views (added within version 1)
 //!
 //! [`to_json`] writes, beside bytes the round trip keeps as `{"hex": ...}`,
@@ -90,8 +99,8 @@
 use std::fmt::Write as _;
 
 use fusee_core::record::{
-    Name, Origin, ParentRef, Payload, Record, RecordBuf, StartMeta, StartUpdate, Status,
-    WaitOutcome,
+    CancelGrace, Name, Origin, ParentRef, Payload, Record, RecordBuf, StartMeta, StartUpdate,
+    Status, WaitOutcome,
 };
 use serde_json::{Map, Value, json};
 
@@ -441,8 +450,21 @@ fn record_json(rec: &RecordBuf, views: Views) -> Value {
             payload,
         } => json!({"run": run, "seq": seq, "target": &**target, "name": &**name,
             "payload": b(payload)}),
-        Record::Cancel { run, reason, by } => {
-            json!({"run": run, "reason": t(reason), "by": opt(by.as_ref(), t)})
+        Record::Cancel {
+            run,
+            reason,
+            by,
+            grace,
+        } => {
+            let mut v = json!({"run": run, "reason": t(reason), "by": opt(by.as_ref(), t)});
+            // Written only when present, as the record's bytes do.
+            if let (Some(g), Value::Object(m)) = (grace, &mut v) {
+                m.insert(
+                    "grace".into(),
+                    json!({"until_ms": g.until_ms, "grace_ms": g.grace_ms}),
+                );
+            }
+            v
         }
         Record::Update {
             run,
@@ -532,6 +554,21 @@ impl Fields<'_> {
         self.get(f)?
             .as_u64()
             .ok_or_else(|| format!("field `{f}` is not an unsigned integer"))
+    }
+
+    /// A cancel's grace: absent or `null` for none.
+    fn grace(&self, f: &str) -> Result<Option<CancelGrace>, String> {
+        match self.0.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => {
+                let g = Fields(m);
+                Ok(Some(CancelGrace {
+                    until_ms: g.u64("until_ms").map_err(|e| format!("`{f}`: {e}"))?,
+                    grace_ms: g.u64("grace_ms").map_err(|e| format!("`{f}`: {e}"))?,
+                }))
+            }
+            Some(_) => Err(format!("field `{f}` is not an object")),
+        }
     }
 
     /// An optional integer: absent or `null` is `None`.
@@ -739,6 +776,7 @@ pub fn record_from_json(v: &Value) -> Result<RecordBuf, String> {
             run,
             reason: f.bytes("reason")?,
             by: f.opt_bytes("by")?,
+            grace: f.grace("grace")?,
         },
         "Update" => Record::Update {
             run,
@@ -981,6 +1019,7 @@ mod tests {
                 run: 1,
                 reason: p(b"why"),
                 by: Some(p(b"")),
+                grace: None,
             },
             Record::Update {
                 run: 1,
@@ -1160,6 +1199,10 @@ mod tests {
                     run: 1,
                     reason: p(b"changed my mind"),
                     by: Some(p(&[0xff])),
+                    grace: Some(CancelGrace {
+                        until_ms: 1_700_000_030_000,
+                        grace_ms: 30_000,
+                    }),
                 },
                 Record::Done {
                     run: 1,

@@ -4,12 +4,18 @@
 //! has not ended when the grace passes, the loop terminates it with the
 //! cancel's reason.
 //!
-//! The grace is durable: it rides in an `Attributes` record appended right
-//! after the `Cancel` (key [`GRACE_KEY`]: `{"until_ms": u64, "reason":
-//! str, "grace_ms": u64}`; `grace_ms` is absent in records of older
-//! builds), which the run's table entry keeps, so a recovery arms it again
-//! ([`ShardLoop::arm_recovered_grace`]) and a restart never lets a run out
-//! of its grace. A run under a grace never parks (its deadline is the
+//! The grace is durable: it rides in the `Cancel` record itself (its
+//! `grace` tail, [`CancelGrace`]: the deadline `until_ms`, which a
+//! recovery arms, and the length `grace_ms`, which the cascade passes on),
+//! so no crash keeps the cancel and loses its grace, and the run's table
+//! entry keeps it ([`LoadedRun::cancel_grace`]), so a recovery arms it
+//! again ([`ShardLoop::arm_recovered_grace`]) and a restart never lets a
+//! run out of its grace. Journals of older builds hold a grace in an
+//! `Attributes` record right after the `Cancel` (key [`GRACE_KEY`]:
+//! `{"until_ms": u64, "reason": str, "grace_ms": u64}`, `grace_ms` absent
+//! in the oldest): still read, never written.
+//!
+//! [`LoadedRun::cancel_grace`]: fusee_core::shard::LoadedRun::cancel_grace A run under a grace never parks (its deadline is the
 //! loop's, not the core's timers), and the grace is forgotten when the run
 //! ends.
 //!
@@ -21,13 +27,13 @@
 
 use std::collections::BTreeSet;
 
-use fusee_core::record::{Payload, RecordBuf, RunId};
+use fusee_core::record::{CancelGrace, RecordBuf, RunId};
 use fusee_core::shard::ShardCore;
 use rustc_hash::FxHashMap;
 
 use super::ShardLoop;
 
-/// The `Attributes` key of a cancel's grace.
+/// The `Attributes` key of a cancel's grace in journals of older builds.
 pub(crate) const GRACE_KEY: &str = "fusee.cancel_grace";
 
 /// The runs under a cancel's grace: when each is terminated, and why.
@@ -81,27 +87,22 @@ impl Graces {
     }
 }
 
-/// The `Attributes` payload of a grace of `grace_ms` until `until_ms`
-/// for `reason`.
-fn grace_payload(until_ms: u64, grace_ms: u64, reason: &str) -> Vec<u8> {
-    serde_json::json!({ GRACE_KEY: {
-        "until_ms": until_ms, "reason": reason, "grace_ms": grace_ms
-    } })
-    .to_string()
-    .into_bytes()
-}
-
 /// The grace (its length, ms) that run `run`'s children cancelled by its
-/// close get: the grace its own cancel had, if any (the latest one
-/// recorded; none from records of builds that did not record its length).
+/// close get: the grace its own cancel had, if any (the latest `Cancel`
+/// with one; else, in an older build's journal, the latest grace record,
+/// none from the oldest builds, which did not record its length).
 pub(super) fn cascaded_grace(core: &ShardCore, run: RunId) -> Option<u64> {
-    core.get(run)?.attrs().iter().rev().find_map(|a| {
+    let l = core.get(run)?;
+    if let Some((g, _)) = l.cancel_grace() {
+        return Some(g.grace_ms);
+    }
+    l.attrs().iter().rev().find_map(|a| {
         let value: serde_json::Value = serde_json::from_slice(a).ok()?;
         value.get(GRACE_KEY)?.get("grace_ms")?.as_u64()
     })
 }
 
-/// The grace an `Attributes` payload sets, if it sets one.
+/// The grace an older build's `Attributes` payload sets, if it sets one.
 fn grace_in(payload: &[u8]) -> Option<(u64, String)> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
     let grace = value.get(GRACE_KEY)?;
@@ -110,39 +111,55 @@ fn grace_in(payload: &[u8]) -> Option<(u64, String)> {
     Some((until, reason))
 }
 
-/// Whether `rec` is a cancel's grace: a reset leaves it out of the
-/// records it copies, so the new run is not terminated at the old run's
-/// deadline (the `Cancel` itself is copied: the code replays it).
-pub(super) fn is_grace(rec: &RecordBuf) -> bool {
-    matches!(rec, RecordBuf::Attributes { payload, .. } if grace_in(payload).is_some())
+/// `rec` as a reset copies it into the new run, or `None` if it leaves it
+/// out: a cancel's grace belongs to the old run (its deadline), so a
+/// `Cancel` is copied without it (the code replays the cancel) and an
+/// older build's grace record not at all.
+pub(super) fn without_grace(rec: &RecordBuf) -> Option<RecordBuf> {
+    match rec {
+        RecordBuf::Attributes { payload, .. } if grace_in(payload).is_some() => None,
+        RecordBuf::Cancel {
+            run,
+            reason,
+            by,
+            grace: Some(_),
+        } => Some(RecordBuf::Cancel {
+            run: *run,
+            reason: reason.clone(),
+            by: by.clone(),
+            grace: None,
+        }),
+        other => Some(other.clone()),
+    }
 }
 
 impl ShardLoop {
-    /// The record of run `run`'s grace of `grace_ms` from `now_ms` for
-    /// `reason`, appended right after its `Cancel`; armed now.
-    pub(super) fn grace_record(
+    /// Run `run`'s grace of `grace_ms` from `now_ms` for `reason`, for
+    /// the `Cancel` that records it; armed now.
+    pub(super) fn grace_for(
         &mut self,
         run: RunId,
         now_ms: u64,
         grace_ms: u64,
         reason: &str,
-    ) -> RecordBuf {
+    ) -> CancelGrace {
         let until_ms = now_ms.saturating_add(grace_ms);
         self.graces.arm(run, until_ms, reason.to_string());
-        RecordBuf::Attributes {
-            run,
-            payload: Payload::from(grace_payload(until_ms, grace_ms, reason).as_slice()),
-        }
+        CancelGrace { until_ms, grace_ms }
     }
 
     /// A recovered, unfinished run `run`: its grace, if its records hold
-    /// one, is armed again.
+    /// one (in a `Cancel`, or in an older build's grace record), is armed
+    /// again; of both, the earlier deadline stands.
     pub(super) fn arm_recovered_grace(&mut self, run: RunId) {
-        let grace = self
-            .core
-            .get(run)
-            .and_then(|l| l.attrs().iter().rev().find_map(|a| grace_in(a)));
-        if let Some((until, reason)) = grace {
+        let Some(l) = self.core.get(run) else {
+            return;
+        };
+        let new = l
+            .cancel_grace()
+            .map(|(g, reason)| (g.until_ms, String::from_utf8_lossy(reason).into_owned()));
+        let old = l.attrs().iter().rev().find_map(|a| grace_in(a));
+        for (until, reason) in new.into_iter().chain(old) {
             self.graces.arm(run, until, reason);
         }
     }

@@ -79,21 +79,16 @@ impl ShardLoop {
             } => {
                 match self.running(&id, "cancel reason", reason.len(), now_ms) {
                     Ok(run) => {
+                        // The grace rides in the cancel: one record, so
+                        // no crash keeps the cancel and cuts its grace.
+                        let grace = grace_ms.map(|g| self.grace_for(run, now_ms, g, &reason));
                         let rec = RecordBuf::Cancel {
                             run,
                             reason: Payload::from(reason.as_bytes()),
                             by: None,
+                            grace,
                         };
-                        match grace_ms {
-                            None => self.ack_after(&rec, reply),
-                            Some(grace) => {
-                                // The grace rides right after the cancel,
-                                // acknowledged once both are durable.
-                                self.append(&rec);
-                                let grace = self.grace_record(run, now_ms, grace, &reason);
-                                self.ack_after(&grace, reply);
-                            }
-                        }
+                        self.ack_after(&rec, reply)
                     }
                     Err(e) => self.refuse_after_durable(reply, e),
                 }

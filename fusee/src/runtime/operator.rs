@@ -510,8 +510,7 @@ impl ShardLoop {
         // copied, or a recovery would arm it for the new one.
         let copied: Vec<RecordBuf> = records[1..cut]
             .iter()
-            .filter(|r| !super::grace::is_grace(r))
-            .cloned()
+            .filter_map(super::grace::without_grace)
             .collect();
         let mut open_children: Vec<(u32, String)> = Vec::new();
         for r in &copied {

@@ -231,23 +231,11 @@ impl ShardLoop {
                         Ok(repeat) => repeat,
                         Err(e) => return self.fail(e),
                     };
-                    // A parent's grace, cascaded: right after the cancel,
-                    // as a client's cancel with a grace records it; on a
-                    // repeat, again if a crash kept the cancel and cut its
-                    // grace (none is armed then).
-                    let grace = match grace_ms {
-                        Some(g) if !terminate && (!repeat || !self.graces.holds(run)) => Some(g),
-                        _ => None,
-                    };
-                    let record_grace = |this: &mut Self| {
-                        if let Some(g) = grace {
-                            let why = String::from_utf8_lossy(&reason).into_owned();
-                            let rec = this.grace_record(run, now_ms, g, &why);
-                            this.append(&rec);
-                        }
-                    };
+                    // Recorded with its grace, if any, in one record: a
+                    // repeat has nothing to add. (A cancel an older build
+                    // recorded, whose separate grace record a crash cut,
+                    // stays a plain cancel.)
                     if repeat {
-                        record_grace(self);
                         return self.ack_message(from);
                     }
                     let rec = if terminate {
@@ -263,14 +251,20 @@ impl ShardLoop {
                             by: Some(Payload::from(&b"parent"[..])),
                         }
                     } else {
+                        // A parent's grace, cascaded: in the cancel, as a
+                        // client's cancel with a grace records it.
+                        let grace = grace_ms.map(|g| {
+                            let why = String::from_utf8_lossy(&reason).into_owned();
+                            self.grace_for(run, now_ms, g, &why)
+                        });
                         RecordBuf::Cancel {
                             run,
                             reason: reason.clone(),
                             by: key.map(|k| Payload::from(k.as_slice())),
+                            grace,
                         }
                     };
                     self.append(&rec);
-                    record_grace(self);
                 }
             }
             Message::ChildStart {

@@ -760,3 +760,128 @@ fn a_checkpoint_spills_a_long_journal_to_the_run_store_and_a_crash_keeps_it() {
     let whole = shard.run_journal(run).unwrap();
     assert_eq!(crate::stream::scan(&whole, "t", 0, 0).unwrap().len, n + 1);
 }
+
+/// A waiter that swallows every cancel, registered afresh (a reopened
+/// shard needs its own registry).
+fn stubborn_registry() -> Registry {
+    let registry = Registry::default();
+    registry
+        .register(WAITER, |ctx: Ctx, ()| async move {
+            loop {
+                if let Ok(Some(v)) = ctx.wait_for(&GO).await {
+                    return Ok::<_, Failure>(v);
+                }
+            }
+        })
+        .expect("a fresh registry");
+    registry
+}
+
+/// Every record of shard 0's log, decoded.
+fn logged(shard: &mut ShardLoop) -> Vec<fusee_core::record::RecordBuf> {
+    let mut out = Vec::new();
+    shard
+        .log
+        .read(0, &mut |_, bytes| {
+            out.extend(
+                fusee_core::record::decode_canonical_all(bytes).expect("the log's records decode"),
+            );
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+/// A close carrying a parent's grace records it in the child's `Cancel`,
+/// one record (no `Attributes` grace record after it), counted from the
+/// cancel; the run is terminated when it passes.
+#[test]
+fn a_close_with_a_grace_records_it_in_its_cancel() {
+    use fusee_core::record::{CancelGrace, RecordBuf};
+    let (_storage, mut shard) = open_fresh(stubborn_registry());
+    start_run(&mut shard, "waiter", "w".into(), "null");
+    settle(&mut shard, START_MS);
+    shard.handle(Input::Message {
+        from: 0,
+        id: 1,
+        message: super::messages::Message::Close {
+            target: "w".into(),
+            wtype: "".into(),
+            parent: None,
+            terminate: false,
+            reason: fusee_core::record::Payload::from(&b"stop"[..]),
+            dedup: 5,
+            grace_ms: Some(30_000),
+        },
+    });
+    settle(&mut shard, START_MS + 1);
+    let records = logged(&mut shard);
+    let graces: Vec<Option<CancelGrace>> = records
+        .iter()
+        .filter_map(|r| match r {
+            RecordBuf::Cancel { grace, .. } => Some(*grace),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        graces,
+        [Some(CancelGrace {
+            until_ms: START_MS + 1 + 30_000,
+            grace_ms: 30_000
+        })]
+    );
+    assert!(
+        !records
+            .iter()
+            .any(|r| matches!(r, RecordBuf::Attributes { .. })),
+        "no separate grace record: {records:?}"
+    );
+    let run = records[0].run();
+    settle(&mut shard, START_MS + 30_000);
+    assert!(!shard.core.get(run).unwrap().is_done(), "within its grace");
+    settle(&mut shard, START_MS + 1 + 30_000);
+    let done = shard.core.get(run).and_then(|l| l.done).map(|(s, _)| s);
+    assert_eq!(done, Some(Status::Terminated), "at its grace's end");
+}
+
+/// A journal of an older build holds a cancel's grace in an `Attributes`
+/// record after a plain `Cancel`: a recovery still arms it (the run is
+/// terminated at its deadline) and a close still passes its length on.
+#[test]
+fn an_older_builds_grace_record_is_still_read() {
+    use fusee_core::record::{Payload, RecordBuf};
+    let (storage, mut shard) = open_fresh(stubborn_registry());
+    start_run(&mut shard, "waiter", "w".into(), "null");
+    settle(&mut shard, START_MS);
+    let run = logged(&mut shard)[0].run();
+    let until_ms = START_MS + 60_000;
+    shard.append(&RecordBuf::Cancel {
+        run,
+        reason: Payload::from(&b"old"[..]),
+        by: None,
+        grace: None,
+    });
+    let old = format!(
+        r#"{{"fusee.cancel_grace":{{"until_ms":{until_ms},"reason":"old","grace_ms":60000}}}}"#
+    );
+    shard.append(&RecordBuf::Attributes {
+        run,
+        payload: Payload::from(old.as_bytes()),
+    });
+    settle(&mut shard, START_MS + 1);
+    drop(shard);
+    let storage = AnyStorage::Memory(storage.crash());
+    let mut shard =
+        ShardLoop::open(&storage, 0, config(), stubborn_registry(), START_MS + 2).unwrap();
+    assert!(shard.graces.holds(run), "armed again at recovery");
+    assert_eq!(
+        super::grace::cascaded_grace(&shard.core, run),
+        Some(60_000),
+        "its length passes on"
+    );
+    settle(&mut shard, until_ms - 1);
+    assert!(!shard.core.get(run).unwrap().is_done(), "within its grace");
+    settle(&mut shard, until_ms);
+    let done = shard.core.get(run).and_then(|l| l.done).map(|(s, _)| s);
+    assert_eq!(done, Some(Status::Terminated), "at its grace's end");
+}

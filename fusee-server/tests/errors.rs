@@ -80,6 +80,7 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
         (
             Error::Codec {
                 what: "signal",
+                id: Some(s()),
                 detail: s(),
             },
             400,

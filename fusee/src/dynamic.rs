@@ -181,7 +181,7 @@ impl Engine {
                 reply,
             })
             .await?;
-        serde_json::from_slice(&answer).map_err(|e| Error::codec("query answer", e))
+        serde_json::from_slice(&answer).map_err(|e| Error::codec_for("query answer", id, e))
     }
 
     /// Waits for the result of workflow `id`'s latest run, as JSON; a run

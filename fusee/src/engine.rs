@@ -426,7 +426,7 @@ impl Engine {
         input: &I,
         options: StartOptions,
     ) -> Result<RunHandle<O>> {
-        let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        let input = encode(input).map_err(|e| Error::codec_for("workflow input", id, e))?;
         if let Some(a) = options.attributes_of() {
             a.check()?;
         }
@@ -467,7 +467,7 @@ impl Engine {
     /// Without a key a repeated call records the signal twice: see
     /// [`Engine::signal_once`].
     pub async fn signal<T: Serialize>(&self, id: &str, signal: Signal<T>, value: &T) -> Result<()> {
-        let payload = encode(value).map_err(|e| Error::codec("signal", e))?;
+        let payload = encode(value).map_err(|e| Error::codec_for("signal", id, e))?;
         self.signal_bytes(id, signal.name(), payload, 0).await
     }
 
@@ -488,7 +488,7 @@ impl Engine {
         value: &T,
     ) -> Result<()> {
         let dedup = signal_dedup(id, key)?;
-        let payload = encode(value).map_err(|e| Error::codec("signal", e))?;
+        let payload = encode(value).map_err(|e| Error::codec_for("signal", id, e))?;
         self.signal_bytes(id, signal.name(), payload, dedup).await
     }
 
@@ -631,7 +631,7 @@ impl Engine {
         update_id: String,
         input: &I,
     ) -> Result<O> {
-        let payload = encode(input).map_err(|e| Error::codec("update argument", e))?;
+        let payload = encode(input).map_err(|e| Error::codec_for("update argument", id, e))?;
         let r = self
             .request(id, |reply| Input::Update {
                 id: id.to_string(),
@@ -671,9 +671,9 @@ impl Engine {
         update: crate::Update<UI, UO>,
         arg: &UI,
     ) -> Result<UO> {
-        let input = encode(input).map_err(|e| Error::codec("workflow input", e))?;
+        let input = encode(input).map_err(|e| Error::codec_for("workflow input", id, e))?;
         self.check_input(workflow.name(), None, &input)?;
-        let payload = encode(arg).map_err(|e| Error::codec("update argument", e))?;
+        let payload = encode(arg).map_err(|e| Error::codec_for("update argument", id, e))?;
         let update_id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
             .into_uuid()
             .to_string();
@@ -706,7 +706,7 @@ impl Engine {
         query: crate::Query<I, O>,
         input: &I,
     ) -> Result<O> {
-        let payload = encode(input).map_err(|e| Error::codec("query argument", e))?;
+        let payload = encode(input).map_err(|e| Error::codec_for("query argument", id, e))?;
         let answer = self
             .request(id, |reply| Input::Query {
                 id: id.to_string(),
@@ -715,7 +715,7 @@ impl Engine {
                 reply,
             })
             .await?;
-        decode(&answer).map_err(|e| Error::codec("query answer", e))
+        decode(&answer).map_err(|e| Error::codec_for("query answer", id, e))
     }
 
     /// Ends workflow `id`'s run at once, as terminated with `reason`: its
@@ -752,7 +752,9 @@ impl Engine {
             })
             .await?;
         match r.status {
-            Status::Ok => decode(&r.payload).map_err(|e| Error::codec("workflow result", e)),
+            Status::Ok => {
+                decode(&r.payload).map_err(|e| Error::codec_for("workflow result", id, e))
+            }
             status => Err(Error::Failed {
                 id: id.to_string(),
                 status: status.as_str(),
@@ -999,6 +1001,7 @@ impl Engine {
         match self.inner.registry.check_input(wtype, version, input) {
             Some(Err(e)) => Err(Error::Codec {
                 what: "workflow input",
+                id: None,
                 detail: format!("it does not decode as {wtype:?}'s registered input type: {e}"),
             }),
             Some(Ok(())) | None => Ok(()),
@@ -1099,7 +1102,7 @@ pub(crate) fn signal_dedup(id: &str, key: &str) -> Result<u64> {
 /// failure as [`Error::Failed`].
 pub(crate) fn update_result<O: DeserializeOwned>(id: &str, r: RunResult) -> Result<O> {
     match r.status {
-        Status::Ok => decode(&r.payload).map_err(|e| Error::codec("update result", e)),
+        Status::Ok => decode(&r.payload).map_err(|e| Error::codec_for("update result", id, e)),
         status => Err(Error::Failed {
             id: id.to_string(),
             status: status.as_str(),

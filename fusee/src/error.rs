@@ -116,10 +116,12 @@ pub enum Error {
     #[error("the engine is closed")]
     Closed,
     /// A payload did not encode or decode as its type.
-    #[error("payload of {what} does not match its type: {detail}")]
+    #[error("payload of {what}{} does not match its type: {detail}", of_workflow(.id))]
     Codec {
         /// Which payload.
         what: &'static str,
+        /// The workflow ID it was for, where the call names one.
+        id: Option<String>,
         /// serde_json's message.
         detail: String,
     },
@@ -453,12 +455,30 @@ pub enum Error {
 }
 
 impl Error {
+    /// A payload that did not encode or decode, for no one workflow.
     pub(crate) fn codec(what: &'static str, e: serde_json::Error) -> Self {
         Self::Codec {
             what,
+            id: None,
             detail: e.to_string(),
         }
     }
+
+    /// A payload for workflow `id` that did not encode or decode.
+    pub(crate) fn codec_for(what: &'static str, id: &str, e: serde_json::Error) -> Self {
+        Self::Codec {
+            what,
+            id: Some(id.to_string()),
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// " for workflow \"ID\"" when a codec error names its workflow.
+fn of_workflow(id: &Option<String>) -> String {
+    id.as_ref()
+        .map(|id| format!(" for workflow {id:?}"))
+        .unwrap_or_default()
 }
 
 /// What the engine's calls return.

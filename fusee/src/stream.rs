@@ -185,7 +185,8 @@ impl StreamSender {
 
     /// [`send`](Self::send) of `value` encoded as JSON.
     pub async fn send_json<T: Serialize>(&mut self, value: &T) -> Result<()> {
-        let bytes = crate::workflow::encode(value).map_err(|e| Error::codec("stream chunk", e))?;
+        let bytes = crate::workflow::encode(value)
+            .map_err(|e| Error::codec_for("stream chunk", &self.id, e))?;
         self.send(bytes).await
     }
 

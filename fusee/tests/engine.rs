@@ -549,7 +549,7 @@ async fn a_start_whose_input_does_not_decode_records_nothing() {
     register_add(&engine);
     engine.register(FLOAT, |_: Ctx, x: f64| async move { Ok::<_, Failure>(x) });
     let codec = |got: fusee::Result<()>| match got {
-        Err(Error::Codec { what, detail }) => {
+        Err(Error::Codec { what, detail, .. }) => {
             assert_eq!(what, "workflow input");
             assert!(detail.contains("registered input type"), "{detail}");
         }
@@ -739,5 +739,29 @@ async fn a_panicking_steps_failure_names_the_step() {
     let text = err.to_string();
     assert!(text.contains("step `detonate` panicked"), "{text}");
     assert!(text.contains("the fuse was short"), "{text}");
+    engine.close().await.unwrap();
+}
+
+const WORDS: Workflow<(), String> = Workflow::new("words");
+/// The same type read as a number: its result does not decode.
+const WORDS_AS_NUMBER: Workflow<(), u64> = Workflow::new("words");
+
+/// A payload that does not match its type names the workflow it was for,
+/// in the error's field and its text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codec_error_names_its_workflow() {
+    let engine = Engine::open(Config::memory()).await.unwrap();
+    engine.register(WORDS, |_ctx: Ctx, ()| async move {
+        Ok::<_, Failure>("hello".to_string())
+    });
+    engine.start(WORDS, "w-1", &()).await.unwrap();
+    let err = engine.result(WORDS_AS_NUMBER, "w-1").await.unwrap_err();
+    match &err {
+        fusee::Error::Codec { what, id, .. } => {
+            assert_eq!((*what, id.as_deref()), ("workflow result", Some("w-1")));
+        }
+        other => panic!("not a codec error: {other:?}"),
+    }
+    assert!(err.to_string().contains("for workflow \"w-1\""), "{err}");
     engine.close().await.unwrap();
 }

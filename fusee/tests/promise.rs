@@ -199,7 +199,7 @@ async fn bad_completions_are_named_errors_and_record_nothing() {
         other => panic!("expected UnknownPromise, found {other:?}"),
     }
     match engine.complete(&id, &"not a number").await {
-        Err(Error::Codec { what, detail }) => {
+        Err(Error::Codec { what, detail, .. }) => {
             assert_eq!(what, "promise value");
             assert!(detail.contains("invalid type"), "{detail}");
         }

@@ -494,6 +494,7 @@ impl Engine {
             Err(Error::Rejected { reason, .. }) if reason.starts_with(WRONG_TYPE) => {
                 Err(Error::Codec {
                     what: "promise value",
+                    id: None,
                     detail: reason[WRONG_TYPE.len()..].to_string(),
                 })
             }

@@ -513,6 +513,7 @@ impl<I: Serialize> Queue<I> {
         let mut out = self.enqueue_all([(item, dedup_key, options)]).await?;
         out.pop().ok_or_else(|| Error::Codec {
             what: "enqueue answer",
+            id: None,
             detail: "the queue answered no item".into(),
         })
     }

@@ -495,6 +495,7 @@ impl ScheduleBuilder {
             Err(e) => {
                 return Err(Error::Codec {
                     what: "schedule input",
+                    id: None,
                     detail: e.to_string(),
                 });
             }

@@ -197,6 +197,17 @@ impl StepContext {
         self.name.clone()
     }
 
+    /// The failure this step returns when it stops for `cause`: as
+    /// [`StepCancel::to_error`] (kind `cancelled`, final), its text naming
+    /// the step.
+    pub fn cancel_error(&self, cause: &StepCancel) -> StepError {
+        StepError::fatal(format!(
+            "step {:?}: attempt cancelled: {cause}",
+            self.name()
+        ))
+        .kind("cancelled")
+    }
+
     /// The run and step this attempt is of.
     fn place(&self) -> (RunId, Seq) {
         match &self.key {
@@ -567,8 +578,8 @@ impl fmt::Display for StepCancel {
 
 impl StepCancel {
     /// The failure a step returns when it stops for this cause: kind
-    /// `cancelled`, final. A cause knows no step: the step's record names
-    /// it, and [`StepContext::name`] gives it to a text that must.
+    /// `cancelled`, final. A cause knows no step:
+    /// [`StepContext::cancel_error`] makes the same failure naming it.
     pub fn to_error(&self) -> StepError {
         StepError::fatal(format!("step attempt cancelled: {self}")).kind("cancelled")
     }

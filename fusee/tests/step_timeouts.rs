@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fusee::core::record::Record;
 use fusee::testing::{RunFailure, Sleeper, TestEngine};
-use fusee::{Ctx, Engine, Failure, RetryPolicy, StepContext, StepError, Workflow};
+use fusee::{Ctx, Engine, Failure, RetryPolicy, StepCancel, StepContext, StepError, Workflow};
 
 const SECOND: Duration = Duration::from_secs(1);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -675,7 +675,8 @@ async fn every_crash_point_resumes_from_the_last_durable_heartbeat() {
 const NAMED: Workflow<(), Vec<String>> = Workflow::new("named");
 
 /// Errors a step's own context makes name the step: heartbeat details that
-/// do not encode or are too large, and a result that does not encode.
+/// do not encode or are too large, a cancel's failure, and a result that
+/// does not encode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_of_a_steps_context_name_the_step() {
     let kit = kit(|engine, _cell| {
@@ -685,10 +686,11 @@ async fn errors_of_a_steps_context_name_the_step() {
                     // A map whose keys are not strings does not encode.
                     let bad = std::collections::BTreeMap::from([((1u8, 2u8), 3u8)]);
                     let huge = "x".repeat(8 << 20);
-                    let texts = [sc.heartbeat(&bad), sc.heartbeat(&huge)]
+                    let mut texts = [sc.heartbeat(&bad), sc.heartbeat(&huge)]
                         .into_iter()
                         .map(|r| r.err().map_or("accepted".into(), |e| e.to_string()))
                         .collect::<Vec<String>>();
+                    texts.push(sc.cancel_error(&StepCancel::Dropped).to_string());
                     Ok(texts)
                 })
                 .await?;
@@ -703,11 +705,15 @@ async fn errors_of_a_steps_context_name_the_step() {
     })
     .await;
     let texts = kit.execute(NAMED, "n-1", &()).await.expect("result");
-    assert_eq!(texts.len(), 3, "{texts:?}");
+    assert_eq!(texts.len(), 4, "{texts:?}");
     assert!(texts[0].starts_with("encode: step \"beater\""), "{texts:?}");
     assert!(
         texts[1].starts_with("too-large: step \"beater\""),
         "{texts:?}"
     );
-    assert!(texts[2].contains("step \"encoder\""), "{texts:?}");
+    assert!(
+        texts[2].starts_with("cancelled: step \"beater\""),
+        "{texts:?}"
+    );
+    assert!(texts[3].contains("step \"encoder\""), "{texts:?}");
 }

@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fusee_core::record::{Name, Payload, RecordBuf, Seq, Status, value_kind};
 use fusee_core::run::{Issued, Patched, ValueAnswer};
+use futures_util::future::Either;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -80,7 +81,8 @@ pub(crate) struct Stopped;
 /// `tests/testing_kit.rs`). An unbiased `tokio::select!` polls its branches
 /// in a random order: two operations it first polls are journalled in
 /// either order, and a replay may stop with a determinism error naming
-/// both. Write `biased;` in every select over a run's operations.
+/// both. Write `biased;` in every select over a run's operations, or use
+/// [`Ctx::select`] and [`Ctx::join_all`], which poll in a fixed order.
 #[derive(Clone)]
 pub struct Ctx {
     state: Rc<RefCell<RunState>>,
@@ -202,6 +204,51 @@ impl Ctx {
             done: false,
             _type: PhantomData,
         }
+    }
+
+    /// The first of `a` and `b` to finish; the other is dropped (its
+    /// operation abandoned, as a lost `select!` branch's is). `a` is polled
+    /// before `b` every time, so the two operations take their places in
+    /// the journal in the same order live and on replay (an unbiased
+    /// `tokio::select!` polls in a random order: see [`Ctx`]).
+    pub async fn select<A: Future, B: Future>(&self, a: A, b: B) -> Either<A::Output, B::Output> {
+        let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+        std::future::poll_fn(move |cx| {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                return Poll::Ready(Either::Left(v));
+            }
+            b.as_mut().poll(cx).map(Either::Right)
+        })
+        .await
+    }
+
+    /// Every future's output, in the order given. Each poll polls the
+    /// unfinished futures in that order, so their operations take their
+    /// places in the journal alike live and on replay, however many there
+    /// are (`futures_util::future::join_all` switches to an order set by
+    /// wake-ups past 30 futures).
+    pub async fn join_all<F: Future>(
+        &self,
+        futures: impl IntoIterator<Item = F>,
+    ) -> Vec<F::Output> {
+        let mut pending: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+        let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+        let mut left = pending.len();
+        std::future::poll_fn(move |cx| {
+            for (fut, out) in pending.iter_mut().zip(outputs.iter_mut()) {
+                if out.is_none()
+                    && let Poll::Ready(v) = fut.as_mut().poll(cx)
+                {
+                    *out = Some(v);
+                    left -= 1;
+                }
+            }
+            if left > 0 {
+                return Poll::Pending;
+            }
+            Poll::Ready(outputs.iter_mut().filter_map(Option::take).collect())
+        })
+        .await
     }
 
     /// The current time, recorded: a replay sees the same.

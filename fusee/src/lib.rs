@@ -176,6 +176,8 @@ pub use flow::{debounce, limit, promise, queue, saga, schedule};
 /// How a run ended, as [`RunStatus::Finished`] holds it.
 pub use fusee_core::record::Status;
 pub use fusee_storage::StorageError;
+/// Which of [`Ctx::select`]'s two futures finished first, with its output.
+pub use futures_util::future::Either;
 pub use limit::{LimitBuilder, LimitDescription, LimitedStep, Limits};
 pub use metrics::{Histogram, Metrics, ShardMetrics};
 pub use ownership::{Ownership, ShardStatus};

@@ -907,3 +907,66 @@ async fn join_all_and_select_over_context_futures_replay_alike_at_every_crash_po
     assert_eq!(points, report.crash_points + 1);
     assert!(report.records > 8, "{report:?}");
 }
+
+const HELPED: Workflow<(), String> = Workflow::new("helped");
+
+/// `Ctx::join_all` (over 40 steps, past where `futures_util`'s changes
+/// its polling order) and `Ctx::select` (a step against a sleep, two
+/// sleeps) replay alike at every crash point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctx_join_all_and_select_replay_alike_at_every_crash_point() {
+    use fusee::Either;
+    let kit = TestEngine::open(|engine: &Engine| {
+        engine.register(HELPED, |ctx: Ctx, ()| async move {
+            let steps = (0..40u32).map(|i| {
+                ctx.step(
+                    &format!("s{i}"),
+                    move |_| async move { Ok::<_, StepError>(i) },
+                )
+                .into_future()
+            });
+            let mut sum = 0;
+            for r in ctx.join_all(steps).await {
+                sum += r?;
+            }
+            let quick = ctx
+                .step("quick", |_| async { Ok::<_, StepError>(1u32) })
+                .into_future();
+            let first = match ctx.select(quick, ctx.sleep("late", HOUR)).await {
+                Either::Left(r) => format!("step {}", r?),
+                Either::Right(r) => {
+                    r?;
+                    "late".to_string()
+                }
+            };
+            let short = ctx.sleep("short", Duration::from_secs(60));
+            let second = match ctx.select(ctx.sleep("long", HOUR), short).await {
+                Either::Left(r) => {
+                    r?;
+                    "long".to_string()
+                }
+                Either::Right(r) => {
+                    r?;
+                    "short".to_string()
+                }
+            };
+            Ok::<_, Failure>(format!("{sum} {first} {second}"))
+        });
+    })
+    .await
+    .expect("open");
+    let mut points = 0;
+    let report = kit
+        .crash_everywhere(HELPED, &(), |point| {
+            assert_eq!(point.outcome, point.uncrashed, "{:?}", point.crashed_after);
+            assert_eq!(
+                point.outcome.clone().expect("the run ends well"),
+                "780 step 1 short"
+            );
+            points += 1;
+        })
+        .await
+        .expect("every crash point replays the helpers alike");
+    assert_eq!(points, report.crash_points + 1);
+    assert!(report.records > 40, "{report:?}");
+}

@@ -239,6 +239,20 @@ async fn drive(b: &Browser, engine: &fusee::Engine, base: &str) -> Result<(), St
         .click()
         .await
         .map_err(|e| e.to_string())?;
+    // The unfiltered page shows order-1 too: wait for the form's
+    // navigation before reading the list (refreshing before it could
+    // read, or cut short, the page it leaves).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b
+        .current_url()
+        .await
+        .map_err(|e| e.to_string())?
+        .as_str()
+        .contains("workflow=order")
+    {
+        assert!(Instant::now() < deadline, "the filter form never navigated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let list = until_text(b, "#runs", "order-1").await;
     assert!(
         list.contains("order-2") && !list.contains("echo-1"),

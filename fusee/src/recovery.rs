@@ -208,27 +208,13 @@ pub(crate) fn load_checkpoint<R: RunStore + ?Sized>(
             // allocation per record, and a stream's chunks no decode
             // (`ShardCore::apply_passed_chunks`). A record that does not
             // decode fails the open, which keeps nothing of this core.
-            for item in iter_canonical_passing(&prefix.journal, kind::CHUNK) {
-                match item.map_err(|error| Damage::FrameJournal { lsn: None, error })? {
-                    Walked::Record(rec, _) => core.apply(run.last_lsn, &rec, Mode::BLOB),
-                    Walked::Passed { bytes, count } => {
-                        core.apply_passed_chunks(run.last_lsn, run.run, Mode::BLOB, bytes, count);
-                    }
-                }
-            }
+            core.apply_journal(run.last_lsn, run.run, Mode::BLOB, &prefix.journal)
+                .map_err(|error| Damage::FrameJournal { lsn: None, error })?;
             core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
         }
         // The suffix stays in memory: its bytes are copied, not encoded again.
-        for item in iter_canonical_passing(&run.journal, kind::CHUNK) {
-            match item.map_err(Damage::CheckpointJournal)? {
-                Walked::Record(rec, whole) => {
-                    core.apply_encoded(run.last_lsn, &rec, Mode::SUFFIX, whole);
-                }
-                Walked::Passed { bytes, count } => {
-                    core.apply_passed_chunks(run.last_lsn, run.run, Mode::SUFFIX, bytes, count);
-                }
-            }
-        }
+        core.apply_journal(run.last_lsn, run.run, Mode::SUFFIX, &run.journal)
+            .map_err(Damage::CheckpointJournal)?;
     }
     Ok(())
 }

@@ -7,9 +7,10 @@ use super::run::{Kid, LoadedRun, SignalSlot, WaitSlot, push_small, reserve_journ
 use super::{CANCEL_SIGNAL, Event, Mode, Output, ShardCore, TimerKind, UpdateSlot, send_dedup};
 use crate::record::{
     Lsn, Name, PAUSED, ParentRef, Payload, Record, RecordBuf, RunId, StartMeta, Status, ToName,
-    ToPayload, WaitOutcome, canonical_len, decode_canonical_all, encode_canonical, policy,
+    ToPayload, WaitOutcome, Walked, canonical_len, decode_canonical_all, encode_canonical,
+    iter_canonical_passing, kind, policy,
 };
-use crate::wire::hash_id;
+use crate::wire::{DecodeError, hash_id};
 
 /// The reason an [`Output::Close`] under the parent close policy carries.
 const PARENT_CLOSED: &[u8] = b"parent closed";
@@ -80,6 +81,30 @@ impl ShardCore {
             r.copies_left = r.copies_left.saturating_sub(count);
         }
         run.streams = true;
+    }
+
+    /// Applies run `run_id`'s canonical records in `journal` (a frame's or
+    /// a checkpoint's, whose integrity its crc checked) at `lsn`: each
+    /// record as [`apply_encoded`](Self::apply_encoded) does, its stream
+    /// chunks framed, not decoded
+    /// ([`apply_passed_chunks`](Self::apply_passed_chunks)). The first
+    /// record that does not decode is `Err`; those before it are applied.
+    pub fn apply_journal(
+        &mut self,
+        lsn: Lsn,
+        run_id: RunId,
+        mode: Mode,
+        journal: &[u8],
+    ) -> Result<(), DecodeError> {
+        for item in iter_canonical_passing(journal, kind::CHUNK) {
+            match item? {
+                Walked::Record(rec, whole) => self.apply_encoded(lsn, &rec, mode, whole),
+                Walked::Passed { bytes, count } => {
+                    self.apply_passed_chunks(lsn, run_id, mode, bytes, count);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn apply_with<S: ToName, B: ToPayload>(

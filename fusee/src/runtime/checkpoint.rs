@@ -1,12 +1,13 @@
 //! Checkpoints: every loaded run's journal and the shard's counters,
 //! committed with the index, then the log discarded through the LSN they
-//! cover, so an open replays only the log after it. A loaded run holding
-//! `parking::SPILL_BYTES` or more of journal since its stored prefix (a
-//! long stream) has it written to the run store first, as a park writes
-//! it, and the checkpoint names the frame (`ShardLoop::spill_long_journals`). Taken when the log
+//! cover, so an open replays only the log after it. Taken when the log
 //! since the last one passes `checkpoint_bytes` or `checkpoint_interval`,
 //! and at close; only when the whole log is durable, so the checkpoint
-//! holds no record a crash could take back.
+//! holds no record a crash could take back. A loaded run holding
+//! `parking::SPILL_BYTES` or more of journal since its stored prefix (a
+//! long stream) has it written to the run store first, as a park writes
+//! it, and the checkpoint names the frame
+//! (`ShardLoop::spill_long_journals`).
 
 use fusee_core::store::{Checkpoint, CheckpointRun};
 use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore};

@@ -15,15 +15,16 @@
 //! `{"until_ms": u64, "reason": str, "grace_ms": u64}`, `grace_ms` absent
 //! in the oldest): still read, never written.
 //!
-//! [`LoadedRun::cancel_grace`]: fusee_core::shard::LoadedRun::cancel_grace A run under a grace never parks (its deadline is the
-//! loop's, not the core's timers), and the grace is forgotten when the run
-//! ends.
+//! A run under a grace never parks (its deadline is the loop's, not the
+//! core's timers), and the grace is forgotten when the run ends.
 //!
 //! Children: when a run that got a grace ends, the children its
 //! parent-close policy asks to cancel (`ParentClose::Cancel`) get the same
 //! grace, counted from their own cancel ([`cascaded_grace`] puts it in the
 //! close message): each level of a tree gets as long to clean up as its
 //! parent had. A run cancelled without a grace passes none on.
+//!
+//! [`LoadedRun::cancel_grace`]: fusee_core::shard::LoadedRun::cancel_grace
 
 use std::collections::BTreeSet;
 

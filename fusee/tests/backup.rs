@@ -287,6 +287,17 @@ async fn under_load(backend: Backend) {
     let (before, started, report) = load_and_back_up(backend, &src, &dest, Take::Whole).await;
     assert_eq!(report.shards, SHARDS);
     assert_eq!(report.pauses.len(), SHARDS as usize);
+    // Each shard's hold, in shard order, is timed and lies within the backup.
+    let shards: Vec<u32> = report.pauses.iter().map(|&(s, _)| s).collect();
+    assert_eq!(shards, (0..SHARDS).collect::<Vec<_>>(), "{report:?}");
+    for &(shard, pause) in &report.pauses {
+        assert!(
+            pause > Duration::ZERO && pause <= report.took,
+            "{backend}: shard {shard} held {pause:?}, the backup took {:?}",
+            report.took
+        );
+    }
+    assert!(report.longest_pause() <= report.took);
     assert!(report.runs >= before.families * 3, "{report:?}");
     assert!(report.bytes > 0);
     eprintln!(

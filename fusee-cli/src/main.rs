@@ -10,7 +10,7 @@
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
 //! | `fusee check DIR` | every unfinished run replayed against workflow code, read-only (the stock binary has none: an embedder builds its own with `fusee::check::main`) |
 //! | `fusee migrate SRC DST [--to BACKEND]` | a stopped engine's store moved to another backend (a directory or a PostgreSQL URL), checked run by run; the destination opens only once whole |
-//! | `fusee reshard SRC DST --shards N [--to BACKEND]` | a stopped engine's store copied into a new store of N shards: runs moved to the shard their ID hashes to, renumbered, links and messages in flight rewritten, checked run by run; the destination opens only once whole |
+//! | `fusee reshard SRC DST --shards N [--to BACKEND] [--take-over]` | a stopped engine's store copied into a new store of N shards: runs moved to the shard their ID hashes to, renumbered, links and messages in flight rewritten, checked run by run; the destination opens only once whole; `--take-over`: a PostgreSQL store whose processes still run, fenced out and retired first |
 //! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
 //! | `fusee inspect/runs/show --url URL` | the same, asked of a live engine's server (`fusee-server`) |
 //! | `fusee start/signal/cancel/terminate/pause/resume/reset --url URL ...` | act on a live engine's runs |
@@ -198,6 +198,9 @@ enum Command {
     /// N shards. The source is only read; interrupted, the destination is
     /// refused at open until the command is run again. To reshard in
     /// place: reshard into a new directory, then swap the directories.
+    /// With --take-over, a PostgreSQL source whose processes still run is
+    /// taken from them first (their writes fenced, the source retired for
+    /// good); restart them on DST with N shards.
     Reshard(migrate::ReshardArgs),
     /// Backs up a store. `fusee backup SRC DEST`: a stopped engine's
     /// store, written by `migrate` into a new directory of the same backend
@@ -497,7 +500,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::DiskCheck(a) => disk_check::run(&a),
         Command::Compare(a) => compare::run(a),
         Command::Migrate(a) => migrate::run(&a, None),
-        Command::Reshard(a) => migrate::run(&a.migrate, Some(a.shards)),
+        Command::Reshard(a) => migrate::run(&a.migrate, Some(a.how())),
         Command::Backup(a) => migrate::backup(&a),
         Command::Check { dir, json } => {
             eprintln!(

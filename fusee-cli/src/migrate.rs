@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use fusee::migrate::{Event, MigrateReport, Source, migrate, reshard};
+use fusee::migrate::{Event, MigrateReport, Source, migrate, reshard, reshard_taking_over};
 use fusee::{Backend, StorageConfig};
 use serde_json::json;
 
@@ -50,6 +50,12 @@ pub(crate) struct ReshardArgs {
     /// The destination's shard count (1 to 4096).
     #[arg(long)]
     pub(crate) shards: u32,
+    /// Take a PostgreSQL source from the engine processes still running on
+    /// it: its shards' leases are taken (their writes are fenced from then
+    /// on) and the source is retired for good; restart them on the
+    /// destination with the new shard count.
+    #[arg(long)]
+    pub(crate) take_over: bool,
 }
 
 /// `fusee backup`'s arguments: `SRC DEST` for a stopped store, `--url URL
@@ -143,8 +149,28 @@ fn is_url(s: &str) -> bool {
     s.starts_with("postgresql://") || s.starts_with("postgres://")
 }
 
-/// Runs `fusee migrate`, or `fusee reshard` given a shard count.
-pub(crate) fn run(a: &Args, shards: Option<u32>) -> Result<ExitCode, CliError> {
+/// How `run` reshards, if it does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Reshard {
+    /// Into this many shards, the source's engine stopped.
+    Stopped(u32),
+    /// Into this many shards, taking the source from its running processes.
+    TakingOver(u32),
+}
+
+impl ReshardArgs {
+    /// What `fusee reshard` was asked to do.
+    pub(crate) fn how(&self) -> Reshard {
+        if self.take_over {
+            Reshard::TakingOver(self.shards)
+        } else {
+            Reshard::Stopped(self.shards)
+        }
+    }
+}
+
+/// Runs `fusee migrate`, or `fusee reshard` given how.
+pub(crate) fn run(a: &Args, how: Option<Reshard>) -> Result<ExitCode, CliError> {
     let source = if is_url(&a.source) {
         Source::Config(Box::new(
             StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema),
@@ -175,6 +201,9 @@ pub(crate) fn run(a: &Args, shards: Option<u32>) -> Result<ExitCode, CliError> {
     let mut shard_msg = String::new();
     let mut progress = |e: Event| {
         match e {
+            Event::Retired { shards } => bar.message(format!(
+                "took the source's {shards} shards from its processes (retired)"
+            )),
             Event::Planning { shard } => bar.message(format!("reading shard {shard}")),
             Event::Shard { shard, shards } => {
                 bar.length(u64::from(shards));
@@ -194,9 +223,22 @@ pub(crate) fn run(a: &Args, shards: Option<u32>) -> Result<ExitCode, CliError> {
         }
         ControlFlow::Continue(())
     };
-    let (verb, result) = match shards {
+    let (verb, result) = match how {
         None => ("migrate", migrate(&source, &target, &mut progress)),
-        Some(n) => ("reshard", reshard(&source, &target, n, &mut progress)),
+        Some(Reshard::Stopped(n)) => ("reshard", reshard(&source, &target, n, &mut progress)),
+        Some(Reshard::TakingOver(n)) => match &source {
+            Source::Config(config) => (
+                "reshard",
+                reshard_taking_over(config, &target, n, &mut progress),
+            ),
+            Source::Dir(_) => {
+                return Err(CliError::Usage(
+                    "--take-over needs a PostgreSQL source (postgresql://...): a directory's \
+                     engine is stopped before a reshard"
+                        .into(),
+                ));
+            }
+        },
     };
     bar.finish();
     let report = result.map_err(|e| CliError::Other(format!("{verb}: {e}")))?;
@@ -204,7 +246,7 @@ pub(crate) fn run(a: &Args, shards: Option<u32>) -> Result<ExitCode, CliError> {
     if a.json {
         emit_json(&to_json(&report, secs))?;
     } else {
-        emit(&table(&report, secs, &a.destination, shards.is_some()))?;
+        emit(&table(&report, secs, &a.destination, how.is_some()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

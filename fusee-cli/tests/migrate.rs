@@ -891,3 +891,266 @@ async fn backup_copies_a_stopped_store_and_points_a_live_one_at_the_engine() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// Source of a reshard taking over: `url`'s schema `sch`.
+fn pg_store(url: &str, sch: &str) -> StorageConfig {
+    StorageConfig::postgres(url).postgres_schema(sch)
+}
+
+/// Runs `f` on a thread of its own while the test's runtime keeps serving
+/// the engines (a reshard is blocking, and PostgreSQL's client may not
+/// start its runtime on a runtime thread).
+async fn beside<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.await.expect("the thread answers")
+}
+
+/// A PostgreSQL query's single count.
+fn pg_count(url: &str, sql: String) -> i64 {
+    let url = url.to_owned();
+    off_runtime(move || {
+        postgres_client(&url)
+            .expect("connects")
+            .query_one(&sql, &[])
+            .map(|r| r.get::<_, i64>(0))
+            .expect("counts")
+    })
+}
+
+/// `fusee reshard --take-over` while two processes (engines under leases,
+/// one shard each) keep starting runs: after the reshard every start
+/// acknowledged at any time is in the new store and carries on there;
+/// the old processes' shards stop, and nothing more is written to the
+/// source, through lease times and their keepers' retries; the source is
+/// refused for good, naming where it went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_taking_over_fences_running_processes_and_loses_no_acknowledged_start() {
+    let _serial = serial().await;
+    let Some(url) = fusee_tests::pg_url_or_skip("a reshard taking a running store over") else {
+        return;
+    };
+    let sch = schema("take_over");
+    drop_schema(&url, &sch);
+    let src = pg_store(&url, &sch).postgres_lease(Duration::from_millis(600));
+    let clock = VirtualClock::new(START_MS);
+    let config = || {
+        fusee::Config::new(src.clone())
+            .shards(2)
+            .clock(fusee::Clock::Virtual(clock.clone()))
+    };
+    // Both shards made by a first engine, then two processes under leases.
+    let first = Engine::open(config()).await.expect("opens");
+    first.close().await.expect("close");
+    drop(first);
+    let mut engines = Vec::new();
+    for shard in 0..2u32 {
+        let e = Engine::open(config().ownership(fusee::Ownership::Lease {
+            retry: Some(Duration::from_millis(100)),
+            prefer: Some(vec![shard]),
+        }))
+        .await
+        .expect("opens under leases");
+        register(&e);
+        engines.push(e);
+    }
+    let engines = std::sync::Arc::new(engines);
+    // Starts, each sent to the engine owning its shard, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resharded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (engines, stop, resharded) = (engines.clone(), stop.clone(), resharded.clone());
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut late = Vec::new();
+            for i in 0..100_000u32 {
+                if stop.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                let id = format!("live-{i}");
+                for e in engines.iter() {
+                    let after = resharded.load(std::sync::atomic::Ordering::Acquire);
+                    match e.start(GATE, &id, &()).await {
+                        Ok(_) if after => late.push(id.clone()),
+                        Ok(_) => acked.push(id.clone()),
+                        Err(_) => continue,
+                    }
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (acked, late)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let dst = temp_dir("reshard-take-over");
+    let target = StorageConfig::new(Backend::File, &dst);
+    let report =
+        {
+            let (src, target) = (src.clone(), target.clone());
+            beside(move || {
+                fusee::migrate::reshard_taking_over(&src, &target, 3, &mut |_| {
+                    ControlFlow::Continue(())
+                })
+            })
+            .await
+            .expect("the reshard takes the store over")
+        };
+    resharded.store(true, std::sync::atomic::Ordering::Release);
+    let log_rows = || pg_count(&url, format!("SELECT count(*) FROM \"{sch}\".log"));
+    let retired_rows = || {
+        pg_count(
+            &url,
+            format!("SELECT count(*) FROM \"{sch}\".shards WHERE owner LIKE 'retired: %'"),
+        )
+    };
+    let rows_then = log_rows();
+    // Two lease times and many keeper retries while the old processes
+    // keep trying to start runs and to take their shards back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let (acked, late) = writer.await.expect("writer");
+    assert!(
+        late.is_empty(),
+        "starts acknowledged after the reshard: {late:?}"
+    );
+    assert!(
+        acked.len() >= 10,
+        "the workload ran: {} starts",
+        acked.len()
+    );
+    assert_eq!(
+        log_rows(),
+        rows_then,
+        "nothing written to the source after the reshard"
+    );
+    assert_eq!(retired_rows(), 2, "every shard row carries the mark");
+    for e in engines.iter() {
+        let status = e.shard_status();
+        assert!(
+            status.iter().all(|s| !s.owned),
+            "the old processes own nothing: {status:?}"
+        );
+        assert!(
+            status.iter().any(|s| s
+                .last_error
+                .as_deref()
+                .is_some_and(|t| t.contains("retired"))),
+            "they say why: {status:?}"
+        );
+    }
+    assert!(report.check.runs >= acked.len() as u64, "{report:?}");
+    // The source is refused for good, naming where it went.
+    let Err(err) = Engine::open(config()).await else {
+        panic!("a retired store opens");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("retired") && err.contains("with 3 shards"),
+        "{err}"
+    );
+    // Another destination is refused: the store went to the first.
+    let other = temp_dir("reshard-take-over-other");
+    let err = {
+        let (src, other) = (src.clone(), StorageConfig::new(Backend::File, &other));
+        beside(move || {
+            fusee::migrate::reshard_taking_over(&src, &other, 4, &mut |_| ControlFlow::Continue(()))
+        })
+        .await
+        .expect_err("retired into another store")
+        .to_string()
+    };
+    assert!(
+        err.contains("retired") && err.contains("with 3 shards"),
+        "{err}"
+    );
+    for e in engines.iter() {
+        let _ = e.close().await;
+    }
+    drop(engines);
+    // Every acknowledged start is in the new store, and carries on there.
+    let engine = Engine::open(config_file(&dst, &clock, 3))
+        .await
+        .expect("opens");
+    register(&engine);
+    for id in &acked {
+        engine
+            .signal(id, GO, &"go".to_string())
+            .await
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+    }
+    for id in &acked {
+        let r = tokio::time::timeout(Duration::from_secs(30), engine.result(GATE, id))
+            .await
+            .unwrap_or_else(|_| panic!("{id} finishes"))
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(r, "go");
+    }
+    engine.close().await.expect("close");
+    drop_schema(&url, &sch);
+    for d in [&dst, &other] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// An engine on the file store at `dir` with `shards` shards.
+fn config_file(dir: &Path, clock: &VirtualClock, shards: u32) -> fusee::Config {
+    config("file", dir, clock).shards(shards)
+}
+
+/// A reshard taking a store over, stopped at each of its steps (after the
+/// source is retired, and at every step of the copy): each time the
+/// source stays retired and the destination refused; the same command then
+/// completes, and the messages in flight (an inbox row) are carried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_taking_over_interrupted_at_every_step_carries_on_when_run_again() {
+    let _serial = serial().await;
+    let Some(url) = fusee_tests::pg_url_or_skip("a reshard taking over, interrupted") else {
+        return;
+    };
+    let (sch, n) = build_inbox(&url, "take_over_cut").await;
+    let src = pg_store(&url, &sch);
+    let dst = temp_dir("reshard-take-over-cut");
+    let target = StorageConfig::new(Backend::File, &dst);
+    let mut at = 0usize;
+    loop {
+        let (src2, target2) = (src.clone(), target.clone());
+        let (result, broke) = off_runtime(move || {
+            let mut seen = 0usize;
+            let mut broke = None;
+            let r = fusee::migrate::reshard_taking_over(&src2, &target2, 3, &mut |e| {
+                seen += 1;
+                if seen > at {
+                    broke = Some(e);
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+            (r, broke)
+        });
+        match result {
+            Err(MigrateError::Interrupted) => {}
+            other => panic!("step {at}: {other:?}"),
+        }
+        let why = off_runtime(|| opens(&src)).expect_err("the source stays retired");
+        assert!(why.contains("retired"), "step {at}: {why}");
+        if broke == Some(Event::Complete) {
+            break;
+        }
+        if at > 0 {
+            // Before its first step the destination may not exist yet.
+            let why = opens(&target).expect_err("an interrupted destination is refused");
+            assert!(why.contains("migrate"), "step {at} ({broke:?}): {why}");
+        }
+        at += 1;
+        assert!(at < 10_000, "the reshard never ends");
+    }
+    assert!(at >= 8, "only {at} steps");
+    opens(&target).expect("the finished destination opens");
+    inbox_carried(&dst, 3, n).await;
+    drop_schema(&url, &sch);
+    let _ = std::fs::remove_dir_all(&dst);
+}

@@ -108,6 +108,7 @@ mod inbox;
 mod log;
 pub mod migration;
 mod options;
+pub mod retire;
 mod schema;
 mod shard;
 mod shared;
@@ -115,6 +116,8 @@ mod storage;
 
 #[cfg(test)]
 mod renewal_tests;
+#[cfg(test)]
+mod retire_tests;
 /// The server `FUSEE_PG_URL` names, for the crate's own tests of `what`;
 /// `None` (the test prints SKIPPED) without one outside CI.
 #[cfg(test)]
@@ -137,7 +140,7 @@ pub use error::PgError;
 pub use inbox::{INBOX_READ_ROWS, InboxRow, PgInbox};
 pub use log::{PgLog, STATEMENT_BYTES};
 pub use options::{DEFAULT_URL, FLUSHES_IN_FLIGHT_MAX, PgOptions, SyncCommit};
-pub use schema::{BACKEND, SCHEMA_VERSION};
+pub use schema::{BACKEND, RETIRED_PREFIX, SCHEMA_VERSION};
 pub use shard::PgShard;
 pub use shared::{ServerPids, ShardLease};
 pub use storage::PgStorage;

@@ -6,7 +6,7 @@
 //! | table | key | columns | holds |
 //! |---|---|---|---|
 //! | `format` | `one` (always true) | `backend text`, `version int4` | which backend and schema version made the store |
-//! | `shards` | `shard` | `epoch int8`, `owner text`, `expires timestamptz`, `log_base int8`, `log_last int8` | the shard's lease (epoch, holder, end by the server's clock) and its log bounds: the LSN before the first record kept, and an LSN through which the log is known whole (moved by seals, discards and opens, never by a flush) |
+//! | `shards` | `shard` | `epoch int8`, `owner text`, `expires timestamptz`, `log_base int8`, `log_last int8` | the shard's lease (epoch, holder, end by the server's clock) and its log bounds: the LSN before the first record kept, and an LSN through which the log is known whole (moved by seals, discards and opens, never by a flush); an `owner` beginning with [`RETIRED_PREFIX`] marks the whole store retired ([`crate::retire`]) |
 //! | `commits` | `shard` | `value bytea` | the last commit: `fusee-storage-kv`'s commit row (store position, index generation and size, checkpoint, CRC) |
 //! | `log` | `shard, last` | `first int8`, `value bytea`, `durable int8` | one row per flush (or per 32 MiB of one): log records `first..=last`, laid out as [`crate::log`] says (each record under its own CRC over the key `seq_key(shard, lsn)`, as [`fusee_storage_kv::layout`] frames it); `durable`, the log's durable LSN when the flush began (`NULL` in rows written before version 4, meaning `first - 1`) |
 //! | `store` | `shard, n` | `value bytea` | run-store frames, framed the same way under `seq_key(shard, n)` |
@@ -77,6 +77,25 @@ use crate::error::{PgError, map};
 /// The schema version this build creates and reads.
 pub const SCHEMA_VERSION: u32 = 4;
 
+/// How a retired store's `shards.owner` begins (see [`crate::retire`]):
+/// the rest says where the store moved. No live process has such a name.
+pub const RETIRED_PREFIX: &str = "retired: ";
+
+/// The refusal of a store whose shard rows carry `owner`, if that is a
+/// retirement mark and not this storage's own name.
+pub(crate) fn refusal(place: &str, mark: Option<String>, own: &str) -> Result<()> {
+    match mark {
+        Some(mark) if mark != own => Err(StorageError::Retired {
+            place: place.to_owned(),
+            why: mark
+                .strip_prefix(RETIRED_PREFIX)
+                .unwrap_or(&mark)
+                .to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The backend's name in the `format` row.
 pub const BACKEND: &str = "postgres";
 
@@ -121,6 +140,8 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) shards: String,
+    pub(crate) retired: String,
+    pub(crate) retire: [String; 3],
     pub(crate) flush: String,
     pub(crate) flush_insert: String,
     pub(crate) seal: String,
@@ -191,8 +212,12 @@ impl Sql {
             // FOR UPDATE conflicts with the FOR KEY SHARE every fenced
             // write of the previous owner holds: the takeover waits for
             // those in flight, and any later one sees the new epoch.
+            // The last column: the store's retirement, if a reshard took it
+            // (`crate::retire`); any shard's row carries it.
             lock_shard: format!(
-                "SELECT epoch, owner, expires > now(), log_base, log_last, expires::text
+                "SELECT epoch, owner, expires > now(), log_base, log_last, expires::text,
+                     (SELECT r.owner FROM {s}.shards r
+                      WHERE starts_with(r.owner, '{RETIRED_PREFIX}') LIMIT 1)
                  FROM {s}.shards WHERE shard = $1 FOR UPDATE"
             ),
             take_shard: format!(
@@ -232,6 +257,25 @@ impl Sql {
                 "UPDATE {s}.shards SET expires = '-infinity' WHERE shard = $1 AND epoch = $2"
             ),
             shards: format!("SELECT shard FROM {s}.shards ORDER BY shard"),
+            retired: format!(
+                "SELECT owner FROM {s}.shards WHERE starts_with(owner, '{RETIRED_PREFIX}') LIMIT 1"
+            ),
+            // SHARE ROW EXCLUSIVE waits for every open's transaction (their
+            // INSERT and UPDATE) and holds off new ones; FOR UPDATE waits for
+            // the fenced writes in flight (their FOR KEY SHARE), as a
+            // takeover's does. Shard 0's row is made so that an empty store
+            // carries the mark too.
+            retire: [
+                format!(
+                    "LOCK TABLE {s}.shards IN SHARE ROW EXCLUSIVE MODE;
+                     INSERT INTO {s}.shards (shard, epoch, owner, expires, log_base, log_last)
+                     VALUES (0, 0, '', '-infinity', 0, 0) ON CONFLICT (shard) DO NOTHING"
+                ),
+                format!("SELECT shard, owner FROM {s}.shards ORDER BY shard FOR UPDATE"),
+                format!(
+                    "UPDATE {s}.shards SET epoch = epoch + 1, owner = $1, expires = '-infinity'"
+                ),
+            ],
             // The flush: one statement, so one round trip and its own
             // transaction. The SELECT finds the shard's row only under
             // this owner's epoch, locked FOR KEY SHARE like every fenced

@@ -107,6 +107,14 @@ impl PgStorage {
             options.create,
             &shared.place,
         )?;
+        // A retired store is refused here, not only at each shard's open:
+        // an engine's open then fails whole, naming where the store went.
+        let mark: Option<String> = conn
+            .client
+            .query_opt(shared.sql.retired.as_str(), &[])
+            .and_then(|row| row.map(|r| r.try_get(0)).transpose())
+            .map_err(|e| map(&e, "reading the store's retirement", &shared.place))?;
+        crate::schema::refusal(&shared.place, mark, &shared.owner)?;
         shared.give_back(conn);
         spawn_renewal(&shared);
         Ok(Self { shared })
@@ -184,6 +192,7 @@ impl PgStorage {
             .map_err(err)?;
         let holder: String = row.try_get(1).map_err(err)?;
         let live: bool = row.try_get(2).map_err(err)?;
+        crate::schema::refusal(&sh.place, row.try_get(6).map_err(err)?, &sh.owner)?;
         if live && holder != sh.owner {
             let until: String = row.try_get(5).map_err(err)?;
             return Err(StorageError::Leased {

@@ -177,6 +177,19 @@ pub enum StorageError {
         /// When the lease ends unless renewed, by the store's clock.
         until: String,
     },
+    /// The store was retired: a reshard took it over to copy it elsewhere
+    /// (PostgreSQL: `fusee reshard --take-over`), so it takes no more
+    /// writes from anyone but that reshard. Permanent: open the store it
+    /// moved to. Nothing was written.
+    #[error(
+        "{place} is retired ({why}): it takes no more writes; open the store it moved to instead"
+    )]
+    Retired {
+        /// The store (never with a password).
+        place: String,
+        /// Where it moved, in the reshard's words.
+        why: String,
+    },
     /// An operation waited past the backend's lock timeout for a lock that
     /// another session of the store held, and gave up (PostgreSQL's
     /// `lock_timeout`: a takeover meets it while a stalled owner's

@@ -136,6 +136,34 @@
 //! shards are kept from the plan to the check (every shard's run table,
 //! as an engine holds), plus 40 bytes a run for the plan.
 //!
+//! # Resharding while processes run
+//!
+//! A PostgreSQL store's shards are held under leases by engine processes
+//! that keep running; [`reshard_taking_over`] takes the store from them
+//! first, then reshards it into another schema (or directory). The
+//! procedure, stop-the-world with a bounded pause:
+//!
+//! 1. The destination is checked free (a store there is refused) before
+//!    anything else.
+//! 2. **Retire** (`fusee_storage_postgres::retire`, one transaction): every
+//!    shard's epoch moves and its owner becomes the mark `retired:
+//!    resharded into <destination> with N shards`. It waits for the writes
+//!    in flight; every later write of a running process is `Fenced` (its
+//!    engine stops the shard and answers callers `NotOwner`; nothing it
+//!    acknowledged is lost, since replies leave only once durable and what
+//!    was durable is what the reshard reads), and every later open of the
+//!    source, by anyone but this reshard, is refused as `Retired`, whatever
+//!    the lease times. So no old-count owner writes after the switch.
+//! 3. The source is read under the mark as owner name, and resharded as
+//!    above; the destination opens only once checked.
+//! 4. The operator restarts the processes on the destination with
+//!    `Config::shards(N)`. The pause, from step 2 to the restart, is the
+//!    reshard's time (measured in `benches/RESULTS.md`).
+//!
+//! A crash anywhere leaves the source whole and retired, the destination
+//! refused as incomplete; the same command run again carries on (a
+//! reshard into another destination is refused, naming the first).
+//!
 //! # Interrupting for tests
 //!
 //! Every step reports an [`Event`] to the caller's progress function;
@@ -229,6 +257,12 @@ pub enum MigrateError {
         /// What differs.
         what: String,
     },
+    /// A reshard taking over a live store was asked of a backend without
+    /// leases: only PostgreSQL's processes can be fenced out.
+    #[error(
+        "--take-over needs a PostgreSQL source (its shards' leases fence the running processes); a {0} store is resharded with its engine stopped"
+    )]
+    TakeOverNeedsLeases(Backend),
     /// A reshard was asked for a shard count out of range.
     #[error("a store has 1 to {MAX_SHARDS} shards, not {0}")]
     ShardCount(u32),
@@ -257,6 +291,12 @@ impl MigrateError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
+    /// A live source was retired (its `shards` shards' leases taken); the
+    /// processes running on it are fenced out.
+    Retired {
+        /// How many shards the source had rows for.
+        shards: u32,
+    },
     /// The destination exists and is marked incomplete.
     Marked,
     /// A reshard reads source shard `shard` (rebuilt as recovery does) to
@@ -360,12 +400,78 @@ pub fn reshard(
 /// The largest shard count [`reshard`] makes.
 pub const MAX_SHARDS: u32 = 4096;
 
-fn run(
-    source: &Source,
+/// Reshards a PostgreSQL store that engine processes still run on, as
+/// [`reshard`] does after taking it from them
+/// ([module docs](self#resharding-while-processes-run)): the source is
+/// first retired (every shard's lease taken, so each process's next
+/// write there is refused as fenced and its shards stop; every later open
+/// of the source is refused as `Retired`), then read and copied into
+/// `target` with `shards` shards. The processes are then restarted on
+/// `target` with `Config::shards(shards)`; calls meanwhile are answered
+/// `NotOwner`. Run again after a crash, it carries on (the same
+/// destination only). The destination is checked free before anything
+/// is retired.
+pub fn reshard_taking_over(
+    source: &StorageConfig,
     target: &StorageConfig,
-    shards: Option<u32>,
+    shards: u32,
     progress: Progress<'_>,
 ) -> Result<MigrateReport, MigrateError> {
+    if shards == 0 || shards > MAX_SHARDS {
+        return Err(MigrateError::ShardCount(shards));
+    }
+    if source.backend != Backend::Postgres {
+        return Err(MigrateError::TakeOverNeedsLeases(source.backend));
+    }
+    let from = Source::Config(Box::new(source.clone()));
+    same_place(&from, target)?;
+    target_is_free(target)?;
+    #[cfg(feature = "postgres")]
+    {
+        let why = format!("resharded into {} with {shards} shards", place(target));
+        let owner = fusee_storage_postgres::retire::retired_owner(&why);
+        let mut options = source.clone().existing_only().postgres_options();
+        options.owner = Some(owner.clone());
+        let src = fusee_storage_postgres::PgStorage::open(&options).map_err(|error| {
+            MigrateError::Open {
+                side: "source",
+                error: Box::new(OpenError::Storage {
+                    backend: Backend::Postgres,
+                    dir: PathBuf::new(),
+                    error,
+                }),
+            }
+        })?;
+        let retired = src
+            .retire(&why)
+            .map_err(MigrateError::storage("source", None));
+        let _ = fusee_storage::Storage::close(&src);
+        drop(src);
+        let retired = retired?;
+        report(
+            progress,
+            Event::Retired {
+                shards: u32::try_from(retired.len()).unwrap_or(u32::MAX),
+            },
+        )?;
+        let mut source = source.clone();
+        source.postgres.owner = Some(owner);
+        run(
+            &Source::Config(Box::new(source)),
+            target,
+            Some(shards),
+            progress,
+        )
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = progress;
+        Err(MigrateError::TakeOverNeedsLeases(source.backend))
+    }
+}
+
+/// Refuses a destination that is the source.
+fn same_place(source: &Source, target: &StorageConfig) -> Result<(), MigrateError> {
     if let Source::Dir(dir) = source
         && target.backend != Backend::Postgres
         && same_dir(dir, &target.dir)
@@ -379,6 +485,49 @@ fn run(
     {
         return Err(MigrateError::SamePlace);
     }
+    Ok(())
+}
+
+/// Refuses, before a live source is retired, a destination that
+/// [`into_target`] would refuse (a store, or other files or tables);
+/// deletes an interrupted migration's leftovers there.
+fn target_is_free(target: &StorageConfig) -> Result<(), MigrateError> {
+    prepare_target(target)?;
+    if target.backend == Backend::Postgres || target.dir.join(MARKER).exists() {
+        let dst = open_storage(&target.clone().existing_only());
+        let dst = match dst {
+            // Nothing there yet: the migration makes it.
+            Err(OpenError::Storage {
+                error: StorageError::NotFound { .. },
+                ..
+            }) => return Ok(()),
+            Err(error) => {
+                return Err(MigrateError::Open {
+                    side: "destination",
+                    error: Box::new(error),
+                });
+            }
+            Ok(dst) => dst,
+        };
+        let shards = dst.shards();
+        let _ = dst.close();
+        if !shards
+            .map_err(MigrateError::storage("destination", None))?
+            .is_empty()
+        {
+            return Err(MigrateError::TargetNotEmpty(place(target)));
+        }
+    }
+    Ok(())
+}
+
+fn run(
+    source: &Source,
+    target: &StorageConfig,
+    shards: Option<u32>,
+    progress: Progress<'_>,
+) -> Result<MigrateReport, MigrateError> {
+    same_place(source, target)?;
     match source {
         Source::Dir(dir) => crate::inspect::open_read_only(
             dir,

@@ -122,6 +122,12 @@ fn held_elsewhere(e: &StorageError) -> bool {
 
 /// What the engine says, once, when another owner took a shard over.
 fn taken_over(shard: u32, holder: Option<&str>) -> String {
+    #[cfg(feature = "postgres")]
+    if let Some(why) = holder.and_then(|h| h.strip_prefix(fusee_storage_postgres::RETIRED_PREFIX)) {
+        return format!(
+            "shard {shard} stopped: the store was retired ({why}); restart this process on the store it moved to"
+        );
+    }
     let who = match holder {
         Some(h) => format!("{h:?}"),
         None => "another owner".to_owned(),
@@ -248,7 +254,7 @@ impl Shards {
                 Ok(()) => {}
                 Err(e) if plan.is_some() && held_elsewhere(&e) => {
                     tracing::info!(shard, error = %e, "shard held elsewhere; trying again later");
-                    shards.retry_later(shard, &e);
+                    let _ = shards.retry_later(shard, &e);
                 }
                 Err(error) => {
                     failed.get_or_insert(Error::Storage { shard, error });
@@ -438,12 +444,21 @@ impl Shards {
         Ok(())
     }
 
-    /// Shard `shard` did not open: tried again one retry interval from now.
-    fn retry_later(&self, shard: u32, e: &StorageError) {
-        let retry = self.plan.map_or(DEFAULT_LEASE, |p| p.retry);
+    /// Shard `shard` did not open: tried again one retry interval from now
+    /// (a lease time, at least, for a retired store). Returns whether the failure is new for the shard (its text differs
+    /// from the last one), so a caller logs a lasting state once.
+    fn retry_later(&self, shard: u32, e: &StorageError) -> bool {
+        let mut retry = self.plan.map_or(DEFAULT_LEASE, |p| p.retry);
+        if let (StorageError::Retired { .. }, Some(plan)) = (e, self.plan) {
+            // For good, unless an operator undoes it: no need to ask often.
+            retry = retry.max(plan.lease);
+        }
+        let text = e.to_string();
         let mut slot = lock(&self.slots[shard as usize]);
         slot.retry_at = Instant::now() + retry;
-        slot.last_error = Some(e.to_string());
+        let new = slot.last_error.as_deref() != Some(text.as_str());
+        slot.last_error = Some(text);
+        new
     }
 
     /// A shard's thread stopped after a failure: its slot is emptied and
@@ -568,12 +583,18 @@ impl Shards {
                 match result {
                     Ok(()) => opened = true,
                     Err(e) => {
+                        let new = self.retry_later(shard, &e);
                         if held_elsewhere(&e) {
                             tracing::debug!(shard, error = %e, "shard still held elsewhere");
+                        } else if matches!(e, StorageError::Retired { .. }) {
+                            if new {
+                                // The store moved: this process must be
+                                // restarted on the new one.
+                                tracing::error!(shard, error = %e, "the store was retired");
+                            }
                         } else {
                             tracing::warn!(shard, error = %e, "opening a shard failed; trying again later");
                         }
-                        self.retry_later(shard, &e);
                     }
                 }
             }

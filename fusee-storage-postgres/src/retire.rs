@@ -1,0 +1,115 @@
+//! Retiring a store that processes still run on, so that it can be copied
+//! elsewhere (a reshard into another schema) with no write of theirs
+//! landing after the copy read it.
+//!
+//! [`PgStorage::retire`] does, in one transaction:
+//!
+//! 1. `LOCK TABLE shards IN SHARE ROW EXCLUSIVE MODE`: waits for every
+//!    shard open (take) in progress, and holds off new ones until it
+//!    commits;
+//! 2. `SELECT ... FOR UPDATE` of every shard row: waits for the fenced
+//!    writes in flight (flushes, commits, inbox removals hold `FOR KEY
+//!    SHARE`), as a takeover does;
+//! 3. moves every shard's epoch by one, sets its `owner` to
+//!    [`RETIRED_PREFIX`] and the reason, and its lease's end to
+//!    `-infinity`.
+//!
+//! After the commit every write of a process that held a shard finds
+//! another epoch and is `Fenced` (its engine stops the shard and answers
+//! `NotOwner`), and every open, of the store or of a shard (including one
+//! no process had opened yet: the mark is read from any row), is refused
+//! with [`StorageError::Retired`], for good, whatever the lease times. The
+//! one exception is a storage opened under the mark itself as its owner
+//! name ([`crate::PgOptions::owner`]): the reshard that retired the store
+//! reads it that way, and its opens and releases keep the mark (they
+//! change the lease's epoch and end, never the owner).
+//!
+//! Retiring again with the same reason is allowed (a reshard run again
+//! after a crash); with another it is refused, naming the first.
+//!
+//! | state | `shards.owner` of every row |
+//! |---|---|
+//! | live | the holder's name, or `''` |
+//! | retired | `retired: ` and where the store went |
+//!
+//! Processes of a build without this module do not know the mark: they
+//! would take a retired shard once its lease lapsed. Upgrade every process
+//! before retiring a store.
+
+use fusee_storage::{Result, StorageError};
+use fusee_storage_kv::lock;
+
+use crate::PgStorage;
+use crate::error::map;
+use crate::schema::{RETIRED_PREFIX, refusal};
+
+/// The owner name a store retired for `why` carries in every shard row.
+pub fn retired_owner(why: &str) -> String {
+    format!("{RETIRED_PREFIX}{why}")
+}
+
+impl PgStorage {
+    /// Retires the store (module docs): every shard's lease is taken from
+    /// whoever holds it, so their writes from now on are `Fenced`, and
+    /// every later open except under [`retired_owner`]`(why)` is refused
+    /// with [`StorageError::Retired`]. Returns the shards the store had
+    /// rows for. One transaction; it waits for the writes in flight.
+    ///
+    /// Errors: a store already retired for another reason (`Retired`,
+    /// naming it); this storage holding shards open (`Misuse`: close
+    /// them first, or they would be fenced too); the server's.
+    pub fn retire(&self, why: &str) -> Result<Vec<u32>> {
+        let sh = &*self.shared;
+        sh.check_open("postgres storage")?;
+        if !lock(&sh.leases).is_empty() {
+            return Err(StorageError::Misuse {
+                call: "PgStorage::retire",
+                why: "this storage holds shards open; drop their parts first",
+            });
+        }
+        let owner = retired_owner(why);
+        let doing = "retiring the store";
+        let err = |e: postgres::Error| map(&e, doing, &sh.place);
+        let mut conn = sh.connect()?;
+        let mut tx = conn.client.transaction().map_err(err)?;
+        let [lock_table, lock_rows, take] = &sh.sql.retire;
+        tx.batch_execute(lock_table).map_err(err)?;
+        let rows = tx.query(lock_rows.as_str(), &[]).map_err(err)?;
+        let mut shards = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let shard: i64 = row.try_get(0).map_err(err)?;
+            let holder: String = row.try_get(1).map_err(err)?;
+            if holder.starts_with(RETIRED_PREFIX) {
+                refusal(&sh.place, Some(holder), &owner)?;
+            }
+            shards.push(u32::try_from(shard).map_err(|_| StorageError::Corrupt {
+                what: "postgres shard row: shard number out of range",
+                at: shard as u64,
+            })?);
+        }
+        tx.execute(take.as_str(), &[&owner]).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(shards)
+    }
+
+    /// Why the store is retired (the reason [`PgStorage::retire`] was
+    /// given), or `None` for a live store. One query.
+    pub fn retired(&self) -> Result<Option<String>> {
+        let sh = &*self.shared;
+        sh.check_open("postgres storage")?;
+        let mut conn = sh.take_conn()?;
+        let row = conn
+            .client
+            .query_opt(sh.sql.retired.as_str(), &[])
+            .map_err(|e| map(&e, "reading the store's retirement", &sh.place));
+        sh.give_back(conn);
+        let mark: Option<String> = match row? {
+            Some(row) => Some(
+                row.try_get(0)
+                    .map_err(|e| map(&e, "reading the store's retirement", &sh.place))?,
+            ),
+            None => None,
+        };
+        Ok(mark.map(|m| m.strip_prefix(RETIRED_PREFIX).unwrap_or(&m).to_owned()))
+    }
+}

@@ -1154,3 +1154,78 @@ async fn reshard_taking_over_interrupted_at_every_step_carries_on_when_run_again
     drop_schema(&url, &sch);
     let _ = std::fs::remove_dir_all(&dst);
 }
+
+/// `fusee reshard --take-over` SIGKILLed at moments through its run: the
+/// source is either untouched or retired (never half), the destination
+/// refused or whole, and the command run again ends with every journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_taking_over_killed_at_any_moment_is_refused_or_whole() {
+    let _serial = serial().await;
+    let Some(url) = fusee_tests::pg_url_or_skip("a reshard taking over, killed") else {
+        return;
+    };
+    let family = build_family("take-over-kill").await;
+    let want = journals_unnumbered(&family);
+    let sch = schema("take_over_kill");
+    drop_schema(&url, &sch);
+    fusee_json(
+        &["migrate", s(&family), &url, "--schema", &sch, "--json"],
+        0,
+    );
+    let src = pg_store(&url, &sch);
+    // One destination path for every try: the retirement names it.
+    let dst = temp_dir("take-over-kill-dst");
+    let args: Vec<String> = [
+        "reshard",
+        &url,
+        s(&dst),
+        "--source-schema",
+        &sch,
+        "--shards",
+        "3",
+        "--take-over",
+    ]
+    .map(String::from)
+    .to_vec();
+    let exe = env!("CARGO_BIN_EXE_fusee");
+    let mut refused = 0;
+    for (i, delay_us) in [0u64, 2_000, 8_000, 32_000, 128_000]
+        .into_iter()
+        .enumerate()
+    {
+        let _ = std::fs::remove_dir_all(&dst);
+        let mut child = std::process::Command::new(exe)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("fusee runs");
+        std::thread::sleep(Duration::from_micros(delay_us));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let source = off_runtime(|| opens(&src));
+        if let Err(why) = &source {
+            assert!(why.contains("retired"), "kill {i}: {why}");
+        }
+        match opens(&StorageConfig::new(Backend::File, &dst)) {
+            Ok(()) => {}
+            Err(why) => {
+                refused += 1;
+                assert!(
+                    why.contains("migrate") || why.contains("no Fusee store"),
+                    "kill {i}: {why}"
+                );
+                let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+                a.push("--json");
+                fusee_json(&a, 0);
+            }
+        }
+        assert_eq!(journals_unnumbered(&dst), want, "kill {i}");
+    }
+    assert!(refused > 0, "no kill landed inside a reshard");
+    let why = off_runtime(|| opens(&src)).expect_err("the source ends retired");
+    assert!(why.contains("retired"), "{why}");
+    drop_schema(&url, &sch);
+    let _ = std::fs::remove_dir_all(&dst);
+    let _ = std::fs::remove_dir_all(&family);
+}

@@ -451,3 +451,148 @@ pub(crate) fn check<R: RunStore, D: Storage>(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use fusee_core::record::{Origin, Record, RecordRef, Status, origin, policy};
+
+    use super::*;
+
+    /// Two source shards: shard 0's runs 1 and 2 go to (2, 5) and (0, 1);
+    /// shard 1's run 1 to (1, 3). Shard 1's run 9 is gone (retention).
+    fn plan() -> Plan {
+        Plan {
+            shards: 3,
+            moves: vec![vec![(1, 2, 5), (2, 0, 1)], vec![(1, 1, 3)]],
+            into: vec![Vec::new(); 3],
+            inboxes: vec![Vec::new(); 2],
+        }
+    }
+
+    fn start(run: RunId, parent: Option<ParentRef>, from: Option<RunId>) -> Vec<u8> {
+        let rec: RecordRef<'_> = Record::Start {
+            run,
+            id: "w",
+            wtype: "T",
+            version: 0,
+            codec: 0,
+            started_ms: 1,
+            deadline_ms: 0,
+            parent,
+            policy: policy::DETACHED,
+            from: from.map(|run| Origin {
+                run,
+                cause: origin::CONTINUED,
+            }),
+            copies: 0,
+            update: None,
+            input: b"{}",
+            meta: None,
+        };
+        let mut out = Vec::new();
+        encode_canonical(&rec, &mut out);
+        out
+    }
+
+    fn rewritten(plan: &Plan, shard: u32, journal: &[u8]) -> Result<Vec<RecordBuf>, String> {
+        let mut out = Vec::new();
+        plan.rewrite(shard, journal, &mut out)?;
+        decode_canonical_all(&out).map_err(|e| e.to_string())
+    }
+
+    fn parent(shard: u32, run: RunId) -> ParentRef {
+        ParentRef { shard, run, seq: 7 }
+    }
+
+    #[test]
+    fn a_start_follows_its_parent_and_origin_or_names_gone() {
+        let plan = plan();
+        let mut journal = start(2, Some(parent(1, 1)), Some(1));
+        let got = rewritten(&plan, 0, &journal).expect("rewrites");
+        let Record::Start {
+            run,
+            parent: p,
+            from,
+            ..
+        } = &got[0]
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            (*run, *p, from.map(|o| o.run)),
+            (1, Some(parent(1, 3)), Some(5))
+        );
+        // Links to runs retention removed: never another run.
+        journal = start(2, Some(parent(1, 9)), Some(4));
+        let got = rewritten(&plan, 0, &journal).expect("rewrites");
+        let Record::Start {
+            parent: p, from, ..
+        } = &got[0]
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(p.map(|p| (p.shard, p.run, p.seq)), Some((0, GONE, 7)));
+        assert_eq!(from.map(|o| o.run), Some(GONE));
+    }
+
+    #[test]
+    fn an_updates_caller_follows() {
+        let plan = plan();
+        let rec: RecordRef<'_> = Record::Update {
+            run: 1,
+            id: "u",
+            name: "n",
+            payload: b"",
+            caller: Some(parent(0, 2)),
+        };
+        let mut journal = Vec::new();
+        encode_canonical(&rec, &mut journal);
+        let got = rewritten(&plan, 1, &journal).expect("rewrites");
+        let Record::Update { run, caller, .. } = &got[0] else {
+            panic!("{got:?}")
+        };
+        assert_eq!((*run, *caller), (3, Some(parent(0, 1))));
+    }
+
+    #[test]
+    fn a_handovers_next_start_follows_and_other_payloads_stay() {
+        let plan = plan();
+        let next = start(2, None, Some(1));
+        for (status, rewritten_inside) in [
+            (Status::ContinuedAsNew, true),
+            (Status::Reset, true),
+            (Status::Ok, false),
+        ] {
+            let rec: RecordRef<'_> = Record::Done {
+                run: 1,
+                status,
+                finished_ms: 3,
+                payload: &next,
+                by: None,
+            };
+            let mut journal = Vec::new();
+            encode_canonical(&rec, &mut journal);
+            let got = rewritten(&plan, 0, &journal).expect("rewrites");
+            let Record::Done { run, payload, .. } = &got[0] else {
+                panic!("{got:?}")
+            };
+            assert_eq!(*run, 5);
+            let inner = decode_canonical_all(payload).expect("a start");
+            let Record::Start { run, from, .. } = &inner[0] else {
+                panic!("{inner:?}")
+            };
+            let want = if rewritten_inside {
+                (1, Some(5))
+            } else {
+                (2, Some(1))
+            };
+            assert_eq!((*run, from.map(|o| o.run)), want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn a_record_of_a_run_the_shard_does_not_hold_is_refused() {
+        let err = rewritten(&plan(), 1, &start(2, None, None)).expect_err("refused");
+        assert!(err.contains("run 2"), "{err}");
+    }
+}

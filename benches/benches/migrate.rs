@@ -10,13 +10,19 @@
 //! migrates into redb instead; `FUSEE_MIGRATE_TO=postgres` into the schema
 //! `fusee_migrate_bench` at `FUSEE_PG_URL`, with `--features postgres`;
 //! `FUSEE_MIGRATE_SHARDS=N` reshards into N shards instead, through
-//! `fusee::migrate::reshard`: the source has the engine's default 4.)
+//! `fusee::migrate::reshard`: the source has the engine's default 4.
+//! `FUSEE_MIGRATE_TAKE_OVER=1` with `FUSEE_MIGRATE_TO=postgres` and
+//! `FUSEE_MIGRATE_SHARDS=N`: migrates into PostgreSQL, then reshards that
+//! schema into N shards in the schema `fusee_migrate_bench_taken` through
+//! `fusee::migrate::reshard_taking_over`, in another fresh process: the
+//! pause of a reshard while processes run, against the migration into
+//! PostgreSQL of the same runs.)
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use fusee::migrate::{Source, migrate, reshard};
+use fusee::migrate::{Source, migrate, reshard, reshard_taking_over};
 use fusee::{Backend, Config, Engine, StorageConfig};
 use fusee_benches::engine::workload::{self, Stamps, WorkResult};
 
@@ -31,29 +37,29 @@ fn target(dst: &str, to: Backend) -> StorageConfig {
 
 /// The PostgreSQL schema the bench migrates into (dropped before and after).
 const SCHEMA: &str = "fusee_migrate_bench";
+/// The schema a reshard taking [`SCHEMA`] over writes.
+const TAKEN: &str = "fusee_migrate_bench_taken";
 
-/// Drops [`SCHEMA`] at `url` with `psql`.
+/// Drops [`SCHEMA`] and [`TAKEN`] at `url` with `psql`.
 fn drop_schema(url: &str) {
     let _ = std::process::Command::new("psql")
         .args([
             url,
             "-q",
             "-c",
-            &format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"),
+            &format!(
+                "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE; DROP SCHEMA IF EXISTS {TAKEN} CASCADE"
+            ),
         ])
         .status();
 }
 
-/// The child: migrates `src` into `dst` and prints its seconds and peak
-/// memory on stdout.
-fn child(src: &Path, dst: &str, to: Backend, shards: Option<u32>) -> ExitCode {
-    let t = Instant::now();
-    let source = Source::Dir(src.to_path_buf());
-    let mut go = |_| std::ops::ControlFlow::Continue(());
-    let r = match shards {
-        None => migrate(&source, &target(dst, to), &mut go),
-        Some(n) => reshard(&source, &target(dst, to), n, &mut go),
-    };
+/// The child's line: seconds, peak memory, parked runs copied, runs
+/// compared.
+fn said(
+    t: Instant,
+    r: Result<fusee::migrate::MigrateReport, fusee::migrate::MigrateError>,
+) -> ExitCode {
     match r {
         Ok(report) => {
             println!(
@@ -69,6 +75,49 @@ fn child(src: &Path, dst: &str, to: Backend, shards: Option<u32>) -> ExitCode {
             eprintln!("migrate: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The take-over child: reshards [`SCHEMA`] at `url` into [`TAKEN`] with
+/// `shards` shards, taking it over.
+fn take_over_child(url: &str, shards: u32) -> ExitCode {
+    let t = Instant::now();
+    let src = StorageConfig::postgres(url).postgres_schema(SCHEMA);
+    let dst = StorageConfig::postgres(url).postgres_schema(TAKEN);
+    let mut go = |_| std::ops::ControlFlow::Continue(());
+    said(t, reshard_taking_over(&src, &dst, shards, &mut go))
+}
+
+/// The child: migrates `src` into `dst` and prints its seconds and peak
+/// memory on stdout.
+fn child(src: &Path, dst: &str, to: Backend, shards: Option<u32>) -> ExitCode {
+    let t = Instant::now();
+    let source = Source::Dir(src.to_path_buf());
+    let mut go = |_| std::ops::ControlFlow::Continue(());
+    let r = match shards {
+        None => migrate(&source, &target(dst, to), &mut go),
+        Some(n) => reshard(&source, &target(dst, to), n, &mut go),
+    };
+    said(t, r)
+}
+
+/// Runs the bench's own executable as a child with `args`, and parses its
+/// line: seconds, peak bytes, parked runs, runs compared.
+fn run_child(args: &[String]) -> WorkResult<[f64; 4]> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("the child failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    match f[..] {
+        [a, b, c, d] => Ok([a, b, c, d]),
+        _ => Err(format!("the child said {line:?}").into()),
     }
 }
 
@@ -112,6 +161,11 @@ fn main() -> ExitCode {
         let shards = args.get(5).and_then(|n| n.parse().ok());
         return child(Path::new(&args[2]), &args[3], to, shards);
     }
+    if args.get(1).map(String::as_str) == Some("--take-over-child") {
+        let shards = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(4);
+        return take_over_child(&args[2], shards);
+    }
+    let take_over = std::env::var("FUSEE_MIGRATE_TAKE_OVER").is_ok_and(|v| v == "1");
     let n: u64 = std::env::var("FUSEE_MIGRATE_PARKED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -147,7 +201,12 @@ fn main() -> ExitCode {
         let copied = copy_tree(&src, &dir.join("copy"))?;
         let copy_s = t.elapsed().as_secs_f64();
         let _ = std::fs::remove_dir_all(dir.join("copy"));
-        let exe = std::env::current_exe()?;
+        if take_over && (to != Backend::Postgres || shards.is_none()) {
+            return Err(
+                "FUSEE_MIGRATE_TAKE_OVER=1 needs FUSEE_MIGRATE_TO=postgres and FUSEE_MIGRATE_SHARDS"
+                    .into(),
+            );
+        }
         let dst = match to {
             Backend::Postgres => {
                 let url = std::env::var("FUSEE_PG_URL")
@@ -157,29 +216,41 @@ fn main() -> ExitCode {
             }
             _ => dir.join("dst").to_string_lossy().into_owned(),
         };
-        let out = std::process::Command::new(exe)
-            .arg("--migrate-child")
-            .arg(&src)
-            .arg(&dst)
-            .arg(to.name())
-            .args(shards.map(|n| n.to_string()))
-            .output()?;
+        let mut first = vec![
+            "--migrate-child".to_string(),
+            src.to_string_lossy().into_owned(),
+            dst.clone(),
+            to.name().to_string(),
+        ];
+        // Taking over, the first child migrates and the second reshards.
+        first.extend(shards.filter(|_| !take_over).map(|n| n.to_string()));
+        let migrated = run_child(&first);
+        let taken = match (&migrated, take_over, shards) {
+            (Ok(_), true, Some(n)) => Some(run_child(&[
+                "--take-over-child".to_string(),
+                dst.clone(),
+                n.to_string(),
+            ])),
+            _ => None,
+        };
         if to == Backend::Postgres {
             drop_schema(&dst);
         }
-        if !out.status.success() {
-            return Err(
-                format!("the child failed: {}", String::from_utf8_lossy(&out.stderr)).into(),
+        let [secs, peak, parked, checked] = migrated?;
+        if let Some(taken) = taken {
+            let [t_secs, t_peak, t_parked, t_checked] = taken?;
+            println!(
+                "migrate file -> postgres: {parked} parked runs ({checked} compared): {secs:.1} s, \
+                 peak resident {:.0} MB; reshard taking it over (4 -> {} shards, postgres -> \
+                 postgres): {t_parked} parked runs ({t_checked} compared): {t_secs:.1} s, peak \
+                 resident {:.0} MB; take-over / migrate = {:.2}x",
+                peak / (1 << 20) as f64,
+                shards.unwrap_or(0),
+                t_peak / (1 << 20) as f64,
+                t_secs / secs
             );
+            return Ok(());
         }
-        let line = String::from_utf8_lossy(&out.stdout).to_string();
-        let f: Vec<f64> = line
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        let [secs, peak, parked, checked] = f[..] else {
-            return Err(format!("the child said {line:?}").into());
-        };
         let what = match shards {
             Some(n) => format!("reshard (4 -> {n} shards)"),
             None => "migrate".to_string(),

@@ -78,14 +78,66 @@ fn said(
     }
 }
 
+/// Seconds spent in each phase of a migration (on stderr): where a slow
+/// one's time goes.
+#[derive(Default)]
+struct Phases {
+    at: Option<(Instant, &'static str)>,
+    spent: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn note(&mut self, e: fusee::migrate::Event) -> std::ops::ControlFlow<()> {
+        use fusee::migrate::Event;
+        let phase = match e {
+            Event::Retired { .. } => "retire",
+            Event::Marked => "mark",
+            Event::Planning { .. } => "plan (read the source)",
+            Event::Shard { .. } | Event::Frames(_) | Event::Committed | Event::LogRecords(_) => {
+                "write"
+            }
+            Event::Checking { .. } | Event::Checked(_) => "check",
+            _ => return std::ops::ControlFlow::Continue(()),
+        };
+        let now = Instant::now();
+        match self.at {
+            Some((_, p)) if p == phase => {}
+            Some((since, p)) => {
+                self.spent.push((p, (now - since).as_secs_f64()));
+                self.at = Some((now, phase));
+            }
+            None => self.at = Some((now, phase)),
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn print(&mut self) {
+        if let Some((since, p)) = self.at.take() {
+            self.spent.push((p, since.elapsed().as_secs_f64()));
+        }
+        let mut total: Vec<(&str, f64)> = Vec::new();
+        for &(p, s) in &self.spent {
+            match total.iter_mut().find(|(q, _)| *q == p) {
+                Some(t) => t.1 += s,
+                None => total.push((p, s)),
+            }
+        }
+        let line: Vec<String> = total.iter().map(|(p, s)| format!("{p} {s:.1} s")).collect();
+        eprintln!("phases: {}", line.join(", "));
+    }
+}
+
 /// The take-over child: reshards [`SCHEMA`] at `url` into [`TAKEN`] with
 /// `shards` shards, taking it over.
 fn take_over_child(url: &str, shards: u32) -> ExitCode {
     let t = Instant::now();
     let src = StorageConfig::postgres(url).postgres_schema(SCHEMA);
     let dst = StorageConfig::postgres(url).postgres_schema(TAKEN);
-    let mut go = |_| std::ops::ControlFlow::Continue(());
-    said(t, reshard_taking_over(&src, &dst, shards, &mut go))
+    let mut phases = Phases::default();
+    let mut go = |e| phases.note(e);
+    let r = reshard_taking_over(&src, &dst, shards, &mut go);
+    phases.print();
+    said(t, r)
 }
 
 /// The child: migrates `src` into `dst` and prints its seconds and peak
@@ -93,11 +145,13 @@ fn take_over_child(url: &str, shards: u32) -> ExitCode {
 fn child(src: &Path, dst: &str, to: Backend, shards: Option<u32>) -> ExitCode {
     let t = Instant::now();
     let source = Source::Dir(src.to_path_buf());
-    let mut go = |_| std::ops::ControlFlow::Continue(());
+    let mut phases = Phases::default();
+    let mut go = |e| phases.note(e);
     let r = match shards {
         None => migrate(&source, &target(dst, to), &mut go),
         Some(n) => reshard(&source, &target(dst, to), n, &mut go),
     };
+    phases.print();
     said(t, r)
 }
 
@@ -109,6 +163,11 @@ fn run_child(args: &[String]) -> WorkResult<[f64; 4]> {
         .output()?;
     if !out.status.success() {
         return Err(format!("the child failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    for l in String::from_utf8_lossy(&out.stderr).lines() {
+        if l.starts_with("phases:") {
+            eprintln!("{l}");
+        }
     }
     let line = String::from_utf8_lossy(&out.stdout).to_string();
     let f: Vec<f64> = line

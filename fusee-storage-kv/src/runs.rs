@@ -42,6 +42,15 @@ pub trait FrameEngine: crate::ShardEngine {
     /// none) and returns what it returns. `f` never calls out to the
     /// storage's caller, so an engine may run it under a panic shield.
     fn with_stored<T>(&self, n: u64, f: impl FnOnce(Option<&[u8]>) -> Result<T>) -> Result<T>;
+
+    /// [`RunStore::prefetch`] of stored frames `numbers`: an engine whose
+    /// reads are round trips fetches them together and serves the next
+    /// [`FrameEngine::with_stored`] of each from what it fetched. Default:
+    /// nothing.
+    fn prefetch(&self, numbers: &[u64]) -> Result<()> {
+        let _ = numbers;
+        Ok(())
+    }
 }
 
 /// A shard's run-store part on engine `E`. Its [`RunStore`] implementation
@@ -214,6 +223,20 @@ impl<E: FrameEngine> RunStore for KvRuns<E> {
         } else {
             Err(StorageError::UnknownBlob { blob })
         }
+    }
+
+    fn prefetch(&mut self, blobs: &[BlobRef]) -> Result<()> {
+        self.engine.check_open(self.names.runs)?;
+        // Frames still buffered here are read from memory anyway.
+        let stored: Vec<u64> = blobs
+            .iter()
+            .map(|b| b.offset)
+            .filter(|n| *n < self.next && !self.buffer.contains_key(n))
+            .collect();
+        if stored.is_empty() {
+            return Ok(());
+        }
+        self.engine.prefetch(&stored)
     }
 
     fn release(&mut self, blob: BlobRef) -> Result<()> {

@@ -151,6 +151,7 @@ pub(crate) struct Sql {
     pub(crate) frames_insert: String,
     pub(crate) frames_delete: String,
     pub(crate) frame_get: String,
+    pub(crate) frames_get: String,
     pub(crate) index_upsert: String,
     pub(crate) index_delete: String,
     pub(crate) index_clear: String,
@@ -320,6 +321,7 @@ impl Sql {
             ),
             frames_delete: format!("DELETE FROM {s}.store WHERE shard = $1 AND n = ANY($2)"),
             frame_get: format!("SELECT value FROM {s}.store WHERE shard = $1 AND n = $2"),
+            frames_get: format!("SELECT n, value FROM {s}.store WHERE shard = $1 AND n = ANY($2)"),
             // `xmax = 0` on a returned row: it was inserted, not updated,
             // which keeps the index's record count exact without a lookup
             // per record.

@@ -46,7 +46,27 @@ pub(crate) struct ShardInner {
     /// connection per flush that may be in flight
     /// ([`crate::PgOptions::flushes_in_flight`]), taken in turn.
     pub(crate) flushers: Vec<Mutex<Option<Conn>>>,
+    /// Frames a prefetch fetched ([`Prefetched`]).
+    prefetched: Mutex<Prefetched>,
 }
+
+/// Frames fetched by a [`FrameEngine::prefetch`] and not yet read: a
+/// migration's copy or check names the frames of its next runs, fetched in
+/// one round trip instead of one each. Bounded: a prefetch fetches at most
+/// [`PREFETCH_FRAMES`] frames and replaces what the last one left.
+///
+/// Sound because a frame number is written once per open and a frame is
+/// never read after its release, so a frame held here is the stored one;
+/// the reader's CRC check covers it as it covers a frame just read.
+#[derive(Default)]
+struct Prefetched {
+    frames: std::collections::HashMap<u64, Vec<u8>>,
+}
+
+/// The most frames one prefetch fetches (a frame is a parked run's
+/// journal: hundreds of bytes typically); the rest of a longer list is
+/// left to the reads.
+pub(crate) const PREFETCH_FRAMES: usize = 256;
 
 /// The engine handle of one open shard (cloned into each part).
 #[derive(Clone)]
@@ -77,6 +97,7 @@ impl ShardInner {
             fenced,
             main: Mutex::new(Some(main)),
             flushers: flushers.into_iter().map(|c| Mutex::new(Some(c))).collect(),
+            prefetched: Mutex::default(),
         }
     }
 
@@ -291,6 +312,32 @@ fn write_frames(
 }
 
 impl FrameEngine for PgShard {
+    fn prefetch(&self, numbers: &[u64]) -> Result<()> {
+        let h = &*self.0;
+        let id = i64::from(h.id);
+        let wanted = numbers
+            .iter()
+            .take(PREFETCH_FRAMES)
+            .map(|&n| i64_of(n, "frame number"))
+            .collect::<Result<Vec<i64>>>()?;
+        let doing = "prefetching run-store frames";
+        let rows = h.read(NAMES.runs, doing, |c| {
+            c.query(h.shared.sql.frames_get.as_str(), &[&id, &wanted])
+        })?;
+        let mut frames = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let n: i64 = row.try_get(0).map_err(|e| h.err(doing, &e))?;
+            let value: Vec<u8> = row.try_get(1).map_err(|e| h.err(doing, &e))?;
+            let n = u64::try_from(n).map_err(|_| StorageError::Corrupt {
+                what: "postgres store row: negative frame number, in shard",
+                at: u64::from(h.id),
+            })?;
+            frames.insert(n, value);
+        }
+        lock(&h.prefetched).frames = frames;
+        Ok(())
+    }
+
     fn spill(&self, frames: &BTreeMap<u64, Vec<u8>>) -> Result<()> {
         let doing = "writing run-store frames";
         self.0.write(NAMES.runs, doing, |h, tx| {
@@ -301,6 +348,9 @@ impl FrameEngine for PgShard {
     fn with_stored<T>(&self, n: u64, f: impl FnOnce(Option<&[u8]>) -> Result<T>) -> Result<T> {
         let h = &*self.0;
         let id = i64::from(h.id);
+        if let Some(value) = lock(&h.prefetched).frames.remove(&n) {
+            return f(Some(&value));
+        }
         let n = i64_of(n, "frame number")?;
         let row = h.read(NAMES.runs, "reading a run-store frame", |c| {
             c.query_opt(h.shared.sql.frame_get.as_str(), &[&id, &n])

@@ -408,6 +408,16 @@ pub trait RunStore: Send {
     /// it never returns other bytes.
     fn read(&mut self, blob: BlobRef, out: &mut Vec<u8>) -> Result<()>;
 
+    /// A hint that the frames at `blobs` will be read soon, so a backend
+    /// whose every read is a round trip to a server may fetch them in one
+    /// (a migration's copy and check walk many runs in a row). It changes
+    /// nothing a read returns, and a backend may ignore it (the default).
+    /// Only an error of the fetch itself is returned.
+    fn prefetch(&mut self, blobs: &[BlobRef]) -> Result<()> {
+        let _ = blobs;
+        Ok(())
+    }
+
     /// Declares the frame no longer needed. Its space may be reclaimed, but
     /// not durably before the next commit: a crash before it leaves the
     /// frame readable, because the committed index may still name it. After

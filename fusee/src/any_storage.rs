@@ -295,6 +295,10 @@ impl RunStore for AnyRuns {
         each!(self, AnyRuns, r => r.read(blob, out))
     }
 
+    fn prefetch(&mut self, blobs: &[BlobRef]) -> Result<()> {
+        each!(self, AnyRuns, r => r.prefetch(blobs))
+    }
+
     fn release(&mut self, blob: BlobRef) -> Result<()> {
         each!(self, AnyRuns, r => r.release(blob))
     }

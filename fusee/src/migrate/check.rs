@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use fusee_core::record::RunId;
+use fusee_core::shard::BlobRef;
 use fusee_storage::{RunStore, Storage};
 
 use super::{Event, MigrateError, Progress, report};
@@ -70,7 +71,12 @@ pub fn compare<A: Storage, B: Storage>(
             if batch.is_empty() {
                 break;
             }
-            for run in batch {
+            for (i, run) in batch.iter().copied().enumerate() {
+                if i % PREFETCH_RUNS == 0 {
+                    let next = || batch[i..].iter().copied().take(PREFETCH_RUNS);
+                    prefetch("source", &mut va, next())?;
+                    prefetch("destination", &mut vb, next())?;
+                }
                 let Some(ours) = run_of(&mut va, run)? else {
                     continue;
                 };
@@ -149,6 +155,28 @@ pub(crate) fn runs_in(core: &fusee_core::shard::ShardCore) -> u64 {
             .filter(|&r| core.get(r).is_some() || core.parked(r).is_some())
             .count() as u64;
     }
+}
+
+/// How many runs' frames one [`prefetch`] names (PostgreSQL fetches them
+/// in one round trip; see `RunStore::prefetch`).
+pub(crate) const PREFETCH_RUNS: usize = 256;
+
+/// Hints to the run store that the frames of `runs` (loaded runs' stored
+/// prefixes, parked runs' frames) are read next.
+pub(crate) fn prefetch<R: RunStore>(
+    side: &'static str,
+    view: &mut ShardView<R>,
+    runs: impl Iterator<Item = RunId>,
+) -> Result<(), MigrateError> {
+    let blobs: Vec<BlobRef> = runs
+        .filter_map(|run| match view.core.get(run) {
+            Some(l) => l.blob,
+            None => view.core.parked(run).map(|p| p.blob()),
+        })
+        .collect();
+    view.runs
+        .prefetch(&blobs)
+        .map_err(MigrateError::storage(side, Some(view.shard)))
 }
 
 /// Run `run`'s state and whole journal (stored prefix and records after

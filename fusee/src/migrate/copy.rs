@@ -9,6 +9,7 @@ use fusee_core::store::{Checkpoint, EntryRef, decode_entry, encode_entry_into};
 use fusee_core::table::{DELETED, Entry, RECORD, flag};
 use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore, Storage, StorageError};
 
+use super::check::PREFETCH_RUNS;
 use super::{Event, MigrateError, Moved, Progress, report};
 use crate::inspect::read_chain;
 use crate::runtime::messages::{Message, Outbox};
@@ -204,7 +205,28 @@ pub(crate) fn copy_parts<L: LogStore, R: RunStore, C: CheckpointStore, D: Storag
                 if failed.is_some() {
                     return Ok(());
                 }
-                for rec in records.chunks_exact(RECORD) {
+                for (i, rec) in records.chunks_exact(RECORD).enumerate() {
+                    if i % PREFETCH_RUNS == 0 {
+                        // The next frames in one round trip where reads are
+                        // round trips; a failure here only loses the hint.
+                        let next: Vec<BlobRef> = records[i * RECORD..]
+                            .chunks_exact(RECORD)
+                            .take(PREFETCH_RUNS)
+                            .filter_map(|r| Entry::from_record(r.try_into().ok()?))
+                            .filter(|e| {
+                                e.state() != DELETED
+                                    && !moved.contains_key(&BlobRef {
+                                        offset: e.offset(),
+                                        len: e.len(),
+                                    })
+                            })
+                            .map(|e| BlobRef {
+                                offset: e.offset(),
+                                len: e.len(),
+                            })
+                            .collect();
+                        let _ = sruns.prefetch(&next);
+                    }
                     let step = (|| -> Result<bool, FrameFail> {
                         let bytes: &[u8; RECORD] =
                             rec.try_into().map_err(|_| FrameFail::short())?;

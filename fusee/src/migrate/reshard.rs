@@ -11,7 +11,7 @@ use fusee_core::table::{Entry, RECORD, flag};
 use fusee_core::wire::hash_id;
 use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore, Storage};
 
-use super::check::{CheckReport, run_of, runs_held, same_run};
+use super::check::{CheckReport, PREFETCH_RUNS, prefetch, run_of, runs_held, same_run};
 use super::copy::{CopyReport, Inboxes, copy_frame};
 use super::{Event, MigrateError, Progress, report};
 use crate::inspect::{ShardView, rebuild};
@@ -110,6 +110,26 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// Prefetches the source frames of the next [`PREFETCH_RUNS`] of `runs`
+/// (`(source shard, old run)`), from each source shard they come from.
+fn prefetch_sources<R: RunStore>(
+    views: &mut [ShardView<R>],
+    runs: &[(u32, RunId)],
+) -> Result<(), MigrateError> {
+    let next = &runs[..runs.len().min(PREFETCH_RUNS)];
+    for view in views.iter_mut() {
+        let shard = view.shard;
+        if next.iter().any(|&(from, _)| from == shard) {
+            let mine = next
+                .iter()
+                .filter(|&&(from, _)| from == shard)
+                .map(|&(_, r)| r);
+            prefetch("source", view, mine)?;
+        }
+    }
+    Ok(())
 }
 
 /// Rebuilds every shard of `src` as recovery would and plans where each
@@ -256,6 +276,9 @@ pub(crate) fn write<R: RunStore, D: Storage>(
         let mut chunk = Vec::with_capacity(CHUNK_BYTES + RECORD);
         let mut parked = 0u64;
         for (i, &(from, old)) in runs.iter().enumerate() {
+            if i % PREFETCH_RUNS == 0 {
+                prefetch_sources(views, &runs[i..])?;
+            }
             let new = i as RunId + 1;
             let view = views.iter_mut().find(|v| v.shard == from).ok_or_else(|| {
                 MigrateError::Mismatch {
@@ -397,6 +420,11 @@ pub(crate) fn check<R: RunStore, D: Storage>(
         }
         for (i, &(from, old)) in runs.iter().enumerate() {
             let new = i as RunId + 1;
+            if i % PREFETCH_RUNS == 0 {
+                prefetch_sources(views, &runs[i..])?;
+                let next = (new..).take(PREFETCH_RUNS.min(runs.len() - i));
+                prefetch("destination", &mut vb, next)?;
+            }
             let Some(view) = views.iter_mut().find(|v| v.shard == from) else {
                 return Err(mismatch(
                     new,

@@ -88,7 +88,8 @@ fn commit<S: Storage>(p: &mut crate::ShardParts<S>, checkpoint: &[u8]) -> u64 {
 }
 
 /// Store round trip: frames from 0 B to 16 MiB read back exactly, before a
-/// commit, after it, and after a reopen.
+/// commit, after it, after a prefetch of them (a hint: reads are unchanged),
+/// and after a reopen.
 pub fn store_round_trip<H: Harness>(h: &mut H) {
     let _c = Clause::enter("store_round_trip");
     let mut s = h.open();
@@ -101,6 +102,23 @@ pub fn store_round_trip<H: Harness>(h: &mut H) {
     let position = commit(&mut p, b"ck");
     for (b, f) in blobs.iter().zip(&frames).rev() {
         check_frame(&mut p.runs, *b, f, "after the commit");
+    }
+    // A prefetch is a hint: whatever it names (a reference to no frame
+    // included), every read returns what it returned before, twice over.
+    let mut named: Vec<BlobRef> = blobs.iter().rev().copied().collect();
+    named.push(BlobRef {
+        offset: (1 << 47) + 3,
+        len: 1,
+    });
+    let prefetched = p.runs.prefetch(&named);
+    check!(
+        prefetched.is_ok(),
+        "prefetch of committed frames and of a reference to no frame must be Ok; found {prefetched:?}"
+    );
+    for _ in 0..2 {
+        for (b, f) in blobs.iter().zip(&frames) {
+            check_frame(&mut p.runs, *b, f, "after a prefetch");
+        }
     }
     drop(p);
     s = h.reopen(s);

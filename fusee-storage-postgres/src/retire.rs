@@ -48,12 +48,42 @@ pub fn retired_owner(why: &str) -> String {
     format!("{RETIRED_PREFIX}{why}")
 }
 
+/// How many times a retirement is tried again after the server broke a
+/// deadlock by ending it: a process's log discard holds its shard's row
+/// `FOR KEY SHARE` and then updates it, which the table lock held here
+/// makes it wait for while the retirement waits for its row, and the
+/// server ends one of the two (after `deadlock_timeout`, 1 s by default).
+/// When it ends the process's, that process was being fenced anyway.
+const RETIRE_TRIES: u32 = 5;
+
+/// Why one try of a retirement failed.
+enum Failed {
+    /// The server ended it to break a deadlock (`40P01`): tried again.
+    Deadlock(postgres::Error),
+    /// Another server error.
+    Server(postgres::Error),
+    /// The store's own answer.
+    Refused(StorageError),
+}
+
+impl From<postgres::Error> for Failed {
+    fn from(e: postgres::Error) -> Self {
+        if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED) {
+            Self::Deadlock(e)
+        } else {
+            Self::Server(e)
+        }
+    }
+}
+
 impl PgStorage {
     /// Retires the store (module docs): every shard's lease is taken from
     /// whoever holds it, so their writes from now on are `Fenced`, and
     /// every later open except under [`retired_owner`]`(why)` is refused
     /// with [`StorageError::Retired`]. Returns the shards the store had
-    /// rows for. One transaction; it waits for the writes in flight.
+    /// rows for. One transaction (tried again if the server ends it to
+    /// break a deadlock: [`RETIRE_TRIES`]); it waits for the writes in
+    /// flight.
     ///
     /// Errors: a store already retired for another reason (`Retired`,
     /// naming it); this storage holding shards open (`Misuse`: close
@@ -68,27 +98,47 @@ impl PgStorage {
             });
         }
         let owner = retired_owner(why);
-        let doing = "retiring the store";
-        let err = |e: postgres::Error| map(&e, doing, &sh.place);
         let mut conn = sh.connect()?;
-        let mut tx = conn.client.transaction().map_err(err)?;
+        let mut tries = 0;
+        loop {
+            match self.retire_once(&mut conn.client, &owner) {
+                Err(Failed::Deadlock(_)) if tries < RETIRE_TRIES => tries += 1,
+                Err(Failed::Deadlock(e) | Failed::Server(e)) => {
+                    return Err(map(&e, "retiring the store", &sh.place));
+                }
+                Err(Failed::Refused(e)) => return Err(e),
+                Ok(shards) => return Ok(shards),
+            }
+        }
+    }
+
+    /// One try of [`PgStorage::retire`]'s transaction.
+    fn retire_once(
+        &self,
+        client: &mut postgres::Client,
+        owner: &str,
+    ) -> std::result::Result<Vec<u32>, Failed> {
+        let sh = &*self.shared;
+        let mut tx = client.transaction()?;
         let [lock_table, lock_rows, take] = &sh.sql.retire;
-        tx.batch_execute(lock_table).map_err(err)?;
-        let rows = tx.query(lock_rows.as_str(), &[]).map_err(err)?;
+        tx.batch_execute(lock_table)?;
+        let rows = tx.query(lock_rows.as_str(), &[])?;
         let mut shards = Vec::with_capacity(rows.len());
         for row in &rows {
-            let shard: i64 = row.try_get(0).map_err(err)?;
-            let holder: String = row.try_get(1).map_err(err)?;
+            let shard: i64 = row.try_get(0)?;
+            let holder: String = row.try_get(1)?;
             if holder.starts_with(RETIRED_PREFIX) {
-                refusal(&sh.place, Some(holder), &owner)?;
+                refusal(&sh.place, Some(holder), owner).map_err(Failed::Refused)?;
             }
-            shards.push(u32::try_from(shard).map_err(|_| StorageError::Corrupt {
-                what: "postgres shard row: shard number out of range",
-                at: shard as u64,
+            shards.push(u32::try_from(shard).map_err(|_| {
+                Failed::Refused(StorageError::Corrupt {
+                    what: "postgres shard row: shard number out of range",
+                    at: shard as u64,
+                })
             })?);
         }
-        tx.execute(take.as_str(), &[&owner]).map_err(err)?;
-        tx.commit().map_err(err)?;
+        tx.execute(take.as_str(), &[&owner])?;
+        tx.commit()?;
         Ok(shards)
     }
 

@@ -54,6 +54,9 @@
 //! next commit (the committed index may still name it). A backend that must
 //! move frames to reclaim space does so in [`RunStore::compact`] and reports
 //! each move; old and new addresses stay readable until the next commit.
+//! [`RunStore::prefetch`] is a hint that some frames are read next (a
+//! backend whose reads are round trips fetches them together); it never
+//! changes what a read returns, and the default ignores it.
 //!
 //! **Checkpoint and index.** The index is a set of [`INDEX_RECORD`]-byte
 //! records keyed by run. [`CheckpointStore::commit`] takes the run store,
@@ -104,6 +107,7 @@
 //!    | [`RunStore::read`] / [`RunStore::release`] | a reference that names no frame (never appended, wrong length, between frames) is `UnknownBlob` |
 //!    | [`RunStore::release`] | not durable before the next commit |
 //!    | [`RunStore::compact`] | report every move; both addresses readable until the next commit |
+//!    | [`RunStore::prefetch`] | reads afterwards return what they would have (a reference to no frame in it is no error) |
 //!    | [`CheckpointStore::commit`] | store durable first; then index + checkpoint + store position atomically |
 //!    | [`CheckpointStore::commit`] / [`CheckpointStore::base_chunk`] | partial index records, a base never begun: `Misuse`, changing nothing |
 //!    | [`Storage::open_shard`] | roll the store back to the last commit; cut a torn log tail, report damage before it; `AlreadyOpen` while any one part lives |

@@ -10,7 +10,7 @@
 //! | `fusee disk-check DIR` | write-then-flush latency per flush method and size |
 //! | `fusee check DIR` | every unfinished run replayed against workflow code, read-only (the stock binary has none: an embedder builds its own with `fusee::check::main`) |
 //! | `fusee migrate SRC DST [--to BACKEND]` | a stopped engine's store moved to another backend (a directory or a PostgreSQL URL), checked run by run; the destination opens only once whole |
-//! | `fusee reshard SRC DST --shards N [--to BACKEND] [--take-over]` | a stopped engine's store copied into a new store of N shards: runs moved to the shard their ID hashes to, renumbered, links and messages in flight rewritten, checked run by run; the destination opens only once whole; `--take-over`: a PostgreSQL store whose processes still run, fenced out and retired first |
+//! | `fusee reshard SRC [DST] --shards N [--to BACKEND] [--take-over]` | a stopped engine's store copied into a new store of N shards: runs moved to the shard their ID hashes to, renumbered, links and messages in flight rewritten, checked run by run; the destination opens only once whole; without DST, in place (the directories swapped in one step); `--take-over`: a PostgreSQL store whose processes still run, fenced out and retired first |
 //! | `fusee compare [flags]` | the cross-backend comparison (`fusee-compare`; feature `compare`) |
 //! | `fusee inspect/runs/show --url URL` | the same, asked of a live engine's server (`fusee-server`) |
 //! | `fusee start/signal/cancel/terminate/pause/resume/reset --url URL ...` | act on a live engine's runs |
@@ -196,8 +196,9 @@ enum Command {
     /// parent/child links and the messages in flight rewritten. The
     /// result is checked run by run and only then opens; open it with
     /// N shards. The source is only read; interrupted, the destination is
-    /// refused at open until the command is run again. To reshard in
-    /// place: reshard into a new directory, then swap the directories.
+    /// refused at open until the command is run again. `fusee reshard DIR
+    /// --shards N` reshards in place: the new store swapped into DIR in one
+    /// step, the old one kept at DIR.before-reshard.
     /// With --take-over, a PostgreSQL source whose processes still run is
     /// taken from them first (their writes fenced, the source retired for
     /// good); restart them on DST with N shards.

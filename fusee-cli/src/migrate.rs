@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use fusee::migrate::{Event, MigrateReport, Source, migrate, reshard, reshard_taking_over};
+use fusee::migrate::{
+    Event, MigrateReport, Source, migrate, reshard, reshard_in_place, reshard_taking_over,
+};
 use fusee::{Backend, StorageConfig};
 use serde_json::json;
 
@@ -26,8 +28,9 @@ pub(crate) struct Args {
     source: String,
     /// Where to write: a new or empty directory, or a PostgreSQL URL. An
     /// interrupted migration's leftovers there are started over; a store
-    /// is refused.
-    destination: String,
+    /// is refused. `fusee reshard DIR --shards N` without it reshards the
+    /// directory in place (the old store kept at DIR.before-reshard).
+    destination: Option<String>,
     /// The destination directory's backend (file, redb, rocksdb).
     #[arg(long, default_value = "file")]
     to: Backend,
@@ -128,7 +131,7 @@ pub(crate) fn backup(a: &BackupArgs) -> Result<ExitCode, CliError> {
     run(
         &Args {
             source: a.source.display().to_string(),
-            destination: a.destination.display().to_string(),
+            destination: Some(a.destination.display().to_string()),
             to: backend,
             source_schema: "fusee".into(),
             schema: "fusee".into(),
@@ -169,37 +172,11 @@ impl ReshardArgs {
     }
 }
 
-/// Runs `fusee migrate`, or `fusee reshard` given how.
-pub(crate) fn run(a: &Args, how: Option<Reshard>) -> Result<ExitCode, CliError> {
-    let source = if is_url(&a.source) {
-        Source::Config(Box::new(
-            StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema),
-        ))
-    } else {
-        Source::Dir(PathBuf::from(&a.source))
-    };
-    let target = if is_url(&a.destination) {
-        StorageConfig::postgres(&a.destination).postgres_schema(&a.schema)
-    } else {
-        if matches!(a.to, Backend::Memory | Backend::Postgres) {
-            return Err(CliError::Usage(format!(
-                "--to {}: a directory's backend is file, redb or rocksdb (a PostgreSQL \
-                 destination is a postgresql:// URL)",
-                a.to
-            )));
-        }
-        StorageConfig::new(a.to, &a.destination)
-    };
-    if !target.backend.compiled_in() {
-        return Err(CliError::NotBuilt {
-            what: format!("the destination is a {} store", target.backend),
-            feature: target.backend.name(),
-        });
-    }
-    let started = Instant::now();
-    let bar = Bar::new(0, "shards");
+/// The progress function drawing `bar`: which shard is read, written or
+/// compared, and how far.
+fn progress_of(bar: &Bar) -> impl FnMut(Event) -> ControlFlow<()> + '_ {
     let mut shard_msg = String::new();
-    let mut progress = |e: Event| {
+    move |e: Event| {
         match e {
             Event::Retired { shards } => bar.message(format!(
                 "took the source's {shards} shards from its processes (retired)"
@@ -222,7 +199,55 @@ pub(crate) fn run(a: &Args, how: Option<Reshard>) -> Result<ExitCode, CliError> 
             _ => {}
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Runs `fusee migrate`, or `fusee reshard` given how.
+pub(crate) fn run(a: &Args, how: Option<Reshard>) -> Result<ExitCode, CliError> {
+    let source = if is_url(&a.source) {
+        Source::Config(Box::new(
+            StorageConfig::postgres(&a.source).postgres_schema(&a.source_schema),
+        ))
+    } else {
+        Source::Dir(PathBuf::from(&a.source))
     };
+    let destination = match (&a.destination, how, &source) {
+        (Some(d), _, _) => d.clone(),
+        (None, Some(Reshard::Stopped(n)), Source::Dir(dir)) => return in_place(a, dir, n),
+        (None, Some(_), _) => {
+            return Err(CliError::Usage(
+                "a reshard in place takes a stopped store's directory (fusee reshard DIR \
+                 --shards N); a PostgreSQL store is resharded into another schema"
+                    .into(),
+            ));
+        }
+        (None, None, _) => {
+            return Err(CliError::Usage(
+                "migrate takes the source and the destination: fusee migrate SRC DST".into(),
+            ));
+        }
+    };
+    let target = if is_url(&destination) {
+        StorageConfig::postgres(&destination).postgres_schema(&a.schema)
+    } else {
+        if matches!(a.to, Backend::Memory | Backend::Postgres) {
+            return Err(CliError::Usage(format!(
+                "--to {}: a directory's backend is file, redb or rocksdb (a PostgreSQL \
+                 destination is a postgresql:// URL)",
+                a.to
+            )));
+        }
+        StorageConfig::new(a.to, &destination)
+    };
+    if !target.backend.compiled_in() {
+        return Err(CliError::NotBuilt {
+            what: format!("the destination is a {} store", target.backend),
+            feature: target.backend.name(),
+        });
+    }
+    let started = Instant::now();
+    let bar = Bar::new(0, "shards");
+    let mut progress = progress_of(&bar);
     let (verb, result) = match how {
         None => ("migrate", migrate(&source, &target, &mut progress)),
         Some(Reshard::Stopped(n)) => ("reshard", reshard(&source, &target, n, &mut progress)),
@@ -246,7 +271,34 @@ pub(crate) fn run(a: &Args, how: Option<Reshard>) -> Result<ExitCode, CliError> 
     if a.json {
         emit_json(&to_json(&report, secs))?;
     } else {
-        emit(&table(&report, secs, &a.destination, how.is_some()))?;
+        emit(&table(&report, secs, &destination, how.is_some()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `fusee reshard DIR --shards N`: in place (`fusee::migrate::reshard_in_place`).
+fn in_place(a: &Args, dir: &std::path::Path, shards: u32) -> Result<ExitCode, CliError> {
+    let started = Instant::now();
+    let bar = Bar::new(0, "shards");
+    let mut progress = progress_of(&bar);
+    let result = reshard_in_place(dir, shards, &mut progress);
+    bar.finish();
+    let report = result.map_err(|e| CliError::Other(format!("reshard: {e}")))?;
+    let secs = started.elapsed().as_secs_f64();
+    let before = report.before.display().to_string();
+    let kept = format!("the old store is kept at {before}: delete it once satisfied");
+    match (&report.reshard, a.json) {
+        (Some(r), true) => {
+            let mut j = to_json(r, secs);
+            j["before"] = json!(before);
+            emit_json(&j)?;
+        }
+        (None, true) => emit_json(&json!({ "swapped": true, "before": before, "seconds": secs }))?,
+        (Some(r), false) => emit(&format!("{}{kept}\n", table(r, secs, &a.source, true)))?,
+        (None, false) => emit(&format!(
+            "an earlier run had resharded {} and was cut short: swapped now; {kept}\n",
+            a.source
+        ))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1229,3 +1229,147 @@ async fn reshard_taking_over_killed_at_any_moment_is_refused_or_whole() {
     let _ = std::fs::remove_dir_all(&dst);
     let _ = std::fs::remove_dir_all(&family);
 }
+
+/// `fusee reshard DIR --shards N` in place: the directory holds the new
+/// store, checked, its runs carrying on; the old one is kept beside it;
+/// a second run is refused while that is there, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_in_place_swaps_the_directories_and_keeps_the_old_store() {
+    let _serial = serial().await;
+    let dir = build_family("in-place").await;
+    let want = journals_unnumbered(&dir);
+    let out = fusee_json(&["reshard", s(&dir), "--shards", "3", "--json"], 0);
+    assert_eq!(out["shards"], 3, "{out}");
+    let (next, before) = fusee::migrate::in_place_paths(&dir);
+    assert_eq!(out["before"], s(&before), "{out}");
+    assert!(!next.exists());
+    assert_eq!(
+        journals_unnumbered(&dir),
+        want,
+        "the directory holds every run"
+    );
+    assert_eq!(placed(&dir, 3), want.len());
+    assert_eq!(
+        journals_unnumbered(&before),
+        want,
+        "the old store is kept whole"
+    );
+    let again = fusee(&["reshard", s(&dir), "--shards", "4"]);
+    assert_ne!(again.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("before-reshard"), "{err}");
+    carries_on("file", &dir, 3).await;
+    for d in [&dir, &before] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// An in-place reshard stopped at each of its steps (the swap included):
+/// each time the directory holds a whole store, the old or the new one,
+/// never nothing; the same call then finishes, and the journals are all
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_in_place_interrupted_anywhere_leaves_a_whole_store_and_finishes() {
+    let _serial = serial().await;
+    let dir = build_family("in-place-cut").await;
+    let want = journals_unnumbered(&dir);
+    let (next, before) = fusee::migrate::in_place_paths(&dir);
+    let target = StorageConfig::new(Backend::File, &dir);
+    // The copy, stopped at each step: every run starts it over.
+    let mut at = 0usize;
+    loop {
+        let mut seen = 0usize;
+        let mut broke = None;
+        let r = fusee::migrate::reshard_in_place(&dir, 3, &mut |e| {
+            seen += 1;
+            if seen > at {
+                broke = Some(e);
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        assert!(
+            matches!(r, Err(MigrateError::Interrupted)),
+            "step {at}: {r:?}"
+        );
+        opens(&target).unwrap_or_else(|e| panic!("step {at} ({broke:?}): {e}"));
+        assert!(!before.exists(), "step {at}");
+        if broke == Some(Event::Complete) {
+            break;
+        }
+        at += 1;
+        assert!(at < 10_000, "the reshard never ends");
+    }
+    assert!(at >= 8, "only {at} steps");
+    assert_eq!(
+        placed(&dir, 2),
+        want.len(),
+        "copied, not swapped: the old store"
+    );
+    // The swap, stopped right after it: the new store is in place.
+    let r = fusee::migrate::reshard_in_place(&dir, 3, &mut |e| {
+        assert_eq!(e, Event::Swapped, "only the swap was left");
+        ControlFlow::Break(())
+    });
+    assert!(matches!(r, Err(MigrateError::Interrupted)), "{r:?}");
+    opens(&target).expect("the swapped store opens");
+    assert_eq!(placed(&dir, 3), want.len(), "swapped: the new store");
+    // The rename of the old one is all that is left.
+    let report = fusee::migrate::reshard_in_place(&dir, 3, &mut |e| {
+        panic!("nothing is left to report: {e:?}")
+    })
+    .expect("finishes");
+    assert!(report.reshard.is_none());
+    assert!(!next.exists() && before.exists());
+    assert_eq!(journals_unnumbered(&dir), want);
+    assert_eq!(placed(&dir, 3), want.len());
+    for d in [&dir, &before] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// `fusee reshard DIR --shards N` SIGKILLed at moments through its run:
+/// the directory always opens whole, and the command run again finishes
+/// with every journal (the count goes 2 -> 3 -> 2 -> ... across the kills).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_in_place_killed_at_any_moment_leaves_a_whole_store() {
+    let _serial = serial().await;
+    let dir = build_family("in-place-kill").await;
+    let want = journals_unnumbered(&dir);
+    let (_, before) = fusee::migrate::in_place_paths(&dir);
+    let target = StorageConfig::new(Backend::File, &dir);
+    let exe = env!("CARGO_BIN_EXE_fusee");
+    let mut count = 2u32;
+    let mut cut = 0;
+    for (i, delay_us) in [0u64, 3_000, 10_000, 30_000, 100_000, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let to = if count == 2 { 3 } else { 2 };
+        let _ = std::fs::remove_dir_all(&before);
+        let n = to.to_string();
+        let mut child = std::process::Command::new(exe)
+            .args(["reshard", s(&dir), "--shards", &n])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("fusee runs");
+        std::thread::sleep(Duration::from_micros(delay_us));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        opens(&target).unwrap_or_else(|e| panic!("kill {i}: the directory: {e}"));
+        if !before.exists() {
+            cut += 1;
+            fusee_json(&["reshard", s(&dir), "--shards", &n, "--json"], 0);
+        }
+        assert!(before.exists(), "kill {i}");
+        count = to;
+        assert_eq!(journals_unnumbered(&dir), want, "kill {i}");
+        assert_eq!(placed(&dir, count), want.len(), "kill {i}");
+    }
+    assert!(cut > 0, "no kill landed inside a reshard");
+    for d in [&dir, &before] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

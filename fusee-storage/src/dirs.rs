@@ -7,7 +7,8 @@
 //! may take the new entry away, with everything synced inside it. Backend
 //! authors call [`create_dir_durably`] for the directories they create,
 //! [`open_in_dir`] to have an engine open or create its database inside
-//! one, and [`sync_dir`] after creating other entries.
+//! one, and [`sync_dir`] after creating other entries. [`exchange`] swaps
+//! two directories in one step (a store replaced in place).
 
 use std::fs::File;
 use std::path::Path;
@@ -105,6 +106,62 @@ mod tests {
         );
         let err = sync_dir(&root.join("missing")).expect_err("no such directory");
         assert!(err.to_string().contains("missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
+
+/// Swaps the entries at `a` and `b` (two directories, or two files) in one
+/// step, then syncs their parent directories: after a crash at any moment
+/// each path names one of the two, never neither and never the same one
+/// (Linux's `renameat2` with `RENAME_EXCHANGE`, on ext4, XFS, Btrfs, tmpfs
+/// and most local file systems).
+///
+/// Errors: `Io` naming both paths: either is missing, the file system
+/// cannot exchange (`EINVAL`), or this is not Linux (`Unsupported`).
+pub fn exchange(a: &Path, b: &Path) -> Result<()> {
+    let context = || format!("exchanging {} and {}", a.display(), b.display());
+    swap(a, b).map_err(|e| StorageError::io(context(), e))?;
+    let parent = |p: &Path| p.parent().map(Path::to_path_buf).unwrap_or_default();
+    let (pa, pb) = (parent(a), parent(b));
+    sync_dir(&pa)?;
+    if pb != pa {
+        sync_dir(&pb)?;
+    }
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn swap(a: &Path, b: &Path) -> std::io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(std::io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn swap(_a: &Path, _b: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "swapping two directories in one step needs Linux's renameat2",
+    ))
+}
+
+#[cfg(test)]
+mod exchange_tests {
+    use super::*;
+
+    #[test]
+    fn two_directories_swap_and_a_missing_one_is_an_error() {
+        let root = std::env::temp_dir().join(format!("fusee-exchange-{}", std::process::id()));
+        let (a, b) = (root.join("a"), root.join("b"));
+        std::fs::create_dir_all(&a).expect("a");
+        std::fs::create_dir_all(&b).expect("b");
+        std::fs::write(a.join("x"), b"in a").expect("x");
+        std::fs::write(b.join("y"), b"in b").expect("y");
+        exchange(&a, &b).expect("swaps");
+        assert_eq!(std::fs::read(a.join("y")).expect("y now in a"), b"in b");
+        assert_eq!(std::fs::read(b.join("x")).expect("x now in b"), b"in a");
+        let err = exchange(&a, &root.join("missing")).expect_err("refused");
+        assert!(err.to_string().contains("exchanging"), "{err}");
+        assert!(a.join("y").exists(), "nothing moved");
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -164,6 +164,21 @@
 //! refused as incomplete; the same command run again carries on (a
 //! reshard into another destination is refused, naming the first).
 //!
+//! # Resharding in place
+//!
+//! [`reshard_in_place`] reshards a stopped store's directory `DIR` into
+//! `DIR.reshard` (beside it, so on the same file system), then swaps the
+//! two directories in one step ([`fusee_storage::dirs::exchange`], Linux's
+//! `renameat2(RENAME_EXCHANGE)`, done while the old store's lock is held
+//! so no engine has it open), then renames `DIR.reshard`, now the old
+//! store, to `DIR.before-reshard`, kept until the operator deletes it. At
+//! no moment does `DIR` name nothing or a half-written store: before the
+//! swap it is the old store, after it the new one, checked. Run again
+//! after a crash it finds where it was: an incomplete `DIR.reshard` is
+//! started over; a whole one with the new count is swapped; a whole one
+//! with the old count while `DIR` has the new one was swapped already and
+//! is only renamed.
+//!
 //! # Interrupting for tests
 //!
 //! Every step reports an [`Event`] to the caller's progress function;
@@ -263,6 +278,16 @@ pub enum MigrateError {
         "--take-over needs a PostgreSQL source (its shards' leases fence the running processes); a {0} store is resharded with its engine stopped"
     )]
     TakeOverNeedsLeases(Backend),
+    /// An in-place reshard found the old store of an earlier one kept
+    /// beside the directory.
+    #[error(
+        "{} holds the store an earlier in-place reshard replaced: delete it (or move it away) first",
+        .0.display()
+    )]
+    InPlaceLeftover(PathBuf),
+    /// An in-place reshard was asked for the shard count the store has.
+    #[error("the store already has {0} shards")]
+    SameShardCount(u32),
     /// A reshard was asked for a shard count out of range.
     #[error("a store has 1 to {MAX_SHARDS} shards, not {0}")]
     ShardCount(u32),
@@ -330,6 +355,8 @@ pub enum Event {
     Checked(u64),
     /// The destination is whole and no longer marked.
     Complete,
+    /// An in-place reshard swapped the new store into the directory.
+    Swapped,
 }
 
 /// The progress function: told each [`Event`], it may stop the migration.
@@ -399,6 +426,112 @@ pub fn reshard(
 
 /// The largest shard count [`reshard`] makes.
 pub const MAX_SHARDS: u32 = 4096;
+
+/// Where [`reshard_in_place`] writes the new store before the swap
+/// (`DIR.reshard`), and where the old store is kept after it
+/// (`DIR.before-reshard`): beside `dir`, on its file system.
+pub fn in_place_paths(dir: &Path) -> (PathBuf, PathBuf) {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    let beside = |suffix: &str| {
+        let mut n = name.clone();
+        n.push(suffix);
+        dir.with_file_name(n)
+    };
+    (beside(".reshard"), beside(".before-reshard"))
+}
+
+/// What [`reshard_in_place`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InPlaceReport {
+    /// The reshard's report, `None` when a run cut short after its copy was
+    /// finished (only the swap was left).
+    pub reshard: Option<MigrateReport>,
+    /// Where the old store is kept (delete it once satisfied).
+    pub before: PathBuf,
+}
+
+/// Reshards the stopped store in `dir` in place
+/// ([module docs](self#resharding-in-place)): into `DIR.reshard` as
+/// [`reshard`] does, then the two directories swapped in one step, the old
+/// store kept at `DIR.before-reshard`. Run again after a crash at any
+/// point, it carries on from where it was. Refused: a store that already
+/// has `shards` shards, or a `DIR.before-reshard` left by an earlier one.
+pub fn reshard_in_place(
+    dir: &Path,
+    shards: u32,
+    progress: Progress<'_>,
+) -> Result<InPlaceReport, MigrateError> {
+    if shards == 0 || shards > MAX_SHARDS {
+        return Err(MigrateError::ShardCount(shards));
+    }
+    let (next, before) = in_place_paths(dir);
+    if before.exists() {
+        return Err(MigrateError::InPlaceLeftover(before));
+    }
+    let now = shard_count(dir)?;
+    // A whole store at `next` is this command's, cut short: after its copy
+    // (its count the one asked for), or after the swap (then `dir` has it).
+    let done = if next.join(MARKER).exists() {
+        shard_count(&next).ok()
+    } else {
+        None
+    };
+    let (reshard_report, swapped) = match done {
+        Some(n) if now == shards && n != shards => (None, true),
+        Some(n) if n == shards => (None, false),
+        _ if now == shards => return Err(MigrateError::SameShardCount(shards)),
+        _ => {
+            let backend = crate::inspect::backend_of(dir)?;
+            let target = StorageConfig::new(backend, &next);
+            let r = reshard(&Source::Dir(dir.to_path_buf()), &target, shards, progress)?;
+            (Some(r), false)
+        }
+    };
+    if !swapped {
+        // Under the old store's lock, so no engine holds it while it moves.
+        crate::inspect::open_read_only(dir, Swap { dir, next: &next })?
+            .map_err(MigrateError::storage("source", None))?;
+        report(progress, Event::Swapped)?;
+    }
+    std::fs::rename(&next, &before).map_err(|error| MigrateError::Storage {
+        side: "source",
+        shard: None,
+        error: StorageError::io(
+            format!("renaming {} to {}", next.display(), before.display()),
+            error,
+        ),
+    })?;
+    if let Some(parent) = before.parent() {
+        fusee_storage::dirs::sync_dir(parent).map_err(MigrateError::storage("source", None))?;
+    }
+    Ok(InPlaceReport {
+        reshard: reshard_report,
+        before,
+    })
+}
+
+/// How many shards the stopped store in `dir` has.
+fn shard_count(dir: &Path) -> Result<u32, MigrateError> {
+    let shards = crate::inspect::open_read_only(dir, Shards)?
+        .map_err(MigrateError::storage("source", None))?;
+    Ok(u32::try_from(shards.len()).unwrap_or(u32::MAX))
+}
+
+/// Swaps `dir` and `next` while the store in `dir` is held open.
+struct Swap<'a> {
+    dir: &'a Path,
+    next: &'a Path,
+}
+
+impl StoreVisitor for Swap<'_> {
+    type Out = Result<(), StorageError>;
+    fn visit<S: Storage>(self, _backend: Backend, _storage: &S) -> Self::Out {
+        fusee_storage::dirs::exchange(self.dir, self.next)
+    }
+}
 
 /// Reshards a PostgreSQL store that engine processes still run on, as
 /// [`reshard`] does after taking it from them

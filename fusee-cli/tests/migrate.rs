@@ -248,23 +248,28 @@ fn interrupted_everywhere(src: &Path, target: &StorageConfig) {
     interrupted_everywhere_by(src, target, &migrate_op);
 }
 
+/// A progress function that stops the operation at its step `at` (from
+/// 0) and notes there which step that was in `broke`.
+fn stopping_at(at: usize, broke: &mut Option<Event>) -> impl FnMut(Event) -> ControlFlow<()> + '_ {
+    let mut seen = 0usize;
+    move |e| {
+        seen += 1;
+        if seen > at {
+            *broke = Some(e);
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
 /// [`interrupted_everywhere`] of the operation `op`.
 fn interrupted_everywhere_by(src: &Path, target: &StorageConfig, op: Op<'_>) {
     let before = snapshot(src);
     let mut at = 0usize;
     loop {
-        let mut seen = 0usize;
         let mut broke = None;
-        let mut stop = |e: Event| {
-            seen += 1;
-            if seen > at {
-                broke = Some(e);
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        };
-        match op(src, target, &mut stop) {
+        match op(src, target, &mut stopping_at(at, &mut broke)) {
             Err(MigrateError::Interrupted) => {}
             other => panic!("step {at}: {other:?}"),
         }
@@ -1118,17 +1123,13 @@ async fn reshard_taking_over_interrupted_at_every_step_carries_on_when_run_again
     loop {
         let (src2, target2) = (src.clone(), target.clone());
         let (result, broke) = off_runtime(move || {
-            let mut seen = 0usize;
             let mut broke = None;
-            let r = fusee::migrate::reshard_taking_over(&src2, &target2, 3, &mut |e| {
-                seen += 1;
-                if seen > at {
-                    broke = Some(e);
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            });
+            let r = fusee::migrate::reshard_taking_over(
+                &src2,
+                &target2,
+                3,
+                &mut stopping_at(at, &mut broke),
+            );
             (r, broke)
         });
         match result {
@@ -1278,17 +1279,8 @@ async fn reshard_in_place_interrupted_anywhere_leaves_a_whole_store_and_finishes
     // The copy, stopped at each step: every run starts it over.
     let mut at = 0usize;
     loop {
-        let mut seen = 0usize;
         let mut broke = None;
-        let r = fusee::migrate::reshard_in_place(&dir, 3, &mut |e| {
-            seen += 1;
-            if seen > at {
-                broke = Some(e);
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        });
+        let r = fusee::migrate::reshard_in_place(&dir, 3, &mut stopping_at(at, &mut broke));
         assert!(
             matches!(r, Err(MigrateError::Interrupted)),
             "step {at}: {r:?}"

@@ -170,6 +170,34 @@ async fn a_signal_loads_a_parked_run_and_a_parked_result_is_read_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_call_on_a_parked_unfinished_run_waits_for_its_end() {
+    let dir = temp_dir("result-waits");
+    let clock = VirtualClock::new(START_MS);
+    let engine = Engine::open(config(&dir, &clock)).await.unwrap();
+    register(&engine, Arc::default());
+    engine.start(GATE, "gate-w", &()).await.unwrap();
+    until(&engine, "the gate parked", |m| m.parked_runs == 1).await;
+    // Read from the parked frame: not finished, so the call waits.
+    let waiting = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.result(GATE, "gate-w").await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "answered before the run ended");
+    assert!(matches!(
+        engine.result(GATE, "gate-none").await,
+        Err(fusee::Error::NotFound { .. })
+    ));
+    engine
+        .signal("gate-w", OPEN, &"later".to_string())
+        .await
+        .unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap(), "later");
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Awaits every future (a tiny join_all: the test needs no futures crate).
 async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     futures: impl Iterator<Item = F>,

@@ -641,6 +641,24 @@ pub fn iter_canonical_passing(bytes: &[u8], pass: u8) -> PassingIter<'_> {
     }
 }
 
+/// The first record of kind `tag` among the canonical records in
+/// `bytes`, decoded; the records before it are only framed (a varint and
+/// a byte each, not a decode: a finished run's result call reads its
+/// `Done` this way). `None` if there is none, or the records before it do
+/// not frame. Like [`iter_canonical_passing`], only for bytes whose
+/// integrity something else checked.
+pub fn find_kind(bytes: &[u8], tag: u8) -> Option<DecodeResult<RecordRef<'_>>> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (body, total) = split_first(rest).ok()?;
+        if body.first() == Some(&tag) {
+            return Some(decode_body(body));
+        }
+        rest = &rest[total..];
+    }
+    None
+}
+
 /// Decodes every canonical record in `bytes` into owned records (repeated
 /// names share one allocation, see [`InlineDecoder`](super::InlineDecoder)).
 /// Any malformed record, including a torn last one, fails the whole call.

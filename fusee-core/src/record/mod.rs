@@ -43,8 +43,8 @@ pub mod kind;
 
 pub use canonical::{
     CanonicalIter, LimitError, MAX_BODY, PassingIter, Walked, body_len, canonical_len,
-    check_limits, decode_body, decode_canonical_all, encode_body, encode_canonical, iter_canonical,
-    iter_canonical_passing,
+    check_limits, decode_body, decode_canonical_all, encode_body, encode_canonical, find_kind,
+    iter_canonical, iter_canonical_passing,
 };
 pub use fields::{FieldSink, FieldSource};
 pub use inline::InlineDecoder;

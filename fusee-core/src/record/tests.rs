@@ -508,3 +508,47 @@ fn a_passing_walk_frames_the_passed_kind_and_decodes_the_rest() {
     assert!(walk.next().unwrap().is_err());
     assert!(walk.next().is_none());
 }
+
+#[test]
+fn find_kind_decodes_only_the_first_record_of_its_kind() {
+    let done = |payload: &'static [u8]| -> RecordRef<'static> {
+        Record::Done {
+            run: 1,
+            status: Status::Ok,
+            finished_ms: 9,
+            payload,
+            by: None,
+        }
+    };
+    let chunk: RecordRef<'_> = Record::Chunk {
+        run: 1,
+        seq: 3,
+        payload: b"tok",
+    };
+    let mut bytes = canonical(&step(1, "a", b"x"));
+    bytes.extend_from_slice(&canonical(&chunk));
+    // A record before the one sought is framed, not decoded: a step whose
+    // body is damaged (its last byte, inside the payload's length, made
+    // an overlong length) does not stop the walk.
+    let mut damaged = canonical(&step(1, "b", b"y"));
+    let last = damaged.len() - 2;
+    damaged[last] = 0x7f;
+    assert!(iter_canonical(&damaged).next().unwrap().is_err());
+    bytes.extend_from_slice(&damaged);
+    bytes.extend_from_slice(&canonical(&done(b"first")));
+    bytes.extend_from_slice(&canonical(&done(b"second")));
+    assert_eq!(
+        find_kind(&bytes, kind::DONE).map(Result::unwrap),
+        Some(done(b"first"))
+    );
+    assert!(matches!(
+        find_kind(&bytes, kind::CHUNK),
+        Some(Ok(Record::Chunk { seq: 3, .. }))
+    ));
+    assert_eq!(find_kind(&bytes, kind::START), None);
+    // Bytes that do not frame: nothing found.
+    let mut torn = canonical(&done(b"first"));
+    torn.truncate(torn.len() - 1);
+    assert_eq!(find_kind(&torn, kind::DONE), None);
+    assert_eq!(find_kind(&[], kind::DONE), None);
+}

@@ -65,11 +65,19 @@ impl RunMachine {
     }
 
     /// Takes the journal a machine is built from.
-    pub(super) fn take_journal(&mut self, journal: &[u8]) -> Result<(), JournalError> {
+    /// Takes the whole of `journal` (the machine reset), returning its
+    /// `Start`'s input, borrowed from it.
+    pub(super) fn take_journal<'j>(&mut self, journal: &'j [u8]) -> Result<&'j [u8], JournalError> {
         // Stream chunks are the host's (`take` keeps nothing of them):
         // framed and counted, not decoded, so a long stream costs a
         // varint a chunk here.
         let mut walk = iter_canonical_passing(journal, kind::CHUNK);
+        let mut input: &'j [u8] = &[];
+        // The bytes kept are parts of the journal's records: one
+        // allocation up front rather than a doubling series (a code start
+        // after an open builds thousands of machines), bounded for a
+        // journal that is mostly stream chunks, which keep nothing.
+        self.bytes.reserve(journal.len().min(KEEP_RESERVE_MAX));
         // Each record is at least 4 bytes, so the walk ends within
         // `journal.len() / 4` steps.
         loop {
@@ -92,6 +100,9 @@ impl RunMachine {
             };
             if self.records == 0 {
                 self.take_start(&rec, at)?;
+                if let Record::Start { input: given, .. } = rec {
+                    input = given;
+                }
             } else {
                 self.take(&rec, at, false)?;
             }
@@ -106,7 +117,7 @@ impl RunMachine {
         self.recorded_due = self.deliveries.len();
         // Nothing is consumed yet: no compaction until the store doubles.
         self.compact_at = self.compact_at.max(2 * self.bytes.len());
-        Ok(())
+        Ok(input)
     }
 
     pub(super) fn refuse(&self, at: Position, problem: Problem) -> JournalError {
@@ -654,3 +665,7 @@ impl<'a> Command<'a> {
         }
     }
 }
+
+/// The most byte-store capacity [`RunMachine::take_journal`] reserves
+/// before a build.
+const KEEP_RESERVE_MAX: usize = 1024;

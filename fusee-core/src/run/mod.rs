@@ -254,9 +254,23 @@ impl RunMachine {
     /// concatenated in log order, the first its `Start`) and the LSN of its
     /// latest record. See [`rebuild`](Self::rebuild).
     pub fn build(run: RunId, journal: &[u8], gate_lsn: Lsn) -> Result<Self, JournalError> {
+        Self::build_with_input(run, journal, gate_lsn).map(|(m, _)| m)
+    }
+
+    /// [`build`](Self::build), also giving the run's input (its `Start`'s,
+    /// borrowed from `journal`): a code start needs it, and decoding the
+    /// `Start` a second time would cost as much as the rest of a short
+    /// journal's build.
+    pub fn build_with_input(
+        run: RunId,
+        journal: &[u8],
+        gate_lsn: Lsn,
+    ) -> Result<(Self, &[u8]), JournalError> {
         let mut m = Self::new();
-        m.rebuild(run, journal, gate_lsn)?;
-        Ok(m)
+        m.run = run;
+        m.gate_lsn = gate_lsn;
+        let input = m.take_journal(journal)?;
+        Ok((m, input))
     }
 
     /// Makes this machine run `run`'s, from its journal and the LSN of its
@@ -280,7 +294,7 @@ impl RunMachine {
         if built.is_err() {
             self.reset();
         }
-        built
+        built.map(|_| ())
     }
 
     /// Forgets the run, keeping the memory for the next

@@ -8,6 +8,7 @@ use fusee_storage::LogStore;
 use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
+use super::parking::ParkedResult;
 use super::run::{with_query_handler, with_update_handler};
 use super::sabotage::Sabotage;
 use super::waiters::Waiting;
@@ -93,8 +94,22 @@ impl ShardLoop {
                     Err(e) => self.refuse_after_durable(reply, e),
                 }
             }
-            Input::Result { id, reply } => match self.lookup(&id) {
-                Ok(Some((run, false))) => match self.result_of(run) {
+            // A parked run's frames are read once, for its ID and result.
+            Input::Result { id, reply } => match self.core.find(&id) {
+                Some(Found::Parked(run)) => match self.parked_result(run, &id) {
+                    Ok(ParkedResult::Finished(r)) => {
+                        let _ = reply.send(Ok(r));
+                    }
+                    Ok(ParkedResult::Running) => self.waiters.wait_result(run, reply),
+                    Ok(ParkedResult::Other) => {
+                        let _ = reply.send(Err(Error::NotFound { id }));
+                    }
+                    Err(error) => {
+                        let shard = self.shard;
+                        let _ = reply.send(Err(Error::Storage { shard, error }));
+                    }
+                },
+                Some(Found::Loaded(run)) => match self.result_of(run) {
                     Some(r) => {
                         let _ = reply.send(Ok(r));
                     }
@@ -103,26 +118,8 @@ impl ShardLoop {
                         self.answer_stopped(run);
                     }
                 },
-                Ok(Some((run, true))) => match self.parked_done(run) {
-                    Ok(Some(RecordBuf::Done {
-                        status, payload, ..
-                    })) => {
-                        let _ = reply.send(Ok(RunResult {
-                            status,
-                            payload: payload.to_vec(),
-                        }));
-                    }
-                    Ok(_) => self.waiters.wait_result(run, reply),
-                    Err(e) => {
-                        let shard = self.shard;
-                        let _ = reply.send(Err(Error::Storage { shard, error: e }));
-                    }
-                },
-                Ok(None) => {
+                None => {
                     let _ = reply.send(Err(Error::NotFound { id }));
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
                 }
             },
             Input::Describe { id, reply } => {
@@ -375,11 +372,9 @@ impl ShardLoop {
     pub(super) fn lookup(&mut self, id: &str) -> Result<Option<(u64, bool)>, Error> {
         match self.core.find(id) {
             Some(Found::Loaded(run)) => Ok(Some((run, false))),
-            Some(Found::Parked(run)) => match self.parked_start(run) {
-                Ok(Some(RecordBuf::Start { id: found, .. })) if &*found == id => {
-                    Ok(Some((run, true)))
-                }
-                Ok(_) => Ok(None),
+            Some(Found::Parked(run)) => match self.parked_named(run, id) {
+                Ok(true) => Ok(Some((run, true))),
+                Ok(false) => Ok(None),
                 Err(error) => Err(Error::Storage {
                     shard: self.shard,
                     error,

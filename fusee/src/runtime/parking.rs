@@ -39,7 +39,7 @@
 use std::cmp::Reverse;
 
 use fusee_core::record::{
-    Record, RecordBuf, RunId, Walked, iter_canonical, iter_canonical_passing, kind,
+    Record, RecordBuf, RunId, Walked, find_kind, iter_canonical, iter_canonical_passing, kind,
 };
 use fusee_core::shard::{BlobRef, LoadedRun};
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
@@ -49,6 +49,7 @@ use fusee_storage::{RunStore, StorageError};
 use super::ShardLoop;
 use super::live::LiveRun;
 use crate::AnyRuns;
+use crate::client::RunResult;
 use crate::recovery::ChainError;
 
 /// Frames a `Delta` chain may have before the run is written whole.
@@ -499,13 +500,45 @@ impl ShardLoop {
             return Ok(None);
         };
         let frame = self.read_frame(parked.blob())?;
-        // Past its streams' chunks undecoded.
-        Ok(iter_canonical_passing(&frame.journal, kind::CHUNK)
-            .filter_map(Result::ok)
-            .find_map(|item| match item {
-                Walked::Record(r @ Record::Done { .. }, _) => Some(r.to_buf()),
-                _ => None,
-            }))
+        Ok(done_of(&frame.journal).map(|r| r.to_buf()))
+    }
+
+    /// Whether parked run `run`'s frame names `id` (its `Start`'s ID: a
+    /// run is found by its ID's hash, which another ID may share).
+    pub(super) fn parked_named(&mut self, run: RunId, id: &str) -> Result<bool, StorageError> {
+        let Some(parked) = self.core.parked(run) else {
+            return Ok(false);
+        };
+        let frame = self.read_frame(parked.blob())?;
+        Ok(names(&frame.journal, id))
+    }
+
+    /// What a result call for `id` learns of parked run `run`, from one
+    /// read of its frames (a result call after an open, for each run that
+    /// finished before it, must not read them twice): whether the frame
+    /// names `id` (as [`parked_named`](Self::parked_named)), and if so the
+    /// run's result once finished.
+    pub(super) fn parked_result(
+        &mut self,
+        run: RunId,
+        id: &str,
+    ) -> Result<ParkedResult, StorageError> {
+        let Some(parked) = self.core.parked(run) else {
+            return Ok(ParkedResult::Other);
+        };
+        let frame = self.read_frame(parked.blob())?;
+        if !names(&frame.journal, id) {
+            return Ok(ParkedResult::Other);
+        }
+        Ok(match done_of(&frame.journal) {
+            Some(Record::Done {
+                status, payload, ..
+            }) => ParkedResult::Finished(RunResult {
+                status,
+                payload: payload.to_vec(),
+            }),
+            _ => ParkedResult::Running,
+        })
     }
 
     /// Removes finished runs whose retention ended and releases their
@@ -657,6 +690,27 @@ fn summary(whole: &[u8]) -> Vec<u8> {
         }
     }
     kept
+}
+
+/// What [`ShardLoop::parked_result`] found.
+pub(super) enum ParkedResult {
+    /// The frame names another ID: the one asked for is not this run.
+    Other,
+    /// The run has not finished.
+    Running,
+    /// The run's result.
+    Finished(RunResult),
+}
+
+/// Whether the stored journal `journal` starts with a `Start` naming `id`.
+fn names(journal: &[u8], id: &str) -> bool {
+    matches!(iter_canonical(journal).next(), Some(Ok((Record::Start { id: found, .. }, _))) if found == id)
+}
+
+/// The `Done` record in the stored journal `journal`, the records before
+/// it framed, not decoded (a finished run has one, near its end).
+fn done_of(journal: &[u8]) -> Option<fusee_core::record::RecordRef<'_>> {
+    find_kind(journal, kind::DONE).and_then(Result::ok)
 }
 
 /// Reads the frame at `blob` from `store` and the chain before it: the

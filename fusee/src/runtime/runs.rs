@@ -5,7 +5,7 @@
 use std::rc::Rc;
 use std::task::Context;
 
-use fusee_core::record::{Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical};
+use fusee_core::record::{Payload, RecordBuf, RunId, Status, WaitOutcome};
 use fusee_core::run::{Answer, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
@@ -166,14 +166,10 @@ impl ShardLoop {
             Some(j) => j,
             None => self.core.get(run).map_or(&[], |l| &l.journal[..]),
         };
-        let built = RunMachine::build(run, journal, last_lsn);
-        let input = match iter_canonical(journal).next() {
-            Some(Ok((Record::Start { input, .. }, _))) => input.to_vec(),
-            _ => Vec::new(),
-        };
+        let built = RunMachine::build_with_input(run, journal, last_lsn);
         let waker = self.live.waker(run);
-        let machine = match built {
-            Ok(m) => m,
+        let (machine, input) = match built {
+            Ok(built) => built,
             Err(e) => {
                 let state = RunState::new(
                     RunMachine::new(),
@@ -208,7 +204,7 @@ impl ShardLoop {
         };
         state.set_code_attributes(u32::try_from(code_attrs).unwrap_or(u32::MAX));
         let mut live = LiveRun::new(state, waker);
-        live.future = Some(handler(Ctx::new(Rc::clone(&live.state)), &input));
+        live.future = Some(handler(Ctx::new(Rc::clone(&live.state)), input));
         self.live.insert(run, live);
         self.wake(run);
     }

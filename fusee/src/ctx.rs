@@ -325,6 +325,8 @@ impl Ctx {
         }
         crate::StreamSender::new(
             s.registry().host(),
+            #[cfg(feature = "testing")]
+            s.registry().sim_post(),
             std::sync::Arc::from(&**s.id()),
             std::sync::Arc::from(name),
             s.run(),

@@ -76,6 +76,10 @@ pub(crate) struct Registry<C: Code> {
     /// Step mocks by step name (the test kit's; `Ctx::step` asks).
     #[cfg(feature = "testing")]
     mocks: Arc<RwLock<BTreeMap<String, C::StepMock>>>,
+    /// Where the simulator takes its runs' stream requests (it has no
+    /// engine to send them through); set once by its world.
+    #[cfg(feature = "testing")]
+    sim_post: Arc<OnceLock<crate::stream::SimPost>>,
 }
 
 // By hand: a derive would ask `C: Clone`/`C: Default`, and a clone is the
@@ -88,6 +92,8 @@ impl<C: Code> Clone for Registry<C> {
             held_back: Arc::clone(&self.held_back),
             #[cfg(feature = "testing")]
             mocks: Arc::clone(&self.mocks),
+            #[cfg(feature = "testing")]
+            sim_post: Arc::clone(&self.sim_post),
         }
     }
 }
@@ -100,6 +106,8 @@ impl<C: Code> Default for Registry<C> {
             held_back: Arc::default(),
             #[cfg(feature = "testing")]
             mocks: Arc::default(),
+            #[cfg(feature = "testing")]
+            sim_post: Arc::default(),
         }
     }
 }
@@ -327,5 +335,18 @@ impl<C: Code> Registry<C> {
     /// The engine this registry's code runs in, once set.
     pub(crate) fn host(&self) -> Option<C::Host> {
         self.host.get().cloned()
+    }
+
+    /// Sets where the simulator takes this registry's runs' stream
+    /// requests (a second call keeps the first).
+    #[cfg(feature = "testing")]
+    pub(crate) fn set_sim_post(&self, post: crate::stream::SimPost) {
+        let _ = self.sim_post.set(post);
+    }
+
+    /// Where the simulator takes stream requests, if it runs this code.
+    #[cfg(feature = "testing")]
+    pub(crate) fn sim_post(&self) -> Option<crate::stream::SimPost> {
+        self.sim_post.get().cloned()
     }
 }

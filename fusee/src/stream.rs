@@ -115,6 +115,10 @@ use crate::{Engine, Error, Result};
 #[derive(Clone)]
 pub struct StreamSender {
     engine: Option<WeakEngine>,
+    /// The simulator's post, when the simulator runs the code (it has no
+    /// engine): requests go there, and its world hands them to the shard.
+    #[cfg(feature = "testing")]
+    sim: Option<SimPost>,
     id: Arc<str>,
     name: Arc<str>,
     run: RunId,
@@ -133,9 +137,15 @@ impl std::fmt::Debug for StreamSender {
     }
 }
 
+/// The simulator's post of stream requests: (workflow ID, input), taken
+/// by its world, which hands each to the ID's shard when its seed says.
+#[cfg(feature = "testing")]
+pub(crate) type SimPost = Arc<std::sync::Mutex<Vec<(Arc<str>, Input)>>>;
+
 impl StreamSender {
     pub(crate) fn new(
         engine: Option<WeakEngine>,
+        #[cfg(feature = "testing")] sim: Option<SimPost>,
         id: Arc<str>,
         name: Arc<str>,
         run: RunId,
@@ -143,6 +153,8 @@ impl StreamSender {
     ) -> Self {
         Self {
             engine,
+            #[cfg(feature = "testing")]
+            sim,
             id,
             name,
             run,
@@ -170,15 +182,14 @@ impl StreamSender {
     /// is gone), [`Error::Busy`].
     pub async fn send(&mut self, chunk: impl Into<Vec<u8>>) -> Result<()> {
         let (run, seq, index, payload) = (self.run, self.seq, self.next, chunk.into());
-        self.engine()?
-            .request(&self.id, |reply| Input::Chunk {
-                run,
-                seq,
-                index,
-                payload,
-                reply,
-            })
-            .await?;
+        self.request(|reply| Input::Chunk {
+            run,
+            seq,
+            index,
+            payload,
+            reply,
+        })
+        .await?;
         self.next += 1;
         Ok(())
     }
@@ -195,9 +206,26 @@ impl StreamSender {
     /// no error (a step run again ends it again).
     pub async fn end(&self) -> Result<()> {
         let (run, seq) = (self.run, self.seq);
-        self.engine()?
-            .request(&self.id, |reply| Input::StreamEnd { run, seq, reply })
+        self.request(|reply| Input::StreamEnd { run, seq, reply })
             .await
+    }
+
+    /// Sends the input `make` builds to the run's shard and waits for its
+    /// answer: through the engine, or the simulator's post.
+    async fn request<T>(
+        &self,
+        make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T>>) -> Input,
+    ) -> Result<T> {
+        #[cfg(feature = "testing")]
+        if let Some(post) = &self.sim {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            post.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((Arc::clone(&self.id), make(tx)));
+            // A power cut drops the request with the step awaiting it.
+            return rx.await.map_err(|_| Error::Closed)?;
+        }
+        self.engine()?.request(&self.id, make).await
     }
 
     fn engine(&self) -> Result<Engine> {

@@ -34,12 +34,15 @@ pub enum Sabotage {
     /// Code started again by replay records its search attributes again
     /// (the journal's `Attributes` records not counted as done).
     AttributesAgain,
+    /// A stream chunk sent again (by a step run again) is recorded again
+    /// instead of dropped as one the stream holds.
+    ChunkAgain,
 }
 
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 impl Sabotage {
     /// Every sabotage, for a test that checks each is caught.
-    pub const ALL: [Sabotage; 7] = [
+    pub const ALL: [Sabotage; 8] = [
         Sabotage::EarlyReply,
         Sabotage::EarlyStep,
         Sabotage::DropSignal,
@@ -47,6 +50,7 @@ impl Sabotage {
         Sabotage::UnsyncedCheckpoint,
         Sabotage::ReorderReplay,
         Sabotage::AttributesAgain,
+        Sabotage::ChunkAgain,
     ];
 }
 

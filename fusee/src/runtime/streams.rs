@@ -5,6 +5,7 @@
 use fusee_core::record::{Payload, RecordBuf, RunId, Seq};
 use rustc_hash::FxHashMap;
 
+use super::sabotage::Sabotage;
 use super::{Reply, ShardLoop};
 use crate::Error;
 use crate::stream::RunStreams;
@@ -97,6 +98,7 @@ impl ShardLoop {
         }
         let limit = self.config.max_stream_chunks;
         let max = self.config.max_payload;
+        let again_recorded = self.sabotaged(Sabotage::ChunkAgain);
         let counts = self.streams.runs.get_mut(&run).expect("inserted above");
         let Some(stream) = counts.get(seq) else {
             return Err(Error::StreamClosed {
@@ -126,7 +128,7 @@ impl ShardLoop {
                 counts.end(seq);
                 RecordBuf::StreamEnd { run, seq }
             }
-            Ask::Chunk { index, .. } if index < len => return Ok(()),
+            Ask::Chunk { index, .. } if index < len && !again_recorded => return Ok(()),
             Ask::Chunk { .. } if ended => {
                 return Err(closed(id, "the stream has ended".into()));
             }

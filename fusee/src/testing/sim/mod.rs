@@ -24,8 +24,9 @@
 //! The workflows are programs generated from the seed (steps that fail and
 //! retry, sleeps, signal waits with timeouts, a step racing a sleep,
 //! children, continue-as-new, sagas whose compensations undo the steps
-//! before one that fails for good, an update each run takes), interpreted
-//! by one workflow type; their
+//! before one that fails for good, an update each run takes, a stream of
+//! numbered chunks sent from a step that may fail after sending them all),
+//! interpreted by one workflow type; their
 //! steps call a mock outside service that logs each call's idempotency key
 //! and input (see `workload`).
 //!
@@ -36,7 +37,14 @@
 //! - After every recovery, every 64 actions and at the end: every
 //!   acknowledged start exists; every acknowledged signal, and every update
 //!   a client got a result for, is in the journal of the run it was sent to
-//!   (while that run's journal is whole).
+//!   (while that run's journal is whole). In each journal read back, each
+//!   op's search attribute is recorded once, in order, and each stream's
+//!   chunks sit each at its own index, once (a chunk sent again by a step
+//!   run again is dropped), none after the stream's end, which comes once;
+//!   a chunk once read back never reads differently. A step's stream
+//!   requests reach its shard through the world's network (the simulator
+//!   has no engine), in an order the seed chooses. Subscriptions (which
+//!   read through an engine) are not simulated.
 //! - Every result reported to a client is the same each time it is asked,
 //!   across crashes.
 //! - Once faults stop, every workflow finishes, within a bounded number of
@@ -166,6 +174,8 @@ pub struct SimReport {
     pub flushes_out_of_turn: u32,
     /// Distinct idempotency keys the outside service saw.
     pub service_calls: u32,
+    /// Stream chunks read back and checked (each counted once).
+    pub chunks_checked: u32,
     /// The simulated clock at the end (ms since the Unix epoch).
     pub end_ms: u64,
     /// Cancels with a grace acknowledged ([`SimConfig::cancels`]).

@@ -14,7 +14,9 @@
 //! goes on. A race's order goes into the name of the step after it: a
 //! replay that hands the race's results over in another order calls a step
 //! the journal does not hold, a determinism error. Each op begins by
-//! setting the run's search attribute [`PROGRESS`] to its number.
+//! setting the run's search attribute [`PROGRESS`] to its number. A stream
+//! op sends numbered chunks from a step that may fail after sending them
+//! (so they are sent again), and ends the stream.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -61,6 +63,11 @@ pub(super) enum Op {
     /// `fail_at` (if any) fails for good, so the ones before it are undone
     /// newest first and the program goes on with the saga's failure.
     Saga { steps: u32, fail_at: Option<u32> },
+    /// A stream of `chunks` chunks sent by a step, which fails its first
+    /// `fail_first` attempts after sending them all (so a retry sends them
+    /// again), then ends the stream. Chunk `j` reads `j@attempt`: the
+    /// world checks each sits at its own index, once.
+    Stream { chunks: u32, fail_first: u32 },
 }
 
 /// A program: its operations, and whether it continues as new once.
@@ -77,7 +84,7 @@ pub(super) fn programs(rng: &mut fastrand::Rng, count: u32, leaves: u32) -> Vec<
         .map(|p| {
             let len = rng.usize(2..7);
             let ops = (0..len)
-                .map(|_| match rng.u32(0..11) {
+                .map(|_| match rng.u32(0..12) {
                     0..=3 => Op::Step {
                         fail_first: if rng.u32(0..4) == 0 { rng.u32(1..3) } else { 0 },
                     },
@@ -98,6 +105,10 @@ pub(super) fn programs(rng: &mut fastrand::Rng, count: u32, leaves: u32) -> Vec<
                             fail_at: (rng.u32(0..2) == 0).then(|| rng.u32(0..steps)),
                         }
                     }
+                    11 => Op::Stream {
+                        chunks: rng.u32(1..12),
+                        fail_first: rng.u32(0..2),
+                    },
                     _ if p >= leaves && leaves > 0 => Op::Child {
                         program: rng.u32(0..leaves),
                     },
@@ -262,6 +273,10 @@ pub(super) fn register(
                         let v = saga(&ctx, i, state, *steps, *fail_at, &service).await;
                         state = mix(state, v);
                     }
+                    Op::Stream { chunks, fail_first } => {
+                        let v = stream(&ctx, i, *chunks, *fail_first).await?;
+                        state = mix(state, v);
+                    }
                     Op::Child { program } => {
                         let v = ctx
                             .child(SIM, &format!("{id}/g{generation}c{i}"), &(*program, 0))
@@ -278,6 +293,32 @@ pub(super) fn register(
     });
     // Each world makes its own registry and registers SIM in it once.
     debug_assert!(fresh.is_ok(), "SIM registered twice in one registry");
+}
+
+/// Opens stream `t{op}` and sends its `chunks` chunks from a step (chunk
+/// `j` reads `j@attempt`), which fails its first `fail_first` attempts
+/// once it sent them all, then ends the stream; returns the chunk count.
+async fn stream(ctx: &Ctx, op: usize, chunks: u32, fail_first: u32) -> Result<u64, Failure> {
+    let tx = ctx.stream(&format!("t{op}"));
+    let sent = ctx
+        .step(&format!("ts{op}"), move |sc| {
+            let mut tx = tx.clone();
+            async move {
+                let attempt = sc.attempt();
+                let fatal = |e: crate::Error| StepError::fatal(e.to_string());
+                while tx.index() < u64::from(chunks) {
+                    let j = tx.index();
+                    tx.send(format!("{j}@{attempt}")).await.map_err(fatal)?;
+                }
+                if attempt <= fail_first {
+                    return Err(StepError::retryable("cut off after its chunks"));
+                }
+                tx.end().await.map_err(fatal)?;
+                Ok(u64::from(chunks))
+            }
+        })
+        .await?;
+    Ok(sent)
 }
 
 /// Runs a saga of `steps` service calls, each undone by another call when

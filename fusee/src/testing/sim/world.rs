@@ -178,6 +178,12 @@ pub(super) struct World {
     cancels_to_check: Vec<(usize, u64, u64)>,
     /// Results reported to clients, by workflow ID.
     results: BTreeMap<String, (Status, Vec<u8>)>,
+    /// Stream requests the runs' steps made (they have no engine): moved
+    /// to `net`, for the ID's shard, at each action.
+    post: crate::stream::SimPost,
+    /// Each stream chunk as first read back: (workflow ID, run, stream
+    /// operation, index) -> its bytes, which no later pass may change.
+    chunks_seen: BTreeMap<(String, RunId, u32, u64), Vec<u8>>,
     action: u32,
     /// Power cuts the seed chose (a commit crash causes others).
     random_cuts: u32,
@@ -192,6 +198,8 @@ impl World {
         let service = Arc::new(Mutex::new(Service::default()));
         let registry = Registry::default();
         workload::register(&registry, Arc::clone(&programs), Arc::clone(&service));
+        let post = crate::stream::SimPost::default();
+        registry.set_sim_post(Arc::clone(&post));
         // Cancels come from a stream of their own: the seed's other choices
         // stay as they were without them.
         let mut cancel_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xca9c_e1ed);
@@ -280,6 +288,8 @@ impl World {
             graced: Vec::new(),
             cancels_to_check: Vec::new(),
             results: BTreeMap::new(),
+            chunks_seen: BTreeMap::new(),
+            post,
             action: 0,
             random_cuts: 0,
             report: SimReport {
@@ -293,6 +303,7 @@ impl World {
                 flushes_overlapped: 0,
                 flushes_out_of_turn: 0,
                 service_calls: 0,
+                chunks_checked: 0,
                 end_ms: 0,
                 cancels_acked: 0,
                 cancels_with_steps_in_flight: 0,
@@ -379,6 +390,7 @@ impl World {
                 ),
             ));
         }
+        self.report.chunks_checked = self.chunks_seen.len() as u32;
         self.report.service_calls = self
             .service
             .lock()
@@ -393,6 +405,10 @@ impl World {
     fn step(&mut self, faults: bool) -> Result<(), SimFailure> {
         self.action += 1;
         self.client_actions(faults);
+        let posted = std::mem::take(&mut *self.post.lock().unwrap_or_else(|e| e.into_inner()));
+        for (id, input) in posted {
+            self.net.push((shard_of(&id, self.cfg.shards), input));
+        }
         let shards = self.cfg.shards as usize;
         let busy: Vec<usize> = (0..shards).filter(|&s| self.busy[s]).collect();
         // Weights: the seed decides the interleaving; faults are rare.
@@ -581,6 +597,7 @@ impl World {
         self.seals.clear();
         self.steps.clear();
         self.net.clear();
+        self.post.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // Replies in flight are lost with the process: clients see an error.
         self.shards.clear();
         self.storage = None;
@@ -895,6 +912,70 @@ impl World {
                     ));
                 }
                 seen += 1;
+            }
+        }
+        // Streams: each chunk at its own index once (a chunk sent again,
+        // by a step run again, is dropped), none after the end, one end,
+        // and a chunk once read back never different.
+        for (id, view) in &views {
+            let mut streams: BTreeMap<u32, (u64, bool)> = BTreeMap::new();
+            for rec in &view.journal {
+                match rec {
+                    Record::Value { seq, kind, .. }
+                        if *kind == fusee_core::record::value_kind::STREAM =>
+                    {
+                        streams.insert(*seq, (0, false));
+                    }
+                    Record::Chunk { seq, payload, .. } => {
+                        let Some((len, ended)) = streams.get_mut(seq) else {
+                            return Err(self.fail(
+                                "stream chunk without its stream",
+                                format!("{id} run {}: a chunk of operation {seq}", view.run),
+                            ));
+                        };
+                        let at = *len;
+                        let text = String::from_utf8_lossy(payload);
+                        let place = text.split('@').next().and_then(|j| j.parse::<u64>().ok());
+                        if *ended || place != Some(at) {
+                            return Err(self.fail(
+                                "stream chunk out of place",
+                                format!(
+                                    "{id} run {}: stream {seq} holds {text:?} at index {at}{}",
+                                    view.run,
+                                    if *ended { " after its end" } else { "" }
+                                ),
+                            ));
+                        }
+                        *len += 1;
+                        let key = (id.clone(), view.run, *seq, at);
+                        match self.chunks_seen.get(&key) {
+                            Some(first) if first.as_slice() != payload.as_ref() => {
+                                return Err(self.fail(
+                                    "stream chunk changed",
+                                    format!(
+                                        "{id} run {}: stream {seq} chunk {at} read {:?}, now {text:?}",
+                                        view.run,
+                                        String::from_utf8_lossy(first)
+                                    ),
+                                ));
+                            }
+                            Some(_) => {}
+                            None => {
+                                self.chunks_seen.insert(key, payload.to_vec());
+                            }
+                        }
+                    }
+                    Record::StreamEnd { seq, .. } => match streams.get_mut(seq) {
+                        Some((_, ended)) if !*ended => *ended = true,
+                        _ => {
+                            return Err(self.fail(
+                                "stream ended twice",
+                                format!("{id} run {}: stream {seq}", view.run),
+                            ));
+                        }
+                    },
+                    _ => {}
+                }
             }
         }
         for a in &self.acked_signals {

@@ -1241,7 +1241,7 @@ async fn reshard_in_place_swaps_the_directories_and_keeps_the_old_store() {
     let want = journals_unnumbered(&dir);
     let out = fusee_json(&["reshard", s(&dir), "--shards", "3", "--json"], 0);
     assert_eq!(out["shards"], 3, "{out}");
-    let (next, before) = fusee::migrate::in_place_paths(&dir);
+    let (next, before) = fusee::migrate::in_place_paths(&dir).expect("a directory");
     assert_eq!(out["before"], s(&before), "{out}");
     assert!(!next.exists());
     assert_eq!(
@@ -1259,7 +1259,26 @@ async fn reshard_in_place_swaps_the_directories_and_keeps_the_old_store() {
     assert_ne!(again.status.code(), Some(0));
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("before-reshard"), "{err}");
-    carries_on("file", &dir, 3).await;
+    // Given as `.` from inside it, the directory itself is swapped.
+    let _ = std::fs::remove_dir_all(&before);
+    let here = std::process::Command::new(env!("CARGO_BIN_EXE_fusee"))
+        .args(["reshard", ".", "--shards", "4"])
+        .current_dir(&dir)
+        .output()
+        .expect("fusee runs");
+    assert_eq!(
+        here.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&here.stderr)
+    );
+    assert_eq!(placed(&dir, 4), want.len(), "resharded from inside");
+    assert_eq!(journals_unnumbered(&dir), want);
+    assert!(
+        before.join(fusee::storage::identity::MARKER).exists(),
+        "the 3-shard store kept"
+    );
+    carries_on("file", &dir, 4).await;
     for d in [&dir, &before] {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -1274,7 +1293,7 @@ async fn reshard_in_place_interrupted_anywhere_leaves_a_whole_store_and_finishes
     let _serial = serial().await;
     let dir = build_family("in-place-cut").await;
     let want = journals_unnumbered(&dir);
-    let (next, before) = fusee::migrate::in_place_paths(&dir);
+    let (next, before) = fusee::migrate::in_place_paths(&dir).expect("a directory");
     let target = StorageConfig::new(Backend::File, &dir);
     // The copy, stopped at each step: every run starts it over.
     let mut at = 0usize;
@@ -1329,7 +1348,7 @@ async fn reshard_in_place_killed_at_any_moment_leaves_a_whole_store() {
     let _serial = serial().await;
     let dir = build_family("in-place-kill").await;
     let want = journals_unnumbered(&dir);
-    let (_, before) = fusee::migrate::in_place_paths(&dir);
+    let (_, before) = fusee::migrate::in_place_paths(&dir).expect("a directory");
     let target = StorageConfig::new(Backend::File, &dir);
     let exe = env!("CARGO_BIN_EXE_fusee");
     let mut count = 2u32;

@@ -429,18 +429,18 @@ pub const MAX_SHARDS: u32 = 4096;
 
 /// Where [`reshard_in_place`] writes the new store before the swap
 /// (`DIR.reshard`), and where the old store is kept after it
-/// (`DIR.before-reshard`): beside `dir`, on its file system.
-pub fn in_place_paths(dir: &Path) -> (PathBuf, PathBuf) {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+/// (`DIR.before-reshard`): beside `dir` (its path made absolute, so `.`
+/// or a trailing `/` name the directory itself), on its file system.
+/// `None` for a path without a last component (`/`).
+pub fn in_place_paths(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let name = dir.file_name()?.to_os_string();
     let beside = |suffix: &str| {
         let mut n = name.clone();
         n.push(suffix);
         dir.with_file_name(n)
     };
-    (beside(".reshard"), beside(".before-reshard"))
+    Some((beside(".reshard"), beside(".before-reshard")))
 }
 
 /// What [`reshard_in_place`] did.
@@ -467,7 +467,25 @@ pub fn reshard_in_place(
     if shards == 0 || shards > MAX_SHARDS {
         return Err(MigrateError::ShardCount(shards));
     }
-    let (next, before) = in_place_paths(dir);
+    // Absolute, so that `.` is swapped as the directory it names.
+    let dir = &dir.canonicalize().map_err(|error| MigrateError::Storage {
+        side: "source",
+        shard: None,
+        error: StorageError::io(format!("finding {}", dir.display()), error),
+    })?;
+    let Some((next, before)) = in_place_paths(dir) else {
+        return Err(MigrateError::Storage {
+            side: "source",
+            shard: None,
+            error: StorageError::io(
+                format!("placing a new store beside {}", dir.display()),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the root directory has nothing beside it",
+                ),
+            ),
+        });
+    };
     if before.exists() {
         return Err(MigrateError::InPlaceLeftover(before));
     }

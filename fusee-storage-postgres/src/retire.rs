@@ -41,7 +41,7 @@ use fusee_storage_kv::lock;
 
 use crate::PgStorage;
 use crate::error::map;
-use crate::schema::{RETIRED_PREFIX, refusal};
+use crate::schema::{RETIRED_PREFIX, refusal, retired_why};
 
 /// The owner name a store retired for `why` carries in every shard row.
 pub fn retired_owner(why: &str) -> String {
@@ -148,18 +148,8 @@ impl PgStorage {
         let sh = &*self.shared;
         sh.check_open("postgres storage")?;
         let mut conn = sh.take_conn()?;
-        let row = conn
-            .client
-            .query_opt(sh.sql.retired.as_str(), &[])
-            .map_err(|e| map(&e, "reading the store's retirement", &sh.place));
+        let mark = sh.retirement_mark(&mut conn);
         sh.give_back(conn);
-        let mark: Option<String> = match row? {
-            Some(row) => Some(
-                row.try_get(0)
-                    .map_err(|e| map(&e, "reading the store's retirement", &sh.place))?,
-            ),
-            None => None,
-        };
-        Ok(mark.map(|m| m.strip_prefix(RETIRED_PREFIX).unwrap_or(&m).to_owned()))
+        Ok(mark?.map(|m| retired_why(&m).to_owned()))
     }
 }

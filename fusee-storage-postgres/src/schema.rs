@@ -81,16 +81,19 @@ pub const SCHEMA_VERSION: u32 = 4;
 /// the rest says where the store moved. No live process has such a name.
 pub const RETIRED_PREFIX: &str = "retired: ";
 
+/// Where a retired store went, from its mark (the reason given to
+/// `PgStorage::retire`).
+pub(crate) fn retired_why(mark: &str) -> &str {
+    mark.strip_prefix(RETIRED_PREFIX).unwrap_or(mark)
+}
+
 /// The refusal of a store whose shard rows carry `owner`, if that is a
 /// retirement mark and not this storage's own name.
 pub(crate) fn refusal(place: &str, mark: Option<String>, own: &str) -> Result<()> {
     match mark {
         Some(mark) if mark != own => Err(StorageError::Retired {
             place: place.to_owned(),
-            why: mark
-                .strip_prefix(RETIRED_PREFIX)
-                .unwrap_or(&mark)
-                .to_owned(),
+            why: retired_why(&mark).to_owned(),
         }),
         _ => Ok(()),
     }

@@ -258,6 +258,16 @@ impl Shared {
         }))
     }
 
+    /// The store's retirement mark, if a reshard retired it (a shard
+    /// row's owner beginning with [`crate::RETIRED_PREFIX`]): one query on
+    /// `conn`.
+    pub(crate) fn retirement_mark(&self, conn: &mut Conn) -> Result<Option<String>> {
+        conn.client
+            .query_opt(self.sql.retired.as_str(), &[])
+            .and_then(|row| row.map(|r| r.try_get(0)).transpose())
+            .map_err(|e| map(&e, "reading the store's retirement", &self.place))
+    }
+
     /// Keeps `conn` for the next shard open, if it is healthy, outside a
     /// transaction and the pool has room.
     pub(crate) fn give_back(&self, conn: Conn) {

@@ -109,11 +109,7 @@ impl PgStorage {
         )?;
         // A retired store is refused here, not only at each shard's open:
         // an engine's open then fails whole, naming where the store went.
-        let mark: Option<String> = conn
-            .client
-            .query_opt(shared.sql.retired.as_str(), &[])
-            .and_then(|row| row.map(|r| r.try_get(0)).transpose())
-            .map_err(|e| map(&e, "reading the store's retirement", &shared.place))?;
+        let mark = shared.retirement_mark(&mut conn)?;
         crate::schema::refusal(&shared.place, mark, &shared.owner)?;
         shared.give_back(conn);
         spawn_renewal(&shared);

@@ -418,9 +418,7 @@ pub fn reshard(
     shards: u32,
     progress: Progress<'_>,
 ) -> Result<MigrateReport, MigrateError> {
-    if shards == 0 || shards > MAX_SHARDS {
-        return Err(MigrateError::ShardCount(shards));
-    }
+    check_shard_count(shards)?;
     run(source, target, Some(shards), progress)
 }
 
@@ -464,9 +462,7 @@ pub fn reshard_in_place(
     shards: u32,
     progress: Progress<'_>,
 ) -> Result<InPlaceReport, MigrateError> {
-    if shards == 0 || shards > MAX_SHARDS {
-        return Err(MigrateError::ShardCount(shards));
-    }
+    check_shard_count(shards)?;
     // Absolute, so that `.` is swapped as the directory it names.
     let dir = &dir.canonicalize().map_err(|error| MigrateError::Storage {
         side: "source",
@@ -568,9 +564,7 @@ pub fn reshard_taking_over(
     shards: u32,
     progress: Progress<'_>,
 ) -> Result<MigrateReport, MigrateError> {
-    if shards == 0 || shards > MAX_SHARDS {
-        return Err(MigrateError::ShardCount(shards));
-    }
+    check_shard_count(shards)?;
     if source.backend != Backend::Postgres {
         return Err(MigrateError::TakeOverNeedsLeases(source.backend));
     }
@@ -660,14 +654,30 @@ fn target_is_free(target: &StorageConfig) -> Result<(), MigrateError> {
             }
             Ok(dst) => dst,
         };
-        let shards = dst.shards();
+        let free = refuse_a_store(&dst, target);
         let _ = dst.close();
-        if !shards
-            .map_err(MigrateError::storage("destination", None))?
-            .is_empty()
-        {
-            return Err(MigrateError::TargetNotEmpty(place(target)));
-        }
+        free?;
+    }
+    Ok(())
+}
+
+/// Refuses the destination `dst` (at `target`) if it holds a store: any
+/// shard.
+fn refuse_a_store(dst: &AnyStorage, target: &StorageConfig) -> Result<(), MigrateError> {
+    let shards = dst
+        .shards()
+        .map_err(MigrateError::storage("destination", None))?;
+    if shards.is_empty() {
+        Ok(())
+    } else {
+        Err(MigrateError::TargetNotEmpty(place(target)))
+    }
+}
+
+/// Refuses a shard count a reshard does not make.
+fn check_shard_count(shards: u32) -> Result<(), MigrateError> {
+    if shards == 0 || shards > MAX_SHARDS {
+        return Err(MigrateError::ShardCount(shards));
     }
     Ok(())
 }
@@ -718,12 +728,7 @@ fn into_target<S: Storage>(
         side: "destination",
         error: Box::new(error),
     })?;
-    let existing = dst
-        .shards()
-        .map_err(MigrateError::storage("destination", None))?;
-    if !existing.is_empty() {
-        return Err(MigrateError::TargetNotEmpty(place(target)));
-    }
+    refuse_a_store(&dst, target)?;
     mark_incomplete(&dst, target)?;
     report(progress, Event::Marked)?;
     let now = now_ms();

@@ -267,9 +267,7 @@ impl RunMachine {
         gate_lsn: Lsn,
     ) -> Result<(Self, &[u8]), JournalError> {
         let mut m = Self::new();
-        m.run = run;
-        m.gate_lsn = gate_lsn;
-        let input = m.take_journal(journal)?;
+        let input = m.rebuild_with_input(run, journal, gate_lsn)?;
         Ok((m, input))
     }
 
@@ -287,6 +285,17 @@ impl RunMachine {
         journal: &[u8],
         gate_lsn: Lsn,
     ) -> Result<(), JournalError> {
+        self.rebuild_with_input(run, journal, gate_lsn).map(|_| ())
+    }
+
+    /// [`rebuild`](Self::rebuild), giving the run's input (its `Start`'s,
+    /// borrowed from `journal`).
+    fn rebuild_with_input<'j>(
+        &mut self,
+        run: RunId,
+        journal: &'j [u8],
+        gate_lsn: Lsn,
+    ) -> Result<&'j [u8], JournalError> {
         self.reset();
         self.run = run;
         self.gate_lsn = gate_lsn;
@@ -294,7 +303,7 @@ impl RunMachine {
         if built.is_err() {
             self.reset();
         }
-        built.map(|_| ())
+        built
     }
 
     /// Forgets the run, keeping the memory for the next

@@ -121,13 +121,11 @@ fn prefetch_sources<R: RunStore>(
     let next = &runs[..runs.len().min(PREFETCH_RUNS)];
     for view in views.iter_mut() {
         let shard = view.shard;
-        if next.iter().any(|&(from, _)| from == shard) {
-            let mine = next
-                .iter()
-                .filter(|&&(from, _)| from == shard)
-                .map(|&(_, r)| r);
-            prefetch("source", view, mine)?;
-        }
+        let mine = next
+            .iter()
+            .filter(|&&(from, _)| from == shard)
+            .map(|&(_, r)| r);
+        prefetch("source", view, mine)?;
     }
     Ok(())
 }

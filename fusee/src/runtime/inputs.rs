@@ -1,14 +1,14 @@
 //! Inputs becoming records: client requests, and what the flusher hands
 //! back.
 
-use fusee_core::record::{Payload, RecordBuf, RunId, policy};
+use fusee_core::record::{Payload, Record, RecordBuf, RunId, policy};
 use fusee_core::shard::{Found, Output};
 use fusee_storage::LogStore;
 
 use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
-use super::parking::ParkedResult;
+use super::parking::{self, ParkedResult};
 use super::run::{with_query_handler, with_update_handler};
 use super::sabotage::Sabotage;
 use super::waiters::Waiting;
@@ -834,62 +834,11 @@ impl ShardLoop {
     }
 
     fn describe(&mut self, id: &str) -> crate::error::Result<Description> {
-        let Some((run, parked)) = self.lookup(id)? else {
-            return Err(Error::NotFound { id: id.to_string() });
+        let run = match self.core.find(id) {
+            Some(Found::Parked(run)) => return self.describe_parked(id, run),
+            Some(Found::Loaded(run)) => run,
+            None => return Err(Error::NotFound { id: id.to_string() }),
         };
-        if parked {
-            let shard = self.shard;
-            let storage = |error| Error::Storage { shard, error };
-            let start = self.parked_start(run).map_err(storage)?;
-            let done = self
-                .core
-                .parked(run)
-                .and_then(|p| p.done())
-                .map(|status| (status, self.parked_done(run)));
-            let (workflow, version, started_ms) = match start {
-                Some(RecordBuf::Start {
-                    wtype,
-                    version,
-                    started_ms,
-                    ..
-                }) => (wtype.to_string(), version, started_ms),
-                _ => (String::new(), 0, 0),
-            };
-            let (status, finished_ms) = match done {
-                Some((status, Ok(Some(RecordBuf::Done { finished_ms, .. })))) => {
-                    (RunStatus::Finished(status), Some(finished_ms))
-                }
-                Some((status, _)) => (RunStatus::Finished(status), None),
-                None => (RunStatus::Running, None),
-            };
-            let blob = self.core.parked(run).map(|p| p.blob());
-            let journal = match blob {
-                Some(blob) => self.read_frame(blob).map_err(storage)?.journal,
-                None => Vec::new(),
-            };
-            let view = JournalView::of(&journal);
-            return Ok(Description {
-                id: id.to_string(),
-                workflow,
-                version,
-                shard: self.shard,
-                run,
-                status,
-                started_ms,
-                finished_ms,
-                step: None,
-                stopped_because: None,
-                parked: true,
-                paused: view.paused,
-                held: view.held,
-                journal_bytes: view.bytes,
-                journal_records: view.records,
-                children: view.children,
-                waits: view.waits,
-                in_flight: view.in_flight,
-                attributes: view.attributes,
-            });
-        }
         let journal = self.run_journal(run).map_err(|error| Error::Storage {
             shard: self.shard,
             error,
@@ -924,6 +873,64 @@ impl ShardLoop {
             step,
             stopped_because: stopped,
             parked: false,
+            paused: view.paused,
+            held: view.held,
+            journal_bytes: view.bytes,
+            journal_records: view.records,
+            children: view.children,
+            waits: view.waits,
+            in_flight: view.in_flight,
+            attributes: view.attributes,
+        })
+    }
+
+    /// [`describe`](Self::describe) of parked run `run`, found for `id`.
+    fn describe_parked(&mut self, id: &str, run: RunId) -> crate::error::Result<Description> {
+        let shard = self.shard;
+        let storage = |error| Error::Storage { shard, error };
+        // One read of its frames for all of it.
+        let Some(journal) = self
+            .parked_journal(run)
+            .map_err(storage)?
+            .filter(|j| parking::names(j, id))
+        else {
+            return Err(Error::NotFound { id: id.to_string() });
+        };
+        let start = parking::start_of(&journal);
+        let done = self
+            .core
+            .parked(run)
+            .and_then(|p| p.done())
+            .map(|status| (status, parking::done_of(&journal)));
+        let (workflow, version, started_ms) = match start {
+            Some(Record::Start {
+                wtype,
+                version,
+                started_ms,
+                ..
+            }) => (wtype.to_string(), version, started_ms),
+            _ => (String::new(), 0, 0),
+        };
+        let (status, finished_ms) = match done {
+            Some((status, Some(Record::Done { finished_ms, .. }))) => {
+                (RunStatus::Finished(status), Some(finished_ms))
+            }
+            Some((status, _)) => (RunStatus::Finished(status), None),
+            None => (RunStatus::Running, None),
+        };
+        let view = JournalView::of(&journal);
+        Ok(Description {
+            id: id.to_string(),
+            workflow,
+            version,
+            shard: self.shard,
+            run,
+            status,
+            started_ms,
+            finished_ms,
+            step: None,
+            stopped_because: None,
+            parked: true,
             paused: view.paused,
             held: view.held,
             journal_bytes: view.bytes,

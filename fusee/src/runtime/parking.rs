@@ -39,7 +39,8 @@
 use std::cmp::Reverse;
 
 use fusee_core::record::{
-    Record, RecordBuf, RunId, Walked, find_kind, iter_canonical, iter_canonical_passing, kind,
+    Record, RecordBuf, RecordRef, RunId, Walked, find_kind, iter_canonical, iter_canonical_passing,
+    kind,
 };
 use fusee_core::shard::{BlobRef, LoadedRun};
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
@@ -481,36 +482,27 @@ impl ShardLoop {
         Ok(true)
     }
 
+    /// Parked run `run`'s stored journal, read from its frames (`None`: no
+    /// such parked run). One read: what a caller needs of it comes from
+    /// this journal (a frame read is the cost of all these lookups).
+    pub(super) fn parked_journal(&mut self, run: RunId) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(parked) = self.core.parked(run) else {
+            return Ok(None);
+        };
+        Ok(Some(self.read_frame(parked.blob())?.journal))
+    }
+
     /// The `Start` record of parked run `run`, read from its frame (for
     /// its ID, type and start time without loading it).
     pub(super) fn parked_start(&mut self, run: RunId) -> Result<Option<RecordBuf>, StorageError> {
-        let Some(parked) = self.core.parked(run) else {
-            return Ok(None);
-        };
-        let frame = self.read_frame(parked.blob())?;
-        Ok(iter_canonical(&frame.journal)
-            .next()
-            .and_then(Result::ok)
-            .map(|(r, _)| r.to_buf()))
-    }
-
-    /// The `Done` record of parked finished run `run`.
-    pub(super) fn parked_done(&mut self, run: RunId) -> Result<Option<RecordBuf>, StorageError> {
-        let Some(parked) = self.core.parked(run) else {
-            return Ok(None);
-        };
-        let frame = self.read_frame(parked.blob())?;
-        Ok(done_of(&frame.journal).map(|r| r.to_buf()))
+        let journal = self.parked_journal(run)?;
+        Ok(journal.and_then(|j| start_of(&j).map(|r| r.to_buf())))
     }
 
     /// Whether parked run `run`'s frame names `id` (its `Start`'s ID: a
     /// run is found by its ID's hash, which another ID may share).
     pub(super) fn parked_named(&mut self, run: RunId, id: &str) -> Result<bool, StorageError> {
-        let Some(parked) = self.core.parked(run) else {
-            return Ok(false);
-        };
-        let frame = self.read_frame(parked.blob())?;
-        Ok(names(&frame.journal, id))
+        Ok(self.parked_journal(run)?.is_some_and(|j| names(&j, id)))
     }
 
     /// What a result call for `id` learns of parked run `run`, from one
@@ -523,14 +515,10 @@ impl ShardLoop {
         run: RunId,
         id: &str,
     ) -> Result<ParkedResult, StorageError> {
-        let Some(parked) = self.core.parked(run) else {
+        let Some(journal) = self.parked_journal(run)?.filter(|j| names(j, id)) else {
             return Ok(ParkedResult::Other);
         };
-        let frame = self.read_frame(parked.blob())?;
-        if !names(&frame.journal, id) {
-            return Ok(ParkedResult::Other);
-        }
-        Ok(match done_of(&frame.journal) {
+        Ok(match done_of(&journal) {
             Some(Record::Done {
                 status, payload, ..
             }) => ParkedResult::Finished(RunResult {
@@ -702,14 +690,22 @@ pub(super) enum ParkedResult {
     Finished(RunResult),
 }
 
+/// The first record of the stored journal `journal`: its `Start`.
+pub(super) fn start_of(journal: &[u8]) -> Option<RecordRef<'_>> {
+    iter_canonical(journal)
+        .next()
+        .and_then(Result::ok)
+        .map(|(r, _)| r)
+}
+
 /// Whether the stored journal `journal` starts with a `Start` naming `id`.
-fn names(journal: &[u8], id: &str) -> bool {
-    matches!(iter_canonical(journal).next(), Some(Ok((Record::Start { id: found, .. }, _))) if found == id)
+pub(super) fn names(journal: &[u8], id: &str) -> bool {
+    matches!(start_of(journal), Some(Record::Start { id: found, .. }) if found == id)
 }
 
 /// The `Done` record in the stored journal `journal`, the records before
 /// it framed, not decoded (a finished run has one, near its end).
-fn done_of(journal: &[u8]) -> Option<fusee_core::record::RecordRef<'_>> {
+pub(super) fn done_of(journal: &[u8]) -> Option<RecordRef<'_>> {
     find_kind(journal, kind::DONE).and_then(Result::ok)
 }
 

@@ -19,6 +19,7 @@ use crate::AnyStorage;
 use crate::client::{IdPolicy, RunRef, RunResult};
 use crate::ctx::Registry;
 use crate::error::Result as EngineResult;
+use crate::runtime::sim_access::RunView;
 use crate::runtime::{Effects, Input, LoopConfig, ShardLoop, StepJob};
 
 /// The simulated disk under the shards.
@@ -914,69 +915,8 @@ impl World {
                 seen += 1;
             }
         }
-        // Streams: each chunk at its own index once (a chunk sent again,
-        // by a step run again, is dropped), none after the end, one end,
-        // and a chunk once read back never different.
         for (id, view) in &views {
-            let mut streams: BTreeMap<u32, (u64, bool)> = BTreeMap::new();
-            for rec in &view.journal {
-                match rec {
-                    Record::Value { seq, kind, .. }
-                        if *kind == fusee_core::record::value_kind::STREAM =>
-                    {
-                        streams.insert(*seq, (0, false));
-                    }
-                    Record::Chunk { seq, payload, .. } => {
-                        let Some((len, ended)) = streams.get_mut(seq) else {
-                            return Err(self.fail(
-                                "stream chunk without its stream",
-                                format!("{id} run {}: a chunk of operation {seq}", view.run),
-                            ));
-                        };
-                        let at = *len;
-                        let text = String::from_utf8_lossy(payload);
-                        let place = text.split('@').next().and_then(|j| j.parse::<u64>().ok());
-                        if *ended || place != Some(at) {
-                            return Err(self.fail(
-                                "stream chunk out of place",
-                                format!(
-                                    "{id} run {}: stream {seq} holds {text:?} at index {at}{}",
-                                    view.run,
-                                    if *ended { " after its end" } else { "" }
-                                ),
-                            ));
-                        }
-                        *len += 1;
-                        let key = (id.clone(), view.run, *seq, at);
-                        match self.chunks_seen.get(&key) {
-                            Some(first) if first.as_slice() != payload.as_ref() => {
-                                return Err(self.fail(
-                                    "stream chunk changed",
-                                    format!(
-                                        "{id} run {}: stream {seq} chunk {at} read {:?}, now {text:?}",
-                                        view.run,
-                                        String::from_utf8_lossy(first)
-                                    ),
-                                ));
-                            }
-                            Some(_) => {}
-                            None => {
-                                self.chunks_seen.insert(key, payload.to_vec());
-                            }
-                        }
-                    }
-                    Record::StreamEnd { seq, .. } => match streams.get_mut(seq) {
-                        Some((_, ended)) if !*ended => *ended = true,
-                        _ => {
-                            return Err(self.fail(
-                                "stream ended twice",
-                                format!("{id} run {}: stream {seq}", view.run),
-                            ));
-                        }
-                    },
-                    _ => {}
-                }
-            }
+            self.check_streams(id, view)?;
         }
         for a in &self.acked_signals {
             let Some(journal) = whole(&a.id, a.run) else {
@@ -1011,6 +951,72 @@ impl World {
                         a.id, a.run, a.update_id
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams in run `view` of `id`: each chunk at its own index once (a
+    /// chunk sent again, by a step run again, is dropped), none after the
+    /// end, one end, and a chunk once read back never different.
+    fn check_streams(&mut self, id: &str, view: &RunView) -> Result<(), SimFailure> {
+        let mut streams: BTreeMap<u32, (u64, bool)> = BTreeMap::new();
+        for rec in &view.journal {
+            match rec {
+                Record::Value { seq, kind, .. }
+                    if *kind == fusee_core::record::value_kind::STREAM =>
+                {
+                    streams.insert(*seq, (0, false));
+                }
+                Record::Chunk { seq, payload, .. } => {
+                    let Some((len, ended)) = streams.get_mut(seq) else {
+                        return Err(self.fail(
+                            "stream chunk without its stream",
+                            format!("{id} run {}: a chunk of operation {seq}", view.run),
+                        ));
+                    };
+                    let at = *len;
+                    let text = String::from_utf8_lossy(payload);
+                    let place = text.split('@').next().and_then(|j| j.parse::<u64>().ok());
+                    if *ended || place != Some(at) {
+                        return Err(self.fail(
+                            "stream chunk out of place",
+                            format!(
+                                "{id} run {}: stream {seq} holds {text:?} at index {at}{}",
+                                view.run,
+                                if *ended { " after its end" } else { "" }
+                            ),
+                        ));
+                    }
+                    *len += 1;
+                    let key = (id.to_string(), view.run, *seq, at);
+                    match self.chunks_seen.get(&key) {
+                        Some(first) if first.as_slice() != payload.as_ref() => {
+                            return Err(self.fail(
+                                "stream chunk changed",
+                                format!(
+                                    "{id} run {}: stream {seq} chunk {at} read {:?}, now {text:?}",
+                                    view.run,
+                                    String::from_utf8_lossy(first)
+                                ),
+                            ));
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.chunks_seen.insert(key, payload.to_vec());
+                        }
+                    }
+                }
+                Record::StreamEnd { seq, .. } => match streams.get_mut(seq) {
+                    Some((_, ended)) if !*ended => *ended = true,
+                    _ => {
+                        return Err(self.fail(
+                            "stream ended twice",
+                            format!("{id} run {}: stream {seq}", view.run),
+                        ));
+                    }
+                },
+                _ => {}
             }
         }
         Ok(())

@@ -45,7 +45,7 @@
 //! | bytes | field | meaning |
 //! |---|---|---|
 //! | 0..8 | magic | `b"FUSEECKP"` |
-//! | 8..12 | format u32 | [`CHECKPOINT_FORMAT`] (1) |
+//! | 8..12 | format u32 | 1, or [`CHECKPOINT_FORMAT`] (2) when it names attribute frames |
 //! | 12..20 | body_len u64 | bytes after the 24-byte header |
 //! | 20..24 | crc u32 | CRC-32 (`crc32fast`) of bytes 8..20 then the body |
 //! | 24.. | body | as below |
@@ -56,7 +56,15 @@
 //! last_lsn varint, has_blob u8 (0 or 1), if 1 blob.offset varint and
 //! blob.len varint, blob_chain varint, blob_depth u8, journal length varint
 //! and bytes; outbox length varint and bytes; index count varint, then per
-//! frame offset varint and len varint. Nothing may follow.
+//! frame offset varint and len varint. Format 2 then has the attribute
+//! frames: count varint (at least 1), then per frame offset varint and len
+//! varint. Nothing may follow.
+//!
+//! Format 2 is written only when the checkpoint names attribute frames, so
+//! a store that never uses search attributes (or whose last checkpoint
+//! names none) stays readable by a build that reads format 1 only. The
+//! attribute frames are the engine's (`fusee`'s search-attribute index
+//! snapshot, its own format): the core only carries their addresses.
 //!
 //! The format is checked before the crc, since a later format may lay its
 //! header out differently: an unknown format is
@@ -610,8 +618,11 @@ fn read_blob(r: &mut Reader<'_>) -> Result<BlobRef, DecodeError> {
 
 /// The first 8 bytes of every checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"FUSEECKP";
-/// The checkpoint format this module writes and reads.
-pub const CHECKPOINT_FORMAT: u32 = 1;
+/// The newest checkpoint format this module writes and reads (it reads 1
+/// too, and writes 1 when there are no attribute frames).
+pub const CHECKPOINT_FORMAT: u32 = 2;
+/// The format without attribute frames.
+const CHECKPOINT_FORMAT_PLAIN: u32 = 1;
 /// Bytes of a checkpoint before its body.
 pub const CHECKPOINT_HEADER: usize = 24;
 
@@ -660,6 +671,10 @@ pub struct Checkpoint {
     pub obsolete: u64,
     /// How many runs the index lists.
     pub index_runs: u64,
+    /// Run-store frames of the engine's search-attribute index snapshot,
+    /// as of this checkpoint (format 2; opaque here). The engine releases
+    /// them once a later commit no longer names them.
+    pub attr_frames: Vec<BlobRef>,
 }
 
 /// Why checkpoint bytes could not be decoded.
@@ -709,7 +724,12 @@ impl Checkpoint {
             CHECKPOINT_HEADER + 64 + journals + self.outbox.len() + 16 * self.index.len(),
         );
         out.extend_from_slice(&CHECKPOINT_MAGIC);
-        put_u32(&mut out, CHECKPOINT_FORMAT);
+        let format = if self.attr_frames.is_empty() {
+            CHECKPOINT_FORMAT_PLAIN
+        } else {
+            CHECKPOINT_FORMAT
+        };
+        put_u32(&mut out, format);
         out.extend_from_slice(&[0; 12]);
         for v in [u64::from(self.shard), u64::from(self.shards)] {
             put_varint(&mut out, v);
@@ -745,6 +765,12 @@ impl Checkpoint {
         for &b in &self.index {
             put_blob(&mut out, b);
         }
+        if format == CHECKPOINT_FORMAT {
+            put_varint(&mut out, self.attr_frames.len() as u64);
+            for &b in &self.attr_frames {
+                put_blob(&mut out, b);
+            }
+        }
         let body_len = (out.len() - CHECKPOINT_HEADER) as u64;
         out[12..20].copy_from_slice(&body_len.to_le_bytes());
         let crc = frame_crc(&out[8..20], &out[CHECKPOINT_HEADER..]);
@@ -765,7 +791,7 @@ impl Checkpoint {
             return Err(CheckpointError::BadMagic);
         }
         let found = r.u32()?;
-        if found != CHECKPOINT_FORMAT {
+        if found != CHECKPOINT_FORMAT && found != CHECKPOINT_FORMAT_PLAIN {
             return Err(CheckpointError::UnsupportedVersion { found });
         }
         let declared = r.u64()?;
@@ -821,6 +847,17 @@ impl Checkpoint {
         c.index = Vec::with_capacity(frames);
         for _ in 0..frames {
             c.index.push(read_blob(&mut r)?);
+        }
+        if found == CHECKPOINT_FORMAT {
+            let frames = bounded_count(&mut r, 2)?;
+            c.attr_frames = Vec::with_capacity(frames);
+            for _ in 0..frames {
+                c.attr_frames.push(read_blob(&mut r)?);
+            }
+            if c.attr_frames.is_empty() {
+                // The writer picks format 1 for none: one form per content.
+                return Err(DecodeError::new("format 2 names no attribute frame").into());
+            }
         }
         r.finish()?;
         Ok(c)

@@ -92,6 +92,7 @@ fn checkpoint(rng: &mut fastrand::Rng) -> Checkpoint {
         index: (0..rng.usize(0..6)).map(|_| blob(rng)).collect(),
         obsolete: wide(rng),
         index_runs: wide(rng),
+        attr_frames: (0..rng.usize(0..3)).map(|_| blob(rng)).collect(),
     }
 }
 
@@ -187,6 +188,34 @@ fn checkpoints_round_trip() {
         Checkpoint::decode(&Checkpoint::default().encode()),
         Ok(Checkpoint::default())
     );
+}
+
+#[test]
+fn format_2_only_when_attribute_frames_are_named() {
+    let plain = Checkpoint::default().encode();
+    assert_eq!(plain[8..12], 1u32.to_le_bytes());
+    let named = Checkpoint {
+        attr_frames: vec![BlobRef { offset: 7, len: 9 }],
+        ..Checkpoint::default()
+    };
+    let bytes = named.encode();
+    assert_eq!(bytes[8..12], CHECKPOINT_FORMAT.to_le_bytes());
+    assert_eq!(CHECKPOINT_FORMAT, 2);
+    assert_eq!(Checkpoint::decode(&bytes), Ok(named));
+    // A format-1 body read as format 2 lacks the attribute part.
+    let mut relabelled = plain.clone();
+    relabelled[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&relabelled[8..20]);
+        h.update(&relabelled[CHECKPOINT_HEADER..]);
+        h.finalize()
+    };
+    relabelled[20..24].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(
+        Checkpoint::decode(&relabelled),
+        Err(CheckpointError::Malformed(_))
+    ));
 }
 
 #[test]

@@ -71,6 +71,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+mod snapshot;
+
 /// The payload key holding search attributes.
 pub(crate) const ATTRS_KEY: &str = "fusee.attrs";
 /// The payload key marking a record the run's code made.
@@ -832,6 +834,11 @@ impl AttrIndex {
     /// The shard uses attributes: build the index in the background.
     pub(crate) fn want(&mut self) {
         self.wanted = true;
+    }
+
+    /// Whether the shard uses attributes (a run with some was seen).
+    pub(crate) fn used(&self) -> bool {
+        self.wanted
     }
 
     /// Whether a build is wanted and not done.

@@ -295,6 +295,9 @@ pub(crate) fn copy_parts<L: LogStore, R: RunStore, C: CheckpointStore, D: Storag
         cp.store_generation = 0;
         cp.store_len = d.runs.position();
         cp.index = Vec::new();
+        // The search-attribute snapshot is not copied: the copy's first
+        // open builds its index from the runs (`attrs`).
+        cp.attr_frames = Vec::new();
         cp.obsolete = 0;
         cp.index_runs = parked;
         let committed = d

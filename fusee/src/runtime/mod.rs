@@ -438,6 +438,8 @@ pub(crate) struct ShardLoop {
     telemetry: Option<crate::telemetry::ShardTelemetry>,
     /// The search-attribute index (`search`, `crate::attrs`).
     attr_index: crate::attrs::AttrIndex,
+    /// The index's snapshot frames the last commit names (`search`).
+    attr_snapshot: search::Snapshot,
     encode: Vec<u8>,
 }
 

@@ -18,6 +18,7 @@ use super::parking::Parking;
 use super::parking::chain_error;
 use super::receive::Mail;
 use super::seal::Seals;
+use super::search::Snapshot;
 use super::{LoopConfig, ShardLoop};
 use crate::AnyStorage;
 use crate::ctx::Registry;
@@ -57,6 +58,7 @@ impl ShardLoop {
         let mut after: Lsn = 0;
         let mut outbox = Outbox::default();
         let checkpointed = checkpoint.is_some();
+        let snapshot = checkpoint.as_ref().map(|cp| Snapshot::named(cp)).unwrap_or_default();
         if let Some(cp) = checkpoint {
             recovery::load_checkpoint(&mut core, &mut parts.runs, &cp).map_err(damage)?;
             after = cp.lsn;
@@ -123,6 +125,7 @@ impl ShardLoop {
             graces: Default::default(),
             telemetry: None,
             attr_index: crate::attrs::AttrIndex::default(),
+            attr_snapshot: Snapshot::default(),
             encode: Vec::new(),
         };
         let unfinished: Vec<(u64, bool)> = this
@@ -144,7 +147,7 @@ impl ShardLoop {
         }
         // Every message not acknowledged before the crash goes out again.
         this.mail.route_pending();
-        this.want_attr_index_if_used();
+        this.open_attr_index(snapshot, after);
         Ok(this)
     }
 }

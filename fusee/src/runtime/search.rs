@@ -1,11 +1,27 @@
 //! The shard's side of search attributes: its [`AttrIndex`] kept current
-//! as records are appended, built from every run newest first (in the
-//! background after an open, and as far as a filtered listing's page
-//! needs), and the listing's pages walked through it (format, rules and
-//! costs: [`crate::attrs`]).
+//! as records are appended, read at open from the snapshot a close wrote
+//! or else built from every run newest first (in the background after an
+//! open, and as far as a filtered listing's page needs), and the listing's
+//! pages walked through it (format, rules and costs: [`crate::attrs`]).
+//!
+//! # The snapshot's life
+//!
+//! A close's checkpoint writes the built index to run-store frames and
+//! names them (`Checkpoint::attr_frames`), so they are exactly the index
+//! of that checkpoint; no other checkpoint names any. An open reads them (and indexes again the
+//! loaded runs the log after the checkpoint changed). The next checkpoint
+//! of any kind releases them before anything else (before a compaction
+//! could move them) and names none: from then on the shard's runs have
+//! changed past them. A crash before that commit leaves them readable and
+//! named by the checkpoint they match. Their release is not counted
+//! towards a compaction (a restart would otherwise rewrite a large store
+//! for them): their bytes go with the next compaction the shard's own
+//! churn brings.
 
-use fusee_core::record::{Record, RecordBuf, RunId, Status, iter_canonical};
-use fusee_storage::StorageError;
+use fusee_core::record::{Lsn, Record, RecordBuf, RunId, Status, iter_canonical};
+use fusee_core::shard::BlobRef;
+use fusee_core::store::Checkpoint;
+use fusee_storage::{RunStore, StorageError};
 
 use super::ShardLoop;
 use crate::attrs::{self, AttrIndex};
@@ -22,7 +38,98 @@ const PROBE: usize = 64;
 /// shard's time).
 pub(super) const BUILD_BATCH: usize = 1024;
 
+/// The index's snapshot frames the last commit names (none once a commit
+/// since the open named none).
+#[derive(Default)]
+pub(super) struct Snapshot {
+    pub(super) frames: Vec<BlobRef>,
+}
+
+impl Snapshot {
+    /// What checkpoint `cp` names.
+    pub(super) fn named(cp: &Checkpoint) -> Self {
+        Self {
+            frames: cp.attr_frames.clone(),
+        }
+    }
+}
+
 impl ShardLoop {
+    /// At open: the index from the snapshot the last checkpoint names, the
+    /// loaded runs the log after it (past `checkpoint_lsn`)
+    /// changed indexed again; else (none, or one that does not read: it is
+    /// logged) the background build if the shard uses attributes.
+    pub(super) fn open_attr_index(&mut self, named: Snapshot, checkpoint_lsn: Lsn) {
+        self.attr_snapshot = named;
+        if !self.attr_snapshot.frames.is_empty() {
+            match self.read_attr_snapshot() {
+                Ok(index) => {
+                    self.attr_index = index;
+                    let changed: Vec<RunId> = self
+                        .core
+                        .loaded_runs()
+                        .filter(|(_, l)| l.last_lsn > checkpoint_lsn)
+                        .map(|(run, _)| run)
+                        .collect();
+                    for run in changed {
+                        self.reindex_loaded(run);
+                    }
+                    tracing::debug!(shard = self.shard, "search attribute index read from its snapshot");
+                    return;
+                }
+                Err(e) => tracing::warn!(
+                    shard = self.shard,
+                    error = %e,
+                    "search attribute snapshot unreadable; building the index from the runs"
+                ),
+            }
+        }
+        self.want_attr_index_if_used();
+    }
+
+    /// The index the snapshot frames hold.
+    fn read_attr_snapshot(&mut self) -> Result<AttrIndex, String> {
+        let mut frames = Vec::with_capacity(self.attr_snapshot.frames.len());
+        for &blob in &self.attr_snapshot.frames {
+            let mut buf = Vec::new();
+            self.store.read(blob, &mut buf).map_err(|e| e.to_string())?;
+            frames.push(buf);
+        }
+        AttrIndex::from_snapshot(&frames).map_err(|e| e.to_string())
+    }
+
+    /// Before any checkpoint: the snapshot frames the last commit named are
+    /// released, since this commit names none of them (see the module
+    /// docs); a close's writes a new one afterwards.
+    pub(super) fn release_attr_snapshot(&mut self) -> Result<(), StorageError> {
+        for blob in std::mem::take(&mut self.attr_snapshot.frames) {
+            self.store.release(blob)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a close must take a checkpoint for the snapshot alone: the
+    /// index is built and used, and the last commit names no snapshot.
+    pub(super) fn attr_snapshot_wanted(&self) -> bool {
+        self.attr_snapshot.frames.is_empty() && self.attr_index.built() && self.attr_index.used()
+    }
+
+    /// At a close's checkpoint: the built index written as its snapshot,
+    /// whose frames the checkpoint names (none if it is not built, or the
+    /// shard uses no attributes).
+    pub(super) fn write_attr_snapshot(&mut self) -> Result<Vec<BlobRef>, StorageError> {
+        debug_assert!(self.attr_snapshot.frames.is_empty(), "released first");
+        if !(self.attr_index.built() && self.attr_index.used()) {
+            return Ok(Vec::new());
+        }
+        let mut named = Vec::new();
+        for frame in self.attr_index.snapshot_frames() {
+            named.push(self.store_frame(&frame)?);
+        }
+        self.attr_snapshot.frames.clone_from(&named);
+        Ok(named)
+    }
+
     /// Keeps the index current after `rec` was applied: an `Attributes`
     /// record or a `Start` changes its run's attributes, and a `Done` that
     /// hands over starts the next run, whose `Start` meta may carry some.

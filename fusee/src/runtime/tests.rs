@@ -602,28 +602,18 @@ fn a_reopened_shard_fires_a_due_timer_before_starting_every_runs_code() {
 
 const TAGGED: Workflow<(), ()> = Workflow::new("tagged");
 
-/// A filtered page asked of a reopened shard whose index build has not
-/// begun reads on, newest first, only as far as the page needs, and the
-/// pages walked to the end hold every matching run once, newest first,
-/// by value and by range.
-#[test]
-fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
-    use crate::attrs::SearchAttributes;
-    use crate::client::ListFilter;
-    const RUNS: u32 = 3_000;
-    let registry = || {
-        let registry = Registry::default();
-        registry
-            .register(TAGGED, |_ctx: Ctx, ()| async move { Ok::<_, Failure>(()) })
-            .expect("a fresh registry");
-        registry
-    };
-    let mut parking = config();
-    parking.park_after_ms = 0;
-    let storage = MemoryStorage::new();
-    let any = AnyStorage::Memory(storage.clone());
-    let mut shard = ShardLoop::open(&any, 0, parking.clone(), registry(), START_MS).unwrap();
-    for i in 0..RUNS {
+fn tagged_registry() -> Registry {
+    let registry = Registry::default();
+    registry
+        .register(TAGGED, |_ctx: Ctx, ()| async move { Ok::<_, Failure>(()) })
+        .expect("a fresh registry");
+    registry
+}
+
+/// Starts runs `t{i}` of [`TAGGED`] for each `i`, with attribute `k` =
+/// `i % 3`.
+fn start_tagged(shard: &mut ShardLoop, ids: impl IntoIterator<Item = u32>) {
+    for i in ids {
         let (reply, _started) = oneshot::channel();
         shard.handle(Input::Start {
             wtype: TAGGED.name().into(),
@@ -632,10 +622,137 @@ fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
             policy: IdPolicy::NewOnly,
             trace: None,
             version: None,
-            attrs: Some(SearchAttributes::new().int("k", i64::from(i % 3))),
+            attrs: Some(crate::attrs::SearchAttributes::new().int("k", i64::from(i % 3))),
             reply,
         });
     }
+}
+
+/// Every page of `filter` walked to the end: the runs' IDs in order.
+fn walk_attr_pages(shard: &mut ShardLoop, filter: crate::client::ListFilter) -> Vec<String> {
+    let (mut out, mut below) = (Vec::new(), RunId::MAX);
+    for _ in 0..1_000 {
+        let page = shard.attr_page(&filter, below).unwrap();
+        out.extend(page.runs.into_iter().map(|r| r.id));
+        match page.resume {
+            Some(r) => below = r,
+            None => return out,
+        }
+    }
+    panic!("pages never ended");
+}
+
+/// Closes the shard at `now_ms` and waits for the close's reply.
+fn close(shard: &mut ShardLoop, now_ms: u64) {
+    let (reply, mut closed) = oneshot::channel();
+    shard.handle(Input::Close { reply });
+    settle(shard, now_ms);
+    closed
+        .try_recv()
+        .expect("the close answered")
+        .expect("the close succeeded");
+}
+
+/// A close writes the built attribute index as a snapshot its checkpoint
+/// names; the next open reads it (built at once, no run read), indexes
+/// again the runs the log after that checkpoint changed (a crash before
+/// any other checkpoint), and the first checkpoint after an open names no
+/// snapshot, so an open after it builds from the runs.
+#[test]
+fn a_close_writes_the_attribute_index_and_the_next_open_reads_it_back() {
+    use crate::client::ListFilter;
+    let mut parking = config();
+    parking.park_after_ms = 0;
+    let storage = MemoryStorage::new();
+    let open = |now_ms: u64| {
+        let any = AnyStorage::Memory(storage.crash());
+        ShardLoop::open(&any, 0, parking.clone(), tagged_registry(), now_ms).unwrap()
+    };
+    let expected = |runs: u32, k: u32| -> Vec<String> {
+        (0..runs)
+            .rev()
+            .filter(|&i| i % 3 == k)
+            .map(|i| format!("t{i}"))
+            .collect()
+    };
+    let mut shard = open(START_MS);
+    start_tagged(&mut shard, 0..300);
+    settle(&mut shard, START_MS);
+    settle(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
+    assert!(shard.attr_index.built(), "the background build ended");
+    close(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
+    drop(shard);
+
+    let mut shard = open(START_MS + 10_000);
+    assert!(
+        shard.attr_index.built(),
+        "the open did not read the close's snapshot"
+    );
+    assert_eq!(shard.attr_snapshot.frames.len(), 1);
+    assert_eq!(
+        walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 1).limit(40)),
+        expected(300, 1)
+    );
+    // Runs started after the snapshot, then a crash with no checkpoint.
+    start_tagged(&mut shard, 300..330);
+    settle(&mut shard, START_MS + 10_000);
+    drop(shard);
+    let mut shard = open(START_MS + 20_000);
+    assert!(shard.attr_index.built());
+    assert_eq!(
+        walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 2).limit(40)),
+        expected(330, 2),
+        "runs the log after the snapshot's checkpoint holds are missing"
+    );
+    assert_eq!(
+        walk_attr_pages(&mut shard, ListFilter::new().attribute_above("k", 0).limit(25)),
+        (0..330)
+            .rev()
+            .filter(|&i| i % 3 != 0)
+            .map(|i| format!("t{i}"))
+            .collect::<Vec<_>>()
+    );
+    drop(shard);
+    // A checkpoint that is not a close's names no snapshot: the runs change
+    // past it, so the open after it builds from the runs.
+    let mut every_second = parking.clone();
+    every_second.checkpoint_interval_ms = 1_000;
+    let any = AnyStorage::Memory(storage.crash());
+    let mut shard =
+        ShardLoop::open(&any, 0, every_second, tagged_registry(), START_MS + 30_000).unwrap();
+    assert!(shard.attr_index.built());
+    start_tagged(&mut shard, 330..333);
+    settle(&mut shard, START_MS + 30_000);
+    settle(&mut shard, START_MS + 32_000);
+    assert!(shard.metrics.checkpoints >= 1, "no checkpoint was taken");
+    assert!(shard.attr_snapshot.frames.is_empty());
+    drop(shard);
+    let mut shard = open(START_MS + 40_000);
+    assert!(
+        !shard.attr_index.built(),
+        "an open read a snapshot a later checkpoint had left behind"
+    );
+    assert_eq!(
+        walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 0).limit(40)),
+        expected(333, 0)
+    );
+}
+
+/// A filtered page asked of a reopened shard whose index build has not
+/// begun reads on, newest first, only as far as the page needs, and the
+/// pages walked to the end hold every matching run once, newest first,
+/// by value and by range.
+#[test]
+fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
+    use crate::client::ListFilter;
+    const RUNS: u32 = 3_000;
+    let registry = tagged_registry;
+    let mut parking = config();
+    parking.park_after_ms = 0;
+    let storage = MemoryStorage::new();
+    let any = AnyStorage::Memory(storage.clone());
+    let mut shard = ShardLoop::open(&any, 0, parking.clone(), registry(), START_MS).unwrap();
+    start_tagged(&mut shard, 0..RUNS);
     settle(&mut shard, START_MS);
     settle(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
     drop(shard);
@@ -643,18 +760,7 @@ fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
     let mut shard = ShardLoop::open(&any, 0, parking, registry(), START_MS + 1).unwrap();
     assert!(!shard.attr_index.built());
 
-    let walk = |shard: &mut ShardLoop, filter: ListFilter| -> Vec<String> {
-        let (mut out, mut below) = (Vec::new(), RunId::MAX);
-        for _ in 0..1_000 {
-            let page = shard.attr_page(&filter, below).unwrap();
-            out.extend(page.runs.into_iter().map(|r| r.id));
-            match page.resume {
-                Some(r) => below = r,
-                None => return out,
-            }
-        }
-        panic!("pages never ended");
-    };
+    let walk = walk_attr_pages;
     let first = shard
         .attr_page(&ListFilter::new().attribute("k", 1).limit(10), RunId::MAX)
         .unwrap();

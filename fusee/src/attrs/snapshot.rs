@@ -1,0 +1,426 @@
+//! The search-attribute index's snapshot: the whole [`AttrIndex`] written
+//! to run-store frames by a shard's close, named by its last checkpoint
+//! (`Checkpoint::attr_frames`, current), and read back by the next open,
+//! so that open's first filtered listing needs no frame of any run.
+//!
+//! # Frames
+//!
+//! The snapshot is one byte stream cut into parts of at most
+//! [`PART_BYTES_MAX`], one run-store frame each (integers little-endian):
+//!
+//! | bytes | field | meaning |
+//! |---|---|---|
+//! | 0..8 | magic | `b"FUSEATTR"` |
+//! | 8..12 | format u32 | [`FORMAT`] (1) |
+//! | 12..16 | part u32 | this frame's place, from 0 |
+//! | 16..20 | parts u32 | how many frames the stream has |
+//! | 20..28 | checksum u64 | `wire::checksum64` of bytes 8..20, then the body |
+//! | 28.. | body | the stream's next bytes |
+//!
+//! # Stream
+//!
+//! Varints are LEB128 (`fusee_core::wire`).
+//!
+//! 1. Names: count varint, then each name as length varint and UTF-8.
+//! 2. Runs, in ascending run order: count varint, then per run its run
+//!    number as a varint delta from the run before (the first from 0;
+//!    never 0), its pair count varint (at least 1), and per pair the name's
+//!    place in the names varint and the value's key.
+//! 3. By name, in the names' order: per name its entry count varint, then
+//!    each (key, run) in ascending order: the key, then the run varint. It
+//!    repeats section 2 turned around, so an open builds each name's
+//!    ordered set from sorted input rather than by sorting (a sort of
+//!    three million keys took longer than the goal of the whole listing).
+//!
+//! A key is its kind u8 then its value: 1 bool (u8 0 or 1), 2 int (i64,
+//! 8 bytes), 3 float (u64, 8 bytes: the order-preserving bits
+//! `AttrValue::key` makes), 4 time (varint ms), 5 keyword and 6 text
+//! (length varint and UTF-8).
+//!
+//! # Trust
+//!
+//! Every frame's checksum, place and count is checked, every count against the
+//! bytes left, every name place against the names, and section 3 against
+//! section 2 name by name (counts) and order (strictly ascending); any
+//! failure is a [`SnapshotError`], never a panic, and the open then builds
+//! the index from the runs as it does without a snapshot.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use fusee_core::record::RunId;
+use fusee_core::wire::{
+    DecodeError, Reader, checksum64, put_str, put_u8, put_u32, put_u64, put_varint,
+};
+use rustc_hash::FxHashMap;
+
+use super::{AttrIndex, AttrKey, RunValues};
+
+/// The first 8 bytes of every snapshot frame.
+const MAGIC: [u8; 8] = *b"FUSEATTR";
+/// The snapshot format this module writes and reads.
+pub(crate) const FORMAT: u32 = 1;
+/// Bytes of a frame before its body.
+const HEADER: usize = 28;
+/// Most stream bytes per frame: far under the run store's frame limit
+/// (256 MiB), and small enough that no part is a long write of its own.
+pub(crate) const PART_BYTES_MAX: usize = 32 << 20;
+
+/// Why snapshot frames could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SnapshotError {
+    /// A frame without the magic.
+    #[error("attribute snapshot frame {part}: not a snapshot frame")]
+    BadMagic {
+        /// The frame's place in the list.
+        part: usize,
+    },
+    /// A format this build does not read.
+    #[error("attribute snapshot format {found} is not supported (this build reads {FORMAT})")]
+    Format {
+        /// The format field.
+        found: u32,
+    },
+    /// A frame in the wrong place, or a list of the wrong length.
+    #[error("attribute snapshot frame {part} says it is part {says} of {parts}, of {have} named")]
+    Misplaced {
+        /// The frame's place in the list.
+        part: usize,
+        /// The part it says it is.
+        says: u32,
+        /// The parts it says there are.
+        parts: u32,
+        /// The frames the checkpoint named.
+        have: usize,
+    },
+    /// Damaged bytes.
+    #[error("attribute snapshot frame {part}: checksum mismatch")]
+    BadCrc {
+        /// The frame's place in the list.
+        part: usize,
+    },
+    /// A stream that does not decode, or whose sections disagree.
+    #[error("attribute snapshot: {0}")]
+    Malformed(#[from] DecodeError),
+}
+
+fn checksum(head: &[u8], body: &[u8]) -> u64 {
+    checksum64(&[head, body])
+}
+
+fn put_key(out: &mut Vec<u8>, k: &AttrKey) {
+    put_u8(out, k.kind());
+    match k {
+        AttrKey::Bool(b) => put_u8(out, u8::from(*b)),
+        AttrKey::Int(i) => put_u64(out, *i as u64),
+        AttrKey::Float(f) => put_u64(out, *f),
+        AttrKey::Time(t) => put_varint(out, *t),
+        AttrKey::Keyword(s) | AttrKey::Text(s) => put_str(out, s),
+    }
+}
+
+fn read_key(r: &mut Reader<'_>) -> Result<AttrKey, DecodeError> {
+    Ok(match r.u8()? {
+        1 => match r.u8()? {
+            0 => AttrKey::Bool(false),
+            1 => AttrKey::Bool(true),
+            _ => return Err(DecodeError::new("bool is not 0 or 1")),
+        },
+        2 => AttrKey::Int(r.u64()? as i64),
+        3 => AttrKey::Float(r.u64()?),
+        4 => AttrKey::Time(r.varint()?),
+        5 => AttrKey::Keyword(r.str()?.into()),
+        6 => AttrKey::Text(r.str()?.into()),
+        _ => return Err(DecodeError::new("unknown value kind")),
+    })
+}
+
+/// A varint count of items taking at least `min_bytes` each, checked
+/// against the bytes left so it can size an allocation.
+fn count(r: &mut Reader<'_>, min_bytes: usize) -> Result<usize, DecodeError> {
+    let n = r.varint()?;
+    if n > (r.remaining() / min_bytes) as u64 {
+        return Err(DecodeError::new("count larger than the bytes left"));
+    }
+    Ok(n as usize)
+}
+
+impl AttrIndex {
+    /// The snapshot's frames (see the module docs): at least one, each at
+    /// most [`PART_BYTES_MAX`] of stream behind its header.
+    pub(crate) fn snapshot_frames(&self) -> Vec<Vec<u8>> {
+        let names: Vec<&Arc<str>> = self.by_name.keys().collect();
+        let place: FxHashMap<&str, u64> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (&***n, i as u64))
+            .collect();
+        let mut s = Vec::new();
+        put_varint(&mut s, names.len() as u64);
+        for n in &names {
+            put_str(&mut s, n);
+        }
+        let mut runs: Vec<RunId> = self.by_run.keys().copied().collect();
+        runs.sort_unstable();
+        put_varint(&mut s, runs.len() as u64);
+        let mut before = 0;
+        for run in runs {
+            let values = &self.by_run[&run];
+            put_varint(&mut s, run - before);
+            before = run;
+            put_varint(&mut s, values.len() as u64);
+            for (name, key) in values.iter() {
+                put_varint(&mut s, place[&**name]);
+                put_key(&mut s, key);
+            }
+        }
+        for n in &names {
+            let set = &self.by_name[*n];
+            put_varint(&mut s, set.len() as u64);
+            for (key, run) in set {
+                put_key(&mut s, key);
+                put_varint(&mut s, *run);
+            }
+        }
+        // Never empty: the two counts are there.
+        debug_assert!(s.len() >= 2);
+        let parts = s.len().div_ceil(PART_BYTES_MAX);
+        let mut frames = Vec::with_capacity(parts);
+        for (i, body) in s.chunks(PART_BYTES_MAX).enumerate() {
+            let mut f = Vec::with_capacity(HEADER + body.len());
+            f.extend_from_slice(&MAGIC);
+            put_u32(&mut f, FORMAT);
+            put_u32(&mut f, i as u32);
+            put_u32(&mut f, parts as u32);
+            let c = checksum(&f[8..20], body);
+            put_u64(&mut f, c);
+            f.extend_from_slice(body);
+            frames.push(f);
+        }
+        frames
+    }
+
+    /// The index the frames hold, built (every run of the shard was in it
+    /// when they were written) and wanted if it holds any run.
+    pub(crate) fn from_snapshot(frames: &[Vec<u8>]) -> Result<AttrIndex, SnapshotError> {
+        let mut stream = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
+        for (part, f) in frames.iter().enumerate() {
+            let mut r = Reader::new(f);
+            if r.array::<8>().ok() != Some(MAGIC) {
+                return Err(SnapshotError::BadMagic { part });
+            }
+            let found = r.u32()?;
+            if found != FORMAT {
+                return Err(SnapshotError::Format { found });
+            }
+            let (says, parts) = (r.u32()?, r.u32()?);
+            if says as usize != part || parts as usize != frames.len() {
+                return Err(SnapshotError::Misplaced {
+                    part,
+                    says,
+                    parts,
+                    have: frames.len(),
+                });
+            }
+            let stored = r.u64()?;
+            if stored != checksum(&f[8..20], r.rest()) {
+                return Err(SnapshotError::BadCrc { part });
+            }
+            stream.extend_from_slice(r.rest());
+        }
+        Ok(Self::decode_stream(&stream)?)
+    }
+
+    fn decode_stream(s: &[u8]) -> Result<AttrIndex, DecodeError> {
+        let mut r = Reader::new(s);
+        let n_names = count(&mut r, 2)?;
+        let mut names: Vec<Arc<str>> = Vec::with_capacity(n_names);
+        for _ in 0..n_names {
+            names.push(Arc::from(r.str()?));
+        }
+        // How many values each name has in section 2, to check section 3.
+        let mut per_name = vec![0usize; n_names];
+        // A run takes at least 4 bytes: delta, count, one pair of 2.
+        let n_runs = count(&mut r, 4)?;
+        let mut by_run: FxHashMap<RunId, RunValues> = FxHashMap::default();
+        by_run.reserve(n_runs);
+        let mut run: RunId = 0;
+        for _ in 0..n_runs {
+            let delta = r.varint()?;
+            if delta == 0 {
+                return Err(DecodeError::new("runs not in ascending order"));
+            }
+            run = run
+                .checked_add(delta)
+                .ok_or_else(|| DecodeError::new("run number overflows"))?;
+            let pairs = count(&mut r, 2)?;
+            if pairs == 0 {
+                return Err(DecodeError::new("a run without values"));
+            }
+            let mut values = Vec::with_capacity(pairs);
+            for _ in 0..pairs {
+                let at = r.varint()?;
+                let name = usize::try_from(at)
+                    .ok()
+                    .filter(|&i| i < n_names)
+                    .ok_or_else(|| DecodeError::new("name place past the names"))?;
+                per_name[name] += 1;
+                values.push((Arc::clone(&names[name]), read_key(&mut r)?));
+            }
+            by_run.insert(run, values.into_boxed_slice());
+        }
+        let mut by_name = FxHashMap::default();
+        by_name.reserve(n_names);
+        for (i, name) in names.into_iter().enumerate() {
+            // An entry takes at least 3 bytes: kind, value, run.
+            let n = count(&mut r, 3)?;
+            if n != per_name[i] {
+                return Err(DecodeError::new("sections disagree on a name's values"));
+            }
+            let mut entries: Vec<(AttrKey, RunId)> = Vec::with_capacity(n);
+            for _ in 0..n {
+                let e = (read_key(&mut r)?, r.varint()?);
+                if entries.last().is_some_and(|last| *last >= e) {
+                    return Err(DecodeError::new("a name's values not in ascending order"));
+                }
+                entries.push(e);
+            }
+            // Sorted input: the set is built in one pass, not by inserts.
+            by_name.insert(name, BTreeSet::from_iter(entries));
+        }
+        r.finish()?;
+        Ok(AttrIndex {
+            built: true,
+            wanted: !by_run.is_empty(),
+            below: None,
+            by_name,
+            by_run,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attrs::{AttrCondition, AttrMap, AttrValue};
+
+    fn index(runs: u64) -> AttrIndex {
+        let mut ix = AttrIndex::default();
+        for run in 1..=runs {
+            let mut m = AttrMap::new();
+            m.insert("c".into(), AttrValue::Int((run % 7) as i64 - 3));
+            m.insert("amount".into(), AttrValue::Float(run as f64 / 3.0 - 5.0));
+            if run % 3 == 0 {
+                m.insert("tier".into(), AttrValue::Keyword(format!("t{}", run % 4)));
+                m.insert("note".into(), AttrValue::Text("ü …".into()));
+                m.insert("vip".into(), AttrValue::Bool(run % 2 == 0));
+                m.insert("at".into(), AttrValue::Time(run * 1000));
+            }
+            ix.set(run * 3, &m);
+        }
+        ix
+    }
+
+    fn same(a: &AttrIndex, b: &AttrIndex) {
+        assert_eq!(a.by_run.len(), b.by_run.len());
+        for (run, v) in &a.by_run {
+            assert_eq!(Some(v), b.by_run.get(run), "run {run}");
+        }
+        assert_eq!(a.by_name, b.by_name);
+    }
+
+    #[test]
+    fn a_snapshot_reads_back_as_the_index_it_was_taken_of() {
+        for runs in [0, 1, 50, 2000] {
+            let ix = index(runs);
+            let frames = ix.snapshot_frames();
+            assert_eq!(frames.len(), 1);
+            let back = AttrIndex::from_snapshot(&frames).unwrap();
+            same(&ix, &back);
+            assert!(back.built());
+            assert_eq!(back.wanted, runs > 0);
+            let eq = AttrCondition::eq("c", 1);
+            assert_eq!(
+                back.candidates(&eq, RunId::MAX, 5),
+                ix.candidates(&eq, RunId::MAX, 5)
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_stream_is_cut_into_parts_and_joined_again() {
+        let ix = index(30_000);
+        let mut frames = ix.snapshot_frames();
+        let whole: Vec<u8> = frames.iter().flat_map(|f| f[HEADER..].to_vec()).collect();
+        // Cut again into 7 parts, as a smaller part size would.
+        let part = whole.len().div_ceil(7);
+        frames = whole
+            .chunks(part)
+            .enumerate()
+            .map(|(i, body)| {
+                let mut f = MAGIC.to_vec();
+                put_u32(&mut f, FORMAT);
+                put_u32(&mut f, i as u32);
+                put_u32(&mut f, 7);
+                let c = checksum(&f[8..20], body);
+                put_u64(&mut f, c);
+                f.extend_from_slice(body);
+                f
+            })
+            .collect();
+        same(&ix, &AttrIndex::from_snapshot(&frames).unwrap());
+        frames.swap(2, 3);
+        assert!(matches!(
+            AttrIndex::from_snapshot(&frames),
+            Err(SnapshotError::Misplaced { part: 2, .. })
+        ));
+        frames.swap(2, 3);
+        frames.pop();
+        assert!(matches!(
+            AttrIndex::from_snapshot(&frames),
+            Err(SnapshotError::Misplaced { .. })
+        ));
+    }
+
+    #[test]
+    fn damaged_frames_are_errors_never_panics_or_other_indexes() {
+        let ix = index(300);
+        let frame = ix.snapshot_frames().remove(0);
+        let mut rng = fastrand::Rng::with_seed(7);
+        for i in 0..frame.len() {
+            let mut bad = frame.clone();
+            bad[i] ^= rng.u8(1..);
+            assert!(AttrIndex::from_snapshot(&[bad]).is_err(), "byte {i}");
+        }
+        for len in 0..frame.len() {
+            assert!(AttrIndex::from_snapshot(&[frame[..len].to_vec()]).is_err());
+        }
+        // Bytes past the checksum, made to pass it: decoded, checked, refused.
+        for _ in 0..20_000 {
+            let body: Vec<u8> = (0..rng.usize(0..64)).map(|_| rng.u8(..)).collect();
+            let mut f = MAGIC.to_vec();
+            put_u32(&mut f, FORMAT);
+            put_u32(&mut f, 0);
+            put_u32(&mut f, 1);
+            let c = checksum(&f[8..20], &body);
+            put_u64(&mut f, c);
+            f.extend_from_slice(&body);
+            let _ = AttrIndex::from_snapshot(&[f]);
+        }
+        // Sections that disagree: one by-name entry changed to another run.
+        let mut s = Vec::new();
+        put_varint(&mut s, 1);
+        put_str(&mut s, "c");
+        put_varint(&mut s, 1); // one run
+        put_varint(&mut s, 5);
+        put_varint(&mut s, 1);
+        put_varint(&mut s, 0);
+        put_key(&mut s, &AttrKey::Int(1));
+        put_varint(&mut s, 2); // two entries for one value
+        put_key(&mut s, &AttrKey::Int(1));
+        put_varint(&mut s, 5);
+        put_key(&mut s, &AttrKey::Int(1));
+        put_varint(&mut s, 6);
+        assert!(AttrIndex::decode_stream(&s).is_err());
+    }
+}

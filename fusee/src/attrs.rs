@@ -42,22 +42,36 @@
 //! # The index
 //!
 //! Each shard keeps an in-memory [`AttrIndex`]: for each attribute name an
-//! ordered set of (value, run), and each run's current values. It is not
-//! persisted, so it is the same on every backend: a shard builds it from
-//! its runs (loaded runs from memory, parked runs by reading their
-//! frames), newest first, and keeps it current as `Attributes` and
-//! `Start` records are appended. The build does not slow the open: it
-//! runs in the background (a batch of runs per loop iteration, between
-//! the shard's other work) once the shard is seen to use attributes (a
-//! loaded run or one of the 64 newest parked runs holds some at open, or
-//! one is set). A listing that filters by an attribute before it is done
-//! reads on, newest first, as far as its page needs: a page takes only
-//! runs at or above the build's frontier, all of which are in the index. A shard
-//! whose runs never carry attributes reads no frame for it. Cost (measured
-//! with `benches/benches/list_attrs.rs`, 1,000,000 parked runs of 3
-//! attributes each, file backend, 2 shards): about 580 bytes of resident
-//! memory per run, and a build of about 4 s (one frame read per parked
-//! run).
+//! ordered set of (value, run), and each run's current values. It is the
+//! same on every backend, kept current as `Attributes` and `Start` records
+//! are appended, and comes back at an open in one of two ways:
+//!
+//! - **After a clean close**, from its snapshot: the close's checkpoint
+//!   writes it to run-store frames (format in `attrs/snapshot.rs`) and
+//!   names them; the open reads them, so its first filtered listing needs
+//!   no run's frame. The first checkpoint after the open releases them and
+//!   names none (the runs change past them). Cost (measured with
+//!   `benches/benches/list_attrs.rs`, 1,000,000 parked runs of 3
+//!   attributes each, 2 shards, file backend): the snapshot is about 32
+//!   bytes a value; the open reads it in about 0.2 s more, the close
+//!   writes it in about 0.1 s more, and the first filtered page takes
+//!   about 1 ms (`benches/RESULTS.md`).
+//! - **Otherwise** (after a crash past a checkpoint, from a store written
+//!   before snapshots, a copy made by `migrate` or a backup): built from
+//!   the runs (loaded runs from memory, parked runs by reading their
+//!   frames), newest first. The build does not slow the open: it runs in
+//!   the background (a batch of runs per loop iteration, between the
+//!   shard's other work) once the shard is seen to use attributes (a
+//!   loaded run or one of the 64 newest parked runs holds some at open,
+//!   or one is set). A listing that filters by an attribute before it is
+//!   done reads on, newest first, as far as its page needs: a page takes
+//!   only runs at or above the build's frontier, all of which are in the
+//!   index. A build of 1,000,000 parked runs takes about 4 s (one frame
+//!   read per run).
+//!
+//! A shard whose runs never carry attributes reads no frame for it and
+//! writes no snapshot. About 580 bytes of resident memory a run of 3
+//! attributes (measured before the arena of `RunValues`; less since).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -800,8 +814,152 @@ impl KeyRange {
     }
 }
 
-/// One run's values in the index: (name, value) pairs.
-type RunValues = Box<[(Arc<str>, AttrKey)]>;
+/// One value of a run in the index: its name and key.
+type NamedKey = (Arc<str>, AttrKey);
+
+/// Each run's values, kept in one arena (a run's are a span of it) rather
+/// than an allocation per run, and the runs an open read from a snapshot
+/// in a sorted list rather than a hash map: reading a snapshot of 500,000
+/// runs into boxed slices under a hash map took 144 ms of one core, and
+/// most of it went to allocating and to the map's scattered writes.
+#[derive(Default)]
+struct RunValues {
+    /// Each run's span of `values` (start, length), for runs set since
+    /// the open.
+    spans: FxHashMap<RunId, (u32, u32)>,
+    /// The same for the runs the snapshot held, in ascending run order;
+    /// a start of [`TAKEN`] marks a run taken since.
+    frozen: Vec<(RunId, u32, u32)>,
+    /// Entries of `frozen` not taken.
+    frozen_live: usize,
+    values: Vec<NamedKey>,
+    /// Values no span covers (left by changes): reclaimed once they are
+    /// at least [`DEAD_MIN`] and half of `values`, so the arena's size is
+    /// within twice the live values.
+    dead: usize,
+    /// What a taken value is replaced by (no allocation per take).
+    blank: Option<Arc<str>>,
+}
+
+/// Dead values below which the arena is never compacted.
+const DEAD_MIN: usize = 4096;
+/// The start of a frozen run taken since the open.
+const TAKEN: u32 = u32::MAX;
+
+impl RunValues {
+    /// An empty table for a snapshot's `runs` and about `values` values.
+    fn with_capacity(runs: usize, values: usize) -> Self {
+        Self {
+            frozen: Vec::with_capacity(runs),
+            values: Vec::with_capacity(values),
+            ..Self::default()
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len() + self.frozen_live
+    }
+
+    /// Where `run`'s span is in `frozen`, if it is there and not taken.
+    fn frozen_at(&self, run: RunId) -> Option<usize> {
+        let i = self.frozen.binary_search_by_key(&run, |e| e.0).ok()?;
+        (self.frozen[i].1 != TAKEN).then_some(i)
+    }
+
+    fn span(&self, run: RunId) -> Option<(u32, u32)> {
+        if let Some(&s) = self.spans.get(&run) {
+            return Some(s);
+        }
+        self.frozen_at(run).map(|i| (self.frozen[i].1, self.frozen[i].2))
+    }
+
+    fn contains(&self, run: RunId) -> bool {
+        self.span(run).is_some()
+    }
+
+    fn get(&self, run: RunId) -> Option<&[NamedKey]> {
+        let (at, len) = self.span(run)?;
+        Some(&self.values[at as usize..(at + len) as usize])
+    }
+
+    fn runs(&self) -> impl Iterator<Item = RunId> + '_ {
+        let frozen = self.frozen.iter().filter(|e| e.1 != TAKEN).map(|e| e.0);
+        self.spans.keys().copied().chain(frozen)
+    }
+
+    /// Sets `run`'s values (it has none: `take` it first).
+    fn insert(&mut self, run: RunId, values: impl IntoIterator<Item = NamedKey>) {
+        debug_assert!(!self.contains(run), "run {run} inserted twice");
+        let (at, len) = self.push(values);
+        self.spans.insert(run, (at, len));
+    }
+
+    /// Sets the values of `run`, above every run the snapshot held so far
+    /// (an open reading it).
+    fn insert_frozen(&mut self, run: RunId, values: impl IntoIterator<Item = NamedKey>) {
+        debug_assert!(self.frozen.last().is_none_or(|e| e.0 < run), "ascending");
+        let (at, len) = self.push(values);
+        self.frozen.push((run, at, len));
+        self.frozen_live += 1;
+    }
+
+    fn push(&mut self, values: impl IntoIterator<Item = NamedKey>) -> (u32, u32) {
+        let at = self.values.len();
+        self.values.extend(values);
+        // Memory runs out long before: 4 billion values of one shard.
+        assert!(self.values.len() < TAKEN as usize, "attribute arena full");
+        (at as u32, (self.values.len() - at) as u32)
+    }
+
+    /// Removes `run`'s values and hands them over.
+    fn take(&mut self, run: RunId) -> Vec<NamedKey> {
+        let (at, len) = match self.spans.remove(&run) {
+            Some(s) => s,
+            None => match self.frozen_at(run) {
+                Some(i) => {
+                    let e = &mut self.frozen[i];
+                    let s = (e.1, e.2);
+                    (e.1, e.2) = (TAKEN, 0);
+                    self.frozen_live -= 1;
+                    s
+                }
+                None => return Vec::new(),
+            },
+        };
+        let blank = self.blank.get_or_insert_with(|| Arc::from("")).clone();
+        let out = self.values[at as usize..(at + len) as usize]
+            .iter_mut()
+            .map(|v| std::mem::replace(v, (Arc::clone(&blank), AttrKey::Bool(false))))
+            .collect();
+        self.dead += len as usize;
+        if self.dead >= DEAD_MIN && self.dead * 2 >= self.values.len() {
+            self.compact();
+        }
+        out
+    }
+
+    /// Moves every live span to a new arena.
+    fn compact(&mut self) {
+        let mut old = std::mem::take(&mut self.values);
+        self.values.reserve(old.len() - self.dead);
+        let blank = self.blank.get_or_insert_with(|| Arc::from("")).clone();
+        let live_frozen = self.frozen.iter_mut().filter(|e| e.1 != TAKEN);
+        let spans = self
+            .spans
+            .values_mut()
+            .map(|(at, len)| (at, len))
+            .chain(live_frozen.map(|e| (&mut e.1, &mut e.2)));
+        for (at, len) in spans {
+            let start = self.values.len() as u32;
+            for v in &mut old[*at as usize..(*at + *len) as usize] {
+                self.values
+                    .push(std::mem::replace(v, (Arc::clone(&blank), AttrKey::Bool(false))));
+            }
+            *at = start;
+        }
+        self.dead = 0;
+    }
+}
 
 /// A shard's search-attribute index (see the module docs): for each name
 /// the (value, run) pairs in order, and each run's values.
@@ -817,7 +975,7 @@ pub(crate) struct AttrIndex {
     /// (`None`: not begun).
     below: Option<RunId>,
     by_name: FxHashMap<Arc<str>, BTreeSet<(AttrKey, RunId)>>,
-    by_run: FxHashMap<RunId, RunValues>,
+    by_run: RunValues,
 }
 
 impl AttrIndex {
@@ -858,7 +1016,7 @@ impl AttrIndex {
 
     /// Whether `run` has an entry.
     pub(crate) fn has(&self, run: RunId) -> bool {
-        self.by_run.contains_key(&run)
+        self.by_run.contains(run)
     }
 
     /// Makes `attrs` run `run`'s attributes (none: forgets it).
@@ -881,15 +1039,12 @@ impl AttrIndex {
                 .insert((key.clone(), run));
             entry.push((name, key));
         }
-        self.by_run.insert(run, entry.into_boxed_slice());
+        self.by_run.insert(run, entry);
     }
 
     /// Forgets run `run`.
     pub(crate) fn remove(&mut self, run: RunId) {
-        let Some(old) = self.by_run.remove(&run) else {
-            return;
-        };
-        for (name, key) in old.into_vec() {
+        for (name, key) in self.by_run.take(run) {
             if let Some(set) = self.by_name.get_mut(&name) {
                 set.remove(&(key, run));
                 if set.is_empty() {
@@ -901,7 +1056,7 @@ impl AttrIndex {
 
     /// Whether run `run`'s attributes pass every condition.
     pub(crate) fn admits(&self, run: RunId, conds: &[AttrCondition]) -> bool {
-        let Some(entry) = self.by_run.get(&run) else {
+        let Some(entry) = self.by_run.get(run) else {
             return conds.is_empty();
         };
         conds.iter().all(|c| {
@@ -972,7 +1127,7 @@ impl AttrIndex {
     /// How many values run `run` has in the index.
     #[cfg(test)]
     pub(crate) fn of(&self, run: RunId) -> usize {
-        self.by_run.get(&run).map_or(0, |e| e.len())
+        self.by_run.get(run).map_or(0, <[_]>::len)
     }
 }
 
@@ -1116,6 +1271,69 @@ mod tests {
         assert!(c.admits(&AttrValue::Keyword("a:b".into())));
         let c = AttrCondition::parse("x<=float:-1.5").unwrap();
         assert!(c.admits(&AttrValue::Float(-2.0)) && !c.admits(&AttrValue::Float(0.0)));
+    }
+
+    /// Random sets and removes, before and after a snapshot is read back
+    /// (its runs then sit in the frozen list) and through arena
+    /// compactions, agree with a plain map of each run's values.
+    #[test]
+    fn the_index_agrees_with_a_model_through_changes_snapshots_and_compactions() {
+        let mut rng = fastrand::Rng::with_seed(0xa77);
+        let mut ix = AttrIndex::default();
+        let mut model: BTreeMap<RunId, AttrMap> = BTreeMap::new();
+        let mut compactions = 0;
+        for round in 0..6 {
+            for _ in 0..20_000 {
+                let run = rng.u64(1..3_000);
+                if rng.u8(..10) == 0 {
+                    ix.remove(run);
+                    model.remove(&run);
+                    continue;
+                }
+                let mut m = AttrMap::new();
+                for name in ["a", "b", "c"] {
+                    if rng.bool() {
+                        m.insert(name.into(), AttrValue::Int(rng.i64(0..5)));
+                    }
+                }
+                if rng.u8(..4) == 0 {
+                    m.insert("k".into(), AttrValue::Keyword(format!("k{}", rng.u8(..3))));
+                }
+                let before = ix.by_run.dead;
+                ix.set(run, &m);
+                compactions += usize::from(ix.by_run.dead < before);
+                if m.is_empty() {
+                    model.remove(&run);
+                } else {
+                    model.insert(run, m);
+                }
+            }
+            if round % 2 == 1 {
+                ix = AttrIndex::from_snapshot(&ix.snapshot_frames()).expect("reads back");
+                assert!(ix.by_run.frozen_live > 0);
+            }
+            assert_eq!(ix.by_run.len(), model.len());
+            assert!(ix.by_run.values.len() <= 2 * 4 * model.len() + 2 * DEAD_MIN);
+            for (run, m) in &model {
+                assert_eq!(ix.of(*run), m.len(), "run {run}");
+                for (name, v) in m {
+                    assert!(ix.admits(*run, &[AttrCondition::eq(name.as_str(), v.clone())]));
+                }
+            }
+            for v in 0..5 {
+                let want: Vec<RunId> = model
+                    .iter()
+                    .rev()
+                    .filter(|(_, m)| m.get("a") == Some(&AttrValue::Int(v)))
+                    .map(|(r, _)| *r)
+                    .collect();
+                assert_eq!(
+                    ix.candidates(&AttrCondition::eq("a", v), RunId::MAX, usize::MAX),
+                    want
+                );
+            }
+        }
+        assert!(compactions > 0, "no compaction ran");
     }
 
     #[test]

@@ -160,12 +160,12 @@ impl AttrIndex {
         for n in &names {
             put_str(&mut s, n);
         }
-        let mut runs: Vec<RunId> = self.by_run.keys().copied().collect();
+        let mut runs: Vec<RunId> = self.by_run.runs().collect();
         runs.sort_unstable();
         put_varint(&mut s, runs.len() as u64);
         let mut before = 0;
         for run in runs {
-            let values = &self.by_run[&run];
+            let values = self.by_run.get(run).unwrap_or_default();
             put_varint(&mut s, run - before);
             before = run;
             put_varint(&mut s, values.len() as u64);
@@ -242,8 +242,13 @@ impl AttrIndex {
         let mut per_name = vec![0usize; n_names];
         // A run takes at least 4 bytes: delta, count, one pair of 2.
         let n_runs = count(&mut r, 4)?;
-        let mut by_run: FxHashMap<RunId, RunValues> = FxHashMap::default();
-        by_run.reserve(n_runs);
+        // Most runs carry each name; a pair takes at least 3 bytes (so no
+        // count can size the arena past the input).
+        let mut by_run = RunValues::with_capacity(
+            n_runs,
+            n_runs.saturating_mul(n_names).min(r.remaining() / 3),
+        );
+        let mut values = Vec::new();
         let mut run: RunId = 0;
         for _ in 0..n_runs {
             let delta = r.varint()?;
@@ -257,7 +262,7 @@ impl AttrIndex {
             if pairs == 0 {
                 return Err(DecodeError::new("a run without values"));
             }
-            let mut values = Vec::with_capacity(pairs);
+            values.clear();
             for _ in 0..pairs {
                 let at = r.varint()?;
                 let name = usize::try_from(at)
@@ -267,7 +272,7 @@ impl AttrIndex {
                 per_name[name] += 1;
                 values.push((Arc::clone(&names[name]), read_key(&mut r)?));
             }
-            by_run.insert(run, values.into_boxed_slice());
+            by_run.insert_frozen(run, values.drain(..));
         }
         let mut by_name = FxHashMap::default();
         by_name.reserve(n_names);
@@ -291,7 +296,7 @@ impl AttrIndex {
         r.finish()?;
         Ok(AttrIndex {
             built: true,
-            wanted: !by_run.is_empty(),
+            wanted: by_run.len() > 0,
             below: None,
             by_name,
             by_run,
@@ -323,8 +328,8 @@ mod tests {
 
     fn same(a: &AttrIndex, b: &AttrIndex) {
         assert_eq!(a.by_run.len(), b.by_run.len());
-        for (run, v) in &a.by_run {
-            assert_eq!(Some(v), b.by_run.get(run), "run {run}");
+        for run in a.by_run.runs() {
+            assert_eq!(a.by_run.get(run), b.by_run.get(run), "run {run}");
         }
         assert_eq!(a.by_name, b.by_name);
     }

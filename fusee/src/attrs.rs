@@ -870,7 +870,8 @@ impl RunValues {
         if let Some(&s) = self.spans.get(&run) {
             return Some(s);
         }
-        self.frozen_at(run).map(|i| (self.frozen[i].1, self.frozen[i].2))
+        self.frozen_at(run)
+            .map(|i| (self.frozen[i].1, self.frozen[i].2))
     }
 
     fn contains(&self, run: RunId) -> bool {
@@ -952,8 +953,10 @@ impl RunValues {
         for (at, len) in spans {
             let start = self.values.len() as u32;
             for v in &mut old[*at as usize..(*at + *len) as usize] {
-                self.values
-                    .push(std::mem::replace(v, (Arc::clone(&blank), AttrKey::Bool(false))));
+                self.values.push(std::mem::replace(
+                    v,
+                    (Arc::clone(&blank), AttrKey::Bool(false)),
+                ));
             }
             *at = start;
         }

@@ -100,6 +100,7 @@ use fusee_core::record::{Record, RecordRef, RunId, Seq, iter_canonical, value_ki
 use futures_util::Stream;
 use serde::Serialize;
 
+use crate::client::LiveJournal;
 use crate::engine::WeakEngine;
 use crate::runtime::Input;
 use crate::{Engine, Error, Result};
@@ -304,12 +305,8 @@ impl Engine {
 /// A subscription's state between reads.
 struct Sub {
     engine: Engine,
-    id: String,
-    name: String,
-    run: Option<RunId>,
-    next: u64,
+    cursor: Cursor,
     buf: VecDeque<StreamChunk>,
-    finished: bool,
     idle: Duration,
 }
 
@@ -317,12 +314,8 @@ impl Sub {
     fn new(engine: &Engine, id: &str, name: &str, from: u64) -> Self {
         Sub {
             engine: engine.clone(),
-            id: id.to_string(),
-            name: name.to_string(),
-            run: None,
-            next: from,
+            cursor: Cursor::new(id, name, from),
             buf: VecDeque::new(),
-            finished: false,
             idle: IDLE_MIN,
         }
     }
@@ -338,12 +331,12 @@ impl Sub {
             if let Some(c) = self.buf.pop_front() {
                 return Some((Ok(c), self));
             }
-            if self.finished {
+            if self.cursor.finished() {
                 return None;
             }
             match self.read().await {
                 Err(e) => {
-                    self.finished = true;
+                    self.cursor.finished = true;
                     return Some((Err(e), self));
                 }
                 Ok(true) => self.idle = IDLE_MIN,
@@ -358,11 +351,58 @@ impl Sub {
     /// One read of the run's durable journal: whether it brought chunks
     /// or the end.
     async fn read(&mut self) -> Result<bool> {
-        let (id, run) = (self.id.clone(), self.run);
+        let (id, run) = (self.cursor.id.clone(), self.cursor.run);
         let live = self
             .engine
-            .request(&self.id, |reply| Input::Journal { id, run, reply })
+            .request(&self.cursor.id, |reply| Input::Journal { id, run, reply })
             .await?;
+        let chunks = self.cursor.take(&live)?;
+        let got = !chunks.is_empty();
+        self.buf.extend(chunks);
+        Ok(got || self.cursor.finished())
+    }
+}
+
+/// A subscriber's place in one stream, fed with reads of its run's
+/// journal as the shard answers `Input::Journal` (durable when sent). It
+/// owns what a read means: the run it follows (the latest when it began),
+/// the next index, when the stream is over, and the errors of a cursor
+/// past the stream or of a finished run that never opened it. The
+/// simulator's subscribers drive it with the shard's answers directly.
+#[derive(Debug)]
+pub(crate) struct Cursor {
+    id: String,
+    name: String,
+    run: Option<RunId>,
+    next: u64,
+    finished: bool,
+}
+
+impl Cursor {
+    /// A cursor on stream `name` of `id`'s latest run, from index `from`.
+    pub(crate) fn new(id: &str, name: &str, from: u64) -> Self {
+        Self {
+            id: id.to_string(),
+            name: name.to_string(),
+            run: None,
+            next: from,
+            finished: false,
+        }
+    }
+
+    /// The run it follows, once a read named it.
+    pub(crate) fn run(&self) -> Option<RunId> {
+        self.run
+    }
+
+    /// Whether the stream (or its run) ended and every chunk was taken.
+    pub(crate) fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The stream's chunks in `live` from the cursor on (at most a page),
+    /// the cursor moved past them.
+    pub(crate) fn take(&mut self, live: &LiveJournal) -> Result<Vec<StreamChunk>> {
         self.run = Some(live.run);
         let view = scan(&live.journal, &self.name, self.next, PAGE_BYTES).map_err(|at| {
             Error::Storage {
@@ -390,11 +430,9 @@ impl Sub {
                 name: self.name.clone(),
             });
         }
-        let got = !view.chunks.is_empty();
         self.next += view.chunks.len() as u64;
-        self.buf.extend(view.chunks);
         self.finished = (view.ended || view.run_ended) && self.next == view.len;
-        Ok(got || self.finished)
+        Ok(view.chunks)
     }
 }
 

@@ -31,6 +31,7 @@ fn seeds_pass() {
     let mut on_file = 0u64;
     let (mut overlapped, mut out_of_turn) = (0u64, 0u64);
     let mut chunks = 0u64;
+    let mut served = 0u64;
     let mut failures: Vec<SimFailure> = Vec::new();
     for seed in first..first + seeds {
         match run(&SimConfig::new(seed)) {
@@ -41,6 +42,7 @@ fn seeds_pass() {
                 overlapped += u64::from(r.flushes_overlapped);
                 out_of_turn += u64::from(r.flushes_out_of_turn);
                 chunks += u64::from(r.chunks_checked);
+                served += u64::from(r.chunks_served);
             }
             Err(f) => failures.push(f),
         }
@@ -48,7 +50,7 @@ fn seeds_pass() {
     println!(
         "{seeds} seeds from {first} ({on_file} on the file backend): {actions} actions, {cuts} power cuts, \
          {overlapped} flushes begun beside another, {out_of_turn} back out of turn, {chunks} stream \
-         chunks checked, {:.1} s",
+         chunks checked, {served} served to subscribers, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     if let Some(f) = failures.first() {
@@ -61,6 +63,7 @@ fn seeds_pass() {
     // had tickets come back out of turn, or that path went untested.
     if seeds >= 100 {
         assert!(chunks > 0, "no stream chunk was checked in {seeds} seeds");
+        assert!(served > 0, "no stream chunk was served in {seeds} seeds");
         assert!(
             out_of_turn > 0,
             "no flush ticket came back out of turn in {seeds} seeds ({overlapped} overlapped)"

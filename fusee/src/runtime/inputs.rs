@@ -229,6 +229,9 @@ impl ShardLoop {
                 let _ = reply.send(page);
             }
             Input::Journal { id, run, reply } => match self.live_journal(&id, run) {
+                Ok(journal) if self.sabotaged(super::sabotage::Sabotage::JournalEarly) => {
+                    let _ = reply.send(Ok(journal));
+                }
                 Ok(journal) => {
                     // Records in memory may not be durable yet.
                     let token = self.waiters.wait(Waiting::Journal(reply, journal));

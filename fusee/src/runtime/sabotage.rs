@@ -37,12 +37,16 @@ pub enum Sabotage {
     /// A stream chunk sent again (by a step run again) is recorded again
     /// instead of dropped as one the stream holds.
     ChunkAgain,
+    /// A run's journal goes to a reader (a stream's subscriber) at once,
+    /// records not durable yet included (the output-commit rule broken
+    /// for reads).
+    JournalEarly,
 }
 
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 impl Sabotage {
     /// Every sabotage, for a test that checks each is caught.
-    pub const ALL: [Sabotage; 8] = [
+    pub const ALL: [Sabotage; 9] = [
         Sabotage::EarlyReply,
         Sabotage::EarlyStep,
         Sabotage::DropSignal,
@@ -51,6 +55,7 @@ impl Sabotage {
         Sabotage::ReorderReplay,
         Sabotage::AttributesAgain,
         Sabotage::ChunkAgain,
+        Sabotage::JournalEarly,
     ];
 }
 

@@ -74,7 +74,10 @@ impl ShardLoop {
                     for run in changed {
                         self.reindex_loaded(run);
                     }
-                    tracing::debug!(shard = self.shard, "search attribute index read from its snapshot");
+                    tracing::debug!(
+                        shard = self.shard,
+                        "search attribute index read from its snapshot"
+                    );
                     return;
                 }
                 Err(e) => tracing::warn!(
@@ -265,6 +268,16 @@ impl ShardLoop {
                 self.build_attr_index_some(BUILD_BATCH).map_err(storage)?;
                 continue;
             }
+            // The page's next runs read in one fetch where reads are
+            // round trips.
+            let wanted = limit.saturating_sub(page.runs.len());
+            let admitted: Vec<RunId> = batch[..exact]
+                .iter()
+                .copied()
+                .filter(|&run| self.attr_index.admits(run, conds))
+                .take(wanted)
+                .collect();
+            self.prefetch_parked(admitted.into_iter());
             for &run in &batch[..exact] {
                 if page.runs.len() == limit || visited == LIST_VISITS_MAX {
                     page.resume = Some(next);

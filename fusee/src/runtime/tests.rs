@@ -705,7 +705,10 @@ fn a_close_writes_the_attribute_index_and_the_next_open_reads_it_back() {
         "runs the log after the snapshot's checkpoint holds are missing"
     );
     assert_eq!(
-        walk_attr_pages(&mut shard, ListFilter::new().attribute_above("k", 0).limit(25)),
+        walk_attr_pages(
+            &mut shard,
+            ListFilter::new().attribute_above("k", 0).limit(25)
+        ),
         (0..330)
             .rev()
             .filter(|&i| i % 3 != 0)

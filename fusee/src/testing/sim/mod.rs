@@ -176,6 +176,9 @@ pub struct SimReport {
     pub service_calls: u32,
     /// Stream chunks read back and checked (each counted once).
     pub chunks_checked: u32,
+    /// Stream chunks the simulated subscribers were served (each then
+    /// checked against every journal read back).
+    pub chunks_served: u32,
     /// The simulated clock at the end (ms since the Unix epoch).
     pub end_ms: u64,
     /// Cancels with a grace acknowledged ([`SimConfig::cancels`]).

@@ -16,11 +16,12 @@ use tokio::sync::oneshot;
 use super::workload::{self, Op, Program, SIGNALS, Service};
 use super::{SimConfig, SimDisk, SimFailure, SimReport};
 use crate::AnyStorage;
-use crate::client::{IdPolicy, RunRef, RunResult};
+use crate::client::{IdPolicy, LiveJournal, RunRef, RunResult};
 use crate::ctx::Registry;
 use crate::error::Result as EngineResult;
 use crate::runtime::sim_access::RunView;
 use crate::runtime::{Effects, Input, LoopConfig, ShardLoop, StepJob};
+use crate::stream::Cursor;
 
 /// The simulated disk under the shards.
 enum Disk {
@@ -147,6 +148,23 @@ enum Pending {
         oneshot::Receiver<EngineResult<RunResult>>,
     ),
     Cancel(usize, u64, oneshot::Receiver<EngineResult<()>>),
+    /// A subscriber's read of its run's journal.
+    Journal(usize, oneshot::Receiver<EngineResult<LiveJournal>>),
+}
+
+/// A client's subscription to one of its program's streams, read as the
+/// engine's subscriptions read (`stream::Cursor` fed with the shard's
+/// `Input::Journal` answers), from a random action on. It follows the
+/// run it first reads; it stops once the stream or that run ended (or
+/// the run never opened it). A power cut does not stop it: it reads on
+/// from its cursor, as a client resumes.
+struct Subscriber {
+    client: usize,
+    name: String,
+    from_action: u32,
+    cursor: Cursor,
+    reading: bool,
+    done: bool,
 }
 
 pub(super) struct World {
@@ -185,6 +203,14 @@ pub(super) struct World {
     /// Each stream chunk as first read back: (workflow ID, run, stream
     /// operation, index) -> its bytes, which no later pass may change.
     chunks_seen: BTreeMap<(String, RunId, u32, u64), Vec<u8>>,
+    subscribers: Vec<Subscriber>,
+    /// The subscribers' own choices (when each reads), apart from the
+    /// seed's other choices.
+    sub_rng: fastrand::Rng,
+    /// Each stream chunk a subscriber was served: (workflow ID, run,
+    /// stream name, index) -> its bytes, which the journal must hold from
+    /// then on (served only once durable).
+    served: BTreeMap<(String, RunId, String, u64), Vec<u8>>,
     action: u32,
     /// Power cuts the seed chose (a commit crash causes others).
     random_cuts: u32,
@@ -204,7 +230,7 @@ impl World {
         // Cancels come from a stream of their own: the seed's other choices
         // stay as they were without them.
         let mut cancel_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xca9c_e1ed);
-        let clients = (0..cfg.workflows)
+        let clients: Vec<Client> = (0..cfg.workflows)
             .map(|i| {
                 let program = 4 + i;
                 let waits: Vec<usize> = programs[program as usize]
@@ -244,6 +270,24 @@ impl World {
                 }
             })
             .collect();
+        // Subscribers come from a stream of their own too.
+        let mut sub_rng = fastrand::Rng::with_seed(cfg.seed ^ 0x5ab5_c41b);
+        let mut subscribers = Vec::new();
+        for (c, client) in clients.iter().enumerate() {
+            for (i, op) in programs[client.program as usize].ops.iter().enumerate() {
+                if matches!(op, Op::Stream { .. }) {
+                    let name = format!("t{i}");
+                    subscribers.push(Subscriber {
+                        client: c,
+                        cursor: Cursor::new(&client.id, &name, 0),
+                        name,
+                        from_action: client.start_at + sub_rng.u32(0..cfg.actions.max(1) / 2 + 1),
+                        reading: false,
+                        done: false,
+                    });
+                }
+            }
+        }
         // Code dozes at half the parking time: restarted by replay in the
         // seeds that park late, never in those that park at once.
         let checkpoint_bytes = 2048 + rng.u64(0..8192);
@@ -290,6 +334,9 @@ impl World {
             cancels_to_check: Vec::new(),
             results: BTreeMap::new(),
             chunks_seen: BTreeMap::new(),
+            subscribers,
+            sub_rng,
+            served: BTreeMap::new(),
             post,
             action: 0,
             random_cuts: 0,
@@ -305,6 +352,7 @@ impl World {
                 flushes_out_of_turn: 0,
                 service_calls: 0,
                 chunks_checked: 0,
+                chunks_served: 0,
                 end_ms: 0,
                 cancels_acked: 0,
                 cancels_with_steps_in_flight: 0,
@@ -392,6 +440,7 @@ impl World {
             ));
         }
         self.report.chunks_checked = self.chunks_seen.len() as u32;
+        self.report.chunks_served = self.served.len() as u32;
         self.report.service_calls = self
             .service
             .lock()
@@ -703,6 +752,75 @@ impl World {
                 self.pending.push(Pending::Result(c, rx));
             }
         }
+        self.subscribers_read(faults);
+    }
+
+    /// Each subscriber whose time came and that has no read in flight
+    /// asks its run's journal, as a subscription does between pauses.
+    fn subscribers_read(&mut self, faults: bool) {
+        let shards = self.cfg.shards;
+        for i in 0..self.subscribers.len() {
+            let sub = &self.subscribers[i];
+            let client = &self.clients[sub.client];
+            if sub.done || sub.reading || client.started.is_none() {
+                continue;
+            }
+            if (faults && sub.from_action > self.action) || self.sub_rng.u8(..3) != 0 {
+                continue;
+            }
+            let (reply, rx) = oneshot::channel();
+            let id = client.id.clone();
+            let shard = shard_of(&id, shards) as usize;
+            let run = sub.cursor.run();
+            self.shards[shard].handle(Input::Journal { id, run, reply });
+            self.busy[shard] = true;
+            self.subscribers[i].reading = true;
+            self.pending.push(Pending::Journal(i, rx));
+        }
+    }
+
+    /// A subscriber's read came back: its chunks are remembered as served
+    /// (the same index never served with other bytes), and a cursor past
+    /// the stream (chunks served, then gone) is a failure.
+    fn served(&mut self, i: usize, live: &LiveJournal) -> Result<(), SimFailure> {
+        let sub = &mut self.subscribers[i];
+        sub.reading = false;
+        let id = self.clients[sub.client].id.clone();
+        let chunks = match sub.cursor.take(live) {
+            Ok(chunks) => chunks,
+            Err(crate::Error::UnknownStream { .. }) => {
+                sub.done = true;
+                return Ok(());
+            }
+            Err(e) => {
+                let name = sub.name.clone();
+                return Err(self.fail(
+                    "served stream chunk lost",
+                    format!("{id} run {} stream {name}: {e}", live.run),
+                ));
+            }
+        };
+        sub.done = sub.cursor.finished();
+        let name = sub.name.clone();
+        for c in chunks {
+            let key = (id.clone(), live.run, name.clone(), c.index);
+            if let Some(first) = self.served.get(&key)
+                && *first != c.payload
+            {
+                return Err(self.fail(
+                    "served stream chunk changed",
+                    format!(
+                        "{id} run {} stream {name} chunk {} served {:?}, then {:?}",
+                        live.run,
+                        c.index,
+                        String::from_utf8_lossy(first),
+                        String::from_utf8_lossy(&c.payload)
+                    ),
+                ));
+            }
+            self.served.insert(key, c.payload);
+        }
+        Ok(())
     }
 
     /// Answers that arrived: acknowledged starts and signals are checked
@@ -758,6 +876,15 @@ impl World {
                     Ok(Ok(r)) => self.reported(c, r)?,
                     Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
                     Err(oneshot::error::TryRecvError::Empty) => still.push(Pending::Result(c, rx)),
+                },
+                Pending::Journal(i, mut rx) => match rx.try_recv() {
+                    Ok(Ok(live)) => self.served(i, &live)?,
+                    // Not started yet, or cut off by a power cut: it asks
+                    // again.
+                    Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {
+                        self.subscribers[i].reading = false;
+                    }
+                    Err(oneshot::error::TryRecvError::Empty) => still.push(Pending::Journal(i, rx)),
                 },
             }
         }
@@ -961,12 +1088,14 @@ impl World {
     /// end, one end, and a chunk once read back never different.
     fn check_streams(&mut self, id: &str, view: &RunView) -> Result<(), SimFailure> {
         let mut streams: BTreeMap<u32, (u64, bool)> = BTreeMap::new();
+        let mut names: BTreeMap<u32, String> = BTreeMap::new();
         for rec in &view.journal {
             match rec {
-                Record::Value { seq, kind, .. }
-                    if *kind == fusee_core::record::value_kind::STREAM =>
-                {
+                Record::Value {
+                    seq, kind, value, ..
+                } if *kind == fusee_core::record::value_kind::STREAM => {
                     streams.insert(*seq, (0, false));
+                    names.insert(*seq, String::from_utf8_lossy(value).into_owned());
                 }
                 Record::Chunk { seq, payload, .. } => {
                     let Some((len, ended)) = streams.get_mut(seq) else {
@@ -989,6 +1118,21 @@ impl World {
                         ));
                     }
                     *len += 1;
+                    let name = names.get(seq).cloned().unwrap_or_default();
+                    let served = (id.to_string(), view.run, name, at);
+                    if let Some(first) = self.served.get(&served)
+                        && first.as_slice() != payload.as_ref()
+                    {
+                        return Err(self.fail(
+                            "served stream chunk changed",
+                            format!(
+                                "{id} run {}: stream {} chunk {at} served {:?}, now {text:?}",
+                                view.run,
+                                served.2,
+                                String::from_utf8_lossy(first)
+                            ),
+                        ));
+                    }
                     let key = (id.to_string(), view.run, *seq, at);
                     match self.chunks_seen.get(&key) {
                         Some(first) if first.as_slice() != payload.as_ref() => {
@@ -1017,6 +1161,23 @@ impl World {
                     }
                 },
                 _ => {}
+            }
+        }
+        // Every chunk served is held by the journal from then on.
+        for (seq, name) in &names {
+            let len = streams.get(seq).map_or(0, |s| s.0);
+            let from = (id.to_string(), view.run, name.clone(), len);
+            let to = (id.to_string(), view.run, name.clone(), u64::MAX);
+            if let Some(((_, _, _, at), bytes)) = self.served.range(from..=to).next() {
+                return Err(self.fail(
+                    "served stream chunk lost",
+                    format!(
+                        "{id} run {}: stream {name} chunk {at} ({:?}) was served; the journal \
+                         holds {len} chunks",
+                        view.run,
+                        String::from_utf8_lossy(bytes)
+                    ),
+                ));
             }
         }
         Ok(())
@@ -1062,7 +1223,12 @@ impl World {
             self.pending.push(Pending::Result(c, rx));
         }
         for _ in 0..10_000 {
-            if self.pending.is_empty() {
+            // Subscribers read on for as long as the world steps.
+            if self
+                .pending
+                .iter()
+                .all(|p| matches!(p, Pending::Journal(..)))
+            {
                 return Ok(());
             }
             self.step(false)?;
@@ -1076,6 +1242,13 @@ impl World {
                 Pending::Result(c, _) => format!("result of {}", self.clients[*c].id),
                 Pending::Update(c, ..) => format!("update of {}", self.clients[*c].id),
                 Pending::Cancel(c, ..) => format!("cancel of {}", self.clients[*c].id),
+                Pending::Journal(i, _) => {
+                    let sub = &self.subscribers[*i];
+                    format!(
+                        "read of stream {} of {}",
+                        sub.name, self.clients[sub.client].id
+                    )
+                }
             })
             .collect();
         let mut detail = format!("requests never answered: {waiting:?}");

@@ -86,6 +86,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 mod snapshot;
+pub(crate) use snapshot::SnapshotError;
 
 /// The payload key holding search attributes.
 pub(crate) const ATTRS_KEY: &str = "fusee.attrs";

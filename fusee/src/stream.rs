@@ -351,7 +351,7 @@ impl Sub {
     /// One read of the run's durable journal: whether it brought chunks
     /// or the end.
     async fn read(&mut self) -> Result<bool> {
-        let (id, run) = (self.cursor.id.clone(), self.cursor.run);
+        let (id, run) = (self.cursor.id.clone(), self.cursor.run());
         let live = self
             .engine
             .request(&self.cursor.id, |reply| Input::Journal { id, run, reply })
@@ -390,7 +390,7 @@ impl Cursor {
         }
     }
 
-    /// The run it follows, once a read named it.
+    /// The run it follows, once a read named it: the one to ask for.
     pub(crate) fn run(&self) -> Option<RunId> {
         self.run
     }

@@ -102,6 +102,9 @@ pub(crate) enum SnapshotError {
     /// A stream that does not decode, or whose sections disagree.
     #[error("attribute snapshot: {0}")]
     Malformed(#[from] DecodeError),
+    /// A frame the run store could not read.
+    #[error("attribute snapshot frame unreadable: {0}")]
+    Read(#[from] fusee_storage::StorageError),
 }
 
 fn checksum(head: &[u8], body: &[u8]) -> u64 {

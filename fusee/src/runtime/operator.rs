@@ -60,7 +60,7 @@ use fusee_core::record::{
     Origin, Payload, Record, RecordBuf, RunId, Status, iter_canonical, origin,
 };
 use fusee_core::shard::Output;
-use fusee_storage::{LogStore, RunStore};
+use fusee_storage::LogStore;
 
 use super::ShardLoop;
 use super::waiters::Waiting;
@@ -597,20 +597,6 @@ impl ShardLoop {
                     page.runs.push(summary);
                 }
             }
-        }
-    }
-
-    /// A hint to the run store that the frames of `runs` (those parked)
-    /// are about to be read for their summaries: a backend whose every
-    /// read is a round trip to its server fetches them in one (a page of
-    /// 100 parked runs on PostgreSQL took 100 round trips). A failed
-    /// fetch is left for the reads themselves to report.
-    pub(super) fn prefetch_parked(&mut self, runs: impl Iterator<Item = RunId>) {
-        let blobs: Vec<_> = runs
-            .filter_map(|run| self.core.parked(run).map(|p| p.blob()))
-            .collect();
-        if blobs.len() > 1 {
-            let _ = self.store.prefetch(&blobs);
         }
     }
 

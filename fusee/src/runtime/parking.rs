@@ -430,6 +430,23 @@ impl ShardLoop {
         read_chain(&mut self.store, blob)
     }
 
+    /// A hint to the run store that the frames of `runs` (those parked;
+    /// at most [`PREFETCH_RUNS`] are asked for) are about to be read: a
+    /// backend whose every read is a round trip to its server fetches them
+    /// in one. Listing pages, the attribute index's build and the
+    /// histories' pass use it. A failed fetch is left for the reads
+    /// themselves to report.
+    pub(super) fn prefetch_parked(&mut self, runs: impl Iterator<Item = RunId>) {
+        let blobs: Vec<_> = runs
+            .take(PREFETCH_RUNS)
+            .filter_map(|run| self.core.parked(run).map(|p| p.blob()))
+            .collect();
+        if blobs.len() > 1 {
+            let _ = self.store.prefetch(&blobs);
+        }
+    }
+
+
     /// `run`'s whole journal: its stored prefix (if any) and the records
     /// in memory after it.
     pub(super) fn run_journal(&mut self, run: RunId) -> Result<Vec<u8>, StorageError> {
@@ -557,16 +574,25 @@ impl ShardLoop {
     /// rest waits for the next housekeeping. A run loaded since is judged
     /// again when it parks; one expired since is gone.
     pub(super) fn drop_histories(&mut self, now_ms: u64) {
-        for _ in 0..HISTORY_BUDGET {
+        let mut due = Vec::new();
+        while due.len() < HISTORY_BUDGET {
             match self.parking.histories.peek() {
-                Some(&Reverse((due, run))) if due <= now_ms => {
+                Some(&Reverse((at, run))) if at <= now_ms => {
                     self.parking.histories.pop();
-                    if let Err(e) = self.drop_history(run, now_ms) {
-                        self.fail(e);
-                        return;
-                    }
+                    due.push(run);
                 }
-                _ => return,
+                _ => break,
+            }
+        }
+        // After an open every finished run is looked at once: read one by
+        // one from PostgreSQL, a pass held the shard about 100 ms.
+        for part in due.chunks(PREFETCH_RUNS) {
+            self.prefetch_parked(part.iter().copied());
+            for &run in part {
+                if let Err(e) = self.drop_history(run, now_ms) {
+                    self.fail(e);
+                    return;
+                }
             }
         }
     }
@@ -643,6 +669,10 @@ struct Written {
 /// Finished runs whose history is dropped per call of
 /// [`ShardLoop::drop_histories`].
 const HISTORY_BUDGET: usize = 1024;
+
+/// Most parked runs whose frames one [`ShardLoop::prefetch_parked`] asks
+/// for (the PostgreSQL backend's most per fetch).
+pub(super) const PREFETCH_RUNS: usize = 256;
 
 /// A finished run's summary: out of its whole journal `whole`, the
 /// records a summary keeps (`crate::recovery::summary_keeps`: its `Start`

@@ -24,7 +24,8 @@ use fusee_core::store::Checkpoint;
 use fusee_storage::{RunStore, StorageError};
 
 use super::ShardLoop;
-use crate::attrs::{self, AttrIndex};
+use super::parking::PREFETCH_RUNS;
+use crate::attrs::{self, AttrIndex, SnapshotError};
 use crate::client::{LIST_VISITS_MAX, ListFilter, ShardPage};
 
 /// Runs asked of the index per round of a page.
@@ -91,14 +92,14 @@ impl ShardLoop {
     }
 
     /// The index the snapshot frames hold.
-    fn read_attr_snapshot(&mut self) -> Result<AttrIndex, String> {
+    fn read_attr_snapshot(&mut self) -> Result<AttrIndex, SnapshotError> {
         let mut frames = Vec::with_capacity(self.attr_snapshot.frames.len());
         for &blob in &self.attr_snapshot.frames {
             let mut buf = Vec::new();
-            self.store.read(blob, &mut buf).map_err(|e| e.to_string())?;
+            self.store.read(blob, &mut buf)?;
             frames.push(buf);
         }
-        AttrIndex::from_snapshot(&frames).map_err(|e| e.to_string())
+        AttrIndex::from_snapshot(&frames)
     }
 
     /// Before any checkpoint: the snapshot frames the last commit named are
@@ -180,16 +181,27 @@ impl ShardLoop {
             tracing::info!(shard = self.shard, "search attribute index built");
             return Ok(true);
         };
-        for run in runs {
-            if self.attr_index.has(run) {
-                continue;
-            }
-            if self.core.get(run).is_some() {
-                self.reindex_loaded(run);
-            } else if let Some(p) = self.core.parked(run) {
-                let frame = self.read_frame(p.blob())?;
-                let (now, _) = attrs::of_journal(&frame.journal);
-                self.attr_index.set(run, &now);
+        for part in runs.chunks(PREFETCH_RUNS) {
+            // One fetch for the part's frames where reads are round trips
+            // (a million parked runs read one by one from PostgreSQL took
+            // minutes).
+            let unread: Vec<RunId> = part
+                .iter()
+                .copied()
+                .filter(|&r| !self.attr_index.has(r))
+                .collect();
+            self.prefetch_parked(unread.into_iter());
+            for &run in part {
+                if self.attr_index.has(run) {
+                    continue;
+                }
+                if self.core.get(run).is_some() {
+                    self.reindex_loaded(run);
+                } else if let Some(p) = self.core.parked(run) {
+                    let frame = self.read_frame(p.blob())?;
+                    let (now, _) = attrs::of_journal(&frame.journal);
+                    self.attr_index.set(run, &now);
+                }
             }
         }
         self.attr_index.built_down_to(last);
@@ -212,7 +224,9 @@ impl ShardLoop {
             return;
         }
         let mut cursor = self.core.newest_first_below(RunId::MAX);
-        for run in cursor.next_batch(&self.core, PROBE) {
+        let newest = cursor.next_batch(&self.core, PROBE);
+        self.prefetch_parked(newest.iter().copied());
+        for run in newest {
             let Some(p) = self.core.parked(run) else {
                 continue;
             };

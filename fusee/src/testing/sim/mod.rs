@@ -43,8 +43,15 @@
 //!   run again is dropped), none after the stream's end, which comes once;
 //!   a chunk once read back never reads differently. A step's stream
 //!   requests reach its shard through the world's network (the simulator
-//!   has no engine), in an order the seed chooses. Subscriptions (which
-//!   read through an engine) are not simulated.
+//!   has no engine), in an order the seed chooses.
+//! - Subscribers: each stream of each client's program has one, which
+//!   begins at an action the seed chooses and reads its run's journal
+//!   through the shard (`Input::Journal`) as a subscription does, with the
+//!   subscription's own cursor (`stream::Cursor`), on through power cuts
+//!   (as a client resumes from its last index). Every chunk served is held
+//!   by every journal read back from then on, at its index with its bytes,
+//!   and a cursor never finds itself past the stream: a chunk served
+//!   before it was durable fails one or the other.
 //! - Every result reported to a client is the same each time it is asked,
 //!   across crashes.
 //! - Once faults stop, every workflow finishes, within a bounded number of

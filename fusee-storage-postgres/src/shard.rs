@@ -51,7 +51,8 @@ pub(crate) struct ShardInner {
 }
 
 /// Frames fetched by a [`FrameEngine::prefetch`] and not yet read: a
-/// migration's copy or check names the frames of its next runs, fetched in
+/// migration's copy or check, or a shard's listing page, attribute build or
+/// pass over finished runs, names the frames of its next runs, fetched in
 /// one round trip instead of one each. Bounded: a prefetch fetches at most
 /// [`PREFETCH_FRAMES`] frames and replaces what the last one left.
 ///

@@ -410,7 +410,9 @@ pub trait RunStore: Send {
 
     /// A hint that the frames at `blobs` will be read soon, so a backend
     /// whose every read is a round trip to a server may fetch them in one
-    /// (a migration's copy and check walk many runs in a row). It changes
+    /// (a migration's copy and check walk many runs in a row, and the
+    /// engine's listing pages, attribute build and pass over finished runs
+    /// read a batch of parked runs' frames at a time). It changes
     /// nothing a read returns, and a backend may ignore it (the default).
     /// Only an error of the fetch itself is returned.
     fn prefetch(&mut self, blobs: &[BlobRef]) -> Result<()> {

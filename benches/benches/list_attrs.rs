@@ -99,16 +99,20 @@ fn drop_schema() {
         .status();
 }
 
+/// The bench's runtime: two workers, as the machine has two cores.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// The crash child: opens the store, starts runs without attributes on
 /// every shard, lets a checkpoint pass (which names no snapshot), says
 /// so, and waits to be killed.
 fn crash_child(dir: &Path) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    runtime().block_on(async {
         let engine = Engine::open(config(dir).checkpoint_interval(Duration::from_millis(100)))
             .await
             .expect("child open");
@@ -262,11 +266,7 @@ fn bench(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("fusee-attrs-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     drop_schema();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(populate(&dir, n));
 
     // Rounds of: an open after a clean close (it reads the index's

@@ -481,7 +481,8 @@ async fn listed_across_parking_reopen_and_retention(config: impl Fn(&VirtualCloc
         listed(ids(&engine, ListFilter::new().attribute("batch", 1)).await),
         by_batch(1)
     );
-    // Reopened: the index is built from the parked runs' frames.
+    // Reopened: the index is read from the snapshot the close wrote (on
+    // every backend: the snapshot's frames are the run store's).
     engine.close().await.unwrap();
     let engine = Engine::open(config(&clock)).await.unwrap();
     register(&engine);

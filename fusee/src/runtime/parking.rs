@@ -446,7 +446,6 @@ impl ShardLoop {
         }
     }
 
-
     /// `run`'s whole journal: its stored prefix (if any) and the records
     /// in memory after it.
     pub(super) fn run_journal(&mut self, run: RunId) -> Result<Vec<u8>, StorageError> {

@@ -60,7 +60,7 @@ impl ShardLoop {
         let checkpointed = checkpoint.is_some();
         let snapshot = checkpoint
             .as_ref()
-            .map(|cp| Snapshot::named(cp))
+            .map(Snapshot::named)
             .unwrap_or_default();
         if let Some(cp) = checkpoint {
             recovery::load_checkpoint(&mut core, &mut parts.runs, &cp).map_err(damage)?;

@@ -58,10 +58,7 @@ impl ShardLoop {
         let mut after: Lsn = 0;
         let mut outbox = Outbox::default();
         let checkpointed = checkpoint.is_some();
-        let snapshot = checkpoint
-            .as_ref()
-            .map(Snapshot::named)
-            .unwrap_or_default();
+        let snapshot = checkpoint.as_ref().map(Snapshot::named).unwrap_or_default();
         if let Some(cp) = checkpoint {
             recovery::load_checkpoint(&mut core, &mut parts.runs, &cp).map_err(damage)?;
             after = cp.lsn;

@@ -46,18 +46,18 @@
 //! same on every backend, kept current as `Attributes` and `Start` records
 //! are appended, and comes back at an open in one of two ways:
 //!
-//! - **After a clean close**, from its snapshot: the close's checkpoint
-//!   writes it to run-store frames (format in `attrs/snapshot.rs`) and
-//!   names them; the open reads them, so its first filtered listing needs
-//!   no run's frame. The first checkpoint after the open releases them and
-//!   names none (the runs change past them). Cost (measured with
-//!   `benches/benches/list_attrs.rs`, 1,000,000 parked runs of 3
-//!   attributes each, 2 shards, file backend): the snapshot is about 32
-//!   bytes a value; the open reads it in about 0.2 s more, the close
-//!   writes it in about 0.1 s more, and the first filtered page takes
-//!   about 1 ms (`benches/RESULTS.md`).
-//! - **Otherwise** (after a crash past a checkpoint, from a store written
-//!   before snapshots, a copy made by `migrate` or a backup): built from
+//! - **From its snapshot**, after a clean close or a crash alike: every
+//!   checkpoint names the index's frames as they stand then (a base
+//!   written once, and deltas of the runs changed since each checkpoint;
+//!   format in `attrs/snapshot.rs`, life in `runtime/search`), and an open
+//!   reads them, so its first filtered listing needs no run's frame. Cost
+//!   (measured with `benches/benches/list_attrs.rs`, 1,000,000 parked runs
+//!   of 3 attributes each, 2 shards, file backend): the base is about 32
+//!   bytes a value and is written again once the deltas pass a quarter of its
+//!   size; the open reads it in about 0.2 s more, and the first filtered
+//!   page takes about 1 ms (`benches/RESULTS.md`).
+//! - **Otherwise** (a store written before snapshots, a copy made by
+//!   `migrate` or a backup, or a snapshot that does not read): built from
 //!   the runs (loaded runs from memory, parked runs by reading their
 //!   frames), newest first. The build does not slow the open: it runs in
 //!   the background (a batch of runs per loop iteration, between the
@@ -69,6 +69,7 @@
 //!   index. A build of 1,000,000 parked runs takes about 4 s on the file
 //!   backend (one frame read per run; where every read is a round trip to
 //!   a server, as on PostgreSQL, the frames are fetched 256 at a time).
+//!   The first checkpoint after the build writes the base.
 //!
 //! A shard whose runs never carry attributes reads no frame for it and
 //! writes no snapshot. About 580 bytes of resident memory a run of 3
@@ -81,7 +82,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use fusee_core::record::{Payload, Record, RunId, StartMeta, Walked, iter_canonical_passing, kind};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -981,6 +982,9 @@ pub(crate) struct AttrIndex {
     below: Option<RunId>,
     by_name: FxHashMap<Arc<str>, BTreeSet<(AttrKey, RunId)>>,
     by_run: RunValues,
+    /// Runs whose values changed since the last snapshot frame was taken
+    /// (`attrs/snapshot.rs`): the next delta's runs.
+    changed: FxHashSet<RunId>,
 }
 
 impl AttrIndex {
@@ -1026,30 +1030,48 @@ impl AttrIndex {
 
     /// Makes `attrs` run `run`'s attributes (none: forgets it).
     pub(crate) fn set(&mut self, run: RunId, attrs: &AttrMap) {
+        let pairs = attrs
+            .iter()
+            .map(|(name, v)| (self.interned(name), v.key()))
+            .collect();
+        self.set_keys(run, pairs);
+    }
+
+    /// `name` as the index holds it (one allocation per name).
+    fn interned(&self, name: &str) -> Arc<str> {
+        match self.by_name.get_key_value(name) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::from(name),
+        }
+    }
+
+    /// Makes `pairs` run `run`'s values (none: forgets it), the one place
+    /// a run's values change: the change is marked for the next snapshot
+    /// delta (`attrs/snapshot.rs`).
+    fn set_keys(&mut self, run: RunId, pairs: Vec<NamedKey>) {
         self.remove(run);
-        if attrs.is_empty() {
+        if pairs.is_empty() {
             return;
         }
         self.wanted = true;
-        let mut entry = Vec::with_capacity(attrs.len());
-        for (name, v) in attrs {
-            let name = match self.by_name.get_key_value(name.as_str()) {
-                Some((k, _)) => Arc::clone(k),
-                None => Arc::from(name.as_str()),
-            };
-            let key = v.key();
+        self.changed.insert(run);
+        for (name, key) in &pairs {
             self.by_name
-                .entry(Arc::clone(&name))
+                .entry(Arc::clone(name))
                 .or_default()
                 .insert((key.clone(), run));
-            entry.push((name, key));
         }
-        self.by_run.insert(run, entry);
+        self.by_run.insert(run, pairs);
     }
 
     /// Forgets run `run`.
     pub(crate) fn remove(&mut self, run: RunId) {
-        for (name, key) in self.by_run.take(run) {
+        let old = self.by_run.take(run);
+        if old.is_empty() {
+            return;
+        }
+        self.changed.insert(run);
+        for (name, key) in old {
             if let Some(set) = self.by_name.get_mut(&name) {
                 set.remove(&(key, run));
                 if set.is_empty() {
@@ -1127,6 +1149,17 @@ impl AttrIndex {
         let mut out: Vec<RunId> = top.into_iter().map(|Reverse(r)| r).collect();
         out.sort_unstable_by(|a, b| b.cmp(a));
         out
+    }
+
+    /// Run `run`'s values, by name (none: not in the index).
+    #[cfg(feature = "testing")]
+    pub(crate) fn values_of(&self, run: RunId) -> BTreeMap<String, AttrKey> {
+        self.by_run
+            .get(run)
+            .unwrap_or_default()
+            .iter()
+            .map(|(n, k)| (n.to_string(), k.clone()))
+            .collect()
     }
 
     /// How many values run `run` has in the index.
@@ -1287,6 +1320,7 @@ mod tests {
         let mut ix = AttrIndex::default();
         let mut model: BTreeMap<RunId, AttrMap> = BTreeMap::new();
         let mut compactions = 0;
+        let mut frames: Vec<Vec<u8>> = Vec::new();
         for round in 0..6 {
             for _ in 0..20_000 {
                 let run = rng.u64(1..3_000);
@@ -1313,9 +1347,23 @@ mod tests {
                     model.insert(run, m);
                 }
             }
+            // Odd rounds read back a base; even ones a base and a delta
+            // of the changes made since it.
             if round % 2 == 1 {
-                ix = AttrIndex::from_snapshot(&ix.snapshot_frames()).expect("reads back");
+                frames = ix.snapshot_frames();
+                ix.forget_changes();
+                ix = AttrIndex::from_snapshot(&frames).expect("reads back").0;
                 assert!(ix.by_run.frozen_live > 0);
+            } else if !frames.is_empty() {
+                frames.extend(ix.delta_frame(0));
+                ix.forget_changes();
+                let back = AttrIndex::from_snapshot(&frames).expect("reads back").0;
+                assert_eq!(back.by_run.len(), ix.by_run.len());
+                for run in ix.by_run.runs() {
+                    assert_eq!(back.by_run.get(run), ix.by_run.get(run), "run {run}");
+                }
+                assert_eq!(back.by_name, ix.by_name);
+                ix = back;
             }
             assert_eq!(ix.by_run.len(), model.len());
             assert!(ix.by_run.values.len() <= 2 * 4 * model.len() + 2 * DEAD_MIN);

@@ -1,11 +1,13 @@
-//! The search-attribute index's snapshot: the whole [`AttrIndex`] written
-//! to run-store frames by a shard's close, named by its last checkpoint
-//! (`Checkpoint::attr_frames`, current), and read back by the next open,
-//! so that open's first filtered listing needs no frame of any run.
+//! The search-attribute index's snapshot: the whole [`AttrIndex`] (a base)
+//! and the changes since (deltas), in run-store frames that every
+//! checkpoint names (`Checkpoint::attr_frames`, the base's parts then the
+//! deltas, oldest first), read back by the next open, so that open's first
+//! filtered listing needs no frame of any run, after a clean close or a
+//! crash alike. When and what a checkpoint writes: `runtime/search`.
 //!
-//! # Frames
+//! # Base frames
 //!
-//! The snapshot is one byte stream cut into parts of at most
+//! The base is one byte stream cut into parts of at most
 //! [`PART_BYTES_MAX`], one run-store frame each (integers little-endian):
 //!
 //! | bytes | field | meaning |
@@ -17,9 +19,7 @@
 //! | 20..28 | checksum u64 | `wire::checksum64` of bytes 8..20, then the body |
 //! | 28.. | body | the stream's next bytes |
 //!
-//! # Stream
-//!
-//! Varints are LEB128 (`fusee_core::wire`).
+//! Varints are LEB128 (`fusee_core::wire`). The stream:
 //!
 //! 1. Names: count varint, then each name as length varint and UTF-8.
 //! 2. Runs, in ascending run order: count varint, then per run its run
@@ -37,13 +37,24 @@
 //! `AttrValue::key` makes), 4 time (varint ms), 5 keyword and 6 text
 //! (length varint and UTF-8).
 //!
+//! # Delta frames
+//!
+//! Each delta holds the runs whose values changed since the frame before
+//! it was taken, each with its values then: the same 28-byte header with
+//! magic `b"FUSEATTD"`, its place among the deltas (from 0) where a base
+//! part has its part, and 0 where a base part has its count. Its body is
+//! sections 1 and 2 above, except that a run's pair count may be 0: the
+//! run has no values any more (removed). An open applies the deltas to
+//! the base in order.
+//!
 //! # Trust
 //!
-//! Every frame's checksum, place and count is checked, every count against the
-//! bytes left, every name place against the names, and section 3 against
-//! section 2 name by name (counts) and order (strictly ascending); any
-//! failure is a [`SnapshotError`], never a panic, and the open then builds
-//! the index from the runs as it does without a snapshot.
+//! Every frame's checksum, magic and place is checked, every count
+//! against the bytes left, every name place against the names, and the
+//! base's section 3 against its section 2 name by name (counts) and order
+//! (strictly ascending); any failure is a [`SnapshotError`], never a
+//! panic, and the open then builds the index from the runs as it does
+//! without a snapshot.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -54,10 +65,12 @@ use fusee_core::wire::{
 };
 use rustc_hash::FxHashMap;
 
-use super::{AttrIndex, AttrKey, RunValues};
+use super::{AttrIndex, AttrKey, NamedKey, RunValues};
 
-/// The first 8 bytes of every snapshot frame.
+/// The first 8 bytes of every base frame.
 const MAGIC: [u8; 8] = *b"FUSEATTR";
+/// The first 8 bytes of every delta frame.
+const DELTA_MAGIC: [u8; 8] = *b"FUSEATTD";
 /// The snapshot format this module writes and reads.
 pub(crate) const FORMAT: u32 = 1;
 /// Bytes of a frame before its body.
@@ -69,8 +82,8 @@ pub(crate) const PART_BYTES_MAX: usize = 32 << 20;
 /// Why snapshot frames could not be read back.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SnapshotError {
-    /// A frame without the magic.
-    #[error("attribute snapshot frame {part}: not a snapshot frame")]
+    /// A frame without the magic its place calls for.
+    #[error("attribute snapshot frame {part}: not a snapshot frame of its kind")]
     BadMagic {
         /// The frame's place in the list.
         part: usize,
@@ -81,7 +94,7 @@ pub(crate) enum SnapshotError {
         /// The format field.
         found: u32,
     },
-    /// A frame in the wrong place, or a list of the wrong length.
+    /// A frame in the wrong place, or a list too short for its base.
     #[error("attribute snapshot frame {part} says it is part {says} of {parts}, of {have} named")]
     Misplaced {
         /// The frame's place in the list.
@@ -138,6 +151,15 @@ fn read_key(r: &mut Reader<'_>) -> Result<AttrKey, DecodeError> {
     })
 }
 
+/// A name's place, checked against the `n_names` names.
+fn read_name(r: &mut Reader<'_>, n_names: usize) -> Result<usize, DecodeError> {
+    let at = r.varint()?;
+    usize::try_from(at)
+        .ok()
+        .filter(|&i| i < n_names)
+        .ok_or_else(|| DecodeError::new("name place past the names"))
+}
+
 /// A varint count of items taking at least `min_bytes` each, checked
 /// against the bytes left so it can size an allocation.
 fn count(r: &mut Reader<'_>, min_bytes: usize) -> Result<usize, DecodeError> {
@@ -148,35 +170,89 @@ fn count(r: &mut Reader<'_>, min_bytes: usize) -> Result<usize, DecodeError> {
     Ok(n as usize)
 }
 
+/// The names section: every name the index holds, and each one's place.
+fn put_names<'a>(s: &mut Vec<u8>, names: &[&'a Arc<str>]) -> FxHashMap<&'a str, u64> {
+    put_varint(s, names.len() as u64);
+    for n in names {
+        put_str(s, n);
+    }
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (&***n, i as u64))
+        .collect()
+}
+
+/// Section 2: `runs` (ascending) with their values (none: removed).
+fn put_runs<'a>(
+    s: &mut Vec<u8>,
+    place: &FxHashMap<&str, u64>,
+    runs: impl ExactSizeIterator<Item = (RunId, &'a [NamedKey])>,
+) {
+    put_varint(s, runs.len() as u64);
+    let mut before = 0;
+    for (run, values) in runs {
+        debug_assert!(run > before, "runs ascending");
+        put_varint(s, run - before);
+        before = run;
+        put_varint(s, values.len() as u64);
+        for (name, key) in values {
+            put_varint(s, place[&**name]);
+            put_key(s, key);
+        }
+    }
+}
+
+/// One frame: `magic`, the format, `a` and `b` (a base part's place and
+/// count, a delta's place and 0), the checksum, `body`.
+fn frame(magic: [u8; 8], a: u32, b: u32, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(HEADER + body.len());
+    f.extend_from_slice(&magic);
+    put_u32(&mut f, FORMAT);
+    put_u32(&mut f, a);
+    put_u32(&mut f, b);
+    let c = checksum(&f[8..20], body);
+    put_u64(&mut f, c);
+    f.extend_from_slice(body);
+    f
+}
+
+/// A frame's body once its magic, format and checksum are checked, with
+/// its two header fields.
+fn open_frame<'a>(
+    f: &'a [u8],
+    magic: [u8; 8],
+    part: usize,
+) -> Result<(u32, u32, &'a [u8]), SnapshotError> {
+    let mut r = Reader::new(f);
+    if r.array::<8>().ok() != Some(magic) {
+        return Err(SnapshotError::BadMagic { part });
+    }
+    let found = r.u32()?;
+    if found != FORMAT {
+        return Err(SnapshotError::Format { found });
+    }
+    let (a, b) = (r.u32()?, r.u32()?);
+    let stored = r.u64()?;
+    if stored != checksum(&f[8..20], r.rest()) {
+        return Err(SnapshotError::BadCrc { part });
+    }
+    Ok((a, b, r.rest()))
+}
+
 impl AttrIndex {
-    /// The snapshot's frames (see the module docs): at least one, each at
+    /// The base's frames (see the module docs): at least one, each at
     /// most [`PART_BYTES_MAX`] of stream behind its header.
     pub(crate) fn snapshot_frames(&self) -> Vec<Vec<u8>> {
         let names: Vec<&Arc<str>> = self.by_name.keys().collect();
-        let place: FxHashMap<&str, u64> = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (&***n, i as u64))
-            .collect();
         let mut s = Vec::new();
-        put_varint(&mut s, names.len() as u64);
-        for n in &names {
-            put_str(&mut s, n);
-        }
+        let place = put_names(&mut s, &names);
         let mut runs: Vec<RunId> = self.by_run.runs().collect();
         runs.sort_unstable();
-        put_varint(&mut s, runs.len() as u64);
-        let mut before = 0;
-        for run in runs {
-            let values = self.by_run.get(run).unwrap_or_default();
-            put_varint(&mut s, run - before);
-            before = run;
-            put_varint(&mut s, values.len() as u64);
-            for (name, key) in values.iter() {
-                put_varint(&mut s, place[&**name]);
-                put_key(&mut s, key);
-            }
-        }
+        let values = runs
+            .iter()
+            .map(|&run| (run, self.by_run.get(run).unwrap_or_default()));
+        put_runs(&mut s, &place, values);
         for n in &names {
             let set = &self.by_name[*n];
             put_varint(&mut s, set.len() as u64);
@@ -188,50 +264,118 @@ impl AttrIndex {
         // Never empty: the two counts are there.
         debug_assert!(s.len() >= 2);
         let parts = s.len().div_ceil(PART_BYTES_MAX);
-        let mut frames = Vec::with_capacity(parts);
-        for (i, body) in s.chunks(PART_BYTES_MAX).enumerate() {
-            let mut f = Vec::with_capacity(HEADER + body.len());
-            f.extend_from_slice(&MAGIC);
-            put_u32(&mut f, FORMAT);
-            put_u32(&mut f, i as u32);
-            put_u32(&mut f, parts as u32);
-            let c = checksum(&f[8..20], body);
-            put_u64(&mut f, c);
-            f.extend_from_slice(body);
-            frames.push(f);
-        }
-        frames
+        s.chunks(PART_BYTES_MAX)
+            .enumerate()
+            .map(|(i, body)| frame(MAGIC, i as u32, parts as u32, body))
+            .collect()
     }
 
-    /// The index the frames hold, built (every run of the shard was in it
-    /// when they were written) and wanted if it holds any run.
-    pub(crate) fn from_snapshot(frames: &[Vec<u8>]) -> Result<AttrIndex, SnapshotError> {
-        let mut stream = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
-        for (part, f) in frames.iter().enumerate() {
-            let mut r = Reader::new(f);
-            if r.array::<8>().ok() != Some(MAGIC) {
-                return Err(SnapshotError::BadMagic { part });
-            }
-            let found = r.u32()?;
-            if found != FORMAT {
-                return Err(SnapshotError::Format { found });
-            }
-            let (says, parts) = (r.u32()?, r.u32()?);
-            if says as usize != part || parts as usize != frames.len() {
+    /// The delta frame at place `seq` among the deltas: every run changed
+    /// since the last frame was taken, with its values now (see the module
+    /// docs). `None` if none changed.
+    pub(crate) fn delta_frame(&self, seq: u32) -> Option<Vec<u8>> {
+        if self.changed.is_empty() {
+            return None;
+        }
+        let names: Vec<&Arc<str>> = self.by_name.keys().collect();
+        let mut s = Vec::new();
+        let place = put_names(&mut s, &names);
+        let mut runs: Vec<RunId> = self.changed.iter().copied().collect();
+        runs.sort_unstable();
+        let values = runs
+            .iter()
+            .map(|&run| (run, self.by_run.get(run).unwrap_or_default()));
+        put_runs(&mut s, &place, values);
+        Some(frame(DELTA_MAGIC, seq, 0, &s))
+    }
+
+    /// A frame was taken (or none will be): changes count from now.
+    pub(crate) fn forget_changes(&mut self) {
+        self.changed.clear();
+    }
+
+    /// The index the frames hold (a base, then deltas), built (every run
+    /// of the shard was in it when they were written) and wanted if it
+    /// holds any run, with no change pending; and how many of the frames
+    /// are the base's.
+    pub(crate) fn from_snapshot(frames: &[Vec<u8>]) -> Result<(AttrIndex, usize), SnapshotError> {
+        let first = frames.first().ok_or(SnapshotError::Misplaced {
+            part: 0,
+            says: 0,
+            parts: 0,
+            have: 0,
+        })?;
+        let (_, parts, _) = open_frame(first, MAGIC, 0)?;
+        let base = parts as usize;
+        if base == 0 || base > frames.len() {
+            return Err(SnapshotError::Misplaced {
+                part: 0,
+                says: 0,
+                parts,
+                have: frames.len(),
+            });
+        }
+        let mut stream = Vec::with_capacity(frames[..base].iter().map(|f| f.len()).sum());
+        for (part, f) in frames[..base].iter().enumerate() {
+            let (says, count, body) = open_frame(f, MAGIC, part)?;
+            if says as usize != part || count != parts {
                 return Err(SnapshotError::Misplaced {
                     part,
                     says,
-                    parts,
+                    parts: count,
                     have: frames.len(),
                 });
             }
-            let stored = r.u64()?;
-            if stored != checksum(&f[8..20], r.rest()) {
-                return Err(SnapshotError::BadCrc { part });
-            }
-            stream.extend_from_slice(r.rest());
+            stream.extend_from_slice(body);
         }
-        Ok(Self::decode_stream(&stream)?)
+        let mut index = Self::decode_stream(&stream)?;
+        for (i, f) in frames[base..].iter().enumerate() {
+            let part = base + i;
+            let (says, zero, body) = open_frame(f, DELTA_MAGIC, part)?;
+            if says as usize != i || zero != 0 {
+                return Err(SnapshotError::Misplaced {
+                    part,
+                    says,
+                    parts: zero,
+                    have: frames.len(),
+                });
+            }
+            index.apply_delta(body)?;
+        }
+        index.changed.clear();
+        index.wanted = index.by_run.len() > 0;
+        Ok((index, base))
+    }
+
+    /// Applies one delta's body: each run's values set (none: removed).
+    fn apply_delta(&mut self, s: &[u8]) -> Result<(), DecodeError> {
+        let mut r = Reader::new(s);
+        let n_names = count(&mut r, 2)?;
+        let mut names: Vec<Arc<str>> = Vec::with_capacity(n_names);
+        for _ in 0..n_names {
+            let name = r.str()?;
+            names.push(self.interned(name));
+        }
+        // A run takes at least 2 bytes: delta, count.
+        let n_runs = count(&mut r, 2)?;
+        let mut run: RunId = 0;
+        for _ in 0..n_runs {
+            let delta = r.varint()?;
+            if delta == 0 {
+                return Err(DecodeError::new("runs not in ascending order"));
+            }
+            run = run
+                .checked_add(delta)
+                .ok_or_else(|| DecodeError::new("run number overflows"))?;
+            let pairs = count(&mut r, 2)?;
+            let mut values = Vec::with_capacity(pairs);
+            for _ in 0..pairs {
+                let name = read_name(&mut r, n_names)?;
+                values.push((Arc::clone(&names[name]), read_key(&mut r)?));
+            }
+            self.set_keys(run, values);
+        }
+        r.finish()
     }
 
     fn decode_stream(s: &[u8]) -> Result<AttrIndex, DecodeError> {
@@ -267,11 +411,7 @@ impl AttrIndex {
             }
             values.clear();
             for _ in 0..pairs {
-                let at = r.varint()?;
-                let name = usize::try_from(at)
-                    .ok()
-                    .filter(|&i| i < n_names)
-                    .ok_or_else(|| DecodeError::new("name place past the names"))?;
+                let name = read_name(&mut r, n_names)?;
                 per_name[name] += 1;
                 values.push((Arc::clone(&names[name]), read_key(&mut r)?));
             }
@@ -303,6 +443,7 @@ impl AttrIndex {
             below: None,
             by_name,
             by_run,
+            changed: Default::default(),
         })
     }
 }
@@ -343,7 +484,8 @@ mod tests {
             let ix = index(runs);
             let frames = ix.snapshot_frames();
             assert_eq!(frames.len(), 1);
-            let back = AttrIndex::from_snapshot(&frames).unwrap();
+            let (back, base) = AttrIndex::from_snapshot(&frames).unwrap();
+            assert_eq!(base, 1);
             same(&ix, &back);
             assert!(back.built());
             assert_eq!(back.wanted, runs > 0);
@@ -376,7 +518,7 @@ mod tests {
                 f
             })
             .collect();
-        same(&ix, &AttrIndex::from_snapshot(&frames).unwrap());
+        same(&ix, &AttrIndex::from_snapshot(&frames).unwrap().0);
         frames.swap(2, 3);
         assert!(matches!(
             AttrIndex::from_snapshot(&frames),
@@ -387,6 +529,42 @@ mod tests {
         assert!(matches!(
             AttrIndex::from_snapshot(&frames),
             Err(SnapshotError::Misplaced { .. })
+        ));
+    }
+
+    #[test]
+    fn deltas_applied_to_the_base_read_back_as_the_index_now() {
+        let mut ix = index(500);
+        let mut frames = ix.snapshot_frames();
+        ix.forget_changes();
+        assert!(ix.delta_frame(0).is_none(), "nothing changed");
+        let mut m = AttrMap::new();
+        m.insert("c".into(), AttrValue::Int(99));
+        ix.set(3, &m);
+        ix.set(9_000, &m);
+        ix.remove(6);
+        frames.push(ix.delta_frame(0).expect("changes"));
+        ix.forget_changes();
+        ix.remove(9_000);
+        m.insert("tier".into(), AttrValue::Keyword("new".into()));
+        ix.set(12, &m);
+        frames.push(ix.delta_frame(1).expect("changes"));
+        ix.forget_changes();
+        let (back, base) = AttrIndex::from_snapshot(&frames).unwrap();
+        assert_eq!(base, 1);
+        same(&ix, &back);
+        assert!(back.changed.is_empty());
+        // A delta out of its place, or a base where a delta goes.
+        frames.swap(1, 2);
+        assert!(matches!(
+            AttrIndex::from_snapshot(&frames),
+            Err(SnapshotError::Misplaced { part: 1, .. })
+        ));
+        frames.swap(1, 2);
+        frames[2] = frames[0].clone();
+        assert!(matches!(
+            AttrIndex::from_snapshot(&frames),
+            Err(SnapshotError::BadMagic { part: 2 })
         ));
     }
 

@@ -7,8 +7,8 @@
 //! `parking::SPILL_BYTES` or more of journal since its stored prefix (a
 //! long stream) has it written to the run store first, as a park writes
 //! it, and the checkpoint names the frame
-//! (`ShardLoop::spill_long_journals`). A close's checkpoint also names the
-//! search-attribute index's snapshot (`search`).
+//! (`ShardLoop::spill_long_journals`). Each also names the search-attribute
+//! index's snapshot as it stands (`search`).
 
 use fusee_core::store::{Checkpoint, CheckpointRun};
 use fusee_storage::{CheckpointStore, IndexChange, LogStore, RunStore};
@@ -113,10 +113,8 @@ impl ShardLoop {
             || (closing && self.attr_snapshot_wanted())
         {
             // Frames moved by a compaction are committed by this checkpoint.
-            // The attribute snapshot's frames go first, so none moves.
-            self.release_attr_snapshot()
-                .and_then(|()| self.maybe_compact())
-                .and_then(|()| self.checkpoint_now(now_ms, closing))
+            self.maybe_compact()
+                .and_then(|()| self.checkpoint_now(now_ms))
                 .map(Some)
         } else {
             Ok(None)
@@ -166,21 +164,13 @@ impl ShardLoop {
     }
 
     /// Commits a checkpoint of the shard as it is (the log wholly durable)
-    /// and discards the log it covers; returns the checkpoint's bytes. A
-    /// close's names the search-attribute index's snapshot (`search`).
-    fn checkpoint_now(
-        &mut self,
-        now_ms: u64,
-        closing: bool,
-    ) -> Result<Vec<u8>, fusee_storage::StorageError> {
+    /// and discards the log it covers; returns the checkpoint's bytes. It
+    /// names the search-attribute index's snapshot as it stands (`search`).
+    fn checkpoint_now(&mut self, now_ms: u64) -> Result<Vec<u8>, fusee_storage::StorageError> {
         debug_assert_eq!(self.log.last_lsn(), self.flights.durable());
         // Long journals go to frames this commit makes durable.
         self.spill_long_journals()?;
-        let attr_frames = if closing {
-            self.write_attr_snapshot()?
-        } else {
-            Vec::new()
-        };
+        let attr_frames = self.attr_frames_at_checkpoint()?;
         let lsn = self.flights.durable();
         let runs = self
             .core

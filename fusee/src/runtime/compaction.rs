@@ -70,6 +70,8 @@ impl ShardLoop {
         }
         let mut moves = Vec::new();
         let moved = self.store.compact(&mut |old, new| moves.push((old, new)))?;
+        // The attribute snapshot's frames are named by no run.
+        self.attr_snapshot.moved(&moves);
         for (old, new) in moves {
             if let Some(&run) = owners.get(&old.offset) {
                 self.core.relocate_blob(run, new.offset);

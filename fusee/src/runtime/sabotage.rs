@@ -41,12 +41,15 @@ pub enum Sabotage {
     /// records not durable yet included (the output-commit rule broken
     /// for reads).
     JournalEarly,
+    /// A checkpoint names the search-attribute snapshot without a delta of
+    /// the changes since its last frame.
+    DeltaDropped,
 }
 
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 impl Sabotage {
     /// Every sabotage, for a test that checks each is caught.
-    pub const ALL: [Sabotage; 9] = [
+    pub const ALL: [Sabotage; 10] = [
         Sabotage::EarlyReply,
         Sabotage::EarlyStep,
         Sabotage::DropSignal,
@@ -56,6 +59,7 @@ impl Sabotage {
         Sabotage::AttributesAgain,
         Sabotage::ChunkAgain,
         Sabotage::JournalEarly,
+        Sabotage::DeltaDropped,
     ];
 }
 

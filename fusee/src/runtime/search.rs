@@ -6,17 +6,22 @@
 //!
 //! # The snapshot's life
 //!
-//! A close's checkpoint writes the built index to run-store frames and
-//! names them (`Checkpoint::attr_frames`), so they are exactly the index
-//! of that checkpoint; no other checkpoint names any. An open reads them (and indexes again the
-//! loaded runs the log after the checkpoint changed). The next checkpoint
-//! of any kind releases them before anything else (before a compaction
-//! could move them) and names none: from then on the shard's runs have
-//! changed past them. A crash before that commit leaves them readable and
-//! named by the checkpoint they match. Their release is not counted
-//! towards a compaction (a restart would otherwise rewrite a large store
-//! for them): their bytes go with the next compaction the shard's own
-//! churn brings.
+//! Every checkpoint names the index's snapshot as it stands at that
+//! checkpoint (`Checkpoint::attr_frames`): a base and the deltas since
+//! (`attrs/snapshot.rs`). A checkpoint writes a delta of the runs changed
+//! since the last frame, or, when there is no base yet, when the deltas
+//! together pass a quarter of the base's bytes, or when there are
+//! [`DELTAS_MAX`] of them, a new base (releasing the old frames, which the
+//! checkpoint no longer names). So the frames a checkpoint names are
+//! exactly the index of that checkpoint (the log is wholly durable at a
+//! checkpoint, and the index changes only with records appended), and an
+//! open reads them, then indexes again the loaded runs the log after that
+//! checkpoint changed: after a clean close or a crash alike. Nothing is
+//! written before the index is built (its build after an open without a
+//! snapshot), and nothing at all for a shard whose runs carry no
+//! attribute. A compaction that moves the frames has their names follow.
+//! Their writes are counted towards compaction like any frame's: a base
+//! rewritten leaves the old one to reclaim.
 
 use fusee_core::record::{Lsn, Record, RecordBuf, RunId, Status, iter_canonical};
 use fusee_core::shard::BlobRef;
@@ -39,18 +44,57 @@ const PROBE: usize = 64;
 /// shard's time).
 pub(super) const BUILD_BATCH: usize = 1024;
 
-/// The index's snapshot frames the last commit names (none once a commit
-/// since the open named none).
+/// Most deltas after a base before a checkpoint writes a new base (one
+/// prefetch of frames reads them all at an open).
+const DELTAS_MAX: usize = 256;
+
+/// A new base once the deltas pass this fraction of the base's bytes
+/// (1/4): an open applies deltas run by run, several times slower than it
+/// reads a base, and the base's rewrite costs at most 4 bytes written per
+/// byte of change.
+const REBASE_FRACTION: u64 = 4;
+
+/// The index's snapshot frames the last commit names: the base's parts,
+/// then the deltas (none before the index was first built).
 #[derive(Default)]
 pub(super) struct Snapshot {
     pub(super) frames: Vec<BlobRef>,
+    /// How many of `frames` are the base's.
+    base: usize,
 }
 
 impl Snapshot {
-    /// What checkpoint `cp` names.
+    /// What checkpoint `cp` names (the base's size is known once read).
     pub(super) fn named(cp: &Checkpoint) -> Self {
         Self {
             frames: cp.attr_frames.clone(),
+            base: cp.attr_frames.len(),
+        }
+    }
+
+    fn bytes(frames: &[BlobRef]) -> u64 {
+        frames.iter().map(|b| u64::from(b.len)).sum()
+    }
+
+    /// Whether the next frame should be a new base.
+    fn rebase_due(&self) -> bool {
+        let (base, deltas) = self.frames.split_at(self.base.min(self.frames.len()));
+        base.is_empty()
+            || deltas.len() >= DELTAS_MAX
+            || REBASE_FRACTION * Self::bytes(deltas) > Self::bytes(base)
+    }
+
+    /// A compaction moved frames: the names follow them.
+    pub(super) fn moved(&mut self, moves: &[(BlobRef, BlobRef)]) {
+        if self.frames.is_empty() {
+            return;
+        }
+        let to: rustc_hash::FxHashMap<u64, BlobRef> =
+            moves.iter().map(|(old, new)| (old.offset, *new)).collect();
+        for f in &mut self.frames {
+            if let Some(&new) = to.get(&f.offset) {
+                *f = new;
+            }
         }
     }
 }
@@ -59,13 +103,15 @@ impl ShardLoop {
     /// At open: the index from the snapshot the last checkpoint names, the
     /// loaded runs the log after it (past `checkpoint_lsn`)
     /// changed indexed again; else (none, or one that does not read: it is
-    /// logged) the background build if the shard uses attributes.
+    /// logged, and its frames released by the next checkpoint) the
+    /// background build if the shard uses attributes.
     pub(super) fn open_attr_index(&mut self, named: Snapshot, checkpoint_lsn: Lsn) {
         self.attr_snapshot = named;
         if !self.attr_snapshot.frames.is_empty() {
             match self.read_attr_snapshot() {
-                Ok(index) => {
+                Ok((index, base)) => {
                     self.attr_index = index;
+                    self.attr_snapshot.base = base;
                     let changed: Vec<RunId> = self
                         .core
                         .loaded_runs()
@@ -77,39 +123,37 @@ impl ShardLoop {
                     }
                     tracing::debug!(
                         shard = self.shard,
+                        frames = self.attr_snapshot.frames.len(),
                         "search attribute index read from its snapshot"
                     );
                     return;
                 }
-                Err(e) => tracing::warn!(
-                    shard = self.shard,
-                    error = %e,
-                    "search attribute snapshot unreadable; building the index from the runs"
-                ),
+                Err(e) => {
+                    tracing::warn!(
+                        shard = self.shard,
+                        error = %e,
+                        "search attribute snapshot unreadable; building the index from the runs"
+                    );
+                    // Its frames go at the next checkpoint, with a new base.
+                    self.attr_snapshot.base = 0;
+                }
             }
         }
         self.want_attr_index_if_used();
     }
 
-    /// The index the snapshot frames hold.
-    fn read_attr_snapshot(&mut self) -> Result<AttrIndex, SnapshotError> {
-        let mut frames = Vec::with_capacity(self.attr_snapshot.frames.len());
-        for &blob in &self.attr_snapshot.frames {
+    /// The index the snapshot frames hold, and how many are the base's.
+    fn read_attr_snapshot(&mut self) -> Result<(AttrIndex, usize), SnapshotError> {
+        let named = self.attr_snapshot.frames.clone();
+        // Where reads are round trips, one fetch (a base and its deltas).
+        let _ = self.store.prefetch(&named);
+        let mut frames = Vec::with_capacity(named.len());
+        for blob in named {
             let mut buf = Vec::new();
             self.store.read(blob, &mut buf)?;
             frames.push(buf);
         }
         AttrIndex::from_snapshot(&frames)
-    }
-
-    /// Before any checkpoint: the snapshot frames the last commit named are
-    /// released, since this commit names none of them (see the module
-    /// docs); a close's writes a new one afterwards.
-    pub(super) fn release_attr_snapshot(&mut self) -> Result<(), StorageError> {
-        for blob in std::mem::take(&mut self.attr_snapshot.frames) {
-            self.store.release(blob)?;
-        }
-        Ok(())
     }
 
     /// Whether a close must take a checkpoint for the snapshot alone: the
@@ -118,20 +162,43 @@ impl ShardLoop {
         self.attr_snapshot.frames.is_empty() && self.attr_index.built() && self.attr_index.used()
     }
 
-    /// At a close's checkpoint: the built index written as its snapshot,
-    /// whose frames the checkpoint names (none if it is not built, or the
-    /// shard uses no attributes).
-    pub(super) fn write_attr_snapshot(&mut self) -> Result<Vec<BlobRef>, StorageError> {
-        debug_assert!(self.attr_snapshot.frames.is_empty(), "released first");
+    /// At a checkpoint (after any compaction): the snapshot frames it
+    /// names, a delta or a new base written first (see the module docs).
+    pub(super) fn attr_frames_at_checkpoint(&mut self) -> Result<Vec<BlobRef>, StorageError> {
         if !(self.attr_index.built() && self.attr_index.used()) {
+            // Nothing to keep: changes are not counted against anything.
+            self.attr_index.forget_changes();
+            self.release_attr_snapshot()?;
             return Ok(Vec::new());
         }
-        let mut named = Vec::new();
-        for frame in self.attr_index.snapshot_frames() {
-            named.push(self.store_frame(&frame)?);
+        if self.attr_snapshot.rebase_due() {
+            self.release_attr_snapshot()?;
+            for frame in self.attr_index.snapshot_frames() {
+                let blob = self.store_frame(&frame)?;
+                self.attr_snapshot.frames.push(blob);
+            }
+            self.attr_snapshot.base = self.attr_snapshot.frames.len();
+        } else {
+            let seq = (self.attr_snapshot.frames.len() - self.attr_snapshot.base) as u32;
+            if let Some(frame) = self.attr_index.delta_frame(seq)
+                && !self.sabotaged(super::sabotage::Sabotage::DeltaDropped)
+            {
+                let blob = self.store_frame(&frame)?;
+                self.attr_snapshot.frames.push(blob);
+            }
         }
-        self.attr_snapshot.frames.clone_from(&named);
-        Ok(named)
+        self.attr_index.forget_changes();
+        Ok(self.attr_snapshot.frames.clone())
+    }
+
+    /// The snapshot frames the last commit named are released (the commit
+    /// being made names none of them).
+    fn release_attr_snapshot(&mut self) -> Result<(), StorageError> {
+        for blob in std::mem::take(&mut self.attr_snapshot.frames) {
+            self.release_frame(blob)?;
+        }
+        self.attr_snapshot.base = 0;
+        Ok(())
     }
 
     /// Keeps the index current after `rec` was applied: an `Attributes`

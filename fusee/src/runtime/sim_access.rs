@@ -35,6 +35,15 @@ impl ShardLoop {
         out
     }
 
+    /// Run `run`'s values in the search-attribute index (name to index
+    /// key), once the index is built (`None` before).
+    pub(crate) fn indexed_attributes(
+        &self,
+        run: RunId,
+    ) -> Option<std::collections::BTreeMap<String, crate::attrs::AttrKey>> {
+        self.attr_index.built().then(|| self.attr_index.values_of(run))
+    }
+
     /// The latest run of `id`, if the shard has one; `Err` if reading it
     /// back failed.
     pub(crate) fn view(&mut self, id: &str) -> Result<Option<RunView>, String> {

@@ -653,20 +653,21 @@ fn close(shard: &mut ShardLoop, now_ms: u64) {
         .expect("the close succeeded");
 }
 
-/// A close writes the built attribute index as a snapshot its checkpoint
-/// names; the next open reads it (built at once, no run read), indexes
-/// again the runs the log after that checkpoint changed (a crash before
-/// any other checkpoint), and the first checkpoint after an open names no
-/// snapshot, so an open after it builds from the runs.
+/// Every checkpoint names the attribute index's snapshot as it stands: a
+/// close's base is read by the next open (built at once, no run read);
+/// runs the log after the last checkpoint changed are indexed again after
+/// a crash; a later checkpoint names a delta of the runs changed since,
+/// which the open after a crash applies (those runs' records are gone
+/// from the log by then).
 #[test]
-fn a_close_writes_the_attribute_index_and_the_next_open_reads_it_back() {
+fn every_checkpoint_names_the_attribute_snapshot_and_an_open_reads_it_back() {
     use crate::client::ListFilter;
     let mut parking = config();
     parking.park_after_ms = 0;
     let storage = MemoryStorage::new();
-    let open = |now_ms: u64| {
+    let open = |now_ms: u64, config: &LoopConfig| {
         let any = AnyStorage::Memory(storage.crash());
-        ShardLoop::open(&any, 0, parking.clone(), tagged_registry(), now_ms).unwrap()
+        ShardLoop::open(&any, 0, config.clone(), tagged_registry(), now_ms).unwrap()
     };
     let expected = |runs: u32, k: u32| -> Vec<String> {
         (0..runs)
@@ -675,7 +676,7 @@ fn a_close_writes_the_attribute_index_and_the_next_open_reads_it_back() {
             .map(|i| format!("t{i}"))
             .collect()
     };
-    let mut shard = open(START_MS);
+    let mut shard = open(START_MS, &parking);
     start_tagged(&mut shard, 0..300);
     settle(&mut shard, START_MS);
     settle(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
@@ -683,12 +684,12 @@ fn a_close_writes_the_attribute_index_and_the_next_open_reads_it_back() {
     close(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
     drop(shard);
 
-    let mut shard = open(START_MS + 10_000);
+    let mut shard = open(START_MS + 10_000, &parking);
     assert!(
         shard.attr_index.built(),
         "the open did not read the close's snapshot"
     );
-    assert_eq!(shard.attr_snapshot.frames.len(), 1);
+    assert_eq!(shard.attr_snapshot.frames.len(), 1, "a base");
     assert_eq!(
         walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 1).limit(40)),
         expected(300, 1)
@@ -697,95 +698,41 @@ fn a_close_writes_the_attribute_index_and_the_next_open_reads_it_back() {
     start_tagged(&mut shard, 300..330);
     settle(&mut shard, START_MS + 10_000);
     drop(shard);
-    let mut shard = open(START_MS + 20_000);
+    let mut shard = open(START_MS + 20_000, &parking);
     assert!(shard.attr_index.built());
     assert_eq!(
         walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 2).limit(40)),
         expected(330, 2),
         "runs the log after the snapshot's checkpoint holds are missing"
     );
+    drop(shard);
+    // A checkpoint that is not a close's names a delta; a crash after it
+    // loses the log that held those runs' records, not their values.
+    let mut every_second = parking.clone();
+    every_second.checkpoint_interval_ms = 1_000;
+    let mut shard = open(START_MS + 30_000, &every_second);
+    start_tagged(&mut shard, 330..336);
+    settle(&mut shard, START_MS + 30_000);
+    settle(&mut shard, START_MS + 32_000);
+    settle(&mut shard, START_MS + 32_000 + 2 * HOUSEKEEPING_MS);
+    assert!(shard.metrics.checkpoints >= 1, "no checkpoint was taken");
+    assert_eq!(shard.attr_snapshot.frames.len(), 2, "a base and a delta");
+    drop(shard);
+    let mut shard = open(START_MS + 40_000, &parking);
+    assert!(shard.attr_index.built(), "the open did not read the snapshot");
     assert_eq!(
-        walk_attr_pages(
-            &mut shard,
-            ListFilter::new().attribute_above("k", 0).limit(25)
-        ),
-        (0..330)
+        walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 0).limit(40)),
+        expected(336, 0),
+        "runs a delta holds are missing"
+    );
+    assert_eq!(
+        walk_attr_pages(&mut shard, ListFilter::new().attribute_above("k", 0).limit(25)),
+        (0..336)
             .rev()
             .filter(|&i| i % 3 != 0)
             .map(|i| format!("t{i}"))
             .collect::<Vec<_>>()
     );
-    drop(shard);
-    // A checkpoint that is not a close's names no snapshot: the runs change
-    // past it, so the open after it builds from the runs.
-    let mut every_second = parking.clone();
-    every_second.checkpoint_interval_ms = 1_000;
-    let any = AnyStorage::Memory(storage.crash());
-    let mut shard =
-        ShardLoop::open(&any, 0, every_second, tagged_registry(), START_MS + 30_000).unwrap();
-    assert!(shard.attr_index.built());
-    start_tagged(&mut shard, 330..333);
-    settle(&mut shard, START_MS + 30_000);
-    settle(&mut shard, START_MS + 32_000);
-    assert!(shard.metrics.checkpoints >= 1, "no checkpoint was taken");
-    assert!(shard.attr_snapshot.frames.is_empty());
-    drop(shard);
-    let mut shard = open(START_MS + 40_000);
-    assert!(
-        !shard.attr_index.built(),
-        "an open read a snapshot a later checkpoint had left behind"
-    );
-    assert_eq!(
-        walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 0).limit(40)),
-        expected(333, 0)
-    );
-}
-
-/// A filtered page asked of a reopened shard whose index build has not
-/// begun reads on, newest first, only as far as the page needs, and the
-/// pages walked to the end hold every matching run once, newest first,
-/// by value and by range.
-#[test]
-fn a_filtered_page_reads_only_as_far_as_it_needs_into_an_unbuilt_index() {
-    use crate::client::ListFilter;
-    const RUNS: u32 = 3_000;
-    let registry = tagged_registry;
-    let mut parking = config();
-    parking.park_after_ms = 0;
-    let storage = MemoryStorage::new();
-    let any = AnyStorage::Memory(storage.clone());
-    let mut shard = ShardLoop::open(&any, 0, parking.clone(), registry(), START_MS).unwrap();
-    start_tagged(&mut shard, 0..RUNS);
-    settle(&mut shard, START_MS);
-    settle(&mut shard, START_MS + 2 * HOUSEKEEPING_MS);
-    drop(shard);
-    let any = AnyStorage::Memory(storage.crash());
-    let mut shard = ShardLoop::open(&any, 0, parking, registry(), START_MS + 1).unwrap();
-    assert!(!shard.attr_index.built());
-
-    let walk = walk_attr_pages;
-    let first = shard
-        .attr_page(&ListFilter::new().attribute("k", 1).limit(10), RunId::MAX)
-        .unwrap();
-    assert_eq!(first.runs.len(), 10);
-    assert!(
-        !shard.attr_index.built(),
-        "a first page of 10 read the whole shard"
-    );
-    let newest_first = |keep: fn(u32) -> bool| -> Vec<String> {
-        (0..RUNS)
-            .rev()
-            .filter(|&i| keep(i))
-            .map(|i| format!("t{i}"))
-            .collect()
-    };
-    let by_value = walk(&mut shard, ListFilter::new().attribute("k", 1).limit(50));
-    assert_eq!(by_value, newest_first(|i| i % 3 == 1));
-    let above = walk(
-        &mut shard,
-        ListFilter::new().attribute_above("k", 1).limit(70),
-    );
-    assert_eq!(above, newest_first(|i| i % 3 == 2));
 }
 
 const STREAMER: Workflow<(), ()> = Workflow::new("streamer");

@@ -52,6 +52,9 @@
 //!   by every journal read back from then on, at its index with its bytes,
 //!   and a cursor never finds itself past the stream: a chunk served
 //!   before it was durable fails one or the other.
+//! - The search-attribute index, once built (read from its snapshot after
+//!   a recovery, or built from the runs), holds each workflow's latest
+//!   run's attributes exactly as its journal does.
 //! - Every result reported to a client is the same each time it is asked,
 //!   across crashes.
 //! - Once faults stop, every workflow finishes, within a bounded number of

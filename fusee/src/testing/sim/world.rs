@@ -1045,6 +1045,38 @@ impl World {
         for (id, view) in &views {
             self.check_streams(id, view)?;
         }
+        // The search-attribute index (read from its snapshot after a
+        // recovery, or built) holds each run's attributes as its journal
+        // does.
+        for (id, view) in &views {
+            let shard = shard_of(id, shards) as usize;
+            let Some(indexed) = self.shards[shard].indexed_attributes(view.run) else {
+                continue;
+            };
+            let mut meta = None;
+            let mut payloads = Vec::new();
+            for rec in &view.journal {
+                match rec {
+                    Record::Start { meta: m, .. } => meta = m.as_deref(),
+                    Record::Attributes { payload, .. } => payloads.push(&payload[..]),
+                    _ => {}
+                }
+            }
+            let journal: BTreeMap<String, crate::attrs::AttrKey> =
+                crate::attrs::fold(meta, payloads)
+                    .into_iter()
+                    .map(|(k, v)| (k, v.key()))
+                    .collect();
+            if indexed != journal {
+                return Err(self.fail(
+                    "search attribute index",
+                    format!(
+                        "{id} run {}: the index holds {indexed:?}, the journal {journal:?}",
+                        view.run
+                    ),
+                ));
+            }
+        }
         for a in &self.acked_signals {
             let Some(journal) = whole(&a.id, a.run) else {
                 continue;

@@ -41,7 +41,9 @@ impl ShardLoop {
         &self,
         run: RunId,
     ) -> Option<std::collections::BTreeMap<String, crate::attrs::AttrKey>> {
-        self.attr_index.built().then(|| self.attr_index.values_of(run))
+        self.attr_index
+            .built()
+            .then(|| self.attr_index.values_of(run))
     }
 
     /// The latest run of `id`, if the shard has one; `Err` if reading it

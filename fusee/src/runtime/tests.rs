@@ -719,14 +719,20 @@ fn every_checkpoint_names_the_attribute_snapshot_and_an_open_reads_it_back() {
     assert_eq!(shard.attr_snapshot.frames.len(), 2, "a base and a delta");
     drop(shard);
     let mut shard = open(START_MS + 40_000, &parking);
-    assert!(shard.attr_index.built(), "the open did not read the snapshot");
+    assert!(
+        shard.attr_index.built(),
+        "the open did not read the snapshot"
+    );
     assert_eq!(
         walk_attr_pages(&mut shard, ListFilter::new().attribute("k", 0).limit(40)),
         expected(336, 0),
         "runs a delta holds are missing"
     );
     assert_eq!(
-        walk_attr_pages(&mut shard, ListFilter::new().attribute_above("k", 0).limit(25)),
+        walk_attr_pages(
+            &mut shard,
+            ListFilter::new().attribute_above("k", 0).limit(25)
+        ),
         (0..336)
             .rev()
             .filter(|&i| i % 3 != 0)

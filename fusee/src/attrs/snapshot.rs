@@ -219,11 +219,7 @@ fn frame(magic: [u8; 8], a: u32, b: u32, body: &[u8]) -> Vec<u8> {
 
 /// A frame's body once its magic, format and checksum are checked, with
 /// its two header fields.
-fn open_frame<'a>(
-    f: &'a [u8],
-    magic: [u8; 8],
-    part: usize,
-) -> Result<(u32, u32, &'a [u8]), SnapshotError> {
+fn open_frame(f: &[u8], magic: [u8; 8], part: usize) -> Result<(u32, u32, &[u8]), SnapshotError> {
     let mut r = Reader::new(f);
     if r.array::<8>().ok() != Some(magic) {
         return Err(SnapshotError::BadMagic { part });

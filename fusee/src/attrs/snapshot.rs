@@ -151,6 +151,17 @@ fn read_key(r: &mut Reader<'_>) -> Result<AttrKey, DecodeError> {
     })
 }
 
+/// The run after `before` in section 2: its varint delta, never 0.
+fn next_run(r: &mut Reader<'_>, before: RunId) -> Result<RunId, DecodeError> {
+    let delta = r.varint()?;
+    if delta == 0 {
+        return Err(DecodeError::new("runs not in ascending order"));
+    }
+    before
+        .checked_add(delta)
+        .ok_or_else(|| DecodeError::new("run number overflows"))
+}
+
 /// A name's place, checked against the `n_names` names.
 fn read_name(r: &mut Reader<'_>, n_names: usize) -> Result<usize, DecodeError> {
     let at = r.varint()?;
@@ -356,13 +367,7 @@ impl AttrIndex {
         let n_runs = count(&mut r, 2)?;
         let mut run: RunId = 0;
         for _ in 0..n_runs {
-            let delta = r.varint()?;
-            if delta == 0 {
-                return Err(DecodeError::new("runs not in ascending order"));
-            }
-            run = run
-                .checked_add(delta)
-                .ok_or_else(|| DecodeError::new("run number overflows"))?;
+            run = next_run(&mut r, run)?;
             let pairs = count(&mut r, 2)?;
             let mut values = Vec::with_capacity(pairs);
             for _ in 0..pairs {
@@ -394,13 +399,7 @@ impl AttrIndex {
         let mut values = Vec::new();
         let mut run: RunId = 0;
         for _ in 0..n_runs {
-            let delta = r.varint()?;
-            if delta == 0 {
-                return Err(DecodeError::new("runs not in ascending order"));
-            }
-            run = run
-                .checked_add(delta)
-                .ok_or_else(|| DecodeError::new("run number overflows"))?;
+            run = next_run(&mut r, run)?;
             let pairs = count(&mut r, 2)?;
             if pairs == 0 {
                 return Err(DecodeError::new("a run without values"));

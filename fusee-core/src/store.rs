@@ -822,7 +822,7 @@ impl Checkpoint {
         };
         // A run takes at least 6 bytes: run, last_lsn, has_blob, chain,
         // depth, journal length.
-        let runs = bounded_count(&mut r, 6)?;
+        let runs = r.count(6)?;
         c.runs = Vec::with_capacity(runs);
         for _ in 0..runs {
             let run = r.varint()?;
@@ -843,13 +843,13 @@ impl Checkpoint {
         }
         c.outbox = read_long_bytes(&mut r)?.to_vec();
         // A BlobRef takes at least 2 bytes.
-        let frames = bounded_count(&mut r, 2)?;
+        let frames = r.count(2)?;
         c.index = Vec::with_capacity(frames);
         for _ in 0..frames {
             c.index.push(read_blob(&mut r)?);
         }
         if found == CHECKPOINT_FORMAT {
-            let frames = bounded_count(&mut r, 2)?;
+            let frames = r.count(2)?;
             c.attr_frames = Vec::with_capacity(frames);
             for _ in 0..frames {
                 c.attr_frames.push(read_blob(&mut r)?);
@@ -862,16 +862,6 @@ impl Checkpoint {
         r.finish()?;
         Ok(c)
     }
-}
-
-/// A varint count of items taking at least `min_bytes` each, checked
-/// against the bytes left so it can size an allocation.
-fn bounded_count(r: &mut Reader<'_>, min_bytes: usize) -> Result<usize, DecodeError> {
-    let n = r.varint()?;
-    if n > (r.remaining() / min_bytes) as u64 {
-        return Err(DecodeError::new("count larger than the bytes left"));
-    }
-    Ok(n as usize)
 }
 
 /// Varint length then bytes, with no cap but the input: a journal or

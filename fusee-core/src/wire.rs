@@ -208,6 +208,16 @@ impl<'a> Reader<'a> {
         u32::try_from(self.varint()?).map_err(|_| DecodeError::new("varint overflows 32 bits"))
     }
 
+    /// A varint count of items taking at least `min_bytes` each (at least
+    /// 1), checked against the bytes left so it can size an allocation.
+    pub fn count(&mut self, min_bytes: usize) -> DecodeResult<usize> {
+        let n = self.varint()?;
+        if n > (self.remaining() / min_bytes.max(1)) as u64 {
+            return Err(DecodeError::new("count larger than the bytes left"));
+        }
+        Ok(n as usize)
+    }
+
     /// A varint length, checked against [`MAX_PAYLOAD`] and the bytes left.
     pub fn len_prefix(&mut self) -> DecodeResult<usize> {
         let n = self.varint()?;

@@ -171,16 +171,6 @@ fn read_name(r: &mut Reader<'_>, n_names: usize) -> Result<usize, DecodeError> {
         .ok_or_else(|| DecodeError::new("name place past the names"))
 }
 
-/// A varint count of items taking at least `min_bytes` each, checked
-/// against the bytes left so it can size an allocation.
-fn count(r: &mut Reader<'_>, min_bytes: usize) -> Result<usize, DecodeError> {
-    let n = r.varint()?;
-    if n > (r.remaining() / min_bytes) as u64 {
-        return Err(DecodeError::new("count larger than the bytes left"));
-    }
-    Ok(n as usize)
-}
-
 /// The names section: every name the index holds, and each one's place.
 fn put_names<'a>(s: &mut Vec<u8>, names: &[&'a Arc<str>]) -> FxHashMap<&'a str, u64> {
     put_varint(s, names.len() as u64);
@@ -357,18 +347,18 @@ impl AttrIndex {
     /// Applies one delta's body: each run's values set (none: removed).
     fn apply_delta(&mut self, s: &[u8]) -> Result<(), DecodeError> {
         let mut r = Reader::new(s);
-        let n_names = count(&mut r, 2)?;
+        let n_names = r.count(2)?;
         let mut names: Vec<Arc<str>> = Vec::with_capacity(n_names);
         for _ in 0..n_names {
             let name = r.str()?;
             names.push(self.interned(name));
         }
         // A run takes at least 2 bytes: delta, count.
-        let n_runs = count(&mut r, 2)?;
+        let n_runs = r.count(2)?;
         let mut run: RunId = 0;
         for _ in 0..n_runs {
             run = next_run(&mut r, run)?;
-            let pairs = count(&mut r, 2)?;
+            let pairs = r.count(2)?;
             let mut values = Vec::with_capacity(pairs);
             for _ in 0..pairs {
                 let name = read_name(&mut r, n_names)?;
@@ -381,7 +371,7 @@ impl AttrIndex {
 
     fn decode_stream(s: &[u8]) -> Result<AttrIndex, DecodeError> {
         let mut r = Reader::new(s);
-        let n_names = count(&mut r, 2)?;
+        let n_names = r.count(2)?;
         let mut names: Vec<Arc<str>> = Vec::with_capacity(n_names);
         for _ in 0..n_names {
             names.push(Arc::from(r.str()?));
@@ -389,7 +379,7 @@ impl AttrIndex {
         // How many values each name has in section 2, to check section 3.
         let mut per_name = vec![0usize; n_names];
         // A run takes at least 4 bytes: delta, count, one pair of 2.
-        let n_runs = count(&mut r, 4)?;
+        let n_runs = r.count(4)?;
         // Most runs carry each name; a pair takes at least 3 bytes (so no
         // count can size the arena past the input).
         let mut by_run = RunValues::with_capacity(
@@ -400,7 +390,7 @@ impl AttrIndex {
         let mut run: RunId = 0;
         for _ in 0..n_runs {
             run = next_run(&mut r, run)?;
-            let pairs = count(&mut r, 2)?;
+            let pairs = r.count(2)?;
             if pairs == 0 {
                 return Err(DecodeError::new("a run without values"));
             }
@@ -416,7 +406,7 @@ impl AttrIndex {
         by_name.reserve(n_names);
         for (i, name) in names.into_iter().enumerate() {
             // An entry takes at least 3 bytes: kind, value, run.
-            let n = count(&mut r, 3)?;
+            let n = r.count(3)?;
             if n != per_name[i] {
                 return Err(DecodeError::new("sections disagree on a name's values"));
             }

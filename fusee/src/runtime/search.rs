@@ -349,24 +349,23 @@ impl ShardLoop {
                 self.build_attr_index_some(BUILD_BATCH).map_err(storage)?;
                 continue;
             }
-            // The page's next runs read in one fetch where reads are
-            // round trips.
-            let wanted = limit.saturating_sub(page.runs.len());
-            let admitted: Vec<RunId> = batch[..exact]
+            // Each candidate judged once: the admitted ones are read in one
+            // fetch where reads are round trips, then summed up.
+            let admitted: Vec<bool> = batch[..exact]
                 .iter()
-                .copied()
-                .filter(|&run| self.attr_index.admits(run, conds))
-                .take(wanted)
+                .map(|&run| self.attr_index.admits(run, conds))
                 .collect();
-            self.prefetch_parked(admitted.into_iter());
-            for &run in &batch[..exact] {
+            let wanted = limit.saturating_sub(page.runs.len());
+            let fetch = batch[..exact].iter().zip(&admitted);
+            self.prefetch_parked(fetch.filter(|(_, a)| **a).map(|(r, _)| *r).take(wanted));
+            for (&run, admitted) in batch[..exact].iter().zip(admitted) {
                 if page.runs.len() == limit || visited == LIST_VISITS_MAX {
                     page.resume = Some(next);
                     break 'walk;
                 }
                 visited += 1;
                 next = run;
-                if !self.attr_index.admits(run, conds) {
+                if !admitted {
                     continue;
                 }
                 match self.summary(run, filter) {

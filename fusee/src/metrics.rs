@@ -147,6 +147,12 @@ pub struct ShardMetrics {
     pub compactions: u64,
     /// Frames compactions moved.
     pub frames_moved: u64,
+    /// Run-store frames the shard read: loads, lookups of parked runs,
+    /// listings, the search index's snapshot and build, compactions (the
+    /// recovery's reads of its checkpoint's runs and its log's not counted).
+    pub frame_reads: u64,
+    /// Bytes of those frames.
+    pub frame_read_bytes: u64,
     /// Messages to other workflows sent and not yet recorded by their
     /// target.
     pub unacknowledged_messages: u64,
@@ -174,6 +180,8 @@ impl ShardMetrics {
         self.dozes += other.dozes;
         self.compactions += other.compactions;
         self.frames_moved += other.frames_moved;
+        self.frame_reads += other.frame_reads;
+        self.frame_read_bytes += other.frame_read_bytes;
         self.unacknowledged_messages += other.unacknowledged_messages;
     }
 

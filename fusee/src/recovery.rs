@@ -34,6 +34,9 @@ pub(crate) struct Chain {
     pub(crate) depth: u8,
     /// The bytes of every frame read.
     pub(crate) chain_bytes: u64,
+    /// The frames read, newest first: what a run written whole again
+    /// releases (known from this read, not from another).
+    pub(crate) blobs: Vec<BlobRef>,
 }
 
 /// Why a frame chain did not read.
@@ -89,8 +92,10 @@ pub(crate) fn read_chain<R: RunStore + ?Sized>(
     let mut next = blob;
     let mut buf = Vec::new();
     let mut chain_bytes = 0u64;
+    let mut blobs = Vec::new();
     for _ in 0..=MAX_DEPTH {
         runs.read(next, &mut buf).map_err(ChainError::Store)?;
+        blobs.push(next);
         chain_bytes += buf.len() as u64;
         let entry = decode_entry(&buf).map_err(|error| ChainError::Entry {
             offset: next.offset,
@@ -116,24 +121,33 @@ pub(crate) fn read_chain<R: RunStore + ?Sized>(
             }
         };
         last_lsn.get_or_insert(lsn);
-        parts.push(journal.to_vec());
+        // The journal fills the rest of the frame's body.
+        let at = buf.len() - journal.len();
+        if prev.is_none() && parts.is_empty() {
+            // A whole frame (the usual chain) keeps the buffer it was read
+            // into: a journal of megabytes is not allocated and copied again.
+            buf.drain(..at);
+            return Ok(Chain {
+                journal: buf,
+                last_lsn: lsn,
+                depth: 0,
+                chain_bytes,
+                blobs,
+            });
+        }
+        parts.push(buf[at..].to_vec());
         match prev {
             Some(p) => next = p,
             None => {
                 // At most MAX_DEPTH + 1 frames were read.
                 let depth = u8::try_from(parts.len() - 1).unwrap_or(MAX_DEPTH);
                 parts.reverse();
-                // A whole frame (the usual chain) is moved, not copied again.
-                let journal = if parts.len() == 1 {
-                    parts.pop().unwrap_or_default()
-                } else {
-                    parts.concat()
-                };
                 return Ok(Chain {
-                    journal,
+                    journal: parts.concat(),
                     last_lsn: last_lsn.unwrap_or(lsn),
                     depth,
                     chain_bytes,
+                    blobs,
                 });
             }
         }

@@ -40,9 +40,12 @@
 //! carried by every checkpoint (nor rewritten into both checkpoint slots
 //! at every open of the file backend); a subscriber of such a run reads
 //! the frames through the shard. What a restart still pays per chunk is
-//! its bytes: read and copied with the frames that hold them, and written
-//! again when the run parks finished. The figure, and what keeping chunks out of the journal would
-//! take: `benches/RESULTS.md`, "Streams at a restart".
+//! its bytes: read and copied with the frames that hold them (once per
+//! need: a signal's lookup and load share one read, a finished park reads
+//! its prefix once, an open's guess at attributes skips long frames), and
+//! written again when the run parks finished. The figures, and what
+//! keeping chunks out of the journal would take: `benches/RESULTS.md`,
+//! "Streams at a restart".
 //!
 //! # Sending, and determinism
 //!

@@ -75,7 +75,7 @@
 //! | `fusee_unacknowledged_messages` | gauge | shard | messages to other workflows not yet recorded by their target |
 //! | `fusee_recovered_records` | gauge | shard | log records the last open replayed |
 //! | `fusee_shard_open_duration_seconds` | gauge | shard | how long the shard's last open (recovery) took |
-//! | `fusee_checkpoints_total`, `fusee_seals_total`, `fusee_parks_total`, `fusee_loads_total`, `fusee_dozes_total`, `fusee_compactions_total`, `fusee_compaction_frames_moved_total` | counter | shard | checkpoints, log seals, runs parked, parked runs loaded, runs whose code dozed, run-store compactions, frames they moved |
+//! | `fusee_checkpoints_total`, `fusee_seals_total`, `fusee_parks_total`, `fusee_loads_total`, `fusee_dozes_total`, `fusee_compactions_total`, `fusee_compaction_frames_moved_total`, `fusee_run_store_frames_read_total`, `fusee_run_store_read_bytes_total` | counter | shard | checkpoints, log seals, runs parked, parked runs loaded, runs whose code dozed, run-store compactions, frames they moved, run-store frames read and their bytes (the recovery's not counted) |
 //! | `fusee_sealed_lsn` | gauge | shard | the LSN the shard's last seal recorded |
 //! | `fusee_shard_owned` | gauge | shard | 1 while this engine owns the shard |
 //! | `fusee_shard_opens_total` | counter | shard | opens of the shard by this engine; under [`Ownership::Lease`](crate::Ownership::Lease) each after the first is a takeover |
@@ -209,7 +209,7 @@ pub async fn render(engine: &impl Exposition) -> String {
 /// A shard's figures as counters and gauges labelled by shard.
 fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
     type Read = fn(&ShardMetrics) -> u64;
-    let counters: [(&str, &str, Read); 12] = [
+    let counters: [(&str, &str, Read); 14] = [
         ("fusee_flushes", "Log flushes completed", |m| m.flushes),
         (
             "fusee_flushed_records",
@@ -253,6 +253,16 @@ fn register_shards(registry: &mut Registry, shards: &[(u32, ShardMetrics)]) {
             "fusee_compaction_frames_moved",
             "Frames run-store compactions moved",
             |m| m.frames_moved,
+        ),
+        (
+            "fusee_run_store_frames_read",
+            "Run-store frames the shard read",
+            |m| m.frame_reads,
+        ),
+        (
+            "fusee_run_store_read_bytes",
+            "Bytes of the run-store frames the shard read",
+            |m| m.frame_read_bytes,
         ),
     ];
     for (name, help, read) in counters {

@@ -141,17 +141,25 @@ async fn a_signal_loads_a_parked_run_and_a_parked_result_is_read_back() {
     register(&engine, Arc::clone(&fired));
     engine.start(GATE, "gate-1", &()).await.unwrap();
     until(&engine, "the gate parked", |m| m.parked_runs == 1).await;
+    let before = engine.metrics().await;
     engine
         .signal("gate-1", OPEN, &"sesame".to_string())
         .await
         .unwrap();
-    assert_eq!(engine.result(GATE, "gate-1").await.unwrap(), "sesame");
     // Finished, it parks as a Done frame; its result is read from there.
     until(&engine, "the finished gate parked", |m| {
-        m.parked_runs == 1 && m.loaded_runs == 0
+        m.parked_runs == 1 && m.loaded_runs == 0 && m.parks > before.parks
     })
     .await;
+    // Its frame was read once for the signal (the ID's check and the load
+    // share the read) and once for the Done frame (its journal and the
+    // frames it releases from the same read).
+    let after = engine.metrics().await;
+    assert_eq!(after.loads - before.loads, 1, "{after:?}");
+    assert_eq!(after.frame_reads - before.frame_reads, 2, "{after:?}");
+    assert!(after.frame_read_bytes > before.frame_read_bytes);
     assert_eq!(engine.result(GATE, "gate-1").await.unwrap(), "sesame");
+    assert_eq!(engine.metrics().await.frame_reads, after.frame_reads + 1);
     let d = engine.describe("gate-1").await.unwrap();
     assert!(
         d.parked && matches!(d.status, RunStatus::Finished(_)),

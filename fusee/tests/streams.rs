@@ -582,3 +582,43 @@ async fn a_long_stream_past_checkpoints_survives_a_crash() {
     assert_eq!(collect(kit.engine(), "l", 0).await.len(), 64);
     kit.close().await.unwrap();
 }
+
+/// A parked run whose stream made its frame long is read once per need,
+/// never for a guess: an open's guess at whether the store uses search
+/// attributes reads only short frames (the short run's here), a signal
+/// reads the long frame once (its ID checked and the run loaded from the
+/// same read), and its finished park once more (its journal and the
+/// frames it releases).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_parked_stream_is_read_once_per_need_and_not_at_an_open() {
+    let config = Config::memory()
+        .park_after(Duration::ZERO)
+        .checkpoint_interval(Duration::from_secs(1));
+    let (mut kit, _) = kit_with(Some(config)).await;
+    // 16 chunks of 8 KiB: a frame of 128 KiB, past the guess's 64 KiB.
+    kit.engine().start(LONG, "long", &16).await.unwrap();
+    kit.engine().start(TALK, "short", &1).await.unwrap();
+    parked(&kit, "long").await;
+    parked(&kit, "short").await;
+    // A checkpoint commits the parks: the open finds both parked.
+    kit.advance(Duration::from_secs(3)).await.unwrap();
+    kit.crash().await.unwrap();
+    let m = kit.engine().metrics().await;
+    assert_eq!((m.parked_runs, m.frame_reads), (2, 1), "{m:?}");
+    kit.engine().signal("long", GO, &0).await.unwrap();
+    // Finished, it parks again (watched through the metrics: a
+    // description of a parked run reads its frame).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while kit.engine().metrics().await.parks == m.parks {
+        assert!(std::time::Instant::now() < deadline, "the run parks");
+        kit.advance(Duration::from_secs(1)).await.unwrap();
+    }
+    let after = kit.engine().metrics().await;
+    assert_eq!(after.frame_reads - m.frame_reads, 2, "{after:?}");
+    assert!(
+        after.frame_read_bytes - m.frame_read_bytes >= 2 * 16 * LONG_CHUNK as u64,
+        "{after:?}"
+    );
+    assert_eq!(kit.result(LONG, "long").await.unwrap(), 16);
+    kit.close().await.unwrap();
+}

@@ -16,7 +16,6 @@ use fusee_storage::{RunStore, StorageError};
 use rustc_hash::FxHashMap;
 
 use super::ShardLoop;
-use super::parking::read_chain;
 
 /// The run store's bytes written and released since the last compaction.
 ///
@@ -118,9 +117,9 @@ impl ShardLoop {
     /// frame's timers and identity, the whole journal), releases the chain
     /// and returns the new frame.
     fn rewrite_whole(&mut self, run: RunId, blob: BlobRef) -> Result<BlobRef, StorageError> {
-        let whole = read_chain(&mut self.store, blob)?;
+        let whole = self.read_frame(blob)?;
         let mut newest = Vec::new();
-        self.store.read(blob, &mut newest)?;
+        self.read_one(blob, &mut newest)?;
         let mut frame = Vec::new();
         let encoded = match decode_entry(&newest).map_err(|_| corrupt("run frame", blob.offset))? {
             EntryRef::Delta {

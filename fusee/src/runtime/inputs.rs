@@ -8,7 +8,7 @@ use fusee_storage::LogStore;
 use super::host::{self, ReplayFault};
 use super::messages::Origin;
 use super::operator::JournalView;
-use super::parking::{self, ParkedResult};
+use super::parking::{self, Frame, ParkedResult};
 use super::run::{with_query_handler, with_update_handler};
 use super::sabotage::Sabotage;
 use super::waiters::Waiting;
@@ -373,11 +373,25 @@ impl ShardLoop {
     /// is confirmed from its frame (the core matches parked runs on the
     /// ID's hash only).
     pub(super) fn lookup(&mut self, id: &str) -> Result<Option<(u64, bool)>, Error> {
+        Ok(self
+            .lookup_frames(id)?
+            .map(|(run, frame)| (run, frame.is_some())))
+    }
+
+    /// As [`lookup`](Self::lookup), with a parked run's frames, read to
+    /// confirm its ID, handed back: a caller that loads the run passes
+    /// them to [`load_frame`](Self::load_frame) instead of reading them
+    /// again (a journal of megabytes, a stream's, read once).
+    pub(super) fn lookup_frames(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<(u64, Option<Frame>)>, Error> {
         match self.core.find(id) {
-            Some(Found::Loaded(run)) => Ok(Some((run, false))),
-            Some(Found::Parked(run)) => match self.parked_named(run, id) {
-                Ok(true) => Ok(Some((run, true))),
-                Ok(false) => Ok(None),
+            Some(Found::Loaded(run)) => Ok(Some((run, None))),
+            Some(Found::Parked(run)) => match self.parked_frame(run) {
+                Ok(frame) => Ok(frame
+                    .filter(|f| parking::names(&f.journal, id))
+                    .map(|f| (run, Some(f)))),
                 Err(error) => Err(Error::Storage {
                     shard: self.shard,
                     error,
@@ -405,21 +419,22 @@ impl ShardLoop {
                 max: self.config.max_payload,
             });
         }
-        let Some((run, parked)) = self.lookup(id)? else {
+        let Some((run, frame)) = self.lookup_frames(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
         let finished = |status| Error::Finished {
             id: id.to_string(),
             status: status_name(status),
         };
-        if parked {
+        if let Some(frame) = frame {
             if let Some(status) = self.core.parked(run).and_then(|p| p.done()) {
                 return Err(finished(status));
             }
-            self.load(run, now_ms).map_err(|error| Error::Storage {
-                shard: self.shard,
-                error,
-            })?;
+            self.load_frame(run, frame, now_ms)
+                .map_err(|error| Error::Storage {
+                    shard: self.shard,
+                    error,
+                })?;
         }
         match self.core.get(run).and_then(|l| l.done) {
             None => Ok(run),
@@ -662,21 +677,22 @@ impl ShardLoop {
         payload: &[u8],
         now_ms: u64,
     ) -> Result<Vec<u8>, Error> {
-        let Some((run, parked)) = self.lookup(id)? else {
+        let Some((run, frame)) = self.lookup_frames(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
-        let finished = match parked {
-            true => self.core.parked(run).and_then(|p| p.done()).is_some(),
-            false => self.core.get(run).is_some_and(|l| l.done.is_some()),
+        let finished = match frame {
+            Some(_) => self.core.parked(run).and_then(|p| p.done()).is_some(),
+            None => self.core.get(run).is_some_and(|l| l.done.is_some()),
         };
         if finished {
             return self.query_finished(id, run, name, payload, now_ms);
         }
-        if parked {
-            self.load(run, now_ms).map_err(|error| Error::Storage {
-                shard: self.shard,
-                error,
-            })?;
+        if let Some(frame) = frame {
+            self.load_frame(run, frame, now_ms)
+                .map_err(|error| Error::Storage {
+                    shard: self.shard,
+                    error,
+                })?;
         }
         // Handlers register when the code runs: a run not polled since
         // recovery or the load above has none yet.

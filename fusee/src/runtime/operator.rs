@@ -435,19 +435,20 @@ impl ShardLoop {
             id: id.to_string(),
             reason: why,
         };
-        let Some((old, parked)) = self.lookup(id)? else {
+        let Some((old, frame)) = self.lookup_frames(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
-        if parked {
+        if let Some(frame) = frame {
             if self.core.parked(old).and_then(|p| p.done()).is_some() {
                 return Err(cannot(
                     "it finished and was parked: only its start and end are kept".into(),
                 ));
             }
-            self.load(old, now_ms).map_err(|error| Error::Storage {
-                shard: self.shard,
-                error,
-            })?;
+            self.load_frame(old, frame, now_ms)
+                .map_err(|error| Error::Storage {
+                    shard: self.shard,
+                    error,
+                })?;
         }
         let finished = self.core.get(old).and_then(|l| l.done).is_some();
         let journal = self.run_journal(old).map_err(|error| Error::Storage {

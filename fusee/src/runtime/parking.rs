@@ -269,7 +269,7 @@ impl ShardLoop {
         let id_hash = hash_id(&l.id);
         let (last_lsn, done) = (l.last_lsn, l.done);
         let (blob, chained) = if let Some((status, finished_ms)) = done {
-            let whole = self.run_journal(run)?;
+            let (whole, released) = self.run_journal_and_chain(run)?;
             let history_until = finished_ms.saturating_add(self.config.history_ms);
             let kept =
                 if history_until > now_ms && whole.len() as u64 <= self.config.history_max_bytes {
@@ -278,7 +278,6 @@ impl ShardLoop {
                 } else {
                     summary(&whole)
                 };
-            let released = self.chain_of(run)?;
             let entry = EntryRef::Done {
                 run,
                 last_lsn,
@@ -343,8 +342,8 @@ impl ShardLoop {
             };
             encode_entry_into(&entry, &mut frame)
         } else {
-            let whole = self.run_journal(run)?;
-            released.extend(self.chain_of(run)?);
+            let (whole, chain) = self.run_journal_and_chain(run)?;
+            released = chain;
             let entry = EntryRef::Park {
                 run,
                 last_lsn,
@@ -397,15 +396,6 @@ impl ShardLoop {
         Ok(())
     }
 
-    /// The frames of `run`'s stored prefix, newest first (empty without
-    /// one): released when the run is written whole.
-    fn chain_of(&mut self, run: RunId) -> Result<Vec<BlobRef>, StorageError> {
-        match self.core.get(run).and_then(|l| l.blob) {
-            Some(blob) => self.chain(blob),
-            None => Ok(Vec::new()),
-        }
-    }
-
     /// The frame at `blob` and the frames it chains to, newest first.
     fn chain(&mut self, blob: BlobRef) -> Result<Vec<BlobRef>, StorageError> {
         let mut out = Vec::new();
@@ -413,7 +403,7 @@ impl ShardLoop {
         let mut buf = Vec::new();
         for _ in 0..=MAX_DEPTH {
             out.push(next);
-            self.store.read(next, &mut buf)?;
+            self.read_one(next, &mut buf)?;
             match decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))? {
                 EntryRef::Delta { prev, .. } => next = prev,
                 _ => return Ok(out),
@@ -425,9 +415,26 @@ impl ShardLoop {
         ))
     }
 
-    /// Reads the frame at `blob` and the chain before it.
+    /// Reads the frame at `blob` and the chain before it. The running
+    /// shard's reads of run-store frames go through this or
+    /// [`read_one`](Self::read_one), which count them.
     pub(super) fn read_frame(&mut self, blob: BlobRef) -> Result<Frame, StorageError> {
-        read_chain(&mut self.store, blob)
+        let frame = read_chain(&mut self.store, blob)?;
+        self.metrics.frame_reads += frame.blobs.len() as u64;
+        self.metrics.frame_read_bytes += frame.chain_bytes;
+        Ok(frame)
+    }
+
+    /// Reads the one frame at `blob` into `buf`, counted.
+    pub(super) fn read_one(
+        &mut self,
+        blob: BlobRef,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StorageError> {
+        self.store.read(blob, buf)?;
+        self.metrics.frame_reads += 1;
+        self.metrics.frame_read_bytes += buf.len() as u64;
+        Ok(())
     }
 
     /// A hint to the run store that the frames of `runs` (those parked;
@@ -449,18 +456,31 @@ impl ShardLoop {
     /// `run`'s whole journal: its stored prefix (if any) and the records
     /// in memory after it.
     pub(super) fn run_journal(&mut self, run: RunId) -> Result<Vec<u8>, StorageError> {
-        let Some(blob) = self.core.get(run).and_then(|l| l.blob) else {
-            return Ok(self
-                .core
-                .get(run)
-                .map(|l| l.journal.clone())
-                .unwrap_or_default());
+        Ok(self.run_journal_and_chain(run)?.0)
+    }
+
+    /// `run`'s whole journal, as [`run_journal`](Self::run_journal), and
+    /// the frames of its stored prefix, newest first (empty without one):
+    /// what writing it whole releases, learnt from the same read.
+    fn run_journal_and_chain(
+        &mut self,
+        run: RunId,
+    ) -> Result<(Vec<u8>, Vec<BlobRef>), StorageError> {
+        let Some(l) = self.core.get(run) else {
+            return Ok((Vec::new(), Vec::new()));
         };
-        let mut whole = self.read_frame(blob)?.journal;
+        let Some(blob) = l.blob else {
+            return Ok((l.journal.clone(), Vec::new()));
+        };
+        let frame = self.read_frame(blob)?;
+        let mut whole = frame.journal;
         if let Some(l) = self.core.get(run) {
+            // Exact: grown by doubling, a stream's megabytes would hold
+            // twice their size while the code replays them.
+            whole.reserve_exact(l.journal.len());
             whole.extend_from_slice(&l.journal);
         }
-        Ok(whole)
+        Ok((whole, frame.blobs))
     }
 
     /// Loads parked run `run` back into memory (not a finished one, which
@@ -475,6 +495,22 @@ impl ShardLoop {
             return Ok(false);
         }
         let frame = self.read_frame(parked.blob())?;
+        self.load_frame(run, frame, now_ms)
+    }
+
+    /// Loads parked unfinished run `run` as [`load`](Self::load) does, its
+    /// frames already read (by a lookup that checked its ID: a signal to a
+    /// parked run reads them once, not twice).
+    pub(super) fn load_frame(
+        &mut self,
+        run: RunId,
+        frame: Frame,
+        now_ms: u64,
+    ) -> Result<bool, StorageError> {
+        let Some(parked) = self.core.parked(run).filter(|p| p.done().is_none()) else {
+            return Ok(false);
+        };
+        debug_assert_eq!(frame.blobs.first(), Some(&parked.blob()));
         let loaded = self
             .core
             .unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
@@ -502,10 +538,15 @@ impl ShardLoop {
     /// such parked run). One read: what a caller needs of it comes from
     /// this journal (a frame read is the cost of all these lookups).
     pub(super) fn parked_journal(&mut self, run: RunId) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.parked_frame(run)?.map(|f| f.journal))
+    }
+
+    /// Parked run `run`'s frames read (`None`: no such parked run).
+    pub(super) fn parked_frame(&mut self, run: RunId) -> Result<Option<Frame>, StorageError> {
         let Some(parked) = self.core.parked(run) else {
             return Ok(None);
         };
-        Ok(Some(self.read_frame(parked.blob())?.journal))
+        self.read_frame(parked.blob()).map(Some)
     }
 
     /// The `Start` record of parked run `run`, read from its frame (for
@@ -515,16 +556,11 @@ impl ShardLoop {
         Ok(journal.and_then(|j| start_of(&j).map(|r| r.to_buf())))
     }
 
-    /// Whether parked run `run`'s frame names `id` (its `Start`'s ID: a
-    /// run is found by its ID's hash, which another ID may share).
-    pub(super) fn parked_named(&mut self, run: RunId, id: &str) -> Result<bool, StorageError> {
-        Ok(self.parked_journal(run)?.is_some_and(|j| names(&j, id)))
-    }
-
     /// What a result call for `id` learns of parked run `run`, from one
     /// read of its frames (a result call after an open, for each run that
     /// finished before it, must not read them twice): whether the frame
-    /// names `id` (as [`parked_named`](Self::parked_named)), and if so the
+    /// names `id` (its `Start`'s ID: a run is found by its ID's hash, which
+    /// another ID may share), and if so the
     /// run's result once finished.
     pub(super) fn parked_result(
         &mut self,
@@ -603,7 +639,7 @@ impl ShardLoop {
         };
         let blob = parked.blob();
         let mut buf = Vec::new();
-        self.store.read(blob, &mut buf)?;
+        self.read_one(blob, &mut buf)?;
         let EntryRef::Done {
             last_lsn,
             id_hash,
@@ -679,7 +715,9 @@ pub(super) const PREFETCH_RUNS: usize = 256;
 /// attributes as they stood at its end folded into the `Start`'s meta
 /// (`crate::attrs`: a run is listed by them for its whole retention).
 fn summary(whole: &[u8]) -> Vec<u8> {
-    let mut kept = Vec::new();
+    // A stream's run keeps most of its journal: grown by doubling, a
+    // journal of megabytes was copied about twice more.
+    let mut kept = Vec::with_capacity(whole.len());
     // Chunks, which it keeps, are copied as they are, not decoded.
     for item in iter_canonical_passing(whole, kind::CHUNK).filter_map(Result::ok) {
         let (rec, bytes) = match item {

@@ -40,6 +40,11 @@ const BATCH: usize = 256;
 /// uses attributes.
 const PROBE: usize = 64;
 
+/// Largest frame the open's guess reads (64 KiB): a stream's journal of
+/// megabytes is not read at every open for a guess. A store whose newest
+/// runs are all longer gets its index built by its first filtered page.
+const PROBE_FRAME_BYTES_MAX: u32 = 64 << 10;
+
 /// Runs the background build reads per loop iteration (a few ms of the
 /// shard's time).
 pub(super) const BUILD_BATCH: usize = 1024;
@@ -150,7 +155,7 @@ impl ShardLoop {
         let mut frames = Vec::with_capacity(named.len());
         for blob in named {
             let mut buf = Vec::new();
-            self.store.read(blob, &mut buf)?;
+            self.read_one(blob, &mut buf)?;
             frames.push(buf);
         }
         AttrIndex::from_snapshot(&frames)
@@ -277,8 +282,9 @@ impl ShardLoop {
 
     /// At open: the background build is wanted if a loaded run holds
     /// attributes, or one of the [`PROBE`] newest parked runs does (their
-    /// frames read: a store that uses attributes has them on its recent
-    /// runs). Payloads without attributes are not parsed.
+    /// frames of at most [`PROBE_FRAME_BYTES_MAX`] read: a store that uses
+    /// attributes has them on its recent runs). Payloads without
+    /// attributes are not parsed.
     pub(super) fn want_attr_index_if_used(&mut self) {
         let used = self.core.loaded_runs().any(|(_, l)| {
             let meta = l.meta.as_deref().map(|m| &m.attributes[..]);
@@ -291,7 +297,15 @@ impl ShardLoop {
             return;
         }
         let mut cursor = self.core.newest_first_below(RunId::MAX);
-        let newest = cursor.next_batch(&self.core, PROBE);
+        let newest: Vec<RunId> = cursor
+            .next_batch(&self.core, PROBE)
+            .into_iter()
+            .filter(|&run| {
+                self.core
+                    .parked(run)
+                    .is_some_and(|p| p.blob().len <= PROBE_FRAME_BYTES_MAX)
+            })
+            .collect();
         self.prefetch_parked(newest.iter().copied());
         for run in newest {
             let Some(p) = self.core.parked(run) else {

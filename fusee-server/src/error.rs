@@ -113,6 +113,8 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::StreamCursor { .. } => (StatusCode::BAD_REQUEST, "stream_cursor"),
         E::StreamLimit { .. } => (StatusCode::CONFLICT, "stream_limit"),
         E::StreamClosed { .. } => (StatusCode::CONFLICT, "stream_closed"),
+        // A finished run's chunks let go after its streams' retention.
+        E::StreamGone { .. } => (StatusCode::GONE, "stream_gone"),
         E::Backup(b) => match b {
             fusee::BackupError::NotEmpty(_) => (StatusCode::CONFLICT, "backup_not_empty"),
             fusee::BackupError::Busy => (StatusCode::CONFLICT, "backup_busy"),

@@ -189,6 +189,16 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "stream_closed",
         ),
         (
+            Error::StreamGone {
+                id: s(),
+                name: s(),
+                finished_ms: 1,
+                gone_ms: 2,
+            },
+            410,
+            "stream_gone",
+        ),
+        (
             Error::Backup(fusee::BackupError::NotEmpty("/x".into())),
             409,
             "backup_not_empty",

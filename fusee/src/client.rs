@@ -601,6 +601,11 @@ pub(crate) struct LiveJournal {
     /// False for a finished parked run, whose frame keeps only its
     /// `Start` and `Done`.
     pub(crate) complete: bool,
+    /// For a run that finished past its streams' time
+    /// ([`crate::Config::stream_retention`]): when it finished and when its
+    /// chunks went (the journal is answered without them, whether or not
+    /// its frame was rewritten yet).
+    pub(crate) streams_gone: Option<(u64, u64)>,
     pub(crate) state: RunState,
     pub(crate) last_lsn: u64,
 }

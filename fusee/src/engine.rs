@@ -216,6 +216,11 @@ impl Engine {
             retention_ms: config.retention.as_millis() as u64,
             history_ms: config.history_retention.as_millis() as u64,
             history_max_bytes: config.history_max_bytes,
+            stream_ms: config
+                .stream_retention
+                .unwrap_or(config.retention)
+                .min(config.retention)
+                .as_millis() as u64,
             park_after_ms: config.park_after.as_millis() as u64,
             doze_after_ms: config.doze_after.as_millis() as u64,
             compact_after_bytes: config.compact_after_bytes,

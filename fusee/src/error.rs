@@ -428,6 +428,22 @@ pub enum Error {
         /// How many durable chunks the stream holds.
         len: u64,
     },
+    /// A subscription names a stream whose chunks were let go: its run
+    /// finished longer ago than `Config::stream_retention` (its result
+    /// stays until `Config::retention` ends; `Engine::subscribe`).
+    #[error(
+        "the chunks of stream {name:?} of workflow {id:?} were let go at {gone_ms} ms, past Config::stream_retention after the run finished at {finished_ms} ms"
+    )]
+    StreamGone {
+        /// The workflow ID.
+        id: String,
+        /// The stream.
+        name: String,
+        /// When the run finished (ms since the Unix epoch).
+        finished_ms: u64,
+        /// Since when its chunks are gone (ms since the Unix epoch).
+        gone_ms: u64,
+    },
     /// A run sent as many chunks as `Config::max_stream_chunks` allows,
     /// over all its streams: the chunk was not recorded.
     #[error(

@@ -70,17 +70,23 @@
 //! its streams ([`Error::StreamLimit`]), each at most
 //! [`crate::Config::max_payload`] bytes ([`Error::TooLarge`]).
 //!
-//! Retention: a stream is kept as long as its run's result. While the run
-//! is unfinished its chunks are in its journal; once it finished, its
+//! Retention: streams have their own, [`crate::Config::stream_retention`]
+//! (by default the run's, [`crate::Config::retention`]). While the run is
+//! unfinished its chunks are in its journal; once it finished, its
 //! journal is kept whole for [`crate::Config::history_retention`] (for a
 //! journal of at most [`crate::Config::history_max_bytes`]) and then cut
 //! to a summary, which keeps the run's `Start` and `Done` *and every
-//! stream record* (each opening, chunk and end), whatever their size;
-//! the summary goes when the run's [`crate::Config::retention`] ends, and
-//! the stream with it (a subscription then is [`Error::NotFound`]). So a
+//! stream record* (each opening, chunk and end), whatever their size.
+//! When the streams' retention ends, the chunks go (each stream's opening
+//! and end stay): a subscription then is [`Error::StreamGone`], saying
+//! when they went, from that time on (the shard answers by the rule, not
+//! by what a frame not yet rewritten still holds), and the run's frame is
+//! rewritten without them when it parks or by the pass over parked
+//! finished runs. The summary goes when the run's retention ends, and the
+//! streams with it (a subscription then is [`Error::NotFound`]). So a
 //! client that comes back for the tokens of a finished answer finds them
-//! for as long as it finds the answer; the disk cost is bounded per run by
-//! the chunk limit.
+//! for the streams' retention, and the answer for the run's; the disk
+//! cost is bounded per run by the chunk limit, for that time.
 //!
 //! # Subscribing
 //!
@@ -417,7 +423,16 @@ impl Cursor {
             }
         })?;
         // `live.complete` false: a finished run's summary, which keeps
-        // every stream record (`crate::recovery::summary_keeps`).
+        // every stream record (`crate::recovery::summary_keeps`) until
+        // the streams' time passes: then only each opening and end.
+        if let (Some((finished_ms, gone_ms)), Some(_)) = (live.streams_gone, view.seq) {
+            return Err(Error::StreamGone {
+                id: self.id.clone(),
+                name: self.name.clone(),
+                finished_ms,
+                gone_ms,
+            });
+        }
         if self.next > view.len {
             return Err(Error::StreamCursor {
                 id: self.id.clone(),

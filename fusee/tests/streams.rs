@@ -1,8 +1,10 @@
 //! Streams from a run to its clients (`Ctx::stream`, `Engine::subscribe`):
 //! chunks in order from any cursor, subscribers before and after the
 //! chunks, a restart in between, a crash at every record boundary, the
-//! per-run limit, the stream's and the run's end, and bad input.
+//! per-run limit, the stream's and the run's end, the streams' retention,
+//! and bad input.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -620,5 +622,109 @@ async fn a_long_parked_stream_is_read_once_per_need_and_not_at_an_open() {
         "{after:?}"
     );
     assert_eq!(kit.result(LONG, "long").await.unwrap(), 16);
+    kit.close().await.unwrap();
+}
+
+/// Records of each kind in `id`'s journal as the engine answers it.
+async fn kinds(engine: &Engine, id: &str) -> HashMap<String, usize> {
+    let journal = engine.journal_json(id, None).await.unwrap();
+    let mut out = HashMap::new();
+    for r in journal["records"].as_array().expect("records") {
+        *out.entry(r["kind"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    out
+}
+
+/// Whether `got` is one `StreamGone` saying the chunks went `after_ms`
+/// after the run finished.
+fn gone(got: &[Result<StreamChunk, Error>], after_ms: u64) -> bool {
+    matches!(got, [Err(Error::StreamGone { finished_ms, gone_ms, .. })] if gone_ms - finished_ms == after_ms)
+}
+
+/// Waits (advancing the test clock) until `id` is parked, and says how
+/// many records its frame holds.
+async fn parked_records(kit: &TestEngine, id: &str) -> u64 {
+    parked(kit, id).await;
+    kit.engine().describe(id).await.unwrap().journal_records
+}
+
+/// A finished run keeps its streams' chunks for `Config::stream_retention`
+/// and then lets them go, each stream's opening and end kept. With a
+/// retention of zero they go when the run finishes (a client reads them
+/// only while the run runs): a subscription is
+/// then `Error::StreamGone` (from any cursor; a stream never opened is
+/// still unknown), the run's frame is written without them when it parks,
+/// and after a crash; its result and its history stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_runs_chunks_go_after_the_stream_retention_and_its_result_stays() {
+    let config = Config::memory()
+        .stream_retention(Duration::ZERO)
+        .history_retention(Duration::from_secs(3600))
+        .checkpoint_interval(Duration::from_secs(1));
+    let (mut kit, _) = kit_with(Some(config)).await;
+    assert_eq!(kit.execute(CHAT, "c", &(5, false, true)).await.unwrap(), 5);
+    let got = collect(kit.engine(), "c", 0).await;
+    assert!(gone(&got, 0), "{got:?}");
+    assert!(gone(&collect(kit.engine(), "c", 3).await, 0));
+    let other: Vec<_> = kit.engine().subscribe("c", "other", 0).collect().await;
+    assert!(
+        matches!(other.as_slice(), [Err(Error::UnknownStream { .. })]),
+        "{other:?}"
+    );
+    let answered = kinds(kit.engine(), "c").await;
+    assert_eq!(answered.get("Chunk"), None, "{answered:?}");
+    assert_eq!(answered.get("StreamEnd"), Some(&1), "{answered:?}");
+    let kept: usize = answered.values().sum();
+    // Parked: its frame holds exactly what the answer held.
+    assert_eq!(parked_records(&kit, "c").await, kept as u64);
+    assert!(gone(&collect(kit.engine(), "c", 0).await, 0));
+    kit.advance(Duration::from_secs(2)).await.unwrap();
+    kit.crash().await.unwrap();
+    assert_eq!(
+        kit.engine().describe("c").await.unwrap().journal_records,
+        kept as u64
+    );
+    assert!(gone(&collect(kit.engine(), "c", 0).await, 0));
+    assert_eq!(kinds(kit.engine(), "c").await, answered);
+    assert_eq!(kit.result(CHAT, "c").await.unwrap(), 5);
+    let journal = kit.engine().journal_json("c", None).await.unwrap();
+    assert_eq!(journal["complete"], true, "the history stays");
+    kit.close().await.unwrap();
+}
+
+/// A run parked with its chunks (its streams' time not over) has them let
+/// go by the pass over parked finished runs once the time passes, its
+/// frame rewritten, and the rewrite survives a crash; until then every
+/// chunk is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_finished_runs_chunks_go_when_its_stream_time_passes() {
+    let config = Config::memory()
+        .stream_retention(Duration::from_secs(60))
+        .park_after(Duration::ZERO)
+        .checkpoint_interval(Duration::from_secs(1));
+    let (mut kit, _) = kit_with(Some(config)).await;
+    assert_eq!(kit.execute(CHAT, "p", &(5, false, true)).await.unwrap(), 5);
+    let all = parked_records(&kit, "p").await;
+    assert_eq!(texts(&collect(kit.engine(), "p", 0).await), toks(0..5));
+    // Across a crash, the pass finds the run again.
+    kit.advance(Duration::from_secs(2)).await.unwrap();
+    kit.crash().await.unwrap();
+    assert_eq!(texts(&collect(kit.engine(), "p", 0).await), toks(0..5));
+    kit.advance(Duration::from_secs(60)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while kit.engine().describe("p").await.unwrap().journal_records != all - 5 {
+        assert!(std::time::Instant::now() < deadline, "the chunks go");
+        kit.advance(Duration::from_secs(1)).await.unwrap();
+    }
+    assert!(gone(&collect(kit.engine(), "p", 0).await, 60_000));
+    kit.advance(Duration::from_secs(2)).await.unwrap();
+    kit.crash().await.unwrap();
+    assert_eq!(
+        kit.engine().describe("p").await.unwrap().journal_records,
+        all - 5
+    );
+    assert!(gone(&collect(kit.engine(), "p", 0).await, 60_000));
+    assert_eq!(kit.result(CHAT, "p").await.unwrap(), 5);
     kit.close().await.unwrap();
 }

@@ -165,6 +165,17 @@ pub struct Config {
     /// run's history"). After an open, each finished parked run's frame is
     /// read once to learn when its history ends.
     pub history_retention: Duration,
+    /// How long after it finished a run keeps its streams' chunks (default
+    /// `None`: as long as the run, [`Config::retention`]; at most that).
+    /// Then its frame keeps each stream's opening and end but no chunk, and
+    /// a subscription to one of its streams is
+    /// [`Error::StreamGone`](crate::Error::StreamGone); its result, and its
+    /// history while [`Config::history_retention`] lasts, stay. Zero: a
+    /// client reads a stream only while its run runs. Tokens of a model's
+    /// answer are wanted for minutes, its result for days: this bounds the
+    /// disk the chunks hold (at most [`Config::max_stream_chunks`] a run)
+    /// by the time they are useful.
+    pub stream_retention: Option<Duration>,
     /// The largest journal, in bytes, a finished run keeps whole for
     /// [`Config::history_retention`] (default 1 MiB): a larger one keeps
     /// only its summary as soon as it parks, so the history kept is
@@ -267,6 +278,7 @@ impl Config {
             retention: Duration::from_secs(7 * 24 * 3600),
             history_retention: Duration::from_secs(3 * 24 * 3600),
             history_max_bytes: 1 << 20,
+            stream_retention: None,
             queue_capacity: 4096,
             park_after: Duration::from_secs(10),
             doze_after: Duration::from_secs(1),
@@ -381,6 +393,13 @@ impl Config {
     /// ([`Config::history_retention`]); zero keeps only the summary.
     pub fn history_retention(mut self, d: Duration) -> Self {
         self.history_retention = d;
+        self
+    }
+
+    /// Sets how long a finished run keeps its streams' chunks
+    /// ([`Config::stream_retention`]).
+    pub fn stream_retention(mut self, d: Duration) -> Self {
+        self.stream_retention = Some(d);
         self
     }
 

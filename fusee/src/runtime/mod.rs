@@ -343,6 +343,9 @@ pub(crate) struct LoopConfig {
     /// (then only its `Start` and `Done`), and the largest journal kept.
     pub(crate) history_ms: u64,
     pub(crate) history_max_bytes: u64,
+    /// How long a finished run keeps its streams' chunks after it
+    /// finished (at most `retention_ms`; `crate::stream`'s retention).
+    pub(crate) stream_ms: u64,
     pub(crate) park_after_ms: u64,
     /// How long a waiting run's code is idle before it is dropped (the run
     /// stays loaded; `runtime/parking.rs`); not below `park_after_ms`.

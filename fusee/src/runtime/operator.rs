@@ -57,12 +57,13 @@
 //! R, not N: such a reset is refused.
 
 use fusee_core::record::{
-    Origin, Payload, Record, RecordBuf, RunId, Status, iter_canonical, origin,
+    Origin, Payload, Record, RecordBuf, RunId, Status, find_kind, iter_canonical, kind, origin,
 };
 use fusee_core::shard::Output;
 use fusee_storage::LogStore;
 
 use super::ShardLoop;
+use super::parking;
 use super::waiters::Waiting;
 use crate::client::{
     InFlight, InFlightStep, LIST_VISITS_MAX, ListFilter, LiveJournal, PendingChild, PendingWait,
@@ -659,8 +660,27 @@ impl ShardLoop {
     }
 }
 
+/// `journal` without its streams' chunks once they went (`gone`), as a
+/// rewritten frame holds it: a reader sees the same before and after the
+/// rewrite.
+fn without_chunks_if(journal: Vec<u8>, gone: Option<(u64, u64)>) -> Vec<u8> {
+    match gone {
+        Some(_) if find_kind(&journal, kind::CHUNK).is_some() => parking::without_chunks(&journal),
+        _ => journal,
+    }
+}
+
 /// A run's journal for [`crate::dynamic`] (`Input::Journal`).
 impl ShardLoop {
+    /// For a run that finished at `finished_ms`: when its streams' chunks
+    /// went (`Config::stream_retention`), if that time passed by `now_ms`,
+    /// with its finish.
+    fn streams_gone(&self, finished_ms: Option<u64>, now_ms: u64) -> Option<(u64, u64)> {
+        let finished_ms = finished_ms?;
+        let at = finished_ms.saturating_add(self.config.stream_ms);
+        (at <= now_ms).then_some((finished_ms, at))
+    }
+
     /// Run `run` of `id` (its latest run when `None`): its whole journal
     /// as the shard holds it, and where it stands. Answered once every
     /// record it holds is durable (the caller sends it out of the
@@ -669,14 +689,17 @@ impl ShardLoop {
         &mut self,
         id: &str,
         run: Option<RunId>,
+        now_ms: u64,
     ) -> Result<LiveJournal, Error> {
         use crate::inspect::RunState;
         let not_found = || Error::NotFound { id: id.to_string() };
         let shard = self.shard;
         let storage = |error| Error::Storage { shard, error };
-        let run = match run {
-            Some(run) => run,
-            None => self.lookup(id)?.ok_or_else(not_found)?.0,
+        // A lookup's read of a parked run's frames is the answer's: a
+        // subscriber polling a parked run reads them once per poll.
+        let (run, read) = match run {
+            Some(run) => (run, None),
+            None => self.lookup_frames(id)?.ok_or_else(not_found)?,
         };
         if let Some(l) = self.core.get(run) {
             if &*l.id != id {
@@ -689,11 +712,13 @@ impl ShardLoop {
                 None if JournalView::of(&journal).waits.is_empty() => RunState::Running,
                 None => RunState::Waiting,
             };
+            let streams_gone = self.streams_gone(done.map(|(_, at)| at), now_ms);
             return Ok(LiveJournal {
                 shard,
                 run,
-                journal,
+                journal: without_chunks_if(journal, streams_gone),
                 complete: true,
+                streams_gone,
                 state,
                 last_lsn,
             });
@@ -702,7 +727,10 @@ impl ShardLoop {
             return Err(not_found());
         };
         let (blob, done) = (parked.blob(), parked.done());
-        let frame = self.read_frame(blob).map_err(storage)?;
+        let frame = match read.filter(|f| f.blobs.first() == Some(&blob)) {
+            Some(frame) => frame,
+            None => self.read_frame(blob).map_err(storage)?,
+        };
         match iter_canonical(&frame.journal).next() {
             Some(Ok((Record::Start { id: found, .. }, _))) if found == id => {}
             _ => return Err(not_found()),
@@ -710,11 +738,17 @@ impl ShardLoop {
         // A finished run's frame keeps its whole journal for its history
         // time, then only its summary (the rule `fusee::inspect` reads).
         let complete = done.is_none() || !crate::recovery::summary_only(&frame.journal);
+        let finished_ms = match parking::done_of(&frame.journal) {
+            Some(Record::Done { finished_ms, .. }) => Some(finished_ms),
+            _ => None,
+        };
+        let streams_gone = self.streams_gone(finished_ms, now_ms);
         Ok(LiveJournal {
             shard,
             run,
-            journal: frame.journal,
+            journal: without_chunks_if(frame.journal, streams_gone),
             complete,
+            streams_gone,
             state: done.map_or(RunState::Parked, RunState::Finished),
             last_lsn: frame.last_lsn,
         })

@@ -11,10 +11,12 @@
 //! after the end. Once its history time passes, the frame is rewritten
 //! with only its `Start` and `Done` records (and its streams' records:
 //! `crate::recovery::summary_keeps`), enough to answer for its result
-//! (and its streams' subscribers) until its retention ends ([`ShardLoop::drop_histories`]; the new
+//! (and its streams' subscribers) until its retention ends
+//! ([`ShardLoop::drop_histories`]). Its streams' chunks go the same way
+//! once `stream_ms` passes (each stream's opening and end stay). The new
 //! frame, like every frame, is referenced only once a checkpoint commits
-//! the index with it, so a crash leaves the whole frame or the summary,
-//! never a broken one). The core keeps only the run's
+//! the index with it, so a crash leaves the old frame or the new one,
+//! never a broken one. The core keeps only the run's
 //! 32-byte table entry; the persisted index records it at the next
 //! checkpoint, which also makes the frame durable (until then a crash
 //! rebuilds the run from the checkpoint and the log, as if it never left).
@@ -36,6 +38,7 @@
 //! no read of the run store. Sleepers of a few seconds, which would never
 //! park, cost their journal and shard state only.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 
 use fusee_core::record::{
@@ -75,9 +78,10 @@ fn corrupt(what: &'static str, at: u64) -> StorageError {
 /// `fusee/tests/parking.rs` `sleepers_park_wake_on_time_after_a_restart_and_fire_once`
 /// and `a_finished_run_keeps_its_history_for_the_history_time_then_its_summary`.
 pub(super) struct Parking {
-    /// Finished runs parked with their whole journal, by when their
-    /// history time ends (after an open, every parked finished run, due at
-    /// once: its frame says when it finished).
+    /// Finished runs parked with something to let go later (their whole
+    /// journal, their streams' chunks), by when the first of it goes
+    /// (after an open, every parked finished run, due at once: its frame
+    /// says when it finished).
     histories: std::collections::BinaryHeap<Reverse<(u64, RunId)>>,
     /// When housekeeping (parking, retention) runs next.
     housekeeping_ms: u64,
@@ -270,14 +274,11 @@ impl ShardLoop {
         let (last_lsn, done) = (l.last_lsn, l.done);
         let (blob, chained) = if let Some((status, finished_ms)) = done {
             let (whole, released) = self.run_journal_and_chain(run)?;
-            let history_until = finished_ms.saturating_add(self.config.history_ms);
-            let kept =
-                if history_until > now_ms && whole.len() as u64 <= self.config.history_max_bytes {
-                    self.parking.histories.push(Reverse((history_until, run)));
-                    whole
-                } else {
-                    summary(&whole)
-                };
+            let fits = whole.len() as u64 <= self.config.history_max_bytes;
+            let (kept, next) = self.let_go(&whole, finished_ms, now_ms, fits);
+            if let Some(at) = next {
+                self.parking.histories.push(Reverse((at, run)));
+            }
             let entry = EntryRef::Done {
                 run,
                 last_lsn,
@@ -510,7 +511,14 @@ impl ShardLoop {
         let Some(parked) = self.core.parked(run).filter(|p| p.done().is_none()) else {
             return Ok(false);
         };
+        // Frames read for another address (none of today's callers) are
+        // read again, never loaded as this run's.
         debug_assert_eq!(frame.blobs.first(), Some(&parked.blob()));
+        let frame = if frame.blobs.first() == Some(&parked.blob()) {
+            frame
+        } else {
+            self.read_frame(parked.blob())?
+        };
         let loaded = self
             .core
             .unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
@@ -605,9 +613,11 @@ impl ShardLoop {
     }
 
     /// Rewrites the frames of finished runs whose history time passed with
-    /// only their `Start` and `Done` ([`summary`]), within a budget: the
-    /// rest waits for the next housekeeping. A run loaded since is judged
-    /// again when it parks; one expired since is gone.
+    /// only their `Start` and `Done` ([`summary`]), and those whose
+    /// streams' time passed without their chunks ([`without_chunks`]),
+    /// within a budget: the rest waits for the next housekeeping. A run
+    /// loaded since is judged again when it parks; one expired since is
+    /// gone.
     pub(super) fn drop_histories(&mut self, now_ms: u64) {
         let mut due = Vec::new();
         while due.len() < HISTORY_BUDGET {
@@ -652,16 +662,15 @@ impl ShardLoop {
             return Err(corrupt("finished run's frame of another kind", blob.offset));
         };
         // After an open every finished run is looked at once: its frame
-        // says when it finished.
-        let due = finished_ms.saturating_add(self.config.history_ms);
-        if due > now_ms {
-            self.parking.histories.push(Reverse((due, run)));
-            return Ok(());
+        // says when it finished. A journal over the size limit was cut to
+        // its summary when it parked.
+        let (kept, next) = self.let_go(journal, finished_ms, now_ms, true);
+        if let Some(at) = next {
+            self.parking.histories.push(Reverse((at, run)));
         }
-        let kept = summary(journal);
-        if kept.len() == journal.len() {
+        let Cow::Owned(kept) = kept else {
             return Ok(());
-        }
+        };
         let mut frame = Vec::new();
         let entry = EntryRef::Done {
             run,
@@ -676,6 +685,40 @@ impl ShardLoop {
         self.release_frame(blob)?;
         self.core.reparked(run, new);
         Ok(())
+    }
+
+    /// What a finished run's frame keeps at `now_ms` out of `journal` (its
+    /// whole journal at its park, what an earlier pass left after), and
+    /// when it next has something to let go. Its history goes at
+    /// `finished_ms + history_ms`, or at once when the whole journal is
+    /// over `history_max_bytes` (`fits` false): then its [`summary`]. Its
+    /// streams' chunks go at `finished_ms + stream_ms`: then the journal
+    /// [`without_chunks`]. Borrowed: nothing to let go now.
+    fn let_go<'j>(
+        &self,
+        journal: &'j [u8],
+        finished_ms: u64,
+        now_ms: u64,
+        fits: bool,
+    ) -> (Cow<'j, [u8]>, Option<u64>) {
+        let history_until = finished_ms.saturating_add(self.config.history_ms);
+        let streams_until = finished_ms.saturating_add(self.config.stream_ms);
+        let mut kept = Cow::Borrowed(journal);
+        let mut history = !crate::recovery::summary_only(journal);
+        if history && (!fits || history_until <= now_ms) {
+            kept = Cow::Owned(summary(&kept));
+            history = false;
+        }
+        let mut chunks = find_kind(&kept, kind::CHUNK).is_some();
+        if chunks && streams_until <= now_ms {
+            kept = Cow::Owned(without_chunks(&kept));
+            chunks = false;
+        }
+        let next = [(history, history_until), (chunks, streams_until)]
+            .into_iter()
+            .filter_map(|(holds, at)| holds.then_some(at))
+            .min();
+        (kept, next)
     }
 
     /// Releases the frame at `blob` and the chain before it.
@@ -708,6 +751,19 @@ const HISTORY_BUDGET: usize = 1024;
 /// Most parked runs whose frames one [`ShardLoop::prefetch_parked`] asks
 /// for (the PostgreSQL backend's most per fetch).
 pub(super) const PREFETCH_RUNS: usize = 256;
+
+/// `journal` without its streams' chunks (each stream's opening and end
+/// kept: a subscriber learns the chunks were let go, not that the stream
+/// never was), in journal order. The chunks are framed, not decoded.
+pub(super) fn without_chunks(journal: &[u8]) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(journal.len());
+    for item in iter_canonical_passing(journal, kind::CHUNK).filter_map(Result::ok) {
+        if let Walked::Record(_, bytes) = item {
+            kept.extend_from_slice(bytes);
+        }
+    }
+    kept
+}
 
 /// A finished run's summary: out of its whole journal `whole`, the
 /// records a summary keeps (`crate::recovery::summary_keeps`: its `Start`

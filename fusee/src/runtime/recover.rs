@@ -84,10 +84,10 @@ impl ShardLoop {
         }
         while core.take_event().is_some() {}
         tracing::info!(shard, replayed, checkpoint_lsn = after, "shard recovered");
-        // Which parked finished runs still hold their whole journal is in
-        // their frames: each is looked at once, unless runs expire before
-        // their history time would end.
-        let histories = if config.history_ms < config.retention_ms {
+        // Which parked finished runs still hold their whole journal or
+        // their streams' chunks is in their frames: each is looked at
+        // once, unless runs expire before either would be let go.
+        let histories = if config.history_ms.min(config.stream_ms) < config.retention_ms {
             core.parked_runs()
                 .filter(|(_, p)| p.done().is_some())
                 .map(|(run, _)| std::cmp::Reverse((0, run)))

@@ -303,6 +303,9 @@ impl World {
             // runs park with their history and drop it later, some without.
             history_ms: 1_000,
             history_max_bytes: 1 << 20,
+            // Streams kept as long as the runs: the subscribers' checks
+            // read every chunk of a finished run.
+            stream_ms: 24 * 3_600_000,
             park_after_ms,
             doze_after_ms: park_after_ms / 2,
             compact_after_bytes: 1 << 20,

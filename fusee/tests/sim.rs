@@ -32,6 +32,8 @@ fn seeds_pass() {
     let (mut overlapped, mut out_of_turn) = (0u64, 0u64);
     let mut chunks = 0u64;
     let mut served = 0u64;
+    let mut gone = 0u64;
+    let mut let_go = 0u64;
     let mut failures: Vec<SimFailure> = Vec::new();
     for seed in first..first + seeds {
         match run(&SimConfig::new(seed)) {
@@ -43,6 +45,8 @@ fn seeds_pass() {
                 out_of_turn += u64::from(r.flushes_out_of_turn);
                 chunks += u64::from(r.chunks_checked);
                 served += u64::from(r.chunks_served);
+                gone += u64::from(r.streams_gone);
+                let_go += u64::from(r.streams_let_go);
             }
             Err(f) => failures.push(f),
         }
@@ -50,7 +54,8 @@ fn seeds_pass() {
     println!(
         "{seeds} seeds from {first} ({on_file} on the file backend): {actions} actions, {cuts} power cuts, \
          {overlapped} flushes begun beside another, {out_of_turn} back out of turn, {chunks} stream \
-         chunks checked, {served} served to subscribers, {:.1} s",
+         chunks checked, {served} served to subscribers, {gone} subscriptions found their chunks \
+         let go, {let_go} streams read back without them, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     if let Some(f) = failures.first() {
@@ -64,6 +69,14 @@ fn seeds_pass() {
     if seeds >= 100 {
         assert!(chunks > 0, "no stream chunk was checked in {seeds} seeds");
         assert!(served > 0, "no stream chunk was served in {seeds} seeds");
+        assert!(
+            gone > 0,
+            "no subscription found its chunks let go in {seeds} seeds"
+        );
+        assert!(
+            let_go > 0,
+            "no stream was read back with its chunks let go in {seeds} seeds"
+        );
         assert!(
             out_of_turn > 0,
             "no flush ticket came back out of turn in {seeds} seeds ({overlapped} overlapped)"

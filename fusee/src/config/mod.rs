@@ -184,9 +184,11 @@ pub struct Config {
     /// Client requests a shard queues before [`Error::Busy`](crate::Error::Busy) (default
     /// 4,096).
     pub queue_capacity: usize,
-    /// How long a run is idle (waiting for a timer or a signal, or
-    /// finished) before it leaves memory for the run store (default
-    /// 10 s). A parked run costs a 32-byte table entry.
+    /// How long a run waiting for a timer or a signal is idle before it
+    /// leaves memory for the run store (default 10 s). A finished run
+    /// leaves at the next housekeeping once its records are durable (its
+    /// result is then read from its frame), whatever this says. A parked
+    /// run costs a 32-byte table entry.
     pub park_after: Duration,
     /// How long a waiting run's code is idle (its records durable, nothing
     /// for it in flight) before the shard drops the code and keeps only

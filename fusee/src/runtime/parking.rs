@@ -702,7 +702,10 @@ impl ShardLoop {
         fits: bool,
     ) -> (Cow<'j, [u8]>, Option<u64>) {
         let history_until = finished_ms.saturating_add(self.config.history_ms);
-        let streams_until = finished_ms.saturating_add(self.config.stream_ms);
+        let streams_until = match self.sabotaged(super::sabotage::Sabotage::ChunksEarly) {
+            true => 0,
+            false => finished_ms.saturating_add(self.config.stream_ms),
+        };
         let mut kept = Cow::Borrowed(journal);
         let mut history = !crate::recovery::summary_only(journal);
         if history && (!fits || history_until <= now_ms) {

@@ -44,12 +44,16 @@ pub enum Sabotage {
     /// A checkpoint names the search-attribute snapshot without a delta of
     /// the changes since its last frame.
     DeltaDropped,
+    /// A finished run's frame is written without its streams' chunks
+    /// whatever the time (`Config::stream_retention` ignored where the
+    /// frames are written; readers still answer by the rule).
+    ChunksEarly,
 }
 
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub, dead_code))]
 impl Sabotage {
     /// Every sabotage, for a test that checks each is caught.
-    pub const ALL: [Sabotage; 10] = [
+    pub const ALL: [Sabotage; 11] = [
         Sabotage::EarlyReply,
         Sabotage::EarlyStep,
         Sabotage::DropSignal,
@@ -60,6 +64,7 @@ impl Sabotage {
         Sabotage::ChunkAgain,
         Sabotage::JournalEarly,
         Sabotage::DeltaDropped,
+        Sabotage::ChunksEarly,
     ];
 }
 

@@ -51,7 +51,11 @@
 //!   (as a client resumes from its last index). Every chunk served is held
 //!   by every journal read back from then on, at its index with its bytes,
 //!   and a cursor never finds itself past the stream: a chunk served
-//!   before it was durable fails one or the other.
+//!   before it was durable fails one or the other. Half the seeds let a
+//!   finished run's chunks go within 3 s (`Config::stream_retention`):
+//!   a subscription told they went is told so exactly at the run's finish
+//!   plus that time, never before, and a journal read back after it holds
+//!   every chunk served or none, never some.
 //! - The search-attribute index, once built (read from its snapshot after
 //!   a recovery, or built from the runs), holds each workflow's latest
 //!   run's attributes exactly as its journal does.
@@ -189,6 +193,12 @@ pub struct SimReport {
     /// Stream chunks the simulated subscribers were served (each then
     /// checked against every journal read back).
     pub chunks_served: u32,
+    /// Subscriptions answered that their stream's chunks were let go
+    /// (`Config::stream_retention`; half the seeds keep them under 3 s).
+    pub streams_gone: u32,
+    /// Streams found in a journal read back with their chunks let go
+    /// (the frame rewritten; counted at each read).
+    pub streams_let_go: u32,
     /// The simulated clock at the end (ms since the Unix epoch).
     pub end_ms: u64,
     /// Cancels with a grace acknowledged ([`SimConfig::cancels`]).

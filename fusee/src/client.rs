@@ -598,6 +598,10 @@ pub(crate) struct LiveJournal {
     pub(crate) shard: u32,
     pub(crate) run: RunId,
     pub(crate) journal: Vec<u8>,
+    /// Bytes of the run's journal before `journal`: 0 for the whole, or
+    /// the `from` a reader asked with, when the shard could answer with
+    /// the rest alone (an unfinished run in memory).
+    pub(crate) offset: u64,
     /// False for a finished parked run, whose frame keeps only its
     /// `Start` and `Done`.
     pub(crate) complete: bool,

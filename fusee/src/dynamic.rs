@@ -237,6 +237,7 @@ impl Engine {
             .request(id, |reply| Input::Journal {
                 id: id.to_string(),
                 run,
+                from: 0,
                 reply,
             })
             .await?;

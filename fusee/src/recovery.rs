@@ -224,7 +224,13 @@ pub(crate) fn load_checkpoint<R: RunStore + ?Sized>(
             // decode fails the open, which keeps nothing of this core.
             core.apply_journal(run.last_lsn, run.run, Mode::BLOB, &prefix.journal)
                 .map_err(|error| Damage::FrameJournal { lsn: None, error })?;
-            core.set_blob(run.run, blob, run.blob_chain, run.blob_depth);
+            core.set_blob(
+                run.run,
+                blob,
+                run.blob_chain,
+                run.blob_depth,
+                prefix.journal.len() as u64,
+            );
         }
         // The suffix stays in memory: its bytes are copied, not encoded again.
         core.apply_journal(run.last_lsn, run.run, Mode::SUFFIX, &run.journal)
@@ -283,7 +289,13 @@ pub(crate) fn replay_log<L: LogStore + ?Sized, R: RunStore + ?Sized>(
                             lsn: Some(lsn),
                             error,
                         })?;
-                    core.set_blob(run, blob, frame.chain_bytes, frame.depth);
+                    core.set_blob(
+                        run,
+                        blob,
+                        frame.chain_bytes,
+                        frame.depth,
+                        frame.journal.len() as u64,
+                    );
                     Ok(())
                 });
             if let Err(e) = loaded {

@@ -728,3 +728,39 @@ async fn a_parked_finished_runs_chunks_go_when_its_stream_time_passes() {
     assert_eq!(kit.result(CHAT, "p").await.unwrap(), 5);
     kit.close().await.unwrap();
 }
+
+/// A subscriber reads each chunk of a live run once: after its first read
+/// it asks for what came since, and the shard answers from memory, even
+/// for a run whose journal went to the run store at a checkpoint (its
+/// frames are not read again at each poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_polling_a_spilled_run_reads_its_frames_once() {
+    let config = Config::memory().checkpoint_bytes(64 << 10);
+    let (kit, kept) = kit_with(Some(config)).await;
+    // 64 chunks of 8 KiB: past the 256 KiB a checkpoint moves to a frame.
+    kit.engine().start(LONG, "s", &64).await.unwrap();
+    let mut sub = kit.engine().subscribe("s", "tokens", 0);
+    for i in 0..64 {
+        assert_eq!(sub.next().await.unwrap().unwrap().index, i);
+    }
+    let before = kit.engine().metrics().await;
+    assert!(
+        before.frame_reads >= 1,
+        "the journal went to a frame: {before:?}"
+    );
+    // The stream is open and the run waits: the subscriber polls on.
+    let idle = tokio::time::timeout(Duration::from_millis(400), sub.next()).await;
+    assert!(idle.is_err(), "no chunk came");
+    let mut tx = kept
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the step kept its sender");
+    tx.send(format!("{:<LONG_CHUNK$}", "tok-64")).await.unwrap();
+    assert_eq!(sub.next().await.unwrap().unwrap().index, 64);
+    let after = kit.engine().metrics().await;
+    assert_eq!(after.frame_reads, before.frame_reads, "{after:?}");
+    kit.engine().signal("s", GO, &0).await.unwrap();
+    assert_eq!(kit.result(LONG, "s").await.unwrap(), 64);
+    kit.close().await.unwrap();
+}

@@ -440,6 +440,7 @@ impl ShardCore {
         l.blob = None;
         l.blob_chain = 0;
         l.blob_depth = 0;
+        l.blob_journal = 0;
         l.journal_records = 0;
         l.signal_count = 0;
         l.policy = *policy;

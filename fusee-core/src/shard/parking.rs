@@ -142,6 +142,8 @@ impl ShardCore {
         l.blob = Some(e_blob(&e));
         l.blob_chain = u64::from(e.len());
         l.blob_depth = 0;
+        // Set by the host's `set_blob`, which knows the frame's journal.
+        l.blob_journal = 0;
         self.journal_bytes = self.journal_bytes.saturating_sub(l.journal.len());
         l.journal.clear();
         l.journal_records = 0;
@@ -251,6 +253,8 @@ impl ShardCore {
             l.blob = Some(blob);
             l.blob_chain = chain;
             l.blob_depth = depth;
+            // The frame holds the prefix before it and what was in memory.
+            l.blob_journal = l.blob_journal.saturating_add(l.journal.len() as u64);
             // A finished run's result leaves with its `Done`: hold it.
             if let Some(result) = l.result().map(Payload::from) {
                 l.rare_mut().result = Some(result);
@@ -261,13 +265,15 @@ impl ShardCore {
         }
     }
 
-    /// A loaded run's stored prefix moved to `blob` (its chain rewritten
-    /// whole); the records after it stay in memory.
-    pub fn set_blob(&mut self, run: RunId, blob: BlobRef, chain: u64, depth: u8) {
+    /// A loaded run's stored prefix is at `blob` (loaded from it, or its
+    /// chain rewritten whole), holding `journal_len` bytes of records; the
+    /// records after it stay in memory.
+    pub fn set_blob(&mut self, run: RunId, blob: BlobRef, chain: u64, depth: u8, journal_len: u64) {
         if let Some(l) = self.loaded.get_mut(&run) {
             l.blob = Some(blob);
             l.blob_chain = chain;
             l.blob_depth = depth;
+            l.blob_journal = journal_len;
         }
     }
 

@@ -69,6 +69,10 @@ pub struct LoadedRun {
     pub blob_chain: u64,
     /// How many frames `blob` extends.
     pub blob_depth: u8,
+    /// Bytes of canonical records the stored prefix holds: the run's whole
+    /// journal is those, then `journal` (a reader that has the first
+    /// bytes needs only the rest from memory).
+    pub blob_journal: u64,
     /// Canonical records after `blob`.
     pub journal: Vec<u8>,
     /// How many records `journal` holds.
@@ -312,6 +316,7 @@ impl LoadedRun {
             done: None,
             blob: None,
             blob_chain: 0,
+            blob_journal: 0,
             blob_depth: 0,
             journal: Vec::new(),
             journal_records: 0,

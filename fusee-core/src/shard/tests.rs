@@ -1069,6 +1069,7 @@ fn spilled_and_set_blob_move_the_stored_prefix() {
     core.apply(1, &start(1, "a", 0), Mode::LIVE);
     core.apply(2, &signal(1, "x", 0, b"abc"), Mode::LIVE);
     assert!(core.journal_bytes() > 0);
+    let spilt = core.get(1).unwrap().journal.len() as u64;
     let blob = BlobRef {
         offset: 64,
         len: 30,
@@ -1077,16 +1078,23 @@ fn spilled_and_set_blob_move_the_stored_prefix() {
     assert_eq!(core.journal_bytes(), 0);
     let l = core.get(1).unwrap();
     assert_eq!(
-        (l.blob, l.blob_chain, l.journal_records),
-        (Some(blob), 30, 0)
+        (l.blob, l.blob_chain, l.journal_records, l.blob_journal),
+        (Some(blob), 30, 0, spilt)
     );
     core.apply(3, &signal(1, "x", 0, b"d"), Mode::LIVE);
+    // A second spill extends the prefix by what memory held.
+    let more = core.get(1).unwrap().journal.len() as u64;
+    core.spilled(1, blob, 60, 1);
+    assert_eq!(core.get(1).unwrap().blob_journal, spilt + more);
+    core.apply(4, &signal(1, "x", 0, b"e"), Mode::LIVE);
     let moved = BlobRef {
         offset: 640,
         len: 30,
     };
-    core.set_blob(1, moved, 30, 0);
-    assert_eq!(core.get(1).unwrap().journal_records, 1, "the suffix stays");
+    core.set_blob(1, moved, 30, 0, 7);
+    let l = core.get(1).unwrap();
+    assert_eq!(l.journal_records, 1, "the suffix stays");
+    assert_eq!(l.blob_journal, 7);
     core.relocate_blob(1, 999);
     assert_eq!(core.get(1).unwrap().blob.unwrap().offset, 999);
 }
@@ -1210,9 +1218,11 @@ fn continue_as_new_closes_children_and_a_reset_keeps_them() {
 fn a_loaded_run_stays_small() {
     // Issue 37: 100,000 loaded sleepers in 128 MB. This struct was 504
     // bytes of a sleeper's ~2 KB; what few runs use is now out of line.
+    // 248 since `blob_journal` (a live stream's subscriber reads no
+    // frame): 0.8 MB more for those 100,000.
     let size = std::mem::size_of::<LoadedRun>();
     eprintln!("LoadedRun: {size} bytes");
-    assert!(size <= 240, "LoadedRun grew to {size} bytes");
+    assert!(size <= 248, "LoadedRun grew to {size} bytes");
 }
 
 #[test]

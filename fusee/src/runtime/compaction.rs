@@ -108,7 +108,10 @@ impl ShardLoop {
             .collect();
         for (run, blob, _) in loaded {
             let new = self.rewrite_whole(run, blob)?;
-            self.core.set_blob(run, new, u64::from(new.len), 0);
+            // The same records, in one frame.
+            let journal_len = self.core.get(run).map_or(0, |l| l.blob_journal);
+            self.core
+                .set_blob(run, new, u64::from(new.len), 0, journal_len);
         }
         Ok(())
     }

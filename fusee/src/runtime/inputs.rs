@@ -228,7 +228,12 @@ impl ShardLoop {
                 };
                 let _ = reply.send(page);
             }
-            Input::Journal { id, run, reply } => match self.live_journal(&id, run, now_ms) {
+            Input::Journal {
+                id,
+                run,
+                from,
+                reply,
+            } => match self.live_journal(&id, run, from, now_ms) {
                 Ok(journal) if self.sabotaged(super::sabotage::Sabotage::JournalEarly) => {
                     let _ = reply.send(Ok(journal));
                 }
@@ -758,7 +763,7 @@ impl ShardLoop {
         now_ms: u64,
     ) -> Result<Vec<u8>, Error> {
         let shard = self.shard;
-        let journal = self.live_journal(id, Some(run), now_ms)?;
+        let journal = self.live_journal(id, Some(run), 0, now_ms)?;
         let records = fusee_core::record::decode_canonical_all(&journal.journal).map_err(|_| {
             Error::Storage {
                 shard,

@@ -255,6 +255,9 @@ pub(crate) enum Input {
     Journal {
         id: String,
         run: Option<RunId>,
+        /// Bytes of the journal the reader walked already: an unfinished
+        /// run in memory is answered with the rest only (0: the whole).
+        from: u64,
         reply: Reply<LiveJournal>,
     },
     /// A page of the replay check (`runtime/check`) below a run number;

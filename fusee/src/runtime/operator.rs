@@ -684,11 +684,15 @@ impl ShardLoop {
     /// Run `run` of `id` (its latest run when `None`): its whole journal
     /// as the shard holds it, and where it stands. Answered once every
     /// record it holds is durable (the caller sends it out of the
-    /// process), as a query's answer is.
+    /// process), as a query's answer is. A reader that walked `from`
+    /// bytes of an unfinished run's journal in memory gets the rest only,
+    /// with no read of its stored prefix (`LiveJournal::offset`; its
+    /// `state` then from the core's waits).
     pub(super) fn live_journal(
         &mut self,
         id: &str,
         run: Option<RunId>,
+        from: u64,
         now_ms: u64,
     ) -> Result<LiveJournal, Error> {
         use crate::inspect::RunState;
@@ -705,6 +709,28 @@ impl ShardLoop {
             if &*l.id != id {
                 return Err(not_found());
             }
+            // The rest after `from`: an unfinished run's journal is only
+            // appended to, and `from` ended a durable answer's bytes.
+            let rest = from
+                .checked_sub(l.blob_journal)
+                .and_then(|at| usize::try_from(at).ok())
+                .filter(|&at| from > 0 && l.done.is_none() && at <= l.journal.len());
+            if let Some(at) = rest {
+                let state = match l.waiting_on().next() {
+                    Some(_) => RunState::Waiting,
+                    None => RunState::Running,
+                };
+                return Ok(LiveJournal {
+                    shard,
+                    run,
+                    journal: l.journal[at..].to_vec(),
+                    offset: from,
+                    complete: true,
+                    streams_gone: None,
+                    state,
+                    last_lsn: l.last_lsn,
+                });
+            }
             let (last_lsn, done) = (l.last_lsn, l.done);
             let journal = self.run_journal(run).map_err(storage)?;
             let state = match done {
@@ -717,6 +743,7 @@ impl ShardLoop {
                 shard,
                 run,
                 journal: without_chunks_if(journal, streams_gone),
+                offset: 0,
                 complete: true,
                 streams_gone,
                 state,
@@ -747,6 +774,7 @@ impl ShardLoop {
             shard,
             run,
             journal: without_chunks_if(frame.journal, streams_gone),
+            offset: 0,
             complete,
             streams_gone,
             state: done.map_or(RunState::Parked, RunState::Finished),

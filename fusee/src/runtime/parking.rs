@@ -532,8 +532,13 @@ impl ShardLoop {
         // The chain the run came from, as long as it is: the next park
         // extends it, and it must be written whole before it outgrows
         // what `read_chain` follows.
-        self.core
-            .set_blob(run, parked.blob(), frame.chain_bytes, frame.depth);
+        self.core.set_blob(
+            run,
+            parked.blob(),
+            frame.chain_bytes,
+            frame.depth,
+            frame.journal.len() as u64,
+        );
         self.metrics.loads += 1;
         tracing::trace!(shard = self.shard, run, "loaded");
         self.core.reoffer(run);

@@ -783,8 +783,13 @@ impl World {
             let (reply, rx) = oneshot::channel();
             let id = client.id.clone();
             let shard = shard_of(&id, shards) as usize;
-            let run = sub.cursor.run();
-            self.shards[shard].handle(Input::Journal { id, run, reply });
+            let (run, from) = (sub.cursor.run(), sub.cursor.scanned());
+            self.shards[shard].handle(Input::Journal {
+                id,
+                run,
+                from,
+                reply,
+            });
             self.busy[shard] = true;
             self.subscribers[i].reading = true;
             self.pending.push(Pending::Journal(i, rx));

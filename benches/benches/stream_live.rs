@@ -15,38 +15,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use fusee::{Config, Ctx, Engine, Failure, StepError, Workflow};
-use fusee_benches::engine::workload::{WorkResult, process_cpu};
+use fusee::{Config, Engine};
+use fusee_benches::engine::workload::{TALK, WorkResult, process_cpu, register_talk};
 use futures_util::StreamExt;
 
-/// Sends its input's count of chunks on stream "tokens" from a step, ends
-/// the stream and returns the count.
-const TALK: Workflow<u64, u64> = Workflow::new("talk");
-
 fn register(engine: &Engine) {
-    engine.register(TALK, |ctx: Ctx, n: u64| async move {
-        let tx = ctx.stream("tokens");
-        let sent = ctx
-            .step("model", move |_| {
-                let mut tx = tx.clone();
-                async move {
-                    for i in 0..n {
-                        tx.send(format!("token-{i}"))
-                            .await
-                            .map_err(|e| StepError::fatal(e.to_string()))?;
-                        if i % 100 == 99 {
-                            tokio::time::sleep(Duration::from_micros(200)).await;
-                        }
-                    }
-                    tx.end()
-                        .await
-                        .map_err(|e| StepError::fatal(e.to_string()))?;
-                    Ok(n)
-                }
-            })
-            .await?;
-        Ok::<_, Failure>(sent)
-    });
+    register_talk(engine, Some((100, Duration::from_micros(200))), None);
 }
 
 /// One run of `n` chunks, read by a subscriber if `subscribed`: (seconds,

@@ -20,38 +20,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use fusee::{Config, Ctx, Engine, Failure, Signal, StepError, Workflow};
-use fusee_benches::engine::workload::{WorkResult, resident_bytes};
+use fusee::{Config, Engine, Signal};
+use fusee_benches::engine::workload::{TALK, WorkResult, register_talk, resident_bytes};
 
-/// Sends its input's count of chunks on stream "tokens" from a step, ends
-/// the stream, then waits for `GO`.
-const TALK: Workflow<u64, u64> = Workflow::new("talk");
+/// What [`TALK`]'s run waits for after its stream.
 const GO: Signal<()> = Signal::new("go");
 const ID: &str = "talk-1";
 const CHILD: &str = "--stream-child";
 
 fn register(engine: &Engine) {
-    engine.register(TALK, |ctx: Ctx, n: u64| async move {
-        let tx = ctx.stream("tokens");
-        let sent = ctx
-            .step("model", move |_| {
-                let mut tx = tx.clone();
-                async move {
-                    for i in 0..n {
-                        tx.send(format!("token-{i}"))
-                            .await
-                            .map_err(|e| StepError::fatal(e.to_string()))?;
-                    }
-                    tx.end()
-                        .await
-                        .map_err(|e| StepError::fatal(e.to_string()))?;
-                    Ok(n)
-                }
-            })
-            .await?;
-        ctx.wait_for(&GO).await?;
-        Ok::<_, Failure>(sent)
-    });
+    register_talk(engine, None, Some(&GO));
 }
 
 fn config(dir: &Path, parked: bool) -> Config {

@@ -1,6 +1,6 @@
 //! The engine workloads on Fusee: the workflows (a chain of no-op steps,
-//! workflows of a few no-op steps, sleepers) and the drivers that start
-//! them and wait for every result. The comparison ([`super::measure`]) and
+//! workflows of a few no-op steps, sleepers, a model's answer streamed)
+//! and the drivers that start them and wait for every result. The comparison ([`super::measure`]) and
 //! the criterion `engine` bench both use them, so the figures come from the
 //! same code.
 
@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fusee::{Config, Ctx, Engine, Error, Failure, StorageConfig, Workflow};
+use fusee::{Config, Ctx, Engine, Error, Failure, Signal, StepError, StorageConfig, Workflow};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
@@ -23,6 +23,9 @@ pub const CHAIN: Workflow<u32, u32> = Workflow::new("chain");
 pub const STEPS: Workflow<u32, u32> = Workflow::new("steps");
 /// A workflow that sleeps its input in milliseconds, then finishes.
 pub const SLEEPER: Workflow<u64, ()> = Workflow::new("sleeper");
+/// A model's answer streamed ([`register_talk`]): the stream benches'
+/// workflow (`streams`, `stream_live`).
+pub const TALK: Workflow<u64, u64> = Workflow::new("talk");
 
 /// How long a parked sleeper sleeps: a day, so none wakes while measured.
 pub const PARKED_SLEEP_MS: u64 = 86_400_000;
@@ -379,6 +382,45 @@ fn status_bytes(field: &str) -> u64 {
                 .and_then(|v| v.parse::<u64>().ok())
         })
         .map_or(0, |kib| kib * 1024)
+}
+
+/// Registers [`TALK`]: one step sends its input's count of chunks
+/// (`token-N`) on stream "tokens", pausing `pause.1` after every `pause.0`
+/// of them if given (a model's tokens come in bursts), and ends the
+/// stream; the run then waits for `wait` if given, and returns the count.
+pub fn register_talk(
+    engine: &Engine,
+    pause: Option<(u64, Duration)>,
+    wait: Option<&'static Signal<()>>,
+) {
+    engine.register(TALK, move |ctx: Ctx, n: u64| async move {
+        let tx = ctx.stream("tokens");
+        let sent = ctx
+            .step("model", move |_| {
+                let mut tx = tx.clone();
+                async move {
+                    for i in 0..n {
+                        tx.send(format!("token-{i}"))
+                            .await
+                            .map_err(|e| StepError::fatal(e.to_string()))?;
+                        if let Some((every, pause)) = pause
+                            && i % every == every - 1
+                        {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                    tx.end()
+                        .await
+                        .map_err(|e| StepError::fatal(e.to_string()))?;
+                    Ok(n)
+                }
+            })
+            .await?;
+        if let Some(signal) = wait {
+            ctx.wait_for(signal).await?;
+        }
+        Ok::<_, Failure>(sent)
+    });
 }
 
 #[cfg(test)]

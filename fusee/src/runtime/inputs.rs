@@ -783,7 +783,7 @@ impl ShardLoop {
                 .unwrap_or_default();
             // Still within its history time: the journal was over
             // `history_max_bytes`, kept as its summary from the start.
-            let due = finished_ms.saturating_add(self.config.history_ms);
+            let due = self.history_until(finished_ms);
             return Err(Error::HistoryGone {
                 id: id.to_string(),
                 run,

@@ -677,7 +677,7 @@ impl ShardLoop {
     /// with its finish.
     fn streams_gone(&self, finished_ms: Option<u64>, now_ms: u64) -> Option<(u64, u64)> {
         let finished_ms = finished_ms?;
-        let at = finished_ms.saturating_add(self.config.stream_ms);
+        let at = self.streams_until(finished_ms);
         (at <= now_ms).then_some((finished_ms, at))
     }
 
@@ -765,8 +765,10 @@ impl ShardLoop {
         // A finished run's frame keeps its whole journal for its history
         // time, then only its summary (the rule `fusee::inspect` reads).
         let complete = done.is_none() || !crate::recovery::summary_only(&frame.journal);
-        let finished_ms = match parking::done_of(&frame.journal) {
-            Some(Record::Done { finished_ms, .. }) => Some(finished_ms),
+        // A finished run's `Done` says when (a walk of the journal: not
+        // for an unfinished one, which a subscriber polls).
+        let finished_ms = match done.map(|_| parking::done_of(&frame.journal)) {
+            Some(Some(Record::Done { finished_ms, .. })) => Some(finished_ms),
             _ => None,
         };
         let streams_gone = self.streams_gone(finished_ms, now_ms);

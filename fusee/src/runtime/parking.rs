@@ -271,11 +271,11 @@ impl ShardLoop {
             return Ok(());
         };
         let id_hash = hash_id(&l.id);
-        let (last_lsn, done) = (l.last_lsn, l.done);
+        let (last_lsn, done, may_stream) = (l.last_lsn, l.done, l.streams);
         let (blob, chained) = if let Some((status, finished_ms)) = done {
             let (whole, released) = self.run_journal_and_chain(run)?;
             let fits = whole.len() as u64 <= self.config.history_max_bytes;
-            let (kept, next) = self.let_go(&whole, finished_ms, now_ms, fits);
+            let (kept, next) = self.let_go(&whole, finished_ms, now_ms, fits, may_stream);
             if let Some(at) = next {
                 self.parking.histories.push(Reverse((at, run)));
             }
@@ -669,7 +669,7 @@ impl ShardLoop {
         // After an open every finished run is looked at once: its frame
         // says when it finished. A journal over the size limit was cut to
         // its summary when it parked.
-        let (kept, next) = self.let_go(journal, finished_ms, now_ms, true);
+        let (kept, next) = self.let_go(journal, finished_ms, now_ms, true, true);
         if let Some(at) = next {
             self.parking.histories.push(Reverse((at, run)));
         }
@@ -695,38 +695,65 @@ impl ShardLoop {
     /// What a finished run's frame keeps at `now_ms` out of `journal` (its
     /// whole journal at its park, what an earlier pass left after), and
     /// when it next has something to let go. Its history goes at
-    /// `finished_ms + history_ms`, or at once when the whole journal is
-    /// over `history_max_bytes` (`fits` false): then its [`summary`]. Its
-    /// streams' chunks go at `finished_ms + stream_ms`: then the journal
-    /// [`without_chunks`]. Borrowed: nothing to let go now.
+    /// [`history_until`](Self::history_until), or at once when the whole
+    /// journal is over `history_max_bytes` (`fits` false): then its
+    /// [`summary`]. Its streams' chunks go at
+    /// [`streams_until`](Self::streams_until): then the journal
+    /// [`without_chunks`]; `may_stream` false says it holds none. Borrowed:
+    /// nothing to let go now. Every finished run parks through this: with
+    /// its history kept and its chunks kept as long as the run (the
+    /// defaults), it walks no journal.
     fn let_go<'j>(
         &self,
         journal: &'j [u8],
         finished_ms: u64,
         now_ms: u64,
         fits: bool,
+        may_stream: bool,
     ) -> (Cow<'j, [u8]>, Option<u64>) {
-        let history_until = finished_ms.saturating_add(self.config.history_ms);
+        let history_until = self.history_until(finished_ms);
         let streams_until = match self.sabotaged(super::sabotage::Sabotage::ChunksEarly) {
             true => 0,
-            false => finished_ms.saturating_add(self.config.stream_ms),
+            false => self.streams_until(finished_ms),
         };
         let mut kept = Cow::Borrowed(journal);
-        let mut history = !crate::recovery::summary_only(journal);
-        if history && (!fits || history_until <= now_ms) {
-            kept = Cow::Owned(summary(&kept));
-            history = false;
+        // Kept whole until its history time; a summary no shorter than
+        // the journal (one already) is nothing to let go.
+        let history = fits && history_until > now_ms;
+        if !history {
+            let cut = summary(journal);
+            if cut.len() != journal.len() {
+                kept = Cow::Owned(cut);
+            }
         }
-        let mut chunks = find_kind(&kept, kind::CHUNK).is_some();
-        if chunks && streams_until <= now_ms {
-            kept = Cow::Owned(without_chunks(&kept));
-            chunks = false;
+        // Chunks kept as long as the run go with it (`expire`): nothing to
+        // look for.
+        let expires = finished_ms.saturating_add(self.config.retention_ms);
+        let mut chunks = false;
+        if may_stream && streams_until < expires && find_kind(&kept, kind::CHUNK).is_some() {
+            if streams_until <= now_ms {
+                kept = Cow::Owned(without_chunks(&kept));
+            } else {
+                chunks = true;
+            }
         }
         let next = [(history, history_until), (chunks, streams_until)]
             .into_iter()
             .filter_map(|(holds, at)| holds.then_some(at))
             .min();
         (kept, next)
+    }
+
+    /// When a run that finished at `finished_ms` lets its history go
+    /// (`Config::history_retention`).
+    pub(super) fn history_until(&self, finished_ms: u64) -> u64 {
+        finished_ms.saturating_add(self.config.history_ms)
+    }
+
+    /// When a run that finished at `finished_ms` lets its streams' chunks
+    /// go (`Config::stream_retention`): the rule every reader answers by.
+    pub(super) fn streams_until(&self, finished_ms: u64) -> u64 {
+        finished_ms.saturating_add(self.config.stream_ms)
     }
 
     /// Releases the frame at `blob` and the chain before it.

@@ -33,7 +33,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use fusee_benches::floor::{Floor, FloorFile};
 use fusee_benches::target::{Subject, Target};
 use fusee_benches::workload::{Frames, LogRecords};
-use fusee_benches::{Backend, backend};
+use fusee_benches::{Backend, backend, env_or};
 use fusee_core::segment::FRAME_HEADER;
 use fusee_storage::{FlushTicket, LogStore, Storage};
 use fusee_storage_file::{FileOptions, FileStorage, FlushMethod};
@@ -139,14 +139,6 @@ fn selected(name: &str) -> bool {
     filters.peek().is_none() || filters.any(|f| f.split('|').any(|part| name.contains(part)))
 }
 
-/// A whole-number setting from the environment, or `default`.
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 /// A bench directory with a 256 MiB floor file and a file storage beside it.
 fn steady_state(name: &str) -> (PathBuf, FloorFile, FileStorage) {
     let dir = bench_dir(name);
@@ -222,8 +214,8 @@ fn interleaved(_c: &mut Criterion) {
     if !selected("interleaved") {
         return;
     }
-    let rounds = env("FUSEE_BENCH_ROUNDS", 3000);
-    let min_rounds = env("FUSEE_BENCH_MIN_ROUNDS", 300);
+    let rounds = env_or("FUSEE_BENCH_ROUNDS", 3000usize);
+    let min_rounds = env_or("FUSEE_BENCH_MIN_ROUNDS", 300usize);
     let (dir, mut floor, storage) = steady_state("interleaved");
     let mut per_frame_floor =
         FloorFile::create(dir.join("floor-frames"), 256 << 20).expect("floor");
@@ -373,7 +365,7 @@ fn pipelined(_c: &mut Criterion) {
         return;
     }
     const BLOCK: usize = 50;
-    let rounds = env("FUSEE_BENCH_PIPELINE_ROUNDS", 600);
+    let rounds = env_or("FUSEE_BENCH_PIPELINE_ROUNDS", 600usize);
     let (dir, mut floor, storage) = steady_state("pipelined");
     let mut pipe_floor = FloorFile::create(dir.join("floor-pipelined"), 256 << 20).expect("floor");
     let mut parts = storage.open_shard(0).expect("shard");
@@ -514,7 +506,7 @@ fn group_commit(c: &mut Criterion) {
 }
 
 fn recovery(c: &mut Criterion) {
-    let mib = env("FUSEE_BENCH_RECOVERY_MB", 1024) as u64;
+    let mib = env_or("FUSEE_BENCH_RECOVERY_MB", 1024usize) as u64;
     let dir = bench_dir("recovery");
     let workload = LogRecords::new();
     let records = ((mib << 20) as f64 / mean_frame(&workload)) as u64;
@@ -585,7 +577,7 @@ fn store_read(_c: &mut Criterion) {
         return;
     }
     const BLOCK: usize = 1000;
-    let n = env("FUSEE_BENCH_FRAMES", 50_000) as u64;
+    let n = env_or("FUSEE_BENCH_FRAMES", 50_000usize) as u64;
     let dir = bench_dir("store-read");
     let frames = Frames::new();
     let file = Backend(backend::File);
@@ -706,7 +698,7 @@ fn first_roll(_c: &mut Criterion) {
         return;
     }
     const BATCH: usize = 256;
-    let opens = env("FUSEE_BENCH_OPENS", 5);
+    let opens = env_or("FUSEE_BENCH_OPENS", 5usize);
     let records = LogRecords::new();
     let target = 3 * fusee_storage_file::OPEN_SEGMENT_BYTES;
     for open in 1..=opens {

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use fusee::{Config, Engine};
 use fusee_benches::engine::workload::{self, STEPS, Stamps, WorkResult};
+use fusee_benches::env_or;
 use fusee_benches::stats::Latencies;
 
 /// The live clients, each with at most one start in flight.
@@ -46,13 +47,6 @@ const SETTLE: Duration = Duration::from_secs(1);
 
 /// One live start: when it was sent and how long it took.
 type Sample = (Instant, Duration);
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One client: starts `live-{client}-{i}` (one step) on its schedule,
 /// one every `every` from `first`, until `stop`. A start sent late because
@@ -253,10 +247,10 @@ async fn run(dir: &Path, parked: u64, loaded: u64, rounds: u64, rate: u64) -> Wo
 }
 
 fn main() -> ExitCode {
-    let parked = env("FUSEE_BACKUP_PARKED", 100_000);
-    let loaded = env("FUSEE_BACKUP_LOADED", 2_000);
-    let rounds = env("FUSEE_BACKUP_ROUNDS", 3).max(1);
-    let rate = env("FUSEE_BACKUP_RATE", 1_000);
+    let parked = env_or("FUSEE_BACKUP_PARKED", 100_000u64);
+    let loaded = env_or("FUSEE_BACKUP_LOADED", 2_000u64);
+    let rounds = env_or("FUSEE_BACKUP_ROUNDS", 3u64).max(1);
+    let rate = env_or("FUSEE_BACKUP_RATE", 1_000u64);
     let dir: PathBuf =
         std::env::temp_dir().join(format!("fusee-backup-bench-{}", std::process::id()));
     let result = (|| -> WorkResult<()> {

@@ -39,6 +39,7 @@ use std::process::ExitCode;
 use fusee::{Backend, Config, Engine};
 use fusee_benches::engine::workload::{self, Stamps, WorkResult};
 use fusee_benches::engine::{EngineSubject, FANOUT_STEPS, child};
+use fusee_benches::env_or;
 use fusee_benches::floor::FloorFile;
 
 fn quick() -> bool {
@@ -428,10 +429,10 @@ fn main() -> ExitCode {
         if !wanted("parked") {
             return Ok(());
         }
-        let n = std::env::var("FUSEE_ENGINE_PARKED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(if quick() { 20_000 } else { 1_000_000 });
+        let n = env_or(
+            "FUSEE_ENGINE_PARKED",
+            if quick() { 20_000 } else { 1_000_000 },
+        );
         parked(&runtime, &fresh(&dir, "parked"), n)
     });
     let _ = std::fs::remove_dir_all(&dir);

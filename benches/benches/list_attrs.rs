@@ -42,16 +42,14 @@ use fusee::{
     StorageConfig, Workflow,
 };
 use fusee_benches::engine::workload::{STARTS_IN_FLIGHT, unbusy};
+use fusee_benches::env_or;
 
 const ORDER: Workflow<(), ()> = Workflow::new("order");
 const DAY_MS: u64 = 86_400_000;
 const EPOCH_MS: u64 = 1_700_000_000_000;
 
 fn runs() -> u64 {
-    std::env::var("FUSEE_ATTR_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+    env_or("FUSEE_ATTR_RUNS", 10_000)
 }
 
 fn register(engine: &Engine) {
@@ -300,19 +298,10 @@ fn bench(c: &mut Criterion) {
     // Rounds of: an open after a clean close, then one after a crash past
     // a checkpoint (both read the index's snapshot), each with its first
     // filtered listing at once.
-    let rounds = std::env::var("FUSEE_ATTR_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1usize)
-        .max(1);
+    let rounds = env_or("FUSEE_ATTR_ROUNDS", 1usize).max(1);
     // Built in the background meanwhile (8 s a million runs on file;
     // `FUSEE_ATTR_WAIT_MS` sets it for a slower store).
-    let wait = Duration::from_millis(
-        std::env::var("FUSEE_ATTR_WAIT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or((n / 125).max(500)),
-    );
+    let wait = Duration::from_millis(env_or("FUSEE_ATTR_WAIT_MS", (n / 125).max(500)));
     let expected = 100.min((n / 1000) as usize);
     let mut engine = None;
     for round in 0..rounds {

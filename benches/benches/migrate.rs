@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use fusee::migrate::{Source, migrate, reshard, reshard_taking_over};
 use fusee::{Backend, Config, Engine, StorageConfig};
 use fusee_benches::engine::workload::{self, Stamps, WorkResult};
+use fusee_benches::env_or;
 
 /// The destination: a directory of `to`, or for PostgreSQL the URL `dst`
 /// and the schema [`SCHEMA`].
@@ -225,14 +226,8 @@ fn main() -> ExitCode {
         return take_over_child(&args[2], shards);
     }
     let take_over = std::env::var("FUSEE_MIGRATE_TAKE_OVER").is_ok_and(|v| v == "1");
-    let n: u64 = std::env::var("FUSEE_MIGRATE_PARKED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let to: Backend = std::env::var("FUSEE_MIGRATE_TO")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(Backend::File);
+    let n: u64 = env_or("FUSEE_MIGRATE_PARKED", 1_000_000);
+    let to: Backend = env_or("FUSEE_MIGRATE_TO", Backend::File);
     let shards: Option<u32> = std::env::var("FUSEE_MIGRATE_SHARDS")
         .ok()
         .and_then(|v| v.parse().ok());

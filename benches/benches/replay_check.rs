@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use fusee::{Config, Ctx, Engine, Failure, ListFilter, Signal, Workflow};
 use fusee_benches::engine::workload::{self, WorkResult};
+use fusee_benches::env_or;
 
 const TEN: Workflow<u64, u64> = Workflow::new("ten-steps");
 const GO: Signal<()> = Signal::new("go");
@@ -37,10 +38,7 @@ fn config(dir: &std::path::Path) -> Config {
 }
 
 fn main() -> ExitCode {
-    let n: u64 = std::env::var("FUSEE_CHECK_PARKED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let n: u64 = env_or("FUSEE_CHECK_PARKED", 100_000);
     let dir = std::env::temp_dir().join(format!("fusee-check-bench-{}", std::process::id()));
     let result = (|| -> WorkResult<()> {
         let runtime = tokio::runtime::Builder::new_multi_thread()

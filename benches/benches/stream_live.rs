@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use fusee::{Config, Engine};
 use fusee_benches::engine::workload::{TALK, WorkResult, process_cpu, register_talk};
+use fusee_benches::env_or;
 use futures_util::StreamExt;
 
 fn register(engine: &Engine) {
@@ -55,14 +56,8 @@ async fn relay(config: Config, n: u64, subscribed: bool) -> WorkResult<(f64, f64
 }
 
 fn main() -> ExitCode {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let n = env("FUSEE_STREAM_CHUNKS", 100_000);
-    let rounds = env("FUSEE_STREAM_ROUNDS", 3);
+    let n = env_or("FUSEE_STREAM_CHUNKS", 100_000u64);
+    let rounds = env_or("FUSEE_STREAM_ROUNDS", 3u64);
     let backend = std::env::var("FUSEE_STREAM_BACKEND").unwrap_or_else(|_| "memory".into());
     let dir = std::env::temp_dir().join(format!("fusee-stream-live-{}", std::process::id()));
     let config = |i: u64| -> WorkResult<Config> {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use fusee::{Config, Engine, Signal};
 use fusee_benches::engine::workload::{TALK, WorkResult, register_talk, resident_bytes};
+use fusee_benches::env_or;
 
 /// What [`TALK`]'s run waits for after its stream.
 const GO: Signal<()> = Signal::new("go");
@@ -162,14 +163,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let n = env("FUSEE_STREAM_CHUNKS", 100_000);
-    let rounds = env("FUSEE_STREAM_ROUNDS", 5) as usize;
+    let n = env_or("FUSEE_STREAM_CHUNKS", 100_000u64);
+    let rounds = env_or("FUSEE_STREAM_ROUNDS", 5usize);
     let dir = std::env::temp_dir().join(format!("fusee-stream-bench-{}", std::process::id()));
     let result = (|| -> WorkResult<()> {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -46,3 +46,12 @@ pub mod workload;
 pub use backend::{Backend, Factory, Memory, backends};
 pub use error::{BenchError, Result};
 pub use report::Report;
+
+/// The setting in environment variable `name` (a bench's `FUSEE_*` count,
+/// say), or `default` when it is unset or does not parse as a `T`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -102,7 +102,9 @@
 //! the batch start (after the bad frame's LSN), and only then checking the
 //! checksum. The search stops at the first all-zero 4 KiB-aligned block, the same
 //! rule that ends a clean segment, so recovery reads the valid frames plus
-//! the block after them, never the whole preallocated file.
+//! the block after them, never the whole preallocated file. It checksums
+//! at most twice the file's bytes: crafted bytes that pass the filters at
+//! every offset would make it quadratic, and are refused as a lost record.
 //!
 //! What this cannot detect, by construction: damage that zeroes a whole
 //! aligned block of acknowledged frames and everything up to the next
@@ -117,7 +119,7 @@
 //! write of it; the backend also checks that the log still reaches every
 //! LSN it knows was durable (the checkpoint's LSN at least).
 
-use crate::record::Lsn;
+use crate::record::{Lsn, MAX_LSN};
 use crate::wire::{MAX_PAYLOAD, checksum32};
 
 /// Bytes of the header block at the start of every segment.
@@ -140,6 +142,12 @@ pub const MIN_SEGMENT_BYTES: u64 = 2 * HEADER_BYTES as u64;
 
 /// Alignment of the zero block that ends a segment's data.
 const BLOCK: usize = 4096;
+/// Bytes a search for a later batch may checksum, per byte of the file: a
+/// candidate must pass the LSN filters first, which bytes a crash leaves
+/// (zeros, a torn batch, a recycled file's older frames) almost never do,
+/// so only crafted bytes reach the bound. Past it the scan refuses the
+/// segment (a lost record) rather than run for minutes.
+const SEARCH_CHECKED_PER_FILE_BYTE: u64 = 2;
 /// Bytes of the header covered by its crc.
 const HEADER_FIELDS: usize = 44;
 
@@ -228,6 +236,9 @@ impl SegmentHeader {
         };
         if header.base_lsn == 0 {
             return bad("base LSN 0");
+        }
+        if header.base_lsn > MAX_LSN {
+            return bad("base LSN out of range");
         }
         if header.flags & !OPENED != 0 {
             return bad("unknown header flags");
@@ -745,6 +756,9 @@ pub struct SegmentScanner {
     /// Set once the frame at `pos` is known bad: where the search for a
     /// later batch stands.
     search: Option<usize>,
+    /// Bytes the search checksummed so far, bounded by
+    /// [`SEARCH_CHECKED_PER_FILE_BYTE`].
+    search_checked: u64,
     done: Option<Scanned>,
 }
 
@@ -794,6 +808,7 @@ impl SegmentScanner {
             records: 0,
             batch_start: 0,
             search: None,
+            search_checked: 0,
             done: None,
         }))
     }
@@ -927,6 +942,16 @@ impl SegmentScanner {
                         self.search = Some(q);
                         return Ok(need(end));
                     };
+                    self.search_checked += frame.len() as u64;
+                    if self.search_checked > SEARCH_CHECKED_PER_FILE_BYTE * self.file_len {
+                        // Only crafted bytes get here: refusing is safe,
+                        // a quadratic scan of a 64 MiB file is not.
+                        return Err(ScanError::LostRecord {
+                            offset: bad_at as u64,
+                            lsn: bad_lsn,
+                            reason: "bad frame followed by more plausible frames than a scan checks",
+                        });
+                    }
                     if checksum32(&frame[8..]) == le_u32(head, 4) {
                         return Err(ScanError::LostRecord {
                             offset: bad_at as u64,

@@ -58,7 +58,9 @@
 //! and bytes; outbox length varint and bytes; index count varint, then per
 //! frame offset varint and len varint. Format 2 then has the attribute
 //! frames: count varint (at least 1), then per frame offset varint and len
-//! varint. Nothing may follow.
+//! varint. Nothing may follow. The lsn is at most [`MAX_LSN`], next_run at
+//! most [`MAX_RUN`] + 1 and each run in `1..=MAX_RUN`: anything else is
+//! refused as damage.
 //!
 //! Format 2 is written only when the checkpoint names attribute frames, so
 //! a store that never uses search attributes (or whose last checkpoint
@@ -74,7 +76,7 @@
 
 use std::borrow::Cow;
 
-use crate::record::{Lsn, RunId, Seq, Status};
+use crate::record::{Lsn, MAX_LSN, MAX_RUN, RunId, Seq, Status};
 use crate::shard::{BlobRef, TimerKind};
 use crate::table::RECORD;
 use crate::wire::{DecodeError, Reader, put_u8, put_u32, put_u64, put_varint};
@@ -820,12 +822,24 @@ impl Checkpoint {
             index_runs: r.varint()?,
             ..Checkpoint::default()
         };
+        // A shard's next run number and position never pass these; a
+        // checkpoint naming more would make the shard hand out run IDs no
+        // record can carry.
+        if c.next_run > MAX_RUN + 1 {
+            return Err(DecodeError::new("next run number out of range").into());
+        }
+        if c.lsn > MAX_LSN {
+            return Err(DecodeError::new("checkpoint LSN out of range").into());
+        }
         // A run takes at least 6 bytes: run, last_lsn, has_blob, chain,
         // depth, journal length.
         let runs = r.count(6)?;
         c.runs = Vec::with_capacity(runs);
         for _ in 0..runs {
             let run = r.varint()?;
+            if !(1..=MAX_RUN).contains(&run) {
+                return Err(DecodeError::new("run ID out of range").into());
+            }
             let last_lsn = r.varint()?;
             let blob = match r.u8()? {
                 0 => None,

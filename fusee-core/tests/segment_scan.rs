@@ -445,6 +445,20 @@ fn headers_round_trip_and_reject_garbage() {
     }
     let zero_base = SegmentHeader { base_lsn: 0, ..h };
     assert!(SegmentHeader::decode(&zero_base.encode()).is_err());
+    // A base past any LSN a log reaches is damage: the scan's LSN
+    // arithmetic never overflows.
+    let top = SegmentHeader {
+        base_lsn: fusee_core::record::MAX_LSN,
+        ..h
+    };
+    assert_eq!(SegmentHeader::decode(&top.encode()), Ok(Some(top)));
+    for base_lsn in [fusee_core::record::MAX_LSN + 1, u64::MAX] {
+        let past = SegmentHeader { base_lsn, ..h };
+        assert!(matches!(
+            SegmentHeader::decode(&past.encode()),
+            Err(ScanError::BadHeader { .. })
+        ));
+    }
     // A never-started file shorter than a block, and an empty one.
     assert_eq!(scan(&[0; 100]).0, Ok(None));
     assert_eq!(scan(&[]).0, Ok(None));
@@ -732,4 +746,33 @@ fn a_capped_next_segment_rolls_at_its_cap_then_at_the_configured_size() {
         }
     }
     assert_eq!(limits, [HEADER_BYTES as u64 + 1000, 2 * BLOCK as u64, seg]);
+}
+
+/// A bad frame followed by bytes crafted so that a frame of a later batch
+/// seems to start at every fourth offset, each claiming a long body: the
+/// search for a later batch checksums at most twice the file, then refuses
+/// the segment, where it used to hash about L²/336 bytes (minutes for a
+/// 64 MiB segment). Plain damage never gets there (see the tests above).
+#[test]
+fn a_crafted_tail_is_refused_in_linear_time() {
+    let len = 1 << 20;
+    let x = (len / 42) as u32;
+    let lsn = u64::from(x) | (u64::from(x) << 32);
+    let mut img = SegmentHeader {
+        format: SEGMENT_FORMAT,
+        shard: 0,
+        segment: 1,
+        base_lsn: lsn - u64::from(x) - 1,
+        created_ms: 0,
+        flags: 0,
+    }
+    .encode();
+    while img.len() < len {
+        img.extend_from_slice(&x.to_le_bytes());
+    }
+    let r = scan_segment(&img, |_, _| {});
+    assert!(
+        matches!(r, Err(ScanError::LostRecord { reason, .. }) if reason.contains("plausible")),
+        "{r:?}"
+    );
 }

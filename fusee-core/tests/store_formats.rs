@@ -2,6 +2,7 @@
 //! errors damaged bytes give.
 
 use fusee_core::Status;
+use fusee_core::record::{MAX_LSN, MAX_RUN};
 use fusee_core::shard::{BlobRef, TimerKind};
 use fusee_core::store::{
     CHECKPOINT_FORMAT, CHECKPOINT_HEADER, Checkpoint, CheckpointError, CheckpointRun, ENTRY_HEADER,
@@ -73,14 +74,14 @@ fn checkpoint(rng: &mut fastrand::Rng) -> Checkpoint {
     Checkpoint {
         shard: rng.u32(..),
         shards: rng.u32(..),
-        lsn: wide(rng),
-        next_run: wide(rng),
+        lsn: wide(rng) % (MAX_LSN + 1),
+        next_run: wide(rng) % (MAX_RUN + 2),
         store_generation: wide(rng),
         store_len: wide(rng),
         created_ms: wide(rng),
         runs: (0..rng.usize(0..6))
             .map(|_| CheckpointRun {
-                run: wide(rng),
+                run: wide(rng) % MAX_RUN + 1,
                 last_lsn: wide(rng),
                 blob: rng.bool().then(|| blob(rng)),
                 blob_chain: wide(rng),
@@ -188,6 +189,56 @@ fn checkpoints_round_trip() {
         Checkpoint::decode(&Checkpoint::default().encode()),
         Ok(Checkpoint::default())
     );
+}
+
+/// A checkpoint's LSN, next run number and run IDs past what a shard can
+/// reach are damage: a shard that took them would hand out run IDs no
+/// record can carry, or overflow its counters.
+#[test]
+fn checkpoint_fields_past_their_bounds_are_refused() {
+    let run = |run| CheckpointRun {
+        run,
+        last_lsn: 1,
+        blob: None,
+        blob_chain: 0,
+        blob_depth: 0,
+        journal: Vec::new(),
+    };
+    let at_bounds = Checkpoint {
+        lsn: MAX_LSN,
+        next_run: MAX_RUN + 1,
+        runs: vec![run(1), run(MAX_RUN)],
+        ..Checkpoint::default()
+    };
+    assert_eq!(
+        Checkpoint::decode(&at_bounds.encode()),
+        Ok(at_bounds.clone())
+    );
+    let past = [
+        Checkpoint {
+            lsn: MAX_LSN + 1,
+            ..at_bounds.clone()
+        },
+        Checkpoint {
+            next_run: MAX_RUN + 2,
+            ..at_bounds.clone()
+        },
+        Checkpoint {
+            next_run: u64::MAX,
+            ..at_bounds.clone()
+        },
+        Checkpoint {
+            runs: vec![run(0)],
+            ..at_bounds.clone()
+        },
+        Checkpoint {
+            runs: vec![run(MAX_RUN + 1)],
+            ..at_bounds.clone()
+        },
+    ];
+    for c in past {
+        assert!(Checkpoint::decode(&c.encode()).is_err(), "{c:?} accepted");
+    }
 }
 
 #[test]

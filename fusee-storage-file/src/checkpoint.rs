@@ -186,22 +186,24 @@ impl<I: Io> FileCheckpoint<I> {
             .map_or((1, 0), |s| (s.index_file, s.index_len));
         let path = dir.join(index_name(number));
         let file = shared.open_or_create(&path, slot.is_none(), "open index")?;
-        // Sized from the commit's count, bounded by what the file can hold:
-        // no growth (whose freed tables would stay resident) and no
-        // allocation a damaged slot could make huge.
-        let capacity = slot.as_ref().map_or(0, |s| {
-            s.index_records
-                .min(len / INDEX_RECORD as u64)
-                .try_into()
-                .unwrap_or(0)
-        });
-        let mut runs = Runs::with_capacity_and_hasher(capacity, Default::default());
-        {
+        let runs = {
             let map = file.map().ctx("map index", &path)?;
+            // Sized from the commit's count, bounded by what the file holds
+            // (not by the slot's length, which a damaged slot can make
+            // huge): no growth (whose freed tables would stay resident) and
+            // no allocation past the file's own records.
+            let capacity = slot.as_ref().map_or(0, |s| {
+                s.index_records
+                    .min(len.min(map.len() as u64) / INDEX_RECORD as u64)
+                    .try_into()
+                    .unwrap_or(0)
+            });
+            let mut runs = Runs::with_capacity_and_hasher(capacity, Default::default());
             for payload in index_chunks(&map, len, &path)? {
                 apply_runs(&mut runs, payload);
             }
-        }
+            runs
+        };
         if let Some(s) = &slot
             && s.index_records != runs.len() as u64
         {

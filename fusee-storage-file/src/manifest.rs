@@ -33,7 +33,7 @@
 //! | 0 | 8 | magic `FUSEELOG` |
 //! | 8 | 4 | format (1) |
 //! | 12 | 4 | crc32 of bytes 16..56 |
-//! | 16 | 8 | sequence number (1 for the first write) |
+//! | 16 | 8 | sequence number (1 for the first write; at most [`fusee_storage::MAX_SEQ`]) |
 //! | 24 | 8 | floor: the first LSN the log must hold |
 //! | 32 | 8 | carrier segment number (0: no segment started yet) |
 //! | 40 | 8 | carrier base LSN |
@@ -131,6 +131,9 @@ impl Manifest {
         if u32::from_le_bytes([m[12], m[13], m[14], m[15]]) != crc32fast::hash(&m[16..]) {
             return Err(corrupt("log manifest crc mismatch", 12));
         }
+        if word(16) > fusee_storage::MAX_SEQ {
+            return Err(corrupt("log manifest sequence number out of range", 16));
+        }
         Ok(Some(Manifest {
             seq: word(16),
             floor: word(24),
@@ -175,5 +178,22 @@ mod tests {
                 "cut at {cut} accepted"
             );
         }
+    }
+
+    #[test]
+    fn a_sequence_number_past_its_bound_is_damage() {
+        let mut m = Manifest {
+            seq: fusee_storage::MAX_SEQ,
+            floor: 1,
+            carrier: 1,
+            carrier_base: 1,
+            carrier_size: 1 << 20,
+        };
+        assert_eq!(Manifest::decode(&m.encode(), "m").ok(), Some(Some(m)));
+        m.seq += 1;
+        assert!(matches!(
+            Manifest::decode(&m.encode(), "m"),
+            Err(FileError::Corrupt { at: 16, .. })
+        ));
     }
 }

@@ -14,7 +14,7 @@
 //! | 0 | 8 | magic `FUSEESLT` |
 //! | 8 | 4 | format version (1) |
 //! | 12 | 4 | crc32 of bytes 16.. to the end of the checkpoint |
-//! | 16 | 8 | sequence number (1 for the first commit) |
+//! | 16 | 8 | sequence number (1 for the first commit; at most [`fusee_storage::MAX_SEQ`]) |
 //! | 24 | 8 | index file number |
 //! | 32 | 8 | index file valid length in bytes |
 //! | 40 | 8 | index records the committed index holds |
@@ -118,6 +118,9 @@ impl Slot {
         if crc32fast::hash(&bytes[16..end]) != u32_at(12) {
             return Err(corrupt("slot crc mismatch", 12));
         }
+        if u64_at(16) > fusee_storage::MAX_SEQ {
+            return Err(corrupt("slot sequence number out of range", 16));
+        }
         Ok(Some(Slot {
             seq: u64_at(16),
             index_file: u64_at(24),
@@ -163,6 +166,20 @@ mod tests {
         assert_eq!(Slot::decode(&bytes, "slot-0").unwrap(), Some(s));
         assert_eq!(Slot::decode(&[], "slot-0").unwrap(), None);
         assert_eq!(Slot::decode(&[0; 4096], "slot-0").unwrap(), None);
+    }
+
+    #[test]
+    fn a_sequence_number_past_its_bound_is_damage() {
+        let s = slot(fusee_storage::MAX_SEQ);
+        assert_eq!(
+            Slot::decode(&s.encode(), "s").ok().flatten().map(|s| s.seq),
+            Some(fusee_storage::MAX_SEQ)
+        );
+        let past = slot(fusee_storage::MAX_SEQ + 1).encode();
+        assert!(matches!(
+            Slot::decode(&past, "s"),
+            Err(FileError::Corrupt { at: 16, .. })
+        ));
     }
 
     #[test]

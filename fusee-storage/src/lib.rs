@@ -282,7 +282,7 @@ pub use error::{Result, StorageError};
 /// Where a run-store frame is: the address every [`RunStore`] call takes.
 pub use fusee_core::shard::BlobRef;
 pub use limits::{
-    DELETED, INDEX_RECORD, MAX_FRAME, MAX_OFFSET, MAX_RECORD, NO_LSN, check_frame_len,
+    DELETED, INDEX_RECORD, MAX_FRAME, MAX_OFFSET, MAX_RECORD, MAX_SEQ, NO_LSN, check_frame_len,
     check_log_append, index_record_run, index_record_state, index_records,
 };
 pub use memory::MemoryStorage;

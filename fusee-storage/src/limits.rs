@@ -22,6 +22,13 @@
 
 use fusee_core::record::Lsn;
 
+/// Largest sequence number a record kept in two copies may hold (a seal,
+/// and the file backend's log manifest and checkpoint slot): it counts
+/// writes, one per commit at most, so it never comes near 2^62 (146 years
+/// at a billion a second). A larger one is damage, refused where it is
+/// read, so the next write's `seq + 1` never overflows.
+pub const MAX_SEQ: u64 = 1 << 62;
+
 /// Bytes of one index record (the core's `table::RECORD`).
 pub const INDEX_RECORD: usize = fusee_core::table::RECORD;
 

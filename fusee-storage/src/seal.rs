@@ -43,7 +43,7 @@
 //! | 0 | 8 | magic `FUSEESEL` |
 //! | 8 | 4 | format ([`FORMAT`], 1) |
 //! | 12 | 4 | shard |
-//! | 16 | 8 | sequence number (1 for the first write; grows by one per write) |
+//! | 16 | 8 | sequence number (1 for the first write; grows by one per write; at most [`MAX_SEQ`](crate::MAX_SEQ)) |
 //! | 24 | 8 | sealed LSN: every record through it was durable |
 //! | 32 | 4 | CRC-32 (`crc32fast`) of bytes 0..32 |
 //!
@@ -149,6 +149,9 @@ fn slot(bytes: &[u8], at: usize, shard: u32, file: &str) -> Result<Slot> {
     }
     if half(12) != shard {
         return Ok(Slot::Damaged("seal of another shard"));
+    }
+    if word(16) > crate::MAX_SEQ {
+        return Ok(Slot::Damaged("seal sequence number out of range"));
     }
     Ok(Slot::Valid(Seal {
         seq: word(16),
@@ -416,6 +419,23 @@ mod tests {
                 "cut at {cut}: {r:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_sequence_number_past_its_bound_is_damage() {
+        let ok = encode_slot(1, Seal { seq: 3, lsn: 9 });
+        let past = encode_slot(
+            1,
+            Seal {
+                seq: crate::MAX_SEQ + 1,
+                lsn: 50,
+            },
+        );
+        // Never the newest (its next write would overflow): the other
+        // slot is, and a damaged slot 1 alone is an error.
+        let st = SealState::decode(&file_of(&[(0, ok), (1, past)]), 1, "s").expect("decode");
+        assert_eq!(st.newest, Some((Seal { seq: 3, lsn: 9 }, 0)));
+        assert!(SealState::decode(&file_of(&[(1, past)]), 1, "s").is_err());
     }
 
     #[test]

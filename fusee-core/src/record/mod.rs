@@ -54,8 +54,12 @@ pub use inline::InlineDecoder;
 pub type RunId = u64;
 /// An operation's position in its run's journal (its call order).
 pub type Seq = u32;
-/// A record's position in its shard's log, from 1.
+/// A record's position in its shard's log, from 1 to [`MAX_LSN`].
 pub type Lsn = u64;
+/// The largest LSN a log holds: no log gets there (146 years at a billion
+/// records a second), so a stored LSN past it (a segment's base) is
+/// damage, refused where it is read, and LSN arithmetic never overflows.
+pub const MAX_LSN: Lsn = 1 << 62;
 /// A shared string: names, workflow IDs and types after decoding.
 pub type Name = Arc<str>;
 /// A shared byte payload.

@@ -92,6 +92,14 @@ impl ShardCore {
             let known = run < self.next_run;
             self.next_run = self.next_run.max(run.saturating_add(1));
             let slot = match known.then(|| self.runs.find_run(run)).flatten() {
+                Some(slot) if self.runs.get(slot).id_hash() != e.id_hash() => {
+                    // A run's ID never changes: a record saying it did
+                    // (damage) replaces the entry whole, so no ID bucket is
+                    // left naming the old hash.
+                    let gone = self.runs.remove(slot);
+                    self.parked_count -= usize::from(gone.is_parked());
+                    self.table_insert(e)
+                }
                 Some(slot) => {
                     self.edit(slot, |x| {
                         let in_id = x.has(flag::IN_ID);

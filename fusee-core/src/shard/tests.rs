@@ -592,6 +592,33 @@ fn malformed_index_input_is_refused_whole() {
     assert!(core.is_parked(5));
 }
 
+/// A run's ID never changes, so index records that say it did are
+/// damage (found by fuzzing): the entry is replaced whole, the ID index
+/// names no run under a hash it no longer has, and retention removes
+/// every run without tripping the table's checks.
+#[test]
+fn an_index_record_changing_a_runs_id_hash_replaces_its_entry() {
+    let rec = |run, hash, state| table::Entry::new(run, hash, state).record();
+    let mut frame = Vec::new();
+    frame.extend(rec(9, 2, table::DONE + 4));
+    frame.extend(rec(9, 3, table::DONE));
+    frame.extend(rec(7, 2, table::PARKED));
+    frame.extend(rec(9, 2, table::PARKED));
+    frame.extend(rec(7, 2, table::DONE + 6));
+    let mut core = ShardCore::new(0, 1, 1000, 0);
+    core.load_index(&frame).expect("well-formed records");
+    core.index_loaded();
+    // Hash 2's latest run is 9; hash 3 names nothing any more.
+    let by_hash = |core: &ShardCore, h| core.runs.find_id(h).map(|s| core.runs.get(s).run());
+    assert_eq!(by_hash(&core, 2), Some(9));
+    assert_eq!(by_hash(&core, 3), None);
+    assert_eq!(core.parked_len(), 2);
+    let mut gone = Vec::new();
+    core.expire(u64::MAX, &mut gone);
+    assert_eq!(gone, vec![7]);
+    assert_eq!(by_hash(&core, 2), Some(9));
+}
+
 #[test]
 fn the_change_lists_overflow_into_a_forced_base() {
     let mut core = ShardCore::new(0, 1, 1000, 0);

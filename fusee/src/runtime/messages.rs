@@ -229,6 +229,11 @@ pub(crate) enum Origin {
     Inbox { row: u64 },
 }
 
+/// The largest message id an outbox holds: ids count a shard's messages
+/// over its store's life, which never get near 2^62, so a larger one is
+/// damage and the next id's `+ 1` never overflows.
+const MAX_MESSAGE_ID: u64 = 1 << 62;
+
 /// Messages sent and not acknowledged, by id.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
@@ -287,6 +292,11 @@ impl Outbox {
         }
         for _ in 0..n {
             let id = r.varint()?;
+            if id > MAX_MESSAGE_ID {
+                return Err(fusee_core::wire::DecodeError::new(
+                    "outbox message id out of range",
+                ));
+            }
             let m = decode_message(&mut r)?;
             outbox.next_id = outbox.next_id.max(id);
             outbox.pending.insert(id, m);
@@ -545,5 +555,17 @@ mod tests {
             b[i] = rng.u8(..);
             let _ = Outbox::decode(&b);
         }
+        // An id past the bound is damage, so the next id never overflows.
+        let one = |id: u64| {
+            let mut b = Vec::new();
+            put_varint(&mut b, 1);
+            put_varint(&mut b, id);
+            encode_message(&sample()[0], &mut b);
+            b
+        };
+        let mut last = Outbox::decode(&one(MAX_MESSAGE_ID)).expect("at the bound");
+        assert_eq!(last.add(sample()[1].clone()), MAX_MESSAGE_ID + 1);
+        assert!(Outbox::decode(&one(MAX_MESSAGE_ID + 1)).is_err());
+        assert!(Outbox::decode(&one(u64::MAX)).is_err());
     }
 }

@@ -127,10 +127,13 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         if e.file_type()?.is_dir() {
             copy_dir(&e.path(), &dest)?;
         } else {
-            std::fs::copy(e.path(), dest)?;
+            std::fs::copy(e.path(), &dest)?;
+            // A copy's pages are dirty: synced here, the child's first
+            // fsync of each file pays for its own writes, not the copy's.
+            std::fs::File::open(&dest)?.sync_all()?;
         }
     }
-    Ok(())
+    std::fs::File::open(to)?.sync_all()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

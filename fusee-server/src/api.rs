@@ -545,17 +545,8 @@ async fn bulk(State(app): State<App>, Body(r): Body<BulkRequest>) -> Reply<BulkR
         )));
     }
     let count = if r.dry_run {
-        // The runs the action would ask: running ones passing the filter.
-        let mut filter = filter.status(StatusFilter::Running);
-        let mut count = 0u64;
-        loop {
-            let page = app.engine.list(filter.clone()).await?;
-            count += page.runs.len() as u64;
-            match page.next {
-                Some(c) => filter = filter.after(c),
-                None => break count,
-            }
-        }
+        // The runs the action would ask, selected as the action selects.
+        app.engine.count_running(filter).await?
     } else if r.action == "cancel" {
         match r.grace_ms {
             Some(ms) => {

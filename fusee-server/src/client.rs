@@ -67,6 +67,15 @@ pub enum ClientError {
         /// Why.
         detail: String,
     },
+    /// A workflow ID (or name) no URL can carry as a path segment: `.`
+    /// or `..`, which a URL reads as a dot segment, so the request would
+    /// name another resource. The engine refuses such IDs at start; a
+    /// store made before that may hold one: reach it offline.
+    #[error("{segment:?} cannot be a URL path segment (a URL reads it as a dot segment)")]
+    Unaddressable {
+        /// The segment.
+        segment: String,
+    },
 }
 
 impl ClientError {
@@ -218,7 +227,7 @@ impl Client {
         name: &str,
         from: u64,
     ) -> Result<ChunkStream, ClientError> {
-        let url = self.url(&["api", "v1", "runs", id, "streams", name]);
+        let url = self.url(&["api", "v1", "runs", id, "streams", name])?;
         let mut req = self
             .http
             .get(url.clone())
@@ -228,7 +237,7 @@ impl Client {
             req = req.bearer_auth(t);
         }
         let transport = |source| ClientError::Transport {
-            url: url.to_string(),
+            url: shown(&url),
             source,
         };
         let reply = req.send().await.map_err(transport)?;
@@ -239,7 +248,7 @@ impl Client {
         }
         let events = Events {
             reply,
-            url: url.to_string(),
+            url: shown(&url),
             buf: Vec::new(),
             over: false,
         };
@@ -581,14 +590,26 @@ impl Client {
     }
 
     /// The URL of `path`'s segments under the base, each segment
-    /// percent-encoded (a workflow ID may hold `/`, `?`, spaces).
-    fn url(&self, path: &[&str]) -> Url {
+    /// percent-encoded whole ([`crate::segment`]: a workflow ID may hold
+    /// `/`, `?`, spaces or line breaks). `.` and `..` cannot be sent:
+    /// [`ClientError::Unaddressable`].
+    fn url(&self, path: &[&str]) -> Result<Url, ClientError> {
         let mut url = self.base.clone();
-        if let Ok(mut segments) = url.path_segments_mut() {
-            segments.pop_if_empty();
-            segments.extend(path);
+        let mut joined = url.path().trim_end_matches('/').to_string();
+        for segment in path {
+            // Encoded or not (`%2E` too), a URL parser drops them.
+            if matches!(*segment, "." | "..") {
+                return Err(ClientError::Unaddressable {
+                    segment: segment.to_string(),
+                });
+            }
+            joined.push('/');
+            joined.push_str(&crate::segment::path_segment(segment));
         }
-        url
+        // Encoded already: `set_path` leaves `%XX` as it is and finds no
+        // control character left to drop.
+        url.set_path(&joined);
+        Ok(url)
     }
 
     async fn call<B: Serialize, R: DeserializeOwned>(
@@ -598,7 +619,7 @@ impl Client {
         query: Option<&[(String, String)]>,
         body: Option<&B>,
     ) -> Result<R, ClientError> {
-        let url = self.url(path);
+        let url = self.url(path)?;
         let mut req = self.http.request(method, url.clone());
         if let Some(q) = query
             && !q.is_empty()
@@ -612,7 +633,7 @@ impl Client {
             req = req.json(b);
         }
         let transport = |source| ClientError::Transport {
-            url: url.to_string(),
+            url: shown(&url),
             source,
         };
         let reply = req.send().await.map_err(transport)?;
@@ -627,9 +648,20 @@ impl Client {
             &bytes[..]
         };
         serde_json::from_slice(bytes).map_err(|e| ClientError::Decode {
-            url: url.to_string(),
+            url: shown(&url),
             detail: e.to_string(),
         })
+    }
+}
+
+/// `url` as an error shows it: at most 200 characters, so an ID of
+/// megabytes makes no message of megabytes.
+fn shown(url: &Url) -> String {
+    const SHOWN_CHARS_MAX: usize = 200;
+    let s = url.as_str();
+    match s.char_indices().nth(SHOWN_CHARS_MAX) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
     }
 }
 

@@ -107,6 +107,10 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
         E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         E::BadUpdateKey { .. } => (StatusCode::BAD_REQUEST, "bad_update_key"),
         E::BadSignalKey { .. } => (StatusCode::BAD_REQUEST, "bad_signal_key"),
+        E::BadWorkflowId { .. } => (StatusCode::BAD_REQUEST, "bad_workflow_id"),
+        E::BadCursor { .. } => (StatusCode::BAD_REQUEST, "bad_cursor"),
+        // The run is as it was: not `failed`, which says a run ended.
+        E::QueryFailed { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "query_failed"),
         // A finished run's journal let go after its history retention.
         E::HistoryGone { .. } => (StatusCode::GONE, "history_gone"),
         E::UnknownStream { .. } => (StatusCode::NOT_FOUND, "unknown_stream"),

@@ -65,6 +65,8 @@ mod console;
 #[cfg(feature = "server")]
 pub mod error;
 pub mod model;
+#[cfg(any(feature = "server", feature = "client"))]
+mod segment;
 
 #[cfg(feature = "client")]
 pub use client::{ChunkStream, Client, ClientError};

@@ -393,7 +393,9 @@ pub struct ResetRequest {
 pub struct BulkRequest {
     /// `cancel` or `terminate`.
     pub action: String,
-    /// Only runs of this type (absent: every running run).
+    /// Only runs of this type (absent: every running run but the
+    /// engine's own schedules, queues, limits and debounces, `fusee.*`,
+    /// which go only when their type is named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
     /// The reason recorded.

@@ -141,6 +141,31 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "bad_signal_key",
         ),
         (
+            Error::BadWorkflowId {
+                id: String::new(),
+                reason: "it is empty",
+            },
+            400,
+            "bad_workflow_id",
+        ),
+        (
+            Error::BadCursor {
+                cursor: s(),
+                reason: s(),
+            },
+            400,
+            "bad_cursor",
+        ),
+        (
+            Error::QueryFailed {
+                id: s(),
+                name: s(),
+                failure: Failure::new("no"),
+            },
+            422,
+            "query_failed",
+        ),
+        (
             Error::HistoryGone {
                 id: s(),
                 run: 3,

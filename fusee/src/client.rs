@@ -429,6 +429,11 @@ impl ListFilter {
         self.limit
     }
 
+    /// Whether the filter names a workflow type.
+    pub(crate) fn names_workflow(&self) -> bool {
+        self.workflow.is_some()
+    }
+
     /// Whether a run with this end (`None`: running) passes the status
     /// part of the filter.
     pub(crate) fn admits_status(&self, done: Option<Status>) -> bool {
@@ -573,7 +578,10 @@ impl FromStr for Cursor {
             .split('.')
             .map(|part| part.parse::<RunId>())
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Config(format!("cursor {s:?} does not parse: {e}")))?;
+            .map_err(|e| Error::BadCursor {
+                cursor: Error::given(s),
+                reason: format!("it does not parse: {e}"),
+            })?;
         Ok(Cursor { below })
     }
 }

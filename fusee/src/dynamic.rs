@@ -107,6 +107,7 @@ impl Engine {
         input: &Value,
         options: StartOptions,
     ) -> Result<RunRef> {
+        crate::engine::check_workflow_id(id)?;
         if let Some(a) = options.attributes_of() {
             a.check()?;
         }

@@ -431,6 +431,7 @@ impl Engine {
         input: &I,
         options: StartOptions,
     ) -> Result<RunHandle<O>> {
+        check_workflow_id(id)?;
         let input = encode(input).map_err(|e| Error::codec_for("workflow input", id, e))?;
         if let Some(a) = options.attributes_of() {
             a.check()?;
@@ -704,7 +705,9 @@ impl Engine {
     /// after it finished, is replayed with the registered code (no step
     /// runs, no handler of an update runs anew, nothing is recorded); once
     /// only its `Start` and `Done` are kept, the query is
-    /// [`Error::HistoryGone`], saying since when.
+    /// [`Error::HistoryGone`], saying since when. A handler that fails (or
+    /// panics), or a finished run that cannot be replayed, is
+    /// [`Error::QueryFailed`]: the run is as it was.
     pub async fn query<I: Serialize, O: DeserializeOwned>(
         &self,
         id: &str,
@@ -1091,6 +1094,35 @@ pub(crate) fn keyed_update_id(id: &str, key: &str) -> Result<String> {
 /// never 0 (no key), and in a domain of its own, apart from the keys of
 /// signals workflow code sends (`send_dedup`); an empty key is
 /// [`Error::BadSignalKey`].
+/// The longest workflow ID a start takes, in bytes: one fits any URL (a
+/// server refuses paths of 64 KiB and more) and a log record many times
+/// over. Temporal's default limit is 1,000 characters.
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// Whether `id` may name a new run: not empty, not `.` or `..` (a URL
+/// reads them as dot segments, so no HTTP client could address the run),
+/// at most [`MAX_ID_BYTES`] bytes, and no control character (a URL drops
+/// tabs and line breaks, and they hide in logs). [`Error::BadWorkflowId`]
+/// otherwise. Every start of a client checks it; runs stored before the
+/// check keep their IDs.
+pub fn check_workflow_id(id: &str) -> Result<()> {
+    let reason = if id.is_empty() {
+        "it is empty"
+    } else if id == "." || id == ".." {
+        "a URL reads it as a dot segment"
+    } else if id.len() > MAX_ID_BYTES {
+        "it is longer than 1024 bytes"
+    } else if id.chars().any(char::is_control) {
+        "it holds a control character"
+    } else {
+        return Ok(());
+    };
+    Err(Error::BadWorkflowId {
+        id: Error::given(id),
+        reason,
+    })
+}
+
 pub(crate) fn signal_dedup(id: &str, key: &str) -> Result<u64> {
     if key.is_empty() {
         return Err(Error::BadSignalKey {

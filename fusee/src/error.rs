@@ -379,6 +379,35 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A workflow ID no run may take, given to a start
+    /// ([`crate::check_workflow_id`] says which): nothing was recorded.
+    #[error("{id:?} is not a workflow ID: {reason}")]
+    BadWorkflowId {
+        /// The ID given (its first 64 characters, when longer).
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A listing cursor this engine could not have given: it does not
+    /// parse, or names another number of shards.
+    #[error("cursor {cursor:?} is invalid: {reason}")]
+    BadCursor {
+        /// The cursor given (its first 64 characters, when longer).
+        cursor: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A query did not answer: its handler failed, or a finished run
+    /// could not be replayed to answer it. The run is as it was.
+    #[error("query {name:?} of workflow {id:?} failed: {failure}")]
+    QueryFailed {
+        /// The workflow ID.
+        id: String,
+        /// The query's name.
+        name: String,
+        /// Why.
+        failure: Failure,
+    },
     /// A question that needs a finished run's whole journal (a query,
     /// answered by replaying it) after only its `Start` and `Done` are
     /// kept: its history was let go once `Config::history_retention`
@@ -477,6 +506,17 @@ impl Error {
             what,
             id: None,
             detail: e.to_string(),
+        }
+    }
+
+    /// `s` as an error names something a caller gave: its first 64
+    /// characters and `…` when longer, so a megabyte ID makes no megabyte
+    /// message.
+    pub(crate) fn given(s: &str) -> String {
+        const SHOWN_CHARS_MAX: usize = 64;
+        match s.char_indices().nth(SHOWN_CHARS_MAX) {
+            Some((at, _)) => format!("{}…", &s[..at]),
+            None => s.to_string(),
         }
     }
 

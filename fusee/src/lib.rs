@@ -168,7 +168,7 @@ pub use ctx::{
     WaitFor,
 };
 pub use dynamic::{Cause, ChainLink};
-pub use engine::{Engine, RunHandle};
+pub use engine::{Engine, MAX_ID_BYTES, RunHandle, check_workflow_id};
 pub use error::{Error, Result};
 /// Flow control, in `flow/`: its modules keep their paths at the root.
 pub use flow::debounce::Debounce;

@@ -78,10 +78,12 @@ impl Engine {
     /// the new run.
     ///
     /// Refused, recording nothing: a step name the run never reached
-    /// ([`Error::UnknownStep`], listing the steps it has); a run whose
-    /// journal is gone (finished and parked: only its start and end are
-    /// kept) or that has a child still running at that point (its result
-    /// would go to the old run) ([`Error::CannotReset`]).
+    /// ([`Error::UnknownStep`], listing the steps it has); a finished run
+    /// whose history was let go (after `Config::history_retention`, or at
+    /// once for a journal over `Config::history_max_bytes`: only its start
+    /// and end are kept) or a run that has a child still running at that
+    /// point (its result would go to the old run) ([`Error::CannotReset`]).
+    /// A finished run is reset from its kept journal, in memory or parked.
     ///
     /// ```
     /// # async fn demo(engine: fusee::Engine) -> fusee::Result<()> {
@@ -179,10 +181,13 @@ impl Engine {
         let below = match &filter.after {
             Some(c) if c.below.len() == shards as usize => c.below.clone(),
             Some(c) => {
-                return Err(Error::Config(format!(
-                    "cursor {c} is for {} shards; this engine has {shards}",
-                    c.below.len()
-                )));
+                return Err(Error::BadCursor {
+                    cursor: Error::given(&c.to_string()),
+                    reason: format!(
+                        "it is for {} shard(s); this engine has {shards}",
+                        c.below.len()
+                    ),
+                });
             }
             None => vec![RunId::MAX; shards as usize],
         };
@@ -205,9 +210,18 @@ impl Engine {
         Ok(merge(pages, below, filter.limit))
     }
 
+    /// How many running workflows pass `filter` as the bulk actions
+    /// ([`cancel_all`](Self::cancel_all), [`terminate_all`](Self::terminate_all))
+    /// select them: what one of them would ask now.
+    pub async fn count_running(&self, filter: ListFilter) -> Result<u64> {
+        self.for_each_running(filter, |_, _| async { Ok(()) }).await
+    }
+
     /// Asks every running workflow that passes `filter` (its status part
     /// is ignored) to cancel with `reason`; the count asked. Runs that
-    /// finish meanwhile are skipped.
+    /// finish meanwhile are skipped. Without a workflow type in `filter`,
+    /// the engine's own schedules, queues, limits and debounces
+    /// (`fusee.*` types) are left alone: name their type to act on them.
     pub async fn cancel_all(&self, filter: ListFilter, reason: &str) -> Result<u64> {
         self.cancel_all_as(filter, reason, None).await
     }
@@ -240,7 +254,9 @@ impl Engine {
     }
 
     /// Terminates every running workflow that passes `filter` (its status
-    /// part is ignored) with `reason`; the count terminated.
+    /// part is ignored) with `reason`; the count terminated. Without a
+    /// workflow type in `filter`, the engine's own `fusee.*` runs are left
+    /// alone, as for [`cancel_all`](Self::cancel_all).
     pub async fn terminate_all(&self, filter: ListFilter, reason: &str) -> Result<u64> {
         self.for_each_running(filter, |engine, id| {
             let reason = reason.to_string();
@@ -254,11 +270,17 @@ impl Engine {
         F: Fn(Engine, String) -> Fut,
         Fut: std::future::Future<Output = Result<()>>,
     {
+        // Terminating every run must not take the schedules and queues
+        // with it: they are the engine's, and go only when named.
+        let engine_runs_too = filter.names_workflow();
         let mut filter = filter.status(StatusFilter::Running);
         let mut count = 0;
         loop {
             let page = self.list(filter.clone()).await?;
             for run in page.runs {
+                if !engine_runs_too && crate::flow::is_engine_type(&run.workflow) {
+                    continue;
+                }
                 match act(self.clone(), run.id).await {
                     Ok(()) => count += 1,
                     // Finished since the page was read.

@@ -191,6 +191,68 @@ async fn reset_runs_a_failed_run_again_from_a_step_without_rerunning_the_ones_be
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Polls until `id`'s current run is parked (at most 10 s).
+async fn until_parked(engine: &Engine, id: &str) {
+    for _ in 0..1000 {
+        if engine.describe(id).await.unwrap().parked {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{id} never parked");
+}
+
+/// A finished run parks at the next housekeeping, its whole journal kept
+/// in its frame while its history is: a reset reads it from there (it was
+/// refused once parked, "only its start and end are kept", which was
+/// false). Once the history is let go, the refusal says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_takes_a_parked_finished_run_while_its_history_is_kept() {
+    let dir = temp_dir("reset-parked");
+    let counts: Arc<[AtomicU32; 3]> = Arc::new(Default::default());
+    let broken = Arc::new(AtomicBool::new(false));
+    let config = || Config::file(&dir).shards(2).park_after(Duration::ZERO);
+    let engine = Engine::open(config()).await.unwrap();
+    register_three_steps(&engine, &counts, &broken);
+    engine.start(THREE_STEPS, "rp-1", &0).await.unwrap();
+    assert_eq!(engine.result(THREE_STEPS, "rp-1").await.unwrap(), 6);
+    let first = engine.describe("rp-1").await.unwrap().run;
+    until_parked(&engine, "rp-1").await;
+
+    match engine.reset("rp-1", "d", "typo").await {
+        Err(Error::UnknownStep { steps, .. }) => assert_eq!(steps, ["a", "b", "c"]),
+        other => panic!("expected UnknownStep, found {other:?}"),
+    }
+    let again = engine.reset("rp-1", "c", "again").await.unwrap();
+    assert_ne!(again.run, first);
+    assert_eq!(engine.result(THREE_STEPS, "rp-1").await.unwrap(), 6);
+    assert_eq!(counts[0].load(Ordering::SeqCst), 1, "a ran again");
+    assert_eq!(counts[2].load(Ordering::SeqCst), 2);
+    drop(engine); // a crash: the reset's records are durable
+    let engine = Engine::open(config()).await.unwrap();
+    register_three_steps(&engine, &counts, &broken);
+    assert_eq!(engine.result(THREE_STEPS, "rp-1").await.unwrap(), 6);
+    assert_eq!(engine.describe("rp-1").await.unwrap().run, again.run);
+    engine.close().await.unwrap();
+
+    // A finished run whose history is let go at once: refused, saying so.
+    let engine = Engine::open(config().history_retention(Duration::ZERO))
+        .await
+        .unwrap();
+    register_three_steps(&engine, &counts, &broken);
+    engine.start(THREE_STEPS, "rp-2", &0).await.unwrap();
+    assert_eq!(engine.result(THREE_STEPS, "rp-2").await.unwrap(), 6);
+    until_parked(&engine, "rp-2").await;
+    match engine.reset("rp-2", "c", "too late").await {
+        Err(Error::CannotReset { reason, .. }) => {
+            assert!(reason.contains("history was let go"), "{reason}")
+        }
+        other => panic!("expected CannotReset, found {other:?}"),
+    }
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_run_resets_a_run_once_and_refuses_a_run_the_id_moved_on_from() {
     let dir = temp_dir("reset-run");
@@ -777,4 +839,51 @@ async fn a_listing_tells_when_each_run_finished_loaded_parked_and_reopened() {
         Some(None),
         "{page:?}"
     );
+}
+
+const NAMED: Workflow<u32, u32> = Workflow::new("named");
+
+/// A workflow ID no URL could address (empty, `.`, `..`, a control
+/// character) or over `MAX_ID_BYTES` is refused at start, through the
+/// typed and the JSON API alike, recording nothing; a cursor this engine
+/// could not have given is `BadCursor`, not a configuration error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_workflow_ids_and_cursors_are_named_errors() {
+    let engine = Engine::open(Config::memory().shards(2)).await.unwrap();
+    engine.register(NAMED, |_: Ctx, n: u32| async move { Ok::<_, Failure>(n) });
+    let long = "x".repeat(fusee::MAX_ID_BYTES + 1);
+    for id in ["", ".", "..", "new\nline", "tab\t", "nul\0", long.as_str()] {
+        match engine.start(NAMED, id, &1).await {
+            Err(Error::BadWorkflowId { id: shown, .. }) => {
+                assert!(shown.chars().count() <= 65, "the error shows {shown:?}")
+            }
+            other => panic!("{id:?}: expected BadWorkflowId, found {other:?}"),
+        }
+        let json = engine
+            .start_json("named", id, &serde_json::json!(1), IdPolicy::NewOnly)
+            .await;
+        assert!(
+            matches!(json, Err(Error::BadWorkflowId { .. })),
+            "{id:?}: {json:?}"
+        );
+        assert!(matches!(
+            engine.describe(id).await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+    let longest = "y".repeat(fusee::MAX_ID_BYTES);
+    for id in [longest.as_str(), "a.b", "...", "a/b/../c", "заказ-🚀"] {
+        assert_eq!(engine.execute(NAMED, id, &3).await.unwrap(), 3, "{id:?}");
+    }
+
+    match "garbage".parse::<fusee::Cursor>() {
+        Err(Error::BadCursor { cursor, .. }) => assert_eq!(cursor, "garbage"),
+        other => panic!("expected BadCursor, found {other:?}"),
+    }
+    let one_shard: fusee::Cursor = "5".parse().unwrap();
+    match engine.list(ListFilter::new().after(one_shard)).await {
+        Err(Error::BadCursor { reason, .. }) => assert!(reason.contains("2"), "{reason}"),
+        other => panic!("expected BadCursor, found {other:?}"),
+    }
+    engine.close().await.unwrap();
 }

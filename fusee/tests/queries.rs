@@ -205,3 +205,49 @@ async fn a_finished_run_over_the_history_size_answers_history_gone_since_its_end
     }
     te.close().await.unwrap();
 }
+
+const ASKER: Workflow<(), u32> = Workflow::new("asker");
+const ASK: Query<u32, u32> = Query::new("ask");
+
+/// A query whose handler fails is `Error::QueryFailed` naming the query,
+/// not `Error::Failed`, which says the run ended: the run carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_query_is_its_own_error_and_the_run_carries_on() {
+    let engine = Engine::open(Config::memory()).await.unwrap();
+    engine.register(ASKER, |ctx: Ctx, ()| async move {
+        ctx.on_query(ASK, |n: u32| {
+            if n == 0 {
+                Err(Failure::with_kind("zero", "ask a number above zero"))
+            } else {
+                Ok(n * 2)
+            }
+        });
+        Ok::<_, Failure>(ctx.wait_for(&OPEN).await?.unwrap_or(0))
+    });
+    engine.start(ASKER, "a-1", &()).await.unwrap();
+    let mut answered = None;
+    for _ in 0..500 {
+        match engine.query("a-1", ASK, &21).await {
+            Ok(n) => {
+                answered = Some(n);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert_eq!(answered, Some(42));
+    match engine.query("a-1", ASK, &0).await {
+        Err(Error::QueryFailed { id, name, failure }) => {
+            assert_eq!((id.as_str(), name.as_str()), ("a-1", "ask"));
+            assert!(failure.to_string().contains("above zero"), "{failure}");
+        }
+        other => panic!("expected QueryFailed, found {other:?}"),
+    }
+    assert_eq!(
+        engine.describe("a-1").await.unwrap().status,
+        RunStatus::Running
+    );
+    engine.signal("a-1", OPEN, &7).await.unwrap();
+    assert_eq!(engine.result(ASKER, "a-1").await.unwrap(), 7);
+    engine.close().await.unwrap();
+}

@@ -460,3 +460,39 @@ async fn a_trigger_fires_now_under_the_overlap_policy_and_a_paused_schedule_refu
         .expect("describe");
     assert_eq!((about.paused, about.fired), (false, 1), "{about:?}");
 }
+
+/// A bulk terminate with no workflow type leaves the engine's own runs
+/// (here a schedule's) alone: it deleted every schedule, queue and limit
+/// of the store. Named, they go like any other type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_action_over_every_run_leaves_the_schedules_alone() {
+    let kit = kit().await;
+    let engine = kit.engine();
+    engine
+        .schedule("nightly", "0 3 * * *", JOB, &0)
+        .create()
+        .await
+        .expect("created");
+    engine.start(JOB, "long-job", &3600).await.expect("start");
+    let every = ListFilter::new();
+    assert_eq!(engine.count_running(every.clone()).await.expect("count"), 1);
+    let n = engine
+        .terminate_all(every.clone(), "clean up")
+        .await
+        .expect("terminate");
+    assert_eq!(n, 1, "the user's run only");
+    assert_eq!(engine.schedules().list().await.expect("list"), ["nightly"]);
+    engine
+        .schedules()
+        .describe("nightly")
+        .await
+        .expect("the schedule still answers");
+    let schedules = ListFilter::new().workflow("fusee.schedule");
+    assert_eq!(
+        engine
+            .count_running(schedules.clone())
+            .await
+            .expect("count"),
+        1
+    );
+}

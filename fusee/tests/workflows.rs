@@ -668,8 +668,10 @@ async fn handlers_may_use_the_ctx_at_once_and_their_panics_stay_theirs() {
         other => panic!("expected the validator's panic as a refusal, found {other:?}"),
     }
     match engine.query("e-1", PEEK, &()).await {
-        Err(Error::Failed { failure, .. }) => assert_eq!(failure.kind.as_deref(), Some("panic")),
-        other => panic!("expected the query's panic as a failure, found {other:?}"),
+        Err(Error::QueryFailed { failure, .. }) => {
+            assert_eq!(failure.kind.as_deref(), Some("panic"))
+        }
+        other => panic!("expected the query's panic as a failed query, found {other:?}"),
     }
     // The shard still works.
     assert_eq!(engine.update("e-1", STRICT, &7).await.unwrap(), 7);

@@ -25,6 +25,13 @@
 //! and the client side sends a refused update again: it reaches the next
 //! run.
 
+/// Whether workflow type `wtype` is one of the engine's own entity
+/// workflows (a schedule, queue, limit or debounce: `fusee.*`), which a
+/// bulk action over every running run leaves alone unless named.
+pub(crate) fn is_engine_type(wtype: &str) -> bool {
+    wtype.starts_with("fusee.")
+}
+
 pub mod debounce;
 pub mod limit;
 pub mod promise;

@@ -792,9 +792,9 @@ impl ShardLoop {
                 gone_ms: if due > now_ms { finished_ms } else { due },
             });
         }
-        let failed = |kind: &str, message: String| Error::Failed {
+        let failed = |kind: &str, message: String| Error::QueryFailed {
             id: id.to_string(),
-            status: "query failed",
+            name: name.to_string(),
             failure: Failure::with_kind(kind, message),
         };
         match host::replay(&self.registry, &records) {
@@ -1087,9 +1087,9 @@ fn ask_query(
             registered,
         });
     };
-    answer.map_err(|failure| Error::Failed {
+    answer.map_err(|failure| Error::QueryFailed {
         id: id.to_string(),
-        status: "query failed",
+        name: name.to_string(),
         failure,
     })
 }

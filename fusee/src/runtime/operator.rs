@@ -439,23 +439,36 @@ impl ShardLoop {
         let Some((old, frame)) = self.lookup_frames(id)? else {
             return Err(Error::NotFound { id: id.to_string() });
         };
+        // A finished parked run is reset from its frame, which holds its
+        // whole journal while its history is kept: it is not loaded back.
+        let mut parked_finished = None;
         if let Some(frame) = frame {
             if self.core.parked(old).and_then(|p| p.done()).is_some() {
-                return Err(cannot(
-                    "it finished and was parked: only its start and end are kept".into(),
-                ));
+                if crate::recovery::summary_only(&frame.journal) {
+                    return Err(cannot(
+                        "its history was let go (Config::history_retention,                          Config::history_max_bytes): only its start and end are kept"
+                            .into(),
+                    ));
+                }
+                parked_finished = Some(frame.journal);
+            } else {
+                self.load_frame(old, frame, now_ms)
+                    .map_err(|error| Error::Storage {
+                        shard: self.shard,
+                        error,
+                    })?;
             }
-            self.load_frame(old, frame, now_ms)
-                .map_err(|error| Error::Storage {
+        }
+        let (finished, journal) = match parked_finished {
+            Some(journal) => (true, journal),
+            None => (
+                self.core.get(old).and_then(|l| l.done).is_some(),
+                self.run_journal(old).map_err(|error| Error::Storage {
                     shard: self.shard,
                     error,
-                })?;
-        }
-        let finished = self.core.get(old).and_then(|l| l.done).is_some();
-        let journal = self.run_journal(old).map_err(|error| Error::Storage {
-            shard: self.shard,
-            error,
-        })?;
+                })?,
+            ),
+        };
         let mut records = Vec::new();
         for item in iter_canonical(&journal) {
             let (rec, _) = item.map_err(|e| cannot(format!("its journal does not decode: {e}")))?;

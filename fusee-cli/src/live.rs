@@ -6,19 +6,27 @@
 //! renderers ([`summary::render_runs`], [`summary::render_overview`],
 //! [`show::render`]): only where the data comes from differs.
 //!
-//! The API lists runs without their finish time or what they wait for, so
-//! `runs` and `inspect` describe each listed run too (a few requests in
-//! flight at once), which also tells a waiting run from a running one as a
-//! store does.
+//! The API lists runs without what they wait for or their search
+//! attributes, so `runs` and `inspect` describe each listed run too (a few
+//! requests in flight at once), which also tells a waiting run from a
+//! running one as a store does. A description is of an ID's latest run: an
+//! older run of its chain (a reset's) keeps its own row, its attributes
+//! read from its journal. A run that cannot be described (an ID no URL can
+//! carry) keeps what the listing says, and the command says so on stderr
+//! once instead of failing.
 
 use std::process::ExitCode;
 
-use fusee::inspect::Waiting;
-use fusee_server::model::{Description, RunsQuery, ShardInfo, StartReply, StartRequest};
+use fusee::AttrMap;
+use fusee::inspect::{Waiting, journal};
+use fusee_server::model::{
+    Description, RunSummary, RunsQuery, ShardInfo, StartReply, StartRequest,
+};
 use fusee_server::{Client, ClientError};
 use serde_json::{Value, json};
 
-use crate::output::{emit, emit_json};
+use crate::fmt::cut;
+use crate::output::{emit, emit_json, say};
 use crate::progress::Bar;
 use crate::summary::{Filter, Overview, RunRow, ShardRow};
 use crate::{CliError, Remote, Verb, show, summary};
@@ -28,6 +36,10 @@ const PAGE: usize = 1000;
 
 /// Descriptions asked at once.
 const IN_FLIGHT: usize = 16;
+
+/// Characters of a URL, an ID or a server's message an error shows at
+/// most: a workflow ID may be megabytes, and a URL holds it.
+const SHOWN: usize = 200;
 
 /// The client of `remote`'s server, with its token (`--token`, else
 /// `$FUSEE_TOKEN`).
@@ -47,7 +59,8 @@ fn client(remote: &Remote) -> Result<Client, CliError> {
 }
 
 /// A client error as the command reports it: the server's kind and
-/// message, a URL that is not one as a usage error.
+/// message with what to do about it, a URL that is not one as a usage
+/// error; every URL and message cut to [`SHOWN`] characters.
 fn from_client(e: ClientError) -> CliError {
     match e {
         ClientError::Api {
@@ -57,11 +70,59 @@ fn from_client(e: ClientError) -> CliError {
         } => CliError::Server {
             status,
             kind,
-            message,
+            message: with_hint(status, &cut(&message, SHOWN)),
         },
-        e @ ClientError::BadUrl { .. } => CliError::Usage(e.to_string()),
-        other => CliError::Other(other.to_string()),
+        ClientError::BadUrl { url, detail } => CliError::Usage(
+            ClientError::BadUrl {
+                url: cut(&url, SHOWN),
+                detail,
+            }
+            .to_string(),
+        ),
+        // reqwest's own text repeats the URL: said once, cut, then what
+        // went wrong underneath (a refused connection, a reset).
+        ClientError::Transport { url, source } => {
+            let mut causes = String::new();
+            let mut cause = std::error::Error::source(&source);
+            while let Some(c) = cause {
+                causes = format!("{causes}: {}", cut(&c.to_string(), SHOWN));
+                cause = c.source();
+            }
+            let shown = ClientError::Transport {
+                url: cut(&url, SHOWN),
+                source: source.without_url(),
+            };
+            CliError::Other(format!("{shown}{causes}"))
+        }
+        ClientError::Decode { url, detail } => CliError::Other(
+            ClientError::Decode {
+                url: cut(&url, SHOWN),
+                detail: cut(&detail, SHOWN),
+            }
+            .to_string(),
+        ),
     }
+}
+
+/// A server's error `message` for HTTP `status`, with what the user can do
+/// about the statuses the command itself causes (a missing or wrong token,
+/// a URL too long); an empty message (a reply from outside the API) says
+/// so.
+fn with_hint(status: u16, message: &str) -> String {
+    let message = if message.is_empty() {
+        "(no message)"
+    } else {
+        message
+    };
+    let hint = match status {
+        401 => "give the server's token with --token or $FUSEE_TOKEN",
+        403 => "this token may not do this: the verbs and backup take the admin token",
+        414 => {
+            "the request's URL is too long for the server (a workflow ID that long cannot be asked for)"
+        }
+        _ => return message.to_string(),
+    };
+    format!("{message}; {hint}")
 }
 
 /// Runs `work` on a runtime of this thread (the command does one thing at
@@ -98,11 +159,32 @@ fn waiting_of(d: &Description) -> Vec<Waiting> {
         .collect()
 }
 
-/// A listed run, with its description when it is of the same run (a
-/// description is of the ID's latest run; an older run of the chain keeps
-/// what the listing says).
-fn row(s: fusee_server::model::RunSummary, d: Option<Description>) -> RunRow {
-    let d = d.filter(|d| d.shard == s.shard && d.run == s.run);
+/// What the server said of a listed run besides its row.
+enum Known {
+    /// The ID's latest run's description, of this very run.
+    Latest(Box<Description>),
+    /// An older run of the ID's chain: its attributes, from its journal
+    /// (a description is of the latest run only).
+    Older(AttrMap),
+    /// Nothing more: the run is gone meanwhile, or could not be asked for.
+    Listed,
+}
+
+/// A listed run as a store would show it: the listing's row, completed by
+/// what else is `known` of it.
+fn row(s: RunSummary, known: Known) -> RunRow {
+    let (d, attributes) = match known {
+        Known::Latest(d) => {
+            let attributes = d
+                .attributes
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), fusee::AttrValue::from_json(v)?)))
+                .collect();
+            (Some(*d), attributes)
+        }
+        Known::Older(attributes) => (None, attributes),
+        Known::Listed => (None, AttrMap::new()),
+    };
     let status = match &d {
         Some(d) => status_of(d),
         None if s.parked && s.status == "running" => "parked".into(),
@@ -112,7 +194,9 @@ fn row(s: fusee_server::model::RunSummary, d: Option<Description>) -> RunRow {
         shard: s.shard,
         run: s.run,
         status,
-        finished_ms: d.as_ref().and_then(|d| d.finished_ms),
+        // The description's when it has one: the run may have ended since
+        // it was listed.
+        finished_ms: d.as_ref().and_then(|d| d.finished_ms).or(s.finished_ms),
         // As a store lists it: a parked run's waits are in its journal
         // (`show`), not in the listing.
         waiting_for: d
@@ -121,27 +205,83 @@ fn row(s: fusee_server::model::RunSummary, d: Option<Description>) -> RunRow {
             .map(waiting_of)
             .unwrap_or_default(),
         last_lsn: None,
-        attributes: d
-            .as_ref()
-            .map(|d| {
-                d.attributes
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.clone(), fusee::AttrValue::from_json(v)?)))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        attributes,
         id: s.id,
         workflow: s.workflow,
         started_ms: s.started_ms,
     }
 }
 
-/// Describes `runs`, [`IN_FLIGHT`] at a time. A run gone meanwhile
-/// (`not_found`) keeps what the listing says; any other error ends it.
+/// The search attributes a `fusee-journal` document's records hold at its
+/// end, as a store's reader folds them.
+fn journal_attributes(doc: &serde_json::Value) -> Result<AttrMap, CliError> {
+    let records = journal::from_json(doc)
+        .map_err(|e| CliError::Other(format!("the server's journal does not read: {e}")))?;
+    let mut bytes = Vec::new();
+    for r in &records {
+        fusee_core::record::encode_canonical(r, &mut bytes);
+    }
+    Ok(fusee::attrs::journal_attributes(&bytes))
+}
+
+/// What else the server knows of listed run `s`: its description, or for
+/// an older run of its ID its journal's attributes. A run gone meanwhile
+/// (`not_found`) is [`Known::Listed`].
+async fn know(client: &Client, s: &RunSummary) -> Result<Known, CliError> {
+    let gone = |e: &ClientError| e.kind() == Some("not_found");
+    let d = match client.describe(&s.id).await {
+        Ok(d) => d,
+        Err(e) if gone(&e) => return Ok(Known::Listed),
+        Err(e) => return Err(from_client(e)),
+    };
+    if d.shard == s.shard && d.run == s.run {
+        return Ok(Known::Latest(Box::new(d)));
+    }
+    match client.journal(&s.id, Some(s.run)).await {
+        Ok(doc) => Ok(Known::Older(journal_attributes(&doc)?)),
+        Err(e) if gone(&e) => Ok(Known::Listed),
+        Err(e) => Err(from_client(e)),
+    }
+}
+
+/// The listed runs that could not be described, said once on stderr when
+/// the listing is done.
+#[derive(Default)]
+struct Undescribed {
+    /// How many.
+    count: usize,
+    /// The first one's ID and why.
+    first: Option<(String, CliError)>,
+}
+
+impl Undescribed {
+    fn add(&mut self, id: &str, e: CliError) {
+        self.count += 1;
+        if self.first.is_none() {
+            self.first = Some((id.to_string(), e));
+        }
+    }
+
+    /// Says on stderr which runs show only what the listing says.
+    fn say(&self) {
+        if let Some((id, e)) = &self.first {
+            say(&format!(
+                "fusee: {} listed run(s) could not be described and show only what the \
+                 listing says (no attributes or waits); the first, {:?}: {e}",
+                self.count,
+                cut(id, SHOWN)
+            ));
+        }
+    }
+}
+
+/// Rows of `runs`, [`IN_FLIGHT`] described at a time. A run that cannot
+/// be described keeps its listing's row and is counted in `undescribed`.
 async fn describe_all(
     client: &Client,
-    runs: Vec<fusee_server::model::RunSummary>,
+    runs: Vec<RunSummary>,
     bar: &Bar,
+    undescribed: &mut Undescribed,
 ) -> Result<Vec<RunRow>, CliError> {
     let mut out = Vec::with_capacity(runs.len());
     let mut runs = runs.into_iter().peekable();
@@ -149,27 +289,27 @@ async fn describe_all(
         let chunk: Vec<_> = runs.by_ref().take(IN_FLIGHT).collect();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, s) in chunk.iter().enumerate() {
-            let (client, id) = (client.clone(), s.id.clone());
-            tasks.spawn(async move { (i, client.describe(&id).await) });
+            let (client, s) = (client.clone(), s.clone());
+            tasks.spawn(async move { (i, know(&client, &s).await) });
         }
-        let mut described: Vec<Option<Description>> = vec![None; chunk.len()];
+        let mut known: Vec<Known> = chunk.iter().map(|_| Known::Listed).collect();
         while let Some(done) = tasks.join_next().await {
-            let (i, d) = done.map_err(|e| CliError::Other(format!("a description failed: {e}")))?;
-            match d {
-                Ok(d) => described[i] = Some(d),
-                Err(e) if e.kind() == Some("not_found") => {}
-                Err(e) => return Err(from_client(e)),
+            let (i, k) = done.map_err(|e| CliError::Other(format!("a description failed: {e}")))?;
+            match k {
+                Ok(k) => known[i] = k,
+                Err(e) => undescribed.add(&chunk[i].id, e),
             }
             bar.inc();
         }
-        out.extend(chunk.into_iter().zip(described).map(|(s, d)| row(s, d)));
+        out.extend(chunk.into_iter().zip(known).map(|(s, k)| row(s, k)));
     }
     Ok(out)
 }
 
 /// The runs passing `filter`, newest first, at most its limit: pages of
-/// the server's listing (filtered there by type, and by status as far as
-/// the API names it), each run described, then filtered as offline.
+/// the server's listing (filtered there by type, attributes, and status as
+/// far as the API names it), each run described, then filtered by status
+/// and type as offline.
 async fn rows(client: &Client, filter: &Filter) -> Result<Vec<RunRow>, CliError> {
     let status = filter.status.as_deref().map(|s| match s {
         // The API's `running` is every unfinished run.
@@ -185,19 +325,23 @@ async fn rows(client: &Client, filter: &Filter) -> Result<Vec<RunRow>, CliError>
     };
     let bar = Bar::new(0, "runs");
     let mut out = Vec::new();
+    let mut undescribed = Undescribed::default();
     while out.len() < limit {
         // No more than the limit still wants: each listed run costs a
         // description.
         query.limit = Some(PAGE.min(limit - out.len()));
         let page = client.runs(&query).await.map_err(from_client)?;
-        let described = describe_all(client, page.runs, &bar).await?;
-        out.extend(described.into_iter().filter(|r| filter.keeps(r)));
+        let described = describe_all(client, page.runs, &bar, &mut undescribed).await?;
+        // The server applied the attribute conditions to each run's own
+        // attributes; a run left undescribed has none here to apply them to.
+        out.extend(described.into_iter().filter(|r| filter.keeps_listed(r)));
         match page.next {
             Some(next) => query.cursor = Some(next),
             None => break,
         }
     }
     bar.finish();
+    undescribed.say();
     out.truncate(limit);
     Ok(out)
 }

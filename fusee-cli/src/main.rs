@@ -29,7 +29,8 @@
 //!
 //! Exit status: 0 done (for `verify`: no problem; also when the reader of
 //! stdout closed it early, as `| head` does), 1 `verify` found problems, 2
-//! bad arguments (also a request a server calls malformed, HTTP 400), 3
+//! bad arguments (`--token` without `--url` among them; also a request a
+//! server calls malformed, HTTP 400), 3
 //! the command could not do its work (no store, a store an engine holds,
 //! another backend's store, damage that stops reading; a server that
 //! refused or could not be reached).
@@ -114,6 +115,23 @@ pub(crate) struct Remote {
     pub(crate) token: Option<String>,
 }
 
+impl Remote {
+    /// Refuses `--token` without `--url` (exit 2): it would be silently
+    /// ignored on a directory. Checked here, not only by clap's `requires`,
+    /// which `inspect` and `runs` skip when their directory is given (it
+    /// conflicts with `--url`).
+    pub(crate) fn check(&self) -> Result<(), CliError> {
+        match (&self.url, &self.token) {
+            (None, Some(_)) => Err(CliError::Usage(
+                "--token is the token of a live engine's server: give its --url too \
+                 (a directory is read without one)"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a verb on a live engine's run takes besides its own arguments.
 #[derive(clap::Args, Debug)]
 pub(crate) struct VerbArgs {
@@ -141,10 +159,12 @@ enum Command {
     /// record: `fusee show DIR ID`, or `fusee show --url URL ID`. With
     /// --json: the `fusee-journal` format, version 1, which round-trips
     /// every record exactly.
+    #[command(override_usage = "fusee show [OPTIONS] DIR ID\n       \
+                                fusee show [OPTIONS] --url URL ID")]
     Show {
         /// The store's directory, then the workflow ID; with --url, the
         /// workflow ID only.
-        #[arg(value_name = "DIR", num_args = 1..=2, required = true)]
+        #[arg(value_name = "[DIR] ID", num_args = 1..=2, required = true)]
         args: Vec<String>,
         /// Refuse the directory unless it holds a store of this backend.
         #[arg(long, conflicts_with = "url")]
@@ -316,7 +336,6 @@ pub(crate) enum Verb {
 
 impl Verb {
     /// The server and output options.
-    #[cfg_attr(not(feature = "live"), allow(dead_code))]
     pub(crate) fn remote(&self) -> (&Remote, bool) {
         let a = match self {
             Verb::Start { args, .. }
@@ -475,7 +494,28 @@ fn show_target(args: Vec<String>, live: bool) -> Result<(Option<PathBuf>, String
     }
 }
 
+impl Command {
+    /// The server options of a command that takes them.
+    fn remote(&self) -> Option<&Remote> {
+        match self {
+            Command::Inspect(a) | Command::Runs { read: a, .. } => Some(&a.remote),
+            Command::Show { remote, .. } => Some(remote),
+            Command::Backup(a) => Some(&a.remote),
+            Command::Verb(v) => Some(v.remote().0),
+            Command::Verify(_)
+            | Command::DiskCheck(_)
+            | Command::Compare(_)
+            | Command::Migrate(_)
+            | Command::Check { .. }
+            | Command::Reshard(_) => None,
+        }
+    }
+}
+
 fn run(command: Command) -> Result<ExitCode, CliError> {
+    if let Some(remote) = command.remote() {
+        remote.check()?;
+    }
     match command {
         Command::Inspect(a) => match a.dir {
             Some(dir) => summary::inspect(&dir, a.backend, a.json),

@@ -395,15 +395,22 @@ pub(crate) struct Filter {
 impl Filter {
     /// Whether `r` passes.
     pub(crate) fn keeps(&self, r: &RunRow) -> bool {
+        self.keeps_listed(r)
+            && self
+                .attrs
+                .iter()
+                .all(|c| r.attributes.get(c.name()).is_some_and(|v| c.admits(v)))
+    }
+
+    /// Whether `r` passes by status and type, the attribute conditions
+    /// aside: what a server's listing, which applied those itself, is
+    /// filtered by again (its `running` is also `waiting` and `parked`).
+    pub(crate) fn keeps_listed(&self, r: &RunRow) -> bool {
         let status = self.status.as_deref().is_none_or(|s| match s {
             "finished" => status_of(&r.status).is_some(),
             other => r.status == other,
         });
-        let attrs = self
-            .attrs
-            .iter()
-            .all(|c| r.attributes.get(c.name()).is_some_and(|v| c.admits(v)));
-        status && attrs && self.wtype.as_deref().is_none_or(|t| r.workflow == t)
+        status && self.wtype.as_deref().is_none_or(|t| r.workflow == t)
     }
 
     /// The attribute conditions in the server's query form (`;` between).

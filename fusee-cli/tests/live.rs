@@ -267,6 +267,17 @@ async fn verbs_act_on_a_live_engine_and_refusals_are_named() {
     let out = fusee(&admin(&["cancel", "o-1", "--grace", "soon"])).await;
     refused(&out, 2, &["\"soon\" is not a duration"]);
     refused(&fusee(&["runs", "--token", ADMIN]).await, 2, &["--url"]);
+    // --token on a directory: refused by every command, not ignored.
+    for args in [
+        &["runs", "some-dir", "--token", READ][..],
+        &["inspect", "some-dir", "--token", READ],
+        &["show", "some-dir", "o-1", "--token", READ],
+        &["backup", "some-dir", "other-dir", "--token", ADMIN],
+    ] {
+        refused(&fusee(args).await, 2, &["--url"]);
+    }
+    // show's usage names what --url takes.
+    refused(&fusee(&["show", "--url", u]).await, 2, &["--url URL ID"]);
     refused(
         &fusee(&["runs", "--url", "not a url"]).await,
         2,
@@ -360,4 +371,170 @@ async fn backup_through_the_server_copies_the_live_store() {
     stdout(&["verify", d], 0).await;
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&dest);
+}
+
+const WORK: Workflow<(), u32> = Workflow::new("work");
+const IDLE: Workflow<(), ()> = Workflow::new("idle");
+
+/// One step, to reset a run from, then a wait for `go`.
+async fn work(ctx: Ctx, (): ()) -> Result<u32, Failure> {
+    let n = ctx.step("count", |_| async { Ok(1u32) }).await?;
+    ctx.wait_for(&GO).await?;
+    Ok(n)
+}
+
+/// Waits until `id`'s latest run is `run` (any, if `None`) and waits for
+/// a signal.
+async fn until_waiting(engine: &Engine, id: &str, run: Option<u64>) {
+    for _ in 0..1000 {
+        if let Ok(d) = engine.describe(id).await
+            && run.is_none_or(|r| r == d.run)
+            && !d.waits.is_empty()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{id} never waited: {:?}", engine.describe(id).await);
+}
+
+/// `runs --url` and `inspect --url` over runs a description cannot reach
+/// (an empty workflow ID, one too long for a URL) and an older run of a
+/// reset chain: the listing carries on, each row keeps its own fields and
+/// the server's attribute filtering, and the output is the directory's
+/// (LSNs aside); what could not be described is said once on stderr, with
+/// no huge URL. A missing token is told how to give one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_rows_keep_their_own_fields_and_undescribable_runs() {
+    use fusee::{SearchAttributes, StartOptions};
+    let dir = temp_dir("live-rows");
+    let engine = Engine::open(Config::file(&dir).shards(2))
+        .await
+        .expect("opens");
+    engine.register(WORK, work);
+    engine.register(IDLE, |_ctx: Ctx, ()| async move { Ok::<_, Failure>(()) });
+    for (id, customer) in [("chain-1", 5), ("other-1", 6)] {
+        let attrs = SearchAttributes::new().int("customer_id", customer);
+        let options = StartOptions::new().attributes(attrs);
+        engine
+            .start_with_options(WORK, id, &(), options)
+            .await
+            .expect("starts");
+        until_waiting(&engine, id, None).await;
+    }
+    // Reset while it waits: the first run ends `reset`, a new one waits.
+    let first = engine.describe("chain-1").await.expect("described").run;
+    let again = engine
+        .reset("chain-1", "count", "again")
+        .await
+        .expect("resets");
+    assert_ne!(first, again.run);
+    until_waiting(&engine, "chain-1", Some(again.run)).await;
+    let long = "L".repeat(100_000);
+    for id in ["", long.as_str()] {
+        let attrs = SearchAttributes::new().int("customer_id", 5);
+        let options = StartOptions::new().attributes(attrs);
+        engine
+            .start_with_options(IDLE, id, &(), options)
+            .await
+            .expect("starts");
+        engine.result(IDLE, id).await.expect("ends");
+    }
+    let handle = server(&engine).await;
+    let url = handle.url();
+    let u = url.as_str();
+    let live = |args: &[&str]| {
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.extend(["--url".into(), u.into(), "--token".into(), READ.into()]);
+        a
+    };
+
+    let reset = json(&live(&["runs", "--status", "reset", "--json"])).await;
+    let customer = json(&live(&[
+        "runs",
+        "--type",
+        "work",
+        "--attr",
+        "customer_id=5",
+        "--json",
+    ]))
+    .await;
+    let every = fusee(&live(&["runs", "--json"])).await;
+    let overview = fusee(&live(&["inspect", "--json"])).await;
+    let idle = fusee(&live(&[
+        "runs",
+        "--type",
+        "idle",
+        "--attr",
+        "customer_id=5",
+        "--json",
+    ]))
+    .await;
+    let no_token = fusee(&["runs", "--url", u]).await;
+    handle.stop().await.expect("the server stops");
+    engine.close().await.expect("close");
+    drop(engine);
+
+    // The older run keeps its finish time and attributes, and the
+    // attribute filter keeps both runs of the chain, as offline.
+    let d = dir.to_str().expect("utf-8");
+    let offline = |args: &[&str]| {
+        let mut a = vec!["runs", d, "--json"];
+        a.extend_from_slice(args);
+        without_lsn(common::fusee_json(&a, 0))
+    };
+    assert_eq!(reset.as_array().map(Vec::len), Some(1), "{reset:#}");
+    assert!(reset[0]["finished_ms"].as_u64().is_some(), "{reset:#}");
+    assert_eq!(
+        reset[0]["attributes"]["customer_id"],
+        serde_json::json!({"int": 5})
+    );
+    assert_eq!(without_lsn(reset), offline(&["--status", "reset"]));
+    assert_eq!(customer.as_array().map(Vec::len), Some(2), "{customer:#}");
+    assert_eq!(
+        without_lsn(customer),
+        offline(&["--type", "work", "--attr", "customer_id=5"])
+    );
+
+    // The runs no URL reaches are listed, as the listing says, and said
+    // once on stderr, cut.
+    for out in [&every, &overview, &idle] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(err.matches("could not be described").count(), 1, "{err}");
+        assert!(err.starts_with("fusee: 2 listed run(s)"), "{err}");
+        assert!(err.len() < 2000, "{} bytes on stderr", err.len());
+    }
+    let listed: Value = serde_json::from_slice(&every.stdout).expect("JSON");
+    assert_eq!(listed.as_array().map(Vec::len), Some(5), "{listed:#}");
+    let idle: Value = serde_json::from_slice(&idle.stdout).expect("JSON");
+    let ids: Vec<&str> = idle
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|r| r["id"].as_str().expect("an ID"))
+        .collect();
+    assert!(
+        ids.contains(&"") && ids.contains(&long.as_str()),
+        "{}",
+        ids.len()
+    );
+    for r in idle.as_array().expect("an array") {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["finished_ms"].as_u64().is_some(), "{r}");
+    }
+    let overview: Value = serde_json::from_slice(&overview.stdout).expect("JSON");
+    assert_eq!(
+        overview["runs"],
+        serde_json::json!({"ok": 2, "reset": 1, "waiting": 2}),
+        "{overview:#}"
+    );
+
+    let err = String::from_utf8_lossy(&no_token.stderr);
+    assert_eq!(no_token.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("--token") && err.contains("$FUSEE_TOKEN"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -101,6 +101,10 @@ fn from_client(e: ClientError) -> CliError {
             }
             .to_string(),
         ),
+        // An ID `.` or `..`: no request can name it; the directory can.
+        e @ ClientError::Unaddressable { .. } => {
+            CliError::Usage(format!("{e}: read the store's directory instead of --url"))
+        }
     }
 }
 

@@ -375,6 +375,7 @@ async fn backup_through_the_server_copies_the_live_store() {
 
 const WORK: Workflow<(), u32> = Workflow::new("work");
 const IDLE: Workflow<(), ()> = Workflow::new("idle");
+const SPAWNER: Workflow<(), ()> = Workflow::new("spawner");
 
 /// One step, to reset a run from, then a wait for `go`.
 async fn work(ctx: Ctx, (): ()) -> Result<u32, Failure> {
@@ -412,7 +413,23 @@ async fn live_rows_keep_their_own_fields_and_undescribable_runs() {
         .await
         .expect("opens");
     engine.register(WORK, work);
-    engine.register(IDLE, |_ctx: Ctx, ()| async move { Ok::<_, Failure>(()) });
+    // Its own code sets the attribute: a child gets none at its start.
+    engine.register(IDLE, |ctx: Ctx, ()| async move {
+        ctx.set_attributes(&SearchAttributes::new().int("customer_id", 5))?;
+        Ok::<_, Failure>(())
+    });
+    let long = "L".repeat(100_000);
+    let children = long.clone();
+    // A client's start refuses both IDs (Error::BadWorkflowId); a store
+    // may still hold such runs: made before that check, or children.
+    engine.register(SPAWNER, move |ctx: Ctx, ()| {
+        let long = children.clone();
+        async move {
+            ctx.child(IDLE, "", &()).await?;
+            ctx.child(IDLE, &long, &()).await?;
+            Ok::<_, Failure>(())
+        }
+    });
     for (id, customer) in [("chain-1", 5), ("other-1", 6)] {
         let attrs = SearchAttributes::new().int("customer_id", customer);
         let options = StartOptions::new().attributes(attrs);
@@ -430,16 +447,10 @@ async fn live_rows_keep_their_own_fields_and_undescribable_runs() {
         .expect("resets");
     assert_ne!(first, again.run);
     until_waiting(&engine, "chain-1", Some(again.run)).await;
-    let long = "L".repeat(100_000);
-    for id in ["", long.as_str()] {
-        let attrs = SearchAttributes::new().int("customer_id", 5);
-        let options = StartOptions::new().attributes(attrs);
-        engine
-            .start_with_options(IDLE, id, &(), options)
-            .await
-            .expect("starts");
-        engine.result(IDLE, id).await.expect("ends");
-    }
+    engine
+        .execute(SPAWNER, "spawner", &())
+        .await
+        .expect("its children end");
     let handle = server(&engine).await;
     let url = handle.url();
     let u = url.as_str();
@@ -506,7 +517,7 @@ async fn live_rows_keep_their_own_fields_and_undescribable_runs() {
         assert!(err.len() < 2000, "{} bytes on stderr", err.len());
     }
     let listed: Value = serde_json::from_slice(&every.stdout).expect("JSON");
-    assert_eq!(listed.as_array().map(Vec::len), Some(5), "{listed:#}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(6), "{listed:#}");
     let idle: Value = serde_json::from_slice(&idle.stdout).expect("JSON");
     let ids: Vec<&str> = idle
         .as_array()
@@ -526,7 +537,7 @@ async fn live_rows_keep_their_own_fields_and_undescribable_runs() {
     let overview: Value = serde_json::from_slice(&overview.stdout).expect("JSON");
     assert_eq!(
         overview["runs"],
-        serde_json::json!({"ok": 2, "reset": 1, "waiting": 2}),
+        serde_json::json!({"ok": 3, "reset": 1, "waiting": 2}),
         "{overview:#}"
     );
 

@@ -138,6 +138,23 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
     }
 }
 
+/// Path parameters (a workflow ID, a stream's or a queue's name), a bad
+/// one (not UTF-8 once percent-decoded) being a JSON `bad_request` like a
+/// bad query parameter: every route with path parameters takes them
+/// through this, the console's too.
+pub(crate) struct PathParams<T>(pub(crate) T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(p)| PathParams(p))
+            .map_err(|e| ApiError::bad_request(e.body_text()))
+    }
+}
+
 /// A status's name, as the journal format and `fusee runs` name it.
 fn status_name(s: fusee::core::record::Status) -> &'static str {
     fusee::inspect::status_name(s)
@@ -569,12 +586,16 @@ async fn bulk(State(app): State<App>, Body(r): Body<BulkRequest>) -> Reply<BulkR
 #[utoipa::path(get, path = "/api/v1/runs/{id}", tag = "runs",
     params(("id" = String, Path, description = "The workflow ID")), responses(
     (status = 200, body = Description), (status = 404, body = ErrorBody)))]
-async fn describe(State(app): State<App>, Path(id): Path<String>) -> Reply<Description> {
+async fn describe(
+    State(app): State<App>,
+    PathParams(id): PathParams<String>,
+) -> Reply<Description> {
     Ok(Json(description(app.engine.describe(&id).await?)))
 }
 
 /// Query parameters of the journal route.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct JournalQuery {
     /// A run number of the ID (default: its latest run).
     run: Option<u64>,
@@ -592,7 +613,7 @@ struct JournalQuery {
     (status = 404, body = ErrorBody)))]
 async fn journal(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     Params(q): Params<JournalQuery>,
 ) -> Reply<Value> {
     Ok(Json(app.engine.journal_json(&id, q.run).await?))
@@ -600,9 +621,10 @@ async fn journal(
 
 /// Query parameters of the stream route.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct StreamQuery {
-    /// The first chunk's index (default 0, or after the `Last-Event-ID`
-    /// header's index when an SSE client reconnects).
+    /// The first chunk's index (default 0). A `Last-Event-ID` header wins
+    /// over it: an SSE client reconnecting resumes after that index.
     from: Option<u64>,
 }
 
@@ -611,12 +633,15 @@ struct StreamQuery {
 /// chunk's index, its data a `StreamChunkEvent`), then an `end` event
 /// (`StreamEndEvent`) once the stream ended or the run finished. Bad input
 /// is an HTTP error before any event (404 `not_found` or
-/// `unknown_stream`, 400 `stream_cursor`); an error
+/// `unknown_stream`, 400 `stream_cursor`, 400 `bad_request` for a `from`
+/// or `Last-Event-ID` that is not a number); a `Last-Event-ID` header
+/// wins over `from` (a reconnecting browser repeats its first URL); an error
 /// after the events began is an `error` event (an `ErrorBody`), the last.
 #[utoipa::path(get, path = "/api/v1/runs/{id}/streams/{name}", tag = "runs",
     params(("id" = String, Path, description = "The workflow ID"),
         ("name" = String, Path, description = "The stream's name"), StreamQuery,
-        ("Last-Event-ID" = Option<u64>, Header, description = "The last chunk an SSE client got")),
+        ("Last-Event-ID" = Option<u64>, Header, description = "The last chunk an SSE client got: \
+            the events resume after it, whatever `from` says (not a number: 400 `bad_request`)")),
     responses(
     (status = 200, description = "text/event-stream: `chunk` events (data: StreamChunkEvent), \
         then `end` (data: StreamEndEvent) or `error` (data: ErrorBody)", content_type = "text/event-stream",
@@ -624,7 +649,7 @@ struct StreamQuery {
     (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn stream(
     State(app): State<App>,
-    Path((id, name)): Path<(String, String)>,
+    PathParams((id, name)): PathParams<(String, String)>,
     headers: HeaderMap,
     Params(q): Params<StreamQuery>,
 ) -> Result<
@@ -635,12 +660,12 @@ async fn stream(
 > {
     use axum::response::sse::{KeepAlive, Sse};
     use futures_util::StreamExt;
-    let resumed = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|last| last.saturating_add(1));
-    let from = q.from.or(resumed).unwrap_or(0);
+    // A reconnecting EventSource repeats the URL it was opened with, so
+    // its `Last-Event-ID` must win over that URL's `from`.
+    let from = match last_event_id(&headers)? {
+        Some(last) => last.saturating_add(1),
+        None => q.from.unwrap_or(0),
+    };
     let sub = app.engine.subscribe_checked(&id, &name, from).await?;
     // Each chunk an event; after the last, `end` (or `error`).
     let events = futures_util::stream::unfold(
@@ -686,6 +711,26 @@ async fn stream(
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
+/// The `Last-Event-ID` header's chunk index: absent when the header is
+/// absent or empty (the SSE spec's "no last event"), a `bad_request` when
+/// it is not a number, as a bad `from` is.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(v) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = v.to_str().ok().map(str::trim);
+    if text == Some("") {
+        return Ok(None);
+    }
+    text.and_then(|t| t.parse::<u64>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "the Last-Event-ID header {v:?} is not a chunk index (a number from 0)"
+            ))
+        })
+}
+
 /// An event named `name` whose data is `body` as one line of JSON.
 fn sse_event(name: &str, body: &impl serde::Serialize) -> axum::response::sse::Event {
     let data = serde_json::to_string(body).unwrap_or_else(|_| "null".into());
@@ -696,7 +741,10 @@ fn sse_event(name: &str, body: &impl serde::Serialize) -> axum::response::sse::E
 #[utoipa::path(get, path = "/api/v1/runs/{id}/chain", tag = "runs",
     params(("id" = String, Path, description = "The workflow ID")), responses(
     (status = 200, body = Vec<ChainLink>), (status = 404, body = ErrorBody)))]
-async fn chain(State(app): State<App>, Path(id): Path<String>) -> Reply<Vec<ChainLink>> {
+async fn chain(
+    State(app): State<App>,
+    PathParams(id): PathParams<String>,
+) -> Reply<Vec<ChainLink>> {
     let links = app.engine.chain(&id).await?;
     Ok(Json(
         links
@@ -723,6 +771,7 @@ async fn chain(State(app): State<App>, Path(id): Path<String>) -> Reply<Vec<Chai
 
 /// Query parameters of the result route.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct WaitQuery {
     /// How long to wait (default 30,000 ms).
     timeout_ms: Option<u64>,
@@ -737,7 +786,7 @@ struct WaitQuery {
     (status = 504, body = ErrorBody)))]
 async fn result(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     Params(q): Params<WaitQuery>,
 ) -> Reply<ValueReply> {
     let value = wait_result(&app.engine, &id, q.timeout_ms.unwrap_or(WAIT_DEFAULT_MS)).await?;
@@ -747,11 +796,13 @@ async fn result(
 /// Sends a signal; answers once it is durable.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/signal", tag = "verbs",
     params(("id" = String, Path, description = "The workflow ID")), request_body = SignalRequest,
-    responses((status = 200, body = Value), (status = 404, body = ErrorBody),
+    responses((status = 200, body = Value),
+    (status = 400, description = "No payload, or a field the body does not take", body = ErrorBody),
+    (status = 404, body = ErrorBody),
     (status = 409, description = "The run finished", body = ErrorBody)))]
 async fn signal(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     Body(r): Body<SignalRequest>,
 ) -> Reply<Value> {
     app.engine
@@ -767,7 +818,7 @@ async fn signal(
     (status = 422, description = "Refused by the validator, or the handler failed", body = ErrorBody)))]
 async fn update(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     Body(r): Body<UpdateRequest>,
 ) -> Reply<ValueReply> {
     let value = app
@@ -783,7 +834,7 @@ async fn update(
     responses((status = 200, body = ValueReply), (status = 400, body = ErrorBody)))]
 async fn query(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     Body(r): Body<QueryRequest>,
 ) -> Reply<ValueReply> {
     let value = app.engine.query_json(&id, &r.name, &r.arg).await?;
@@ -797,7 +848,7 @@ async fn query(
     responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn cancel(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     OptBody(r): OptBody<CancelRequest>,
 ) -> Reply<Value> {
     let reason = r.reason.as_deref().unwrap_or("operator");
@@ -818,7 +869,7 @@ async fn cancel(
     responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn terminate(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     OptBody(r): OptBody<ReasonRequest>,
 ) -> Reply<Value> {
     app.engine
@@ -831,7 +882,7 @@ async fn terminate(
 #[utoipa::path(post, path = "/api/v1/runs/{id}/pause", tag = "verbs",
     params(("id" = String, Path, description = "The workflow ID")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-async fn pause(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
+async fn pause(State(app): State<App>, PathParams(id): PathParams<String>) -> Reply<Value> {
     app.engine.pause(&id).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -840,7 +891,7 @@ async fn pause(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
 #[utoipa::path(post, path = "/api/v1/runs/{id}/resume", tag = "verbs",
     params(("id" = String, Path, description = "The workflow ID")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-async fn resume(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
+async fn resume(State(app): State<App>, PathParams(id): PathParams<String>) -> Reply<Value> {
     app.engine.resume(&id).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -852,7 +903,7 @@ async fn resume(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> 
     (status = 409, description = "Cannot reset", body = ErrorBody)))]
 async fn reset(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     Body(r): Body<ResetRequest>,
 ) -> Reply<StartReply> {
     let reason = r.reason.as_deref().unwrap_or("operator");
@@ -880,14 +931,19 @@ async fn shards(State(app): State<App>) -> Json<Vec<ShardInfo>> {
 /// An online backup of the store into a new directory on the server's
 /// machine (admin token): every shard paused at one cut while it is
 /// copied; restore is opening the copy. A PostgreSQL store is refused
-/// (`pg_dump`).
+/// (`pg_dump`). A destination that is relative, whose parent is missing or
+/// not a directory, that is not a directory, or that cannot be created is
+/// 400 `backup_destination`; one that exists and is not empty is 409
+/// `backup_not_empty`.
 #[utoipa::path(post, path = "/api/v1/backup", tag = "meta", request_body = BackupRequest,
-    responses((status = 200, body = BackupReply), (status = 400, body = ErrorBody),
-    (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = BackupReply),
+    (status = 400, description = "A bad destination (kind backup_destination), an unsupported store", body = ErrorBody),
+    (status = 409, description = "The destination is not empty, or a backup runs", body = ErrorBody)))]
 async fn backup(State(app): State<App>, Body(r): Body<BackupRequest>) -> Reply<BackupReply> {
     if r.dest.is_empty() {
         return Err(ApiError::bad_request("dest is empty".to_string()));
     }
+    backup_destination(std::path::Path::new(&r.dest))?;
     let report = app.engine.backup(&r.dest).await?;
     let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     Ok(Json(BackupReply {
@@ -905,6 +961,55 @@ async fn backup(State(app): State<App>, Body(r): Body<BackupRequest>) -> Reply<B
             .collect(),
         took_us: micros(report.took),
     }))
+}
+
+/// Refuses a destination the client got wrong before the engine pauses
+/// any shard: a relative path (it would resolve against the server's
+/// working directory), a missing parent, a parent or a destination that is
+/// not a directory. Refused as the engine refuses a destination it cannot
+/// look at (`BackupError::Destination`), so the kind is one. (Two `stat`s,
+/// blocking briefly: `tokio::fs` is not compiled in.)
+fn backup_destination(dest: &std::path::Path) -> Result<(), ApiError> {
+    let refuse = |error: String| {
+        ApiError::from(fusee::Error::Backup(fusee::BackupError::Destination {
+            dest: dest.to_path_buf(),
+            error,
+        }))
+    };
+    if !dest.is_absolute() {
+        return Err(refuse(
+            "a relative path (it would resolve against the server's working directory): \
+             give an absolute path"
+                .into(),
+        ));
+    }
+    match std::fs::metadata(dest) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => return Err(refuse("it exists and is not a directory".into())),
+        // Absent, or under a file: the parent says which.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) => {}
+        Err(e) => return Err(refuse(e.to_string())),
+    }
+    // A new directory: its parent must be one (the engine creates only it).
+    let Some(parent) = dest.parent() else {
+        return Ok(());
+    };
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(refuse(format!(
+            "its parent {} is not a directory",
+            parent.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(refuse(format!(
+            "its parent {} does not exist",
+            parent.display()
+        ))),
+        Err(e) => Err(refuse(format!("its parent {}: {e}", parent.display()))),
+    }
 }
 
 /// Each shard's state and figures.
@@ -963,7 +1068,10 @@ pub(crate) fn schedule_info(d: fusee::ScheduleDescription) -> ScheduleInfo {
 #[utoipa::path(get, path = "/api/v1/schedules/{id}", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's ID")),
     responses((status = 200, body = ScheduleInfo), (status = 404, body = ErrorBody)))]
-async fn describe_schedule(State(app): State<App>, Path(id): Path<String>) -> Reply<ScheduleInfo> {
+async fn describe_schedule(
+    State(app): State<App>,
+    PathParams(id): PathParams<String>,
+) -> Reply<ScheduleInfo> {
     Ok(Json(schedule_info(
         app.engine.schedules().describe(&id).await?,
     )))
@@ -973,7 +1081,10 @@ async fn describe_schedule(State(app): State<App>, Path(id): Path<String>) -> Re
 #[utoipa::path(delete, path = "/api/v1/schedules/{id}", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's ID")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
-async fn delete_schedule(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
+async fn delete_schedule(
+    State(app): State<App>,
+    PathParams(id): PathParams<String>,
+) -> Reply<Value> {
     app.engine.schedules().delete(&id).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -984,7 +1095,7 @@ async fn delete_schedule(State(app): State<App>, Path(id): Path<String>) -> Repl
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
 async fn pause_schedule(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     OptBody(r): OptBody<PauseRequest>,
 ) -> Reply<Value> {
     app.engine
@@ -998,7 +1109,10 @@ async fn pause_schedule(
 #[utoipa::path(post, path = "/api/v1/schedules/{id}/resume", tag = "schedules",
     params(("id" = String, Path, description = "The schedule's ID")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
-async fn resume_schedule(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
+async fn resume_schedule(
+    State(app): State<App>,
+    PathParams(id): PathParams<String>,
+) -> Reply<Value> {
     app.engine.schedules().resume(&id).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -1010,7 +1124,10 @@ async fn resume_schedule(State(app): State<App>, Path(id): Path<String>) -> Repl
     params(("id" = String, Path, description = "The schedule's ID")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
-async fn trigger_schedule(State(app): State<App>, Path(id): Path<String>) -> Reply<Value> {
+async fn trigger_schedule(
+    State(app): State<App>,
+    PathParams(id): PathParams<String>,
+) -> Reply<Value> {
     app.engine.schedules().trigger(&id).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -1045,7 +1162,10 @@ pub(crate) fn queue_info(d: fusee::QueueDescription) -> QueueInfo {
 #[utoipa::path(get, path = "/api/v1/queues/{name}", tag = "queues",
     params(("name" = String, Path, description = "The queue's name")),
     responses((status = 200, body = QueueInfo), (status = 404, body = ErrorBody)))]
-async fn describe_queue(State(app): State<App>, Path(name): Path<String>) -> Reply<QueueInfo> {
+async fn describe_queue(
+    State(app): State<App>,
+    PathParams(name): PathParams<String>,
+) -> Reply<QueueInfo> {
     Ok(Json(queue_info(app.engine.queues().describe(&name).await?)))
 }
 
@@ -1053,7 +1173,10 @@ async fn describe_queue(State(app): State<App>, Path(name): Path<String>) -> Rep
 #[utoipa::path(delete, path = "/api/v1/queues/{name}", tag = "queues",
     params(("name" = String, Path, description = "The queue's name")),
     responses((status = 200, body = Deleted), (status = 404, body = ErrorBody)))]
-async fn delete_queue(State(app): State<App>, Path(name): Path<String>) -> Reply<Deleted> {
+async fn delete_queue(
+    State(app): State<App>,
+    PathParams(name): PathParams<String>,
+) -> Reply<Deleted> {
     let dropped = app.engine.queues().delete(&name).await?;
     Ok(Json(Deleted { dropped }))
 }
@@ -1062,7 +1185,7 @@ async fn delete_queue(State(app): State<App>, Path(name): Path<String>) -> Reply
 #[utoipa::path(post, path = "/api/v1/queues/{name}/pause", tag = "queues",
     params(("name" = String, Path, description = "The queue's name")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
-async fn pause_queue(State(app): State<App>, Path(name): Path<String>) -> Reply<Value> {
+async fn pause_queue(State(app): State<App>, PathParams(name): PathParams<String>) -> Reply<Value> {
     app.engine.queues().pause(&name).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -1071,7 +1194,10 @@ async fn pause_queue(State(app): State<App>, Path(name): Path<String>) -> Reply<
 #[utoipa::path(post, path = "/api/v1/queues/{name}/resume", tag = "queues",
     params(("name" = String, Path, description = "The queue's name")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
-async fn resume_queue(State(app): State<App>, Path(name): Path<String>) -> Reply<Value> {
+async fn resume_queue(
+    State(app): State<App>,
+    PathParams(name): PathParams<String>,
+) -> Reply<Value> {
     app.engine.queues().resume(&name).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -1101,7 +1227,10 @@ pub(crate) fn limit_info(d: fusee::LimitDescription) -> LimitInfo {
 #[utoipa::path(get, path = "/api/v1/limits/{name}", tag = "limits",
     params(("name" = String, Path, description = "The limit's name")),
     responses((status = 200, body = LimitInfo), (status = 404, body = ErrorBody)))]
-async fn describe_limit(State(app): State<App>, Path(name): Path<String>) -> Reply<LimitInfo> {
+async fn describe_limit(
+    State(app): State<App>,
+    PathParams(name): PathParams<String>,
+) -> Reply<LimitInfo> {
     Ok(Json(limit_info(app.engine.limits().describe(&name).await?)))
 }
 
@@ -1109,7 +1238,10 @@ async fn describe_limit(State(app): State<App>, Path(name): Path<String>) -> Rep
 #[utoipa::path(delete, path = "/api/v1/limits/{name}", tag = "limits",
     params(("name" = String, Path, description = "The limit's name")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
-async fn delete_limit(State(app): State<App>, Path(name): Path<String>) -> Reply<Value> {
+async fn delete_limit(
+    State(app): State<App>,
+    PathParams(name): PathParams<String>,
+) -> Reply<Value> {
     app.engine.limits().delete(&name).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -1121,7 +1253,7 @@ async fn delete_limit(State(app): State<App>, Path(name): Path<String>) -> Reply
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
 async fn pause_limit(
     State(app): State<App>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     OptBody(r): OptBody<PauseRequest>,
 ) -> Reply<Value> {
     app.engine
@@ -1135,7 +1267,10 @@ async fn pause_limit(
 #[utoipa::path(post, path = "/api/v1/limits/{name}/resume", tag = "limits",
     params(("name" = String, Path, description = "The limit's name")),
     responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
-async fn resume_limit(State(app): State<App>, Path(name): Path<String>) -> Reply<Value> {
+async fn resume_limit(
+    State(app): State<App>,
+    PathParams(name): PathParams<String>,
+) -> Reply<Value> {
     app.engine.limits().resume(&name).await?;
     Ok(Json(serde_json::json!({})))
 }

@@ -8,7 +8,12 @@
 //! and result, actions), `/schedules`, `/queues`, `/limits`, `/login`.
 //! Actions are HTML forms posted to `.../action`, each with the CSRF
 //! token and a confirmation; the answer is a redirect back to the page
-//! with a notice.
+//! with a notice. A form or query the pages would not send is answered
+//! with an error page (400).
+//!
+//! An ID or name in a URL is one percent-encoded segment; `""`, `.`, `..`
+//! (which a browser cannot keep as a segment) and those starting with `~`
+//! are written after a `~` (`/runs/~..` is run `..`).
 //!
 //! Rights: the token a person logged in with (a cookie) or a bearer
 //! header, as for the API: reading needs the read token, actions the
@@ -17,17 +22,21 @@
 use std::collections::BTreeMap;
 
 use axum::Router;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Form, FromRequest, FromRequestParts, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use crate::App;
+use crate::api::PathParams;
 use crate::auth::{Access, CSRF_COOKIE, TOKEN_COOKIE, cookie, random_token};
+use crate::error::ApiError;
 use crate::model::RunsQuery;
 
 /// The overview counts runs of each status up to this many ("1000+").
@@ -238,6 +247,78 @@ fn failed(viewer: &Viewer, what: &str, e: &fusee::Error) -> Response {
     page(viewer, status, body)
 }
 
+/// Shown for a request the console's own pages do not make (a form
+/// without its fields, a bad query parameter): its error page, not
+/// axum's plain text.
+fn bad_input(viewer: &Viewer, status: StatusCode, message: &str) -> Response {
+    let body = layout(
+        viewer,
+        "Bad request",
+        html! { div.error id="bad-request" { "Bad request: " (message) } },
+    );
+    page(viewer, status, body)
+}
+
+/// A console form's fields; a body that is not the form answered with
+/// [`bad_input`] (400; 413 when too large).
+struct ConsoleForm<T>(T);
+
+impl<T: DeserializeOwned> FromRequest<App> for ConsoleForm<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, app: &App) -> Result<Self, Self::Rejection> {
+        let headers = req.headers().clone();
+        Form::<T>::from_request(req, app)
+            .await
+            .map(|Form(f)| ConsoleForm(f))
+            .map_err(|e| {
+                let status = match e.status() {
+                    StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                bad_input(&Viewer::of(app, &headers), status, &e.body_text())
+            })
+    }
+}
+
+/// A console page's query parameters; bad ones answered with
+/// [`bad_input`] (400).
+struct ConsoleQuery<T>(T);
+
+impl<T: DeserializeOwned> FromRequestParts<App> for ConsoleQuery<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, app)
+            .await
+            .map(|Query(q)| ConsoleQuery(q))
+            .map_err(|e| {
+                bad_input(
+                    &Viewer::of(app, &parts.headers),
+                    StatusCode::BAD_REQUEST,
+                    &e.body_text(),
+                )
+            })
+    }
+}
+
+/// The ID or name a console URL's one path segment names, with
+/// [`path_segment`]'s `~` taken off; a segment that is not UTF-8 is a
+/// JSON `bad_request`, as in the API ([`PathParams`]).
+struct SegmentId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SegmentId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let PathParams(seg) = PathParams::<String>::from_request_parts(parts, state).await?;
+        Ok(SegmentId(match seg.strip_prefix('~') {
+            Some(id) => id.to_string(),
+            None => seg,
+        }))
+    }
+}
+
 fn time(ms: u64) -> String {
     match chrono::DateTime::from_timestamp_millis(ms as i64) {
         Some(t) if ms > 0 => t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
@@ -430,7 +511,7 @@ fn latency_chart(bars: &[(&str, u64)]) -> Markup {
 async fn runs_page(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(q): Query<RunsQuery>,
+    ConsoleQuery(q): ConsoleQuery<RunsQuery>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if viewer.access < Access::Read {
@@ -521,9 +602,17 @@ fn url_encode(s: &str) -> String {
         .collect()
 }
 
-/// A workflow ID as one path segment.
+/// A workflow ID (or a schedule's, queue's, limit's name) as one path
+/// segment, undone by [`SegmentId`]. `""`, `.` and `..` cannot be a
+/// segment (a browser resolves dot segments, `%2E` spelled ones too, and
+/// the route needs a non-empty one), so they, and IDs starting with `~`,
+/// are written after a `~`.
 fn path_segment(id: &str) -> String {
-    url_encode(id)
+    if matches!(id, "" | "." | "..") || id.starts_with('~') {
+        format!("~{}", url_encode(id))
+    } else {
+        url_encode(id)
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -536,8 +625,8 @@ struct RunPageQuery {
 async fn run_page(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(id): Path<String>,
-    Query(q): Query<RunPageQuery>,
+    SegmentId(id): SegmentId,
+    ConsoleQuery(q): ConsoleQuery<RunPageQuery>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if viewer.access < Access::Read {
@@ -689,7 +778,7 @@ fn run_actions(viewer: &Viewer, seg: &str, steps: &[String], paused: bool) -> Ma
             input type="hidden" name="action" value="signal";
             label { "signal " input type="text" name="name" id="signal-name" required; }
             " "
-            label { "payload (JSON) " input type="text" name="payload" id="signal-payload" value="null"; }
+            label { "payload (JSON) " input type="text" name="payload" id="signal-payload" placeholder="null, true, {...}" required; }
             " "
             label title="A signal sent again with the same key is recorded once: safe to retry." {
                 "dedup key (optional) " input type="text" name="key" id="signal-key";
@@ -1184,8 +1273,8 @@ fn back(page: &str, outcome: Result<String, String>) -> Response {
 async fn run_action(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(f): Form<ActionForm>,
+    SegmentId(id): SegmentId,
+    ConsoleForm(f): ConsoleForm<ActionForm>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if let Some(r) = check_form(&viewer, &f.csrf) {
@@ -1193,6 +1282,14 @@ async fn run_action(
     }
     let e = &app.engine;
     let outcome = match f.action.as_str() {
+        // No default payload: one the signal's type does not decode
+        // would fail the run once recorded.
+        "signal" if f.payload.trim().is_empty() => {
+            return back(
+                &format!("/runs/{}", path_segment(&id)),
+                Err("the payload is empty: give the signal's JSON payload (null for none)".into()),
+            );
+        }
         "signal" => match serde_json::from_str::<Value>(&f.payload) {
             Ok(v) => e
                 .signal_json(
@@ -1235,7 +1332,7 @@ async fn run_action(
 async fn schedules_page(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(n): Query<Notice>,
+    ConsoleQuery(n): ConsoleQuery<Notice>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if viewer.access < Access::Read {
@@ -1288,8 +1385,8 @@ async fn schedules_page(
 async fn schedule_action(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(f): Form<ActionForm>,
+    SegmentId(id): SegmentId,
+    ConsoleForm(f): ConsoleForm<ActionForm>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if let Some(r) = check_form(&viewer, &f.csrf) {
@@ -1321,7 +1418,7 @@ async fn schedule_action(
 async fn queues_page(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(n): Query<Notice>,
+    ConsoleQuery(n): ConsoleQuery<Notice>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if viewer.access < Access::Read {
@@ -1375,8 +1472,8 @@ async fn queues_page(
 async fn queue_action(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(name): Path<String>,
-    Form(f): Form<ActionForm>,
+    SegmentId(name): SegmentId,
+    ConsoleForm(f): ConsoleForm<ActionForm>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if let Some(r) = check_form(&viewer, &f.csrf) {
@@ -1404,7 +1501,7 @@ async fn queue_action(
 async fn limits_page(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(n): Query<Notice>,
+    ConsoleQuery(n): ConsoleQuery<Notice>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if viewer.access < Access::Read {
@@ -1456,8 +1553,8 @@ async fn limits_page(
 async fn limit_action(
     State(app): State<App>,
     headers: HeaderMap,
-    Path(name): Path<String>,
-    Form(f): Form<ActionForm>,
+    SegmentId(name): SegmentId,
+    ConsoleForm(f): ConsoleForm<ActionForm>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if let Some(r) = check_form(&viewer, &f.csrf) {
@@ -1485,7 +1582,7 @@ async fn limit_action(
 async fn login_page(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(n): Query<Notice>,
+    ConsoleQuery(n): ConsoleQuery<Notice>,
 ) -> Response {
     let viewer = Viewer::of(&app, &headers);
     let body = layout(
@@ -1512,7 +1609,11 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(app): State<App>, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(app): State<App>,
+    headers: HeaderMap,
+    ConsoleForm(f): ConsoleForm<LoginForm>,
+) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if !viewer.csrf_ok(&f.csrf) {
         return back("/login", Err("the form was stale: try again".into()));
@@ -1534,7 +1635,11 @@ struct LogoutForm {
     csrf: String,
 }
 
-async fn logout(State(app): State<App>, headers: HeaderMap, Form(f): Form<LogoutForm>) -> Response {
+async fn logout(
+    State(app): State<App>,
+    headers: HeaderMap,
+    ConsoleForm(f): ConsoleForm<LogoutForm>,
+) -> Response {
     let viewer = Viewer::of(&app, &headers);
     if !viewer.csrf_ok(&f.csrf) {
         return back("/", Err("the form was stale: try again".into()));

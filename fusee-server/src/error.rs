@@ -61,8 +61,10 @@ impl IntoResponse for ApiError {
 /// naming nothing registered, 404 no such thing, 409 a state that refuses
 /// it (a run stopped by a code change included), 410 a finished run's history
 /// let go, 413 too large, 422 refused by the workflow or ended without a
-/// result); a condition to retry later is 503; a failure of the engine or
-/// its storage is 500.
+/// result; a backup's destination the client named wrong is 400
+/// `backup_destination`, one not empty 409 `backup_not_empty`); a
+/// condition to retry later is 503; a failure of the engine or its storage
+/// is 500.
 pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
     use fusee::Error as E;
     match e {
@@ -127,6 +129,16 @@ pub fn engine_error(e: &fusee::Error) -> (StatusCode, &'static str) {
             }
             fusee::BackupError::Postgres | fusee::BackupError::NoBackend => {
                 (StatusCode::BAD_REQUEST, "backup_unsupported")
+            }
+            // The destination the client named cannot be looked at or
+            // created (missing parent, not a directory, no permission).
+            fusee::BackupError::Destination { .. }
+            | fusee::BackupError::Copy(fusee::migrate::MigrateError::Open {
+                side: "destination",
+                ..
+            }) => (StatusCode::BAD_REQUEST, "backup_destination"),
+            fusee::BackupError::Copy(fusee::migrate::MigrateError::TargetNotEmpty(_)) => {
+                (StatusCode::CONFLICT, "backup_not_empty")
             }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "backup_failed"),
         },

@@ -72,6 +72,7 @@ pub struct RunsPage {
 /// Which runs a listing returns (query parameters of `GET /api/v1/runs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(IntoParams))]
+#[cfg_attr(feature = "server", into_params(parameter_in = Query))]
 pub struct RunsQuery {
     /// `running`, `finished`, or an end status (`ok`, `failed`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -298,14 +299,16 @@ pub struct ResultReply {
     pub result: Value,
 }
 
-/// `POST /api/v1/runs/{id}/signal`.
+/// `POST /api/v1/runs/{id}/signal`. A body without `payload`, or with a
+/// field not listed here, is refused (400 `bad_request`): a signal
+/// recorded with a payload its type does not decode would fail the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// The signal's name.
     pub name: String,
-    /// Its payload.
-    #[serde(default)]
+    /// Its payload, required (`null` for a signal of type `()`).
     pub payload: Value,
     /// A deduplication key: a signal sent again with a key the run has
     /// already accepted is acknowledged and not recorded twice.
@@ -313,28 +316,30 @@ pub struct SignalRequest {
     pub key: Option<String>,
 }
 
-/// `POST /api/v1/runs/{id}/update`.
+/// `POST /api/v1/runs/{id}/update`. A body without `arg`, or with a field
+/// not listed here, is refused (400 `bad_request`), as for a signal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct UpdateRequest {
     /// The update handler's name.
     pub name: String,
-    /// Its argument.
-    #[serde(default)]
+    /// Its argument, required (`null` for an argument of type `()`).
     pub arg: Value,
     /// A key making the update safe to repeat (`update_once`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
 }
 
-/// `POST /api/v1/runs/{id}/query`.
+/// `POST /api/v1/runs/{id}/query`. A body without `arg`, or with a field
+/// not listed here, is refused (400 `bad_request`), as for a signal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// The query handler's name.
     pub name: String,
-    /// Its argument.
-    #[serde(default)]
+    /// Its argument, required (`null` for an argument of type `()`).
     pub arg: Value,
 }
 

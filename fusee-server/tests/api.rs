@@ -1488,3 +1488,322 @@ async fn a_runs_stream_comes_as_server_sent_events() {
     server.stop().await.unwrap();
     engine.close().await.unwrap();
 }
+
+/// A GET with the admin token and extra headers: its status, content
+/// type and body as text.
+async fn get_text(url: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let mut req = reqwest::Client::new().get(url).bearer_auth(ADMIN);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let ctype = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, ctype, resp.text().await.unwrap())
+}
+
+/// A browser's EventSource opened on `...?from=1` reconnects to the same
+/// URL with `Last-Event-ID`: the header wins, and one that is not a
+/// number is refused as a bad `from` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_event_id_wins_over_from_and_must_be_a_number() {
+    const FIVE: fusee::Workflow<(), u32> = fusee::Workflow::new("five");
+    let engine = engine().await;
+    engine.register(FIVE, |ctx: fusee::Ctx, (): ()| async move {
+        let tx = ctx.stream("tokens");
+        let sent = ctx
+            .step("model", move |_| {
+                let mut tx = tx.clone();
+                async move {
+                    for i in 0..5 {
+                        tx.send(format!("t{i}").into_bytes())
+                            .await
+                            .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                    }
+                    tx.end()
+                        .await
+                        .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                    Ok(5u32)
+                }
+            })
+            .await?;
+        Ok::<_, fusee::Failure>(sent)
+    });
+    let server = serve(&engine).await;
+    engine.start(FIVE, "s-5", &()).await.unwrap();
+    assert_eq!(engine.result(FIVE, "s-5").await.unwrap(), 5);
+    let url = format!("{}/api/v1/runs/s-5/streams/tokens?from=1", server.url());
+    let ids = |body: &str| -> Vec<u64> {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("id:"))
+            .map(|i| i.trim().parse().unwrap())
+            .collect()
+    };
+    let (s, _, body) = get_text(&url, &[]).await;
+    assert_eq!((s, ids(&body)), (200, vec![1, 2, 3, 4]), "{body}");
+    // Reconnected after chunk 3: 4 on, not 1 again.
+    let (s, _, body) = get_text(&url, &[("last-event-id", "3")]).await;
+    assert_eq!((s, ids(&body)), (200, vec![4]), "{body}");
+    // Empty is "no last event" (the SSE spec): `from` holds.
+    let (s, _, body) = get_text(&url, &[("last-event-id", "")]).await;
+    assert_eq!((s, ids(&body)), (200, vec![1, 2, 3, 4]), "{body}");
+    for bad in ["abc", "-1", "1.5"] {
+        let (s, ctype, body) = get_text(&url, &[("last-event-id", bad)]).await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!((s, v["kind"].as_str()), (400, Some("bad_request")), "{bad}");
+        assert!(ctype.starts_with("application/json"), "{ctype}");
+        assert!(
+            v["message"].as_str().unwrap().contains("Last-Event-ID"),
+            "{v}"
+        );
+    }
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+/// A path parameter that is not UTF-8 once decoded is a JSON
+/// `bad_request`, on every route with one (the console's too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_path_parameters_are_json_errors() {
+    let (engine, server, _client) = setup().await;
+    let base = server.url();
+    for path in [
+        "/api/v1/runs/%FF",
+        "/api/v1/runs/%FF/journal",
+        "/api/v1/runs/ok/streams/%FF",
+        "/api/v1/schedules/%FF",
+        "/api/v1/queues/%FF",
+        "/api/v1/limits/%FF",
+        "/runs/%FF",
+    ] {
+        let (s, ctype, body) = get_text(&format!("{base}{path}"), &[]).await;
+        let v: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: {s} {ctype} {body}"));
+        assert_eq!(
+            (s, v["kind"].as_str()),
+            (400, Some("bad_request")),
+            "{path}"
+        );
+        assert!(ctype.starts_with("application/json"), "{path}: {ctype}");
+    }
+    for path in [
+        "/api/v1/runs/%FF/signal",
+        "/api/v1/runs/%FF/cancel",
+        "/api/v1/queues/%FF/pause",
+    ] {
+        let (s, body) = raw(
+            Method::POST,
+            &format!("{base}{path}"),
+            Some(ADMIN),
+            Some("{}"),
+        )
+        .await;
+        assert_eq!(
+            (s, body["kind"].as_str()),
+            (400, Some("bad_request")),
+            "{path}"
+        );
+    }
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+/// The OpenAPI document puts each route's query parameters in the query,
+/// optional, and only path parameters in the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_query_parameters_are_in_the_query_and_optional() {
+    let (engine, server, client) = setup().await;
+    let doc = client.openapi().await.unwrap();
+    let params = |path: &str| {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let expect: &[(&str, &[&str])] = &[
+        (
+            "/api/v1/runs",
+            &[
+                "status",
+                "workflow",
+                "id_prefix",
+                "started_after_ms",
+                "started_before_ms",
+                "finished_after_ms",
+                "finished_before_ms",
+                "attr",
+                "limit",
+                "cursor",
+            ],
+        ),
+        ("/api/v1/runs/{id}/journal", &["run"]),
+        ("/api/v1/runs/{id}/streams/{name}", &["from"]),
+        ("/api/v1/runs/{id}/result", &["timeout_ms"]),
+    ];
+    for (path, query) in expect {
+        let ps = params(path);
+        for name in *query {
+            let p = ps
+                .iter()
+                .find(|p| p["name"] == *name)
+                .unwrap_or_else(|| panic!("{path}: no parameter {name}"));
+            assert_eq!(p["in"], "query", "{path} {name}: {p}");
+            assert_ne!(p["required"], true, "{path} {name}: {p}");
+        }
+        // Every path parameter is one of the path's `{...}`.
+        for p in ps.iter().filter(|p| p["in"] == "path") {
+            let name = p["name"].as_str().unwrap();
+            assert!(path.contains(&format!("{{{name}}}")), "{path}: {p}");
+        }
+    }
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+/// A backup destination the client got wrong is a 4xx with its own
+/// kind, never a 500; a good one is backed up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_backup_destinations_are_client_errors() {
+    let (engine, server, _client) = setup().await;
+    let url = format!("{}/api/v1/backup", server.url());
+    let dir = std::env::temp_dir().join(format!("fusee-server-backup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("full")).unwrap();
+    std::fs::write(dir.join("full/x"), b"x").unwrap();
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    let d = |p: &str| dir.join(p).display().to_string();
+    let cases = [
+        (
+            "relative/dest".to_string(),
+            400,
+            "backup_destination",
+            "relative",
+        ),
+        (
+            d("missing/child"),
+            400,
+            "backup_destination",
+            "does not exist",
+        ),
+        (
+            d("file/child"),
+            400,
+            "backup_destination",
+            "not a directory",
+        ),
+        (d("file"), 400, "backup_destination", "not a directory"),
+        (
+            "/dev/null".to_string(),
+            400,
+            "backup_destination",
+            "not a directory",
+        ),
+        // A place no directory can be made in: the engine's open refuses.
+        (
+            "/proc/fusee-backup".to_string(),
+            400,
+            "backup_destination",
+            "/proc/fusee-backup",
+        ),
+        (d("full"), 409, "backup_not_empty", "not empty"),
+    ];
+    for (dest, status, kind, text) in cases {
+        let body = json!({ "dest": dest }).to_string();
+        let (s, v) = raw(Method::POST, &url, Some(ADMIN), Some(&body)).await;
+        assert_eq!((s, v["kind"].as_str()), (status, Some(kind)), "{dest}: {v}");
+        assert!(v["message"].as_str().unwrap().contains(text), "{dest}: {v}");
+    }
+    assert!(!std::path::Path::new("relative").exists());
+    let body = json!({ "dest": d("copy") }).to_string();
+    let (s, v) = raw(Method::POST, &url, Some(ADMIN), Some(&body)).await;
+    assert_eq!(s, 200, "{v}");
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A signal, update or query body without its payload or argument, or
+/// with a field it does not take (a misspelt `payload`), is refused and
+/// records nothing: a signal of the wrong shape would fail the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_update_and_query_bodies_are_strict() {
+    let (engine, server, client) = setup().await;
+    client
+        .start(&start("order", "strict-1", order_input()))
+        .await
+        .unwrap();
+    until(&client, "strict-1", |d| {
+        d.waits.iter().any(|w| w.name == "approved")
+    })
+    .await;
+    let url = |verb: &str| format!("{}/api/v1/runs/strict-1/{verb}", server.url());
+    let refused: &[(&str, &str, &str)] = &[
+        (
+            "signal",
+            r#"{"name":"approved"}"#,
+            "missing field `payload`",
+        ),
+        (
+            "signal",
+            r#"{"name":"approved","value":true}"#,
+            "unknown field `value`",
+        ),
+        ("update", r#"{"name":"note"}"#, "missing field `arg`"),
+        (
+            "update",
+            r#"{"name":"note","args":"x"}"#,
+            "unknown field `args`",
+        ),
+        ("query", r#"{"name":"stage"}"#, "missing field `arg`"),
+        (
+            "query",
+            r#"{"name":"stage","arg":null,"x":1}"#,
+            "unknown field `x`",
+        ),
+    ];
+    for (verb, body, text) in refused {
+        let (s, v) = raw(Method::POST, &url(verb), Some(ADMIN), Some(body)).await;
+        assert_eq!(
+            (s, v["kind"].as_str()),
+            (400, Some("bad_request")),
+            "{verb} {body}: {v}"
+        );
+        assert!(
+            v["message"].as_str().unwrap().contains(text),
+            "{verb} {body}: {v}"
+        );
+    }
+    // Nothing was recorded: the run still waits, and a good signal ends it.
+    let d = client.describe("strict-1").await.unwrap();
+    assert_eq!(d.status, "running");
+    assert!(d.waits.iter().any(|w| w.name == "approved"));
+    let (s, v) = raw(
+        Method::POST,
+        &url("query"),
+        Some(ADMIN),
+        Some(r#"{"name":"stage","arg":null}"#),
+    )
+    .await;
+    assert_eq!(
+        (s, v["value"].as_str()),
+        (200, Some("waiting for approval"))
+    );
+    let (s, _) = raw(
+        Method::POST,
+        &url("signal"),
+        Some(ADMIN),
+        Some(r#"{"name":"approved","payload":true}"#),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        client.result("strict-1", Some(10_000)).await.unwrap(),
+        json!("charged 450; shipped tea")
+    );
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}

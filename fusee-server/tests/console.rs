@@ -513,3 +513,168 @@ async fn a_run_page_shows_its_search_attributes() {
         "{page}"
     );
 }
+
+/// IDs a browser cannot keep as a path segment (`.` and `..` are dot
+/// segments, `%2E` spelled too; the empty one is no segment) are written
+/// after a `~` (as are IDs starting with `~`): each run's link reaches
+/// its page and its forms act on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_id_has_a_link_that_reaches_its_run() {
+    let engine = engine().await;
+    let server = serve(&engine).await;
+    let base = reqwest::Url::parse(&server.url()).unwrap();
+    // Why not `%2E`: the URL standard resolves it as a dot segment.
+    assert_eq!(base.join("/runs/%2E%2E").unwrap().path(), "/");
+    let ids = [
+        ("..", "~.."),
+        (".", "~."),
+        ("", "~"),
+        ("~x", "~~x"),
+        ("a.b", "a.b"),
+    ];
+    for (id, _) in ids {
+        engine
+            .start_json(
+                "order",
+                id,
+                &json!({"sku": "tea", "cents": 1}),
+                IdPolicy::NewOnly,
+            )
+            .await
+            .unwrap();
+    }
+    let admin = Session::login(&server.url(), ADMIN).await;
+    let (_, listing) = admin.get("/runs").await;
+    for (id, seg) in ids {
+        let href = format!("/runs/{seg}");
+        assert!(
+            listing.contains(&format!("href=\"{href}\"")),
+            "{id:?}: {listing}"
+        );
+        // As a browser resolves the link.
+        let url = base.join(&href).unwrap();
+        assert_eq!(url.path(), href, "{id:?}");
+        let (status, page) = admin.get(url.path()).await;
+        assert_eq!(status, 200, "{id:?}: {page}");
+        assert!(
+            page.contains(&format!("<span id=\"run-id\">{id}</span>")),
+            "{id:?}: {page}"
+        );
+        let action = format!("{href}/action");
+        assert!(page.contains(&format!("action=\"{action}\"")), "{id:?}");
+        let (status, location, _) = admin
+            .post(
+                &action,
+                &[("csrf", admin.csrf.as_str()), ("action", "pause")],
+            )
+            .await;
+        assert_eq!(status, 303, "{id:?}");
+        assert!(
+            location.starts_with(&format!("{href}?notice=")),
+            "{location}"
+        );
+        assert!(engine.describe(id).await.unwrap().paused, "{id:?}");
+    }
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+/// The signal form has no default payload: an empty one is an error on
+/// the page and sends nothing (a `null` the signal's type does not decode
+/// would fail the run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signal_form_needs_a_payload() {
+    let engine = engine().await;
+    let server = serve(&engine).await;
+    engine
+        .start_json(
+            "order",
+            "o-2",
+            &json!({"sku": "tea", "cents": 1}),
+            IdPolicy::NewOnly,
+        )
+        .await
+        .unwrap();
+    let admin = Session::login(&server.url(), ADMIN).await;
+    let (_, page) = admin.get("/runs/o-2").await;
+    let input = page
+        .split("id=\"signal-payload\"")
+        .nth(1)
+        .and_then(|rest| rest.split('>').next())
+        .expect("the payload input");
+    assert!(
+        input.contains("required") && !input.contains("value="),
+        "{input}"
+    );
+    for payload in ["", "  "] {
+        let (status, location, _) = admin
+            .post(
+                "/runs/o-2/action",
+                &[
+                    ("csrf", admin.csrf.as_str()),
+                    ("action", "signal"),
+                    ("name", "approved"),
+                    ("payload", payload),
+                ],
+            )
+            .await;
+        assert_eq!(status, 303);
+        assert!(
+            location.contains("error=the%20payload%20is%20empty"),
+            "{location}"
+        );
+    }
+    // Nothing was sent: the run still waits for its approval.
+    let journal = engine.journal_json("o-2", None).await.unwrap();
+    assert!(
+        !journal["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "Signal"),
+        "{journal}"
+    );
+    assert!(matches!(
+        engine.describe("o-2").await.unwrap().status,
+        fusee::RunStatus::Running
+    ));
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}
+
+/// A form or a query the console's pages would not send is answered with
+/// its error page, not axum's plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_forms_and_queries_get_the_consoles_error_page() {
+    let engine = engine().await;
+    let server = serve(&engine).await;
+    engine
+        .start_json(
+            "order",
+            "o-3",
+            &json!({"sku": "tea", "cents": 1}),
+            IdPolicy::NewOnly,
+        )
+        .await
+        .unwrap();
+    let admin = Session::login(&server.url(), ADMIN).await;
+    let (status, _, page) = admin
+        .post("/runs/o-3/action", &[("csrf", admin.csrf.as_str())])
+        .await;
+    assert_eq!(status, 400, "{page}");
+    assert!(
+        page.contains("id=\"bad-request\"") && page.contains("action"),
+        "{page}"
+    );
+    let (status, page) = admin.get("/runs?limit=abc").await;
+    assert_eq!(status, 400, "{page}");
+    assert!(
+        page.contains("id=\"bad-request\"") && page.contains("limit"),
+        "{page}"
+    );
+    let (status, page) = admin.get("/runs/o-3?run=x").await;
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("id=\"bad-request\""), "{page}");
+    server.stop().await.unwrap();
+    engine.close().await.unwrap();
+}

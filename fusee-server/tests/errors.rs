@@ -248,6 +248,14 @@ fn every_kind() -> Vec<(Error, u16, &'static str)> {
             "backup_failed",
         ),
         (
+            Error::Backup(fusee::BackupError::Destination {
+                dest: "/dev/null".into(),
+                error: "Not a directory (os error 20)".into(),
+            }),
+            400,
+            "backup_destination",
+        ),
+        (
             Error::Open(OpenError::FeatureDisabled {
                 backend: Backend::Redb,
                 feature: "redb",
@@ -393,5 +401,34 @@ async fn each_engine_error_kind_has_one_status_and_its_own_text() {
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["kind"], kind);
         assert_eq!(v["message"], text);
+    }
+}
+
+/// A backup's copy failing on the destination the client named (it could
+/// not be opened, or it holds a store) is that destination's client error,
+/// with the kind of the engine's own check of it; failing elsewhere is 500.
+#[test]
+fn a_backup_copy_failing_on_its_destination_is_a_client_error() {
+    use fusee::migrate::MigrateError;
+    let copy = |m: MigrateError| Error::Backup(fusee::BackupError::Copy(m));
+    let open = |side: &'static str| MigrateError::Open {
+        side,
+        error: Box::new(OpenError::FeatureDisabled {
+            backend: Backend::Redb,
+            feature: "redb",
+        }),
+    };
+    for (e, status, kind) in [
+        (copy(open("destination")), 400, "backup_destination"),
+        (
+            copy(MigrateError::TargetNotEmpty("/x".into())),
+            409,
+            "backup_not_empty",
+        ),
+        (copy(open("source")), 500, "backup_failed"),
+        (copy(MigrateError::Interrupted), 500, "backup_failed"),
+    ] {
+        let (got_status, got_kind) = engine_error(&e);
+        assert_eq!((got_status.as_u16(), got_kind), (status, kind), "{e:?}");
     }
 }

@@ -2,7 +2,7 @@
 //! names (issue 38): `ctx.now()` as a time, `ctx.random()` as a number,
 //! `ctx.uuid()` as a UUID, JSON payloads as JSON (in tables, and as
 //! `decoded` views beside the exact bytes in `--json`, which still reads
-//! back to the same records); a 100 KB workflow ID cut with `…` in tables
+//! back to the same records); a 1 KiB workflow ID cut with `…` in tables
 //! and whole in JSON.
 
 mod common;
@@ -107,7 +107,7 @@ async fn values_payloads_and_long_names_read_as_what_they_are() {
     assert!(cancelled.contains("| changed my mind "), "{cancelled}");
     assert!(!cancelled.contains("0x"), "{cancelled}");
 
-    // A 100 KB workflow ID: cut in the runs table, whole in JSON.
+    // A 1 KiB workflow ID: cut in the runs table, whole in JSON.
     let long = long_id();
     let runs = stdout(&["runs", d]);
     assert!(runs.len() < 4096, "{} bytes of table", runs.len());

@@ -604,7 +604,7 @@ impl Client {
                 });
             }
             joined.push('/');
-            joined.push_str(&crate::segment::path_segment(segment));
+            joined.push_str(&crate::segment::encode(segment));
         }
         // Encoded already: `set_path` leaves `%XX` as it is and finds no
         // control character left to drop.

@@ -579,7 +579,7 @@ fn query_string(q: &RunsQuery) -> String {
     let mut parts = Vec::new();
     let mut put = |k: &str, v: Option<String>| {
         if let Some(v) = v.filter(|v| !v.is_empty()) {
-            parts.push(format!("{k}={}", url_encode(&v)));
+            parts.push(format!("{k}={}", crate::segment::encode(&v)));
         }
     };
     put("status", q.status.clone());
@@ -590,18 +590,6 @@ fn query_string(q: &RunsQuery) -> String {
     parts.join("&")
 }
 
-/// Percent-encodes everything but unreserved characters.
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// A workflow ID (or a schedule's, queue's, limit's name) as one path
 /// segment, undone by [`SegmentId`]. `""`, `.` and `..` cannot be a
 /// segment (a browser resolves dot segments, `%2E` spelled ones too, and
@@ -609,9 +597,9 @@ fn url_encode(s: &str) -> String {
 /// are written after a `~`.
 fn path_segment(id: &str) -> String {
     if matches!(id, "" | "." | "..") || id.starts_with('~') {
-        format!("~{}", url_encode(id))
+        format!("~{}", crate::segment::encode(id))
     } else {
-        url_encode(id)
+        crate::segment::encode(id)
     }
 }
 
@@ -1264,8 +1252,8 @@ fn check_form(viewer: &Viewer, csrf: &str) -> Option<Response> {
 fn back(page: &str, outcome: Result<String, String>) -> Response {
     let sep = if page.contains('?') { '&' } else { '?' };
     let to = match outcome {
-        Ok(m) => format!("{page}{sep}notice={}", url_encode(&m)),
-        Err(m) => format!("{page}{sep}error={}", url_encode(&m)),
+        Ok(m) => format!("{page}{sep}notice={}", crate::segment::encode(&m)),
+        Err(m) => format!("{page}{sep}error={}", crate::segment::encode(&m)),
     };
     Redirect::to(&to).into_response()
 }

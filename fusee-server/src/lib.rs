@@ -313,13 +313,17 @@ mod server {
     }
 
     async fn unknown_route(uri: axum::http::Uri) -> impl IntoResponse {
+        let path = uri.path();
+        // Under /api/v1 already: pointing there again would not help.
+        let hint = if path.starts_with("/api/v1/") {
+            "the API's routes are in /api/v1/openapi.json"
+        } else {
+            "the API is under /api/v1 (see /api/v1/openapi.json)"
+        };
         ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_route",
-            format!(
-                "no route {}; the API is under /api/v1 (see /api/v1/openapi.json)",
-                uri.path()
-            ),
+            format!("no route {path}; {hint}"),
         )
     }
 

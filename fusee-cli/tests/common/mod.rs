@@ -279,9 +279,9 @@ pub struct Picked {
 
 const VALUES: Workflow<(), Picked> = Workflow::new("values");
 
-/// A workflow ID of 100 KB.
+/// The longest workflow ID a start takes ([`fusee::MAX_ID_BYTES`]).
 pub fn long_id() -> String {
-    format!("long-{}", "x".repeat(100_000))
+    format!("long-{}", "x".repeat(fusee::MAX_ID_BYTES - 5))
 }
 
 /// A file store holding `values-1` (a run that recorded `ctx.now()`,

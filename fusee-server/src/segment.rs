@@ -2,7 +2,7 @@
 //! query value: the one encoder the client and the console share, so both
 //! address the run they name.
 //!
-//! Every byte but ASCII letters, digits, `-`, `_` and `~` is
+//! Every byte but ASCII letters, digits, `-`, `.`, `_` and `~` is
 //! percent-encoded. A URL parser would otherwise drop tabs and line breaks
 //! (`new\nline` became `newline`, another run) and split at `/`, `?` and
 //! `#`. The segments `.` and `..` stay dot segments however spelled
@@ -11,9 +11,14 @@
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-/// The bytes kept as they are: RFC 3986's unreserved set less `.`, which
-/// keeps a lone `.` from reading as anything but text inside a segment.
-const KEPT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');
+/// The bytes kept as they are: RFC 3986's unreserved set (`.` too: a
+/// route's own segments hold one, `openapi.json`, and an encoded `.`
+/// would not make a lone `.` any less a dot segment).
+const KEPT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// `s` percent-encoded (see the module docs).
 pub(crate) fn encode(s: &str) -> String {
@@ -27,7 +32,7 @@ mod tests {
     #[test]
     fn controls_and_separators_stay_inside_the_segment() {
         assert_eq!(encode("order-1_a~b"), "order-1_a~b");
-        assert_eq!(encode("a.b"), "a%2Eb");
+        assert_eq!(encode("openapi.json"), "openapi.json");
         assert_eq!(encode("new\nline\t"), "new%0Aline%09");
         assert_eq!(encode("a/b?c#d e%"), "a%2Fb%3Fc%23d%20e%25");
         assert_eq!(encode("заказ"), "%D0%B7%D0%B0%D0%BA%D0%B0%D0%B7");

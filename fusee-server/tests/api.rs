@@ -606,7 +606,7 @@ async fn listing_filters() {
     );
     assert_eq!(
         kind(client.runs(&q(|q| q.cursor = Some("x.y".into()))).await),
-        (400, "config".into())
+        (400, "bad_cursor".into())
     );
     let url = format!("{}/api/v1/runs?limit=many", server.url());
     let (s, body) = raw(Method::GET, &url, Some(READ), None).await;

@@ -427,6 +427,16 @@ fn a_backup_copy_failing_on_its_destination_is_a_client_error() {
         ),
         (copy(open("source")), 500, "backup_failed"),
         (copy(MigrateError::Interrupted), 500, "backup_failed"),
+        // The copy made, then a fault on the engine's side: not the
+        // caller's destination.
+        (
+            Error::Backup(fusee::BackupError::Finish {
+                dest: "/b".into(),
+                error: "a shard still holds the destination".into(),
+            }),
+            500,
+            "backup_failed",
+        ),
     ] {
         let (got_status, got_kind) = engine_error(&e);
         assert_eq!((got_status.as_u16(), got_kind), (status, kind), "{e:?}");

@@ -151,6 +151,16 @@ pub enum BackupError {
         /// Why.
         error: String,
     },
+    /// The copy was made but could not be finished (a shard still held
+    /// the destination, or its size could not be measured): a fault of the
+    /// engine's side, not of the destination the caller named.
+    #[error("backup into {dest} could not be finished: {error}")]
+    Finish {
+        /// The destination.
+        dest: PathBuf,
+        /// Why.
+        error: String,
+    },
     /// Another backup of this engine is running.
     #[error("another backup of this engine is running")]
     Busy,
@@ -460,7 +470,7 @@ impl Session {
         }
         done.sort_by_key(|d| d.shard);
         let Ok(shared) = Arc::try_unwrap(shared) else {
-            return Err(BackupError::Destination {
+            return Err(BackupError::Finish {
                 dest: target.dir.clone(),
                 error: "a shard still holds the destination".into(),
             });
@@ -515,7 +525,7 @@ impl Session {
             out.pauses.push((d.shard, d.pause));
         }
         mark_complete(dst, &target)?;
-        out.bytes = size_of_dir(&target.dir).map_err(|e| BackupError::Destination {
+        out.bytes = size_of_dir(&target.dir).map_err(|e| BackupError::Finish {
             dest: target.dir.clone(),
             error: e.to_string(),
         })?;

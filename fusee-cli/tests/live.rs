@@ -68,6 +68,14 @@ async fn server(engine: &Engine) -> fusee_server::ServerHandle {
         .expect("the server starts")
 }
 
+/// `args` as the command takes them against the server at `url`, with
+/// the read token.
+fn live_args(url: &str, args: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    a.extend(["--url".into(), url.into(), "--token".into(), READ.into()]);
+    a
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_output_is_what_the_directory_shows() {
     let dir = temp_dir("live-same");
@@ -75,11 +83,7 @@ async fn live_output_is_what_the_directory_shows() {
     let handle = server(&engine).await;
     let url = handle.url();
     let u = url.as_str();
-    let live = |args: &[&str]| {
-        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        a.extend(["--url".into(), u.into(), "--token".into(), READ.into()]);
-        a
-    };
+    let live = |args: &[&str]| live_args(u, args);
 
     let runs_json = json(&live(&["runs", "--json"])).await;
     let runs_table = stdout(&live(&["runs"]), 0).await;
@@ -454,11 +458,7 @@ async fn live_rows_keep_their_own_fields_and_undescribable_runs() {
     let handle = server(&engine).await;
     let url = handle.url();
     let u = url.as_str();
-    let live = |args: &[&str]| {
-        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        a.extend(["--url".into(), u.into(), "--token".into(), READ.into()]);
-        a
-    };
+    let live = |args: &[&str]| live_args(u, args);
 
     let reset = json(&live(&["runs", "--status", "reset", "--json"])).await;
     let customer = json(&live(&[

@@ -657,12 +657,7 @@ impl Client {
 /// `url` as an error shows it: at most 200 characters, so an ID of
 /// megabytes makes no message of megabytes.
 fn shown(url: &Url) -> String {
-    const SHOWN_CHARS_MAX: usize = 200;
-    let s = url.as_str();
-    match s.char_indices().nth(SHOWN_CHARS_MAX) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
-    }
+    fusee::shortened(url.as_str(), 200)
 }
 
 /// The chunks of a stream from [`Client::subscribe`]: a

@@ -513,11 +513,7 @@ impl Error {
     /// characters and `…` when longer, so a megabyte ID makes no megabyte
     /// message.
     pub(crate) fn given(s: &str) -> String {
-        const SHOWN_CHARS_MAX: usize = 64;
-        match s.char_indices().nth(SHOWN_CHARS_MAX) {
-            Some((at, _)) => format!("{}…", &s[..at]),
-            None => s.to_string(),
-        }
+        shortened(s, 64)
     }
 
     /// A payload for workflow `id` that did not encode or decode.
@@ -539,3 +535,13 @@ fn of_workflow(id: &Option<String>) -> String {
 
 /// What the engine's calls return.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `s` cut to its first `chars_max` characters, with `…` when it was
+/// longer: how a message shows text a caller gave (an ID, a URL), so a
+/// megabyte of it makes no megabyte message.
+pub fn shortened(s: &str, chars_max: usize) -> String {
+    match s.char_indices().nth(chars_max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}

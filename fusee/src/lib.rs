@@ -169,7 +169,7 @@ pub use ctx::{
 };
 pub use dynamic::{Cause, ChainLink};
 pub use engine::{Engine, MAX_ID_BYTES, RunHandle, check_workflow_id};
-pub use error::{Error, Result};
+pub use error::{Error, Result, shortened};
 /// Flow control, in `flow/`: its modules keep their paths at the root.
 pub use flow::debounce::Debounce;
 pub use flow::{debounce, limit, promise, queue, saga, schedule};

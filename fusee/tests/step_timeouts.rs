@@ -428,25 +428,36 @@ fn register_many(engine: &Engine, cell: &Cell, per_piece: u32) {
 /// Twenty runs' steps, each heartbeating ten times every 100 ms for 5 s:
 /// against the same work without heartbeats, at most one flush more per
 /// heartbeat tick (a second), and each attempt records at most one
-/// heartbeat a tick.
+/// heartbeat a tick. Counted over 4 s in the middle of the steps' work,
+/// once every start and step's beginning is durable: how starts and
+/// results fall into group commits varies from run to run, heartbeats'
+/// flushes must not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_of_many_steps_add_no_flushes_beyond_one_a_tick() {
     const RUNS: u32 = 20;
+    const WINDOW: Duration = Duration::from_millis(4_000);
     let measure = async |per_piece: u32| {
         let kit = kit(move |engine, cell| register_many(engine, cell, per_piece)).await;
-        let before = kit.engine().metrics().await;
-        let start = kit.now_ms();
         for i in 0..RUNS {
             kit.engine()
                 .start(MANY, &format!("m-{i}"), &i)
                 .await
                 .expect("start");
         }
+        kit.settle().await.expect("settle");
+        let before = kit.engine().metrics().await;
+        let start = kit.now_ms();
+        kit.advance(WINDOW).await.expect("advance");
+        kit.settle().await.expect("settle");
+        let after = kit.engine().metrics().await;
+        let seconds = (kit.now_ms() - start).div_ceil(1_000);
+        assert_eq!(
+            after.step_attempts, before.step_attempts,
+            "no step ended in the window"
+        );
         for i in 0..RUNS {
             assert_eq!(kit.result(MANY, &format!("m-{i}")).await.unwrap(), i);
         }
-        let after = kit.engine().metrics().await;
-        let seconds = (kit.now_ms() - start).div_ceil(1_000);
         kit.close().await.expect("close");
         (
             after.flushes - before.flushes,

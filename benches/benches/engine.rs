@@ -26,7 +26,9 @@
 //!    side by side and measured in alternating rounds (which one goes
 //!    first alternates too): the median of the rounds' on/off time ratios
 //!    (goal: at most 1.05 on each). A render of the exposition after
-//!    each round with telemetry on is part of its time.
+//!    each round with telemetry on is part of its time. Beside the
+//!    memory fanout, the SDK alone: a round's spans built and exported
+//!    with no engine around them, against a round with telemetry off.
 //!
 //! `cargo bench -p fusee-benches --no-default-features --features file,redb --bench engine`
 //! (RocksDB too with its feature, after its 25-minute release build).
@@ -229,6 +231,9 @@ async fn telemetry(dir: &Path) -> WorkResult<()> {
                 ratios.push(ratio);
             }
         }
+        if name == "memory" {
+            sdk_alone(&engines[0], rounds, runs).await?;
+        }
         for e in engines {
             e.close().await?;
         }
@@ -238,6 +243,102 @@ async fn telemetry(dir: &Path) -> WorkResult<()> {
         );
     }
     Ok(())
+}
+
+/// The OpenTelemetry SDK's share alone, against a fanout round with
+/// telemetry off on `off`, in alternating rounds: as many spans as a round
+/// emits (one per step attempt and one per run), each built and ended as
+/// the engine's `otel::Spans::emit` does (a remote parent, given IDs and
+/// times, a step span's eight attributes) on a batch processor exporting
+/// to [`Discard`], the provider flushed so its thread's work is counted.
+/// No engine work is in it, so it bounds from below what the issue's one
+/// SDK span per attempt adds to a no-op fanout.
+async fn sdk_alone(off: &Engine, rounds: u32, runs: u32) -> WorkResult<()> {
+    let spans = u64::from(runs) * u64::from(FANOUT_STEPS + 1);
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let ratio = round_pair(round, |sdk| {
+            let engine = off.clone();
+            async move {
+                let cpu = workload::process_cpu();
+                let t = std::time::Instant::now();
+                if sdk {
+                    tokio::task::spawn_blocking(move || build_spans(spans)).await?;
+                } else {
+                    let prefix = format!("sdk-off-{round}");
+                    workload::fanout(&engine, &prefix, runs, FANOUT_STEPS).await?;
+                }
+                let cpu = workload::process_cpu().saturating_sub(cpu);
+                Ok([t.elapsed().as_secs_f64(), cpu.as_secs_f64()])
+            }
+        })
+        .await?;
+        if round > 0 {
+            ratios.push(ratio);
+        }
+    }
+    let cpu = median(ratios.iter().map(|r| r[1]).collect());
+    println!(
+        "telemetry, the SDK alone: {spans} spans (a fanout round's) built and exported to a no-op sink / \
+         a memory fanout round with telemetry off, median of {} rounds: wall {:.3}, process CPU {:.3} \
+         (the goal's whole budget: 0.05)",
+        ratios.len(),
+        median(ratios.iter().map(|r| r[0]).collect()),
+        cpu
+    );
+    Ok(())
+}
+
+/// Builds and ends `n` spans as the engine's `emit` does, on a fresh
+/// provider exporting to [`Discard`], then flushes and shuts it down.
+fn build_spans(n: u64) {
+    use opentelemetry::trace::{
+        SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+        TraceState, Tracer, TracerProvider,
+    };
+    use opentelemetry::{Context, KeyValue, Value};
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(Discard)
+        .build();
+    let tracer = provider.tracer("fusee");
+    let step: std::sync::Arc<str> = "step-name".into();
+    let now = std::time::SystemTime::now();
+    for i in 0..n {
+        let trace_id = TraceId::from(u128::from(i / 11 + 1));
+        let parent = Context::new().with_remote_span_context(SpanContext::new(
+            trace_id,
+            SpanId::from(i / 11 + 1),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        ));
+        let mut a = Vec::with_capacity(9);
+        a.extend([
+            KeyValue::new("fusee.step.name", Value::String(step.clone().into())),
+            KeyValue::new("fusee.step.seq", i64::try_from(i % 11).unwrap_or(0)),
+            KeyValue::new("fusee.step.attempt", 1_i64),
+            KeyValue::new("fusee.step.outcome", "ok"),
+            KeyValue::new("fusee.span.begin", "recorded"),
+            KeyValue::new("fusee.shard", 0_i64),
+            KeyValue::new("fusee.run", i64::try_from(i / 11).unwrap_or(0)),
+            KeyValue::new("fusee.lsn", i64::try_from(i).unwrap_or(0)),
+        ]);
+        let builder = SpanBuilder {
+            trace_id: Some(trace_id),
+            span_id: Some(SpanId::from(i + (1 << 40))),
+            span_kind: Some(SpanKind::Internal),
+            name: "fusee.step".into(),
+            start_time: Some(now),
+            attributes: Some(a),
+            status: Status::Unset,
+            ..SpanBuilder::from_name("")
+        };
+        let mut span = tracer.build_with_context(builder, &parent);
+        opentelemetry::trace::Span::end_with_timestamp(&mut span, now);
+    }
+    // The batch thread's receiving and dropping is part of the SDK's cost.
+    let _ = provider.force_flush();
+    let _ = provider.shutdown();
 }
 
 /// `config` with telemetry `on` (metrics, and traces to [`Discard`]

@@ -118,6 +118,12 @@
 //! 1.55 to 1.96) and 1.38 on files (1.29 to 1.60; before 1.72, 1.56 to
 //! 1.86). Under callgrind (the same figure, `FUSEE_ENGINE_BENCH=quick`)
 //! the instructions telemetry adds fell from 169 to 122 million (28%).
+//!
+//! The same figure measures the SDK alone beside it: a memory fanout
+//! round's spans built as `emit` builds them, with no engine around
+//! them, cost 0.072 to 0.079 of the round's CPU with telemetry off (three
+//! runs, 2026-12-06, `benches/RESULTS.md`): one SDK span per attempt is
+//! already more than a 5% budget on a no-op step.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;

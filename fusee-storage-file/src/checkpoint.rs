@@ -18,7 +18,7 @@
 //! 3. The slot ([`crate::slot`]) with the next sequence number, naming the
 //!    index file and length and the store generation and lengths, is
 //!    written to `slot-0` and synced, then to `slot-1` and synced (the pair,
-//!    [`crate::pair`]). The first sync is the commit point; the commit
+//!    `crate::pair`). The first sync is the commit point; the commit
 //!    returns after the second.
 //! 4. Files the new commit no longer names (the index file a base replaced,
 //!    a generation compaction replaced) are deleted.

@@ -979,7 +979,7 @@ impl<I: Io> FileLog<I> {
     }
 
     /// Rolls that found no file ready and started a small segment without
-    /// zero-filling it rather than wait (see [`FileLog::unprepared`]): the
+    /// zero-filling it rather than wait (see `FileLog::unprepared`): the
     /// first roll after an open under a heavy load, when the next
     /// full-size segment is still being zero-filled, or a roll on a system
     /// that could not start the preparation's thread.

@@ -20,7 +20,7 @@
 //!   discarded, and one at or above it was lost.
 //!
 //! The manifest is a pair of files (`log/manifest-0`, `log/manifest-1`,
-//! [`crate::pair`]): a torn write or damage to one file loses nothing.
+//! `crate::pair`): a torn write or damage to one file loses nothing.
 //! It is written at every open (after the open's segment header is
 //! durable), after a flush that rolled into a new segment, and before a
 //! discard deletes segments: a few writes per segment's worth of log, none

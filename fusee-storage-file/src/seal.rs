@@ -8,7 +8,7 @@
 //! What it adds to the log's own checks: the segments and the manifest
 //! cannot tell the newest acknowledged batch zeroed (or cut off) by the
 //! disk from a batch a crash tore before it was acknowledged; both read as
-//! a log that ends earlier. [`FileSeal::check`], at open, after the scan
+//! a log that ends earlier. `FileSeal::check`, at open, after the scan
 //! and before the open writes anything to the log, turns a log that ends
 //! before the sealed LSN into [`fusee_storage::StorageError::LostRecords`].
 //!

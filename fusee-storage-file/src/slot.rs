@@ -4,7 +4,7 @@
 //! naming the index file and length and the run-store generation and length
 //! it covers, followed by the core's checkpoint bytes, into both slot files
 //! (`slot-0`, then `slot-1`), each synced before the next: the pair
-//! ([`crate::pair`]) that makes a torn write or damage to one file lose
+//! (`crate::pair`) that makes a torn write or damage to one file lose
 //! nothing. Open trusts the valid slot with the highest sequence number.
 //!
 //! # Layout (all integers little-endian)

@@ -29,7 +29,7 @@
 //!   flush (its flush is the whole write, on the caller's thread), and here
 //!   the flush is the cost that matters (a round trip to a server, a WAL
 //!   flush and a standby's acknowledgement: hundreds of microseconds) so it
-//!   must overlap the next batch's appends. [`PgLog::begin_flush`] hands the
+//!   must overlap the next batch's appends. `PgLog::begin_flush` hands the
 //!   batch to a ticket that writes it on one of the shard's flusher
 //!   connections, in one statement, while the log takes appends. Up to
 //!   [`PgOptions::flushes_in_flight`] tickets (2 by default) may be out at

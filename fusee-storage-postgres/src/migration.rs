@@ -3,7 +3,7 @@
 //! refuses instead of a store with half the runs.
 //!
 //! A schema is a store when its `format` table holds its row (see
-//! [`crate::schema`]). While a migration writes into a schema, that row
+//! the `schema` module). While a migration writes into a schema, that row
 //! sits in a table `migrating` instead and `format` is empty, which the
 //! schema's judge refuses with `NotAStore` (naming the interrupted
 //! migration). Moving the row either way is one transaction, so after any

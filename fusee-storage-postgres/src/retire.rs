@@ -82,7 +82,7 @@ impl PgStorage {
     /// every later open except under [`retired_owner`]`(why)` is refused
     /// with [`StorageError::Retired`]. Returns the shards the store had
     /// rows for. One transaction (tried again if the server ends it to
-    /// break a deadlock: [`RETIRE_TRIES`]); it waits for the writes in
+    /// break a deadlock: `RETIRE_TRIES`); it waits for the writes in
     /// flight.
     ///
     /// Errors: a store already retired for another reason (`Retired`,

@@ -1,6 +1,6 @@
 //! Search attributes: typed values a run carries so that listings can find
 //! it ([`SearchAttributes`], [`AttrValue`], [`AttrCondition`]), their one
-//! recorded format, and the per-shard index over them ([`AttrIndex`]).
+//! recorded format, and the per-shard index over them (`AttrIndex`).
 //!
 //! # The payload format (`Attributes` records and `Start` meta)
 //!
@@ -41,7 +41,7 @@
 //!
 //! # The index
 //!
-//! Each shard keeps an in-memory [`AttrIndex`]: for each attribute name an
+//! Each shard keeps an in-memory `AttrIndex`: for each attribute name an
 //! ordered set of (value, run), and each run's current values. It is the
 //! same on every backend, kept current as `Attributes` and `Start` records
 //! are appended, and comes back at an open in one of two ways:

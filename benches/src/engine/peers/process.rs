@@ -1,6 +1,6 @@
 //! The peers' processes: their servers (started for a turn, stopped after
 //! it, every address on 127.0.0.1), their programs (`benches/peers/`, run
-//! through [`Lines`]) and the `strace` that counts their fsyncs.
+//! through `Lines`) and the `strace` that counts their fsyncs.
 //!
 //! Restate's server asks the network for a newer release of itself at
 //! start, whatever `disable-telemetry` says: it runs, with its service, in

@@ -222,6 +222,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use fusee_storage::MemoryStorage;
@@ -693,6 +694,14 @@ impl TestEngine {
                 out = &mut fut => return Ok(out),
                 q = self.quiet(deadline, what, Some(id)) => q?,
             };
+            // The engine may have gone idle by answering: `fut` was polled
+            // before the answer and `quiet` looked after it. The answer
+            // goes first, or the clock would move past a finished run.
+            if let Poll::Ready(out) =
+                std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
+            {
+                return Ok(out);
+            }
             match quiet.next_due {
                 Some(at) => {
                     stalled = None;

@@ -21,7 +21,6 @@ use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -148,7 +147,7 @@ impl Ctx {
         F: Fn(StepContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
     {
-        let f: StepFn = Arc::new(move |sc: StepContext| {
+        let f: StepFn = Box::new(move |sc: StepContext| {
             // The name only for the error: a shared name's clone, no copy.
             let name = sc.shared_name();
             let fut = f(sc);
@@ -171,7 +170,7 @@ impl Ctx {
         };
         Step {
             ctx: self.clone(),
-            name: Name::from(name),
+            name: step_name(name),
             f,
             extra: None,
             _type: PhantomData,
@@ -810,7 +809,7 @@ impl<T: DeserializeOwned> Future for StepCall<T> {
             };
             let wait = extra.as_ref().is_some_and(|x| x.wait_on_cancel);
             let mut s = ctx.state.borrow_mut();
-            let Some(seq) = s.call_step(&name, &f, extra) else {
+            let Some(seq) = s.call_step(&name, f, extra) else {
                 return Poll::Pending;
             };
             // A step the workflow waits for sees no cancellation as its
@@ -1238,5 +1237,65 @@ impl<T> Step<T> {
     /// The run the step belongs to.
     pub(crate) fn ctx(&self) -> &Ctx {
         &self.ctx
+    }
+}
+
+/// Names of at most this many bytes are kept by [`step_name`].
+const STEP_NAME_KEPT_MAX: usize = 64;
+/// How many names [`step_name`] keeps per thread (a bound for code that
+/// makes a name per call).
+const STEP_NAMES_MAX: usize = 1024;
+
+thread_local! {
+    /// Step names called on this thread (a shard's), shared by its runs.
+    static STEP_NAMES: std::cell::RefCell<rustc_hash::FxHashSet<Name>> =
+        std::cell::RefCell::default();
+}
+
+/// Step `name` as a [`Name`], shared with earlier calls of the same name
+/// on this thread: a step called in a loop, or by every run of a type,
+/// allocates its name once instead of at every call (an allocation and a
+/// free a step, of the dozen a fanout's step makes).
+fn step_name(name: &str) -> Name {
+    if name.len() > STEP_NAME_KEPT_MAX {
+        return Name::from(name);
+    }
+    STEP_NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        if let Some(kept) = names.get(name) {
+            return kept.clone();
+        }
+        let made = Name::from(name);
+        if names.len() < STEP_NAMES_MAX {
+            names.insert(made.clone());
+        }
+        made
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name called again on a thread is the one made the first time; a
+    /// long one, or one past the bound, is made each time but reads the
+    /// same.
+    #[test]
+    fn step_names_are_shared_on_a_thread_within_bounds() {
+        let (a, b) = (step_name("charge"), step_name("charge"));
+        assert!(std::sync::Arc::ptr_eq(&a, &b));
+        let long = "x".repeat(STEP_NAME_KEPT_MAX + 1);
+        let (c, d) = (step_name(&long), step_name(&long));
+        assert_eq!(c, d);
+        assert!(!std::sync::Arc::ptr_eq(&c, &d));
+        for i in 0..STEP_NAMES_MAX + 10 {
+            let _ = step_name(&format!("n-{i}"));
+        }
+        assert_eq!(STEP_NAMES.with(|n| n.borrow().len()), STEP_NAMES_MAX);
+        let (e, f) = (step_name("n-past"), step_name("n-past"));
+        assert_eq!(e, f);
+        assert!(!std::sync::Arc::ptr_eq(&e, &f));
+        // Kept before the bound was reached: still shared.
+        assert!(std::sync::Arc::ptr_eq(&step_name("charge"), &a));
     }
 }

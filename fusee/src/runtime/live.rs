@@ -3,9 +3,10 @@
 //!
 //! - `runs`: each loaded run whose code was started ([`LiveRun`]: its
 //!   state, future, waker, update handlers, why it stopped).
-//! - `ready`: runs to poll, pushed by their wakers (from any thread: a
-//!   step's tokio task may wake nothing, but a `Ctx` future's waker may be
-//!   cloned by code) and by the loop.
+//! - `ready`: runs to poll, each queued once however often woken before
+//!   its poll, pushed by their wakers (from any thread: a step's tokio
+//!   task may wake nothing, but a `Ctx` future's waker may be cloned by
+//!   code) and by the loop.
 //! - `no_code`: loaded runs whose type or version has no code registered;
 //!   their code starts when it is ([`ShardLoop::start_waiting_code`]).
 //! - `stepping`: runs with a step attempt to start or to begin
@@ -104,7 +105,7 @@ impl LiveRun {
 /// Wakes a run: puts it on its shard's ready queue.
 struct RunWaker {
     run: RunId,
-    ready: Arc<Mutex<VecDeque<RunId>>>,
+    ready: Arc<Mutex<Ready>>,
 }
 
 impl std::task::Wake for RunWaker {
@@ -113,13 +114,49 @@ impl std::task::Wake for RunWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        lock(&self.ready).push_back(self.run);
+        lock(&self.ready).push(self.run);
     }
 }
 
-/// The ready queue, whatever a panicking waker left in it (a run ID
-/// queued twice is polled twice, which is harmless).
-fn lock(ready: &Mutex<VecDeque<RunId>>) -> std::sync::MutexGuard<'_, VecDeque<RunId>> {
+/// The runs to poll, in the order woken, each at most once: a run woken
+/// again before it is polled is polled once for both (a step's result
+/// wakes its run twice, by the record and by the delivery, and each
+/// extra poll of a fanout's run was a tenth of the loop's work). Once
+/// popped, a run woken again is queued again.
+#[derive(Default)]
+struct Ready {
+    queue: VecDeque<RunId>,
+    queued: FxHashSet<RunId>,
+}
+
+impl Ready {
+    fn push(&mut self, run: RunId) {
+        if self.queued.insert(run) {
+            self.queue.push_back(run);
+        }
+    }
+
+    fn pop(&mut self) -> Option<RunId> {
+        let run = self.queue.pop_front()?;
+        self.queued.remove(&run);
+        Some(run)
+    }
+
+    /// Takes `run` off the queue: true if it was on it.
+    fn take(&mut self, run: RunId) -> bool {
+        if !self.queued.remove(&run) {
+            return false;
+        }
+        if let Some(at) = self.queue.iter().position(|r| *r == run) {
+            self.queue.remove(at);
+        }
+        true
+    }
+}
+
+/// The ready queue, whatever a panicking waker left in it (the queue and
+/// its set change together, under the lock, in code that does not panic).
+fn lock(ready: &Mutex<Ready>) -> std::sync::MutexGuard<'_, Ready> {
     ready.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -127,7 +164,7 @@ fn lock(ready: &Mutex<VecDeque<RunId>>) -> std::sync::MutexGuard<'_, VecDeque<Ru
 #[derive(Default)]
 pub(super) struct Live {
     runs: FxHashMap<RunId, LiveRun>,
-    ready: Arc<Mutex<VecDeque<RunId>>>,
+    ready: Arc<Mutex<Ready>>,
     no_code: FxHashSet<RunId>,
     stepping: FxHashSet<RunId>,
     jobs: Vec<StepJob>,
@@ -234,26 +271,22 @@ impl Live {
 
     /// Puts `run` on the ready queue.
     pub(super) fn wake(&self, run: RunId) {
-        lock(&self.ready).push_back(run);
+        lock(&self.ready).push(run);
     }
 
     /// The next run to poll, if any.
     pub(super) fn pop_ready(&self) -> Option<RunId> {
-        lock(&self.ready).pop_front()
+        lock(&self.ready).pop()
     }
 
     /// Whether a run waits to be polled.
     pub(super) fn has_ready(&self) -> bool {
-        !lock(&self.ready).is_empty()
+        !lock(&self.ready).queue.is_empty()
     }
 
     /// Takes `run` off the ready queue: true if it was on it.
     pub(super) fn take_ready(&self, run: RunId) -> bool {
-        let mut ready = lock(&self.ready);
-        match ready.iter().position(|r| *r == run) {
-            Some(at) => ready.remove(at).is_some(),
-            None => false,
-        }
+        lock(&self.ready).take(run)
     }
 
     /// The run's code cannot start: its type or version has no code here.

@@ -618,8 +618,12 @@ impl ShardLoop {
                 return Effects::default();
             }
         }
-        deferred.append(&mut self.inbox);
-        self.inbox = deferred;
+        // The inbox keeps its room when nothing was held back (a fresh
+        // queue each pass grew again input by input).
+        if !deferred.is_empty() {
+            deferred.append(&mut self.inbox);
+            self.inbox = deferred;
+        }
         self.watch_steps(now_ms, holding);
         self.end_graces(now_ms, holding);
         let more = if holding {

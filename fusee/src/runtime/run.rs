@@ -976,7 +976,7 @@ impl<C: Code> RunState<C> {
     pub(crate) fn call_step(
         &mut self,
         name: &Name,
-        f: &StepFn,
+        f: StepFn,
         extra: Option<Box<StepExtra>>,
     ) -> Option<Seq> {
         let start = self.issue(|m| m.step(name))?;
@@ -1010,7 +1010,7 @@ impl<C: Code> RunState<C> {
                 start.seq,
                 StepSpec {
                     name: name.clone(),
-                    f: f.clone(),
+                    f,
                     first_ms,
                     next: Some(a),
                     resumed_after: 0,

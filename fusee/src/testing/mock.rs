@@ -116,10 +116,12 @@ impl StepMock {
         let clock = clock.clone();
         let timers = Arc::clone(timers);
         Arc::new(move |real: StepFn| -> StepFn {
+            // Shared: each attempt's future may call it.
+            let real: Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync> = Arc::from(real);
             let mock = mock.clone();
             let clock = clock.clone();
             let timers = Arc::clone(&timers);
-            Arc::new(move |sc: StepContext| -> StepFuture {
+            Box::new(move |sc: StepContext| -> StepFuture {
                 let attempt = sc.attempt();
                 mock.calls
                     .lock()

@@ -693,8 +693,8 @@ impl Future for Cancellable {
 /// A step function's future, type-erased, its result already encoded.
 pub(crate) type StepFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, StepError>> + Send>>;
 /// A step function, type-erased. Boxed, not shared: the step's spec owns
-/// it for its attempts, and a closure that captures nothing (a fanout's
-/// steps, most steps) then costs no allocation.
+/// it for its attempts, and a closure that captures nothing then costs
+/// no allocation.
 pub(crate) type StepFn = Box<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
 
 /// A step mock (feature `testing`): given the step's real function, the

@@ -256,7 +256,7 @@ async fn telemetry(dir: &Path) -> WorkResult<()> {
 async fn sdk_alone(off: &Engine, rounds: u32, runs: u32) -> WorkResult<()> {
     let spans = u64::from(runs) * u64::from(FANOUT_STEPS + 1);
     // Summed over the rounds, [wall, CPU] of the SDK's arm and of the
-    // fanout's: process CPU comes in 10 ms ticks, coarse for one round.
+    // fanout's.
     let mut sums = [[0.0f64; 2]; 2];
     for round in 0..rounds {
         for sdk in [round.is_multiple_of(2), !round.is_multiple_of(2)] {

@@ -183,7 +183,7 @@ pub fn measure_engines(
         } else {
             b.figures
                 .notes
-                .push("fanout: CPU time below the clock's 10 ms tick: not shown".into());
+                .push("fanout: no CPU time read: not shown".into());
         }
         if f.failed > 0 {
             b.figures.notes.push(format!(

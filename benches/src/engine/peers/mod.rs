@@ -715,7 +715,7 @@ fn chain_turn(run: &Run<'_>, b: &mut Books, round: u32) -> Result<()> {
                 p.ready_go(|_| Ok(()))?;
                 Ok(protocol::chain_gaps(&p.result()?, steps)?)
             })();
-            server.stop();
+            let r = server.stop_after(r);
             r.map_err(|e| measure_err(subject, "peers chain", e))?
         }
     };
@@ -753,7 +753,7 @@ fn fanout_turn(run: &Run<'_>, b: &mut Books, round: u32) -> Result<()> {
                 )?;
                 Ok(protocol::fanout_elapsed(&p.result()?, runs, FANOUT_STEPS)?)
             })();
-            server.stop();
+            let r = server.stop_after(r);
             (
                 r.map_err(|e| measure_err(subject, "peers fanout", e))?,
                 Duration::ZERO,
@@ -791,7 +791,7 @@ fn timers_turn(run: &Run<'_>, b: &mut Books) -> Result<()> {
                 let mut p = server.program(&run.install, &args(&[&"timers", &prefix, &n, &ms]))?;
                 Ok(protocol::timers_done(&p.result()?, TIMER_SLEEP)?)
             })();
-            server.stop();
+            let r = server.stop_after(r);
             r.map_err(|e| measure_err(subject, "peers timers", e))?
         }
     };
@@ -857,7 +857,7 @@ fn recovery_turn(run: &Run<'_>, b: &mut Books) -> Result<()> {
                 let mut p = server.program(&run.install, &a)?;
                 Ok(protocol::recovered(&p.result()?, runs)?)
             })();
-            server.stop();
+            let r = server.stop_after(r);
             r.map_err(|e| measure_err(subject, phase, e))?
         }
     };
@@ -928,7 +928,7 @@ fn fsync_turn(run: &Run<'_>, b: &mut Books) -> Result<()> {
                 protocol::chain_gaps(&p.result()?, steps)?;
                 trace.ok_or("strace never attached")?.finish()
             })();
-            server.stop();
+            let r = server.stop_after(r);
             r.map_err(|e| measure_err(subject, phase, e))?
         }
     };

@@ -169,6 +169,9 @@ pub struct Server {
     child: Option<Child>,
     /// Environment the peer's program needs to reach the server.
     env: Vec<(String, String)>,
+    /// Where the server's output goes (its errors only: each server logs
+    /// at error level), read when a turn fails.
+    log: Option<PathBuf>,
 }
 
 impl Server {
@@ -186,10 +189,17 @@ impl Server {
             kind,
             child: None,
             env: Vec::new(),
+            log: None,
         };
         match kind {
             PeerKind::Temporal => {
                 let (port, http, metrics) = (free_port()?, free_port()?, free_port()?);
+                let log = dir.join("server.log");
+                let out = std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(&log)?;
+                server.log = Some(log);
                 let mut child = Command::new(install.temporal())
                     .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
                     .args(["--port", &port.to_string()])
@@ -205,8 +215,8 @@ impl Server {
                         "frontend.enableServerVersionCheck=false",
                     ])
                     .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
+                    .stdout(out.try_clone()?)
+                    .stderr(out)
                     .spawn()
                     .map_err(|e| format!("starting the Temporal server: {e}"))?;
                 let ready = wait_for_port(port, &mut child);
@@ -251,9 +261,11 @@ impl Server {
                     config.display(),
                     dir.join("data").display()
                 );
+                let log = dir.join("server.log");
                 sh.push_str(" >>'");
-                sh.push_str(&dir.join("server.log").display().to_string());
+                sh.push_str(&log.display().to_string());
                 sh.push_str("' 2>&1");
+                server.log = Some(log);
                 let mut child = Command::new("unshare")
                     .args(["--net", "--", "sh", "-c", &sh])
                     .stdin(Stdio::null())
@@ -349,6 +361,41 @@ impl Server {
         })
     }
 
+    /// Stops the server (see [`stop`](Self::stop)) after a turn that gave
+    /// `r`; a failed turn's error says what the server says of itself:
+    /// whether it had exited, and the end of its log. (A peer's program
+    /// that cannot reach its server says only "connection refused".)
+    pub fn stop_after<T>(mut self, r: WorkResult<T>) -> WorkResult<T> {
+        let r = r.map_err(|e| {
+            let said = self.said();
+            if said.is_empty() {
+                e
+            } else {
+                format!("{e} ({said})").into()
+            }
+        });
+        self.stop();
+        r
+    }
+
+    /// Whether the server exited, and the last lines of its log, in
+    /// words; empty when it runs and logged nothing.
+    fn said(&mut self) -> String {
+        let mut parts = Vec::new();
+        if let Some(c) = self.child.as_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            parts.push(format!(
+                "the {} server had exited: {status}",
+                self.kind.name()
+            ));
+        }
+        if let Some(tail) = self.log.as_deref().and_then(log_tail) {
+            parts.push(format!("its log ends: {tail}"));
+        }
+        parts.join("; ")
+    }
+
     /// Stops the server (SIGTERM, then SIGKILL after 10 s) and reaps it.
     pub fn stop(mut self) {
         let Some(mut child) = self.child.take() else {
@@ -395,6 +442,26 @@ disable-web-ui = true
 bind-address = "127.0.0.1:18080"
 advertised-ingress-endpoint = "http://127.0.0.1:18080/"
 "#;
+
+/// The last lines of the log at `path`, at most [`LOG_TAIL_LINES`] lines
+/// and [`LOG_TAIL_BYTES`] bytes, joined by " | "; `None` when it is empty
+/// or unreadable.
+fn log_tail(path: &Path) -> Option<String> {
+    let text = std::fs::read(path).ok()?;
+    let from = text.len().saturating_sub(LOG_TAIL_BYTES);
+    let text = String::from_utf8_lossy(&text[from..]);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join(" | ");
+    (!tail.is_empty()).then_some(tail)
+}
+
+/// How much of a server's log a failed turn's error quotes.
+const LOG_TAIL_LINES: usize = 5;
+const LOG_TAIL_BYTES: usize = 2048;
 
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill")
@@ -551,5 +618,47 @@ impl Drop for Strace {
             signal(self.child.id(), "INT");
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed turn's error carries the server's exit and the end of its
+    /// log; a turn that went well is left alone.
+    #[test]
+    fn a_failed_turn_says_what_its_server_said() -> WorkResult<()> {
+        let dir = std::env::temp_dir().join(format!("fusee-peer-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("server.log");
+        let lines: String = (1..=8).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&log, format!("{lines}panic: database is locked\n"))?;
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn()?;
+        child.wait()?;
+        let server = |child| Server {
+            kind: PeerKind::Temporal,
+            child,
+            env: Vec::new(),
+            log: Some(log.clone()),
+        };
+        let failed = server(Some(child)).stop_after::<()>(Err("connection refused".into()));
+        let e = failed.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.starts_with("connection refused ("), "{e}");
+        assert!(e.contains("temporal server had exited"), "{e}");
+        assert!(
+            e.contains("line 5 | line 6 | line 7 | line 8 | panic: database is locked"),
+            "{e}"
+        );
+        assert!(!e.contains("line 4"), "{e}");
+        assert_eq!(server(None).stop_after(Ok(7))?, 7);
+        std::fs::write(&log, "")?;
+        let e = server(None)
+            .stop_after::<()>(Err("x".into()))
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("x"));
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
     }
 }

@@ -130,7 +130,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use fusee_core::record::{
-    Lsn, Name, PAUSED, Payload, Record, RecordBuf, RunId, Status, WaitOutcome, iter_canonical,
+    Lsn, Name, PAUSED, Payload, Record, RunId, Status, ToPayload, WaitOutcome, iter_canonical,
 };
 use fusee_core::shard::ShardCore;
 use opentelemetry::trace::{
@@ -381,9 +381,14 @@ pub(crate) struct ShardTraces {
 
 impl ShardTraces {
     /// Record `rec` was appended at `lsn`, before `core` applied it.
-    pub(crate) fn appended(&mut self, lsn: Lsn, rec: &RecordBuf, core: &ShardCore) {
+    pub(crate) fn appended<B: ToPayload>(
+        &mut self,
+        lsn: Lsn,
+        rec: &Record<Name, B>,
+        core: &ShardCore,
+    ) {
         let run = rec.run();
-        if let RecordBuf::Start { .. } = rec {
+        if let Record::Start { .. } = rec {
             // A new run of this number: its marks are made from its loaded
             // state by its next record (the core has not applied this one).
             self.runs.remove(&run);
@@ -450,15 +455,15 @@ impl ShardTraces {
         let open = |of: SpanOf, name: &Name, detail: Name| {
             (of, now, Begin::Appended, name.clone(), detail)
         };
-        let failed = |is: bool, payload: &Payload| {
+        let failed = |is: bool, payload: &B| {
             if is {
-                Failed::Recorded(payload.clone())
+                Failed::Recorded(payload.to_payload())
             } else {
                 Failed::No
             }
         };
         let n = match rec {
-            RecordBuf::Began {
+            Record::Began {
                 seq,
                 name,
                 attempt,
@@ -510,7 +515,7 @@ impl ShardTraces {
                 note.end_ms = end_ms;
                 note
             }
-            RecordBuf::Step {
+            Record::Step {
                 seq,
                 name,
                 attempt,
@@ -536,7 +541,7 @@ impl ShardTraces {
                     failed(is_failed, payload),
                 )
             }
-            RecordBuf::Attempt {
+            Record::Attempt {
                 seq,
                 name,
                 attempt,
@@ -572,32 +577,32 @@ impl ShardTraces {
                     failed(true, error),
                 )
             }
-            RecordBuf::Timer { seq, name, .. } => {
+            Record::Timer { seq, name, .. } => {
                 marks
                     .open
                     .push(open(SpanOf::Sleep(*seq), name, empty.clone()));
                 return;
             }
-            RecordBuf::Wait { seq, name, .. } => {
+            Record::Wait { seq, name, .. } => {
                 marks
                     .open
                     .push(open(SpanOf::Wait(*seq), name, empty.clone()));
                 return;
             }
-            RecordBuf::Child { seq, wtype, id, .. } => {
+            Record::Child { seq, wtype, id, .. } => {
                 marks
                     .open
                     .push(open(SpanOf::Child(*seq), wtype, id.clone()));
                 return;
             }
-            RecordBuf::Update { id, name, .. } => {
+            Record::Update { id, name, .. } => {
                 let ordinal = l.updates().len() as u64;
                 marks
                     .open
                     .push(open(SpanOf::Update(ordinal), name, id.clone()));
                 return;
             }
-            RecordBuf::Fired { seq, .. } => {
+            Record::Fired { seq, .. } => {
                 let (ms, how, name, detail) = marks
                     .take(SpanOf::Sleep(*seq))
                     .unwrap_or_else(|| recovered(SpanOf::Sleep(*seq)));
@@ -610,7 +615,7 @@ impl ShardTraces {
                     Failed::No,
                 )
             }
-            RecordBuf::Waited { seq, outcome, .. } => {
+            Record::Waited { seq, outcome, .. } => {
                 let (ms, how, name, detail) = marks
                     .take(SpanOf::Wait(*seq))
                     .unwrap_or_else(|| recovered(SpanOf::Wait(*seq)));
@@ -628,7 +633,7 @@ impl ShardTraces {
                     Failed::No,
                 )
             }
-            RecordBuf::ChildDone {
+            Record::ChildDone {
                 seq,
                 status,
                 payload,
@@ -646,7 +651,7 @@ impl ShardTraces {
                     failed(is_error(*status), payload),
                 )
             }
-            RecordBuf::UpdateDone {
+            Record::UpdateDone {
                 ordinal,
                 status,
                 payload,
@@ -672,7 +677,7 @@ impl ShardTraces {
                     failed(*status != Status::Ok, payload),
                 )
             }
-            RecordBuf::Done {
+            Record::Done {
                 status,
                 finished_ms,
                 payload,

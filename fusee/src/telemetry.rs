@@ -109,7 +109,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use fusee_core::record::{Lsn, Name, PAUSED, RecordBuf, Status};
+use fusee_core::record::{Lsn, Name, PAUSED, Record, Status, ToPayload};
 use fusee_core::shard::{LoadedRun, ShardCore};
 use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
 use prometheus_client::metrics::counter::Counter;
@@ -569,31 +569,36 @@ pub(crate) struct ShardTelemetry {
 
 impl ShardTelemetry {
     /// Record `rec` was appended at `lsn`, before `core` applied it.
-    pub(crate) fn appended(&mut self, lsn: Lsn, rec: &RecordBuf, core: &ShardCore) {
+    pub(crate) fn appended<B: ToPayload>(
+        &mut self,
+        lsn: Lsn,
+        rec: &Record<Name, B>,
+        core: &ShardCore,
+    ) {
         #[cfg(feature = "otel")]
         if let Some(t) = &mut self.traces {
             t.appended(lsn, rec, core);
         }
         // Most records count nothing: only those that do look their run up.
         let run = match rec {
-            RecordBuf::Start { .. } => None,
-            RecordBuf::Step { .. }
-            | RecordBuf::Attempt { .. }
-            | RecordBuf::Done { .. }
-            | RecordBuf::Child { .. } => core.get(rec.run()),
+            Record::Start { .. } => None,
+            Record::Step { .. }
+            | Record::Attempt { .. }
+            | Record::Done { .. }
+            | Record::Child { .. } => core.get(rec.run()),
             _ => return,
         };
         let note = match (rec, run) {
-            (RecordBuf::Start { wtype, .. }, _) => Note::Start {
+            (Record::Start { wtype, .. }, _) => Note::Start {
                 wtype: wtype.clone(),
             },
-            (RecordBuf::Step { name, status, .. }, Some(l)) => Note::Step {
+            (Record::Step { name, status, .. }, Some(l)) => Note::Step {
                 wtype: l.wtype.clone(),
                 step: name.clone(),
                 outcome: status_label(*status),
             },
             (
-                RecordBuf::Attempt {
+                Record::Attempt {
                     name, retry_at_ms, ..
                 },
                 Some(l),
@@ -607,7 +612,7 @@ impl ShardTelemetry {
                 },
             },
             (
-                RecordBuf::Done {
+                Record::Done {
                     status,
                     finished_ms,
                     ..
@@ -618,7 +623,7 @@ impl ShardTelemetry {
                 status: *status,
                 seconds: finished_ms.saturating_sub(l.started_ms) as f64 / 1000.0,
             },
-            (RecordBuf::Child { wtype, .. }, Some(l)) => {
+            (Record::Child { wtype, .. }, Some(l)) => {
                 if let Some(name) = flow_name(l, crate::schedule::SCHEDULE_WORKFLOW) {
                     Note::Fire {
                         schedule: name,

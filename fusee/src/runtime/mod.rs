@@ -85,7 +85,7 @@ use waiters::Waiting;
 
 use std::collections::VecDeque;
 
-use fusee_core::record::{Lsn, Name, RecordBuf, RunId, Status, encode_canonical};
+use fusee_core::record::{Lsn, Name, Record, RunId, Status, ToPayload, encode_canonical};
 use fusee_core::shard::{Mode, Output, ShardCore};
 use fusee_storage::{FlushTicket, LogStore, SealTicket};
 use tokio::sync::oneshot;
@@ -684,7 +684,7 @@ impl ShardLoop {
     /// going to the run's journal) and hands it to the run's machine, then
     /// wakes the run: a record from outside its code (a step's result, a
     /// timer, a signal) may be its next delivery.
-    fn append(&mut self, rec: &RecordBuf) -> Option<Lsn> {
+    fn append<B: ToPayload>(&mut self, rec: &Record<Name, B>) -> Option<Lsn> {
         let lsn = self.append_quiet(rec)?;
         let run = rec.run();
         if self.live.contains_key(&run) {
@@ -700,7 +700,7 @@ impl ShardLoop {
     /// [`append`](Self::append) without the wake-up: for the records a
     /// run's code asked for, after which the loop looks for its next
     /// delivery anyway.
-    fn append_quiet(&mut self, rec: &RecordBuf) -> Option<Lsn> {
+    fn append_quiet<B: ToPayload>(&mut self, rec: &Record<Name, B>) -> Option<Lsn> {
         if self.life.has_failed() {
             return None;
         }

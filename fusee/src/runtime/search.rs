@@ -23,7 +23,7 @@
 //! Their writes are counted towards compaction like any frame's: a base
 //! rewritten leaves the old one to reclaim.
 
-use fusee_core::record::{Lsn, Record, RecordBuf, RunId, Status, iter_canonical};
+use fusee_core::record::{Lsn, Name, Record, RunId, Status, iter_canonical};
 use fusee_core::shard::BlobRef;
 use fusee_core::store::Checkpoint;
 use fusee_storage::{RunStore, StorageError};
@@ -209,20 +209,20 @@ impl ShardLoop {
     /// Keeps the index current after `rec` was applied: an `Attributes`
     /// record or a `Start` changes its run's attributes, and a `Done` that
     /// hands over starts the next run, whose `Start` meta may carry some.
-    pub(super) fn index_attributes(&mut self, rec: &RecordBuf) {
+    pub(super) fn index_attributes<B: AsRef<[u8]>>(&mut self, rec: &Record<Name, B>) {
         let run = match rec {
-            RecordBuf::Attributes { run, .. } => *run,
-            RecordBuf::Start { run, meta, .. } => {
+            Record::Attributes { run, .. } => *run,
+            Record::Start { run, meta, .. } => {
                 if meta.is_none() && !self.attr_index.has(*run) {
                     return;
                 }
                 *run
             }
-            RecordBuf::Done {
+            Record::Done {
                 status: Status::ContinuedAsNew | Status::Reset,
                 payload,
                 ..
-            } => match iter_canonical(payload).next() {
+            } => match iter_canonical(payload.as_ref()).next() {
                 Some(Ok((Record::Start { run, .. }, _))) => run,
                 _ => return,
             },

@@ -35,7 +35,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use fusee_core::record::{PAUSED, Payload, RecordBuf, RunId, Seq, Status};
+use fusee_core::record::{Name, PAUSED, Payload, Record, RecordBuf, RunId, Seq, Status};
 
 use super::ShardLoop;
 use super::run::Due;
@@ -107,6 +107,15 @@ pub(crate) struct StepJob {
     pub(crate) name: fusee_core::record::Name,
     /// The step function's future for this attempt.
     pub(crate) future: StepFuture,
+}
+
+/// How an attempt's end is recorded ([`ShardLoop::end_attempt`]): the
+/// step's `Step` with its status, or an `Attempt` with when the next one
+/// may start (`PAUSED`: when resumed).
+#[derive(Clone, Copy)]
+enum Ended {
+    Step(Status),
+    Retry(u64),
 }
 
 impl ShardLoop {
@@ -324,7 +333,10 @@ impl ShardLoop {
             // The run finished (or the engine is closing): nobody waits.
             return;
         };
-        let (beat, rec) = {
+        // The record's bytes stay in `bytes` and the record borrows them:
+        // a step's result is not copied on its way to the log (a copy, an
+        // allocation and a free a step).
+        let (beat, name, end, bytes) = {
             let mut s = live.state.borrow_mut();
             let Some(spec) = s
                 .step_mut(seq)
@@ -348,22 +360,10 @@ impl ShardLoop {
                 }
                 other => other,
             };
-            // The attempt's end, by the clock its `Began` was stamped with
-            // (this pass's): read by people, never by replay.
-            let ended_ms = Some(now_ms);
-            let step = |status, payload: &[u8]| RecordBuf::Step {
-                run,
-                seq,
-                name: name.clone(),
-                attempt,
-                status,
-                payload: Payload::from(payload),
-                ended_ms,
-            };
             match result {
                 Ok(bytes) => {
                     s.step_ended(seq);
-                    (None, step(Status::Ok, &bytes))
+                    (None, name, Ended::Step(Status::Ok), bytes)
                 }
                 Err(e) => {
                     // A cancelled step's failure is final.
@@ -377,15 +377,6 @@ impl ShardLoop {
                         _ => e,
                     };
                     let error = encode(&e).unwrap_or_else(|_| e.message.clone().into_bytes());
-                    let attempt_rec = |retry_at_ms| RecordBuf::Attempt {
-                        run,
-                        seq,
-                        name: name.clone(),
-                        attempt,
-                        retry_at_ms,
-                        error: Payload::from(error.as_slice()),
-                        ended_ms,
-                    };
                     // Details the next attempt reads go before the
                     // `Attempt` that lets it run, in the same flush.
                     // The latest details may still wait in the hub.
@@ -397,10 +388,12 @@ impl ShardLoop {
                     match decision {
                         Decision::Fail | Decision::OutOfTime => {
                             s.step_ended(seq);
-                            (None, step(Status::Failed, &error))
+                            (None, name, Ended::Step(Status::Failed), error)
                         }
-                        Decision::RetryAt(retry_at_ms) => (beat, attempt_rec(retry_at_ms)),
-                        Decision::Pause => (beat, attempt_rec(PAUSED)),
+                        Decision::RetryAt(retry_at_ms) => {
+                            (beat, name, Ended::Retry(retry_at_ms), error)
+                        }
+                        Decision::Pause => (beat, name, Ended::Retry(PAUSED), error),
                     }
                 }
             }
@@ -413,7 +406,30 @@ impl ShardLoop {
                 payload: Payload::from(details.as_slice()),
             });
         }
-        let retried = matches!(rec, RecordBuf::Attempt { .. });
+        // The attempt's end, by the clock its `Began` was stamped with
+        // (this pass's): read by people, never by replay.
+        let ended_ms = Some(now_ms);
+        let rec: Record<Name, &[u8]> = match end {
+            Ended::Step(status) => Record::Step {
+                run,
+                seq,
+                name,
+                attempt,
+                status,
+                payload: &bytes,
+                ended_ms,
+            },
+            Ended::Retry(retry_at_ms) => Record::Attempt {
+                run,
+                seq,
+                name,
+                attempt,
+                retry_at_ms,
+                error: &bytes,
+                ended_ms,
+            },
+        };
+        let retried = matches!(end, Ended::Retry(_));
         if retried {
             self.live.step_due(run);
         }

@@ -338,7 +338,17 @@ pub async fn park_sleepers(engine: &Engine, n: u64) -> WorkResult<()> {
 /// counts 10 ms ticks: a 1,000-workflow fanout's turn is about 30 ms, so
 /// its CPU a step read from ticks moved by a third with where they fell.
 pub fn process_cpu() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable `timespec` for the whole call, and
+    // the clock is one the platform defines; nothing else is touched.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
     Duration::new(
         u64::try_from(t.tv_sec).unwrap_or(0),
         u32::try_from(t.tv_nsec).unwrap_or(0),

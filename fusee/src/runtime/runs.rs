@@ -5,7 +5,7 @@
 use std::rc::Rc;
 use std::task::Context;
 
-use fusee_core::record::{Payload, RecordBuf, RunId, Status, WaitOutcome};
+use fusee_core::record::{Name, Payload, Record, RecordBuf, RunId, Status, WaitOutcome};
 use fusee_core::run::{Answer, RunMachine};
 use fusee_core::shard::{Event, TimerKind};
 
@@ -522,11 +522,11 @@ impl ShardLoop {
         };
         match answer {
             Ok(Answer::Append) => {
-                self.append(&RecordBuf::Done {
+                self.append(&Record::<Name, _>::Done {
                     run,
                     status,
                     finished_ms: now_ms,
-                    payload: Payload::from(payload.as_slice()),
+                    payload: payload.as_slice(),
                     by: None,
                 });
             }
@@ -620,11 +620,11 @@ impl ShardLoop {
                     ),
                     Err(f) => (Status::Failed, failure_payload(&f)),
                 };
-                self.append_quiet(&RecordBuf::UpdateDone {
+                self.append_quiet(&Record::<Name, _>::UpdateDone {
                     run,
                     ordinal,
                     status,
-                    payload: Payload::from(payload.as_slice()),
+                    payload: payload.as_slice(),
                 });
             }
             Ok(Answer::Recorded) => {}

@@ -35,7 +35,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use fusee_core::record::{Name, PAUSED, Payload, Record, RecordBuf, RunId, Seq, Status};
+use fusee_core::record::{Name, PAUSED, Record, RunId, Seq, Status};
 
 use super::ShardLoop;
 use super::run::Due;
@@ -275,7 +275,7 @@ impl ShardLoop {
         let Some(live) = self.live.get(&run) else {
             return;
         };
-        let rec = {
+        let (name, error) = {
             let mut s = live.state.borrow_mut();
             let reason = s.cancel_reason().to_string();
             let Some(spec) = s.step_mut(seq) else {
@@ -283,19 +283,19 @@ impl ShardLoop {
             };
             let e = spec.cancel_error(attempt, &reason);
             let error = encode(&e).unwrap_or_else(|_| e.message.clone().into_bytes());
-            let rec = RecordBuf::Step {
-                run,
-                seq,
-                name: spec.name().clone(),
-                attempt,
-                status: Status::Failed,
-                payload: Payload::from(error.as_slice()),
-                ended_ms: Some(now_ms),
-            };
+            let name = spec.name().clone();
             s.step_ended(seq);
-            rec
+            (name, error)
         };
-        self.append(&rec);
+        self.append(&Record::Step {
+            run,
+            seq,
+            name,
+            attempt,
+            status: Status::Failed,
+            payload: error.as_slice(),
+            ended_ms: Some(now_ms),
+        });
     }
 
     /// Tells running attempts of run `run` to stop (`cancels`: step,
@@ -399,11 +399,11 @@ impl ShardLoop {
             }
         };
         if let Some(details) = beat {
-            self.append_quiet(&RecordBuf::Heartbeat {
+            self.append_quiet(&Record::<Name, _>::Heartbeat {
                 run,
                 seq,
                 attempt,
-                payload: Payload::from(details.as_slice()),
+                payload: details.as_slice(),
             });
         }
         // The attempt's end, by the clock its `Began` was stamped with
@@ -481,7 +481,7 @@ impl ShardLoop {
                 let Some(live) = self.live.get(&run) else {
                     continue;
                 };
-                let rec = {
+                let details = {
                     let mut s = live.state.borrow_mut();
                     let Some(spec) = s.step_mut(seq) else {
                         continue;
@@ -490,15 +490,15 @@ impl ShardLoop {
                         continue;
                     };
                     spec.beat_recorded(&details);
-                    RecordBuf::Heartbeat {
-                        run,
-                        seq,
-                        attempt,
-                        payload: Payload::from(details.as_slice()),
-                    }
+                    details
                 };
                 // Wakes no code: a heartbeat is the host's record.
-                self.append_quiet(&rec);
+                self.append_quiet(&Record::<Name, _>::Heartbeat {
+                    run,
+                    seq,
+                    attempt,
+                    payload: details.as_slice(),
+                });
             }
         }
         while let Some(&(at, run, seq, attempt)) = self.watch.deadlines.first() {

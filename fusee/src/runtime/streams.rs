@@ -2,7 +2,7 @@
 //! stream's end from a sender becomes a record of its run, counted
 //! against the run's limit, once per chunk index.
 
-use fusee_core::record::{Payload, RecordBuf, RunId, Seq};
+use fusee_core::record::{Name, Record, RunId, Seq};
 use rustc_hash::FxHashMap;
 
 use super::sabotage::Sabotage;
@@ -122,17 +122,19 @@ impl ShardLoop {
                 ),
             ));
         }
-        let rec = match ask {
+        // The record borrows the chunk's bytes from `ask`: not copied on
+        // their way to the log.
+        let rec: Record<Name, &[u8]> = match &ask {
             Ask::End if ended => return Ok(()),
             Ask::End => {
                 counts.end(seq);
-                RecordBuf::StreamEnd { run, seq }
+                Record::StreamEnd { run, seq }
             }
-            Ask::Chunk { index, .. } if index < len && !again_recorded => return Ok(()),
+            Ask::Chunk { index, .. } if *index < len && !again_recorded => return Ok(()),
             Ask::Chunk { .. } if ended => {
                 return Err(closed(id, "the stream has ended".into()));
             }
-            Ask::Chunk { index, .. } if index > len => {
+            Ask::Chunk { index, .. } if *index > len => {
                 return Err(closed(
                     id,
                     format!(
@@ -153,10 +155,10 @@ impl ShardLoop {
                     return Err(Error::StreamLimit { id, run, limit });
                 }
                 counts.chunk(seq);
-                RecordBuf::Chunk {
+                Record::Chunk {
                     run,
                     seq,
-                    payload: Payload::from(payload.as_slice()),
+                    payload: payload.as_slice(),
                 }
             }
         };

@@ -3,7 +3,7 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
-use super::run::{Kid, LoadedRun, SignalSlot, WaitSlot, push_small, reserve_journal};
+use super::run::{Kid, LoadedRun, SignalSlot, WaitSlot, push_small, reserve_journal, snug_journal};
 use super::{CANCEL_SIGNAL, Event, Mode, Output, ShardCore, TimerKind, UpdateSlot, send_dedup};
 use crate::record::{
     Lsn, Name, PAUSED, ParentRef, Payload, Record, RecordBuf, RunId, StartMeta, Status, ToName,
@@ -72,7 +72,7 @@ impl ShardCore {
         };
         run.last_lsn = run.last_lsn.max(lsn);
         if mode.journal {
-            reserve_journal(&mut run.journal, canonical.len());
+            reserve_journal(&mut run.journal, canonical.len(), mode == Mode::LIVE);
             run.journal.extend_from_slice(canonical);
             self.journal_bytes += canonical.len();
             run.journal_records = run.journal_records.saturating_add(count);
@@ -131,16 +131,22 @@ impl ShardCore {
             let before = run.journal.len();
             match canonical {
                 Some(bytes) => {
-                    reserve_journal(&mut run.journal, bytes.len());
+                    reserve_journal(&mut run.journal, bytes.len(), mode == Mode::LIVE);
                     run.journal.extend_from_slice(bytes);
                 }
                 None => {
-                    reserve_journal(&mut run.journal, canonical_len(rec));
+                    reserve_journal(&mut run.journal, canonical_len(rec), mode == Mode::LIVE);
                     encode_canonical(rec, &mut run.journal);
                 }
             }
             self.journal_bytes += run.journal.len() - before;
             run.journal_records += 1;
+            if matches!(
+                rec,
+                Record::Timer { .. } | Record::Wait { .. } | Record::Child { .. }
+            ) {
+                snug_journal(&mut run.journal);
+            }
         }
         // Records copied from a reset run's journal sent their messages once
         // already, in the run they were copied from.

@@ -1075,6 +1075,55 @@ fn spare_runs_are_reused_and_shrunk() {
 }
 
 #[test]
+fn a_busy_journal_doubles_and_a_waiting_or_recovered_one_is_snug() {
+    // Live appends double: 200 signals grow the journal a handful of times,
+    // not once every record or two.
+    let mut core = ShardCore::new(0, 1, 1000, 0);
+    core.apply(1, &start(1, "busy", 0), Mode::LIVE);
+    let mut grown = 0;
+    for lsn in 2..=200 {
+        let before = core.get(1).unwrap().journal.capacity();
+        core.apply(lsn, &signal(1, "s", 0, b"payload"), Mode::LIVE);
+        grown += usize::from(core.get(1).unwrap().journal.capacity() != before);
+    }
+    assert!(grown <= 12, "the journal grew {grown} times in 199 appends");
+    // Waiting on a timer gives the slack back.
+    core.apply(201, &timer(1, 0, 5_000), Mode::LIVE);
+    let j = &core.get(1).unwrap().journal;
+    assert!(
+        j.len() > 4096 || j.capacity() <= j.len() + j.len() / 4,
+        "{} of {}",
+        j.len(),
+        j.capacity()
+    );
+
+    // A short live journal is snug once its run waits.
+    core.apply(202, &start(2, "sleeper", 0), Mode::LIVE);
+    core.apply(203, &signal(2, "s", 0, &[7; 300]), Mode::LIVE);
+    core.apply(204, &wait(2, 0, "go", 0), Mode::LIVE);
+    let j = &core.get(2).unwrap().journal;
+    assert!(
+        j.capacity() <= j.len() + j.len() / 4,
+        "{} of {}",
+        j.len(),
+        j.capacity()
+    );
+
+    // Rebuilt at recovery, each append is snug.
+    core.apply(205, &start(3, "recovered", 0), Mode::RECOVER);
+    for lsn in 206..=215 {
+        core.apply(lsn, &signal(3, "s", 0, b"payload"), Mode::RECOVER);
+        let j = &core.get(3).unwrap().journal;
+        assert!(
+            j.capacity() <= j.len() + j.len() / 4 + 64,
+            "{} of {}",
+            j.len(),
+            j.capacity()
+        );
+    }
+}
+
+#[test]
 fn shard_of_is_stable_and_in_range() {
     for shards in [0u32, 1, 2, 7, 64, 1000] {
         for i in 0..200 {

@@ -85,7 +85,9 @@ use waiters::Waiting;
 
 use std::collections::VecDeque;
 
-use fusee_core::record::{Lsn, Name, Record, RunId, Status, ToPayload, encode_canonical};
+use fusee_core::record::{
+    Lsn, Name, Record, RecordBuf, RunId, Status, ToPayload, encode_canonical,
+};
 use fusee_core::shard::{Mode, Output, ShardCore};
 use fusee_storage::{FlushTicket, LogStore, SealTicket};
 use tokio::sync::oneshot;
@@ -447,6 +449,10 @@ pub(crate) struct ShardLoop {
     /// The index's snapshot frames the last commit names (`search`).
     attr_snapshot: search::Snapshot,
     encode: Vec<u8>,
+    /// The list a polled run's code asks for records in, lent to each run
+    /// for its poll (`runs::step_run`): a run keeps none between polls
+    /// (thousands wait loaded), and a poll allocates none.
+    spare_appends: Vec<RecordBuf>,
 }
 
 impl ShardLoop {
@@ -688,7 +694,7 @@ impl ShardLoop {
         let lsn = self.append_quiet(rec)?;
         let run = rec.run();
         if self.live.contains_key(&run) {
-            self.wake(run);
+            self.live.wake_for_records(run);
         } else {
             // A recovered run whose code had not started: it starts now,
             // its machine built from a journal that holds this record.

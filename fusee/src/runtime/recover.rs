@@ -127,6 +127,7 @@ impl ShardLoop {
             attr_index: crate::attrs::AttrIndex::default(),
             attr_snapshot: Snapshot::default(),
             encode: Vec::new(),
+            spare_appends: Vec::new(),
         };
         let unfinished: Vec<(u64, bool)> = this
             .core

@@ -683,6 +683,17 @@ impl<C: Code> RunState<C> {
         std::mem::take(&mut self.appends)
     }
 
+    /// Lends `spare`'s room for the records the next poll asks for, if the
+    /// run holds none (the loop takes it back with
+    /// [`take_appends`](Self::take_appends)).
+    #[inline]
+    pub(crate) fn lend_appends(&mut self, spare: &mut Vec<RecordBuf>) {
+        if self.appends.capacity() == 0 {
+            debug_assert!(spare.is_empty());
+            std::mem::swap(&mut self.appends, spare);
+        }
+    }
+
     /// The input the code asked to continue as new with, if it did.
     pub(crate) fn take_continue(&mut self) -> Option<Vec<u8>> {
         self.continue_with.take()

@@ -17,6 +17,9 @@ use super::{ShardLoop, stop};
 use crate::ctx::{Ctx, RunState, catch_panic};
 use crate::workflow::{Failure, encode};
 
+/// The most records the lent list keeps room for between polls.
+const SPARE_APPENDS_MAX: usize = 64;
+
 /// How many polls [`ShardLoop::settle`] gives one run before a query reads it.
 const SETTLE_POLLS_MAX: usize = 64;
 
@@ -236,7 +239,7 @@ impl ShardLoop {
         let mut starts = 0;
         loop {
             self.process_events(now_ms);
-            let Some(run) = self.live.pop_ready() else {
+            let Some((run, records_only)) = self.live.pop_ready() else {
                 // Recovered runs' code, with nothing else ready, a bounded
                 // number per pass: what comes due meanwhile goes first. A
                 // closing shard starts none (their journals are durable).
@@ -260,11 +263,11 @@ impl ShardLoop {
                 continue;
             };
             if *budget == 0 {
-                self.wake(run);
+                self.live.requeue(run, records_only);
                 return false;
             }
             *budget -= 1;
-            self.step_run(run, now_ms);
+            self.step_run(run, now_ms, records_only);
             if self.life.has_failed() {
                 return true;
             }
@@ -293,20 +296,35 @@ impl ShardLoop {
             if !self.live.take_ready(run) || self.life.has_failed() {
                 return;
             }
-            self.step_run(run, now_ms);
+            self.step_run(run, now_ms, false);
         }
     }
 
     /// Polls `run`'s code once, appends the records it asked for, and hands
-    /// it its next delivery if it is quiescent.
-    fn step_run(&mut self, run: RunId, now_ms: u64) {
+    /// it its next delivery if it is quiescent. Woken only for records
+    /// (`records_only`) with no delivery handed since its last poll, its
+    /// code has nothing new to see: it gets its next delivery, and the
+    /// poll comes with the wake that delivery makes.
+    fn step_run(&mut self, run: RunId, now_ms: u64, records_only: bool) {
         let Some(live) = self.live.get_mut(&run) else {
             return;
         };
+        if live.future.is_none() {
+            return;
+        }
+        if records_only && !live.fed {
+            self.deliver_next(run);
+            return;
+        }
+        live.fed = false;
         let Some(future) = live.future.as_mut() else {
             return;
         };
-        live.state.borrow_mut().set_now(now_ms);
+        {
+            let mut s = live.state.borrow_mut();
+            s.set_now(now_ms);
+            s.lend_appends(&mut self.spare_appends);
+        }
         live.active_ms = now_ms;
         let mut cx = Context::from_waker(&live.waker);
         let finished = poll_code(future, &mut cx);
@@ -332,11 +350,16 @@ impl ShardLoop {
             self.tell_cancels(run, cancels);
         }
         let reuse_seq = self.sabotaged(Sabotage::ReuseSeq);
-        for mut rec in asked {
+        let mut asked = asked;
+        for mut rec in asked.drain(..) {
             if reuse_seq && let RecordBuf::Timer { seq, .. } = &mut rec {
                 *seq = seq.saturating_sub(1);
             }
             self.append_quiet(&rec);
+        }
+        // A poll asks for a handful; a list grown by a burst goes.
+        if asked.capacity() <= SPARE_APPENDS_MAX {
+            self.spare_appends = asked;
         }
         if let Some(why) = fault {
             if let Some(live) = self.live.get_mut(&run) {
@@ -377,6 +400,7 @@ impl ShardLoop {
         #[cfg(feature = "testing")]
         if let Some((seq, outcome, true)) = live.held.take() {
             live.state.borrow_mut().deliver(seq, outcome);
+            live.fed = true;
             self.wake(run);
             return;
         }
@@ -389,7 +413,10 @@ impl ShardLoop {
                 update,
             } = match take_delivery(state) {
                 Ok(None) => return,
-                Ok(Some(taken)) => taken,
+                Ok(Some(taken)) => {
+                    live.fed = true;
+                    taken
+                }
                 Err(e) => {
                     drop(guard);
                     stop(live, run, Fault::Determinism(e));

@@ -948,3 +948,60 @@ fn an_older_builds_grace_record_is_still_read() {
     let done = shard.core.get(run).and_then(|l| l.done).map(|(s, _)| s);
     assert_eq!(done, Some(Status::Terminated), "at its grace's end");
 }
+
+const LISTENER: Workflow<u32, u32> = Workflow::new("listener");
+
+/// Polls of the listener's code, counted by a wrapper around it.
+static LISTENER_POLLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A run woken only by a record appended for it gets its delivery before
+/// its next poll: each signal costs its code one poll, not a poll that
+/// finds nothing and then the one that takes the signal.
+#[test]
+fn a_record_for_a_waiting_run_costs_its_code_one_poll() {
+    use std::sync::atomic::Ordering;
+    const SIGNALS: u32 = 20;
+    let registry = Registry::default();
+    registry
+        .register(LISTENER, |ctx: Ctx, n: u32| {
+            let mut body = Box::pin(async move {
+                for _ in 0..n {
+                    ctx.wait_for(&GO).await?;
+                }
+                Ok::<_, Failure>(n)
+            });
+            std::future::poll_fn(move |cx| {
+                LISTENER_POLLS.fetch_add(1, Ordering::Relaxed);
+                body.as_mut().poll(cx)
+            })
+        })
+        .expect("a fresh registry");
+    let (_storage, mut shard) = open_fresh(registry);
+    start_run(&mut shard, "listener", "l".into(), &SIGNALS.to_string());
+    settle(&mut shard, START_MS);
+    let started = LISTENER_POLLS.load(Ordering::Relaxed);
+    assert!(started >= 1, "its code started");
+    for i in 0..SIGNALS {
+        let (reply, _signalled) = oneshot::channel();
+        shard.handle(Input::Signal {
+            id: "l".into(),
+            name: GO.name().into(),
+            payload: format!("\"{i}\"").into_bytes(),
+            dedup: 0,
+            reply,
+        });
+        settle(&mut shard, START_MS + 1 + u64::from(i));
+    }
+    let done = logged(&mut shard).into_iter().any(|r| {
+        matches!(
+            r,
+            Record::Done {
+                status: Status::Ok,
+                ..
+            }
+        )
+    });
+    assert!(done, "the run took every signal and finished");
+    let polls = LISTENER_POLLS.load(Ordering::Relaxed) - started;
+    assert_eq!(polls, SIGNALS as usize, "one poll per signal");
+}

@@ -278,14 +278,27 @@ pub fn encode_body<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: &mut 
 }
 
 /// Appends `rec` as one canonical record (varint body length, then the
-/// body) to `out`. The only allocation is `out` growing, once.
+/// body) to `out`, in one walk of its fields: the body goes after a
+/// one-byte length, right for bodies under 128 bytes (a step's records),
+/// and a longer body is moved up for its longer length. (Measuring first
+/// took about a third of encoding.)
 pub fn encode_canonical<S: AsRef<str>, B: AsRef<[u8]>>(rec: &Record<S, B>, out: &mut Vec<u8>) {
-    let len = body_len(rec);
-    out.reserve(varint_len(len as u64) + len);
-    wire::put_varint(out, len as u64);
-    let before = out.len();
+    let start = out.len();
+    out.push(0);
     write_body(rec, &mut Write(out));
-    debug_assert_eq!(out.len() - before, len, "body_len disagrees with encode");
+    let len = out.len() - start - 1;
+    if len < 0x80 {
+        out[start] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(varint_len(len as u64));
+        wire::put_varint(&mut prefix, len as u64);
+        out.splice(start..start + 1, prefix);
+    }
+    debug_assert_eq!(
+        out.len() - start,
+        canonical_len(rec),
+        "canonical_len disagrees"
+    );
 }
 
 /// Checks that `rec`, encoded, is decodable: run IDs in `1..=`[`MAX_RUN`],

@@ -339,7 +339,7 @@ impl ShardLoop {
                 None => true,
             });
         let fault = live.state.borrow_mut().take_fault();
-        let (asked, cancels) = {
+        let (mut asked, cancels) = {
             let mut s = live.state.borrow_mut();
             (s.take_appends(), s.take_step_cancels())
         };
@@ -350,7 +350,6 @@ impl ShardLoop {
             self.tell_cancels(run, cancels);
         }
         let reuse_seq = self.sabotaged(Sabotage::ReuseSeq);
-        let mut asked = asked;
         for mut rec in asked.drain(..) {
             if reuse_seq && let RecordBuf::Timer { seq, .. } = &mut rec {
                 *seq = seq.saturating_sub(1);

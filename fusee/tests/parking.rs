@@ -257,6 +257,38 @@ async fn finished_runs_are_forgotten_when_their_retention_ends() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A parked finished run's frame is one `Done` frame: its expiry
+/// releases it without reading it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_releases_parked_finished_runs_without_reading_their_frames() {
+    const RUNS: u64 = 20;
+    let dir = temp_dir("expiry-reads");
+    let clock = VirtualClock::new(START_MS);
+    let engine = Engine::open(config(&dir, &clock).retention(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    register(&engine, Arc::default());
+    for i in 0..RUNS {
+        let id = format!("e-{i}");
+        engine.start(GATE, &id, &()).await.unwrap();
+        engine.signal(&id, OPEN, &format!("r{i}")).await.unwrap();
+    }
+    until(&engine, "every run finished and parked", |m| {
+        m.finished == RUNS && m.parked_runs == RUNS
+    })
+    .await;
+    let before = engine.metrics().await;
+    clock.advance(120 * 1000);
+    until(&engine, "every run expired", |m| m.parked_runs == 0).await;
+    let after = engine.metrics().await;
+    assert_eq!(
+        after.frame_reads, before.frame_reads,
+        "expiry read frames: {after:?}"
+    );
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_run_store_is_compacted_and_moved_frames_still_load() {
     let dir = temp_dir("compact");

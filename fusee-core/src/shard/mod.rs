@@ -82,7 +82,9 @@ use crate::wire::hash_id;
 pub use index::IndexError;
 pub use listing::{NewestFirst, send_dedup, shard_of, shard_of_hash};
 pub use run::LoadedRun;
-pub use types::{BlobRef, Event, Found, Mode, Output, ParkedRun, TimerKey, TimerKind, UpdateSlot};
+pub use types::{
+    BlobRef, Event, Expired, Found, Mode, Output, ParkedRun, TimerKey, TimerKind, UpdateSlot,
+};
 
 /// The reserved signal name by which workflow code cancels another
 /// workflow: a `Send` with this name becomes an [`Output::Close`].

@@ -4,8 +4,9 @@ use std::cmp::Reverse;
 
 use rustc_hash::FxHashMap;
 
-use super::{BlobRef, ShardCore};
+use super::{BlobRef, Expired, ShardCore};
 use crate::record::RunId;
+use crate::table::flag;
 
 impl ShardCore {
     /// When the earliest finished run becomes eligible for removal.
@@ -21,15 +22,13 @@ impl ShardCore {
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<RunId>) -> u64 {
         let mut expired = Vec::new();
         let released = self.expire_frames(now_ms, &mut expired);
-        out.extend(expired.into_iter().map(|(run, _)| run));
+        out.extend(expired.into_iter().map(|x| x.run));
         released
     }
 
     /// [`expire`](Self::expire), listing with each run removed the newest
-    /// frame that held it (a parked run's frame, or a loaded run's stored
-    /// prefix), for the host to release: a `Done` frame stands alone, and
-    /// a loaded run's prefix is released with its chain by the host.
-    pub fn expire_frames(&mut self, now_ms: u64, out: &mut Vec<(RunId, Option<BlobRef>)>) -> u64 {
+    /// frame that held it, for the host to release ([`Expired`]).
+    pub fn expire_frames(&mut self, now_ms: u64, out: &mut Vec<Expired>) -> u64 {
         let mut released = 0u64;
         while let Some(&Reverse((finished, run))) = self.retention.peek() {
             if finished.saturating_add(self.retention_ms) > now_ms {
@@ -40,26 +39,32 @@ impl ShardCore {
                 continue;
             };
             let e = *self.runs.get(slot);
-            let blob;
+            let (frame, chained);
             if e.is_parked() {
                 if e.done().is_none() {
                     continue;
                 }
                 released += u64::from(e.len());
-                blob = Some(BlobRef {
+                frame = Some(BlobRef {
                     offset: e.offset(),
                     len: e.len(),
                 });
+                chained = e.has(flag::CHAINED);
             } else {
                 let Some(l) = self.loaded.get(&run).filter(|l| l.done.is_some()) else {
                     continue;
                 };
                 released += l.blob.map_or(0, |_| l.blob_chain);
-                blob = l.blob;
+                frame = l.blob;
+                chained = l.blob.is_some();
                 self.forget_loaded(run);
             }
             self.table_remove(slot);
-            out.push((run, blob));
+            out.push(Expired {
+                run,
+                frame,
+                chained,
+            });
         }
         released
     }

@@ -225,6 +225,22 @@ pub struct UpdateSlot {
     pub result: Option<(Status, Payload, Lsn)>,
 }
 
+/// A finished run [`ShardCore::expire_frames`](super::ShardCore::expire_frames)
+/// removed, with the newest frame that held it, for the host to release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expired {
+    /// The run.
+    pub run: RunId,
+    /// A parked run's frame, or a loaded run's stored prefix; `None` for a
+    /// loaded run that never reached the run store.
+    pub frame: Option<BlobRef>,
+    /// Whether `frame` may extend older frames, which the host then reads
+    /// its way to. False only for a parked frame whose table entry says it
+    /// stands alone (`CHAINED` clear: the flag compaction relies on), as a
+    /// `Done` frame does: it is released without a read.
+    pub chained: bool,
+}
+
 /// A parked run as its table entry describes it: where its frame is, and
 /// whether it finished. Everything else (its last LSN included) is in the
 /// frame.

@@ -603,14 +603,24 @@ impl ShardLoop {
         }
         let mut gone = Vec::new();
         self.core.expire_frames(now_ms, &mut gone);
-        for (run, blob) in gone {
+        for fusee_core::shard::Expired {
+            run,
+            frame,
+            chained,
+        } in gone
+        {
             self.live.remove(&run);
             self.waiters.take_results(run);
             // Its retention ended: listings no longer find it.
             self.attr_index.remove(run);
-            if let Some(blob) = blob
-                && let Err(e) = self.release_chain(blob)
-            {
+            // A parked finished run's one `Done` frame goes unread: every
+            // finished run of a fanout expires so, and each cost a read.
+            let released = match frame {
+                Some(blob) if chained => self.release_chain(blob),
+                Some(blob) => self.release_frame(blob),
+                None => Ok(()),
+            };
+            if let Err(e) = released {
                 self.fail(e);
                 return;
             }

@@ -663,6 +663,10 @@ impl ShardTelemetry {
         let t = &*self.shared;
         self.flush_duration.observe(micros as f64 / 1e6);
         self.flush_records.observe(records as f64);
+        // Consecutive step notes of one workflow type, step and outcome
+        // (a fanout's are all alike) are counted as one: a lookup of their
+        // labels each was about 3% of a no-op step's CPU.
+        let mut alike: Option<(StepLabels, u64)> = None;
         while let Some((lsn, _)) = self.pending.front()
             && *lsn <= durable
         {
@@ -670,7 +674,7 @@ impl ShardTelemetry {
                 break;
             };
             match note {
-                Note::Start { wtype } => add(&mut self.starts, wtype, |w| {
+                Note::Start { wtype } => add(&mut self.starts, wtype, 1, |w| {
                     t.run_starts.get_or_create_owned(&WorkflowLabel {
                         workflow: w.clone(),
                     })
@@ -679,16 +683,27 @@ impl ShardTelemetry {
                     wtype,
                     step,
                     outcome,
-                } => {
-                    let labels = StepLabels {
-                        workflow: wtype,
-                        step,
-                        outcome,
-                    };
-                    add(&mut self.steps, labels, |l| {
-                        t.step_attempts.get_or_create_owned(l)
-                    });
-                }
+                } => match &mut alike {
+                    Some((l, n))
+                        if Arc::ptr_eq(&l.workflow, &wtype)
+                            && Arc::ptr_eq(&l.step, &step)
+                            && l.outcome == outcome =>
+                    {
+                        *n += 1;
+                    }
+                    _ => {
+                        let labels = StepLabels {
+                            workflow: wtype,
+                            step,
+                            outcome,
+                        };
+                        if let Some((l, n)) = alike.replace((labels, 1)) {
+                            add(&mut self.steps, l, n, |l| {
+                                t.step_attempts.get_or_create_owned(l)
+                            });
+                        }
+                    }
+                },
                 Note::End {
                     wtype,
                     status,
@@ -698,7 +713,7 @@ impl ShardTelemetry {
                         workflow: wtype.clone(),
                         status: status_label(status),
                     };
-                    add(&mut self.ends, labels, |l| {
+                    add(&mut self.ends, labels, 1, |l| {
                         t.run_ends.get_or_create_owned(l)
                     });
                     t.run_duration
@@ -728,6 +743,11 @@ impl ShardTelemetry {
                 }
             }
         }
+        if let Some((l, n)) = alike {
+            add(&mut self.steps, l, n, |l| {
+                t.step_attempts.get_or_create_owned(l)
+            });
+        }
         // A recovery burst grows the queue to megabytes it would keep.
         if self.pending.is_empty() && self.pending.capacity() > PENDING_KEPT_MAX {
             self.pending.shrink_to(PENDING_KEPT_MAX);
@@ -746,18 +766,19 @@ impl ShardTelemetry {
     }
 }
 
-/// Adds one to what the flush being counted adds to `key`'s counter
+/// Adds `n` to what the flush being counted adds to `key`'s counter
 /// (found in its family by `counter` the first time).
 fn add<K: std::hash::Hash + Eq>(
     counters: &mut FxHashMap<K, (Counter, u64)>,
     key: K,
+    n: u64,
     counter: impl FnOnce(&K) -> Counter,
 ) {
     match counters.get_mut(&key) {
-        Some((_, n)) => *n += 1,
+        Some((_, count)) => *count += n,
         None => {
             let c = counter(&key);
-            counters.insert(key, (c, 1));
+            counters.insert(key, (c, n));
         }
     }
 }
@@ -820,5 +841,49 @@ mod tests {
         shard.durable(10_000, 5_000, 1);
         assert!(shard.pending.is_empty());
         assert!(shard.pending.capacity() <= PENDING_KEPT_MAX);
+    }
+
+    /// Step notes counted a run of alike ones at a time add up as one by
+    /// one would: a change of step, outcome or type (or a name that is
+    /// equal but not shared) starts a new run, and the last run counts.
+    #[test]
+    fn alike_step_notes_add_up_as_one_by_one() {
+        let telemetry = Arc::new(Telemetry::default());
+        let mut shard = Arc::clone(&telemetry).shard(0);
+        let (w, a, b) = (Name::from("w"), Name::from("a"), Name::from("b"));
+        let a_again = Name::from("a");
+        let notes = [
+            (&w, &a, "ok"),
+            (&w, &a, "ok"),
+            (&w, &a, "ok"),
+            (&w, &b, "ok"),
+            (&w, &b, "ok"),
+            (&w, &a, "failed"),
+            (&w, &a, "ok"),
+            (&w, &a_again, "ok"),
+            (&w, &a, "ok"),
+        ];
+        for (lsn, (wtype, step, outcome)) in (1..).zip(notes) {
+            let note = Note::Step {
+                wtype: Name::clone(wtype),
+                step: Name::clone(step),
+                outcome,
+            };
+            shard.pending.push_back((lsn, note));
+        }
+        shard.durable(9, 9, 1);
+        let count = |step: &str, outcome: &'static str| {
+            telemetry
+                .step_attempts
+                .get_or_create(&StepLabels {
+                    workflow: Name::from("w"),
+                    step: Name::from(step),
+                    outcome,
+                })
+                .get()
+        };
+        assert_eq!(count("a", "ok"), 6);
+        assert_eq!(count("b", "ok"), 2);
+        assert_eq!(count("a", "failed"), 1);
     }
 }

@@ -667,6 +667,7 @@ impl ShardTelemetry {
         // (a fanout's are all alike) are counted as one: a lookup of their
         // labels each was about 3% of a no-op step's CPU.
         let mut alike: Option<(StepLabels, u64)> = None;
+        let step_counter = |l: &StepLabels| t.step_attempts.get_or_create_owned(l);
         while let Some((lsn, _)) = self.pending.front()
             && *lsn <= durable
         {
@@ -698,9 +699,7 @@ impl ShardTelemetry {
                             outcome,
                         };
                         if let Some((l, n)) = alike.replace((labels, 1)) {
-                            add(&mut self.steps, l, n, |l| {
-                                t.step_attempts.get_or_create_owned(l)
-                            });
+                            add(&mut self.steps, l, n, step_counter);
                         }
                     }
                 },
@@ -744,9 +743,7 @@ impl ShardTelemetry {
             }
         }
         if let Some((l, n)) = alike {
-            add(&mut self.steps, l, n, |l| {
-                t.step_attempts.get_or_create_owned(l)
-            });
+            add(&mut self.steps, l, n, step_counter);
         }
         // A recovery burst grows the queue to megabytes it would keep.
         if self.pending.is_empty() && self.pending.capacity() > PENDING_KEPT_MAX {

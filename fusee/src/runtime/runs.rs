@@ -309,17 +309,14 @@ impl ShardLoop {
         let Some(live) = self.live.get_mut(&run) else {
             return;
         };
-        if live.future.is_none() {
-            return;
-        }
         if records_only && !live.fed {
             self.deliver_next(run);
             return;
         }
-        live.fed = false;
         let Some(future) = live.future.as_mut() else {
             return;
         };
+        live.fed = false;
         {
             let mut s = live.state.borrow_mut();
             s.set_now(now_ms);

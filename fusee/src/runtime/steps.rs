@@ -399,12 +399,7 @@ impl ShardLoop {
             }
         };
         if let Some(details) = beat {
-            self.append_quiet(&Record::<Name, _>::Heartbeat {
-                run,
-                seq,
-                attempt,
-                payload: details.as_slice(),
-            });
+            self.append_beat(run, seq, attempt, &details);
         }
         // The attempt's end, by the clock its `Began` was stamped with
         // (this pass's): read by people, never by replay.
@@ -440,6 +435,17 @@ impl ShardLoop {
         if retried && let Some(live) = self.live.get(&run) {
             live.state.borrow_mut().step_retried(seq);
         }
+    }
+
+    /// Records an attempt's latest heartbeat details. Wakes no code: a
+    /// heartbeat is the host's record.
+    fn append_beat(&mut self, run: RunId, seq: Seq, attempt: u32, details: &[u8]) {
+        self.append_quiet(&Record::<Name, _>::Heartbeat {
+            run,
+            seq,
+            attempt,
+            payload: details,
+        });
     }
 
     /// Running attempts sent heartbeats (the hub told the loop): each is
@@ -492,13 +498,7 @@ impl ShardLoop {
                     spec.beat_recorded(&details);
                     details
                 };
-                // Wakes no code: a heartbeat is the host's record.
-                self.append_quiet(&Record::<Name, _>::Heartbeat {
-                    run,
-                    seq,
-                    attempt,
-                    payload: details.as_slice(),
-                });
+                self.append_beat(run, seq, attempt, &details);
             }
         }
         while let Some(&(at, run, seq, attempt)) = self.watch.deadlines.first() {

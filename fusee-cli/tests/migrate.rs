@@ -28,7 +28,7 @@ const GREET: Workflow<String, String> = Workflow::new("greet");
 async fn build_chained(tag: &str) -> PathBuf {
     let dir = build_crashed("file", tag).await;
     let clock = VirtualClock::new(START_MS + 30_000);
-    let engine = Engine::open(config("file", &dir, &clock))
+    let engine = Engine::open(config("file", &dir, &clock).stream_apart_bytes(0))
         .await
         .expect("opens");
     register(&engine);
@@ -55,7 +55,7 @@ async fn build_chained(tag: &str) -> PathBuf {
             .expect("runtime");
         rt.block_on(async {
             let clock = VirtualClock::new(START_MS + 60_000);
-            let engine = Engine::open(config("file", &dir, &clock))
+            let engine = Engine::open(config("file", &dir, &clock).stream_apart_bytes(0))
                 .await
                 .expect("opens");
             register(&engine);
@@ -81,8 +81,24 @@ async fn build_chained(tag: &str) -> PathBuf {
     panic!("the crashed store stays unreadable: {last}");
 }
 
+/// `TWICE` streams three words first: its parked frame names a `Stream`
+/// frame (`Config::stream_apart_bytes` 0 in [`build_chained`]), which a
+/// migration carries.
 fn register_twice(engine: &Engine) {
     engine.register(TWICE, |ctx: fusee::Ctx, ()| async move {
+        let tx = ctx.stream("words");
+        ctx.step("say", move |_| {
+            let mut tx = tx.clone();
+            async move {
+                for w in ["one", "two", "three"] {
+                    tx.send(w)
+                        .await
+                        .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                }
+                Ok(())
+            }
+        })
+        .await?;
         let a = ctx.wait_for(&GO).await?.unwrap_or_default();
         let b = ctx.wait_for(&GO).await?.unwrap_or_default();
         Ok::<_, fusee::Failure>(format!("{a} {b}"))
@@ -128,6 +144,12 @@ async fn round_trip_file_redb_postgres_file_keeps_every_journal() {
     let src = build_chained("migrate-trip").await;
     let before = snapshot(&src);
     let want = journals(&src);
+    // twice-1's words, set apart in its source frames, are in its journal.
+    let twice = want
+        .iter()
+        .find(|j| j.to_string().contains("twice-1"))
+        .expect("twice-1's journal");
+    assert_eq!(twice.to_string().matches("\"Chunk\"").count(), 3, "{twice}");
     let redb = temp_dir("migrate-trip-redb");
     let out = fusee_json(&["migrate", s(&src), s(&redb), "--to", "redb", "--json"], 0);
     assert_eq!(out["checked"]["runs"], 12, "{out}");
@@ -439,7 +461,7 @@ async fn described(engine: &Engine, id: &str) {
 async fn build_family(tag: &str) -> PathBuf {
     let dir = build_crashed("file", tag).await;
     let clock = VirtualClock::new(START_MS + 30_000);
-    let engine = Engine::open(config("file", &dir, &clock))
+    let engine = Engine::open(config("file", &dir, &clock).stream_apart_bytes(0))
         .await
         .expect("opens");
     register(&engine);
@@ -466,7 +488,7 @@ async fn build_family(tag: &str) -> PathBuf {
             .expect("runtime");
         rt.block_on(async {
             let clock = VirtualClock::new(START_MS + 60_000);
-            let engine = Engine::open(config("file", &dir, &clock))
+            let engine = Engine::open(config("file", &dir, &clock).stream_apart_bytes(0))
                 .await
                 .expect("opens");
             register(&engine);

@@ -8,7 +8,7 @@
 //! | bytes | field | meaning |
 //! |---|---|---|
 //! | 0..4 | len u32 | length of the body |
-//! | 4 | kind u8 | 1 Park, 2 Delta, 3 Done, 4 Tombstone, 5 Index |
+//! | 4 | kind u8 | 1 Park, 2 Delta, 3 Done, 4 Tombstone, 5 Index, 6 Stream; Park, Delta and Done plus [`kind::APART`] (0x80) with a chunks-apart section |
 //! | 5..9 | crc u32 | CRC-32 (`crc32fast`) of bytes 0..5 (len and kind) then the body |
 //! | 9.. | body | as below |
 //!
@@ -25,12 +25,22 @@
 //! - **Done** (a finished run's Start and result): run varint, last_lsn
 //!   varint, id_hash u64, status u8, finished_ms varint; the journal fills
 //!   the rest.
+//! - **Stream** (a run's stream chunks kept out of its journal frames):
+//!   run varint; the chunk records (canonical) fill the rest. Named by
+//!   the [`Apart`] section of the run's frame that they came out of.
 //! - **Tombstone** (retention ended): run varint.
 //! - **Index** (part of the persisted run table): the body is a whole
 //!   number of [`RECORD`]-byte table records.
 //!
 //! The journal is last and unprefixed so a frame can carry journals longer
 //! than one length-prefixed field allows; the frame's `len` bounds it.
+//!
+//! A Park, Delta or Done whose kind has [`kind::APART`] set holds, right
+//! before its journal, the section of [`Apart`]: its stream chunks went to
+//! Stream frames, and the section says which and where each run of them
+//! stood among the journal's records (format and why: [`apart`]). Such a
+//! frame is refused by a build that predates the flag
+//! ([`StoreError::UnknownKind`]), never misread.
 //!
 //! Invariants and damage: the crc covers every byte of the frame but itself,
 //! so a torn or damaged frame is an error ([`StoreError::BadCrc`]), never a
@@ -96,7 +106,16 @@ pub mod kind {
     pub const TOMBSTONE: u8 = 4;
     /// Persisted run-table records.
     pub const INDEX: u8 = 5;
+    /// A run's stream chunks, kept out of its journal frames.
+    pub const STREAM: u8 = 6;
+    /// Set on a [`PARK`], [`DELTA`] or [`DONE`] tag: the body holds a
+    /// chunks-apart section ([`super::Apart`]).
+    pub const APART: u8 = 0x80;
 }
+
+pub mod apart;
+
+pub use apart::{Apart, ApartRun, Split, join_chunks, rewrite_kept, split_chunks};
 
 /// An armed timer of a parked run: its operation, kind and due time (ms).
 pub type Timer = (Seq, TimerKind, u64);
@@ -114,6 +133,9 @@ pub enum EntryRef<'a> {
         id_hash: u64,
         /// Armed timers.
         timers: Cow<'a, [Timer]>,
+        /// Where its stream chunks went, if they went apart (empty: the
+        /// journal holds them).
+        apart: Cow<'a, Apart>,
         /// The run's canonical records.
         journal: &'a [u8],
     },
@@ -133,6 +155,9 @@ pub enum EntryRef<'a> {
         depth: u8,
         /// Bytes of those frames.
         chain: u64,
+        /// Where its stream chunks went, if they went apart (empty: the
+        /// journal holds them).
+        apart: Cow<'a, Apart>,
         /// The canonical records since `prev`.
         journal: &'a [u8],
     },
@@ -148,8 +173,18 @@ pub enum EntryRef<'a> {
         status: Status,
         /// When it ended (ms).
         finished_ms: u64,
+        /// Where its stream chunks went, if they went apart (empty: the
+        /// journal holds them).
+        apart: Cow<'a, Apart>,
         /// The canonical records kept.
         journal: &'a [u8],
+    },
+    /// A run's stream chunks kept out of its journal frames.
+    Stream {
+        /// The run.
+        run: RunId,
+        /// The chunk records, canonical, in order.
+        chunks: &'a [u8],
     },
     /// A finished run whose retention ended.
     Tombstone {
@@ -176,6 +211,9 @@ pub enum StoreEntry {
         id_hash: u64,
         /// Armed timers.
         timers: Vec<Timer>,
+        /// Where its stream chunks went ([`Apart`]; empty: the journal
+        /// holds them).
+        apart: Apart,
         /// The run's canonical records.
         journal: Vec<u8>,
     },
@@ -195,6 +233,9 @@ pub enum StoreEntry {
         depth: u8,
         /// Bytes of those frames.
         chain: u64,
+        /// Where its stream chunks went ([`Apart`]; empty: the journal
+        /// holds them).
+        apart: Apart,
         /// The canonical records since `prev`.
         journal: Vec<u8>,
     },
@@ -210,8 +251,18 @@ pub enum StoreEntry {
         status: Status,
         /// When it ended (ms).
         finished_ms: u64,
+        /// Where its stream chunks went ([`Apart`]; empty: the journal
+        /// holds them).
+        apart: Apart,
         /// The canonical records kept.
         journal: Vec<u8>,
+    },
+    /// See [`EntryRef::Stream`].
+    Stream {
+        /// The run.
+        run: RunId,
+        /// The chunk records, canonical, in order.
+        chunks: Vec<u8>,
     },
     /// See [`EntryRef::Tombstone`].
     Tombstone {
@@ -234,12 +285,14 @@ impl StoreEntry {
                 last_lsn,
                 id_hash,
                 timers,
+                apart,
                 journal,
             } => EntryRef::Park {
                 run: *run,
                 last_lsn: *last_lsn,
                 id_hash: *id_hash,
                 timers: Cow::Borrowed(timers),
+                apart: Cow::Borrowed(apart),
                 journal,
             },
             Self::Delta {
@@ -250,6 +303,7 @@ impl StoreEntry {
                 prev,
                 depth,
                 chain,
+                apart,
                 journal,
             } => EntryRef::Delta {
                 run: *run,
@@ -259,6 +313,7 @@ impl StoreEntry {
                 prev: *prev,
                 depth: *depth,
                 chain: *chain,
+                apart: Cow::Borrowed(apart),
                 journal,
             },
             Self::Done {
@@ -267,6 +322,7 @@ impl StoreEntry {
                 id_hash,
                 status,
                 finished_ms,
+                apart,
                 journal,
             } => EntryRef::Done {
                 run: *run,
@@ -274,15 +330,17 @@ impl StoreEntry {
                 id_hash: *id_hash,
                 status: *status,
                 finished_ms: *finished_ms,
+                apart: Cow::Borrowed(apart),
                 journal,
             },
+            Self::Stream { run, chunks } => EntryRef::Stream { run: *run, chunks },
             Self::Tombstone { run } => EntryRef::Tombstone { run: *run },
             Self::Index { records } => EntryRef::Index { records },
         }
     }
 }
 
-impl EntryRef<'_> {
+impl<'a> EntryRef<'a> {
     /// The entry with its bytes copied.
     pub fn to_owned(&self) -> StoreEntry {
         match self {
@@ -291,12 +349,14 @@ impl EntryRef<'_> {
                 last_lsn,
                 id_hash,
                 timers,
+                apart,
                 journal,
             } => StoreEntry::Park {
                 run: *run,
                 last_lsn: *last_lsn,
                 id_hash: *id_hash,
                 timers: timers.to_vec(),
+                apart: apart.clone().into_owned(),
                 journal: journal.to_vec(),
             },
             Self::Delta {
@@ -307,6 +367,7 @@ impl EntryRef<'_> {
                 prev,
                 depth,
                 chain,
+                apart,
                 journal,
             } => StoreEntry::Delta {
                 run: *run,
@@ -316,6 +377,7 @@ impl EntryRef<'_> {
                 prev: *prev,
                 depth: *depth,
                 chain: *chain,
+                apart: apart.clone().into_owned(),
                 journal: journal.to_vec(),
             },
             Self::Done {
@@ -324,6 +386,7 @@ impl EntryRef<'_> {
                 id_hash,
                 status,
                 finished_ms,
+                apart,
                 journal,
             } => StoreEntry::Done {
                 run: *run,
@@ -331,7 +394,12 @@ impl EntryRef<'_> {
                 id_hash: *id_hash,
                 status: *status,
                 finished_ms: *finished_ms,
+                apart: apart.clone().into_owned(),
                 journal: journal.to_vec(),
+            },
+            Self::Stream { run, chunks } => StoreEntry::Stream {
+                run: *run,
+                chunks: chunks.to_vec(),
             },
             Self::Tombstone { run } => StoreEntry::Tombstone { run: *run },
             Self::Index { records } => StoreEntry::Index {
@@ -340,12 +408,15 @@ impl EntryRef<'_> {
         }
     }
 
-    /// The entry's kind tag (see [`kind`]).
+    /// The entry's kind tag (see [`kind`]): with [`kind::APART`] for a
+    /// run's frame whose chunks went apart.
     pub fn kind(&self) -> u8 {
+        let apart = |a: &Apart| if a.is_empty() { 0 } else { kind::APART };
         match self {
-            Self::Park { .. } => kind::PARK,
-            Self::Delta { .. } => kind::DELTA,
-            Self::Done { .. } => kind::DONE,
+            Self::Park { apart: a, .. } => kind::PARK | apart(a),
+            Self::Delta { apart: a, .. } => kind::DELTA | apart(a),
+            Self::Done { apart: a, .. } => kind::DONE | apart(a),
+            Self::Stream { .. } => kind::STREAM,
             Self::Tombstone { .. } => kind::TOMBSTONE,
             Self::Index { .. } => kind::INDEX,
         }
@@ -357,8 +428,35 @@ impl EntryRef<'_> {
             Self::Park { run, .. }
             | Self::Delta { run, .. }
             | Self::Done { run, .. }
+            | Self::Stream { run, .. }
             | Self::Tombstone { run } => Some(*run),
             Self::Index { .. } => None,
+        }
+    }
+
+    /// Where a run's frame's stream chunks went, to change (a frame whose
+    /// `Stream` frames moved, written again); `None` for other kinds.
+    pub fn apart_mut(&mut self) -> Option<&mut Cow<'a, Apart>> {
+        match self {
+            Self::Park { apart, .. } | Self::Delta { apart, .. } | Self::Done { apart, .. } => {
+                Some(apart)
+            }
+            _ => None,
+        }
+    }
+
+    /// Where a run's frame's stream chunks went (empty for a frame that
+    /// keeps them, and for every other kind).
+    pub fn apart(&self) -> &Apart {
+        static NONE: Apart = Apart {
+            frames: Vec::new(),
+            runs: Vec::new(),
+        };
+        match self {
+            Self::Park { apart, .. } | Self::Delta { apart, .. } | Self::Done { apart, .. } => {
+                apart
+            }
+            _ => &NONE,
         }
     }
 }
@@ -415,9 +513,11 @@ pub fn encode_entry_into(entry: &EntryRef<'_>, out: &mut Vec<u8>) -> Result<(), 
             last_lsn,
             id_hash,
             timers,
+            apart,
             journal,
         } => {
             put_run_head(out, *run, *last_lsn, *id_hash, timers);
+            put_apart(out, apart);
             out.extend_from_slice(journal);
         }
         EntryRef::Delta {
@@ -428,12 +528,14 @@ pub fn encode_entry_into(entry: &EntryRef<'_>, out: &mut Vec<u8>) -> Result<(), 
             prev,
             depth,
             chain,
+            apart,
             journal,
         } => {
             put_run_head(out, *run, *last_lsn, *id_hash, timers);
             put_blob(out, *prev);
             put_u8(out, *depth);
             put_varint(out, *chain);
+            put_apart(out, apart);
             out.extend_from_slice(journal);
         }
         EntryRef::Done {
@@ -442,6 +544,7 @@ pub fn encode_entry_into(entry: &EntryRef<'_>, out: &mut Vec<u8>) -> Result<(), 
             id_hash,
             status,
             finished_ms,
+            apart,
             journal,
         } => {
             put_varint(out, *run);
@@ -449,7 +552,12 @@ pub fn encode_entry_into(entry: &EntryRef<'_>, out: &mut Vec<u8>) -> Result<(), 
             put_u64(out, *id_hash);
             put_u8(out, *status as u8);
             put_varint(out, *finished_ms);
+            put_apart(out, apart);
             out.extend_from_slice(journal);
+        }
+        EntryRef::Stream { run, chunks } => {
+            put_varint(out, *run);
+            out.extend_from_slice(chunks);
         }
         EntryRef::Tombstone { run } => put_varint(out, *run),
         EntryRef::Index { records } => out.extend_from_slice(records),
@@ -512,16 +620,23 @@ pub fn decode_entry(frame: &[u8]) -> Result<EntryRef<'_>, StoreError> {
     if stored != computed {
         return Err(StoreError::BadCrc { stored, computed });
     }
+    let tag = head[4];
+    let with_apart = tag & kind::APART != 0;
+    if with_apart && !matches!(tag & !kind::APART, kind::PARK | kind::DELTA | kind::DONE) {
+        return Err(StoreError::UnknownKind(tag));
+    }
     let mut r = Reader::new(body);
-    let entry = match head[4] {
+    let entry = match tag & !kind::APART {
         kind::PARK => {
             let (run, last_lsn, id_hash, timers) = read_run_head(&mut r)?;
+            let (apart, journal) = read_apart(&mut r, with_apart)?;
             EntryRef::Park {
                 run,
                 last_lsn,
                 id_hash,
                 timers,
-                journal: r.rest(),
+                apart,
+                journal,
             }
         }
         kind::DELTA => {
@@ -529,6 +644,7 @@ pub fn decode_entry(frame: &[u8]) -> Result<EntryRef<'_>, StoreError> {
             let prev = read_blob(&mut r)?;
             let depth = r.u8()?;
             let chain = r.varint()?;
+            let (apart, journal) = read_apart(&mut r, with_apart)?;
             EntryRef::Delta {
                 run,
                 last_lsn,
@@ -537,16 +653,30 @@ pub fn decode_entry(frame: &[u8]) -> Result<EntryRef<'_>, StoreError> {
                 prev,
                 depth,
                 chain,
-                journal: r.rest(),
+                apart,
+                journal,
             }
         }
-        kind::DONE => EntryRef::Done {
+        kind::DONE => {
+            let run = r.varint()?;
+            let last_lsn = r.varint()?;
+            let id_hash = r.u64()?;
+            let status = Status::from_u8(r.u8()?)?;
+            let finished_ms = r.varint()?;
+            let (apart, journal) = read_apart(&mut r, with_apart)?;
+            EntryRef::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                apart,
+                journal,
+            }
+        }
+        kind::STREAM => EntryRef::Stream {
             run: r.varint()?,
-            last_lsn: r.varint()?,
-            id_hash: r.u64()?,
-            status: Status::from_u8(r.u8()?)?,
-            finished_ms: r.varint()?,
-            journal: r.rest(),
+            chunks: r.rest(),
         },
         kind::TOMBSTONE => {
             let run = r.varint()?;
@@ -562,6 +692,30 @@ pub fn decode_entry(frame: &[u8]) -> Result<EntryRef<'_>, StoreError> {
         other => return Err(StoreError::UnknownKind(other)),
     };
     Ok(entry)
+}
+
+/// Writes a run frame's chunks-apart section, if any (the kind's flag
+/// says whether one is there).
+fn put_apart(out: &mut Vec<u8>, apart: &Apart) {
+    if !apart.is_empty() {
+        apart.encode(out);
+    }
+}
+
+/// Reads a run frame's chunks-apart section (if its kind has the flag)
+/// and the journal after it, checked against each other.
+fn read_apart<'a>(
+    r: &mut Reader<'a>,
+    with_apart: bool,
+) -> Result<(Cow<'a, Apart>, &'a [u8]), DecodeError> {
+    let apart = if with_apart {
+        Apart::decode(r)?
+    } else {
+        Apart::default()
+    };
+    let journal = r.rest();
+    apart.check_journal(journal.len())?;
+    Ok((Cow::Owned(apart), journal))
 }
 
 fn frame_crc(head: &[u8], body: &[u8]) -> u32 {

@@ -26,14 +26,14 @@
 //! # Persisted index record ([`RECORD`] = 32 bytes)
 //!
 //! [`Entry::record`] is the four words, each little-endian, with every
-//! in-memory flag but [`flag::CHAINED`] cleared:
+//! in-memory flag but [`flag::CHAINED`] and [`flag::APART`] cleared:
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..8 | ID hash, u64 LE (0 in a [`DELETED`] record) |
 //! | 8..14 | run ID, 48-bit LE, never 0 |
 //! | 14 | state: [`PARKED`], [`DONE`]` + status` (8..=14) or [`DELETED`] |
-//! | 15 | flags: 0 or [`flag::CHAINED`] (0 in a `DELETED` record) |
+//! | 15 | flags: [`flag::CHAINED`] and [`flag::APART`], or 0 (0 in a `DELETED` record) |
 //! | 16..22 | store offset of the run's frame, 48-bit LE |
 //! | 22..24 | frame length bits 0..16, LE |
 //! | 24..30 | time (see above), 48-bit LE |
@@ -80,7 +80,7 @@ pub const DONE: u8 = 8;
 /// State found only in persisted index deltas: the run is gone.
 pub const DELETED: u8 = 15;
 
-/// Entry flags (one byte). Only [`CHAINED`](flag::CHAINED) is persisted.
+/// Entry flags (one byte). Only [`PERSISTED`](flag::PERSISTED) ones are persisted.
 pub mod flag {
     /// A near-timer item is queued in the shard's near wheel for the
     /// entry's current time.
@@ -95,6 +95,12 @@ pub mod flag {
     /// The run's frame is a delta extending an earlier frame: a store
     /// compaction must rewrite its journal whole. Persisted.
     pub const CHAINED: u8 = 16;
+    /// The run's frame names `Stream` frames holding its chunks set apart
+    /// (`crate::store::apart`): a store compaction that moves them must
+    /// write the frame again, and a release lets them go too. Persisted.
+    pub const APART: u8 = 32;
+    /// The flags the persisted index keeps.
+    pub const PERSISTED: u8 = CHAINED | APART;
 }
 
 const MASK48: u64 = (1 << 48) - 1;
@@ -212,7 +218,7 @@ impl Entry {
     /// words little-endian, in-memory flags cleared.
     pub fn record(&self) -> [u8; RECORD] {
         let mut e = *self;
-        e.set(!flag::CHAINED, false);
+        e.set(!flag::PERSISTED, false);
         let mut out = [0u8; RECORD];
         for (chunk, w) in out.chunks_exact_mut(8).zip(e.words) {
             chunk.copy_from_slice(&w.to_le_bytes());
@@ -223,7 +229,7 @@ impl Entry {
     /// Decodes a persisted record; `None` for anything
     /// [`record`](Self::record) cannot produce for a parked or deleted run:
     /// run 0, a state other than [`PARKED`], [`DONE`]` + status` or
-    /// [`DELETED`], a flag other than [`flag::CHAINED`], or a `DELETED`
+    /// [`DELETED`], a flag other than [`flag::CHAINED`] and [`flag::APART`], or a `DELETED`
     /// record with an ID hash, flags, location or time.
     pub fn from_record(bytes: &[u8; RECORD]) -> Option<Entry> {
         let mut words = [0u64; 4];
@@ -233,7 +239,7 @@ impl Entry {
             *w = u64::from_le_bytes(b);
         }
         let e = Entry { words };
-        if e.run() == 0 || e.flags() & !flag::CHAINED != 0 {
+        if e.run() == 0 || e.flags() & !flag::PERSISTED != 0 {
             return None;
         }
         match e.state() {

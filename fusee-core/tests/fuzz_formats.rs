@@ -12,6 +12,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+mod common;
+
 use fusee_core::segment::{HEADER_BYTES, LogWriter, SegmentHeader, scan_segment};
 use fusee_core::store::{Checkpoint, CheckpointRun, StoreEntry, decode_entry, encode_entry};
 
@@ -100,12 +102,14 @@ fn random_bytes(rng: &mut fastrand::Rng, max: usize) -> Vec<u8> {
 
 fn some_entry(rng: &mut fastrand::Rng) -> StoreEntry {
     let journal = random_bytes(rng, 64);
-    match rng.u8(0..5) {
+    let apart = common::some_apart(rng, journal.len());
+    match rng.u8(0..6) {
         0 => StoreEntry::Park {
             run: rng.u64(..),
             last_lsn: rng.u64(..),
             id_hash: rng.u64(..),
             timers: vec![(1, fusee_core::shard::TimerKind::Retry, rng.u64(..)); rng.usize(0..4)],
+            apart,
             journal,
         },
         1 => StoreEntry::Delta {
@@ -119,6 +123,7 @@ fn some_entry(rng: &mut fastrand::Rng) -> StoreEntry {
             },
             depth: rng.u8(..),
             chain: rng.u64(..),
+            apart,
             journal,
         },
         2 => StoreEntry::Done {
@@ -127,9 +132,14 @@ fn some_entry(rng: &mut fastrand::Rng) -> StoreEntry {
             id_hash: rng.u64(..),
             status: fusee_core::Status::Failed,
             finished_ms: rng.u64(..),
+            apart,
             journal,
         },
         3 => StoreEntry::Tombstone { run: rng.u64(..) },
+        4 => StoreEntry::Stream {
+            run: rng.u64(..),
+            chunks: journal,
+        },
         _ => StoreEntry::Index {
             records: vec![7; 32 * rng.usize(0..4)],
         },

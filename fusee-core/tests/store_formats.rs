@@ -1,12 +1,18 @@
 //! Run-store entries and checkpoints: round trips of every kind, and the
 //! errors damaged bytes give.
 
+use std::borrow::Cow;
+
+mod common;
+
 use fusee_core::Status;
+use fusee_core::record::encode_canonical;
 use fusee_core::record::{MAX_LSN, MAX_RUN};
 use fusee_core::shard::{BlobRef, TimerKind};
 use fusee_core::store::{
-    CHECKPOINT_FORMAT, CHECKPOINT_HEADER, Checkpoint, CheckpointError, CheckpointRun, ENTRY_HEADER,
-    StoreEntry, StoreError, decode_entry, encode_entry, encode_entry_into, peek_frame_len,
+    Apart, ApartRun, CHECKPOINT_FORMAT, CHECKPOINT_HEADER, Checkpoint, CheckpointError,
+    CheckpointRun, ENTRY_HEADER, Split, StoreEntry, StoreError, decode_entry, encode_entry,
+    encode_entry_into, join_chunks, kind, peek_frame_len, rewrite_kept, split_chunks,
 };
 
 fn bytes(rng: &mut fastrand::Rng, max: usize) -> Vec<u8> {
@@ -37,13 +43,16 @@ fn timers(rng: &mut fastrand::Rng) -> Vec<(u32, TimerKind, u64)> {
 
 /// A random entry of each kind in turn.
 fn entry(rng: &mut fastrand::Rng, kind: u8) -> StoreEntry {
-    match kind % 5 {
+    let journal = bytes(rng, 300);
+    let apart = common::some_apart(rng, journal.len());
+    match kind % 6 {
         0 => StoreEntry::Park {
             run: wide(rng),
             last_lsn: wide(rng),
             id_hash: rng.u64(..),
             timers: timers(rng),
-            journal: bytes(rng, 300),
+            apart,
+            journal,
         },
         1 => StoreEntry::Delta {
             run: wide(rng),
@@ -53,7 +62,8 @@ fn entry(rng: &mut fastrand::Rng, kind: u8) -> StoreEntry {
             prev: blob(rng),
             depth: rng.u8(..),
             chain: wide(rng),
-            journal: bytes(rng, 300),
+            apart,
+            journal,
         },
         2 => StoreEntry::Done {
             run: wide(rng),
@@ -61,9 +71,14 @@ fn entry(rng: &mut fastrand::Rng, kind: u8) -> StoreEntry {
             id_hash: rng.u64(..),
             status: Status::ALL[rng.usize(0..Status::ALL.len())],
             finished_ms: wide(rng),
-            journal: bytes(rng, 300),
+            apart,
+            journal,
         },
         3 => StoreEntry::Tombstone { run: wide(rng) },
+        4 => StoreEntry::Stream {
+            run: wide(rng),
+            chunks: journal,
+        },
         _ => StoreEntry::Index {
             records: (0..32 * rng.usize(0..6)).map(|_| rng.u8(..)).collect(),
         },
@@ -126,6 +141,7 @@ fn damaged_entries_are_errors() {
         last_lsn: 77,
         id_hash: 1,
         timers: vec![(3, TimerKind::Sleep, 1000)],
+        apart: Apart::default(),
         journal: b"records".to_vec(),
     };
     let frame = encode_entry(&e).expect("small");
@@ -304,4 +320,337 @@ fn damaged_checkpoints_are_clear_errors() {
         Checkpoint::decode(&bytes[..10]),
         Err(CheckpointError::TooShort { len: 10 })
     );
+}
+
+/// A frame with a valid crc over `body` and tag `kind` (the header built
+/// by hand, so bodies the encoder never writes can be tried).
+fn framed(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_le_bytes().to_vec();
+    f.push(kind);
+    let mut h = crc32fast::Hasher::new();
+    h.update(&f);
+    h.update(body);
+    f.extend_from_slice(&h.finalize().to_le_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+/// A chunks-apart section is checked at decode: the flag only on a run's
+/// frames and only with chunks, each frame's count the total of its runs,
+/// runs within the journal. Each damage is an error, never another entry.
+#[test]
+fn chunks_apart_sections_are_checked() {
+    let done = |apart: Apart, journal: &[u8]| StoreEntry::Done {
+        run: 4,
+        last_lsn: 9,
+        id_hash: 3,
+        status: Status::Ok,
+        finished_ms: 12,
+        apart,
+        journal: journal.to_vec(),
+    };
+    let blob = BlobRef {
+        offset: 100,
+        len: 50,
+    };
+    let run = |at, frame, count| ApartRun { at, frame, count };
+    let good = Apart {
+        frames: vec![(blob, 3), (blob, 2)],
+        runs: vec![run(0, 0, 1), run(4, 1, 2), run(4, 0, 2)],
+    };
+    let frame = encode_entry(&done(good.clone(), b"abcdef")).expect("small");
+    assert_eq!(frame[4], kind::DONE | kind::APART);
+    let back = decode_entry(&frame).expect("decodes");
+    assert_eq!(back.apart(), &good);
+    assert_eq!(back.apart().chunks(), 5);
+    // No section: no flag, the frame an older build wrote.
+    let plain = encode_entry(&done(Apart::default(), b"abcdef")).expect("small");
+    assert_eq!(plain[4], kind::DONE);
+    assert!(decode_entry(&plain).expect("decodes").apart().is_empty());
+
+    let body = |apart: &Apart, journal: &[u8]| {
+        let f = encode_entry(&done(apart.clone(), journal)).expect("small");
+        f[ENTRY_HEADER..].to_vec()
+    };
+    let malformed = |apart: &Apart, journal: &[u8], what: &str| {
+        let f = framed(kind::DONE | kind::APART, &body(apart, journal));
+        assert!(
+            matches!(decode_entry(&f), Err(StoreError::Malformed(_))),
+            "{what}: {:?}",
+            decode_entry(&f)
+        );
+    };
+    malformed(&good, b"abc", "a run past the journal's end");
+    let with_runs = |runs| Apart {
+        runs,
+        ..good.clone()
+    };
+    malformed(
+        &with_runs(vec![run(0, 0, 1), run(4, 1, 2), run(4, 0, 3)]),
+        b"abcdef",
+        "a run takes more than its frame holds",
+    );
+    malformed(
+        &with_runs(vec![run(0, 0, 1), run(4, 1, 2), run(4, 0, 1)]),
+        b"abcdef",
+        "a frame holds more than its runs take",
+    );
+    malformed(
+        &with_runs(vec![run(0, 0, 3), run(4, 2, 2)]),
+        b"abcdef",
+        "a run of a frame not listed",
+    );
+    malformed(
+        &with_runs(vec![run(0, 0, 3), run(4, 1, 0), run(5, 1, 2)]),
+        b"abcdef",
+        "a run of none",
+    );
+    malformed(
+        &Apart {
+            frames: vec![(blob, 0)],
+            runs: vec![run(0, 0, 0)],
+        },
+        b"abcdef",
+        "a frame of none",
+    );
+    // The flag with an empty section: a frame count of 0.
+    let mut no_section = plain[ENTRY_HEADER..].to_vec();
+    // Done's fixed fields: run 4, lsn 9, hash (8 bytes), status, time 12.
+    no_section.insert(1 + 1 + 8 + 1 + 1, 0);
+    assert!(matches!(
+        decode_entry(&framed(kind::DONE | kind::APART, &no_section)),
+        Err(StoreError::Malformed(_))
+    ));
+    // The flag on a kind that has no section.
+    for k in [kind::TOMBSTONE, kind::INDEX, kind::STREAM, 0] {
+        assert_eq!(
+            decode_entry(&framed(k | kind::APART, &[1])),
+            Err(StoreError::UnknownKind(k | kind::APART))
+        );
+    }
+}
+
+fn value(seq: u32, v: &[u8]) -> Vec<u8> {
+    let rec: fusee_core::RecordRef<'_> = fusee_core::Record::Value {
+        run: 1,
+        seq,
+        kind: 1,
+        value: v,
+    };
+    let mut out = Vec::new();
+    encode_canonical(&rec, &mut out);
+    out
+}
+
+fn chunk(i: u32) -> Vec<u8> {
+    let payload = format!("token-{i}");
+    let rec: fusee_core::RecordRef<'_> = fusee_core::Record::Chunk {
+        run: 1,
+        seq: 2,
+        payload: payload.as_bytes(),
+    };
+    let mut out = Vec::new();
+    encode_canonical(&rec, &mut out);
+    out
+}
+
+/// A random journal of run 1: values and chunks, mixed.
+fn mixed(rng: &mut fastrand::Rng, chunks: &mut u32) -> Vec<u8> {
+    let mut journal = Vec::new();
+    for i in 0..rng.u32(0..40) {
+        if rng.u8(0..3) == 0 {
+            journal.extend(value(i, &vec![7; rng.usize(0..200)]));
+        } else {
+            journal.extend(chunk(*chunks));
+            *chunks += 1;
+        }
+    }
+    journal
+}
+
+/// The chunk bodies of `split`'s frames, the last one `split.chunks`
+/// (the others from `stored`, by place).
+fn bodies<'a>(stored: &'a [Vec<u8>], split: &'a Split) -> Vec<&'a [u8]> {
+    let mut out: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
+    if split.count > 0 {
+        out.push(&split.chunks);
+    }
+    out
+}
+
+/// Splitting a journal's chunks out and joining them back gives its bytes
+/// again, whatever the mix (none, only chunks, runs at either end). A
+/// journal that already set chunks apart and holds more (a chain read
+/// whole, then new records) splits again keeping its frames, and joins
+/// back to the whole.
+#[test]
+fn chunks_split_apart_join_back_byte_for_byte() {
+    for seed in 0..500u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut count = 0u32;
+        let first = mixed(&mut rng, &mut count);
+        let split = split_chunks(&first, &Apart::default()).expect("frames");
+        assert_eq!(split.count, count, "seed {seed}");
+        assert_eq!(u64::from(count), split.apart.chunks(), "seed {seed}");
+        assert_eq!(
+            split.journal.len() + split.chunks.len(),
+            first.len(),
+            "seed {seed}"
+        );
+        assert!(
+            split.apart.runs.windows(2).all(|w| w[0].at < w[1].at),
+            "seed {seed}: {:?}",
+            split.apart.runs
+        );
+        let mut joined = Vec::new();
+        join_chunks(
+            &split.journal,
+            &split.apart.runs,
+            &bodies(&[], &split),
+            &mut joined,
+        )
+        .expect("joins");
+        assert_eq!(joined, first, "seed {seed}");
+
+        // The same journal read back apart, then more records: split again.
+        let more = mixed(&mut rng, &mut count);
+        let mut stored = Vec::new();
+        let mut apart = split.apart.clone();
+        if split.count > 0 {
+            stored.push(split.chunks.clone());
+        }
+        let journal = [split.journal.clone(), more.clone()].concat();
+        if apart.frames.is_empty() {
+            apart = Apart::default();
+        }
+        let again = split_chunks(&journal, &apart).expect("frames");
+        assert_eq!(
+            again.apart.frames.len(),
+            stored.len() + usize::from(again.count > 0)
+        );
+        let mut joined = Vec::new();
+        join_chunks(
+            &again.journal,
+            &again.apart.runs,
+            &bodies(&stored, &again),
+            &mut joined,
+        )
+        .expect("joins");
+        assert_eq!(
+            joined,
+            [first.clone(), more.clone()].concat(),
+            "seed {seed}"
+        );
+
+        // A chain's two frames read whole: the second's section after the
+        // first's.
+        let (sa, sb) = (
+            split_chunks(&first, &Apart::default()).expect("a"),
+            split_chunks(&more, &Apart::default()).expect("b"),
+        );
+        let mut chain = sa.apart.clone();
+        chain.extend_after(sa.journal.len() as u64, &sb.apart);
+        let chain_journal = [sa.journal.clone(), sb.journal.clone()].concat();
+        let mut given: Vec<&[u8]> = Vec::new();
+        if sa.count > 0 {
+            given.push(&sa.chunks);
+        }
+        if sb.count > 0 {
+            given.push(&sb.chunks);
+        }
+        let mut joined = Vec::new();
+        join_chunks(&chain_journal, &chain.runs, &given, &mut joined).expect("joins");
+        assert_eq!(joined, [first, more].concat(), "seed {seed}");
+    }
+}
+
+/// A rewrite keeps the chunks set apart where they stood among the
+/// records kept, and puts a record's replacement in its place.
+#[test]
+fn a_rewrite_keeps_chunks_apart_where_they_stood() {
+    let journal = [
+        value(0, b"abc"),
+        chunk(0),
+        value(1, b"de"),
+        chunk(1),
+        chunk(2),
+        value(2, b"f"),
+    ]
+    .concat();
+    let split = split_chunks(&journal, &Apart::default()).expect("frames");
+    let dropped = value(1, b"de");
+    let longer = value(2, b"a longer value");
+    let (kept, apart) = rewrite_kept(&split.journal, &split.apart, |rec| {
+        if rec == dropped.as_slice() {
+            None
+        } else if rec == value(2, b"f").as_slice() {
+            Some(Cow::Owned(longer.clone()))
+        } else {
+            Some(Cow::Borrowed(rec))
+        }
+    })
+    .expect("rewrites");
+    let mut joined = Vec::new();
+    join_chunks(&kept, &apart.runs, &[&split.chunks], &mut joined).expect("joins");
+    assert_eq!(
+        joined,
+        [value(0, b"abc"), chunk(0), chunk(1), chunk(2), longer].concat()
+    );
+}
+
+/// Joining refuses what does not fit: a run inside a record, chunks that
+/// are not chunks, more or fewer chunks than the runs hold, a frame not
+/// given.
+#[test]
+fn joining_chunks_that_do_not_fit_is_an_error() {
+    let journal = [
+        value(0, b"abc"),
+        chunk(0),
+        value(1, b"de"),
+        chunk(1),
+        chunk(2),
+    ]
+    .concat();
+    let split = split_chunks(&journal, &Apart::default()).expect("frames");
+    let runs = split.apart.runs.clone();
+    assert_eq!(
+        runs.iter()
+            .map(|r| (r.at, r.frame, r.count))
+            .collect::<Vec<_>>(),
+        vec![
+            (value(0, b"abc").len() as u64, 0, 1),
+            (split.journal.len() as u64, 0, 2)
+        ]
+    );
+    let join = |runs: &[ApartRun], chunks: &[&[u8]]| {
+        let mut out = Vec::new();
+        join_chunks(&split.journal, runs, chunks, &mut out)
+    };
+    let all: &[u8] = &split.chunks;
+    assert!(join(&runs, &[all]).is_ok());
+    let moved = |i: usize, at: u64| {
+        let mut r = runs.clone();
+        r[i].at = at;
+        r
+    };
+    assert!(
+        join(&moved(0, 1), &[all]).is_err(),
+        "inside the first record"
+    );
+    assert!(
+        join(&moved(1, split.journal.len() as u64 + 1), &[all]).is_err(),
+        "past the journal"
+    );
+    assert!(
+        join(&runs, &[&all[..all.len() - 1]]).is_err(),
+        "fewer chunks"
+    );
+    let mut fewer = runs.clone();
+    fewer[1].count = 1;
+    assert!(join(&fewer, &[all]).is_err(), "a chunk no run takes");
+    let not_chunks = [value(5, b"x"), chunk(1), chunk(2)].concat();
+    assert!(join(&runs, &[&not_chunks]).is_err(), "not a chunk");
+    let mut other = runs.clone();
+    other[1].frame = 1;
+    assert!(join(&other, &[all]).is_err(), "a frame not given");
 }

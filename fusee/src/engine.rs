@@ -216,6 +216,7 @@ impl Engine {
             retention_ms: config.retention.as_millis() as u64,
             history_ms: config.history_retention.as_millis() as u64,
             history_max_bytes: config.history_max_bytes,
+            stream_apart_bytes: config.stream_apart_bytes,
             stream_ms: config
                 .stream_retention
                 .unwrap_or(config.retention)

@@ -659,3 +659,87 @@ async fn a_waiting_runs_code_dozes_and_comes_back_for_a_query_a_signal_and_its_t
     engine.close().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const SPEAK: Workflow<u64, u64> = Workflow::new("speak");
+const SAID: Signal<u64> = Signal::new("said");
+/// Bytes of each of `SPEAK`'s chunks.
+const WORD: usize = 8 << 10;
+
+/// `SPEAK`: a step streams `n` chunks of [`WORD`] bytes, then the run
+/// waits for `SAID`.
+fn register_speak(engine: &Engine) {
+    engine.register(SPEAK, |ctx: Ctx, n: u64| async move {
+        let tx = ctx.stream("words");
+        ctx.step("speak", move |_| {
+            let mut tx = tx.clone();
+            async move {
+                for i in 0..n {
+                    tx.send(format!("{:<WORD$}", format!("word-{i}")))
+                        .await
+                        .map_err(|e| fusee::StepError::fatal(e.to_string()))?;
+                }
+                Ok(n)
+            }
+        })
+        .await?;
+        ctx.wait_for(&SAID).await?;
+        Ok::<_, Failure>(n)
+    });
+}
+
+/// The first `n` chunks of `id`'s stream (which goes on while its run
+/// does), each checked to be the word it sent.
+async fn words(engine: &Engine, id: &str, n: usize) -> u64 {
+    use futures_util::StreamExt;
+    let got: Vec<_> = engine.subscribe(id, "words", 0).take(n).collect().await;
+    for (i, c) in got.iter().enumerate() {
+        let c = c.as_ref().expect("a chunk");
+        assert_eq!(c.index, i as u64);
+        assert_eq!(c.payload.len(), WORD);
+        assert!(c.payload.starts_with(format!("word-{i} ").as_bytes()));
+    }
+    got.len() as u64
+}
+
+/// A parked run whose chunks sit in a `Stream` frame of their own keeps
+/// them when a compaction moves that frame: its frame is written again
+/// naming where they went, before the checkpoint commits. Another run's
+/// `Stream` frame goes with it when it expires (what the compaction
+/// reclaims). After a restart the chunks read whole and the run finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_apart_survive_a_compaction_that_moves_them() {
+    let dir = temp_dir("apart");
+    let clock = VirtualClock::new(START_MS);
+    let config = || {
+        config(&dir, &clock)
+            .shards(1)
+            .retention(Duration::from_secs(60))
+            .compact_after_bytes(64 << 10)
+            .checkpoint_bytes(1024)
+    };
+    let engine = Engine::open(config()).await.unwrap();
+    register_speak(&engine);
+    // The one to expire first: its frames sit before the kept one's.
+    engine.start(SPEAK, "junk", &32).await.unwrap();
+    until(&engine, "junk parked", |m| m.parked_runs == 1).await;
+    engine.start(SPEAK, "keep", &16).await.unwrap();
+    until(&engine, "keep parked", |m| m.parked_runs == 2).await;
+    engine.signal("junk", SAID, &0).await.unwrap();
+    assert_eq!(engine.result(SPEAK, "junk").await.unwrap(), 32);
+    clock.advance(120 * 1000);
+    until(&engine, "a compaction", |m| m.compactions > 0).await;
+    let m = engine.metrics().await;
+    assert!(m.frames_moved >= 2, "keep's frames moved: {m:?}");
+    // Before a restart, from the new addresses.
+    assert_eq!(words(&engine, "keep", 16).await, 16);
+    engine.close().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(config()).await.unwrap();
+    register_speak(&engine);
+    assert_eq!(words(&engine, "keep", 16).await, 16);
+    engine.signal("keep", SAID, &0).await.unwrap();
+    assert_eq!(engine.result(SPEAK, "keep").await.unwrap(), 16);
+    assert_eq!(words(&engine, "keep", 16).await, 16);
+    engine.close().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -241,9 +241,17 @@ async fn a_subscription_cut_by_a_restart_mid_stream_resumes_on_the_new_engine() 
     kit.close().await.unwrap();
 }
 
+/// Twice: with the chunks in the runs' frames, and set apart in frames of
+/// their own (`Config::stream_apart_bytes` 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_every_record_boundary_keeps_every_chunk_once_in_order() {
-    let (kit, _) = kit_with(None).await;
+    for config in [None, Some(Config::memory().stream_apart_bytes(0))] {
+        crash_everywhere_keeps_every_chunk(config).await;
+    }
+}
+
+async fn crash_everywhere_keeps_every_chunk(config: Option<Config>) {
+    let (kit, _) = kit_with(config).await;
     let report = kit
         .crash_everywhere_with(
             async |kit: &TestEngine| {
@@ -514,9 +522,21 @@ async fn parked(kit: &TestEngine, id: &str) {
 /// again (a `Delta` frame), and after a crash is read from any cursor,
 /// loaded for a signal, replayed past its chunks, and finishes with its
 /// stream whole.
+///
+/// Twice: with the chunks in the run's frames, and set apart in frames of
+/// their own from the first (`Config::stream_apart_bytes` 0: the `Park`
+/// and the `Delta` each name one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_run_with_chunks_loads_replays_and_streams_on() {
-    let config = Config::memory().park_after(Duration::ZERO);
+    for apart in [usize::MAX, 0] {
+        parked_run_with_chunks(apart).await;
+    }
+}
+
+async fn parked_run_with_chunks(apart_bytes: usize) {
+    let config = Config::memory()
+        .park_after(Duration::ZERO)
+        .stream_apart_bytes(apart_bytes);
     let (mut kit, kept) = kit_with(Some(config)).await;
     kit.engine().start(TALK, "p", &5).await.unwrap();
     parked(&kit, "p").await;
@@ -585,19 +605,20 @@ async fn a_long_stream_past_checkpoints_survives_a_crash() {
     kit.close().await.unwrap();
 }
 
-/// A parked run whose stream made its frame long is read once per need,
-/// never for a guess: an open's guess at whether the store uses search
-/// attributes reads only short frames (the short run's here), a signal
-/// reads the long frame once (its ID checked and the run loaded from the
-/// same read), and its finished park once more (its journal and the
-/// frames it releases).
+/// A parked run whose stream made its journal long keeps its chunks in a
+/// frame of their own (`Config::stream_apart_bytes`), and nothing but a
+/// subscriber reads them: an open's guess at whether the store uses
+/// search attributes, a signal's lookup and load (one read of the run's
+/// short frame), its finished park (one more; the `Done` frame names the
+/// same `Stream` frame, nothing copied) and its result. With the chunks
+/// in the run's frame, each of those read all 128 KiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_parked_stream_is_read_once_per_need_and_not_at_an_open() {
     let config = Config::memory()
         .park_after(Duration::ZERO)
         .checkpoint_interval(Duration::from_secs(1));
     let (mut kit, _) = kit_with(Some(config)).await;
-    // 16 chunks of 8 KiB: a frame of 128 KiB, past the guess's 64 KiB.
+    // 16 chunks of 8 KiB: 128 KiB, past the 64 KiB that sets them apart.
     kit.engine().start(LONG, "long", &16).await.unwrap();
     kit.engine().start(TALK, "short", &1).await.unwrap();
     parked(&kit, "long").await;
@@ -605,8 +626,13 @@ async fn a_long_parked_stream_is_read_once_per_need_and_not_at_an_open() {
     // A checkpoint commits the parks: the open finds both parked.
     kit.advance(Duration::from_secs(3)).await.unwrap();
     kit.crash().await.unwrap();
+    let long = 16 * LONG_CHUNK as u64;
     let m = kit.engine().metrics().await;
-    assert_eq!((m.parked_runs, m.frame_reads), (2, 1), "{m:?}");
+    assert_eq!((m.parked_runs, m.frame_reads), (2, 2), "{m:?}");
+    assert!(
+        m.frame_read_bytes < 4096,
+        "no chunk read at the open: {m:?}"
+    );
     kit.engine().signal("long", GO, &0).await.unwrap();
     // Finished, it parks again (watched through the metrics: a
     // description of a parked run reads its frame).
@@ -615,13 +641,21 @@ async fn a_long_parked_stream_is_read_once_per_need_and_not_at_an_open() {
         assert!(std::time::Instant::now() < deadline, "the run parks");
         kit.advance(Duration::from_secs(1)).await.unwrap();
     }
-    let after = kit.engine().metrics().await;
-    assert_eq!(after.frame_reads - m.frame_reads, 2, "{after:?}");
-    assert!(
-        after.frame_read_bytes - m.frame_read_bytes >= 2 * 16 * LONG_CHUNK as u64,
-        "{after:?}"
-    );
     assert_eq!(kit.result(LONG, "long").await.unwrap(), 16);
+    let after = kit.engine().metrics().await;
+    // The lookup and load, the finished park, the result.
+    assert_eq!(after.frame_reads - m.frame_reads, 3, "{after:?}");
+    assert!(
+        after.frame_read_bytes - m.frame_read_bytes < 4096,
+        "no chunk read for a load, a park or a result: {after:?}"
+    );
+    // A subscriber reads them, all there.
+    assert_eq!(collect(kit.engine(), "long", 0).await.len(), 16);
+    let read = kit.engine().metrics().await;
+    assert!(
+        read.frame_read_bytes - after.frame_read_bytes >= long,
+        "{read:?}"
+    );
     kit.close().await.unwrap();
 }
 

@@ -672,6 +672,16 @@ pub fn find_kind(bytes: &[u8], tag: u8) -> Option<DecodeResult<RecordRef<'_>>> {
     None
 }
 
+/// The kind tag and whole length (prefix included) of the first canonical
+/// record in `bytes`, framed, not decoded: what a walk that moves records
+/// without reading them (stream chunks set apart from a journal,
+/// `crate::store::split_chunks`) needs of each.
+pub fn frame_first(bytes: &[u8]) -> DecodeResult<(u8, usize)> {
+    let (body, total) = split_first(bytes)?;
+    // `split_first` refuses an empty body.
+    Ok((body.first().copied().unwrap_or(0), total))
+}
+
 /// Decodes every canonical record in `bytes` into owned records (repeated
 /// names share one allocation, see [`InlineDecoder`](super::InlineDecoder)).
 /// Any malformed record, including a torn last one, fails the whole call.

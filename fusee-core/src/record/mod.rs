@@ -44,7 +44,7 @@ pub mod kind;
 pub use canonical::{
     CanonicalIter, LimitError, MAX_BODY, PassingIter, Walked, body_len, canonical_len,
     check_limits, decode_body, decode_canonical_all, encode_body, encode_canonical, find_kind,
-    iter_canonical, iter_canonical_passing,
+    frame_first, iter_canonical, iter_canonical_passing,
 };
 pub use fields::{FieldSink, FieldSource};
 pub use inline::InlineDecoder;

@@ -10,6 +10,7 @@ use crate::record::{
     ToPayload, WaitOutcome, Walked, canonical_len, decode_canonical_all, encode_canonical,
     iter_canonical_passing, kind, policy,
 };
+use crate::store::ApartRun;
 use crate::wire::{DecodeError, hash_id};
 
 /// The reason an [`Output::Close`] under the parent close policy carries.
@@ -96,7 +97,36 @@ impl ShardCore {
         mode: Mode,
         journal: &[u8],
     ) -> Result<(), DecodeError> {
-        for item in iter_canonical_passing(journal, kind::CHUNK) {
+        self.apply_journal_apart(lsn, run_id, mode, journal, &[])
+    }
+
+    /// [`apply_journal`](Self::apply_journal) of a frame's journal whose
+    /// chunks went apart (`crate::store::apart`): each run of them is
+    /// applied where it stood, as chunks whose bytes are not here (counted,
+    /// not journaled: a stored prefix's bytes are the store's). `runs`
+    /// must stand on record boundaries of `journal` (a run that does not
+    /// is `Err`).
+    pub fn apply_journal_apart(
+        &mut self,
+        lsn: Lsn,
+        run_id: RunId,
+        mode: Mode,
+        journal: &[u8],
+        runs: &[ApartRun],
+    ) -> Result<(), DecodeError> {
+        let mut apart = runs.iter().peekable();
+        let mut walk = iter_canonical_passing(journal, kind::CHUNK);
+        loop {
+            let at = walk.offset() as u64;
+            while let Some(r) = apart.next_if(|r| r.at <= at) {
+                if r.at != at {
+                    return Err(DecodeError::new("chunks-apart run inside a record"));
+                }
+                self.apply_passed_chunks(lsn, run_id, mode, &[], r.count);
+            }
+            let Some(item) = walk.next() else {
+                break;
+            };
             match item? {
                 Walked::Record(rec, whole) => self.apply_encoded(lsn, &rec, mode, whole),
                 Walked::Passed { bytes, count } => {
@@ -104,7 +134,10 @@ impl ShardCore {
                 }
             }
         }
-        Ok(())
+        match apart.next() {
+            Some(_) => Err(DecodeError::new("chunks-apart run past the journal's end")),
+            None => Ok(()),
+        }
     }
 
     fn apply_with<S: ToName, B: ToPayload>(
@@ -447,6 +480,7 @@ impl ShardCore {
         l.blob_chain = 0;
         l.blob_depth = 0;
         l.blob_journal = 0;
+        l.set_blob_apart(false);
         l.journal_records = 0;
         l.signal_count = 0;
         l.policy = *policy;

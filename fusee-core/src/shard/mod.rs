@@ -83,7 +83,8 @@ pub use index::IndexError;
 pub use listing::{NewestFirst, send_dedup, shard_of, shard_of_hash};
 pub use run::LoadedRun;
 pub use types::{
-    BlobRef, Event, Expired, Found, Mode, Output, ParkedRun, TimerKey, TimerKind, UpdateSlot,
+    BlobRef, Event, Expired, Found, Mode, Output, ParkedRun, StoredPrefix, TimerKey, TimerKind,
+    UpdateSlot,
 };
 
 /// The reserved signal name by which workflow code cancels another

@@ -4,10 +4,11 @@
 use std::cmp::Reverse;
 
 use super::run::LoadedRun;
-use super::{BlobRef, Mode, ParkedRun, SPARE_RUNS, ShardCore, TimerKey};
+use super::{BlobRef, Mode, ParkedRun, SPARE_RUNS, ShardCore, StoredPrefix, TimerKey};
 use crate::record::{
     Lsn, Payload, Record, RecordBuf, RunId, Status, Walked, iter_canonical_passing, kind,
 };
+use crate::store::ApartRun;
 use crate::table::{self, Entry, flag};
 use crate::wire::DecodeError;
 use crate::wire::hash_id;
@@ -26,6 +27,19 @@ impl ShardCore {
     /// keeps its earliest timer (or finish time); a timer within the horizon
     /// goes into the wheel of loads. `None` if the run is not loaded.
     pub fn park(&mut self, run_id: RunId, blob: BlobRef, chained: bool) -> Option<ParkedRun> {
+        self.park_linked(run_id, blob, chained, false)
+    }
+
+    /// [`park`](Self::park) of a run whose frame may also name `Stream`
+    /// frames holding its chunks set apart (`apart`: the table's
+    /// [`flag::APART`], which compaction and release go by).
+    pub fn park_linked(
+        &mut self,
+        run_id: RunId,
+        blob: BlobRef,
+        chained: bool,
+        apart: bool,
+    ) -> Option<ParkedRun> {
         let run = self.loaded.remove(&run_id)?;
         self.journal_bytes = self.journal_bytes.saturating_sub(run.journal.len());
         let done = run.done.map(|(status, _)| status);
@@ -50,6 +64,7 @@ impl ShardCore {
             e.set(flag::PENDING, false);
             e.set(flag::NEAR, near);
             e.set(flag::CHAINED, chained);
+            e.set(flag::APART, apart);
         });
         self.mark_changed(slot);
         if near {
@@ -99,6 +114,7 @@ impl ShardCore {
         run_id: RunId,
         last_lsn: Lsn,
         journal: &[u8],
+        apart: &[ApartRun],
         now_ms: u64,
     ) -> Result<bool, DecodeError> {
         let mut starts = None;
@@ -109,12 +125,15 @@ impl ShardCore {
             };
             starts.get_or_insert(first);
         }
-        Ok(
-            self.unpark_with(run_id, starts == Some(true), last_lsn, now_ms, |core| {
-                // Every record decoded above: this cannot fail.
-                let _ = core.apply_journal(last_lsn, run_id, Mode::BLOB, journal);
-            }),
-        )
+        // A run set apart before the first record would precede its
+        // `Start`: not a run's journal.
+        let starts = starts == Some(true) && apart.first().is_none_or(|r| r.at > 0);
+        let mut applied = Ok(());
+        let loaded = self.unpark_with(run_id, starts, last_lsn, now_ms, |core| {
+            // Every record decoded above: only a misplaced run fails.
+            applied = core.apply_journal_apart(last_lsn, run_id, Mode::BLOB, journal, apart);
+        });
+        applied.map(|()| loaded)
     }
 
     /// What both unparks share: `apply` applies the journal (which
@@ -144,6 +163,7 @@ impl ShardCore {
         l.blob_depth = 0;
         // Set by the host's `set_blob`, which knows the frame's journal.
         l.blob_journal = 0;
+        l.set_blob_apart(false);
         self.journal_bytes = self.journal_bytes.saturating_sub(l.journal.len());
         l.journal.clear();
         l.journal_records = 0;
@@ -213,9 +233,19 @@ impl ShardCore {
             .map(|(_, e)| (e.run(), e_blob(e)))
     }
 
+    /// Parked runs whose frame names `Stream` frames (compaction writes
+    /// them again when those move).
+    pub fn apart_runs(&self) -> impl Iterator<Item = (RunId, BlobRef)> + '_ {
+        self.runs
+            .iter()
+            .filter(|(_, e)| e.is_parked() && e.has(flag::APART))
+            .map(|(_, e)| (e.run(), e_blob(e)))
+    }
+
     /// A parked run's frame was rewritten whole at `blob` (before a
-    /// compaction).
-    pub fn reparked(&mut self, run: RunId, blob: BlobRef) {
+    /// compaction, or a finished run's let go of its history), naming
+    /// `Stream` frames if `apart`.
+    pub fn reparked(&mut self, run: RunId, blob: BlobRef, apart: bool) {
         let Some(slot) = self.runs.find_run(run) else {
             return;
         };
@@ -225,6 +255,7 @@ impl ShardCore {
         let e = self.runs.get_mut(slot);
         e.set_location(blob.offset, blob.len);
         e.set(flag::CHAINED, false);
+        e.set(flag::APART, apart);
         self.mark_changed(slot);
     }
 
@@ -247,12 +278,14 @@ impl ShardCore {
 
     /// The host stored a loaded run's journal in the run store: `blob` is
     /// the newest frame, `chain` the bytes of it and the frames it extends,
-    /// `depth` how many it extends. The in-memory journal is dropped.
-    pub fn spilled(&mut self, run: RunId, blob: BlobRef, chain: u64, depth: u8) {
+    /// `depth` how many it extends, `apart` whether its frames name
+    /// `Stream` frames. The in-memory journal is dropped.
+    pub fn spilled(&mut self, run: RunId, blob: BlobRef, chain: u64, depth: u8, apart: bool) {
         if let Some(l) = self.loaded.get_mut(&run) {
             l.blob = Some(blob);
             l.blob_chain = chain;
             l.blob_depth = depth;
+            l.set_blob_apart(apart);
             // The frame holds the prefix before it and what was in memory.
             l.blob_journal = l.blob_journal.saturating_add(l.journal.len() as u64);
             // A finished run's result leaves with its `Done`: hold it.
@@ -266,14 +299,15 @@ impl ShardCore {
     }
 
     /// A loaded run's stored prefix is at `blob` (loaded from it, or its
-    /// chain rewritten whole), holding `journal_len` bytes of records; the
-    /// records after it stay in memory.
-    pub fn set_blob(&mut self, run: RunId, blob: BlobRef, chain: u64, depth: u8, journal_len: u64) {
+    /// chain rewritten whole), as `stored` describes it; the records after
+    /// it stay in memory.
+    pub fn set_blob(&mut self, run: RunId, blob: BlobRef, stored: StoredPrefix) {
         if let Some(l) = self.loaded.get_mut(&run) {
             l.blob = Some(blob);
-            l.blob_chain = chain;
-            l.blob_depth = depth;
-            l.blob_journal = journal_len;
+            l.blob_chain = stored.chain;
+            l.blob_depth = stored.depth;
+            l.blob_journal = stored.journal_len;
+            l.set_blob_apart(stored.apart);
         }
     }
 

@@ -49,7 +49,7 @@ impl ShardCore {
                     offset: e.offset(),
                     len: e.len(),
                 });
-                chained = e.has(flag::CHAINED);
+                chained = e.has(flag::CHAINED) || e.has(flag::APART);
             } else {
                 let Some(l) = self.loaded.get(&run).filter(|l| l.done.is_some()) else {
                     continue;

@@ -133,6 +133,9 @@ pub(super) struct Rare {
     /// reason (not one copied by a reset: the old run's deadline is not the
     /// new run's).
     pub(super) grace: Option<(CancelGrace, Payload)>,
+    /// Its stored prefix's frames name `Stream` frames holding chunks set
+    /// apart (`LoadedRun::blob_apart`).
+    pub(super) blob_apart: bool,
 }
 
 /// Journals shorter than this are kept snug (a quarter over their length)
@@ -266,6 +269,19 @@ impl LoadedRun {
     }
 
     /// Its rarely used state, made on first use.
+    /// Whether its stored prefix's frames name `Stream` frames holding
+    /// chunks set apart (compaction writes the newest again when those
+    /// move). Out of line: few runs stream that much.
+    pub fn blob_apart(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.blob_apart)
+    }
+
+    pub(super) fn set_blob_apart(&mut self, apart: bool) {
+        if apart || self.rare.is_some() {
+            self.rare_mut().blob_apart = apart;
+        }
+    }
+
     pub(super) fn rare_mut(&mut self) -> &mut Rare {
         self.rare.get_or_insert_with(Box::default)
     }

@@ -950,14 +950,14 @@ fn unpark_encoded_loads_as_unpark_does_and_refuses_damage_changing_nothing() {
     core.park(1, BlobRef { offset: 0, len: 1 }, false);
     // Damage anywhere (here a cut last record) loads nothing.
     assert!(
-        core.unpark_encoded(1, 11, &bytes[..bytes.len() - 1], 0)
+        core.unpark_encoded(1, 11, &bytes[..bytes.len() - 1], &[], 0)
             .is_err()
     );
     assert!(core.is_parked(1));
     assert_eq!(core.loaded_len(), 0);
     // Not the run's journal: refused, as `unpark` refuses it.
-    assert_eq!(core.unpark_encoded(2, 11, &bytes, 0), Ok(false));
-    assert!(core.unpark_encoded(1, 11, &bytes, 0).unwrap());
+    assert_eq!(core.unpark_encoded(2, 11, &bytes, &[], 0), Ok(false));
+    assert!(core.unpark_encoded(1, 11, &bytes, &[], 0).unwrap());
     let loaded = core.get(1).unwrap();
     let timers: Vec<_> = loaded.armed_timers().collect();
     // The same state `unpark` of the decoded records gives.
@@ -1013,20 +1013,38 @@ fn unpark_encoded_passes_chunks_as_apply_takes_them() {
     for rec in &journal {
         encode_canonical(rec, &mut bytes);
     }
+    // The same with the chunks set apart (`store::apart`): applied where
+    // they stood, without their bytes.
+    let split = crate::store::split_chunks(&bytes, &crate::store::Apart::default()).unwrap();
+    assert_eq!(split.count, 2);
+    for (frame, runs) in [(&bytes, &[][..]), (&split.journal, &split.apart.runs[..])] {
+        let mut core = ShardCore::new(0, 1, 1000, 0);
+        for (lsn, rec) in (1..).zip(&journal) {
+            core.apply(lsn, rec, Mode::LIVE);
+        }
+        let mut out = Vec::new();
+        core.release(4, &mut out);
+        assert!(out.is_empty(), "copies send nothing: {out:?}");
+        core.park(5, BlobRef { offset: 0, len: 1 }, false);
+        assert!(core.unpark_encoded(5, 4, frame, runs, 0).unwrap());
+        assert!(core.get(5).unwrap().streams);
+        // The copies are counted off: the next record sends.
+        core.apply(5, &send(3), Mode::LIVE);
+        core.release(5, &mut out);
+        assert_eq!(out.len(), 1, "the record after the copies sends: {out:?}");
+    }
+    // A run set apart that does not stand on a record: refused.
     let mut core = ShardCore::new(0, 1, 1000, 0);
     for (lsn, rec) in (1..).zip(&journal) {
         core.apply(lsn, rec, Mode::LIVE);
     }
-    let mut out = Vec::new();
-    core.release(4, &mut out);
-    assert!(out.is_empty(), "copies send nothing: {out:?}");
     core.park(5, BlobRef { offset: 0, len: 1 }, false);
-    assert!(core.unpark_encoded(5, 4, &bytes, 0).unwrap());
-    assert!(core.get(5).unwrap().streams);
-    // The copies are counted off: the next record sends.
-    core.apply(5, &send(3), Mode::LIVE);
-    core.release(5, &mut out);
-    assert_eq!(out.len(), 1, "the record after the copies sends: {out:?}");
+    let mut wrong = split.apart.runs.clone();
+    wrong[0].at += 1;
+    assert!(
+        core.unpark_encoded(5, 4, &split.journal, &wrong, 0)
+            .is_err()
+    );
 }
 
 #[test]
@@ -1150,7 +1168,7 @@ fn spilled_and_set_blob_move_the_stored_prefix() {
         offset: 64,
         len: 30,
     };
-    core.spilled(1, blob, 30, 0);
+    core.spilled(1, blob, 30, 0, false);
     assert_eq!(core.journal_bytes(), 0);
     let l = core.get(1).unwrap();
     assert_eq!(
@@ -1160,14 +1178,23 @@ fn spilled_and_set_blob_move_the_stored_prefix() {
     core.apply(3, &signal(1, "x", 0, b"d"), Mode::LIVE);
     // A second spill extends the prefix by what memory held.
     let more = core.get(1).unwrap().journal.len() as u64;
-    core.spilled(1, blob, 60, 1);
+    core.spilled(1, blob, 60, 1, false);
     assert_eq!(core.get(1).unwrap().blob_journal, spilt + more);
     core.apply(4, &signal(1, "x", 0, b"e"), Mode::LIVE);
     let moved = BlobRef {
         offset: 640,
         len: 30,
     };
-    core.set_blob(1, moved, 30, 0, 7);
+    core.set_blob(
+        1,
+        moved,
+        StoredPrefix {
+            chain: 30,
+            depth: 0,
+            journal_len: 7,
+            apart: false,
+        },
+    );
     let l = core.get(1).unwrap();
     assert_eq!(l.journal_records, 1, "the suffix stays");
     assert_eq!(l.blob_journal, 7);
@@ -1189,8 +1216,20 @@ fn reparked_runs_lose_their_chain() {
             offset: 50,
             len: 20,
         },
+        true,
     );
     assert_eq!(core.chained_runs().count(), 0);
+    // Written whole, its chunks apart: compaction finds it by its flag.
+    assert_eq!(
+        core.apart_runs().collect::<Vec<_>>(),
+        vec![(
+            1,
+            BlobRef {
+                offset: 50,
+                len: 20
+            }
+        )]
+    );
     assert_eq!(
         core.parked(1).unwrap().blob(),
         BlobRef {
@@ -1325,9 +1364,43 @@ fn a_finished_run_reads_its_result_from_its_journal_or_holds_it_when_rebuilt() {
         offset: 64,
         len: 30,
     };
-    core.spilled(1, blob, 30, 0);
+    core.spilled(1, blob, 30, 0, false);
     assert_eq!(core.get(1).unwrap().result(), Some(&b"the result"[..]));
     // A run still going has none.
     core.apply(3, &start(2, "b", 0), Mode::LIVE);
     assert_eq!(core.get(2).unwrap().result(), None);
+}
+
+/// A run parked with its chunks set apart is flagged so in its entry (and
+/// in the persisted index), found by compaction, and expires as a frame
+/// that names others (read before its release); written again without
+/// them, it loses the flag.
+#[test]
+fn a_run_parked_with_chunks_apart_is_flagged_and_read_before_release() {
+    let mut core = ShardCore::new(0, 1, 1000, 0);
+    core.apply(1, &start(1, "a", 0), Mode::LIVE);
+    let done: RecordBuf = Record::Done {
+        run: 1,
+        status: Status::Ok,
+        finished_ms: 10,
+        payload: Payload::from(&b"r"[..]),
+        by: None,
+    };
+    core.apply(2, &done, Mode::LIVE);
+    let blob = BlobRef { offset: 5, len: 10 };
+    core.park_linked(1, blob, false, true);
+    assert_eq!(core.apart_runs().collect::<Vec<_>>(), vec![(1, blob)]);
+    let mut delta = Vec::new();
+    core.index_delta(&mut delta);
+    let record: [u8; table::RECORD] = delta[..table::RECORD].try_into().unwrap();
+    assert_eq!(record[15], table::flag::APART);
+    let back = table::Entry::from_record(&record).unwrap();
+    assert!(back.has(table::flag::APART));
+    core.reparked(1, blob, false);
+    assert_eq!(core.apart_runs().count(), 0);
+    core.reparked(1, blob, true);
+    let mut gone = Vec::new();
+    core.expire_frames(u64::MAX, &mut gone);
+    assert_eq!(gone.len(), 1);
+    assert!(gone[0].chained, "read for its Stream frames before release");
 }

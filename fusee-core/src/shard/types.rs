@@ -225,6 +225,21 @@ pub struct UpdateSlot {
     pub result: Option<(Status, Payload, Lsn)>,
 }
 
+/// What a loaded run's stored prefix is
+/// ([`ShardCore::set_blob`](super::ShardCore::set_blob)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoredPrefix {
+    /// Bytes of its newest frame and of the frames it extends.
+    pub chain: u64,
+    /// How many frames the newest extends.
+    pub depth: u8,
+    /// Bytes of canonical records the prefix holds, its chunks set apart
+    /// included (a reader that has these needs only the rest, from memory).
+    pub journal_len: u64,
+    /// Whether its frames name `Stream` frames holding chunks set apart.
+    pub apart: bool,
+}
+
 /// A finished run [`ShardCore::expire_frames`](super::ShardCore::expire_frames)
 /// removed, with the newest frame that held it, for the host to release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,10 +249,11 @@ pub struct Expired {
     /// A parked run's frame, or a loaded run's stored prefix; `None` for a
     /// loaded run that never reached the run store.
     pub frame: Option<BlobRef>,
-    /// Whether `frame` may extend older frames, which the host then reads
-    /// its way to. False only for a parked frame whose table entry says it
-    /// stands alone (`CHAINED` clear: the flag compaction relies on), as a
-    /// `Done` frame does: it is released without a read.
+    /// Whether `frame` may extend older frames or name `Stream` frames,
+    /// which the host then reads its way to. False only for a parked frame
+    /// whose table entry says it stands alone (`CHAINED` and `APART`
+    /// clear: the flags compaction relies on), as a `Done` frame usually
+    /// does: it is released without a read.
     pub chained: bool,
 }
 

@@ -4,6 +4,9 @@
 
 use std::convert::Infallible;
 
+use fusee_core::shard::BlobRef;
+use fusee_core::store::{Apart, ApartRun};
+
 use fusee_core::record::{
     FieldSource, MAX_RUN, Name, PAUSED, Payload, Record, RecordBuf, Status, WaitOutcome,
 };
@@ -166,4 +169,40 @@ pub fn strings(rec: &RecordBuf) -> Vec<Name> {
 /// Lower-case hex, for failure messages.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A random chunks-apart section for a journal of `len` bytes: empty half
+/// the time, else one to three frames whose records runs at ascending
+/// offsets take, each frame's in two runs at most.
+pub fn some_apart(rng: &mut fastrand::Rng, len: usize) -> Apart {
+    if rng.bool() {
+        return Apart::default();
+    }
+    let mut runs = Vec::new();
+    let mut frames = Vec::new();
+    for frame in 0..rng.u32(1..4) {
+        let blob = BlobRef {
+            offset: rng.u64(..1 << 48),
+            len: rng.u32(..),
+        };
+        let n = rng.u32(1..1000);
+        frames.push((blob, n));
+        let first = if n > 1 && rng.bool() {
+            rng.u32(1..n)
+        } else {
+            n
+        };
+        for count in [first, n - first] {
+            if count > 0 {
+                runs.push(ApartRun {
+                    at: rng.u64(0..=len as u64),
+                    frame,
+                    count,
+                });
+            }
+        }
+    }
+    // Sorted by offset, a frame's runs keep their order (stable sort).
+    runs.sort_by_key(|r| r.at);
+    Apart { frames, runs }
 }

@@ -181,6 +181,13 @@ pub struct Config {
     /// only its summary as soon as it parks, so the history kept is
     /// bounded by this per run.
     pub history_max_bytes: u64,
+    /// Bytes of stream chunks from which a run's frame in the run store
+    /// keeps them in a frame of their own, apart from its other records
+    /// (default 64 KiB): loading the run, starting its code and reading
+    /// its result then read none of them, and a later frame of the run
+    /// names them again instead of copying them. Fewer stay with the
+    /// records, one frame fewer to write and read.
+    pub stream_apart_bytes: usize,
     /// Client requests a shard queues before [`Error::Busy`](crate::Error::Busy) (default
     /// 4,096).
     pub queue_capacity: usize,
@@ -280,6 +287,7 @@ impl Config {
             retention: Duration::from_secs(7 * 24 * 3600),
             history_retention: Duration::from_secs(3 * 24 * 3600),
             history_max_bytes: 1 << 20,
+            stream_apart_bytes: 64 << 10,
             stream_retention: None,
             queue_capacity: 4096,
             park_after: Duration::from_secs(10),
@@ -409,6 +417,14 @@ impl Config {
     /// ([`Config::history_max_bytes`]).
     pub fn history_max_bytes(mut self, bytes: u64) -> Self {
         self.history_max_bytes = bytes;
+        self
+    }
+
+    /// Sets the bytes of stream chunks from which a run's frame keeps them
+    /// in a frame of their own ([`Config::stream_apart_bytes`]; 0: always,
+    /// as soon as it holds one).
+    pub fn stream_apart_bytes(mut self, bytes: usize) -> Self {
+        self.stream_apart_bytes = bytes;
         self
     }
 

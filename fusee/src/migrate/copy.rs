@@ -432,22 +432,51 @@ pub(crate) fn copy_frame<R: RunStore, W: RunStore>(
             ));
         }
     }
-    if let EntryRef::Delta {
-        run,
-        last_lsn,
-        id_hash,
-        timers,
-        ..
-    } = entry
-    {
+    // A chain, or a frame whose chunks went apart, names other frames of
+    // the source store: copied as one frame holding its whole journal.
+    let whole = matches!(entry, EntryRef::Delta { .. }) || !entry.apart().is_empty();
+    if whole {
         chained =
             read_chain(from, blob).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
-        entry = EntryRef::Park {
-            run,
-            last_lsn,
-            id_hash,
-            timers: Cow::Owned(timers.into_owned()),
-            journal: &chained.journal,
+        entry = match entry {
+            EntryRef::Delta {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                ..
+            }
+            | EntryRef::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                ..
+            } => EntryRef::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers: Cow::Owned(timers.into_owned()),
+                apart: Cow::default(),
+                journal: &chained.journal,
+            },
+            EntryRef::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                ..
+            } => EntryRef::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                apart: Cow::default(),
+                journal: &chained.journal,
+            },
+            other => other,
         };
     }
     if let Some(retarget) = retarget {

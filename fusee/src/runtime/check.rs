@@ -132,13 +132,14 @@ impl ShardLoop {
                         page.already_held += 1;
                         continue;
                     }
-                    self.run_journal(run).map_err(storage)?
+                    self.run_code_journal(run).map_err(storage)?
                 } else if let Some(p) = self.core.parked(run) {
                     if p.done().is_some() {
                         continue;
                     }
                     let blob = p.blob();
-                    self.read_frame(blob).map_err(storage)?.journal
+                    // Code takes no chunk: those set apart stay unread.
+                    self.read_frame_apart(blob).map_err(storage)?.journal
                 } else {
                     continue;
                 };

@@ -7,10 +7,18 @@
 //! move; a run's frame is found by its address and the core told where it
 //! went. A `Delta` frame points at the frame before it by address, so
 //! before compacting, every run whose stored journal is a chain is written
-//! whole (one `Park` frame), and no frame points at another.
+//! whole (one `Park` frame), and no frame points at another but to name
+//! `Stream` frames (its chunks set apart, `fusee_core::store::apart`).
+//! Those runs are known by their table flag (a loaded run by its own),
+//! their frames read for the `Stream` frames they name before the
+//! compaction, and each whose `Stream` frames moved is written again
+//! naming where they went, before the checkpoint commits: a crash before
+//! it leaves the old addresses, which stay readable until then.
+
+use std::borrow::Cow;
 
 use fusee_core::record::RunId;
-use fusee_core::shard::BlobRef;
+use fusee_core::shard::{BlobRef, StoredPrefix};
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
 use fusee_storage::{RunStore, StorageError};
 use rustc_hash::FxHashMap;
@@ -67,14 +75,26 @@ impl ShardLoop {
                 owners.insert(blob.offset, run);
             }
         }
+        let streams = self.stream_owners()?;
         let mut moves = Vec::new();
         let moved = self.store.compact(&mut |old, new| moves.push((old, new)))?;
         // The attribute snapshot's frames are named by no run.
         self.attr_snapshot.moved(&moves);
+        let mut stream_moves: FxHashMap<u64, BlobRef> = FxHashMap::default();
+        let mut rewrite = Vec::new();
         for (old, new) in moves {
             if let Some(&run) = owners.get(&old.offset) {
                 self.core.relocate_blob(run, new.offset);
             }
+            if let Some(&run) = streams.get(&old.offset) {
+                stream_moves.insert(old.offset, new);
+                rewrite.push(run);
+            }
+        }
+        rewrite.sort_unstable();
+        rewrite.dedup();
+        for run in rewrite {
+            self.repoint_streams(run, &stream_moves)?;
         }
         tracing::debug!(shard = self.shard, moved, released, "run store compacted");
         self.metrics.compactions += 1;
@@ -92,13 +112,83 @@ impl ShardLoop {
         released >= self.config.compact_after_bytes && released * 2 >= written
     }
 
+    /// The `Stream` frames runs' frames name, by address, with their run:
+    /// the frames of the runs flagged so read (each one frame, its chain
+    /// written whole).
+    fn stream_owners(&mut self) -> Result<FxHashMap<u64, RunId>, StorageError> {
+        let mut apart: Vec<(RunId, BlobRef)> = self.core.apart_runs().collect();
+        apart.extend(
+            self.core
+                .loaded_runs()
+                .filter(|(_, l)| l.blob_apart())
+                .filter_map(|(run, l)| l.blob.map(|b| (run, b))),
+        );
+        let mut owners = FxHashMap::default();
+        let mut buf = Vec::new();
+        for (run, blob) in apart {
+            self.read_one(blob, &mut buf)?;
+            let entry = decode_entry(&buf).map_err(|_| corrupt("run frame", blob.offset))?;
+            for &(b, _) in &entry.apart().frames {
+                owners.insert(b.offset, run);
+            }
+        }
+        Ok(owners)
+    }
+
+    /// Writes run `run`'s frame again naming where its `Stream` frames
+    /// went (`moves`, by their old address), and releases the old one.
+    fn repoint_streams(
+        &mut self,
+        run: RunId,
+        moves: &FxHashMap<u64, BlobRef>,
+    ) -> Result<(), StorageError> {
+        let (blob, loaded) = match self.core.get(run) {
+            Some(l) => (l.blob, true),
+            None => (self.core.parked(run).map(|p| p.blob()), false),
+        };
+        let Some(blob) = blob else {
+            return Ok(());
+        };
+        let mut buf = Vec::new();
+        self.read_one(blob, &mut buf)?;
+        let mut entry = decode_entry(&buf).map_err(|_| corrupt("run frame", blob.offset))?;
+        if let Some(apart) = entry.apart_mut() {
+            for frame in &mut apart.to_mut().frames {
+                if let Some(&new) = moves.get(&frame.0.offset) {
+                    frame.0 = new;
+                }
+            }
+        }
+        let mut frame = Vec::new();
+        encode_entry_into(&entry, &mut frame).map_err(|_| corrupt("run frame (encode)", run))?;
+        let new = self.store_frame(&frame)?;
+        self.release_frame(blob)?;
+        if loaded {
+            let journal_len = self.core.get(run).map_or(0, |l| l.blob_journal);
+            self.core.set_blob(
+                run,
+                new,
+                StoredPrefix {
+                    chain: u64::from(new.len),
+                    depth: 0,
+                    journal_len,
+                    apart: true,
+                },
+            );
+        } else {
+            self.core.reparked(run, new, true);
+        }
+        Ok(())
+    }
+
     /// Writes every stored chain whole: parked runs whose frame is a
-    /// `Delta`, and loaded runs whose stored prefix is a chain.
+    /// `Delta`, and loaded runs whose stored prefix is a chain. Chunks set
+    /// apart stay in their `Stream` frames, named by the whole frame.
     fn unchain_all(&mut self) -> Result<(), StorageError> {
         let parked: Vec<(RunId, BlobRef)> = self.core.chained_runs().collect();
         for (run, blob) in parked {
-            let new = self.rewrite_whole(run, blob)?;
-            self.core.reparked(run, new);
+            let (new, apart) = self.rewrite_whole(run, blob)?;
+            self.core.reparked(run, new, apart);
         }
         let loaded: Vec<(RunId, BlobRef, u8)> = self
             .core
@@ -107,20 +197,30 @@ impl ShardLoop {
             .filter(|(_, _, depth)| *depth > 0)
             .collect();
         for (run, blob, _) in loaded {
-            let new = self.rewrite_whole(run, blob)?;
+            let (new, apart) = self.rewrite_whole(run, blob)?;
             // The same records, in one frame.
             let journal_len = self.core.get(run).map_or(0, |l| l.blob_journal);
-            self.core
-                .set_blob(run, new, u64::from(new.len), 0, journal_len);
+            let stored = StoredPrefix {
+                chain: u64::from(new.len),
+                depth: 0,
+                journal_len,
+                apart,
+            };
+            self.core.set_blob(run, new, stored);
         }
         Ok(())
     }
 
     /// Writes the chain ending at `blob` as one `Park` frame (the newest
-    /// frame's timers and identity, the whole journal), releases the chain
-    /// and returns the new frame.
-    fn rewrite_whole(&mut self, run: RunId, blob: BlobRef) -> Result<BlobRef, StorageError> {
-        let whole = self.read_frame(blob)?;
+    /// frame's timers and identity, the whole journal, its chunks set
+    /// apart named again), releases the chain and returns the new frame
+    /// and whether it names `Stream` frames.
+    fn rewrite_whole(
+        &mut self,
+        run: RunId,
+        blob: BlobRef,
+    ) -> Result<(BlobRef, bool), StorageError> {
+        let whole = self.read_frame_apart(blob)?;
         let mut newest = Vec::new();
         self.read_one(blob, &mut newest)?;
         let mut frame = Vec::new();
@@ -142,6 +242,7 @@ impl ShardLoop {
                     last_lsn,
                     id_hash,
                     timers,
+                    apart: Cow::Borrowed(&whole.apart),
                     journal: &whole.journal,
                 },
                 &mut frame,
@@ -150,7 +251,10 @@ impl ShardLoop {
         };
         encoded.map_err(|_| corrupt("run frame (encode)", run))?;
         let new = self.store_frame(&frame)?;
-        self.release_chain(blob)?;
-        Ok(new)
+        // The chain; its `Stream` frames are the new frame's.
+        for &old in whole.heads() {
+            self.release_frame(old)?;
+        }
+        Ok((new, !whole.apart.is_empty()))
     }
 }

@@ -348,6 +348,9 @@ pub(crate) struct LoopConfig {
     /// (then only its `Start` and `Done`), and the largest journal kept.
     pub(crate) history_ms: u64,
     pub(crate) history_max_bytes: u64,
+    /// Chunk bytes from which a frame sets them apart
+    /// ([`crate::Config::stream_apart_bytes`]).
+    pub(crate) stream_apart_bytes: usize,
     /// How long a finished run keeps its streams' chunks after it
     /// finished (at most `retention_ms`; `crate::stream`'s retention).
     pub(crate) stream_ms: u64,

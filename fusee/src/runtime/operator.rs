@@ -450,6 +450,11 @@ impl ShardLoop {
                             .into(),
                     ));
                 }
+                // The copies include its chunks, set apart or not.
+                let frame = self.join(frame).map_err(|error| Error::Storage {
+                    shard: self.shard,
+                    error,
+                })?;
                 parked_finished = Some(frame.journal);
             } else {
                 self.load_frame(old, frame, now_ms)
@@ -767,8 +772,9 @@ impl ShardLoop {
             return Err(not_found());
         };
         let (blob, done) = (parked.blob(), parked.done());
+        // A subscriber reads the chunks: those set apart are put back.
         let frame = match read.filter(|f| f.blobs.first() == Some(&blob)) {
-            Some(frame) => frame,
+            Some(frame) => self.join(frame).map_err(storage)?,
             None => self.read_frame(blob).map_err(storage)?,
         };
         match iter_canonical(&frame.journal).next() {

@@ -26,6 +26,14 @@
 //! ([`ShardLoop::spill_long_journals`]): its later records go on in memory
 //! after the frame, as for a run loaded from its frames.
 //!
+//! Every frame written here keeps its stream chunks, once they reach
+//! `Config::stream_apart_bytes`, in a `Stream` frame of their own
+//! ([`ShardLoop::set_apart`]; `crate::stream` says why), and a later
+//! frame of the run names the `Stream` frames of its prefix again rather
+//! than copying them: a load, a code start, a finished park and a result
+//! read no chunk. A frame that replaces others releases them, but the
+//! `Stream` frames it names ([`ShardLoop::release_replaced`]).
+//!
 //! A run parks only when nothing about it is in flight: its records are
 //! durable, its code is quiescent (no delivery waiting, no record asked
 //! for, no step attempt running or due), and no event for it is queued.
@@ -42,11 +50,13 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 
 use fusee_core::record::{
-    Record, RecordBuf, RecordRef, RunId, Walked, find_kind, iter_canonical, iter_canonical_passing,
-    kind,
+    Record, RecordBuf, RecordRef, RunId, Walked, find_kind, frame_first, iter_canonical,
+    iter_canonical_passing, kind,
 };
 use fusee_core::shard::{BlobRef, LoadedRun};
-use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
+use fusee_core::store::{
+    Apart, EntryRef, decode_entry, encode_entry_into, rewrite_kept, split_chunks,
+};
 use fusee_core::wire::hash_id;
 use fusee_storage::{RunStore, StorageError};
 
@@ -54,7 +64,7 @@ use super::ShardLoop;
 use super::live::LiveRun;
 use crate::AnyRuns;
 use crate::client::RunResult;
-use crate::recovery::ChainError;
+use crate::recovery::{ChainError, join_streams, read_chain_apart};
 
 /// Frames a `Delta` chain may have before the run is written whole.
 pub(super) use crate::recovery::MAX_DEPTH;
@@ -272,34 +282,48 @@ impl ShardLoop {
         };
         let id_hash = hash_id(&l.id);
         let (last_lsn, done, may_stream) = (l.last_lsn, l.done, l.streams);
-        let (blob, chained) = if let Some((status, finished_ms)) = done {
-            let (whole, released) = self.run_journal_and_chain(run)?;
-            let fits = whole.len() as u64 <= self.config.history_max_bytes;
-            let (kept, next) = self.let_go(&whole, finished_ms, now_ms, fits, may_stream);
+        let w = if let Some((status, finished_ms)) = done {
+            // Its chunks set apart stay in their frames, named again by
+            // the `Done` frame: a finished stream is not copied.
+            let stored = self.run_stored(run)?;
+            let fits = stored.joined_len(run) <= self.config.history_max_bytes;
+            let (kept, kept_apart, next) = self.let_go(
+                &stored.journal,
+                &stored.apart,
+                finished_ms,
+                now_ms,
+                fits,
+                may_stream,
+            );
             if let Some(at) = next {
                 self.parking.histories.push(Reverse((at, run)));
             }
+            let (journal, apart) = self.set_apart(run, &kept, &kept_apart)?;
             let entry = EntryRef::Done {
                 run,
                 last_lsn,
                 id_hash,
                 status,
                 finished_ms,
-                journal: &kept,
+                apart: Cow::Borrowed(&*apart),
+                journal: &journal,
             };
             let mut frame = Vec::new();
             encode_entry_into(&entry, &mut frame)
                 .map_err(|_| corrupt("run frame (encode)", run))?;
             let blob = self.store_frame(&frame)?;
-            for old in released {
-                self.release_frame(old)?;
+            self.release_replaced(&stored.replaced, &apart)?;
+            Written {
+                blob,
+                chain: u64::from(blob.len),
+                depth: 0,
+                apart: !apart.is_empty(),
             }
-            (blob, false)
         } else {
-            let w = self.write_suspended(run)?;
-            (w.blob, w.depth > 0)
+            self.write_suspended(run)?
         };
-        self.core.park(run, blob, chained);
+        let blob = w.blob;
+        self.core.park_linked(run, blob, w.depth > 0, w.apart);
         tracing::trace!(
             shard = self.shard,
             run,
@@ -315,8 +339,11 @@ impl ShardLoop {
     /// Writes unfinished loaded run `run`'s journal to the run store: a
     /// `Delta` frame of its records since its stored prefix, chained to
     /// it, or (without one, or past [`MAX_DEPTH`]) a `Park` frame of its
-    /// whole journal, the old chain released. The frame is durable, and
-    /// the release too, with the next checkpoint's commit.
+    /// whole journal, the old chain released. Either way its chunks go to
+    /// a `Stream` frame of their own once they are
+    /// `Config::stream_apart_bytes` or more ([`set_apart`](Self::set_apart)),
+    /// and the chunks its prefix set apart stay where they are. The frame
+    /// is durable, and the release too, with the next checkpoint's commit.
     fn write_suspended(&mut self, run: RunId) -> Result<Written, StorageError> {
         let Some(l) = self.core.get(run) else {
             return Err(corrupt("run frame of a run not loaded", run));
@@ -324,13 +351,15 @@ impl ShardLoop {
         let id_hash = hash_id(&l.id);
         let timers: Vec<_> = l.armed_timers().collect();
         let last_lsn = l.last_lsn;
+        let was_apart = l.blob_apart();
         let delta = l
             .blob
             .filter(|_| l.blob_depth < MAX_DEPTH)
             .map(|prev| (prev, l.blob_depth + 1, l.blob_chain, l.journal.clone()));
         let mut frame = Vec::new();
-        let mut released = Vec::new();
-        let encoded = if let Some((prev, depth, chain, journal)) = &delta {
+        let none = Apart::default();
+        let (encoded, apart, replaced) = if let Some((prev, depth, chain, tail)) = &delta {
+            let (journal, apart) = self.set_apart(run, tail, &none)?;
             let entry = EntryRef::Delta {
                 run,
                 last_lsn,
@@ -339,38 +368,90 @@ impl ShardLoop {
                 prev: *prev,
                 depth: *depth,
                 chain: *chain,
-                journal,
+                apart: Cow::Borrowed(&*apart),
+                journal: &journal,
             };
-            encode_entry_into(&entry, &mut frame)
+            let encoded = encode_entry_into(&entry, &mut frame);
+            (encoded, apart.into_owned(), Replaced::default())
         } else {
-            let (whole, chain) = self.run_journal_and_chain(run)?;
-            released = chain;
+            let stored = self.run_stored(run)?;
+            let (journal, apart) = self.set_apart(run, &stored.journal, &stored.apart)?;
             let entry = EntryRef::Park {
                 run,
                 last_lsn,
                 id_hash,
                 timers: timers.as_slice().into(),
-                journal: &whole,
+                apart: Cow::Borrowed(&*apart),
+                journal: &journal,
             };
-            encode_entry_into(&entry, &mut frame)
+            let encoded = encode_entry_into(&entry, &mut frame);
+            (encoded, apart.into_owned(), stored.replaced)
         };
         encoded.map_err(|_| corrupt("run frame (encode)", run))?;
         let blob = self.store_frame(&frame)?;
-        for old in released {
-            self.release_frame(old)?;
-        }
+        self.release_replaced(&replaced, &apart)?;
         Ok(match delta {
             Some((_, depth, chain, _)) => Written {
                 blob,
                 chain: chain.saturating_add(u64::from(blob.len)),
                 depth,
+                apart: was_apart || !apart.is_empty(),
             },
             None => Written {
                 blob,
                 chain: u64::from(blob.len),
                 depth: 0,
+                apart: !apart.is_empty(),
             },
         })
+    }
+
+    /// The records `journal` (a frame's to write, whose section is
+    /// `apart`) as the frame holds them: with the chunks still in it
+    /// moved to a new `Stream` frame once they are
+    /// `Config::stream_apart_bytes` or more (the frame written here), and
+    /// the runs set apart before moved to where they stand; otherwise as
+    /// they are. So a load of the run reads no chunk of a long stream. A
+    /// run that never streamed (`LoadedRun::streams`) is not walked.
+    fn set_apart<'j>(
+        &mut self,
+        run: RunId,
+        journal: &'j [u8],
+        apart: &'j Apart,
+    ) -> Result<(Cow<'j, [u8]>, Cow<'j, Apart>), StorageError> {
+        let kept = (Cow::Borrowed(journal), Cow::Borrowed(apart));
+        if !self.core.get(run).is_some_and(|l| l.streams) {
+            return Ok(kept);
+        }
+        let mut split =
+            split_chunks(journal, apart).map_err(|_| corrupt("run journal (split)", run))?;
+        if split.count == 0 || split.chunks.len() < self.config.stream_apart_bytes {
+            return Ok(kept);
+        }
+        let mut frame = Vec::with_capacity(split.chunks.len() + 16);
+        let entry = EntryRef::Stream {
+            run,
+            chunks: &split.chunks,
+        };
+        encode_entry_into(&entry, &mut frame).map_err(|_| corrupt("stream frame (encode)", run))?;
+        let blob = self.store_frame(&frame)?;
+        split.stored_at(blob);
+        Ok((Cow::Owned(split.journal), Cow::Owned(split.apart)))
+    }
+
+    /// Releases the frames a new frame replaced (`replaced`: a stored
+    /// prefix's own frames, then the `Stream` frames it named), but the
+    /// `Stream` frames the new frame names again (`kept`).
+    fn release_replaced(&mut self, replaced: &Replaced, kept: &Apart) -> Result<(), StorageError> {
+        for &old in &replaced.heads {
+            self.release_frame(old)?;
+        }
+        for &old in &replaced.streams {
+            if !kept.frames.iter().any(|&(b, _)| b == old) {
+                self.release_frame(old)?;
+            }
+        }
+        Ok(())
     }
 
     /// Moves the journals of unfinished loaded runs holding at least
@@ -391,13 +472,15 @@ impl ShardLoop {
             .collect();
         for run in long {
             let w = self.write_suspended(run)?;
-            self.core.spilled(run, w.blob, w.chain, w.depth);
+            self.core.spilled(run, w.blob, w.chain, w.depth, w.apart);
             tracing::trace!(shard = self.shard, run, frame = w.blob.len, "spilled");
         }
         Ok(())
     }
 
-    /// The frame at `blob` and the frames it chains to, newest first.
+    /// The frame at `blob` and the frames it chains to, newest first,
+    /// each followed by the `Stream` frames its chunks went to: every
+    /// frame a release of the run's stored journal lets go.
     fn chain(&mut self, blob: BlobRef) -> Result<Vec<BlobRef>, StorageError> {
         let mut out = Vec::new();
         let mut next = blob;
@@ -405,7 +488,9 @@ impl ShardLoop {
         for _ in 0..=MAX_DEPTH {
             out.push(next);
             self.read_one(next, &mut buf)?;
-            match decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))? {
+            let entry = decode_entry(&buf).map_err(|_| corrupt("run frame", next.offset))?;
+            out.extend(entry.apart().frames.iter().map(|&(b, _)| b));
+            match entry {
                 EntryRef::Delta { prev, .. } => next = prev,
                 _ => return Ok(out),
             }
@@ -423,6 +508,31 @@ impl ShardLoop {
         let frame = read_chain(&mut self.store, blob)?;
         self.metrics.frame_reads += frame.blobs.len() as u64;
         self.metrics.frame_read_bytes += frame.chain_bytes;
+        Ok(frame)
+    }
+
+    /// Reads the frame at `blob` and the chain before it as
+    /// [`read_frame`](Self::read_frame) does, but leaves the chunks set
+    /// apart in their `Stream` frames (`Frame::apart` says where they
+    /// went; `join` puts them back).
+    pub(super) fn read_frame_apart(&mut self, blob: BlobRef) -> Result<Frame, StorageError> {
+        let frame = read_chain_apart(&mut self.store, blob).map_err(chain_error)?;
+        self.metrics.frame_reads += frame.heads().len() as u64;
+        self.metrics.frame_read_bytes += frame.chain_bytes;
+        Ok(frame)
+    }
+
+    /// `frame` (read by [`read_frame_apart`](Self::read_frame_apart))
+    /// with its chunks set apart read and put back: what a reader of the
+    /// whole journal (a subscriber, a reset's copies) needs.
+    pub(super) fn join(&mut self, mut frame: Frame) -> Result<Frame, StorageError> {
+        if frame.apart.is_empty() {
+            return Ok(frame);
+        }
+        let before = frame.chain_bytes;
+        join_streams(&mut self.store, &mut frame).map_err(chain_error)?;
+        self.metrics.frame_reads += (frame.blobs.len() - frame.heads().len()) as u64;
+        self.metrics.frame_read_bytes += frame.chain_bytes - before;
         Ok(frame)
     }
 
@@ -455,33 +565,67 @@ impl ShardLoop {
     }
 
     /// `run`'s whole journal: its stored prefix (if any) and the records
-    /// in memory after it.
+    /// in memory after it, its chunks set apart put back.
     pub(super) fn run_journal(&mut self, run: RunId) -> Result<Vec<u8>, StorageError> {
-        Ok(self.run_journal_and_chain(run)?.0)
-    }
-
-    /// `run`'s whole journal, as [`run_journal`](Self::run_journal), and
-    /// the frames of its stored prefix, newest first (empty without one):
-    /// what writing it whole releases, learnt from the same read.
-    fn run_journal_and_chain(
-        &mut self,
-        run: RunId,
-    ) -> Result<(Vec<u8>, Vec<BlobRef>), StorageError> {
         let Some(l) = self.core.get(run) else {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok(Vec::new());
         };
         let Some(blob) = l.blob else {
-            return Ok((l.journal.clone(), Vec::new()));
+            return Ok(l.journal.clone());
         };
         let frame = self.read_frame(blob)?;
-        let mut whole = frame.journal;
+        Ok(self.then_memory(run, frame.journal))
+    }
+
+    /// `run`'s journal as its code replays it: as
+    /// [`run_journal`](Self::run_journal), but without the chunks its
+    /// frames set apart (code takes no chunk: a long stream is not read
+    /// to start the code that sent it). Describe, the replay check and a
+    /// step's history read it too, none of them a chunk.
+    pub(super) fn run_code_journal(&mut self, run: RunId) -> Result<Vec<u8>, StorageError> {
+        Ok(self.run_stored(run)?.journal)
+    }
+
+    /// `run`'s whole journal with its chunks set apart left where they are,
+    /// and what a frame of it all replaces: what writing it whole needs,
+    /// learnt from one read.
+    pub(super) fn run_stored(&mut self, run: RunId) -> Result<Stored, StorageError> {
+        let Some(l) = self.core.get(run) else {
+            return Ok(Stored {
+                journal: Vec::new(),
+                apart: Apart::default(),
+                replaced: Replaced::default(),
+            });
+        };
+        let Some(blob) = l.blob else {
+            return Ok(Stored {
+                journal: l.journal.clone(),
+                apart: Apart::default(),
+                replaced: Replaced::default(),
+            });
+        };
+        let frame = self.read_frame_apart(blob)?;
+        let replaced = Replaced {
+            heads: frame.heads().to_vec(),
+            streams: frame.blobs[frame.heads().len()..].to_vec(),
+        };
+        Ok(Stored {
+            journal: self.then_memory(run, frame.journal),
+            apart: frame.apart,
+            replaced,
+        })
+    }
+
+    /// `prefix` (run `run`'s stored records) followed by the records it
+    /// holds in memory.
+    fn then_memory(&self, run: RunId, mut prefix: Vec<u8>) -> Vec<u8> {
         if let Some(l) = self.core.get(run) {
             // Exact: grown by doubling, a stream's megabytes would hold
             // twice their size while the code replays them.
-            whole.reserve_exact(l.journal.len());
-            whole.extend_from_slice(&l.journal);
+            prefix.reserve_exact(l.journal.len());
+            prefix.extend_from_slice(&l.journal);
         }
-        Ok((whole, frame.blobs))
+        prefix
     }
 
     /// Loads parked run `run` back into memory (not a finished one, which
@@ -495,7 +639,7 @@ impl ShardLoop {
         if parked.done().is_some() {
             return Ok(false);
         }
-        let frame = self.read_frame(parked.blob())?;
+        let frame = self.read_frame_apart(parked.blob())?;
         self.load_frame(run, frame, now_ms)
     }
 
@@ -517,11 +661,18 @@ impl ShardLoop {
         let frame = if frame.blobs.first() == Some(&parked.blob()) {
             frame
         } else {
-            self.read_frame(parked.blob())?
+            self.read_frame_apart(parked.blob())?
         };
+        // Its chunks set apart are applied where they stood, unread.
         let loaded = self
             .core
-            .unpark_encoded(run, frame.last_lsn, &frame.journal, now_ms)
+            .unpark_encoded(
+                run,
+                frame.last_lsn,
+                &frame.journal,
+                &frame.apart.runs,
+                now_ms,
+            )
             .map_err(|_| corrupt("run frame journal", parked.blob().offset))?;
         if !loaded {
             return Err(corrupt(
@@ -532,34 +683,33 @@ impl ShardLoop {
         // The chain the run came from, as long as it is: the next park
         // extends it, and it must be written whole before it outgrows
         // what `read_chain` follows.
-        self.core.set_blob(
-            run,
-            parked.blob(),
-            frame.chain_bytes,
-            frame.depth,
-            frame.journal.len() as u64,
-        );
+        self.core.set_blob(run, parked.blob(), frame.stored());
         self.metrics.loads += 1;
         tracing::trace!(shard = self.shard, run, "loaded");
         self.core.reoffer(run);
-        // Just loaded, the run's journal is its frames' whole.
+        // Just loaded, the run's journal is its frames' whole (but the
+        // chunks set apart, which code takes none of).
         self.start_code_with(run, Some(frame.journal));
         Ok(true)
     }
 
     /// Parked run `run`'s stored journal, read from its frames (`None`: no
-    /// such parked run). One read: what a caller needs of it comes from
-    /// this journal (a frame read is the cost of all these lookups).
+    /// such parked run), without its chunks set apart. One read: what a
+    /// caller needs of it comes from this journal (a frame read is the
+    /// cost of all these lookups).
     pub(super) fn parked_journal(&mut self, run: RunId) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.parked_frame(run)?.map(|f| f.journal))
     }
 
-    /// Parked run `run`'s frames read (`None`: no such parked run).
+    /// Parked run `run`'s frames read (`None`: no such parked run), its
+    /// chunks set apart left where they are: its ID, start, waits and
+    /// result are read without them, and a load wants none. A reader of
+    /// its chunks [`join`](Self::join)s them.
     pub(super) fn parked_frame(&mut self, run: RunId) -> Result<Option<Frame>, StorageError> {
         let Some(parked) = self.core.parked(run) else {
             return Ok(None);
         };
-        self.read_frame(parked.blob()).map(Some)
+        self.read_frame_apart(parked.blob()).map(Some)
     }
 
     /// The `Start` record of parked run `run`, read from its frame (for
@@ -670,6 +820,7 @@ impl ShardLoop {
             id_hash,
             status,
             finished_ms,
+            apart,
             journal,
             ..
         } = decode_entry(&buf).map_err(|_| corrupt("run frame", blob.offset))?
@@ -678,14 +829,16 @@ impl ShardLoop {
         };
         // After an open every finished run is looked at once: its frame
         // says when it finished. A journal over the size limit was cut to
-        // its summary when it parked.
-        let (kept, next) = self.let_go(journal, finished_ms, now_ms, true, true);
+        // its summary when it parked. Chunks set apart stay in their
+        // frames, named again or let go.
+        let (kept, kept_apart, next) =
+            self.let_go(journal, &apart, finished_ms, now_ms, true, true);
         if let Some(at) = next {
             self.parking.histories.push(Reverse((at, run)));
         }
-        let Cow::Owned(kept) = kept else {
+        if matches!(kept, Cow::Borrowed(_)) && kept_apart == *apart {
             return Ok(());
-        };
+        }
         let mut frame = Vec::new();
         let entry = EntryRef::Done {
             run,
@@ -693,56 +846,65 @@ impl ShardLoop {
             id_hash,
             status,
             finished_ms,
+            apart: Cow::Borrowed(&kept_apart),
             journal: &kept,
         };
         encode_entry_into(&entry, &mut frame).map_err(|_| corrupt("run frame (encode)", run))?;
         let new = self.store_frame(&frame)?;
-        self.release_frame(blob)?;
-        self.core.reparked(run, new);
+        let replaced = Replaced {
+            heads: vec![blob],
+            streams: apart.frames.iter().map(|&(b, _)| b).collect(),
+        };
+        self.release_replaced(&replaced, &kept_apart)?;
+        self.core.reparked(run, new, !kept_apart.is_empty());
         Ok(())
     }
 
     /// What a finished run's frame keeps at `now_ms` out of `journal` (its
-    /// whole journal at its park, what an earlier pass left after), and
-    /// when it next has something to let go. Its history goes at
+    /// whole journal at its park, what an earlier pass left after; its
+    /// chunks set apart where `apart` says), and when it next has
+    /// something to let go. Its history goes at
     /// [`history_until`](Self::history_until), or at once when the whole
     /// journal is over `history_max_bytes` (`fits` false): then its
     /// [`summary`]. Its streams' chunks go at
     /// [`streams_until`](Self::streams_until): then the journal
-    /// [`without_chunks`]; `may_stream` false says it holds none. Borrowed:
-    /// nothing to let go now. Every finished run parks through this: with
-    /// its history kept and its chunks kept as long as the run (the
-    /// defaults), it walks no journal.
+    /// [`without_chunks`], and no chunk set apart; `may_stream` false says
+    /// it holds none. Borrowed: nothing to let go yet.
     fn let_go<'j>(
         &self,
         journal: &'j [u8],
+        apart: &Apart,
         finished_ms: u64,
         now_ms: u64,
         fits: bool,
         may_stream: bool,
-    ) -> (Cow<'j, [u8]>, Option<u64>) {
+    ) -> (Cow<'j, [u8]>, Apart, Option<u64>) {
         let history_until = self.history_until(finished_ms);
         let streams_until = match self.sabotaged(super::sabotage::Sabotage::ChunksEarly) {
             true => 0,
             false => self.streams_until(finished_ms),
         };
         let mut kept = Cow::Borrowed(journal);
+        let mut kept_apart = apart.clone();
         // Kept whole until its history time; a summary no shorter than
         // the journal (one already) is nothing to let go.
         let history = fits && history_until > now_ms;
         if !history {
-            let cut = summary(journal);
+            let (cut, cut_apart) = summary(journal, apart);
             if cut.len() != journal.len() {
                 kept = Cow::Owned(cut);
+                kept_apart = cut_apart;
             }
         }
         // Chunks kept as long as the run go with it (`expire`): nothing to
         // look for.
         let expires = finished_ms.saturating_add(self.config.retention_ms);
         let mut chunks = false;
-        if may_stream && streams_until < expires && find_kind(&kept, kind::CHUNK).is_some() {
+        let holds = !kept_apart.is_empty() || find_kind(&kept, kind::CHUNK).is_some();
+        if may_stream && streams_until < expires && holds {
             if streams_until <= now_ms {
                 kept = Cow::Owned(without_chunks(&kept));
+                kept_apart = Apart::default();
             } else {
                 chunks = true;
             }
@@ -751,7 +913,7 @@ impl ShardLoop {
             .into_iter()
             .filter_map(|(holds, at)| holds.then_some(at))
             .min();
-        (kept, next)
+        (kept, kept_apart, next)
     }
 
     /// When a run that finished at `finished_ms` lets its history go
@@ -787,6 +949,36 @@ struct Written {
     chain: u64,
     /// How many frames it extends.
     depth: u8,
+    /// Whether it or a frame it extends names `Stream` frames.
+    apart: bool,
+}
+
+/// What a run's stored prefix was, for the frame written in its place to
+/// release ([`ShardLoop::release_replaced`]).
+#[derive(Default)]
+pub(super) struct Replaced {
+    /// The prefix's own frames.
+    heads: Vec<BlobRef>,
+    /// The `Stream` frames they named.
+    streams: Vec<BlobRef>,
+}
+
+/// A run's whole journal as its frames and memory hold it, its chunks set
+/// apart left where they are ([`ShardLoop::run_stored`]).
+pub(super) struct Stored {
+    /// The stored prefix's records (but chunks set apart), then memory's.
+    journal: Vec<u8>,
+    /// Where the prefix's chunks set apart went.
+    apart: Apart,
+    /// What a frame of it all replaces.
+    replaced: Replaced,
+}
+
+impl Stored {
+    /// Bytes of the whole journal, its chunks set apart included.
+    fn joined_len(&self, run: RunId) -> u64 {
+        self.journal.len() as u64 + self.apart.chunk_bytes(run)
+    }
 }
 
 /// Finished runs whose history is dropped per call of
@@ -810,42 +1002,41 @@ pub(super) fn without_chunks(journal: &[u8]) -> Vec<u8> {
     kept
 }
 
-/// A finished run's summary: out of its whole journal `whole`, the
-/// records a summary keeps (`crate::recovery::summary_keeps`: its `Start`
-/// and `Done`, and its streams), in journal order, with its search
+/// A finished run's summary: out of its whole journal `whole` (its chunks
+/// set apart where `apart` says), the records a summary keeps
+/// (`crate::recovery::summary_keeps`: its `Start` and `Done`, and its
+/// streams), in journal order, with its search
 /// attributes as they stood at its end folded into the `Start`'s meta
 /// (`crate::attrs`: a run is listed by them for its whole retention).
-fn summary(whole: &[u8]) -> Vec<u8> {
-    // A stream's run keeps most of its journal: grown by doubling, a
-    // journal of megabytes was copied about twice more.
-    let mut kept = Vec::with_capacity(whole.len());
-    // Chunks, which it keeps, are copied as they are, not decoded.
-    for item in iter_canonical_passing(whole, kind::CHUNK).filter_map(Result::ok) {
-        let (rec, bytes) = match item {
-            Walked::Record(rec, bytes) => (rec, bytes),
-            Walked::Passed { bytes, .. } => {
-                kept.extend_from_slice(bytes);
-                continue;
-            }
-        };
+fn summary(whole: &[u8], apart: &Apart) -> (Vec<u8>, Apart) {
+    let mut attrs = None;
+    // Chunks, which it keeps (those set apart stay where they stood), are
+    // copied as they are, not decoded.
+    let cut = rewrite_kept(whole, apart, |bytes| {
+        if matches!(frame_first(bytes), Ok((kind::CHUNK, _))) {
+            return Some(Cow::Borrowed(bytes));
+        }
+        let (rec, _) = iter_canonical(bytes).next()?.ok()?;
         if !crate::recovery::summary_keeps(&rec) {
-            continue;
+            return None;
         }
         if !matches!(rec, Record::Start { .. }) {
-            kept.extend_from_slice(bytes);
-            continue;
+            return Some(Cow::Borrowed(bytes));
         }
-        let (attrs, _) = crate::attrs::of_journal(whole);
+        let (attrs, _) = attrs.get_or_insert_with(|| crate::attrs::of_journal(whole));
         let mut start = rec.to_buf();
         match &mut start {
             RecordBuf::Start { meta, .. } if !(attrs.is_empty() && meta.is_none()) => {
-                *meta = crate::attrs::meta_with(meta.as_deref(), &attrs);
-                fusee_core::record::encode_canonical(&start, &mut kept);
+                *meta = crate::attrs::meta_with(meta.as_deref(), attrs);
+                let mut out = Vec::new();
+                fusee_core::record::encode_canonical(&start, &mut out);
+                Some(Cow::Owned(out))
             }
-            _ => kept.extend_from_slice(bytes),
+            _ => Some(Cow::Borrowed(bytes)),
         }
-    }
-    kept
+    });
+    // Bytes that do not frame: nothing is cut (the frame stays as it is).
+    cut.unwrap_or_else(|_| (whole.to_vec(), apart.clone()))
 }
 
 /// What [`ShardLoop::parked_result`] found.

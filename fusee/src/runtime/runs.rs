@@ -156,7 +156,7 @@ impl ShardLoop {
         // the frames it just read.
         let framed = match journal {
             Some(j) => Some(j),
-            None if l.blob.is_some() => match self.run_journal(run) {
+            None if l.blob.is_some() => match self.run_code_journal(run) {
                 Ok(j) => Some(j),
                 Err(e) => {
                     self.fail(e);

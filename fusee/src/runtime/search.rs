@@ -270,7 +270,9 @@ impl ShardLoop {
                 if self.core.get(run).is_some() {
                     self.reindex_loaded(run);
                 } else if let Some(p) = self.core.parked(run) {
-                    let frame = self.read_frame(p.blob())?;
+                    // Attributes are records, not chunks: those set apart
+                    // stay unread.
+                    let frame = self.read_frame_apart(p.blob())?;
                     let (now, _) = attrs::of_journal(&frame.journal);
                     self.attr_index.set(run, &now);
                 }
@@ -313,7 +315,7 @@ impl ShardLoop {
             };
             // A frame that does not read is the build's (or a load's) to
             // report: the probe only guesses.
-            let Ok(frame) = self.read_frame(p.blob()) else {
+            let Ok(frame) = self.read_frame_apart(p.blob()) else {
                 continue;
             };
             if !attrs::of_journal(&frame.journal).0.is_empty() {

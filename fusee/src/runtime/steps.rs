@@ -237,7 +237,7 @@ impl ShardLoop {
             return;
         }
         for run in history {
-            match self.run_journal(run) {
+            match self.run_code_journal(run) {
                 Ok(journal) => {
                     if let Some(l) = self.live.get(&run) {
                         l.state.borrow_mut().read_step_history(&journal);

@@ -28,6 +28,7 @@ fn config() -> LoopConfig {
         retention_ms: 60_000,
         history_ms: 30_000,
         history_max_bytes: 1 << 20,
+        stream_apart_bytes: 64 << 10,
         stream_ms: 60_000,
         park_after_ms: u64::MAX / 2,
         doze_after_ms: u64::MAX / 2,

@@ -301,6 +301,16 @@ impl World {
         } else {
             24 * 3_600_000
         };
+        // Half the seeds set every chunk apart from its run's other
+        // records (the rest keep the engine's default, which their short
+        // streams seldom reach), and half of those compact the run store
+        // often, moving the `Stream` frames: from a generator of its own.
+        let mut apart_rng = fastrand::Rng::with_seed(cfg.seed ^ 0xa9a7_7000);
+        let (stream_apart_bytes, compact_after_bytes) = match apart_rng.u8(0..4) {
+            0 => (0, 16 << 10),
+            1 => (0, 1 << 20),
+            _ => (64 << 10, 1 << 20),
+        };
         let loop_config = LoopConfig {
             shards: cfg.shards,
             max_payload: 1 << 20,
@@ -312,10 +322,11 @@ impl World {
             // runs park with their history and drop it later, some without.
             history_ms: 1_000,
             history_max_bytes: 1 << 20,
+            stream_apart_bytes,
             stream_ms,
             park_after_ms,
             doze_after_ms: park_after_ms / 2,
-            compact_after_bytes: 1 << 20,
+            compact_after_bytes,
             seal_idle_ms: 20,
             seal_interval_ms: 1000,
             stopwatch: None,

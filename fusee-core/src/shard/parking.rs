@@ -193,14 +193,17 @@ impl ShardCore {
     }
 
     /// Restores a parked run at recovery (from a run-store scan or the
-    /// persisted index). `time`: its earliest timer, or when it finished.
-    /// Ignored for a loaded run.
+    /// persisted index). `time`: its earliest timer, or when it finished;
+    /// `flags`: the persisted table flags its frame calls for
+    /// ([`flag::CHAINED`] for a `Delta`, [`flag::APART`] for a frame that
+    /// names `Stream` frames; others are ignored). Ignored for a loaded
+    /// run.
     pub fn insert_parked(
         &mut self,
         run: RunId,
         blob: BlobRef,
         done: Option<Status>,
-        chained: bool,
+        flags: u8,
         id_hash: u64,
         time: u64,
     ) {
@@ -217,7 +220,8 @@ impl ShardCore {
             e.set_state(state);
             e.set_location(blob.offset, blob.len);
             e.set_time(time);
-            e.set(flag::CHAINED, chained);
+            e.set(flag::PERSISTED, false);
+            e.set(flags & flag::PERSISTED, true);
         });
         self.runs.index_id(slot);
         if done.is_some() {

@@ -631,7 +631,7 @@ fn the_change_lists_overflow_into_a_forced_base() {
                 len: 1,
             },
             None,
-            false,
+            0,
             run,
             0,
         );

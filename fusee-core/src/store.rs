@@ -434,6 +434,53 @@ impl<'a> EntryRef<'a> {
         }
     }
 
+    /// The same run's frame as one frame holding `journal` whole, its
+    /// chunks set apart where `apart` says: a `Delta` becomes a `Park`
+    /// (its chain read whole), a `Park` or a `Done` keeps its kind and
+    /// fields. `None` for other kinds.
+    pub fn written_whole(self, journal: &'a [u8], apart: Cow<'a, Apart>) -> Option<Self> {
+        Some(match self {
+            Self::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                ..
+            }
+            | Self::Delta {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                ..
+            } => Self::Park {
+                run,
+                last_lsn,
+                id_hash,
+                timers,
+                apart,
+                journal,
+            },
+            Self::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                ..
+            } => Self::Done {
+                run,
+                last_lsn,
+                id_hash,
+                status,
+                finished_ms,
+                apart,
+                journal,
+            },
+            _ => return None,
+        })
+    }
+
     /// Where a run's frame's stream chunks went, to change (a frame whose
     /// `Stream` frames moved, written again); `None` for other kinds.
     pub fn apart_mut(&mut self) -> Option<&mut Cow<'a, Apart>> {

@@ -580,7 +580,7 @@ fn a_rewrite_keeps_chunks_apart_where_they_stood() {
     let split = split_chunks(&journal, &Apart::default()).expect("frames");
     let dropped = value(1, b"de");
     let longer = value(2, b"a longer value");
-    let (kept, apart) = rewrite_kept(&split.journal, &split.apart, |rec| {
+    let (kept, apart) = rewrite_kept(&split.journal, &split.apart, |_, rec| {
         if rec == dropped.as_slice() {
             None
         } else if rec == value(2, b"f").as_slice() {

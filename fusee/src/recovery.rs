@@ -62,7 +62,7 @@ impl Chain {
         StoredPrefix {
             chain: self.chain_bytes,
             depth: self.depth,
-            journal_len: self.journal.len() as u64 + self.apart.chunk_bytes(self.run),
+            journal_len: self.apart.joined_len(self.run, self.journal.len()),
             apart: !self.apart.is_empty(),
         }
     }

@@ -263,6 +263,24 @@ impl ShardCore {
         self.mark_changed(slot);
     }
 
+    /// Run `run`'s newest stored frame was written again, whole, at
+    /// `blob` (naming `Stream` frames if `apart`): a parked run's frame
+    /// ([`reparked`](Self::reparked)), or a loaded run's stored prefix,
+    /// which holds the same records in one frame now.
+    pub fn rewritten_whole(&mut self, run: RunId, blob: BlobRef, apart: bool) {
+        if let Some(l) = self.loaded.get_mut(&run) {
+            let stored = StoredPrefix {
+                chain: u64::from(blob.len),
+                depth: 0,
+                journal_len: l.blob_journal,
+                apart,
+            };
+            self.set_blob(run, blob, stored);
+            return;
+        }
+        self.reparked(run, blob, apart);
+    }
+
     /// A run's frame moved to `offset` (compaction): a loaded run's stored
     /// prefix, or a parked run's frame. The loaded journal and timers stay.
     pub fn relocate_blob(&mut self, run: RunId, offset: u64) {

@@ -39,7 +39,7 @@ impl ShardCore {
                 continue;
             };
             let e = *self.runs.get(slot);
-            let (frame, chained);
+            let (frame, linked);
             if e.is_parked() {
                 if e.done().is_none() {
                     continue;
@@ -49,22 +49,18 @@ impl ShardCore {
                     offset: e.offset(),
                     len: e.len(),
                 });
-                chained = e.has(flag::CHAINED) || e.has(flag::APART);
+                linked = e.has(flag::CHAINED) || e.has(flag::APART);
             } else {
                 let Some(l) = self.loaded.get(&run).filter(|l| l.done.is_some()) else {
                     continue;
                 };
                 released += l.blob.map_or(0, |_| l.blob_chain);
                 frame = l.blob;
-                chained = l.blob.is_some();
+                linked = l.blob.is_some();
                 self.forget_loaded(run);
             }
             self.table_remove(slot);
-            out.push(Expired {
-                run,
-                frame,
-                chained,
-            });
+            out.push(Expired { run, frame, linked });
         }
         released
     }

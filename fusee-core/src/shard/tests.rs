@@ -1402,5 +1402,5 @@ fn a_run_parked_with_chunks_apart_is_flagged_and_read_before_release() {
     let mut gone = Vec::new();
     core.expire_frames(u64::MAX, &mut gone);
     assert_eq!(gone.len(), 1);
-    assert!(gone[0].chained, "read for its Stream frames before release");
+    assert!(gone[0].linked, "read for its Stream frames before release");
 }

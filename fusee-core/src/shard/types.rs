@@ -254,7 +254,7 @@ pub struct Expired {
     /// whose table entry says it stands alone (`CHAINED` and `APART`
     /// clear: the flags compaction relies on), as a `Done` frame usually
     /// does: it is released without a read.
-    pub chained: bool,
+    pub linked: bool,
 }
 
 /// A parked run as its table entry describes it: where its frame is, and

@@ -87,6 +87,12 @@ impl Apart {
         self.runs.iter().map(|r| u64::from(r.count)).sum()
     }
 
+    /// Bytes of run `run`'s journal of `journal_len` bytes with these
+    /// chunks joined back: what a reader of the whole journal walks.
+    pub fn joined_len(&self, run: RunId, journal_len: usize) -> u64 {
+        journal_len as u64 + self.chunk_bytes(run)
+    }
+
     /// Bytes of the chunk records the frames of run `run` hold: what
     /// joining them back adds to the journal.
     pub fn chunk_bytes(&self, run: RunId) -> u64 {
@@ -313,14 +319,15 @@ pub fn split_chunks(journal: &[u8], apart: &Apart) -> DecodeResult<Split> {
 
 /// Rewrites a frame's journal record by record, its chunks set apart
 /// staying where they stood among the records kept: `keep` gets each
-/// record's whole canonical bytes (a chunk still in the journal too) and
-/// returns what stands in its place (nothing, the same bytes or others).
+/// record's kind tag and whole canonical bytes (a chunk still in the
+/// journal too) and returns what stands in its place (nothing, the same
+/// bytes or others).
 /// The section keeps its frames. Fails on bytes that do not frame or runs
 /// that do not stand on a record's start.
 pub fn rewrite_kept<'j>(
     journal: &'j [u8],
     apart: &'j Apart,
-    mut keep: impl FnMut(&'j [u8]) -> Option<Cow<'j, [u8]>>,
+    mut keep: impl FnMut(u8, &'j [u8]) -> Option<Cow<'j, [u8]>>,
 ) -> DecodeResult<(Vec<u8>, Apart)> {
     let mut out = Vec::with_capacity(journal.len());
     let mut runs = Vec::with_capacity(apart.runs.len());
@@ -330,8 +337,8 @@ pub fn rewrite_kept<'j>(
                 at: out.len() as u64,
                 ..*r
             }),
-            Met::Record(_, whole) => {
-                if let Some(kept) = keep(whole) {
+            Met::Record(tag, whole) => {
+                if let Some(kept) = keep(tag, whole) {
                     out.extend_from_slice(&kept);
                 }
             }

@@ -438,46 +438,10 @@ pub(crate) fn copy_frame<R: RunStore, W: RunStore>(
     if whole {
         chained =
             read_chain(from, blob).map_err(|e| FrameFail::Damaged("run frame", e.to_string()))?;
-        entry = match entry {
-            EntryRef::Delta {
-                run,
-                last_lsn,
-                id_hash,
-                timers,
-                ..
-            }
-            | EntryRef::Park {
-                run,
-                last_lsn,
-                id_hash,
-                timers,
-                ..
-            } => EntryRef::Park {
-                run,
-                last_lsn,
-                id_hash,
-                timers: Cow::Owned(timers.into_owned()),
-                apart: Cow::default(),
-                journal: &chained.journal,
-            },
-            EntryRef::Done {
-                run,
-                last_lsn,
-                id_hash,
-                status,
-                finished_ms,
-                ..
-            } => EntryRef::Done {
-                run,
-                last_lsn,
-                id_hash,
-                status,
-                finished_ms,
-                apart: Cow::default(),
-                journal: &chained.journal,
-            },
-            other => other,
-        };
+        // Only a run's frames get here (others were refused above).
+        entry = entry
+            .written_whole(&chained.journal, Cow::default())
+            .ok_or_else(|| FrameFail::Damaged("run frame", "not a run's".into()))?;
     }
     if let Some(retarget) = retarget {
         let (EntryRef::Park { run, journal, .. } | EntryRef::Done { run, journal, .. }) =

@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 
 use fusee_core::record::RunId;
-use fusee_core::shard::{BlobRef, StoredPrefix};
+use fusee_core::shard::BlobRef;
 use fusee_core::store::{EntryRef, decode_entry, encode_entry_into};
 use fusee_storage::{RunStore, StorageError};
 use rustc_hash::FxHashMap;
@@ -142,9 +142,9 @@ impl ShardLoop {
         run: RunId,
         moves: &FxHashMap<u64, BlobRef>,
     ) -> Result<(), StorageError> {
-        let (blob, loaded) = match self.core.get(run) {
-            Some(l) => (l.blob, true),
-            None => (self.core.parked(run).map(|p| p.blob()), false),
+        let blob = match self.core.get(run) {
+            Some(l) => l.blob,
+            None => self.core.parked(run).map(|p| p.blob()),
         };
         let Some(blob) = blob else {
             return Ok(());
@@ -163,21 +163,7 @@ impl ShardLoop {
         encode_entry_into(&entry, &mut frame).map_err(|_| corrupt("run frame (encode)", run))?;
         let new = self.store_frame(&frame)?;
         self.release_frame(blob)?;
-        if loaded {
-            let journal_len = self.core.get(run).map_or(0, |l| l.blob_journal);
-            self.core.set_blob(
-                run,
-                new,
-                StoredPrefix {
-                    chain: u64::from(new.len),
-                    depth: 0,
-                    journal_len,
-                    apart: true,
-                },
-            );
-        } else {
-            self.core.reparked(run, new, true);
-        }
+        self.core.rewritten_whole(run, new, true);
         Ok(())
     }
 
@@ -185,28 +171,16 @@ impl ShardLoop {
     /// `Delta`, and loaded runs whose stored prefix is a chain. Chunks set
     /// apart stay in their `Stream` frames, named by the whole frame.
     fn unchain_all(&mut self) -> Result<(), StorageError> {
-        let parked: Vec<(RunId, BlobRef)> = self.core.chained_runs().collect();
-        for (run, blob) in parked {
+        let mut chained: Vec<(RunId, BlobRef)> = self.core.chained_runs().collect();
+        chained.extend(
+            self.core
+                .loaded_runs()
+                .filter(|(_, l)| l.blob_depth > 0)
+                .filter_map(|(run, l)| l.blob.map(|b| (run, b))),
+        );
+        for (run, blob) in chained {
             let (new, apart) = self.rewrite_whole(run, blob)?;
-            self.core.reparked(run, new, apart);
-        }
-        let loaded: Vec<(RunId, BlobRef, u8)> = self
-            .core
-            .loaded_runs()
-            .filter_map(|(run, l)| l.blob.map(|b| (run, b, l.blob_depth)))
-            .filter(|(_, _, depth)| *depth > 0)
-            .collect();
-        for (run, blob, _) in loaded {
-            let (new, apart) = self.rewrite_whole(run, blob)?;
-            // The same records, in one frame.
-            let journal_len = self.core.get(run).map_or(0, |l| l.blob_journal);
-            let stored = StoredPrefix {
-                chain: u64::from(new.len),
-                depth: 0,
-                journal_len,
-                apart,
-            };
-            self.core.set_blob(run, new, stored);
+            self.core.rewritten_whole(run, new, apart);
         }
         Ok(())
     }
@@ -223,33 +197,15 @@ impl ShardLoop {
         let whole = self.read_frame_apart(blob)?;
         let mut newest = Vec::new();
         self.read_one(blob, &mut newest)?;
+        let entry = decode_entry(&newest).map_err(|_| corrupt("run frame", blob.offset))?;
+        // A chain's newest frame is a `Delta` or (at depth 0) a `Park`.
+        let chain = matches!(entry, EntryRef::Delta { .. } | EntryRef::Park { .. });
+        let entry = entry
+            .written_whole(&whole.journal, Cow::Borrowed(&whole.apart))
+            .filter(|_| chain)
+            .ok_or_else(|| corrupt("run frame of another kind", blob.offset))?;
         let mut frame = Vec::new();
-        let encoded = match decode_entry(&newest).map_err(|_| corrupt("run frame", blob.offset))? {
-            EntryRef::Delta {
-                last_lsn,
-                id_hash,
-                timers,
-                ..
-            }
-            | EntryRef::Park {
-                last_lsn,
-                id_hash,
-                timers,
-                ..
-            } => encode_entry_into(
-                &EntryRef::Park {
-                    run,
-                    last_lsn,
-                    id_hash,
-                    timers,
-                    apart: Cow::Borrowed(&whole.apart),
-                    journal: &whole.journal,
-                },
-                &mut frame,
-            ),
-            _ => return Err(corrupt("run frame of another kind", blob.offset)),
-        };
-        encoded.map_err(|_| corrupt("run frame (encode)", run))?;
+        encode_entry_into(&entry, &mut frame).map_err(|_| corrupt("run frame (encode)", run))?;
         let new = self.store_frame(&frame)?;
         // The chain; its `Stream` frames are the new frame's.
         for &old in whole.heads() {

@@ -50,8 +50,8 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 
 use fusee_core::record::{
-    Record, RecordBuf, RecordRef, RunId, Walked, find_kind, frame_first, iter_canonical,
-    iter_canonical_passing, kind,
+    Record, RecordBuf, RecordRef, RunId, Walked, find_kind, iter_canonical, iter_canonical_passing,
+    kind,
 };
 use fusee_core::shard::{BlobRef, LoadedRun};
 use fusee_core::store::{
@@ -753,12 +753,7 @@ impl ShardLoop {
         }
         let mut gone = Vec::new();
         self.core.expire_frames(now_ms, &mut gone);
-        for fusee_core::shard::Expired {
-            run,
-            frame,
-            chained,
-        } in gone
-        {
+        for fusee_core::shard::Expired { run, frame, linked } in gone {
             self.live.remove(&run);
             self.waiters.take_results(run);
             // Its retention ended: listings no longer find it.
@@ -766,7 +761,7 @@ impl ShardLoop {
             // A parked finished run's one `Done` frame goes unread: every
             // finished run of a fanout expires so, and each cost a read.
             let released = match frame {
-                Some(blob) if chained => self.release_chain(blob),
+                Some(blob) if linked => self.release_chain(blob),
                 Some(blob) => self.release_frame(blob),
                 None => Ok(()),
             };
@@ -869,7 +864,9 @@ impl ShardLoop {
     /// [`summary`]. Its streams' chunks go at
     /// [`streams_until`](Self::streams_until): then the journal
     /// [`without_chunks`], and no chunk set apart; `may_stream` false says
-    /// it holds none. Borrowed: nothing to let go yet.
+    /// it holds none. Borrowed: nothing to let go now. Every finished run
+    /// parks through this: with its history kept and its chunks kept as
+    /// long as the run (the defaults), it walks no journal.
     fn let_go<'j>(
         &self,
         journal: &'j [u8],
@@ -977,7 +974,7 @@ pub(super) struct Stored {
 impl Stored {
     /// Bytes of the whole journal, its chunks set apart included.
     fn joined_len(&self, run: RunId) -> u64 {
-        self.journal.len() as u64 + self.apart.chunk_bytes(run)
+        self.apart.joined_len(run, self.journal.len())
     }
 }
 
@@ -1012,8 +1009,8 @@ fn summary(whole: &[u8], apart: &Apart) -> (Vec<u8>, Apart) {
     let mut attrs = None;
     // Chunks, which it keeps (those set apart stay where they stood), are
     // copied as they are, not decoded.
-    let cut = rewrite_kept(whole, apart, |bytes| {
-        if matches!(frame_first(bytes), Ok((kind::CHUNK, _))) {
+    let cut = rewrite_kept(whole, apart, |tag, bytes| {
+        if tag == kind::CHUNK {
             return Some(Cow::Borrowed(bytes));
         }
         let (rec, _) = iter_canonical(bytes).next()?.ok()?;
